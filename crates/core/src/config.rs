@@ -1,0 +1,248 @@
+//! Typed configuration from environment variables, with an error that names the variable at fault.
+//! Each binary builds its own config struct from these readers.
+
+use std::collections::BTreeMap;
+use std::str::FromStr;
+use std::time::Duration;
+
+use secrecy::SecretString;
+
+use crate::defaults;
+use crate::ids::BotId;
+use crate::policy::RetryPolicy;
+
+/// A missing or malformed variable. Never carries a secret's value.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ConfigError {
+    /// A required variable is not set.
+    #[error("{name} is not set: {hint}")]
+    Missing {
+        /// The variable.
+        name: String,
+        /// What to set it to.
+        hint: &'static str,
+    },
+    /// A variable is set to something unusable.
+    #[error("{name} is malformed: expected {expected}")]
+    Malformed {
+        /// The variable.
+        name: &'static str,
+        /// What it should hold.
+        expected: &'static str,
+    },
+}
+
+/// Where a secret comes from: the environment (local), or an SSM parameter read at cold start (AWS).
+#[derive(Clone, Debug)]
+pub enum SecretSource {
+    /// The value itself.
+    Value(SecretString),
+    /// The name of an SSM SecureString parameter holding it.
+    Parameter(String),
+}
+
+/// The variables to read, captured once so that a config is a pure function of them.
+#[derive(Clone, Debug, Default)]
+pub struct Vars(BTreeMap<String, String>);
+
+impl Vars {
+    /// The process environment.
+    pub fn from_env() -> Self {
+        Self(std::env::vars().collect())
+    }
+
+    /// Given pairs; for tests.
+    pub fn from_pairs<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
+        Self(
+            pairs
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect(),
+        )
+    }
+
+    /// The value of a variable, if set and not empty.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .get(name)
+            .map(String::as_str)
+            .filter(|v| !v.is_empty())
+    }
+
+    /// A required variable.
+    pub fn required(&self, name: &str, hint: &'static str) -> Result<String, ConfigError> {
+        self.get(name)
+            .map(str::to_owned)
+            .ok_or_else(|| ConfigError::Missing {
+                name: name.to_owned(),
+                hint,
+            })
+    }
+
+    /// An optional variable parsed as `T`, or `default` when unset.
+    pub fn parsed<T: FromStr>(
+        &self,
+        name: &'static str,
+        expected: &'static str,
+        default: T,
+    ) -> Result<T, ConfigError> {
+        match self.get(name) {
+            None => Ok(default),
+            Some(raw) => raw
+                .trim()
+                .parse()
+                .map_err(|_| ConfigError::Malformed { name, expected }),
+        }
+    }
+
+    /// `TGQ_BOT_ID`.
+    pub fn bot_id(&self) -> Result<BotId, ConfigError> {
+        let raw = self.required("TGQ_BOT_ID", "a short id for this bot, e.g. `mybot`")?;
+        BotId::new(raw).map_err(|_| ConfigError::Malformed {
+            name: "TGQ_BOT_ID",
+            expected: "1–64 characters of A–Z, a–z, 0–9, '-' or '_'",
+        })
+    }
+
+    /// A secret given directly in `name` or as an SSM parameter name in `{name}_PARAM`.
+    pub fn secret(&self, name: &'static str, param: &'static str) -> Option<SecretSource> {
+        match (self.get(name), self.get(param)) {
+            (Some(value), _) => Some(SecretSource::Value(SecretString::from(value.to_owned()))),
+            (None, Some(parameter)) => Some(SecretSource::Parameter(parameter.to_owned())),
+            (None, None) => None,
+        }
+    }
+
+    /// `TGQ_WEBHOOK_SECRET` or `TGQ_WEBHOOK_SECRET_PARAM`, required.
+    pub fn webhook_secret(&self) -> Result<SecretSource, ConfigError> {
+        self.secret("TGQ_WEBHOOK_SECRET", "TGQ_WEBHOOK_SECRET_PARAM").ok_or(ConfigError::Missing {
+            name: "TGQ_WEBHOOK_SECRET".into(),
+            hint: "the secret_token given to setWebhook (or TGQ_WEBHOOK_SECRET_PARAM: an SSM parameter name)",
+        })
+    }
+
+    /// `TELEGRAM_BOT_TOKEN` or `TELEGRAM_BOT_TOKEN_PARAM`, if either is set.
+    pub fn bot_token(&self) -> Option<SecretSource> {
+        self.secret("TELEGRAM_BOT_TOKEN", "TELEGRAM_BOT_TOKEN_PARAM")
+    }
+
+    /// `TELEGRAM_API_URL`, default Telegram's own.
+    pub fn telegram_api_url(&self) -> Result<String, ConfigError> {
+        let url = self
+            .get("TELEGRAM_API_URL")
+            .unwrap_or(defaults::TELEGRAM_API_URL);
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            return Err(ConfigError::Malformed {
+                name: "TELEGRAM_API_URL",
+                expected: "an http:// or https:// URL",
+            });
+        }
+        Ok(url.trim_end_matches('/').to_owned())
+    }
+
+    /// `TGQ_MAX_BODY_BYTES`, default 1 MiB.
+    pub fn max_body_bytes(&self) -> Result<usize, ConfigError> {
+        let bytes = self.parsed(
+            "TGQ_MAX_BODY_BYTES",
+            "a positive number of bytes",
+            defaults::MAX_BODY_BYTES,
+        )?;
+        if bytes == 0 {
+            return Err(ConfigError::Malformed {
+                name: "TGQ_MAX_BODY_BYTES",
+                expected: "a positive number of bytes",
+            });
+        }
+        Ok(bytes)
+    }
+
+    /// `TGQ_MAX_ATTEMPTS`, `TGQ_BACKOFF_BASE_MS`, `TGQ_BACKOFF_CAP_MS`.
+    pub fn retry_policy(&self) -> Result<RetryPolicy, ConfigError> {
+        let default = RetryPolicy::default();
+        let max_attempts = self.parsed(
+            "TGQ_MAX_ATTEMPTS",
+            "a whole number from 1",
+            default.max_attempts,
+        )?;
+        if max_attempts == 0 {
+            return Err(ConfigError::Malformed {
+                name: "TGQ_MAX_ATTEMPTS",
+                expected: "a whole number from 1",
+            });
+        }
+        let base = self.parsed("TGQ_BACKOFF_BASE_MS", "milliseconds", millis(default.base))?;
+        let cap = self.parsed("TGQ_BACKOFF_CAP_MS", "milliseconds", millis(default.cap))?;
+        if cap < base {
+            return Err(ConfigError::Malformed {
+                name: "TGQ_BACKOFF_CAP_MS",
+                expected: "milliseconds, at least TGQ_BACKOFF_BASE_MS",
+            });
+        }
+        Ok(RetryPolicy {
+            max_attempts,
+            base: Duration::from_millis(base),
+            cap: Duration::from_millis(cap),
+        })
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_bot_id_names_the_variable() {
+        let err = Vars::default().bot_id().unwrap_err();
+        assert!(
+            err.to_string().starts_with("TGQ_BOT_ID is not set"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn malformed_numbers_name_the_variable_and_not_the_value() {
+        let vars = Vars::from_pairs([("TGQ_MAX_ATTEMPTS", "eight")]);
+        assert_eq!(
+            vars.retry_policy().unwrap_err(),
+            ConfigError::Malformed {
+                name: "TGQ_MAX_ATTEMPTS",
+                expected: "a whole number from 1"
+            }
+        );
+        let vars = Vars::from_pairs([
+            ("TGQ_BACKOFF_BASE_MS", "5000"),
+            ("TGQ_BACKOFF_CAP_MS", "10"),
+        ]);
+        assert!(vars
+            .retry_policy()
+            .unwrap_err()
+            .to_string()
+            .contains("TGQ_BACKOFF_CAP_MS"));
+    }
+
+    #[test]
+    fn defaults_apply_when_nothing_is_set() {
+        let vars = Vars::default();
+        assert_eq!(vars.retry_policy().unwrap(), RetryPolicy::default());
+        assert_eq!(vars.max_body_bytes().unwrap(), 1024 * 1024);
+        assert_eq!(vars.telegram_api_url().unwrap(), "https://api.telegram.org");
+    }
+
+    #[test]
+    fn a_secret_value_wins_over_its_parameter_name() {
+        let vars = Vars::from_pairs([
+            ("TGQ_WEBHOOK_SECRET", "s"),
+            ("TGQ_WEBHOOK_SECRET_PARAM", "/p"),
+        ]);
+        assert!(matches!(
+            vars.webhook_secret().unwrap(),
+            SecretSource::Value(_)
+        ));
+        let vars = Vars::from_pairs([("TGQ_WEBHOOK_SECRET_PARAM", "/p")]);
+        assert!(matches!(vars.webhook_secret().unwrap(), SecretSource::Parameter(p) if p == "/p"));
+    }
+}

@@ -1,0 +1,208 @@
+//! Reads the little the pipeline needs from a raw Update — its id and its ordering group — without
+//! trusting the rest. Anything that is not an Update is poison (DESIGN §3).
+
+use serde_json::{Map, Value};
+
+use crate::ids::{GroupKey, UpdateId};
+
+/// What the webhook and the worker know of an update before the bot sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Envelope {
+    /// Telegram's `update_id`.
+    pub update_id: UpdateId,
+    /// The update's ordering group inside its bot.
+    pub group: GroupKey,
+    /// The update kind (`message`, `callback_query`, …), or `unknown` when none is recognised.
+    pub kind: String,
+}
+
+/// Why an authenticated body is not an Update; recorded with the raw bytes in the dead-letter store.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Poison {
+    /// The body does not parse as JSON.
+    #[error("body is not JSON: {0}")]
+    NotJson(String),
+    /// The body is JSON but not an object.
+    #[error("body is not a JSON object")]
+    NotAnObject,
+    /// There is no `update_id` field.
+    #[error("update_id is missing")]
+    MissingUpdateId,
+    /// `update_id` is present but not an integer.
+    #[error("update_id is not an integer")]
+    UpdateIdNotInteger,
+    /// A known update kind lacks the field that names its chat or user, or has it in the wrong type.
+    #[error("{kind} has no valid {field}")]
+    MalformedKind {
+        /// The update kind.
+        kind: String,
+        /// The path of the missing or mistyped field.
+        field: &'static str,
+    },
+}
+
+impl Envelope {
+    /// Parses a raw webhook or queue body.
+    pub fn parse(body: &[u8]) -> Result<Self, Poison> {
+        let value: Value =
+            serde_json::from_slice(body).map_err(|e| Poison::NotJson(e.classify_name()))?;
+        let Value::Object(update) = value else {
+            return Err(Poison::NotAnObject);
+        };
+        let update_id = match update.get("update_id") {
+            None => return Err(Poison::MissingUpdateId),
+            Some(id) => UpdateId(id.as_i64().ok_or(Poison::UpdateIdNotInteger)?),
+        };
+        let Some((kind, body)) = update.iter().find(|(key, _)| key.as_str() != "update_id") else {
+            return Ok(Self::unordered(update_id, "unknown"));
+        };
+        let group = match group_of(kind, body)? {
+            Some(group) => group,
+            None => return Ok(Self::unordered(update_id, kind)),
+        };
+        Ok(Self {
+            update_id,
+            group,
+            kind: kind.clone(),
+        })
+    }
+
+    /// An update that orders against nothing else: its own group, so it never blocks a chat.
+    fn unordered(update_id: UpdateId, kind: &str) -> Self {
+        Self {
+            update_id,
+            group: GroupKey::new(format!("update:{update_id}")),
+            kind: kind.to_owned(),
+        }
+    }
+}
+
+trait ClassifyName {
+    fn classify_name(&self) -> String;
+}
+
+impl ClassifyName for serde_json::Error {
+    /// The error's category and position only: the message could quote the body, which may hold user text.
+    fn classify_name(&self) -> String {
+        format!(
+            "{:?} error at line {} column {}",
+            self.classify(),
+            self.line(),
+            self.column()
+        )
+    }
+}
+
+/// The group key of one update kind (DESIGN §2); `None` for a kind this version does not know.
+fn group_of(kind: &str, body: &Value) -> Result<Option<GroupKey>, Poison> {
+    let malformed = |field| Poison::MalformedKind {
+        kind: kind.to_owned(),
+        field,
+    };
+    let chat = |field: &'static str| -> Result<Option<GroupKey>, Poison> {
+        let id = int_at(body, &["chat", "id"]).ok_or_else(|| malformed(field))?;
+        Ok(Some(GroupKey::new(id.to_string())))
+    };
+    let user = |path: &[&str], field: &'static str| -> Result<Option<GroupKey>, Poison> {
+        let id = int_at(body, path).ok_or_else(|| malformed(field))?;
+        Ok(Some(GroupKey::new(format!("user:{id}"))))
+    };
+    match kind {
+        "message"
+        | "edited_message"
+        | "channel_post"
+        | "edited_channel_post"
+        | "business_message"
+        | "edited_business_message"
+        | "deleted_business_messages"
+        | "my_chat_member"
+        | "chat_member"
+        | "chat_join_request"
+        | "message_reaction"
+        | "message_reaction_count"
+        | "chat_boost"
+        | "removed_chat_boost" => chat("chat.id"),
+        "callback_query" => match int_at(body, &["message", "chat", "id"]) {
+            Some(chat_id) => Ok(Some(GroupKey::new(chat_id.to_string()))),
+            None => user(&["from", "id"], "from.id"),
+        },
+        "inline_query"
+        | "chosen_inline_result"
+        | "shipping_query"
+        | "pre_checkout_query"
+        | "purchased_paid_media" => user(&["from", "id"], "from.id"),
+        "business_connection" => user(&["user", "id"], "user.id"),
+        // A poll answer names a user, or a chat when the vote was cast anonymously on its behalf.
+        "poll_answer" => match int_at(body, &["voter_chat", "id"]) {
+            Some(chat_id) => Ok(Some(GroupKey::new(chat_id.to_string()))),
+            None => user(&["user", "id"], "user.id"),
+        },
+        "poll" => {
+            let id = body
+                .get("id")
+                .and_then(Value::as_str)
+                .ok_or_else(|| malformed("id"))?;
+            Ok(Some(GroupKey::new(format!("poll:{id}"))))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// The integer at a path of object fields, if every step exists and the leaf is an integer.
+fn int_at(value: &Value, path: &[&str]) -> Option<i64> {
+    path.iter()
+        .try_fold(value, |node, key| {
+            node.as_object()
+                .and_then(|o: &Map<String, Value>| o.get(*key))
+        })
+        .and_then(Value::as_i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn group(json: &str) -> String {
+        Envelope::parse(json.as_bytes())
+            .unwrap()
+            .group
+            .as_str()
+            .to_owned()
+    }
+
+    #[test]
+    fn callback_query_without_a_message_orders_by_its_user() {
+        assert_eq!(
+            group(r#"{"update_id":1,"callback_query":{"id":"x","from":{"id":7}}}"#),
+            "user:7"
+        );
+    }
+
+    #[test]
+    fn an_update_with_no_kind_is_unordered_not_poison() {
+        assert_eq!(group(r#"{"update_id":5}"#), "update:5");
+    }
+
+    #[test]
+    fn bodies_that_are_not_updates_are_poison_with_a_reason() {
+        let poison = |b: &str| Envelope::parse(b.as_bytes()).unwrap_err();
+        assert!(matches!(poison("{\"update_id\": 5"), Poison::NotJson(_)));
+        assert_eq!(poison("[1,2]"), Poison::NotAnObject);
+        assert_eq!(poison(r#"{"message":{}}"#), Poison::MissingUpdateId);
+        assert_eq!(poison(r#"{"update_id":"12"}"#), Poison::UpdateIdNotInteger);
+        assert_eq!(poison(r#"{"update_id":1.5}"#), Poison::UpdateIdNotInteger);
+        assert_eq!(
+            poison(r#"{"update_id":1,"message":{"chat":{"id":"x"}}}"#),
+            Poison::MalformedKind {
+                kind: "message".into(),
+                field: "chat.id"
+            }
+        );
+    }
+
+    #[test]
+    fn poison_reasons_never_quote_the_body() {
+        let reason = Envelope::parse(b"{\"update_id\": 1, \"text\": \"secret words").unwrap_err();
+        assert!(!reason.to_string().contains("secret"), "{reason}");
+    }
+}

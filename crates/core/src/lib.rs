@@ -1,0 +1,23 @@
+//! tgq's core: the update envelope and its keys, the policies, the ports, and the two use cases —
+//! [`ingest::Webhook`] (DESIGN §3) and [`worker::Worker`] (DESIGN §4). No AWS type appears here.
+
+pub mod clock;
+pub mod config;
+pub mod context;
+pub mod defaults;
+pub mod envelope;
+pub mod error;
+pub mod ids;
+pub mod ingest;
+pub mod policy;
+pub mod ports;
+pub mod record;
+pub mod telegram;
+pub mod worker;
+
+pub use context::Context;
+pub use error::{ErrorClass, HandlerError, PortError};
+pub use worker::Handler;
+
+/// The Bot API types the handler receives and sends, re-exported so bots use the same version.
+pub use teloxide_core as bot_api;
