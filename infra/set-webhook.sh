@@ -49,7 +49,7 @@ secret="$(ssm_secret "$secret_param")"
 [[ "$token" =~ ^[0-9]+:[A-Za-z0-9_-]+$ ]] || die "the value of $token_param does not look like a bot token"
 [[ "$secret" =~ ^[A-Za-z0-9_-]{1,256}$ ]] \
   || die "the value of $secret_param must be 1-256 characters of A-Z a-z 0-9 _ - (Telegram's rule)"
-[[ "$webhook_url" != *'"'* && "$webhook_url" != *'\'* ]] || die "unexpected characters in WebhookUrl"
+[[ "$webhook_url" =~ ^https://[A-Za-z0-9./:_~%-]+$ ]] || die "unexpected characters in WebhookUrl"
 
 echo "Setting the webhook of stack $stack to $webhook_url"
 response="$(

@@ -1,1 +1,539 @@
+//! The port conformance suite: one set of test bodies that every adapter (in-memory, embedded, AWS on
+//! an emulator) must pass. An adapter crate instantiates it with [`conformance_tests!`] and a factory
+//! giving fresh, empty adapters for each test.
 
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tgq_core::clock::{Clock, SystemClock};
+use tgq_core::ids::{BotId, GroupKey, RecordKey, UpdateId};
+use tgq_core::ports::{
+    Claim, ClaimRequest, DeadLetter, DeadLetterReader, DeadLetters, Inserted, OutgoingMessage,
+    QueueConsumer, RecordReader, Settlement, UpdateLedger, UpdateQueue, UpdateStore,
+};
+use tgq_core::record::{ActionIntent, Status, Timestamp, UpdateRecord};
+
+/// Fresh adapters for one test; the same object may implement several ports.
+#[derive(Clone)]
+pub struct Adapters {
+    /// The webhook's record port.
+    pub store: Arc<dyn UpdateStore>,
+    /// The worker's record port.
+    pub ledger: Arc<dyn UpdateLedger>,
+    /// Reads records back.
+    pub reader: Arc<dyn RecordReader>,
+    /// The updates queue, send side.
+    pub queue: Arc<dyn UpdateQueue>,
+    /// The updates queue, receive side.
+    pub consumer: Arc<dyn QueueConsumer>,
+    /// The dead-letter queue, send side.
+    pub dead: Arc<dyn DeadLetters>,
+    /// The dead-letter queue, read side.
+    pub dead_reader: Arc<dyn DeadLetterReader>,
+}
+
+/// Expands to one `#[tokio::test]` per conformance body, each built from `$make` (an async
+/// expression giving [`Adapters`]).
+#[macro_export]
+macro_rules! conformance_tests {
+    ($make:expr) => {
+        $crate::conformance_tests!(@each $make;
+            a_new_update_is_stored_and_a_repeat_reports_its_status,
+            mark_queued_moves_only_a_received_record,
+            an_expired_record_counts_as_absent,
+            a_claim_counts_the_run_and_holds_a_lease_until_it_expires,
+            a_finished_record_is_never_claimed_again,
+            a_claim_creates_a_missing_record_from_the_message,
+            recorded_actions_come_back_with_the_next_claim,
+            settling_records_the_status_and_the_error,
+            the_payload_comes_back_byte_for_byte,
+            a_group_with_a_message_in_flight_delivers_nothing_else,
+            a_repeated_dedup_id_is_dropped,
+            visibility_zero_redelivers_the_same_message_first,
+            a_hidden_message_holds_back_its_group_only,
+            a_dead_letter_keeps_its_bytes_and_reasons,
+        );
+    };
+    (@each $make:expr; $($name:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                $crate::$name($make.await).await;
+            }
+        )*
+    };
+}
+
+fn bot() -> BotId {
+    BotId::new("conf").expect("valid id")
+}
+
+/// A key unique to this process and test run, so tests can share a remote table.
+fn fresh_key() -> RecordKey {
+    use std::sync::atomic::{AtomicI64, Ordering};
+    static NEXT: AtomicI64 = AtomicI64::new(0);
+    let base = i64::try_from(SystemClock.now().0).unwrap_or(0) * 1000;
+    RecordKey::new(bot(), UpdateId(base + NEXT.fetch_add(1, Ordering::SeqCst)))
+}
+
+fn now() -> Timestamp {
+    SystemClock.now()
+}
+
+const DAY: Duration = Duration::from_secs(86_400);
+
+fn record(key: &RecordKey, group: &str) -> UpdateRecord {
+    let body = format!(
+        r#"{{"update_id":{},"message":{{"chat":{{"id":{group}}},"text":"héllo"}}}}"#,
+        key.update_id
+    );
+    UpdateRecord::received(
+        key.clone(),
+        GroupKey::new(group),
+        Bytes::from(body),
+        now(),
+        DAY,
+    )
+}
+
+fn claim_request(record: &UpdateRecord, at: Timestamp, lease: Duration) -> ClaimRequest {
+    ClaimRequest {
+        key: record.key.clone(),
+        group: record.group.clone(),
+        payload: record.payload.clone(),
+        now: at,
+        lease_until: at.plus(lease),
+        expires_at: at.plus(DAY),
+    }
+}
+
+/// A unique group per test, so tests can share a remote queue.
+fn fresh_group(tag: &str) -> GroupKey {
+    GroupKey::new(format!("{tag}-{}", fresh_key().update_id))
+}
+
+fn message(group: &GroupKey, n: u32) -> OutgoingMessage {
+    let key = fresh_key();
+    OutgoingMessage::for_update(
+        &key,
+        group,
+        Bytes::from(format!(r#"{{"update_id":{},"n":{n}}}"#, key.update_id)),
+    )
+}
+
+async fn receive_all(
+    adapters: &Adapters,
+    visibility: Duration,
+) -> Vec<tgq_core::ports::QueueRecord> {
+    adapters
+        .consumer
+        .receive(10, visibility, Duration::from_millis(300))
+        .await
+        .expect("receive")
+}
+
+/// The webhook's conditional put: the first insert wins, a repeat learns the stored status.
+pub async fn a_new_update_is_stored_and_a_repeat_reports_its_status(a: Adapters) {
+    let r = record(&fresh_key(), "1");
+    assert_eq!(a.store.insert(&r, now()).await.unwrap(), Inserted::New);
+    assert_eq!(
+        a.store.insert(&r, now()).await.unwrap(),
+        Inserted::Exists(Status::Received)
+    );
+    a.store.mark_queued(&r.key).await.unwrap();
+    assert_eq!(
+        a.store.insert(&r, now()).await.unwrap(),
+        Inserted::Exists(Status::Queued)
+    );
+}
+
+/// `mark_queued` never moves a record backwards.
+pub async fn mark_queued_moves_only_a_received_record(a: Adapters) {
+    let r = record(&fresh_key(), "1");
+    a.store.insert(&r, now()).await.unwrap();
+    a.ledger
+        .claim(&claim_request(&r, now(), Duration::from_secs(30)))
+        .await
+        .unwrap();
+    a.ledger.settle(&r.key, &Settlement::Done).await.unwrap();
+    a.store.mark_queued(&r.key).await.unwrap();
+    assert_eq!(
+        a.reader.get(&r.key, now()).await.unwrap().unwrap().status,
+        Status::Done
+    );
+}
+
+/// Readers ignore expired records even before the store deletes them.
+pub async fn an_expired_record_counts_as_absent(a: Adapters) {
+    let mut r = record(&fresh_key(), "1");
+    r.expires_at = Timestamp(now().0 - 1000);
+    a.store.insert(&r, now()).await.unwrap();
+    assert_eq!(a.reader.get(&r.key, now()).await.unwrap(), None);
+    let fresh = record(&r.key, "1");
+    assert_eq!(a.store.insert(&fresh, now()).await.unwrap(), Inserted::New);
+}
+
+/// One claim, one counted run; a second claim waits for the lease to expire.
+pub async fn a_claim_counts_the_run_and_holds_a_lease_until_it_expires(a: Adapters) {
+    let r = record(&fresh_key(), "1");
+    a.store.insert(&r, now()).await.unwrap();
+    let t0 = now();
+    let first = a
+        .ledger
+        .claim(&claim_request(&r, t0, Duration::from_secs(10)))
+        .await
+        .unwrap();
+    assert!(
+        matches!(first, Claim::Run(ref c) if c.attempt == 1),
+        "{first:?}"
+    );
+    let during = a
+        .ledger
+        .claim(&claim_request(
+            &r,
+            t0.plus(Duration::from_secs(5)),
+            Duration::from_secs(10),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(during, Claim::Busy(t0.plus(Duration::from_secs(10))));
+    let after = a
+        .ledger
+        .claim(&claim_request(
+            &r,
+            t0.plus(Duration::from_secs(11)),
+            Duration::from_secs(10),
+        ))
+        .await
+        .unwrap();
+    assert!(
+        matches!(after, Claim::Run(ref c) if c.attempt == 2),
+        "{after:?}"
+    );
+    a.ledger
+        .settle(&r.key, &Settlement::Retrying { error: "x".into() })
+        .await
+        .unwrap();
+    let retry = a
+        .ledger
+        .claim(&claim_request(
+            &r,
+            t0.plus(Duration::from_secs(12)),
+            Duration::from_secs(10),
+        ))
+        .await
+        .unwrap();
+    assert!(
+        matches!(retry, Claim::Run(ref c) if c.attempt == 3),
+        "{retry:?}"
+    );
+}
+
+/// DONE and DEAD records are acknowledged on redelivery, never run again.
+pub async fn a_finished_record_is_never_claimed_again(a: Adapters) {
+    for settlement in [
+        Settlement::Done,
+        Settlement::Dead {
+            error: "gone".into(),
+        },
+    ] {
+        let r = record(&fresh_key(), "1");
+        a.store.insert(&r, now()).await.unwrap();
+        a.ledger
+            .claim(&claim_request(&r, now(), Duration::from_secs(30)))
+            .await
+            .unwrap();
+        a.ledger.settle(&r.key, &settlement).await.unwrap();
+        let again = a
+            .ledger
+            .claim(&claim_request(
+                &r,
+                now().plus(DAY / 2),
+                Duration::from_secs(30),
+            ))
+            .await
+            .unwrap();
+        assert_eq!(again, Claim::AlreadyFinal(settlement.status()));
+    }
+}
+
+/// A message whose record is missing still runs: the claim creates the record.
+pub async fn a_claim_creates_a_missing_record_from_the_message(a: Adapters) {
+    let r = record(&fresh_key(), "77");
+    let claim = a
+        .ledger
+        .claim(&claim_request(&r, now(), Duration::from_secs(30)))
+        .await
+        .unwrap();
+    assert!(
+        matches!(claim, Claim::Run(ref c) if c.attempt == 1),
+        "{claim:?}"
+    );
+    let stored = a
+        .reader
+        .get(&r.key, now())
+        .await
+        .unwrap()
+        .expect("created by the claim");
+    assert_eq!(
+        (stored.status, stored.group.as_str(), stored.payload.clone()),
+        (Status::Processing, "77", r.payload.clone())
+    );
+}
+
+/// Intents and results recorded during a run are what the next run's claim returns.
+pub async fn recorded_actions_come_back_with_the_next_claim(a: Adapters) {
+    let r = record(&fresh_key(), "1");
+    a.store.insert(&r, now()).await.unwrap();
+    a.ledger
+        .claim(&claim_request(&r, now(), Duration::from_secs(1)))
+        .await
+        .unwrap();
+    let first = ActionIntent {
+        seq: 1,
+        method: "sendMessage".into(),
+        at_most_once: false,
+    };
+    let second = ActionIntent {
+        seq: 2,
+        method: "sendPhoto".into(),
+        at_most_once: true,
+    };
+    a.ledger.record_intent(&r.key, &first).await.unwrap();
+    a.ledger
+        .record_result(&r.key, 1, r#"{"message_id":5}"#)
+        .await
+        .unwrap();
+    a.ledger.record_intent(&r.key, &second).await.unwrap();
+    a.ledger
+        .settle(
+            &r.key,
+            &Settlement::Retrying {
+                error: "boom".into(),
+            },
+        )
+        .await
+        .unwrap();
+    let Claim::Run(claimed) = a
+        .ledger
+        .claim(&claim_request(&r, now(), Duration::from_secs(30)))
+        .await
+        .unwrap()
+    else {
+        panic!("a retrying record must be claimable");
+    };
+    assert_eq!(claimed.attempt, 2);
+    assert_eq!(claimed.actions.len(), 2);
+    assert_eq!(
+        claimed.actions[&1].result.as_deref(),
+        Some(r#"{"message_id":5}"#)
+    );
+    assert_eq!(
+        (
+            claimed.actions[&2].method.as_str(),
+            claimed.actions[&2].at_most_once,
+            claimed.actions[&2].result.clone()
+        ),
+        ("sendPhoto", true, None)
+    );
+}
+
+/// Settling stores the status and the error, and releases the lease.
+pub async fn settling_records_the_status_and_the_error(a: Adapters) {
+    let r = record(&fresh_key(), "1");
+    a.store.insert(&r, now()).await.unwrap();
+    a.ledger
+        .claim(&claim_request(&r, now(), Duration::from_secs(30)))
+        .await
+        .unwrap();
+    a.ledger
+        .settle(
+            &r.key,
+            &Settlement::Retrying {
+                error: "Telegram answered 502".into(),
+            },
+        )
+        .await
+        .unwrap();
+    let stored = a.reader.get(&r.key, now()).await.unwrap().unwrap();
+    assert_eq!(
+        (stored.status, stored.attempts, stored.last_error.as_deref()),
+        (Status::Retrying, 1, Some("Telegram answered 502"))
+    );
+}
+
+/// The raw body is kept exactly, whitespace and non-ASCII included.
+pub async fn the_payload_comes_back_byte_for_byte(a: Adapters) {
+    let key = fresh_key();
+    let body = format!(
+        "{{ \"update_id\" : {},\n \"message\": {{\"chat\":{{\"id\":1}},\"text\":\"Grüße 👋\"}} }}",
+        key.update_id
+    );
+    let r = UpdateRecord::received(
+        key.clone(),
+        GroupKey::new("1"),
+        Bytes::from(body.clone()),
+        now(),
+        DAY,
+    );
+    a.store.insert(&r, now()).await.unwrap();
+    assert_eq!(
+        a.reader.get(&key, now()).await.unwrap().unwrap().payload,
+        Bytes::from(body)
+    );
+}
+
+/// FIFO groups: while one message of a group is in flight, the group delivers nothing else.
+pub async fn a_group_with_a_message_in_flight_delivers_nothing_else(a: Adapters) {
+    let group_a = fresh_group("a");
+    let group_b = fresh_group("b");
+    let (a1, a2, b1) = (
+        message(&group_a, 1),
+        message(&group_a, 2),
+        message(&group_b, 1),
+    );
+    for m in [&a1, &a2, &b1] {
+        a.queue.enqueue(m).await.unwrap();
+    }
+    let first = a
+        .consumer
+        .receive(1, Duration::from_secs(30), Duration::from_millis(300))
+        .await
+        .unwrap();
+    assert_eq!(first.len(), 1);
+    let held = &first[0];
+    let second = receive_all(&a, Duration::from_secs(30)).await;
+    assert!(
+        second.iter().all(|m| m.group_id != held.group_id),
+        "a second message of {} was delivered while the first was in flight",
+        held.group_id
+    );
+    for m in &second {
+        a.consumer.delete(&m.receipt).await.unwrap();
+    }
+    a.consumer.delete(&held.receipt).await.unwrap();
+    let rest = receive_all(&a, Duration::from_secs(30)).await;
+    let bodies: Vec<_> = first
+        .iter()
+        .chain(&second)
+        .chain(&rest)
+        .map(|m| m.body.clone())
+        .collect();
+    let pos = |m: &OutgoingMessage| {
+        bodies
+            .iter()
+            .position(|b| *b == m.body)
+            .expect("every message delivered")
+    };
+    assert!(pos(&a1) < pos(&a2), "group order broken");
+    assert!(bodies.contains(&b1.body));
+    for m in &rest {
+        a.consumer.delete(&m.receipt).await.unwrap();
+    }
+}
+
+/// The same dedup id within the window is sent once.
+pub async fn a_repeated_dedup_id_is_dropped(a: Adapters) {
+    let m = message(&fresh_group("d"), 1);
+    a.queue.enqueue(&m).await.unwrap();
+    a.queue.enqueue(&m).await.unwrap();
+    let got = receive_all(&a, Duration::from_secs(30)).await;
+    assert_eq!(got.iter().filter(|r| r.body == m.body).count(), 1);
+    for r in &got {
+        a.consumer.delete(&r.receipt).await.unwrap();
+    }
+    let again = receive_all(&a, Duration::from_secs(30)).await;
+    assert!(
+        again.iter().all(|r| r.body != m.body),
+        "a deleted duplicate came back"
+    );
+}
+
+/// Making a message visible at once returns it before the rest of its group, with a higher receive count.
+pub async fn visibility_zero_redelivers_the_same_message_first(a: Adapters) {
+    let group = fresh_group("v");
+    let (m1, m2) = (message(&group, 1), message(&group, 2));
+    a.queue.enqueue(&m1).await.unwrap();
+    a.queue.enqueue(&m2).await.unwrap();
+    let first = a
+        .consumer
+        .receive(1, Duration::from_secs(30), Duration::from_millis(300))
+        .await
+        .unwrap();
+    assert_eq!(first[0].body, m1.body);
+    a.consumer
+        .change_visibility(&first[0].receipt, Duration::ZERO)
+        .await
+        .unwrap();
+    let again = a
+        .consumer
+        .receive(1, Duration::from_secs(30), Duration::from_millis(300))
+        .await
+        .unwrap();
+    assert_eq!(
+        (again[0].body.clone(), again[0].receive_count),
+        (m1.body.clone(), 2)
+    );
+    a.consumer.delete(&again[0].receipt).await.unwrap();
+    let next = a
+        .consumer
+        .receive(1, Duration::from_secs(30), Duration::from_millis(300))
+        .await
+        .unwrap();
+    assert_eq!(next[0].body, m2.body);
+    a.consumer.delete(&next[0].receipt).await.unwrap();
+}
+
+/// A message hidden for its backoff holds back its own group and no other.
+pub async fn a_hidden_message_holds_back_its_group_only(a: Adapters) {
+    let (slow, fast) = (fresh_group("slow"), fresh_group("fast"));
+    let (s1, s2, f1) = (message(&slow, 1), message(&slow, 2), message(&fast, 1));
+    a.queue.enqueue(&s1).await.unwrap();
+    a.queue.enqueue(&s2).await.unwrap();
+    let got = a
+        .consumer
+        .receive(1, Duration::from_secs(30), Duration::from_millis(300))
+        .await
+        .unwrap();
+    assert_eq!(got[0].body, s1.body);
+    a.consumer
+        .change_visibility(&got[0].receipt, Duration::from_secs(60))
+        .await
+        .unwrap();
+    a.queue.enqueue(&f1).await.unwrap();
+    let later = receive_all(&a, Duration::from_secs(30)).await;
+    assert!(
+        later.iter().any(|m| m.body == f1.body),
+        "the other group was held back"
+    );
+    assert!(
+        later.iter().all(|m| m.body != s2.body),
+        "the hidden message's group was overtaken"
+    );
+    for m in &later {
+        a.consumer.delete(&m.receipt).await.unwrap();
+    }
+}
+
+/// A dead letter keeps the raw bytes and every attribute.
+pub async fn a_dead_letter_keeps_its_bytes_and_reasons(a: Adapters) {
+    let key = fresh_key();
+    let letter = DeadLetter {
+        bot_id: bot(),
+        update_id: Some(key.update_id),
+        group: Some(GroupKey::new("42")),
+        body: Bytes::from_static(b"{\"update_id\":1, \"raw\":true}"),
+        reason: "permanent_error".into(),
+        error_class: "permanent".into(),
+        error: "Telegram answered 403: Forbidden: bot was blocked by the user".into(),
+        attempts: 3,
+    };
+    a.dead.dead_letter(&letter).await.unwrap();
+    let letters = a.dead_reader.peek(10).await.unwrap();
+    assert!(
+        letters.contains(&letter),
+        "letter not found among {} letters",
+        letters.len()
+    );
+}

@@ -249,3 +249,10 @@ pub trait DeadLetters: Send + Sync {
     /// Sends one letter to the dead-letter queue.
     async fn dead_letter(&self, letter: &DeadLetter) -> Result<(), PortError>;
 }
+
+/// Reads the dead-letter queue without consuming it; for operations and tests.
+#[async_trait]
+pub trait DeadLetterReader: Send + Sync {
+    /// Up to `max` letters, oldest first, left on the queue.
+    async fn peek(&self, max: usize) -> Result<Vec<DeadLetter>, PortError>;
+}

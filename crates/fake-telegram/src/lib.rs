@@ -1,1 +1,178 @@
+//! A fake Telegram Bot API server for tests.
+//!
+//! [`FakeTelegram::start`] serves on `127.0.0.1` at a free port and answers
+//! `POST {url}/bot{token}/{method}` as api.telegram.org does: the same envelope, the same status
+//! codes, the same error descriptions. A test points its client at [`FakeTelegram::url`], queues
+//! faults with [`FakeTelegram::inject`], feeds `getUpdates` with [`FakeTelegram::push_update`],
+//! and afterwards reads what was sent from [`FakeTelegram::calls`] and
+//! [`FakeTelegram::delivered`].
+//!
+//! ```no_run
+//! # async fn example() -> std::io::Result<()> {
+//! use tgq_fake_telegram::{Fault, FakeTelegram, Scope, Times};
+//!
+//! let telegram = FakeTelegram::start().await?;
+//! telegram.inject(Fault::RetryAfter(5), Scope::Chat(42), Times::Once);
+//! // … run the code under test against telegram.url() …
+//! assert!(telegram.delivered_to(42).len() <= 1);
+//! # Ok(())
+//! # }
+//! ```
 
+mod chats;
+mod config;
+mod envelope;
+mod fault;
+mod limiter;
+mod objects;
+mod params;
+mod server;
+mod state;
+mod updates;
+
+use std::fmt;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+pub use config::{FakeConfig, Limits, DEFAULT_TOKEN};
+pub use fault::{Fault, Scope, Times};
+pub use state::RecordedCall;
+
+use server::Shared;
+
+/// How long [`FakeTelegram::shutdown`] lets answers in flight finish before cutting them off.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+
+/// A running fake Telegram server. Clones share the server; it stops when the last clone is
+/// dropped or when [`FakeTelegram::shutdown`] is called.
+#[derive(Clone)]
+pub struct FakeTelegram {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    shared: Arc<Shared>,
+    addr: SocketAddr,
+    server: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.shared.close();
+    }
+}
+
+impl fmt::Debug for FakeTelegram {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter
+            .debug_struct("FakeTelegram")
+            .field("addr", &self.inner.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl FakeTelegram {
+    /// Starts a server with [`FakeConfig::default`]: token [`DEFAULT_TOKEN`], no rate limits.
+    pub async fn start() -> std::io::Result<FakeTelegram> {
+        Self::start_with(FakeConfig::default()).await
+    }
+
+    /// Starts a server on `127.0.0.1` at a free port with the given token and limits.
+    pub async fn start_with(config: FakeConfig) -> std::io::Result<FakeTelegram> {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
+        let addr = listener.local_addr()?;
+        let shared = Arc::new(Shared::new(&config));
+        let server = tokio::spawn(server::serve(listener, Arc::clone(&shared)));
+        Ok(FakeTelegram {
+            inner: Arc::new(Inner {
+                shared,
+                addr,
+                server: Mutex::new(Some(server)),
+            }),
+        })
+    }
+
+    /// The base URL to use in place of `https://api.telegram.org`, without a trailing slash.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.inner.addr)
+    }
+
+    /// The token the server accepts; calls with any other token are answered 401.
+    pub fn token(&self) -> &str {
+        &self.inner.shared.token
+    }
+
+    /// Every call in arrival order, refused ones included.
+    pub fn calls(&self) -> Vec<RecordedCall> {
+        self.inner.shared.state().calls().to_vec()
+    }
+
+    /// The calls answered `ok: true`, in arrival order.
+    pub fn delivered(&self) -> Vec<RecordedCall> {
+        self.calls_where(RecordedCall::is_delivered)
+    }
+
+    /// The calls for `chat_id` answered `ok: true`, in arrival order.
+    pub fn delivered_to(&self, chat_id: i64) -> Vec<RecordedCall> {
+        self.calls_where(|call| call.is_delivered() && call.chat_id == Some(chat_id))
+    }
+
+    fn calls_where(&self, wanted: impl Fn(&RecordedCall) -> bool) -> Vec<RecordedCall> {
+        let state = self.inner.shared.state();
+        state
+            .calls()
+            .iter()
+            .filter(|call| wanted(call))
+            .cloned()
+            .collect()
+    }
+
+    /// Queues a fault. A fault scoped to a call's chat is used before a global one; each use
+    /// counts against `times`. `getMe`, `getUpdates` and the webhook methods never see faults.
+    pub fn inject(&self, fault: Fault, scope: Scope, times: Times) {
+        self.inner.shared.state().faults.inject(fault, scope, times);
+    }
+
+    /// Drops every queued fault.
+    pub fn clear_faults(&self) {
+        self.inner.shared.state().faults.clear();
+    }
+
+    /// Queues an update for `getUpdates`, numbering it when it has no `update_id`, and wakes any
+    /// long poll waiting for one.
+    pub fn push_update(&self, update: serde_json::Value) {
+        self.inner.shared.state().updates.push(update);
+        self.inner.shared.wake_pollers();
+    }
+
+    /// Sets or removes the webhook, as `setWebhook`/`deleteWebhook` would; while one is set,
+    /// `getUpdates` is answered 409 Conflict.
+    pub fn set_webhook_url(&self, url: Option<String>) {
+        self.inner.shared.state().webhook_url = url;
+    }
+
+    /// Stops the server for every clone: it refuses new connections, and answers held back by
+    /// timeouts or long polls are released at once.
+    pub async fn shutdown(self) {
+        self.inner.shared.close();
+        let server = self
+            .inner
+            .server
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        let Some(mut server) = server else {
+            return;
+        };
+        if tokio::time::timeout(SHUTDOWN_GRACE, &mut server)
+            .await
+            .is_err()
+        {
+            server.abort();
+        }
+    }
+}

@@ -89,7 +89,7 @@ impl Window {
 
     /// How long until one more send fits, or `None` when it fits now.
     fn wait(&self, now: Instant) -> Option<Duration> {
-        let mut live = self
+        let live = self
             .hits
             .iter()
             .filter(|hit| now.duration_since(**hit) < self.span);

@@ -20,7 +20,9 @@ pub(crate) type Content = Map<String, Value>;
 pub(crate) fn unix_now() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_or(0, |since| i64::try_from(since.as_secs()).unwrap_or(i64::MAX))
+        .map_or(0, |since| {
+            i64::try_from(since.as_secs()).unwrap_or(i64::MAX)
+        })
 }
 
 /// The bot as a User, as it appears in a message's `from`.
@@ -71,13 +73,15 @@ pub(crate) fn message(
         "date": unix_now(),
         "chat": chat.json(),
     });
-    match chat.is_channel() {
-        true => message["sender_chat"] = chat.json(),
-        false => message["from"] = bot_user(bot_id),
+    if chat.is_channel() {
+        message["sender_chat"] = chat.json();
+    } else {
+        message["from"] = bot_user(bot_id);
     }
     if let Some(fields) = message.as_object_mut() {
         fields.extend(content.clone());
-        if let Some(markup) = reply_markup.filter(|markup| markup.get("inline_keyboard").is_some()) {
+        if let Some(markup) = reply_markup.filter(|markup| markup.get("inline_keyboard").is_some())
+        {
             fields.insert("reply_markup".to_owned(), markup.clone());
         }
     }
@@ -141,7 +145,12 @@ pub(crate) fn unknown_content(message_id: i64) -> Content {
 
 /// The `forward_origin` of a message forwarded from `source`; `sent_by_bot` when the fake knows
 /// the bot sent the original.
-pub(crate) fn forward_origin(bot_id: i64, source: &Target, message_id: i64, sent_by_bot: bool) -> Value {
+pub(crate) fn forward_origin(
+    bot_id: i64,
+    source: &Target,
+    message_id: i64,
+    sent_by_bot: bool,
+) -> Value {
     let date = unix_now();
     if source.is_channel() {
         return json!({ "type": "channel", "date": date, "chat": source.json(), "message_id": message_id });

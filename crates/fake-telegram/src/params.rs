@@ -81,7 +81,9 @@ impl Params {
     pub(crate) fn chat_at(&self, key: &str) -> ChatParam {
         match self.0.get(key) {
             None | Some(Value::Null) => ChatParam::Missing,
-            Some(Value::Number(number)) => number.as_i64().map_or(ChatParam::Invalid, ChatParam::Id),
+            Some(Value::Number(number)) => {
+                number.as_i64().map_or(ChatParam::Invalid, ChatParam::Id)
+            }
             Some(Value::String(text)) => chat_from_text(text.trim()),
             Some(_) => ChatParam::Invalid,
         }
@@ -130,7 +132,10 @@ mod tests {
             params(json!({"chat_id": "@news"})).chat(),
             ChatParam::Username("news".to_owned())
         );
-        assert_eq!(params(json!({"chat_id": "news"})).chat(), ChatParam::Invalid);
+        assert_eq!(
+            params(json!({"chat_id": "news"})).chat(),
+            ChatParam::Invalid
+        );
         assert_eq!(params(json!({"chat_id": ""})).chat(), ChatParam::Missing);
         assert_eq!(params(json!({})).chat(), ChatParam::Missing);
     }
@@ -138,11 +143,17 @@ mod tests {
     #[test]
     fn form_values_holding_json_are_read_as_json() {
         let params = Params::from_pairs([
-            ("reply_markup".to_owned(), r#"{"inline_keyboard":[]}"#.to_owned()),
+            (
+                "reply_markup".to_owned(),
+                r#"{"inline_keyboard":[]}"#.to_owned(),
+            ),
             ("text".to_owned(), "{not json".to_owned()),
         ]);
 
-        assert_eq!(params.get("reply_markup"), Some(&json!({"inline_keyboard": []})));
+        assert_eq!(
+            params.get("reply_markup"),
+            Some(&json!({"inline_keyboard": []}))
+        );
         assert_eq!(params.str("text"), Some("{not json"));
     }
 }

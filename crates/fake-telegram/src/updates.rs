@@ -91,6 +91,9 @@ mod tests {
 
         updates.confirm(-2);
 
-        assert_eq!(updates.peek(10), vec![json!({"update_id": 4}), json!({"update_id": 5})]);
+        assert_eq!(
+            updates.peek(10),
+            vec![json!({"update_id": 4}), json!({"update_id": 5})]
+        );
     }
 }

@@ -1,0 +1,188 @@
+//! The HTTP side: routes `/bot{token}/{method}`, reads parameters, and holds answers back for
+//! timeouts and long polls.
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use axum::body::to_bytes;
+use axum::extract::{FromRequest, Path, Query, Request, State as AxumState};
+use axum::http::{header, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::any;
+use axum::{Form, Json, Router};
+use serde_json::{Map, Value};
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Notify};
+
+use crate::config::FakeConfig;
+use crate::envelope::{Answer, ApiError};
+use crate::params::Params;
+use crate::state::{Reply, State};
+
+/// Telegram accepts up to 50 MB uploads; JSON calls stay far below this.
+const MAX_BODY_BYTES: usize = 50 * 1024 * 1024;
+
+/// What the server task and every [`FakeTelegram`](crate::FakeTelegram) handle share.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) token: String,
+    state: Mutex<State>,
+    /// Wakes long polls when an update is pushed.
+    pushed: Notify,
+    /// Turns `true` once the server should stop.
+    closed: watch::Sender<bool>,
+}
+
+impl Shared {
+    pub(crate) fn new(config: &FakeConfig) -> Self {
+        Self {
+            token: config.token.clone(),
+            state: Mutex::new(State::new(config)),
+            pushed: Notify::new(),
+            closed: watch::Sender::new(false),
+        }
+    }
+
+    /// The fake's memory. A test that panicked while holding it leaves nothing half-written worth
+    /// refusing to read, so a poisoned lock is used as it is.
+    pub(crate) fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn wake_pollers(&self) {
+        self.pushed.notify_waiters();
+    }
+
+    pub(crate) fn close(&self) {
+        self.closed.send_replace(true);
+    }
+
+    async fn closed(&self) {
+        let mut closed = self.closed.subscribe();
+        // The sender lives as long as `self`, so this only returns once closed.
+        let _ = closed.wait_for(|closed| *closed).await;
+    }
+
+    /// Sleeps for `delay`, or less if the server is stopping.
+    async fn hold(&self, delay: Duration) {
+        tokio::select! {
+            () = tokio::time::sleep(delay) => {}
+            () = self.closed() => {}
+        }
+    }
+
+    /// Answers `getUpdates` with the queued updates, waiting up to `wait` for the first one.
+    async fn poll(&self, limit: usize, wait: Duration) -> Answer {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            // Registered before looking at the queue so that a push in between is not missed.
+            let pushed = self.pushed.notified();
+            tokio::pin!(pushed);
+            pushed.as_mut().enable();
+
+            let updates = self.state().updates.peek(limit);
+            if !updates.is_empty() || tokio::time::Instant::now() >= deadline {
+                return Answer::ok(updates.into());
+            }
+            tokio::select! {
+                () = pushed => {}
+                () = tokio::time::sleep_until(deadline) => {}
+                () = self.closed() => return Answer::ok(Vec::<Value>::new().into()),
+            }
+        }
+    }
+}
+
+/// Serves until [`Shared::close`] is called, then lets answers in flight finish.
+pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>) {
+    let router = Router::new()
+        .route("/{bot_token}/{method}", any(call))
+        .fallback(not_found)
+        .with_state(Arc::clone(&shared));
+    let stopped = axum::serve(listener, router)
+        .with_graceful_shutdown(async move { shared.closed().await })
+        .await;
+    if let Err(error) = stopped {
+        tracing::warn!(%error, "fake telegram server stopped with an error");
+    }
+}
+
+async fn call(
+    AxumState(shared): AxumState<Arc<Shared>>,
+    Path((bot_token, method)): Path<(String, String)>,
+    request: Request,
+) -> Response {
+    // Like api.telegram.org, a path without the `bot` prefix is simply not found.
+    let Some(token) = bot_token.strip_prefix("bot") else {
+        return respond(ApiError::not_found().into());
+    };
+    let params = read_params(request).await;
+    let reply = shared
+        .state()
+        .receive(token, &method, params, Instant::now());
+    let answer = match reply {
+        Reply::Now(answer) => answer,
+        Reply::Delayed(delay, answer) => {
+            shared.hold(delay).await;
+            answer
+        }
+        Reply::Poll { limit, wait } => shared.poll(limit, wait).await,
+    };
+    respond(answer)
+}
+
+async fn not_found() -> Response {
+    respond(ApiError::not_found().into())
+}
+
+fn respond(answer: Answer) -> Response {
+    let status = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (status, Json(answer.body)).into_response()
+}
+
+/// Merges query-string parameters with a JSON or form-urlencoded body; the body wins.
+async fn read_params(request: Request) -> Result<Params, ApiError> {
+    let mut params = query_params(request.uri());
+    let content_type = request
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    let body = if content_type.starts_with("application/x-www-form-urlencoded") {
+        let Form(pairs) = Form::<Vec<(String, String)>>::from_request(request, &())
+            .await
+            .map_err(|_| unreadable_body())?;
+        Params::from_pairs(pairs)
+    } else if content_type.is_empty() || content_type.starts_with("application/json") {
+        json_body(request).await?
+    } else {
+        // Multipart uploads are beyond this fake; the wording is its own.
+        return Err(ApiError::bad_request("unsupported content type"));
+    };
+    params.merge(body);
+    Ok(params)
+}
+
+fn query_params(uri: &Uri) -> Params {
+    Query::<Vec<(String, String)>>::try_from_uri(uri)
+        .map(|Query(pairs)| Params::from_pairs(pairs))
+        .unwrap_or_default()
+}
+
+async fn json_body(request: Request) -> Result<Params, ApiError> {
+    let bytes = to_bytes(request.into_body(), MAX_BODY_BYTES)
+        .await
+        .map_err(|_| unreadable_body())?;
+    if bytes.is_empty() {
+        return Ok(Params::default());
+    }
+    serde_json::from_slice::<Map<String, Value>>(&bytes)
+        .map(Params::new)
+        .map_err(|_| unreadable_body())
+}
+
+/// The fake's own wording for a body it cannot read.
+fn unreadable_body() -> ApiError {
+    ApiError::bad_request("can't parse request body")
+}

@@ -1,0 +1,386 @@
+//! Everything the fake remembers, and how one call is answered and recorded.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::chats::{Chats, Target};
+use crate::config::FakeConfig;
+use crate::envelope::{Answer, ApiError};
+use crate::fault::{Effect, Faults};
+use crate::limiter::RateLimiter;
+use crate::objects::{self, Content};
+use crate::params::{ChatParam, Params};
+use crate::updates::Updates;
+
+/// The fake answers a long poll after at most this long, whatever `timeout` the client asked for.
+const LONG_POLL_CAP: Duration = Duration::from_secs(1);
+/// `getUpdates`' default and largest `limit`.
+const MAX_UPDATES: i64 = 100;
+
+/// One call as the fake received and answered it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RecordedCall {
+    /// Arrival order, starting at 1.
+    pub seq: u64,
+    /// The method name as the client spelled it in the URL.
+    pub method: String,
+    /// The numeric `chat_id` parameter; `None` when absent or given as `@username`.
+    pub chat_id: Option<i64>,
+    /// Query-string and body parameters merged into one JSON object.
+    pub params: Value,
+    /// The HTTP status answered, which is also the envelope's `error_code` on failure.
+    pub status: u16,
+    /// For answered calls, the message the call created (sends) or touched (edits, deletes).
+    pub message_id: Option<i64>,
+    /// When the call arrived.
+    pub at: Instant,
+}
+
+impl RecordedCall {
+    /// Whether the call was answered `ok: true`.
+    pub fn is_delivered(&self) -> bool {
+        self.status == 200
+    }
+}
+
+/// How the server should answer a call.
+pub(crate) enum Reply {
+    Now(Answer),
+    /// A [`Fault::Timeout`](crate::Fault::Timeout): the answer is held back this long.
+    Delayed(Duration, Answer),
+    /// `getUpdates`: answer with up to `limit` queued updates, waiting up to `wait` for one.
+    Poll {
+        limit: usize,
+        wait: Duration,
+    },
+}
+
+/// The Bot API methods the fake answers; Telegram matches method names case-insensitively.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Method {
+    GetMe,
+    SetWebhook,
+    DeleteWebhook,
+    GetWebhookInfo,
+    SendMessage,
+    SendPhoto,
+    SendDocument,
+    EditMessageText,
+    CopyMessage,
+    ForwardMessage,
+    SendChatAction,
+    AnswerCallbackQuery,
+    DeleteMessage,
+}
+
+impl Method {
+    const ALL: [(&'static str, Method); 13] = [
+        ("getMe", Self::GetMe),
+        ("setWebhook", Self::SetWebhook),
+        ("deleteWebhook", Self::DeleteWebhook),
+        ("getWebhookInfo", Self::GetWebhookInfo),
+        ("sendMessage", Self::SendMessage),
+        ("sendPhoto", Self::SendPhoto),
+        ("sendDocument", Self::SendDocument),
+        ("editMessageText", Self::EditMessageText),
+        ("copyMessage", Self::CopyMessage),
+        ("forwardMessage", Self::ForwardMessage),
+        ("sendChatAction", Self::SendChatAction),
+        ("answerCallbackQuery", Self::AnswerCallbackQuery),
+        ("deleteMessage", Self::DeleteMessage),
+    ];
+
+    fn parse(name: &str) -> Option<Self> {
+        Self::ALL
+            .iter()
+            .find(|(known, _)| known.eq_ignore_ascii_case(name))
+            .map(|(_, method)| *method)
+    }
+
+    /// Bot setup calls are spared so that a test's faults only hit the traffic under test.
+    fn accepts_faults(self) -> bool {
+        !matches!(
+            self,
+            Self::GetMe | Self::SetWebhook | Self::DeleteWebhook | Self::GetWebhookInfo
+        )
+    }
+}
+
+/// The message a `forwardMessage` or `copyMessage` call points at.
+struct Original {
+    source: Target,
+    message_id: i64,
+    /// What it said, when the bot sent it through this fake.
+    content: Option<Content>,
+}
+
+/// The fake's whole memory, behind the server's one lock.
+#[derive(Debug)]
+pub(crate) struct State {
+    token: String,
+    bot_id: i64,
+    calls: Vec<RecordedCall>,
+    pub(crate) faults: Faults,
+    limiter: Option<RateLimiter>,
+    chats: Chats,
+    pub(crate) updates: Updates,
+    pub(crate) webhook_url: Option<String>,
+}
+
+impl State {
+    pub(crate) fn new(config: &FakeConfig) -> Self {
+        Self {
+            token: config.token.clone(),
+            bot_id: bot_id(&config.token),
+            calls: Vec::new(),
+            faults: Faults::default(),
+            limiter: config.limits.map(RateLimiter::new),
+            chats: Chats::default(),
+            updates: Updates::default(),
+            webhook_url: None,
+        }
+    }
+
+    pub(crate) fn calls(&self) -> &[RecordedCall] {
+        &self.calls
+    }
+
+    /// Decides the answer to one call and records the call, whether it is refused or not.
+    pub(crate) fn receive(
+        &mut self,
+        token: &str,
+        method: &str,
+        params: Result<Params, ApiError>,
+        at: Instant,
+    ) -> Reply {
+        let (params, reply) = match params {
+            Ok(params) => {
+                let reply = self.decide(token, method, &params, at);
+                (params, reply)
+            }
+            Err(unreadable) => (Params::default(), Reply::Now(unreadable.into())),
+        };
+        self.record(method, params, &reply, at);
+        reply
+    }
+
+    fn decide(&mut self, token: &str, method: &str, params: &Params, at: Instant) -> Reply {
+        if token != self.token {
+            return Reply::Now(ApiError::unauthorized().into());
+        }
+        if method.eq_ignore_ascii_case("getUpdates") {
+            return self.get_updates(params);
+        }
+        let Some(method) = Method::parse(method) else {
+            return Reply::Now(ApiError::not_found().into());
+        };
+        let fault = if method.accepts_faults() {
+            self.faults.take(params.chat().id())
+        } else {
+            None
+        };
+        let delay = match fault.map(|fault| fault.effect()) {
+            Some(Effect::Refuse(error)) => return Reply::Now(error.into()),
+            Some(Effect::Delay(delay)) => Some(delay),
+            None => None,
+        };
+        let answer = Answer::from(self.perform(method, params, at));
+        match delay {
+            Some(delay) => Reply::Delayed(delay, answer),
+            None => Reply::Now(answer),
+        }
+    }
+
+    fn record(&mut self, method: &str, params: Params, reply: &Reply, at: Instant) {
+        let (status, message_id) = match reply {
+            Reply::Now(answer) | Reply::Delayed(_, answer) => (
+                answer.status,
+                answer
+                    .result()
+                    .and_then(|result| touched_message(result, &params)),
+            ),
+            Reply::Poll { .. } => (200, None),
+        };
+        tracing::debug!(method, status, "fake telegram answered a call");
+        self.calls.push(RecordedCall {
+            seq: self.calls.len() as u64 + 1,
+            method: method.to_owned(),
+            chat_id: params.chat().id(),
+            params: params.into_value(),
+            status,
+            message_id,
+            at,
+        });
+    }
+
+    fn perform(&mut self, method: Method, params: &Params, at: Instant) -> Result<Value, ApiError> {
+        match method {
+            Method::GetMe => Ok(objects::me(self.bot_id)),
+            Method::SetWebhook => {
+                let url = params.str("url").filter(|url| !url.is_empty());
+                Ok(self.set_webhook(url, params))
+            }
+            Method::DeleteWebhook => Ok(self.set_webhook(None, params)),
+            Method::GetWebhookInfo => Ok(objects::webhook_info(
+                self.webhook_url.as_deref(),
+                self.updates.len(),
+            )),
+            Method::AnswerCallbackQuery => Ok(true.into()),
+            Method::SendChatAction | Method::DeleteMessage => {
+                self.chats.resolve(params.chat()).map(|_| true.into())
+            }
+            Method::SendMessage => {
+                let content = objects::text_content(params)?;
+                self.send(params, content, at)
+            }
+            Method::SendPhoto => {
+                let file_id = self.chats.next_file_id();
+                let content = objects::photo_content(params, &file_id)?;
+                self.send(params, content, at)
+            }
+            Method::SendDocument => {
+                let file_id = self.chats.next_file_id();
+                let content = objects::document_content(params, &file_id)?;
+                self.send(params, content, at)
+            }
+            Method::ForwardMessage => self.forward(params, at),
+            Method::CopyMessage => self.copy(params, at),
+            Method::EditMessageText => self.edit_text(params, at),
+        }
+    }
+
+    fn set_webhook(&mut self, url: Option<&str>, params: &Params) -> Value {
+        self.webhook_url = url.map(str::to_owned);
+        if params.flag("drop_pending_updates") {
+            self.updates.clear();
+        }
+        true.into()
+    }
+
+    /// Delivers a new message to the call's chat, if the rate limits allow it.
+    fn send(&mut self, params: &Params, content: Content, at: Instant) -> Result<Value, ApiError> {
+        let chat = self.chats.resolve(params.chat())?;
+        self.admit(chat.id, at)?;
+        let message_id = self.chats.next_message_id(chat.id);
+        self.chats.remember(chat.id, message_id, &content);
+        Ok(objects::message(
+            self.bot_id,
+            &chat,
+            message_id,
+            &content,
+            params.get("reply_markup"),
+        ))
+    }
+
+    fn forward(&mut self, params: &Params, at: Instant) -> Result<Value, ApiError> {
+        let original = self.original(params)?;
+        let origin = objects::forward_origin(
+            self.bot_id,
+            &original.source,
+            original.message_id,
+            original.content.is_some(),
+        );
+        let mut content = original
+            .content
+            .unwrap_or_else(|| objects::unknown_content(original.message_id));
+        // A forwarded forward keeps the first origin, as in Telegram.
+        content.entry("forward_origin").or_insert(origin);
+        self.send(params, content, at)
+    }
+
+    /// Copies a message without a link to the original; Telegram answers only the new id.
+    fn copy(&mut self, params: &Params, at: Instant) -> Result<Value, ApiError> {
+        let original = self.original(params)?;
+        let mut content = original
+            .content
+            .unwrap_or_else(|| objects::unknown_content(original.message_id));
+        content.remove("forward_origin");
+        if let Some(caption) = params.get("caption") {
+            content.insert("caption".to_owned(), caption.clone());
+        }
+        let message = self.send(params, content, at)?;
+        Ok(json!({ "message_id": message["message_id"] }))
+    }
+
+    fn original(&mut self, params: &Params) -> Result<Original, ApiError> {
+        let source = self.chats.resolve(params.chat_at("from_chat_id"))?;
+        let message_id = params
+            .int("message_id")
+            .ok_or_else(|| ApiError::bad_request("message identifier is not specified"))?;
+        let content = self.chats.content(source.id, message_id).cloned();
+        Ok(Original {
+            source,
+            message_id,
+            content,
+        })
+    }
+
+    /// Replaces a message's text; inline messages (no chat) are answered `true`, as Telegram does.
+    fn edit_text(&mut self, params: &Params, at: Instant) -> Result<Value, ApiError> {
+        let content = objects::text_content(params)?;
+        let chat = params.chat();
+        if chat == ChatParam::Missing && params.get("inline_message_id").is_some() {
+            return Ok(true.into());
+        }
+        let chat = self.chats.resolve(chat)?;
+        let message_id = params
+            .int("message_id")
+            .ok_or_else(|| ApiError::bad_request("message identifier is not specified"))?;
+        self.admit(chat.id, at)?;
+        self.chats.remember(chat.id, message_id, &content);
+        let mut message = objects::message(
+            self.bot_id,
+            &chat,
+            message_id,
+            &content,
+            params.get("reply_markup"),
+        );
+        message["edit_date"] = objects::unix_now().into();
+        Ok(message)
+    }
+
+    fn admit(&mut self, chat: i64, at: Instant) -> Result<(), ApiError> {
+        match &mut self.limiter {
+            Some(limiter) => limiter.admit(chat, at),
+            None => Ok(()),
+        }
+    }
+
+    fn get_updates(&mut self, params: &Params) -> Reply {
+        if self.webhook_url.is_some() {
+            return Reply::Now(ApiError::webhook_active().into());
+        }
+        if let Some(offset) = params.int("offset") {
+            self.updates.confirm(offset);
+        }
+        let limit = params
+            .int("limit")
+            .map_or(MAX_UPDATES, |limit| limit.clamp(1, MAX_UPDATES));
+        let wait = match params.int("timeout") {
+            Some(timeout) if timeout > 0 => LONG_POLL_CAP,
+            _ => Duration::ZERO,
+        };
+        Reply::Poll {
+            limit: usize::try_from(limit).unwrap_or(1),
+            wait,
+        }
+    }
+}
+
+/// Real tokens start with the bot's user id; a token that does not is given id 1.
+fn bot_id(token: &str) -> i64 {
+    token
+        .split(':')
+        .next()
+        .and_then(|prefix| prefix.parse().ok())
+        .unwrap_or(1)
+}
+
+/// The message an answered call created or touched: the result's own id, else the one it named.
+fn touched_message(result: &Value, params: &Params) -> Option<i64> {
+    result
+        .get("message_id")
+        .and_then(Value::as_i64)
+        .or_else(|| params.int("message_id"))
+}

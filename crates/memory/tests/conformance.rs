@@ -1,0 +1,24 @@
+//! The in-memory adapters pass the port conformance suite.
+
+use std::sync::Arc;
+
+use tgq_conformance::{conformance_tests, Adapters};
+use tgq_core::clock::SystemClock;
+use tgq_memory::{MemoryDeadLetters, MemoryQueue, MemoryStore};
+
+async fn adapters() -> Adapters {
+    let store = Arc::new(MemoryStore::new());
+    let dead = Arc::new(MemoryDeadLetters::new());
+    let queue = Arc::new(MemoryQueue::new(Arc::new(SystemClock)));
+    Adapters {
+        store: store.clone(),
+        ledger: store.clone(),
+        reader: store,
+        queue: queue.clone(),
+        consumer: queue,
+        dead: dead.clone(),
+        dead_reader: dead,
+    }
+}
+
+conformance_tests!(adapters());

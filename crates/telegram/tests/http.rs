@@ -1,0 +1,104 @@
+//! The HTTP adapter against the fake Bot API: every failure Telegram can give maps to its class.
+
+use std::time::Duration;
+
+use secrecy::SecretString;
+use serde_json::json;
+use teloxide_core::payloads::SendMessage;
+use teloxide_core::types::{ChatId, Message};
+use tgq_core::telegram::{BotApi, TelegramError};
+use tgq_core::ErrorClass;
+use tgq_fake_telegram::{FakeTelegram, Fault, Scope, Times};
+use tgq_telegram::{call, HttpBotApi};
+
+async fn client(fake: &FakeTelegram) -> HttpBotApi {
+    HttpBotApi::new(
+        &fake.url(),
+        SecretString::from(fake.token().to_owned()),
+        Duration::from_millis(500),
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_typed_send_returns_the_fakes_message() {
+    let fake = FakeTelegram::start().await.unwrap();
+    let api = client(&fake).await;
+    let message: Message = call(&api, &SendMessage::new(ChatId(5), "hello"))
+        .await
+        .unwrap();
+    assert_eq!(message.chat.id, ChatId(5));
+    assert_eq!(fake.delivered_to(5).len(), 1);
+}
+
+#[tokio::test]
+async fn each_injected_fault_maps_to_its_error_and_class() {
+    let fake = FakeTelegram::start().await.unwrap();
+    let api = client(&fake).await;
+    let cases = [
+        (
+            Fault::RetryAfter(7),
+            ErrorClass::RateLimited(Duration::from_secs(7)),
+        ),
+        (Fault::ServerError(502), ErrorClass::Transient),
+        (Fault::Blocked, ErrorClass::Permanent),
+        (Fault::ChatNotFound, ErrorClass::Permanent),
+        (Fault::Unauthorized, ErrorClass::Permanent),
+        (
+            Fault::Timeout(Duration::from_secs(2)),
+            ErrorClass::Transient,
+        ),
+    ];
+    for (fault, class) in cases {
+        fake.inject(fault.clone(), Scope::Chat(9), Times::Once);
+        let err = api
+            .call("sendMessage", &json!({"chat_id": 9, "text": "x"}))
+            .await
+            .unwrap_err();
+        assert_eq!(err.class(), class, "{fault:?} gave {err:?}");
+    }
+    assert!(fake.delivered_to(9).is_empty());
+}
+
+#[tokio::test]
+async fn a_blocked_bot_keeps_telegrams_code_and_description() {
+    let fake = FakeTelegram::start().await.unwrap();
+    let api = client(&fake).await;
+    fake.inject(Fault::Blocked, Scope::Global, Times::Once);
+    let err = api
+        .call("sendMessage", &json!({"chat_id": 1, "text": "x"}))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err,
+        TelegramError::Api {
+            code: 403,
+            description: "Forbidden: bot was blocked by the user".into()
+        }
+    );
+}
+
+#[tokio::test]
+async fn migration_is_reported_with_the_new_chat_id() {
+    let fake = FakeTelegram::start().await.unwrap();
+    let api = client(&fake).await;
+    fake.inject(Fault::MigrateToChat(-1009), Scope::Chat(-5), Times::Once);
+    let err = api
+        .call("sendMessage", &json!({"chat_id": -5, "text": "x"}))
+        .await
+        .unwrap_err();
+    assert_eq!(err, TelegramError::MigrateToChat(-1009));
+}
+
+#[tokio::test]
+async fn network_errors_never_carry_the_token() {
+    let api = HttpBotApi::new(
+        "http://127.0.0.1:9",
+        SecretString::from("123:VERYSECRET".to_owned()),
+        Duration::from_millis(300),
+    )
+    .unwrap();
+    let err = api.call("getMe", &json!({})).await.unwrap_err();
+    assert_eq!(err.class(), ErrorClass::Transient);
+    assert!(!err.to_string().contains("VERYSECRET"), "{err}");
+}
