@@ -13,7 +13,7 @@ use crate::error::HandlerError;
 use crate::ids::{GroupKey, RecordKey};
 use crate::ports::UpdateLedger;
 use crate::record::{ActionIntent, ActionRecord};
-use crate::telegram::{BotApi, TelegramError};
+use crate::telegram::{method_name, BotApi, TelegramError};
 
 /// Lent to the handler for one run of one update.
 pub struct Context<'a> {
@@ -120,15 +120,16 @@ impl<'a> Context<'a> {
     {
         self.next_seq += 1;
         let seq = self.next_seq;
+        let method = method_name(P::NAME);
         let intent = ActionIntent {
             seq,
-            method: P::NAME.to_owned(),
+            method: method.clone(),
             at_most_once,
         };
         match self.recorded.get(&seq) {
-            Some(earlier) if earlier.method != P::NAME => {
+            Some(earlier) if earlier.method != method => {
                 // The handler took another path than last time; the earlier record says nothing about this call.
-                warn!(seq, recorded = %earlier.method, now = P::NAME, "handler actions differ from the earlier run");
+                warn!(seq, recorded = %earlier.method, now = %method, "handler actions differ from the earlier run");
             }
             Some(ActionRecord {
                 result: Some(result),
@@ -150,9 +151,9 @@ impl<'a> Context<'a> {
             None => self.ledger.record_intent(self.key, &intent).await?,
         }
         let params = serde_json::to_value(&payload).map_err(|e| {
-            HandlerError::permanent(format!("{} payload does not serialize: {e}", P::NAME))
+            HandlerError::permanent(format!("{method} payload does not serialize: {e}"))
         })?;
-        let result = self.call_following_migration(P::NAME, params).await?;
+        let result = self.call_following_migration(&method, params).await?;
         let text = result.to_string();
         self.ledger.record_result(self.key, seq, &text).await?;
         decode::<P::Output>(&text).map(Some)

@@ -14,6 +14,15 @@ pub trait BotApi: Send + Sync {
     async fn call(&self, method: &str, params: &Value) -> Result<Value, TelegramError>;
 }
 
+/// The Bot API spelling of a teloxide-core payload's name: `SendMessage` → `sendMessage`.
+pub fn method_name(payload_name: &str) -> String {
+    let mut chars = payload_name.chars();
+    match chars.next() {
+        Some(first) => first.to_ascii_lowercase().to_string() + chars.as_str(),
+        None => String::new(),
+    }
+}
+
 /// Why a Bot API call failed, as far as retrying is concerned.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum TelegramError {

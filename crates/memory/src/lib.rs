@@ -61,6 +61,13 @@ impl MemoryStore {
         self.records.lock().get(key).cloned()
     }
 
+    /// Overwrites a record's status, to stage a crash between two writes.
+    pub fn set_status(&self, key: &RecordKey, status: Status) {
+        if let Some(record) = self.records.lock().get_mut(key) {
+            record.status = status;
+        }
+    }
+
     /// How many records there are.
     pub fn len(&self) -> usize {
         self.records.lock().len()
@@ -255,6 +262,7 @@ pub struct MemoryQueue {
     clock: Arc<dyn Clock>,
     redrive: Option<(u32, Arc<MemoryDeadLetters>)>,
     receipts: AtomicU64,
+    sends: AtomicU64,
     /// Fails every call while on.
     pub outage: Outage,
 }
@@ -281,6 +289,11 @@ impl MemoryQueue {
             redrive: Some((max_receive_count, dlq)),
             ..Self::new(clock)
         }
+    }
+
+    /// Sends accepted, including repeats the dedup window dropped.
+    pub fn sends(&self) -> u64 {
+        self.sends.load(Ordering::SeqCst)
     }
 
     /// Messages on the queue, in flight or not.
@@ -381,6 +394,7 @@ fn redriven_letter(message: Message, limit: u32) -> DeadLetter {
 impl UpdateQueue for MemoryQueue {
     async fn enqueue(&self, message: &OutgoingMessage) -> Result<(), PortError> {
         self.outage.check("queue send")?;
+        self.sends.fetch_add(1, Ordering::SeqCst);
         let now = self.clock.now();
         let mut state = self.state.lock();
         state
@@ -527,5 +541,37 @@ impl tgq_core::ports::DeadLetterReader for MemoryDeadLetters {
     async fn peek(&self, max: usize) -> Result<Vec<DeadLetter>, PortError> {
         self.outage.check("dead-letter peek")?;
         Ok(self.letters.lock().iter().take(max).cloned().collect())
+    }
+}
+
+/// A [`tgq_core::ports::Visibility`] that only records what it was asked; for worker tests fed by
+/// Lambda events, where there is no queue to change.
+#[derive(Default)]
+pub struct RecordingVisibility {
+    changes: Mutex<Vec<(ReceiptHandle, Duration)>>,
+}
+
+impl RecordingVisibility {
+    /// A recorder with nothing recorded.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Every change asked for, in order.
+    pub fn changes(&self) -> Vec<(ReceiptHandle, Duration)> {
+        self.changes.lock().clone()
+    }
+
+    /// The last change asked for on one receipt.
+    pub fn last_for(&self, receipt: &str) -> Option<Duration> {
+        self.changes.lock().iter().rev().find(|(r, _)| r.0 == receipt).map(|(_, d)| *d)
+    }
+}
+
+#[async_trait]
+impl Visibility for RecordingVisibility {
+    async fn change_visibility(&self, receipt: &ReceiptHandle, after: Duration) -> Result<(), PortError> {
+        self.changes.lock().push((receipt.clone(), after));
+        Ok(())
     }
 }

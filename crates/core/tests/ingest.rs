@@ -1,0 +1,159 @@
+//! The webhook use case on in-memory adapters: every status, dedup, healing, and poison.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use secrecy::SecretString;
+use tgq_core::clock::SystemClock;
+use tgq_core::ids::{BotId, RecordKey, UpdateId};
+use tgq_core::ingest::{InboundRequest, Ingested, Refused, Webhook, WebhookPorts, WebhookSettings};
+use tgq_core::record::Status;
+use tgq_memory::{MemoryDeadLetters, MemoryQueue, MemoryStore};
+
+const SECRET: &[u8] = b"tgq-example-secret";
+const MESSAGE: &str = include_str!("../../../events/updates/message.json");
+
+struct Rig {
+    webhook: Webhook,
+    store: Arc<MemoryStore>,
+    queue: Arc<MemoryQueue>,
+    dead: Arc<MemoryDeadLetters>,
+}
+
+fn rig() -> Rig {
+    let store = Arc::new(MemoryStore::new());
+    let queue = Arc::new(MemoryQueue::new(Arc::new(SystemClock)));
+    let dead = Arc::new(MemoryDeadLetters::new());
+    let settings = WebhookSettings {
+        bot_id: BotId::new("demo").unwrap(),
+        secret: SecretString::from("tgq-example-secret".to_owned()),
+        max_body_bytes: 1024,
+        record_ttl: Duration::from_secs(3600),
+    };
+    let ports = WebhookPorts { store: store.clone(), queue: queue.clone(), dead: dead.clone(), clock: Arc::new(SystemClock) };
+    Rig { webhook: Webhook::new(settings, ports), store, queue, dead }
+}
+
+impl Rig {
+    async fn post(&self, body: &str) -> Result<Ingested, Refused> {
+        let body = Bytes::from(body.to_owned());
+        self.webhook.handle(InboundRequest { method: "POST", secret: Some(SECRET), body: &body }).await
+    }
+
+    fn nothing_written(&self) -> bool {
+        self.store.is_empty() && self.queue.depth() == 0 && self.dead.letters().is_empty()
+    }
+}
+
+fn message_key() -> RecordKey {
+    let update_id = serde_json::from_str::<serde_json::Value>(MESSAGE).unwrap()["update_id"].as_i64().unwrap();
+    RecordKey::new(BotId::new("demo").unwrap(), UpdateId(update_id))
+}
+
+#[tokio::test]
+async fn a_valid_update_is_stored_queued_and_answered_200() {
+    let rig = rig();
+    assert_eq!(rig.post(MESSAGE).await.unwrap(), Ingested::Queued);
+    assert_eq!(rig.queue.bodies(), [Bytes::from(MESSAGE)]);
+    let record = rig.store.record(&message_key()).unwrap();
+    assert_eq!((record.status, record.payload), (Status::Queued, Bytes::from(MESSAGE)));
+}
+
+#[tokio::test]
+async fn a_duplicate_update_is_acknowledged_without_a_second_enqueue() {
+    let rig = rig();
+    rig.post(MESSAGE).await.unwrap();
+    assert_eq!(rig.post(MESSAGE).await.unwrap(), Ingested::Duplicate(Status::Queued));
+    assert_eq!(rig.queue.depth(), 1);
+}
+
+#[tokio::test]
+async fn a_queue_failure_answers_5xx_and_the_retry_heals_the_received_record() {
+    let rig = rig();
+    rig.queue.outage.set(true);
+    let refused = rig.post(MESSAGE).await.unwrap_err();
+    assert_eq!(refused.status(), 503);
+    assert_eq!(rig.store.record(&message_key()).unwrap().status, Status::Received);
+    rig.queue.outage.set(false);
+    // Telegram retries: the record is still RECEIVED, so the update is sent again.
+    assert_eq!(rig.post(MESSAGE).await.unwrap(), Ingested::Requeued);
+    assert_eq!(rig.queue.depth(), 1);
+    assert_eq!(rig.store.record(&message_key()).unwrap().status, Status::Queued);
+}
+
+#[tokio::test]
+async fn a_duplicate_still_received_is_sent_again_and_the_queue_drops_the_true_repeat() {
+    let rig = rig();
+    rig.post(MESSAGE).await.unwrap();
+    // As if the first request died after its send, before marking the record QUEUED.
+    rig.store.set_status(&message_key(), Status::Received);
+    assert_eq!(rig.post(MESSAGE).await.unwrap(), Ingested::Requeued);
+    assert_eq!(rig.queue.sends(), 2, "the webhook sends again");
+    assert_eq!(rig.queue.depth(), 1, "the dedup id keeps the resend from becoming a second message");
+}
+
+#[tokio::test]
+async fn a_store_failure_answers_5xx_and_enqueues_nothing() {
+    let rig = rig();
+    rig.store.outage.set(true);
+    assert_eq!(rig.post(MESSAGE).await.unwrap_err().status(), 503);
+    assert_eq!(rig.queue.depth(), 0);
+}
+
+#[tokio::test]
+async fn a_wrong_or_missing_secret_is_401_and_writes_nothing() {
+    let rig = rig();
+    let body = Bytes::from(MESSAGE);
+    for secret in [Some(&b"tgq-example-secreT"[..]), Some(&b""[..]), None] {
+        let refused = rig.webhook.handle(InboundRequest { method: "POST", secret, body: &body }).await.unwrap_err();
+        assert_eq!(refused.status(), 401);
+    }
+    assert!(rig.nothing_written());
+}
+
+#[tokio::test]
+async fn a_method_other_than_post_is_405_and_writes_nothing() {
+    let rig = rig();
+    let body = Bytes::from(MESSAGE);
+    let refused = rig.webhook.handle(InboundRequest { method: "GET", secret: Some(SECRET), body: &body }).await.unwrap_err();
+    assert_eq!(refused.status(), 405);
+    assert!(rig.nothing_written());
+}
+
+#[tokio::test]
+async fn a_body_over_the_limit_is_413_and_writes_nothing() {
+    let rig = rig();
+    let body = format!(r#"{{"update_id":1,"message":{{"chat":{{"id":1}},"text":"{}"}}}}"#, "x".repeat(2000));
+    let refused = rig.post(&body).await.unwrap_err();
+    assert_eq!(refused.status(), 413);
+    assert!(rig.nothing_written());
+}
+
+#[tokio::test]
+async fn poison_reaches_the_dead_letter_queue_with_its_raw_bytes_and_is_answered_200() {
+    let rig = rig();
+    for (body, reason) in [
+        (include_str!("../../../events/poison/not_json.txt"), "not JSON"),
+        (include_str!("../../../events/poison/no_update_id.json"), "update_id is missing"),
+        (include_str!("../../../events/poison/string_update_id.json"), "update_id is not an integer"),
+        (include_str!("../../../events/poison/array.json"), "not a JSON object"),
+    ] {
+        let outcome = rig.post(body).await.unwrap();
+        assert!(matches!(outcome, Ingested::Poison(_)), "{outcome:?}");
+        let letter = rig.dead.letters().pop().unwrap();
+        assert_eq!(letter.body, Bytes::from(body.to_owned()));
+        assert!(letter.error.contains(reason), "{} should mention {reason}", letter.error);
+        assert_eq!(letter.reason, "poison");
+    }
+    assert!(rig.store.is_empty() && rig.queue.depth() == 0);
+}
+
+#[tokio::test]
+async fn poison_is_answered_5xx_when_the_dead_letter_queue_is_down_so_telegram_retries() {
+    let rig = rig();
+    rig.dead.outage.set(true);
+    let refused = rig.post("[1]").await.unwrap_err();
+    assert_eq!(refused.status(), 503);
+    assert!(rig.store.is_empty() && rig.queue.depth() == 0);
+}
