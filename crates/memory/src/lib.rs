@@ -275,6 +275,7 @@ impl MemoryQueue {
             clock,
             redrive: None,
             receipts: AtomicU64::new(0),
+            sends: AtomicU64::new(0),
             outage: Outage::default(),
         }
     }
