@@ -1,1 +1,50 @@
+//! tgq's AWS adapters: update records in DynamoDB ([`DynamoStore`]), the updates queue and the
+//! dead-letter queue on SQS FIFO ([`SqsQueue`]), secrets from SSM Parameter Store
+//! ([`resolve_secret`]), and the shared client configuration ([`aws_config`]). Every SDK type stays
+//! inside this crate: the ports speak only `tgq_core` types, and [`PortError`](tgq_core::PortError)
+//! says whether a failure is worth retrying.
 
+mod dynamo;
+mod error;
+mod item;
+mod secret;
+mod sqs;
+
+use std::time::Duration;
+
+use aws_config::retry::RetryConfig;
+use aws_config::timeout::TimeoutConfig;
+use aws_config::{BehaviorVersion, SdkConfig};
+
+pub use dynamo::DynamoStore;
+pub use secret::{resolve_secret, SecretError};
+pub use sqs::SqsQueue;
+
+/// Longest wait for a connection to an AWS endpoint.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// Longest wait for one attempt of an AWS call.
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Longest wait for an AWS call, retries included: the webhook must answer well inside Telegram's 60 s.
+const OPERATION_TIMEOUT: Duration = Duration::from_secs(5);
+/// Attempts per AWS call, the first included.
+const MAX_ATTEMPTS: u32 = 3;
+
+/// The timeouts of an AWS call that may legitimately wait `extra` on the server (a long poll).
+fn timeouts(extra: Duration) -> TimeoutConfig {
+    TimeoutConfig::builder()
+        .connect_timeout(CONNECT_TIMEOUT)
+        .operation_attempt_timeout(ATTEMPT_TIMEOUT + extra)
+        .operation_timeout(OPERATION_TIMEOUT + extra)
+        .build()
+}
+
+/// The configuration every AWS client is built from, once per cold start: region and credentials
+/// from the environment, `AWS_ENDPOINT_URL` honoured (moto, LocalStack), short timeouts (connect 1 s,
+/// attempt 2 s, call 5 s) and the standard retry mode with at most 3 attempts.
+pub async fn aws_config() -> SdkConfig {
+    aws_config::defaults(BehaviorVersion::latest())
+        .timeout_config(timeouts(Duration::ZERO))
+        .retry_config(RetryConfig::standard().with_max_attempts(MAX_ATTEMPTS))
+        .load()
+        .await
+}

@@ -251,6 +251,8 @@ struct Message {
 struct FifoState {
     messages: BTreeMap<u64, Message>,
     dedup: HashMap<String, Timestamp>,
+    /// Dedup ids in send order, so expired ones are dropped from the front without a scan.
+    dedup_order: VecDeque<(Timestamp, String)>,
     next_seq: u64,
 }
 
@@ -398,13 +400,19 @@ impl UpdateQueue for MemoryQueue {
         self.sends.fetch_add(1, Ordering::SeqCst);
         let now = self.clock.now();
         let mut state = self.state.lock();
-        state
-            .dedup
-            .retain(|_, sent| now.since(*sent) < DEDUP_WINDOW);
+        while let Some((sent, _)) = state.dedup_order.front() {
+            if now.since(*sent) < DEDUP_WINDOW {
+                break;
+            }
+            if let Some((_, id)) = state.dedup_order.pop_front() {
+                state.dedup.remove(&id);
+            }
+        }
         if state.dedup.contains_key(&message.dedup_id) {
             return Ok(());
         }
         state.dedup.insert(message.dedup_id.clone(), now);
+        state.dedup_order.push_back((now, message.dedup_id.clone()));
         let seq = state.next_seq;
         state.next_seq += 1;
         state.messages.insert(

@@ -1,0 +1,419 @@
+//! The DynamoDB item of one update record, and its mapping to and from [`UpdateRecord`]. The only
+//! place that knows attribute names and types; nothing of the SDK leaves the adapter.
+
+use std::collections::{BTreeMap, HashMap};
+
+use aws_sdk_dynamodb::primitives::Blob;
+use aws_sdk_dynamodb::types::AttributeValue;
+use bytes::Bytes;
+use tgq_core::ids::{BotId, GroupKey, RecordKey, UpdateId};
+use tgq_core::record::{ActionIntent, ActionRecord, Status, Timestamp, UpdateRecord};
+
+/// The partition key, `{bot_id}#{update_id}` (S).
+pub(crate) const PK: &str = "pk";
+/// The status, as [`Status::as_str`] spells it (S).
+pub(crate) const STATUS: &str = "status";
+/// The raw update, byte for byte (B).
+pub(crate) const PAYLOAD: &str = "payload";
+/// The ordering group (S).
+pub(crate) const GROUP: &str = "group";
+/// When the webhook stored the update, in milliseconds (N).
+pub(crate) const RECEIVED_AT: &str = "received_at";
+/// Handler runs so far (N).
+pub(crate) const ATTEMPTS: &str = "attempts";
+/// The last failure's description (S, absent when none).
+pub(crate) const LAST_ERROR: &str = "last_error";
+/// Until when the current claim holds, in milliseconds (N, absent when none).
+pub(crate) const LEASE_UNTIL: &str = "lease_until";
+/// Outbound actions, keyed by sequence number (M of M).
+pub(crate) const ACTIONS: &str = "actions";
+/// The TTL attribute, in **seconds**: DynamoDB's TTL reads epoch seconds (N).
+pub(crate) const EXPIRES_AT: &str = "expires_at";
+/// Inside an action: the Bot API method (S).
+pub(crate) const METHOD: &str = "method";
+/// Inside an action: whether it must not be repeated (BOOL).
+pub(crate) const AT_MOST_ONCE: &str = "at_most_once";
+/// Inside an action: the result JSON once Telegram accepted the call (S, absent until then).
+pub(crate) const RESULT: &str = "result";
+
+/// A stored item that is not a well-formed update record.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub(crate) enum ItemError {
+    /// A required attribute is absent.
+    #[error("item has no attribute {0:?}")]
+    Missing(&'static str),
+    /// An attribute has the wrong type or an unreadable value.
+    #[error("attribute {attribute:?} is not {expected}")]
+    Malformed {
+        /// The attribute at fault.
+        attribute: String,
+        /// What it should hold.
+        expected: &'static str,
+    },
+}
+
+fn malformed(attribute: impl Into<String>, expected: &'static str) -> ItemError {
+    ItemError::Malformed {
+        attribute: attribute.into(),
+        expected,
+    }
+}
+
+/// One update record's item, as DynamoDB stores it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct Item(pub(crate) HashMap<String, AttributeValue>);
+
+/// A number attribute.
+pub(crate) fn number(n: impl ToString) -> AttributeValue {
+    AttributeValue::N(n.to_string())
+}
+
+/// A string attribute.
+pub(crate) fn string(s: impl Into<String>) -> AttributeValue {
+    AttributeValue::S(s.into())
+}
+
+/// The key of a record, ready for `GetItem` and `UpdateItem`.
+pub(crate) fn key(key: &RecordKey) -> HashMap<String, AttributeValue> {
+    HashMap::from([(PK.to_owned(), string(key.pk()))])
+}
+
+/// An action whose intent is recorded and whose result is not yet known.
+pub(crate) fn intent(intent: &ActionIntent) -> AttributeValue {
+    AttributeValue::M(HashMap::from([
+        (METHOD.to_owned(), string(&intent.method)),
+        (AT_MOST_ONCE.to_owned(), AttributeValue::Bool(intent.at_most_once)),
+    ]))
+}
+
+/// Epoch seconds for the TTL attribute.
+pub(crate) fn expiry_secs(at: Timestamp) -> AttributeValue {
+    number(at.as_secs())
+}
+
+impl Item {
+    fn get(&self, name: &'static str) -> Result<&AttributeValue, ItemError> {
+        self.0.get(name).ok_or(ItemError::Missing(name))
+    }
+
+    fn str(&self, name: &'static str) -> Result<&str, ItemError> {
+        self.get(name)?
+            .as_s()
+            .map(String::as_str)
+            .map_err(|_| malformed(name, "a string"))
+    }
+
+    fn optional_str(&self, name: &'static str) -> Result<Option<String>, ItemError> {
+        match self.0.get(name) {
+            None | Some(AttributeValue::Null(_)) => Ok(None),
+            Some(AttributeValue::S(s)) => Ok(Some(s.clone())),
+            Some(_) => Err(malformed(name, "a string")),
+        }
+    }
+
+    fn u64(&self, name: &'static str) -> Result<u64, ItemError> {
+        parse_n(self.get(name)?, name)
+    }
+
+    fn optional_u64(&self, name: &'static str) -> Result<Option<u64>, ItemError> {
+        match self.0.get(name) {
+            None | Some(AttributeValue::Null(_)) => Ok(None),
+            Some(value) => parse_n(value, name).map(Some),
+        }
+    }
+
+    /// The stored status.
+    pub(crate) fn status(&self) -> Result<Status, ItemError> {
+        self.str(STATUS)?
+            .parse()
+            .map_err(|_| malformed(STATUS, "a known status"))
+    }
+
+    /// Until when the current claim holds, if one does.
+    pub(crate) fn lease_until(&self) -> Result<Option<Timestamp>, ItemError> {
+        Ok(self.optional_u64(LEASE_UNTIL)?.map(Timestamp))
+    }
+
+    /// When the record expires, from the TTL attribute's seconds.
+    pub(crate) fn expires_at(&self) -> Result<Timestamp, ItemError> {
+        Ok(Timestamp(self.u64(EXPIRES_AT)?.saturating_mul(1000)))
+    }
+
+    /// Whether readers must treat the record as gone, DynamoDB's TTL deletion lagging behind.
+    pub(crate) fn is_expired(&self, now: Timestamp) -> Result<bool, ItemError> {
+        Ok(self.expires_at()? <= now)
+    }
+
+    /// Handler runs so far.
+    pub(crate) fn attempts(&self) -> Result<u32, ItemError> {
+        u32::try_from(self.u64(ATTEMPTS)?).map_err(|_| malformed(ATTEMPTS, "a 32-bit count"))
+    }
+
+    /// The recorded outbound actions by sequence number.
+    pub(crate) fn actions(&self) -> Result<BTreeMap<u32, ActionRecord>, ItemError> {
+        let map = match self.0.get(ACTIONS) {
+            None => return Ok(BTreeMap::new()),
+            Some(value) => value.as_m().map_err(|_| malformed(ACTIONS, "a map"))?,
+        };
+        map.iter()
+            .map(|(seq, action)| {
+                let seq = seq
+                    .parse::<u32>()
+                    .map_err(|_| malformed(format!("{ACTIONS}.{seq}"), "keyed by a number"))?;
+                Ok((seq, action_record(seq, action)?))
+            })
+            .collect()
+    }
+
+    fn key(&self) -> Result<RecordKey, ItemError> {
+        let pk = self.str(PK)?;
+        let bad_key = || malformed(PK, "of the form bot_id#update_id");
+        let (bot, update) = pk.split_once('#').ok_or_else(bad_key)?;
+        let bot_id = BotId::new(bot).map_err(|_| bad_key())?;
+        let update_id = update.parse::<i64>().map_err(|_| bad_key())?;
+        Ok(RecordKey::new(bot_id, UpdateId(update_id)))
+    }
+
+    fn payload(&self) -> Result<Bytes, ItemError> {
+        let blob = self
+            .get(PAYLOAD)?
+            .as_b()
+            .map_err(|_| malformed(PAYLOAD, "binary"))?;
+        Ok(Bytes::copy_from_slice(blob.as_ref()))
+    }
+}
+
+fn parse_n(value: &AttributeValue, name: &str) -> Result<u64, ItemError> {
+    value
+        .as_n()
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(|| malformed(name, "a whole number"))
+}
+
+fn action_record(seq: u32, value: &AttributeValue) -> Result<ActionRecord, ItemError> {
+    let at = |field: &str| format!("{ACTIONS}.{seq}.{field}");
+    let fields = value
+        .as_m()
+        .map_err(|_| malformed(format!("{ACTIONS}.{seq}"), "a map"))?;
+    let method = match fields.get(METHOD) {
+        Some(AttributeValue::S(method)) => method.clone(),
+        _ => return Err(malformed(at(METHOD), "a string")),
+    };
+    let at_most_once = match fields.get(AT_MOST_ONCE) {
+        Some(AttributeValue::Bool(flag)) => *flag,
+        _ => return Err(malformed(at(AT_MOST_ONCE), "a boolean")),
+    };
+    let result = match fields.get(RESULT) {
+        None | Some(AttributeValue::Null(_)) => None,
+        Some(AttributeValue::S(result)) => Some(result.clone()),
+        Some(_) => return Err(malformed(at(RESULT), "a string")),
+    };
+    Ok(ActionRecord {
+        method,
+        at_most_once,
+        result,
+    })
+}
+
+fn action_value(action: &ActionRecord) -> AttributeValue {
+    let mut fields = HashMap::from([
+        (METHOD.to_owned(), string(&action.method)),
+        (AT_MOST_ONCE.to_owned(), AttributeValue::Bool(action.at_most_once)),
+    ]);
+    if let Some(result) = &action.result {
+        fields.insert(RESULT.to_owned(), string(result));
+    }
+    AttributeValue::M(fields)
+}
+
+impl From<&UpdateRecord> for Item {
+    fn from(record: &UpdateRecord) -> Self {
+        let mut item = HashMap::from([
+            (PK.to_owned(), string(record.key.pk())),
+            (STATUS.to_owned(), string(record.status.as_str())),
+            (
+                PAYLOAD.to_owned(),
+                AttributeValue::B(Blob::new(record.payload.to_vec())),
+            ),
+            (GROUP.to_owned(), string(record.group.as_str())),
+            (RECEIVED_AT.to_owned(), number(record.received_at.0)),
+            (ATTEMPTS.to_owned(), number(record.attempts)),
+            (
+                ACTIONS.to_owned(),
+                AttributeValue::M(
+                    record
+                        .actions
+                        .iter()
+                        .map(|(seq, action)| (seq.to_string(), action_value(action)))
+                        .collect(),
+                ),
+            ),
+            (EXPIRES_AT.to_owned(), expiry_secs(record.expires_at)),
+        ]);
+        if let Some(error) = &record.last_error {
+            item.insert(LAST_ERROR.to_owned(), string(error));
+        }
+        if let Some(lease) = record.lease_until {
+            item.insert(LEASE_UNTIL.to_owned(), number(lease.0));
+        }
+        Item(item)
+    }
+}
+
+impl TryFrom<&Item> for UpdateRecord {
+    type Error = ItemError;
+
+    fn try_from(item: &Item) -> Result<Self, Self::Error> {
+        Ok(UpdateRecord {
+            key: item.key()?,
+            status: item.status()?,
+            payload: item.payload()?,
+            group: GroupKey::new(item.str(GROUP)?),
+            received_at: Timestamp(item.u64(RECEIVED_AT)?),
+            attempts: item.attempts()?,
+            last_error: item.optional_str(LAST_ERROR)?,
+            lease_until: item.lease_until()?,
+            actions: item.actions()?,
+            expires_at: item.expires_at()?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn record() -> UpdateRecord {
+        let key = RecordKey::new(BotId::new("demo").unwrap(), UpdateId(42));
+        let mut record = UpdateRecord::received(
+            key,
+            GroupKey::new("user:7"),
+            Bytes::from_static(b"{ \"update_id\": 42,\n \"text\": \"Gr\xc3\xbc\xc3\x9fe\" }"),
+            Timestamp(1_700_000_000_123),
+            Duration::from_secs(7 * 86_400),
+        );
+        record.status = Status::Retrying;
+        record.attempts = 3;
+        record.last_error = Some("Telegram answered 502".into());
+        record.lease_until = Some(Timestamp(1_700_000_030_456));
+        record.actions = BTreeMap::from([
+            (
+                1,
+                ActionRecord {
+                    method: "sendMessage".into(),
+                    at_most_once: false,
+                    result: Some(r#"{"message_id":5}"#.into()),
+                },
+            ),
+            (
+                2,
+                ActionRecord {
+                    method: "sendInvoice".into(),
+                    at_most_once: true,
+                    result: None,
+                },
+            ),
+        ]);
+        record
+    }
+
+    #[test]
+    fn a_record_survives_the_round_trip_through_its_item() {
+        let original = record();
+        let item = Item::from(&original);
+        let back = UpdateRecord::try_from(&item).unwrap();
+        // The TTL attribute holds whole seconds: the milliseconds are dropped, everything else is kept.
+        let expected = UpdateRecord {
+            expires_at: Timestamp(original.expires_at.as_secs() * 1000),
+            ..original
+        };
+        assert_eq!(back, expected);
+    }
+
+    #[test]
+    fn the_item_uses_the_documented_attribute_types() {
+        let item = Item::from(&record());
+        assert_eq!(item.0[PK], string("demo#00000000000000000042"));
+        assert_eq!(item.0[STATUS], string("RETRYING"));
+        assert!(matches!(&item.0[PAYLOAD], AttributeValue::B(b) if b.as_ref() == record().payload.as_ref()));
+        assert_eq!(item.0[EXPIRES_AT], number(1_700_604_800u64));
+        assert_eq!(item.0[LEASE_UNTIL], number(1_700_000_030_456u64));
+        let actions = item.0[ACTIONS].as_m().unwrap();
+        assert_eq!(
+            actions["2"],
+            AttributeValue::M(HashMap::from([
+                (METHOD.to_owned(), string("sendInvoice")),
+                (AT_MOST_ONCE.to_owned(), AttributeValue::Bool(true)),
+            ]))
+        );
+    }
+
+    #[test]
+    fn optional_attributes_are_left_out_when_empty() {
+        let mut fresh = record();
+        fresh.last_error = None;
+        fresh.lease_until = None;
+        let item = Item::from(&fresh);
+        assert!(!item.0.contains_key(LAST_ERROR));
+        assert!(!item.0.contains_key(LEASE_UNTIL));
+        let back = UpdateRecord::try_from(&item).unwrap();
+        assert_eq!((back.last_error, back.lease_until), (None, None));
+    }
+
+    #[test]
+    fn an_item_expires_once_its_ttl_second_has_begun() {
+        let item = Item::from(&record());
+        let expiry = Timestamp(1_700_604_800_000);
+        assert!(!item.is_expired(Timestamp(expiry.0 - 1)).unwrap());
+        assert!(item.is_expired(expiry).unwrap());
+    }
+
+    #[test]
+    fn an_unknown_status_is_reported_not_guessed() {
+        let mut item = Item::from(&record());
+        item.0.insert(STATUS.to_owned(), string("PAUSED"));
+        assert_eq!(
+            UpdateRecord::try_from(&item).unwrap_err(),
+            malformed(STATUS, "a known status")
+        );
+    }
+
+    #[test]
+    fn a_missing_or_mistyped_attribute_is_named() {
+        let mut item = Item::from(&record());
+        item.0.remove(GROUP);
+        assert_eq!(
+            UpdateRecord::try_from(&item).unwrap_err(),
+            ItemError::Missing(GROUP)
+        );
+        let mut item = Item::from(&record());
+        item.0.insert(ATTEMPTS.to_owned(), string("three"));
+        assert_eq!(
+            UpdateRecord::try_from(&item).unwrap_err(),
+            malformed(ATTEMPTS, "a whole number")
+        );
+    }
+
+    #[test]
+    fn a_recorded_intent_reads_back_without_a_result() {
+        let mut item = Item::from(&record());
+        let value = intent(&ActionIntent {
+            seq: 9,
+            method: "sendPhoto".into(),
+            at_most_once: true,
+        });
+        if let AttributeValue::M(actions) = item.0.get_mut(ACTIONS).unwrap() {
+            actions.insert("9".into(), value);
+        }
+        assert_eq!(
+            item.actions().unwrap()[&9],
+            ActionRecord {
+                method: "sendPhoto".into(),
+                at_most_once: true,
+                result: None
+            }
+        );
+    }
+}

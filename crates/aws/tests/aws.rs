@@ -1,0 +1,291 @@
+//! What the AWS adapters do beyond the conformance suite: the DynamoDB item layout, re-creating an
+//! expired record, long polls, paging the dead-letter queue, and SSM secrets. Runs on moto server.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{Duration, Instant};
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_ssm::types::ParameterType;
+use bytes::Bytes;
+use secrecy::{ExposeSecret, SecretString};
+use tgq_aws::resolve_secret;
+use tgq_core::clock::{Clock, SystemClock};
+use tgq_core::config::SecretSource;
+use tgq_core::ids::{BotId, GroupKey, RecordKey, UpdateId};
+use tgq_core::ports::{
+    Claim, ClaimRequest, Claimed, DeadLetter, DeadLetterReader, DeadLetters, QueueConsumer,
+    RecordReader, UpdateLedger, UpdateStore,
+};
+use tgq_core::record::{ActionRecord, Status, Timestamp, UpdateRecord};
+use tgq_core::PortError;
+
+use common::emulator;
+
+const DAY: Duration = Duration::from_secs(86_400);
+
+fn bot() -> BotId {
+    BotId::new("aws").expect("valid id")
+}
+
+fn fresh_key() -> RecordKey {
+    static NEXT: AtomicI64 = AtomicI64::new(0);
+    let base = i64::try_from(SystemClock.now().0).unwrap_or(0) * 1000;
+    RecordKey::new(bot(), UpdateId(base + NEXT.fetch_add(1, Ordering::SeqCst)))
+}
+
+fn claim_request(key: &RecordKey, payload: &'static str, now: Timestamp) -> ClaimRequest {
+    ClaimRequest {
+        key: key.clone(),
+        group: GroupKey::new("1"),
+        payload: Bytes::from_static(payload.as_bytes()),
+        now,
+        lease_until: now.plus(Duration::from_secs(30)),
+        expires_at: now.plus(DAY),
+    }
+}
+
+#[tokio::test]
+async fn the_ttl_attribute_holds_epoch_seconds_and_the_payload_raw_bytes() {
+    let e = emulator().await;
+    let now = SystemClock.now();
+    let record = UpdateRecord::received(
+        fresh_key(),
+        GroupKey::new("1"),
+        Bytes::from_static(b"{\"update_id\": 1}"),
+        now,
+        DAY,
+    );
+    e.store.insert(&record, now).await.unwrap();
+    let item = e
+        .dynamodb
+        .get_item()
+        .table_name(&e.table)
+        .key("pk", AttributeValue::S(record.key.pk()))
+        .send()
+        .await
+        .unwrap()
+        .item
+        .expect("stored");
+    assert_eq!(
+        item["expires_at"],
+        AttributeValue::N(now.plus(DAY).as_secs().to_string())
+    );
+    assert_eq!(
+        item["payload"].as_b().unwrap().as_ref(),
+        b"{\"update_id\": 1}"
+    );
+    assert_eq!(item["status"], AttributeValue::S("RECEIVED".into()));
+}
+
+#[tokio::test]
+async fn an_expired_record_is_claimed_afresh_without_its_old_runs_or_actions() {
+    let e = emulator().await;
+    let now = SystemClock.now();
+    let key = fresh_key();
+    let mut old = UpdateRecord::received(
+        key.clone(),
+        GroupKey::new("1"),
+        Bytes::from_static(b"old"),
+        Timestamp(now.0 - 9 * DAY.as_millis() as u64),
+        DAY,
+    );
+    old.status = Status::Retrying;
+    old.attempts = 4;
+    old.actions = BTreeMap::from([(
+        1,
+        ActionRecord {
+            method: "sendMessage".into(),
+            at_most_once: false,
+            result: Some("{}".into()),
+        },
+    )]);
+    e.store.insert(&old, now).await.unwrap();
+
+    let claim = e
+        .store
+        .claim(&claim_request(&key, "new", now))
+        .await
+        .unwrap();
+    assert_eq!(
+        claim,
+        Claim::Run(Claimed {
+            attempt: 1,
+            actions: BTreeMap::new()
+        })
+    );
+    let stored = e.store.get(&key, now).await.unwrap().expect("re-created");
+    assert_eq!(
+        (
+            stored.status,
+            stored.attempts,
+            stored.payload,
+            stored.actions.len(),
+            stored.expires_at
+        ),
+        (
+            Status::Processing,
+            1,
+            Bytes::from_static(b"new"),
+            0,
+            Timestamp(now.plus(DAY).as_secs() * 1000)
+        )
+    );
+}
+
+#[tokio::test]
+async fn a_claim_on_a_stored_record_keeps_its_payload_and_expiry() {
+    let e = emulator().await;
+    let now = SystemClock.now();
+    let record = UpdateRecord::received(
+        fresh_key(),
+        GroupKey::new("1"),
+        Bytes::from_static(b"as received"),
+        now,
+        2 * DAY,
+    );
+    e.store.insert(&record, now).await.unwrap();
+    e.store
+        .claim(&claim_request(&record.key, "from the queue", now))
+        .await
+        .unwrap();
+    let stored = e.store.get(&record.key, now).await.unwrap().unwrap();
+    assert_eq!(
+        (stored.payload, stored.expires_at, stored.received_at),
+        (
+            record.payload,
+            Timestamp(record.expires_at.as_secs() * 1000),
+            now
+        )
+    );
+}
+
+#[tokio::test]
+async fn writing_to_a_missing_record_is_rejected_not_retried() {
+    let e = emulator().await;
+    let err = e
+        .store
+        .settle(&fresh_key(), &tgq_core::ports::Settlement::Done)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, PortError::Rejected { .. }), "{err:?}");
+}
+
+#[tokio::test]
+async fn a_long_poll_may_wait_longer_than_one_attempt_is_allowed() {
+    let e = emulator().await;
+    let started = Instant::now();
+    let got = e
+        .queue
+        .receive(10, Duration::from_secs(30), Duration::from_secs(3))
+        .await
+        .expect("a 3 s long poll must not time out");
+    assert!(got.is_empty());
+    assert!(
+        started.elapsed() >= Duration::from_millis(2500),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+fn letter(n: i64, body: &[u8]) -> DeadLetter {
+    DeadLetter {
+        bot_id: bot(),
+        update_id: Some(UpdateId(n)),
+        group: Some(GroupKey::new(format!("chat-{n}"))),
+        body: Bytes::copy_from_slice(body),
+        reason: "attempt_budget_spent".into(),
+        error_class: "transient".into(),
+        error: "Telegram answered 502".into(),
+        attempts: 8,
+    }
+}
+
+#[tokio::test]
+async fn peek_pages_past_ten_letters_oldest_first_and_leaves_them_on_the_queue() {
+    let e = emulator().await;
+    let sent: Vec<DeadLetter> = (1..=12)
+        .map(|n| letter(n, format!(r#"{{"update_id":{n}}}"#).as_bytes()))
+        .collect();
+    for l in &sent {
+        e.dlq.dead_letter(l).await.unwrap();
+    }
+    assert_eq!(e.dlq.peek(12).await.unwrap(), sent);
+    assert_eq!(
+        e.dlq.peek(12).await.unwrap(),
+        sent,
+        "a second peek sees the same letters"
+    );
+    assert_eq!(e.dlq.peek(3).await.unwrap(), sent[..3]);
+}
+
+#[tokio::test]
+async fn a_poison_body_that_is_not_text_is_dead_lettered_and_read_back_exactly() {
+    let e = emulator().await;
+    let poison = DeadLetter {
+        update_id: None,
+        group: None,
+        reason: "poison".into(),
+        error_class: "poison".into(),
+        attempts: 0,
+        ..letter(0, b"\xff\xfe\x00 not an update")
+    };
+    e.dlq.dead_letter(&poison).await.unwrap();
+    let received = e
+        .sqs
+        .receive_message()
+        .queue_url(&e.dlq_url)
+        .message_attribute_names("All")
+        .visibility_timeout(0)
+        .send()
+        .await
+        .unwrap()
+        .messages
+        .unwrap_or_default();
+    let encoding = received[0]
+        .message_attributes
+        .as_ref()
+        .and_then(|a| a.get("body_encoding"))
+        .and_then(|v| v.string_value());
+    assert_eq!(encoding, Some("base64"));
+    assert_eq!(e.dlq.peek(10).await.unwrap(), vec![poison]);
+}
+
+#[tokio::test]
+async fn a_secure_string_parameter_is_read_decrypted() {
+    let e = emulator().await;
+    let name = format!("/tgq/test/{}", fresh_key().update_id);
+    e.ssm
+        .put_parameter()
+        .name(&name)
+        .value("123:token")
+        .r#type(ParameterType::SecureString)
+        .send()
+        .await
+        .unwrap();
+    let secret = resolve_secret(&e.ssm, SecretSource::Parameter(name))
+        .await
+        .unwrap();
+    assert_eq!(secret.expose_secret(), "123:token");
+
+    let given = resolve_secret(&e.ssm, SecretSource::Value(SecretString::from("direct")))
+        .await
+        .unwrap();
+    assert_eq!(given.expose_secret(), "direct");
+}
+
+#[tokio::test]
+async fn a_missing_parameter_is_named_and_not_retried() {
+    let e = emulator().await;
+    let err = resolve_secret(&e.ssm, SecretSource::Parameter("/tgq/absent".into()))
+        .await
+        .unwrap_err();
+    assert_eq!(err.name, "/tgq/absent");
+    assert!(
+        matches!(err.source, PortError::Rejected { .. }),
+        "{:?}",
+        err.source
+    );
+}

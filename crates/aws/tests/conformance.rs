@@ -1,0 +1,5 @@
+//! The port conformance suite against the AWS adapters on moto server (see `common`).
+
+mod common;
+
+tgq_conformance::conformance_tests!(async { common::emulator().await.adapters() });

@@ -1,0 +1,208 @@
+//! The ports of `tgq-core` on the embedded store: writes go through the group-committing writer,
+//! reads use snapshot read transactions on the blocking pool.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use redb::{Database, ReadableDatabase};
+use tgq_core::ids::RecordKey;
+use tgq_core::ports::{
+    Claim, ClaimRequest, DeadLetter, DeadLetterReader, DeadLetters, Inserted, OutgoingMessage,
+    QueueConsumer, QueueRecord, ReceiptHandle, RecordReader, Settlement, UpdateLedger, UpdateQueue,
+    UpdateStore, Visibility,
+};
+use tgq_core::record::{ActionIntent, Timestamp, UpdateRecord};
+use tgq_core::PortError;
+
+use crate::schema::{decode_record, RECORDS};
+use crate::{read_dead_letters, EmbeddedStore, StoreError};
+
+/// How often a waiting receive looks again without being woken: visibility timeouts end by
+/// themselves, and nothing announces it.
+const RECEIVE_POLL: Duration = Duration::from_millis(20);
+
+/// A store failure at a port: unreadable data is refused, anything else may pass.
+fn port_error(what: &'static str, error: StoreError) -> PortError {
+    match error {
+        StoreError::Corrupt { .. } => PortError::rejected(what, error),
+        other => PortError::unavailable(what, other),
+    }
+}
+
+/// Runs a read on the blocking pool.
+async fn read<T, F>(db: &Arc<Database>, what: &'static str, f: F) -> Result<T, PortError>
+where
+    T: Send + 'static,
+    F: FnOnce(&Database) -> Result<T, StoreError> + Send + 'static,
+{
+    let db = db.clone();
+    tokio::task::spawn_blocking(move || f(&db))
+        .await
+        .map_err(|e| PortError::unavailable(what, e))?
+        .map_err(|e| port_error(what, e))
+}
+
+#[async_trait]
+impl UpdateStore for EmbeddedStore {
+    async fn insert(&self, record: &UpdateRecord, now: Timestamp) -> Result<Inserted, PortError> {
+        let record = record.clone();
+        self.writer
+            .run("store insert", move |tx| tx.insert(&record, now))
+            .await
+    }
+
+    async fn mark_queued(&self, key: &RecordKey) -> Result<(), PortError> {
+        let key = key.clone();
+        self.writer
+            .run("store mark_queued", move |tx| tx.mark_queued(&key))
+            .await
+    }
+}
+
+#[async_trait]
+impl UpdateLedger for EmbeddedStore {
+    async fn claim(&self, request: &ClaimRequest) -> Result<Claim, PortError> {
+        let request = request.clone();
+        self.writer
+            .run("store claim", move |tx| tx.claim(&request))
+            .await
+    }
+
+    async fn record_intent(&self, key: &RecordKey, intent: &ActionIntent) -> Result<(), PortError> {
+        let (key, intent) = (key.clone(), intent.clone());
+        self.writer
+            .run("store record_intent", move |tx| {
+                tx.record_intent(&key, &intent)
+            })
+            .await
+    }
+
+    async fn record_result(
+        &self,
+        key: &RecordKey,
+        seq: u32,
+        result: &str,
+    ) -> Result<(), PortError> {
+        let (key, result) = (key.clone(), result.to_owned());
+        self.writer
+            .run("store record_result", move |tx| {
+                tx.record_result(&key, seq, &result)
+            })
+            .await
+    }
+
+    async fn settle(&self, key: &RecordKey, outcome: &Settlement) -> Result<(), PortError> {
+        let (key, outcome) = (key.clone(), outcome.clone());
+        self.writer
+            .run("store settle", move |tx| tx.settle(&key, &outcome))
+            .await
+    }
+}
+
+#[async_trait]
+impl RecordReader for EmbeddedStore {
+    async fn get(
+        &self,
+        key: &RecordKey,
+        now: Timestamp,
+    ) -> Result<Option<UpdateRecord>, PortError> {
+        let pk = key.pk();
+        let record = read(&self.db, "store get", move |db| {
+            let read = db.begin_read()?;
+            let table = read.open_table(RECORDS)?;
+            let Some(value) = table.get(pk.as_str())? else {
+                return Ok(None);
+            };
+            let record = decode_record(value.value()).map_err(|e| StoreError::Corrupt {
+                what: format!("record {pk}"),
+                reason: e.to_string(),
+            })?;
+            Ok(Some(record))
+        })
+        .await?;
+        Ok(record.filter(|r| !r.is_expired(now)))
+    }
+}
+
+#[async_trait]
+impl UpdateQueue for EmbeddedStore {
+    async fn enqueue(&self, message: &OutgoingMessage) -> Result<(), PortError> {
+        let message = message.clone();
+        self.writer
+            .run("queue send", move |tx| tx.enqueue(&message))
+            .await
+    }
+}
+
+#[async_trait]
+impl Visibility for EmbeddedStore {
+    async fn change_visibility(
+        &self,
+        receipt: &ReceiptHandle,
+        after: Duration,
+    ) -> Result<(), PortError> {
+        let receipt = receipt.clone();
+        self.writer
+            .run("queue change_visibility", move |tx| {
+                tx.change_visibility(&receipt, after)
+            })
+            .await
+    }
+}
+
+#[async_trait]
+impl QueueConsumer for EmbeddedStore {
+    async fn receive(
+        &self,
+        max: usize,
+        visibility: Duration,
+        wait: Duration,
+    ) -> Result<Vec<QueueRecord>, PortError> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            // Registered before looking, so a send committed after the look still wakes us.
+            let woken = self.writer.notify.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            let batch = self
+                .writer
+                .run("queue receive", move |tx| tx.receive(max, visibility))
+                .await?;
+            let now = tokio::time::Instant::now();
+            if !batch.is_empty() || max == 0 || now >= deadline {
+                return Ok(batch);
+            }
+            let nap = (deadline - now).min(RECEIVE_POLL);
+            // Either outcome means "look again": woken by a commit, or the nap is over.
+            let _ = tokio::time::timeout(nap, woken).await;
+        }
+    }
+
+    async fn delete(&self, receipt: &ReceiptHandle) -> Result<(), PortError> {
+        let receipt = receipt.clone();
+        self.writer
+            .run("queue delete", move |tx| tx.delete(&receipt))
+            .await
+    }
+}
+
+#[async_trait]
+impl DeadLetters for EmbeddedStore {
+    async fn dead_letter(&self, letter: &DeadLetter) -> Result<(), PortError> {
+        let letter = letter.clone();
+        self.writer
+            .run("dead-letter send", move |tx| tx.dead_letter(&letter))
+            .await
+    }
+}
+
+#[async_trait]
+impl DeadLetterReader for EmbeddedStore {
+    async fn peek(&self, max: usize) -> Result<Vec<DeadLetter>, PortError> {
+        read(&self.db, "dead-letter peek", move |db| {
+            read_dead_letters(db, max)
+        })
+        .await
+    }
+}

@@ -1,0 +1,316 @@
+//! The FIFO queue, with SQS FIFO's semantics as the in-memory queue defines them: message groups (a
+//! group with a message in flight delivers nothing else), visibility timeouts, receive counts, a
+//! 5-minute dedup window, and redrive to the dead letters after `max_receive_count` receives.
+//!
+//! The tables are the truth; the writer thread also keeps an index of every message's state (no
+//! bodies) in memory, loaded at open, so a receive plans its deliveries without reading the tables.
+//! The index changes only inside the writer's transactions and is reloaded if one fails.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::time::Duration;
+
+use bytes::Bytes;
+use redb::{Database, ReadableDatabase, ReadableTable};
+use tgq_core::envelope::Envelope;
+use tgq_core::ids::{BotId, MessageGroupId};
+use tgq_core::ports::{DeadLetter, OutgoingMessage, QueueRecord, ReceiptHandle};
+use tgq_core::record::Timestamp;
+
+use crate::schema::{
+    counter, encode_letter, seq, QueuedMessage, DEAD, DEDUP, DEDUP_BY_TIME, QUEUE, QUEUE_BODIES,
+};
+use crate::writer::{OpError, Tx};
+use crate::StoreError;
+
+/// SQS FIFO drops a message whose deduplication id was seen within this window.
+pub const DEDUP_WINDOW: Duration = Duration::from_secs(300);
+
+/// Every message's state by send sequence, and which of them have been delivered.
+#[derive(Default)]
+pub(crate) struct QueueIndex {
+    messages: BTreeMap<u64, QueuedMessage>,
+    /// Sequences of messages with a receipt: the only ones that can be in flight.
+    delivered: BTreeSet<u64>,
+}
+
+/// What one receive will do.
+struct Plan {
+    deliver: Vec<u64>,
+    redrive: Vec<u64>,
+}
+
+impl QueueIndex {
+    /// Reads the index from the committed queue table.
+    pub(crate) fn load(db: &Database) -> Result<Self, StoreError> {
+        let read = db.begin_read()?;
+        let table = read.open_table(QUEUE)?;
+        let mut index = Self::default();
+        for entry in table.range::<u64>(..)? {
+            let (seq, value) = entry?;
+            let message: QueuedMessage =
+                serde_json::from_slice(value.value()).map_err(|e| StoreError::Corrupt {
+                    what: format!("queue message {}", seq.value()),
+                    reason: e.to_string(),
+                })?;
+            index.insert(seq.value(), message);
+        }
+        Ok(index)
+    }
+
+    fn insert(&mut self, seq: u64, message: QueuedMessage) {
+        if message.receipt.is_some() {
+            self.delivered.insert(seq);
+        }
+        self.messages.insert(seq, message);
+    }
+
+    fn remove(&mut self, seq: u64) -> Option<QueuedMessage> {
+        self.delivered.remove(&seq);
+        self.messages.remove(&seq)
+    }
+
+    /// The message whose latest delivery has this receipt.
+    fn by_receipt(&self, receipt: &ReceiptHandle) -> Option<u64> {
+        let seq = parse_receipt(&receipt.0)?;
+        let message = self.messages.get(&seq)?;
+        (message.receipt.as_deref() == Some(receipt.0.as_str())).then_some(seq)
+    }
+
+    /// Walks the queue in send order: a group with a message in flight is skipped, a hidden message
+    /// holds back the rest of its group, a message received `limit` times is redriven, and the rest
+    /// are delivered, several of one group in order if they come up.
+    fn plan(&self, now: Timestamp, max: usize, limit: u32) -> Plan {
+        let mut blocked: HashSet<&str> = self
+            .delivered
+            .iter()
+            .filter_map(|seq| self.messages.get(seq))
+            .filter(|m| m.in_flight(now))
+            .map(|m| m.group.as_str())
+            .collect();
+        let mut plan = Plan {
+            deliver: Vec::new(),
+            redrive: Vec::new(),
+        };
+        for (seq, message) in &self.messages {
+            if plan.deliver.len() >= max {
+                break;
+            }
+            if blocked.contains(message.group.as_str()) {
+                continue;
+            }
+            if message.visible_at > now.0 {
+                blocked.insert(message.group.as_str());
+                continue;
+            }
+            if message.receive_count >= limit {
+                plan.redrive.push(*seq);
+                continue;
+            }
+            plan.deliver.push(*seq);
+        }
+        plan
+    }
+
+    /// Counts for [`crate::StoreStats`]: `(pending, in flight, oldest send time)`.
+    pub(crate) fn census(
+        messages: impl Iterator<Item = QueuedMessage>,
+        now: Timestamp,
+    ) -> (u64, u64, Option<Timestamp>) {
+        let (mut pending, mut in_flight, mut oldest) = (0, 0, None::<u64>);
+        for message in messages {
+            if message.in_flight(now) {
+                in_flight += 1;
+            } else {
+                pending += 1;
+            }
+            oldest = Some(oldest.map_or(message.sent_at, |o| o.min(message.sent_at)));
+        }
+        (pending, in_flight, oldest.map(Timestamp))
+    }
+}
+
+/// The queue's id of a message.
+fn message_id(seq: u64) -> String {
+    format!("m-{seq}")
+}
+
+/// A receipt names the message and the delivery (its receive count), so each receive gets a new one.
+fn receipt_for(seq: u64, receive_count: u32) -> String {
+    format!("{seq}.{receive_count}")
+}
+
+fn parse_receipt(receipt: &str) -> Option<u64> {
+    receipt.split_once('.')?.0.parse().ok()
+}
+
+fn encode_message(message: &QueuedMessage) -> Result<Vec<u8>, OpError> {
+    serde_json::to_vec(message).map_err(|e| OpError::Fatal(format!("encoding a message: {e}")))
+}
+
+impl Tx<'_> {
+    /// Sends one message unless its dedup id was sent within the window.
+    pub(crate) fn enqueue(&mut self, message: &OutgoingMessage) -> Result<(), OpError> {
+        let now = self.settings.clock.now();
+        self.forget_old_dedup_ids(now)?;
+        if self.table(DEDUP)?.get(message.dedup_id.as_str())?.is_some() {
+            return Ok(());
+        }
+        self.table_mut(DEDUP)?
+            .insert(message.dedup_id.as_str(), now.0)?;
+        self.table_mut(DEDUP_BY_TIME)?
+            .insert((now.0, message.dedup_id.as_str()), ())?;
+        let seq = self.next_in(seq::QUEUE)?;
+        let queued = QueuedMessage {
+            group: message.group_id.as_str().to_owned(),
+            sent_at: now.0,
+            visible_at: now.0,
+            receive_count: 0,
+            receipt: None,
+        };
+        self.table_mut(QUEUE)?
+            .insert(seq, encode_message(&queued)?.as_slice())?;
+        self.table_mut(QUEUE_BODIES)?
+            .insert(seq, message.body.as_ref())?;
+        self.queue.insert(seq, queued);
+        self.wake_receivers();
+        Ok(())
+    }
+
+    /// Drops dedup ids sent `DEDUP_WINDOW` or longer ago.
+    fn forget_old_dedup_ids(&mut self, now: Timestamp) -> Result<(), OpError> {
+        let window = u64::try_from(DEDUP_WINDOW.as_millis()).unwrap_or(u64::MAX);
+        let Some(cutoff) = now.0.checked_sub(window) else {
+            return Ok(());
+        };
+        let old: Vec<(u64, String)> = self
+            .table(DEDUP_BY_TIME)?
+            .range::<(u64, &str)>(..(cutoff.saturating_add(1), ""))?
+            .map(|entry| entry.map(|(key, _)| (key.value().0, key.value().1.to_owned())))
+            .collect::<Result<_, _>>()?;
+        if old.is_empty() {
+            return Ok(());
+        }
+        let mut by_time = self.table_mut(DEDUP_BY_TIME)?;
+        let mut by_id = self.table_mut(DEDUP)?;
+        for (sent_at, id) in &old {
+            by_time.remove((*sent_at, id.as_str()))?;
+            by_id.remove(id.as_str())?;
+        }
+        Ok(())
+    }
+
+    /// Delivers up to `max` messages, hiding each for `visibility`; redrives those received too often.
+    pub(crate) fn receive(
+        &mut self,
+        max: usize,
+        visibility: Duration,
+    ) -> Result<Vec<QueueRecord>, OpError> {
+        let now = self.settings.clock.now();
+        let plan = self.queue.plan(now, max, self.settings.max_receive_count);
+        for seq in &plan.redrive {
+            self.redrive(*seq)?;
+        }
+        if plan.deliver.is_empty() {
+            return Ok(Vec::new());
+        }
+        let visible_at = now.plus(visibility).0;
+        let mut metas = self.table_mut(QUEUE)?;
+        let bodies = self.table(QUEUE_BODIES)?;
+        let mut delivered = Vec::with_capacity(plan.deliver.len());
+        for seq in plan.deliver {
+            let body = bodies
+                .get(seq)?
+                .map(|b| Bytes::copy_from_slice(b.value()))
+                .ok_or_else(|| OpError::Fatal(format!("the body of message {seq} is missing")))?;
+            let Some(message) = self.queue.messages.get_mut(&seq) else {
+                continue;
+            };
+            message.receive_count += 1;
+            message.visible_at = visible_at;
+            let receipt = receipt_for(seq, message.receive_count);
+            message.receipt = Some(receipt.clone());
+            metas.insert(seq, encode_message(message)?.as_slice())?;
+            delivered.push(QueueRecord {
+                message_id: message_id(seq),
+                receipt: ReceiptHandle(receipt),
+                body,
+                group_id: message.group.clone(),
+                receive_count: message.receive_count,
+            });
+            self.queue.delivered.insert(seq);
+        }
+        Ok(delivered)
+    }
+
+    /// Moves a message that was received `max_receive_count` times to the dead letters.
+    fn redrive(&mut self, seq: u64) -> Result<(), OpError> {
+        let Some(message) = self.queue.remove(seq) else {
+            return Ok(());
+        };
+        self.table_mut(QUEUE)?.remove(seq)?;
+        let body = self
+            .table_mut(QUEUE_BODIES)?
+            .remove(seq)?
+            .map(|b| Bytes::copy_from_slice(b.value()))
+            .unwrap_or_default();
+        let letter = redriven_letter(&message, body, self.settings.max_receive_count);
+        let value = encode_letter(&letter).map_err(|e| OpError::Fatal(e.to_string()))?;
+        let id = self.next_in(seq::DEAD)?;
+        self.table_mut(DEAD)?.insert(id, value.as_slice())?;
+        self.bump(counter::DEAD_LETTERED)
+    }
+
+    /// Shows a held message again after `after`.
+    pub(crate) fn change_visibility(
+        &mut self,
+        receipt: &ReceiptHandle,
+        after: Duration,
+    ) -> Result<(), OpError> {
+        let seq = self
+            .queue
+            .by_receipt(receipt)
+            .ok_or_else(|| OpError::Rejected("receipt handle is not current".into()))?;
+        let now = self.settings.clock.now();
+        let mut metas = self.table_mut(QUEUE)?;
+        if let Some(message) = self.queue.messages.get_mut(&seq) {
+            message.visible_at = now.plus(after).0;
+            metas.insert(seq, encode_message(message)?.as_slice())?;
+        }
+        self.wake_receivers();
+        Ok(())
+    }
+
+    /// Deletes the message whose latest delivery has this receipt; an outdated receipt deletes nothing.
+    pub(crate) fn delete(&mut self, receipt: &ReceiptHandle) -> Result<(), OpError> {
+        let Some(seq) = self.queue.by_receipt(receipt) else {
+            return Ok(());
+        };
+        self.table_mut(QUEUE)?.remove(seq)?;
+        self.table_mut(QUEUE_BODIES)?.remove(seq)?;
+        self.queue.remove(seq);
+        self.wake_receivers();
+        Ok(())
+    }
+}
+
+/// A message the redrive policy moved: the worker never deleted it within the receive limit.
+fn redriven_letter(message: &QueuedMessage, body: Bytes, limit: u32) -> DeadLetter {
+    let (bot_id, group) = match MessageGroupId::parse(&message.group) {
+        Ok((bot, group)) => (bot, Some(group)),
+        Err(_) => (unknown_bot(), None),
+    };
+    DeadLetter {
+        bot_id,
+        update_id: Envelope::parse(&body).ok().map(|e| e.update_id),
+        group,
+        body,
+        reason: "max_receive_count".into(),
+        error_class: "transient".into(),
+        error: format!("received {limit} times without being deleted"),
+        attempts: 0,
+    }
+}
+
+fn unknown_bot() -> BotId {
+    BotId::new("unknown").expect("`unknown` is a valid bot id")
+}

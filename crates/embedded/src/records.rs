@@ -1,0 +1,210 @@
+//! Update records: the webhook's conditional insert, the worker's claim/record/settle, and the
+//! outbox and dead letters, as operations of the writer. The rules are the in-memory store's.
+
+use std::time::Duration;
+
+use redb::ReadableTable;
+use tgq_core::ids::RecordKey;
+use tgq_core::ports::{Claim, ClaimRequest, Claimed, DeadLetter, Inserted, Settlement};
+use tgq_core::record::{ActionIntent, ActionRecord, Status, Timestamp, UpdateRecord};
+
+use crate::schema::{
+    counter, decode_record, encode_letter, encode_record, StoredOutboxEntry, COUNTERS, DEAD,
+    OUTBOX, RECORDS, RECORD_EXPIRY, SEQUENCES,
+};
+use crate::writer::{OpError, Tx};
+
+impl Tx<'_> {
+    /// The record with this key, expired or not.
+    fn load_record(&self, key: &RecordKey) -> Result<Option<UpdateRecord>, OpError> {
+        let records = self.table(RECORDS)?;
+        let Some(value) = records.get(key.pk().as_str())? else {
+            return Ok(None);
+        };
+        Ok(Some(decode_record(value.value())?))
+    }
+
+    /// Writes a record and keeps the expiry index in step; `previous_expiry` is the stored version's.
+    fn put_record(
+        &mut self,
+        record: &UpdateRecord,
+        previous_expiry: Option<Timestamp>,
+    ) -> Result<(), OpError> {
+        let pk = record.key.pk();
+        let value = encode_record(record).map_err(|e| OpError::Fatal(e.to_string()))?;
+        self.table_mut(RECORDS)?
+            .insert(pk.as_str(), value.as_slice())?;
+        if previous_expiry != Some(record.expires_at) {
+            let mut expiry = self.table_mut(RECORD_EXPIRY)?;
+            if let Some(previous) = previous_expiry {
+                expiry.remove((previous.0, pk.as_str()))?;
+            }
+            expiry.insert((record.expires_at.0, pk.as_str()), ())?;
+        }
+        Ok(())
+    }
+
+    /// Adds one to a durable counter.
+    pub(crate) fn bump(&mut self, name: &str) -> Result<(), OpError> {
+        let mut counters = self.table_mut(COUNTERS)?;
+        let current = counters.get(name)?.map_or(0, |v| v.value());
+        counters.insert(name, current + 1)?;
+        Ok(())
+    }
+
+    /// Takes the next value of a sequence (starting at 1).
+    pub(crate) fn next_in(&mut self, sequence: &str) -> Result<u64, OpError> {
+        let mut sequences = self.table_mut(SEQUENCES)?;
+        let next = sequences.get(sequence)?.map_or(1, |v| v.value());
+        sequences.insert(sequence, next + 1)?;
+        Ok(next)
+    }
+
+    /// Stores a record unless an unexpired one with its key exists.
+    pub(crate) fn insert(
+        &mut self,
+        record: &UpdateRecord,
+        now: Timestamp,
+    ) -> Result<Inserted, OpError> {
+        let existing = self.load_record(&record.key)?;
+        if let Some(existing) = &existing {
+            if !existing.is_expired(now) {
+                self.bump(counter::DUPLICATES)?;
+                return Ok(Inserted::Exists(existing.status));
+            }
+        }
+        self.put_record(record, existing.map(|r| r.expires_at))?;
+        self.bump(counter::RECEIVED)?;
+        Ok(Inserted::New)
+    }
+
+    /// Moves a `RECEIVED` record to `QUEUED`; any other status stays.
+    pub(crate) fn mark_queued(&mut self, key: &RecordKey) -> Result<(), OpError> {
+        let Some(mut record) = self.load_record(key)? else {
+            return Ok(());
+        };
+        if record.status != Status::Received {
+            return Ok(());
+        }
+        record.status = Status::Queued;
+        let expiry = record.expires_at;
+        self.put_record(&record, Some(expiry))
+    }
+
+    /// Takes the lease and counts a run; creates the record from the message when it is missing.
+    pub(crate) fn claim(&mut self, request: &ClaimRequest) -> Result<Claim, OpError> {
+        let stored = self.load_record(&request.key)?;
+        let previous_expiry = stored.as_ref().map(|r| r.expires_at);
+        let mut record = match stored {
+            Some(record) if !record.is_expired(request.now) => record,
+            // The queue is the source of truth when the record is missing (or expired).
+            _ => {
+                let mut created = UpdateRecord::received(
+                    request.key.clone(),
+                    request.group.clone(),
+                    request.payload.clone(),
+                    request.now,
+                    Duration::ZERO,
+                );
+                created.expires_at = request.expires_at;
+                created
+            }
+        };
+        match (record.status, record.lease_until) {
+            (status, _) if status.is_final() => return Ok(Claim::AlreadyFinal(status)),
+            (Status::Processing, Some(until)) if until > request.now => {
+                return Ok(Claim::Busy(until))
+            }
+            _ => {}
+        }
+        record.status = Status::Processing;
+        record.attempts += 1;
+        record.lease_until = Some(request.lease_until);
+        self.put_record(&record, previous_expiry)?;
+        Ok(Claim::Run(Claimed {
+            attempt: record.attempts,
+            actions: record.actions,
+        }))
+    }
+
+    /// Records an outbound action's intent.
+    pub(crate) fn record_intent(
+        &mut self,
+        key: &RecordKey,
+        intent: &ActionIntent,
+    ) -> Result<(), OpError> {
+        let mut record = self
+            .load_record(key)?
+            .ok_or_else(|| OpError::Rejected("no such record".into()))?;
+        record.actions.insert(
+            intent.seq,
+            ActionRecord {
+                method: intent.method.clone(),
+                at_most_once: intent.at_most_once,
+                result: None,
+            },
+        );
+        let expiry = record.expires_at;
+        self.put_record(&record, Some(expiry))
+    }
+
+    /// Records an action's result.
+    pub(crate) fn record_result(
+        &mut self,
+        key: &RecordKey,
+        seq: u32,
+        result: &str,
+    ) -> Result<(), OpError> {
+        let mut record = self
+            .load_record(key)?
+            .ok_or_else(|| OpError::Rejected("no such action intent".into()))?;
+        let action = record
+            .actions
+            .get_mut(&seq)
+            .ok_or_else(|| OpError::Rejected("no such action intent".into()))?;
+        action.result = Some(result.to_owned());
+        let expiry = record.expires_at;
+        self.put_record(&record, Some(expiry))
+    }
+
+    /// Records how a run ended and releases the lease.
+    pub(crate) fn settle(&mut self, key: &RecordKey, outcome: &Settlement) -> Result<(), OpError> {
+        let mut record = self
+            .load_record(key)?
+            .ok_or_else(|| OpError::Rejected("no such record".into()))?;
+        record.status = outcome.status();
+        record.lease_until = None;
+        record.last_error = match outcome {
+            Settlement::Done => None,
+            Settlement::Retrying { error } | Settlement::Dead { error } => Some(error.clone()),
+        };
+        let expiry = record.expires_at;
+        self.put_record(&record, Some(expiry))?;
+        self.bump(match outcome {
+            Settlement::Done => counter::PROCESSED,
+            Settlement::Retrying { .. } => counter::RETRIED,
+            Settlement::Dead { .. } => counter::DEAD_LETTERED,
+        })
+    }
+
+    /// Appends a letter to the dead letters.
+    pub(crate) fn dead_letter(&mut self, letter: &DeadLetter) -> Result<(), OpError> {
+        let value = encode_letter(letter)?;
+        let id = self.next_in(crate::schema::seq::DEAD)?;
+        self.table_mut(DEAD)?.insert(id, value.as_slice())?;
+        // Handler failures are counted when the record is settled DEAD; poison never reaches a record.
+        if letter.reason == "poison" {
+            self.bump(counter::POISON)?;
+        }
+        Ok(())
+    }
+
+    /// Appends an offline Bot API call to the outbox and returns its id.
+    pub(crate) fn append_outbox(&mut self, entry: &StoredOutboxEntry) -> Result<u64, OpError> {
+        let value = serde_json::to_vec(entry)
+            .map_err(|e| OpError::Rejected(format!("encoding an outbox entry: {e}")))?;
+        let id = self.next_in(crate::schema::seq::OUTBOX)?;
+        self.table_mut(OUTBOX)?.insert(id, value.as_slice())?;
+        Ok(id)
+    }
+}

@@ -1,0 +1,251 @@
+//! The redb tables and how values are laid out in them.
+//!
+//! Values that carry raw bytes (a record's payload, a message or letter body) are framed as
+//! `u32 LE length of the metadata | metadata JSON | raw bytes`, so the bytes come back exactly as they
+//! were received and the metadata stays readable with any JSON tool.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use redb::TableDefinition;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use tgq_core::ids::{BotId, GroupKey, RecordKey, UpdateId};
+use tgq_core::ports::DeadLetter;
+use tgq_core::record::{ActionRecord, Status, Timestamp, UpdateRecord};
+
+/// The layout version written into a new database; a file with another version is refused.
+pub(crate) const SCHEMA_VERSION: u64 = 1;
+
+/// Update records by `RecordKey::pk()`: framed `StoredRecord` + payload.
+pub(crate) const RECORDS: TableDefinition<&str, &[u8]> = TableDefinition::new("records");
+/// `(expires_at, pk)` for every record, so retention finds expired records without a scan.
+pub(crate) const RECORD_EXPIRY: TableDefinition<(u64, &str), ()> =
+    TableDefinition::new("record_expiry");
+/// Queue messages by send sequence: `QueuedMessage` JSON (small, rewritten on every receive).
+pub(crate) const QUEUE: TableDefinition<u64, &[u8]> = TableDefinition::new("queue");
+/// Queue message bodies by send sequence, written once.
+pub(crate) const QUEUE_BODIES: TableDefinition<u64, &[u8]> = TableDefinition::new("queue_bodies");
+/// The dedup window: dedup id → when it was first sent.
+pub(crate) const DEDUP: TableDefinition<&str, u64> = TableDefinition::new("dedup");
+/// The dedup window in time order, `(sent_at, dedup id)`, so forgetting old ids needs no scan.
+pub(crate) const DEDUP_BY_TIME: TableDefinition<(u64, &str), ()> =
+    TableDefinition::new("dedup_by_time");
+/// Dead letters in arrival order: framed `StoredLetter` + body.
+pub(crate) const DEAD: TableDefinition<u64, &[u8]> = TableDefinition::new("dead_letters");
+/// The offline outbox by entry id: `StoredOutboxEntry` JSON.
+pub(crate) const OUTBOX: TableDefinition<u64, &[u8]> = TableDefinition::new("outbox");
+/// Durable totals, by counter name.
+pub(crate) const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters");
+/// Next values of the id sequences, and the schema version.
+pub(crate) const SEQUENCES: TableDefinition<&str, u64> = TableDefinition::new("sequences");
+
+/// Sequence names in [`SEQUENCES`].
+pub(crate) mod seq {
+    /// The layout version of the file.
+    pub(crate) const SCHEMA: &str = "schema";
+    /// Queue send order.
+    pub(crate) const QUEUE: &str = "queue";
+    /// Dead-letter arrival order.
+    pub(crate) const DEAD: &str = "dead";
+    /// Outbox entry ids (also the offline message ids, so they never repeat).
+    pub(crate) const OUTBOX: &str = "outbox";
+}
+
+/// Counter names in [`COUNTERS`].
+pub(crate) mod counter {
+    pub(crate) const RECEIVED: &str = "received";
+    pub(crate) const DUPLICATES: &str = "duplicates";
+    pub(crate) const POISON: &str = "poison";
+    pub(crate) const PROCESSED: &str = "processed";
+    pub(crate) const RETRIED: &str = "retried";
+    pub(crate) const DEAD_LETTERED: &str = "dead_lettered";
+}
+
+/// A stored value that cannot be read back.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CodecError {
+    #[error("stored value is shorter than its frame says")]
+    Truncated,
+    #[error("stored metadata is not valid JSON")]
+    Json(#[from] serde_json::Error),
+    #[error("stored value names an unknown {0}")]
+    Invalid(String),
+}
+
+/// Frames metadata and raw bytes into one value.
+pub(crate) fn frame<M: Serialize>(meta: &M, body: &[u8]) -> Result<Vec<u8>, CodecError> {
+    let meta = serde_json::to_vec(meta)?;
+    let len = u32::try_from(meta.len()).map_err(|_| CodecError::Invalid("frame size".into()))?;
+    let mut out = Vec::with_capacity(4 + meta.len() + body.len());
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(&meta);
+    out.extend_from_slice(body);
+    Ok(out)
+}
+
+/// Splits a framed value into its metadata and its raw bytes.
+pub(crate) fn unframe<M: DeserializeOwned>(value: &[u8]) -> Result<(M, &[u8]), CodecError> {
+    let (len, rest) = value.split_at_checked(4).ok_or(CodecError::Truncated)?;
+    let len = u32::from_le_bytes([len[0], len[1], len[2], len[3]]) as usize;
+    let (meta, body) = rest.split_at_checked(len).ok_or(CodecError::Truncated)?;
+    Ok((serde_json::from_slice(meta)?, body))
+}
+
+/// An update record's fields besides its payload.
+#[derive(Serialize, Deserialize)]
+struct StoredRecord {
+    bot_id: String,
+    update_id: i64,
+    status: String,
+    group: String,
+    received_at: u64,
+    attempts: u32,
+    last_error: Option<String>,
+    lease_until: Option<u64>,
+    actions: BTreeMap<u32, StoredAction>,
+    expires_at: u64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct StoredAction {
+    method: String,
+    at_most_once: bool,
+    result: Option<String>,
+}
+
+/// The stored form of a record.
+pub(crate) fn encode_record(record: &UpdateRecord) -> Result<Vec<u8>, CodecError> {
+    let meta = StoredRecord {
+        bot_id: record.key.bot_id.as_str().to_owned(),
+        update_id: record.key.update_id.0,
+        status: record.status.as_str().to_owned(),
+        group: record.group.as_str().to_owned(),
+        received_at: record.received_at.0,
+        attempts: record.attempts,
+        last_error: record.last_error.clone(),
+        lease_until: record.lease_until.map(|t| t.0),
+        actions: record
+            .actions
+            .iter()
+            .map(|(seq, a)| {
+                let action = StoredAction {
+                    method: a.method.clone(),
+                    at_most_once: a.at_most_once,
+                    result: a.result.clone(),
+                };
+                (*seq, action)
+            })
+            .collect(),
+        expires_at: record.expires_at.0,
+    };
+    frame(&meta, &record.payload)
+}
+
+/// A record read back.
+pub(crate) fn decode_record(value: &[u8]) -> Result<UpdateRecord, CodecError> {
+    let (meta, payload) = unframe::<StoredRecord>(value)?;
+    let bot_id = BotId::new(meta.bot_id).map_err(|e| CodecError::Invalid(e.to_string()))?;
+    let status = meta
+        .status
+        .parse::<Status>()
+        .map_err(|e| CodecError::Invalid(e.to_string()))?;
+    Ok(UpdateRecord {
+        key: RecordKey::new(bot_id, UpdateId(meta.update_id)),
+        status,
+        payload: Bytes::copy_from_slice(payload),
+        group: GroupKey::new(meta.group),
+        received_at: Timestamp(meta.received_at),
+        attempts: meta.attempts,
+        last_error: meta.last_error,
+        lease_until: meta.lease_until.map(Timestamp),
+        actions: meta
+            .actions
+            .into_iter()
+            .map(|(seq, a)| {
+                let action = ActionRecord {
+                    method: a.method,
+                    at_most_once: a.at_most_once,
+                    result: a.result,
+                };
+                (seq, action)
+            })
+            .collect(),
+        expires_at: Timestamp(meta.expires_at),
+    })
+}
+
+/// A queue message's state; its body lives in [`QUEUE_BODIES`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct QueuedMessage {
+    /// `{bot_id}:{group key}`.
+    pub(crate) group: String,
+    /// When it was sent.
+    pub(crate) sent_at: u64,
+    /// Before this instant it is hidden (in flight); a message never received is visible at once.
+    pub(crate) visible_at: u64,
+    /// Deliveries so far.
+    pub(crate) receive_count: u32,
+    /// The handle of its latest delivery; `None` until it is first received.
+    pub(crate) receipt: Option<String>,
+}
+
+impl QueuedMessage {
+    /// Whether a receiver holds it now: delivered and its visibility timeout not yet over.
+    pub(crate) fn in_flight(&self, now: Timestamp) -> bool {
+        self.receipt.is_some() && self.visible_at > now.0
+    }
+}
+
+/// A dead letter's fields besides its body.
+#[derive(Serialize, Deserialize)]
+struct StoredLetter {
+    bot_id: String,
+    update_id: Option<i64>,
+    group: Option<String>,
+    reason: String,
+    error_class: String,
+    error: String,
+    attempts: u32,
+}
+
+/// The stored form of a dead letter.
+pub(crate) fn encode_letter(letter: &DeadLetter) -> Result<Vec<u8>, CodecError> {
+    let meta = StoredLetter {
+        bot_id: letter.bot_id.as_str().to_owned(),
+        update_id: letter.update_id.map(|id| id.0),
+        group: letter.group.as_ref().map(|g| g.as_str().to_owned()),
+        reason: letter.reason.clone(),
+        error_class: letter.error_class.clone(),
+        error: letter.error.clone(),
+        attempts: letter.attempts,
+    };
+    frame(&meta, &letter.body)
+}
+
+/// A dead letter read back.
+pub(crate) fn decode_letter(value: &[u8]) -> Result<DeadLetter, CodecError> {
+    let (meta, body) = unframe::<StoredLetter>(value)?;
+    Ok(DeadLetter {
+        bot_id: BotId::new(meta.bot_id).map_err(|e| CodecError::Invalid(e.to_string()))?,
+        update_id: meta.update_id.map(UpdateId),
+        group: meta.group.map(GroupKey::new),
+        body: Bytes::copy_from_slice(body),
+        reason: meta.reason,
+        error_class: meta.error_class,
+        error: meta.error,
+        attempts: meta.attempts,
+    })
+}
+
+/// One offline Bot API call as the outbox keeps it; the id is the table key.
+#[derive(Serialize, Deserialize)]
+pub(crate) struct StoredOutboxEntry {
+    pub(crate) chat_id: Option<i64>,
+    pub(crate) update_id: Option<i64>,
+    pub(crate) seq: Option<u32>,
+    pub(crate) method: String,
+    pub(crate) text: Option<String>,
+    pub(crate) params: serde_json::Value,
+    pub(crate) at: u64,
+}

@@ -1,0 +1,346 @@
+//! The single writer: one thread owns every write transaction and commits operations in groups.
+//!
+//! Callers queue an operation and await its answer. The thread takes everything queued while its
+//! previous commit was fsyncing, applies it all in one write transaction, commits once with
+//! `Durability::Immediate`, and only then answers each caller. Under concurrent load that turns many
+//! acknowledgements into one fsync (group commit); alone, an operation costs one commit as before.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use redb::{Database, Durability, Key, Table, TableDefinition, Value, WriteTransaction};
+use tgq_core::clock::Clock;
+use tgq_core::PortError;
+use tokio::sync::{oneshot, Notify};
+use tracing::error;
+
+use crate::queue::QueueIndex;
+use crate::schema::CodecError;
+
+/// The most operations applied in one transaction, so one commit's latency stays bounded.
+const MAX_BATCH: usize = 1024;
+
+/// Why one operation failed inside the writer.
+#[derive(Debug)]
+pub(crate) enum OpError {
+    /// The operation itself is refused (unknown receipt, missing record, unreadable value). It is
+    /// raised before the operation writes anything, so the rest of the batch still commits.
+    Rejected(String),
+    /// The transaction can no longer be trusted (I/O, a value that cannot be encoded mid-write):
+    /// every operation of the batch fails and nothing is committed.
+    Fatal(String),
+}
+
+impl From<CodecError> for OpError {
+    fn from(e: CodecError) -> Self {
+        OpError::Rejected(e.to_string())
+    }
+}
+
+macro_rules! fatal_from {
+    ($($t:ty),*) => {$(
+        impl From<$t> for OpError {
+            fn from(e: $t) -> Self {
+                OpError::Fatal(e.to_string())
+            }
+        }
+    )*};
+}
+fatal_from!(
+    redb::StorageError,
+    redb::TableError,
+    redb::TransactionError,
+    redb::CommitError
+);
+
+/// What the writer's operations need besides the transaction.
+pub(crate) struct Settings {
+    /// Receives after which a message is redriven to the dead letters.
+    pub(crate) max_receive_count: u32,
+    /// The time source for sends, receives and visibility.
+    pub(crate) clock: Arc<dyn Clock>,
+}
+
+/// One operation's view of the batch it runs in.
+pub(crate) struct Tx<'t> {
+    txn: &'t WriteTransaction,
+    /// The in-memory index of the queue, kept in step with the queue tables.
+    pub(crate) queue: &'t mut QueueIndex,
+    /// Limits and the clock.
+    pub(crate) settings: &'t Settings,
+    wrote: bool,
+    wake: bool,
+    failure: Option<String>,
+}
+
+impl<'t> Tx<'t> {
+    /// Opens a table to read it.
+    pub(crate) fn table<K: Key + 'static, V: Value + 'static>(
+        &self,
+        definition: TableDefinition<K, V>,
+    ) -> Result<Table<'t, K, V>, OpError> {
+        Ok(self.txn.open_table(definition)?)
+    }
+
+    /// Opens a table to change it: the batch will have to be committed.
+    pub(crate) fn table_mut<K: Key + 'static, V: Value + 'static>(
+        &mut self,
+        definition: TableDefinition<K, V>,
+    ) -> Result<Table<'t, K, V>, OpError> {
+        self.wrote = true;
+        self.table(definition)
+    }
+
+    /// Wakes waiting receivers once the batch is committed: a message may have become deliverable.
+    pub(crate) fn wake_receivers(&mut self) {
+        self.wake = true;
+    }
+}
+
+/// Called with the batch's fate once it is known: `None` when committed (or nothing needed writing).
+type Reply = Box<dyn FnOnce(Option<&str>) + Send>;
+/// An operation: runs inside the batch (or is told the batch already failed) and leaves a reply.
+type Job = Box<dyn FnOnce(Option<&mut Tx<'_>>) -> Reply + Send>;
+
+/// The handle callers use to reach the writer thread.
+pub(crate) struct Writer {
+    sender: Option<mpsc::Sender<Job>>,
+    thread: Option<JoinHandle<()>>,
+    stats: Arc<CommitStats>,
+    /// Woken after a commit that may have made a message deliverable.
+    pub(crate) notify: Arc<Notify>,
+}
+
+/// How many commits the writer made and how many operations they carried.
+#[derive(Default)]
+pub(crate) struct CommitStats {
+    pub(crate) commits: AtomicU64,
+    pub(crate) ops: AtomicU64,
+}
+
+impl Writer {
+    /// Starts the writer thread over an open database.
+    pub(crate) fn start(
+        db: Arc<Database>,
+        queue: QueueIndex,
+        settings: Settings,
+    ) -> std::io::Result<Self> {
+        let (sender, receiver) = mpsc::channel::<Job>();
+        let stats = Arc::new(CommitStats::default());
+        let notify = Arc::new(Notify::new());
+        let mut state = WriterThread {
+            db,
+            queue: Some(queue),
+            settings,
+            stats: stats.clone(),
+            notify: notify.clone(),
+        };
+        let thread = std::thread::Builder::new()
+            .name("tgq-store-writer".into())
+            .spawn(move || state.run(&receiver))?;
+        Ok(Self {
+            sender: Some(sender),
+            thread: Some(thread),
+            stats,
+            notify,
+        })
+    }
+
+    /// Runs `op` in the next batch and answers once that batch is durable.
+    pub(crate) async fn run<T, F>(&self, what: &'static str, op: F) -> Result<T, PortError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Tx<'_>) -> Result<T, OpError> + Send + 'static,
+    {
+        let (answer, answered) = oneshot::channel();
+        let job: Job = Box::new(move |tx| {
+            let outcome = match tx {
+                Some(tx) => {
+                    let outcome = op(tx);
+                    if let Err(OpError::Fatal(reason)) = &outcome {
+                        tx.failure = Some(reason.clone());
+                    }
+                    outcome
+                }
+                None => Err(OpError::Fatal(
+                    "an earlier operation failed the batch".into(),
+                )),
+            };
+            Box::new(move |batch_failure| {
+                let result = match (batch_failure, outcome) {
+                    (Some(failure), _) => Err(PortError::unavailable(what, failure.to_owned())),
+                    (None, Ok(value)) => Ok(value),
+                    (None, Err(OpError::Rejected(reason))) => {
+                        Err(PortError::rejected(what, reason))
+                    }
+                    (None, Err(OpError::Fatal(reason))) => {
+                        Err(PortError::unavailable(what, reason))
+                    }
+                };
+                // The caller may have stopped waiting (a cancelled request); the work is done anyway.
+                let _ = answer.send(result);
+            })
+        });
+        let sender = self
+            .sender
+            .as_ref()
+            .ok_or_else(|| PortError::unavailable(what, "the store is closed"))?;
+        sender
+            .send(job)
+            .map_err(|_| PortError::unavailable(what, "the store writer has stopped"))?;
+        answered
+            .await
+            .map_err(|_| PortError::unavailable(what, "the store writer has stopped"))?
+    }
+
+    /// Commits made so far.
+    pub(crate) fn commits(&self) -> u64 {
+        self.stats.commits.load(Ordering::Relaxed)
+    }
+
+    /// Operations carried by those commits.
+    pub(crate) fn ops_committed(&self) -> u64 {
+        self.stats.ops.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Writer {
+    /// Lets the thread finish what is queued and waits for it, so the database file is closed (and
+    /// its lock released) when the store is dropped.
+    fn drop(&mut self) {
+        drop(self.sender.take());
+        if let Some(thread) = self.thread.take() {
+            if thread.join().is_err() {
+                error!("the store writer thread panicked");
+            }
+        }
+    }
+}
+
+struct WriterThread {
+    db: Arc<Database>,
+    /// `None` after a failed batch until the index is reloaded from what was last committed.
+    queue: Option<QueueIndex>,
+    settings: Settings,
+    stats: Arc<CommitStats>,
+    notify: Arc<Notify>,
+}
+
+impl WriterThread {
+    fn run(&mut self, receiver: &mpsc::Receiver<Job>) {
+        // Blocks for the first operation, then takes whatever else queued up meanwhile.
+        while let Ok(first) = receiver.recv() {
+            let mut jobs = vec![first];
+            while jobs.len() < MAX_BATCH {
+                match receiver.try_recv() {
+                    Ok(job) => jobs.push(job),
+                    Err(_) => break,
+                }
+            }
+            self.run_batch(jobs);
+        }
+    }
+
+    fn run_batch(&mut self, jobs: Vec<Job>) {
+        let count = jobs.len() as u64;
+        let (replies, outcome) = self.apply(jobs);
+        let wake = match &outcome {
+            Ok(Applied::Committed { wake }) => {
+                self.stats.commits.fetch_add(1, Ordering::Relaxed);
+                self.stats.ops.fetch_add(count, Ordering::Relaxed);
+                *wake
+            }
+            Ok(Applied::ReadOnly) => false,
+            Err(failure) => {
+                error!(error = %failure, operations = count, "store batch failed; nothing committed");
+                // The index may hold changes the aborted transaction never made durable.
+                self.queue = None;
+                false
+            }
+        };
+        let failure = outcome.as_ref().err().map(String::as_str);
+        for reply in replies {
+            reply(failure);
+        }
+        if wake {
+            self.notify.notify_waiters();
+        }
+    }
+
+    fn apply(&mut self, jobs: Vec<Job>) -> (Vec<Reply>, Result<Applied, String>) {
+        let fail_all = |jobs: Vec<Job>, failure: String| {
+            let replies = jobs.into_iter().map(|job| job(None)).collect();
+            (replies, Err(failure))
+        };
+        let mut queue = match self.queue.take() {
+            Some(queue) => queue,
+            None => match QueueIndex::load(&self.db) {
+                Ok(queue) => queue,
+                Err(e) => return fail_all(jobs, format!("reloading the queue index: {e}")),
+            },
+        };
+        let mut txn = match self.db.begin_write() {
+            Ok(txn) => txn,
+            Err(e) => {
+                self.queue = Some(queue);
+                return fail_all(jobs, e.to_string());
+            }
+        };
+        if let Err(e) = txn.set_durability(Durability::Immediate) {
+            self.queue = Some(queue);
+            return fail_all(jobs, e.to_string());
+        }
+        let mut replies = Vec::with_capacity(jobs.len());
+        let (wrote, wake, failure) = {
+            let mut tx = Tx {
+                txn: &txn,
+                queue: &mut queue,
+                settings: &self.settings,
+                wrote: false,
+                wake: false,
+                failure: None,
+            };
+            for job in jobs {
+                // Once an operation has failed the transaction, the rest are only told so.
+                let reply = if tx.failure.is_some() {
+                    job(None)
+                } else {
+                    job(Some(&mut tx))
+                };
+                replies.push(reply);
+            }
+            (tx.wrote, tx.wake, tx.failure)
+        };
+        let outcome = match failure {
+            Some(reason) => {
+                if let Err(e) = txn.abort() {
+                    error!(error = %e, "aborting a failed store batch");
+                }
+                Err(reason)
+            }
+            None if !wrote => {
+                // Nothing changed (an empty receive, a duplicate send): no fsync needed.
+                let _ = txn.abort();
+                Ok(Applied::ReadOnly)
+            }
+            None => txn
+                .commit()
+                .map(|()| Applied::Committed { wake })
+                .map_err(|e| e.to_string()),
+        };
+        if outcome.is_ok() {
+            self.queue = Some(queue);
+        }
+        (replies, outcome)
+    }
+}
+
+/// What a batch came to.
+enum Applied {
+    /// Committed durably; `wake` if receivers may find something new.
+    Committed { wake: bool },
+    /// Nothing was written, so nothing was committed.
+    ReadOnly,
+}

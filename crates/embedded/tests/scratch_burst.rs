@@ -1,0 +1,842 @@
+//! Behaviour of the embedded store beyond the port conformance suite: durability across a reopen,
+//! redrive, strict group order, group commit, the dedup window, retention, the file lock, the
+//! offline outbox and the counters.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use serde_json::json;
+use tgq_core::bot_api::types::Message;
+use tgq_core::clock::{Clock, ManualClock, SystemClock};
+use tgq_core::ids::{BotId, GroupKey, RecordKey, UpdateId};
+use tgq_core::ports::{
+    Claim, ClaimRequest, DeadLetter, DeadLetters, Inserted, OutgoingMessage, QueueConsumer,
+    QueueRecord, RecordReader, Settlement, UpdateLedger, UpdateQueue, UpdateStore, Visibility,
+};
+use tgq_core::record::{Timestamp, UpdateRecord};
+use tgq_core::telegram::BotApi;
+use tgq_core::PortError;
+use tgq_embedded::{
+    Counters, EmbeddedStore, OfflineBotApi, Purged, StoreError, StoreOptions, FILE_NAME,
+};
+
+const START: Timestamp = Timestamp(1_700_000_000_000);
+const DAY: Duration = Duration::from_secs(86_400);
+const NO_WAIT: Duration = Duration::ZERO;
+
+fn bot() -> BotId {
+    BotId::new("demo").expect("valid id")
+}
+
+fn key(update_id: i64) -> RecordKey {
+    RecordKey::new(bot(), UpdateId(update_id))
+}
+
+fn message(group: &str, update_id: i64) -> OutgoingMessage {
+    OutgoingMessage::for_update(
+        &key(update_id),
+        &GroupKey::new(group),
+        Bytes::from(format!(
+            r#"{{"update_id":{update_id},"message":{{"chat":{{"id":{group}}}}}}}"#
+        )),
+    )
+}
+
+fn record(update_id: i64, now: Timestamp, ttl: Duration) -> UpdateRecord {
+    let m = message("1", update_id);
+    UpdateRecord::received(key(update_id), GroupKey::new("1"), m.body, now, ttl)
+}
+
+fn claim_request(record: &UpdateRecord, now: Timestamp) -> ClaimRequest {
+    ClaimRequest {
+        key: record.key.clone(),
+        group: record.group.clone(),
+        payload: record.payload.clone(),
+        now,
+        lease_until: now.plus(Duration::from_secs(30)),
+        expires_at: now.plus(DAY),
+    }
+}
+
+fn open(dir: &Path, clock: &ManualClock, max_receive_count: u32) -> Arc<EmbeddedStore> {
+    let options = StoreOptions {
+        ttl: DAY,
+        max_receive_count,
+        clock: Arc::new(clock.clone()),
+    };
+    EmbeddedStore::open(dir, options).expect("open the store")
+}
+
+async fn receive(store: &EmbeddedStore, max: usize, visibility: Duration) -> Vec<QueueRecord> {
+    store
+        .receive(max, visibility, NO_WAIT)
+        .await
+        .expect("receive")
+}
+
+fn bodies(records: &[QueueRecord]) -> Vec<Bytes> {
+    records.iter().map(|r| r.body.clone()).collect()
+}
+
+#[tokio::test]
+async fn messages_survive_a_reopen_with_their_visibility_and_receive_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::at(START);
+    let store = open(dir.path(), &clock, 30);
+    let (m1, m2) = (message("7", 1), message("7", 2));
+    store.enqueue(&m1).await.unwrap();
+    store.enqueue(&m2).await.unwrap();
+    let held = receive(&store, 1, Duration::from_secs(60)).await;
+    assert_eq!(
+        (held[0].body.clone(), held[0].receive_count),
+        (m1.body.clone(), 1)
+    );
+    let leased = record(1, START, DAY);
+    store.insert(&leased, START).await.unwrap();
+    store.claim(&claim_request(&leased, START)).await.unwrap();
+    drop(store);
+
+    let store = open(dir.path(), &clock, 30);
+    assert!(
+        receive(&store, 10, Duration::from_secs(60))
+            .await
+            .is_empty(),
+        "a message in flight before the reopen must stay hidden, and hold back its group"
+    );
+    clock.advance(Duration::from_secs(61));
+    let again = receive(&store, 10, Duration::from_secs(60)).await;
+    assert_eq!(bodies(&again), vec![m1.body.clone(), m2.body.clone()]);
+    assert_eq!((again[0].receive_count, again[1].receive_count), (2, 1));
+    assert!(
+        store
+            .change_visibility(&held[0].receipt, NO_WAIT)
+            .await
+            .is_err(),
+        "the receipt of an earlier delivery must no longer be current"
+    );
+    let recovered = store
+        .claim(&claim_request(&leased, clock.now()))
+        .await
+        .unwrap();
+    assert!(
+        matches!(recovered, Claim::Run(ref c) if c.attempt == 2),
+        "a lease that expired across the reopen must be claimable: {recovered:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_message_received_max_receive_count_times_is_redriven_to_dead_letters() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::at(START);
+    let store = open(dir.path(), &clock, 3);
+    let (crashing, next) = (message("5", 10), message("5", 11));
+    store.enqueue(&crashing).await.unwrap();
+    store.enqueue(&next).await.unwrap();
+    for expected in 1..=3 {
+        let got = receive(&store, 1, Duration::from_secs(30)).await;
+        assert_eq!(
+            (got[0].body.clone(), got[0].receive_count),
+            (crashing.body.clone(), expected)
+        );
+        store
+            .change_visibility(&got[0].receipt, NO_WAIT)
+            .await
+            .unwrap();
+    }
+    let after = receive(&store, 10, Duration::from_secs(30)).await;
+    assert_eq!(
+        bodies(&after),
+        vec![next.body.clone()],
+        "the group goes on without it"
+    );
+
+    let letters = store.dead_letters(10).unwrap();
+    assert_eq!(letters.len(), 1);
+    let letter = &letters[0];
+    assert_eq!(
+        (
+            letter.reason.as_str(),
+            letter.body.clone(),
+            letter.update_id,
+            letter.group.clone()
+        ),
+        (
+            "max_receive_count",
+            crashing.body.clone(),
+            Some(UpdateId(10)),
+            Some(GroupKey::new("5"))
+        )
+    );
+    assert_eq!(letter.bot_id, bot());
+    assert_eq!(store.counters().unwrap().dead_lettered, 1);
+    let stats = store.stats(clock.now()).unwrap();
+    assert_eq!((stats.dead, stats.pending, stats.in_flight), (1, 0, 1));
+}
+
+#[tokio::test]
+async fn order_within_a_group_is_strict_after_a_visibility_expiry() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::at(START);
+    let store = open(dir.path(), &clock, 30);
+    let (g1, g2, g3, other) = (
+        message("9", 1),
+        message("9", 2),
+        message("9", 3),
+        message("8", 4),
+    );
+    for m in [&g1, &g2, &g3, &other] {
+        store.enqueue(m).await.unwrap();
+    }
+    let ten = Duration::from_secs(10);
+    assert_eq!(
+        bodies(&receive(&store, 1, ten).await),
+        vec![g1.body.clone()]
+    );
+    let meanwhile = receive(&store, 10, ten).await;
+    assert_eq!(
+        bodies(&meanwhile),
+        vec![other.body.clone()],
+        "group 9 is held by g1"
+    );
+    store.delete(&meanwhile[0].receipt).await.unwrap();
+
+    // g1's holder died: once its visibility ends, g1 comes back first, then the rest in order.
+    clock.advance(Duration::from_secs(11));
+    let batch = receive(&store, 10, ten).await;
+    assert_eq!(
+        bodies(&batch),
+        vec![g1.body.clone(), g2.body.clone(), g3.body.clone()]
+    );
+    assert_eq!(batch[0].receive_count, 2);
+
+    // g1 fails with a 30 s backoff; the later ones are released at once (skip_group_on_error).
+    store
+        .change_visibility(&batch[0].receipt, Duration::from_secs(30))
+        .await
+        .unwrap();
+    store
+        .change_visibility(&batch[1].receipt, NO_WAIT)
+        .await
+        .unwrap();
+    store
+        .change_visibility(&batch[2].receipt, NO_WAIT)
+        .await
+        .unwrap();
+    clock.advance(Duration::from_secs(11));
+    assert!(
+        receive(&store, 10, ten).await.is_empty(),
+        "g2 must not overtake g1 while g1 waits out its backoff"
+    );
+    clock.advance(Duration::from_secs(20));
+    let resumed = receive(&store, 10, ten).await;
+    assert_eq!(
+        bodies(&resumed),
+        vec![g1.body.clone(), g2.body.clone(), g3.body.clone()]
+    );
+    assert_eq!(
+        resumed.iter().map(|r| r.receive_count).collect::<Vec<_>>(),
+        vec![3, 2, 2]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_inserts_share_commits() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = EmbeddedStore::open(dir.path(), StoreOptions::default()).unwrap();
+    let now = SystemClock.now();
+    let (commits_before, ops_before) = (store.commits(), store.ops_committed());
+    let tasks: Vec<_> = (0..64)
+        .map(|i| {
+            let store = store.clone();
+            tokio::spawn(async move { store.insert(&record(i, now, DAY), now).await })
+        })
+        .collect();
+    for task in tasks {
+        assert_eq!(task.await.unwrap().unwrap(), Inserted::New);
+    }
+    let commits = store.commits() - commits_before;
+    let ops = store.ops_committed() - ops_before;
+    println!(
+        "64 concurrent inserts: {ops} ops in {commits} commits ({:.1} ops per commit)",
+        ops as f64 / commits as f64
+    );
+    assert_eq!(ops, 64);
+    assert!(
+        commits < ops,
+        "{commits} commits for {ops} ops: no commit was shared"
+    );
+    assert_eq!(store.counters().unwrap().received, 64);
+}
+
+#[tokio::test]
+async fn the_dedup_window_forgets_after_five_minutes() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::at(START);
+    let store = open(dir.path(), &clock, 30);
+    let m = message("3", 42);
+    store.enqueue(&m).await.unwrap();
+    let first = receive(&store, 10, Duration::from_secs(30)).await;
+    store.delete(&first[0].receipt).await.unwrap();
+
+    clock.advance(Duration::from_secs(299));
+    store.enqueue(&m).await.unwrap();
+    assert!(
+        receive(&store, 10, Duration::from_secs(30))
+            .await
+            .is_empty(),
+        "a repeat within five minutes of the first send must be dropped"
+    );
+    clock.advance(Duration::from_secs(1));
+    store.enqueue(&m).await.unwrap();
+    assert_eq!(
+        bodies(&receive(&store, 10, Duration::from_secs(30)).await),
+        vec![m.body.clone()],
+        "five minutes after the first send the id is forgotten"
+    );
+}
+
+#[tokio::test]
+async fn purge_removes_expired_records_and_old_outbox_entries() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::at(START);
+    let store = open(dir.path(), &clock, 30);
+    let short = record(1, START, Duration::from_secs(3600));
+    let long = record(2, START, 7 * DAY);
+    store.insert(&short, START).await.unwrap();
+    store.insert(&long, START).await.unwrap();
+    store.claim(&claim_request(&short, START)).await.unwrap();
+    store.settle(&short.key, &Settlement::Done).await.unwrap();
+    let api = OfflineBotApi::new(store.clone());
+    api.call("sendMessage", &json!({"chat_id": 1, "text": "old"}))
+        .await
+        .unwrap();
+    clock.advance(Duration::from_secs(2 * 3600));
+    api.call("sendMessage", &json!({"chat_id": 1, "text": "new"}))
+        .await
+        .unwrap();
+
+    assert_eq!(
+        store.purge_expired(clock.now()).unwrap(),
+        Purged {
+            records: 1,
+            outbox: 0
+        }
+    );
+    clock.advance(DAY - Duration::from_secs(3600));
+    assert_eq!(
+        store.purge_expired(clock.now()).unwrap(),
+        Purged {
+            records: 0,
+            outbox: 1
+        },
+        "the outbox keeps entries for the store's TTL (one day here)"
+    );
+    let stats = store.stats(clock.now()).unwrap();
+    assert_eq!((stats.records, stats.outbox), (1, 1));
+    assert_eq!(store.outbox(10).unwrap()[0].text.as_deref(), Some("new"));
+    assert_eq!(
+        store.get(&short.key, START).await.unwrap(),
+        None,
+        "purged for good"
+    );
+    assert!(store.get(&long.key, clock.now()).await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn a_second_open_of_the_same_directory_fails_with_a_clear_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = EmbeddedStore::open(dir.path(), StoreOptions::default()).unwrap();
+    match EmbeddedStore::open(dir.path(), StoreOptions::default()) {
+        Err(error @ StoreError::AlreadyOpen { .. }) => {
+            let text = error.to_string();
+            assert!(text.contains(FILE_NAME), "{text}");
+            assert!(
+                text.contains("is `tgq local` already running on this data directory?"),
+                "{text}"
+            );
+        }
+        Err(other) => panic!("expected AlreadyOpen, got {other:?}"),
+        Ok(_) => panic!("a second open of a held database succeeded"),
+    }
+    drop(first);
+    assert!(
+        EmbeddedStore::open(dir.path(), StoreOptions::default()).is_ok(),
+        "dropping the store must release the file"
+    );
+}
+
+#[tokio::test]
+async fn offline_sends_land_in_the_outbox_and_decode_as_messages() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::at(START);
+    let store = open(dir.path(), &clock, 30);
+    let api = OfflineBotApi::new(store.clone());
+    let sent = api
+        .call("sendMessage", &json!({"chat_id": "42", "text": "hi"}))
+        .await
+        .unwrap();
+    let message: Message = serde_json::from_value(sent).expect("a Telegram Message");
+    assert_eq!((message.chat.id.0, message.text()), (42, Some("hi")));
+    let answered = api
+        .call("answerCallbackQuery", &json!({"callback_query_id": "q"}))
+        .await
+        .unwrap();
+    assert_eq!(answered, json!(true));
+    drop(api);
+    drop(store);
+
+    let store = open(dir.path(), &clock, 30);
+    let outbox = store.outbox(10).unwrap();
+    assert_eq!(outbox.len(), 2, "the outbox is durable");
+    let first = &outbox[0];
+    assert_eq!(
+        (
+            first.id,
+            first.chat_id,
+            first.method.as_str(),
+            first.text.as_deref(),
+            first.at
+        ),
+        (
+            u64::try_from(message.id.0).unwrap(),
+            Some(42),
+            "sendMessage",
+            Some("hi"),
+            START
+        )
+    );
+    assert_eq!(first.params, json!({"chat_id": "42", "text": "hi"}));
+    assert_eq!(
+        (outbox[1].method.as_str(), outbox[1].chat_id),
+        ("answerCallbackQuery", None)
+    );
+    let next: Message = serde_json::from_value(
+        OfflineBotApi::new(store.clone())
+            .call("sendMessage", &json!({"chat_id": 42, "text": "again"}))
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(next.id.0, 3, "outbox ids, and so message ids, never repeat");
+}
+
+#[tokio::test]
+async fn counters_total_what_happened_and_survive_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::at(START);
+    let store = open(dir.path(), &clock, 30);
+    let retried = record(1, START, DAY);
+    assert_eq!(store.insert(&retried, START).await.unwrap(), Inserted::New);
+    assert!(matches!(
+        store.insert(&retried, START).await.unwrap(),
+        Inserted::Exists(_)
+    ));
+    store.claim(&claim_request(&retried, START)).await.unwrap();
+    store
+        .settle(
+            &retried.key,
+            &Settlement::Retrying {
+                error: "502".into(),
+            },
+        )
+        .await
+        .unwrap();
+    store.claim(&claim_request(&retried, START)).await.unwrap();
+    store.settle(&retried.key, &Settlement::Done).await.unwrap();
+    let dead = record(2, START, DAY);
+    store.insert(&dead, START).await.unwrap();
+    store.claim(&claim_request(&dead, START)).await.unwrap();
+    store
+        .settle(
+            &dead.key,
+            &Settlement::Dead {
+                error: "403".into(),
+            },
+        )
+        .await
+        .unwrap();
+    store
+        .dead_letter(&letter(Some(2), "permanent_error"))
+        .await
+        .unwrap();
+    store.dead_letter(&letter(None, "poison")).await.unwrap();
+    drop(store);
+
+    let store = open(dir.path(), &clock, 30);
+    assert_eq!(
+        store.counters().unwrap(),
+        Counters {
+            received: 2,
+            duplicates: 1,
+            poison: 1,
+            processed: 1,
+            retried: 1,
+            dead_lettered: 1,
+        }
+    );
+    assert_eq!(store.dead_letters(10).unwrap().len(), 2);
+}
+
+fn letter(update_id: Option<i64>, reason: &str) -> DeadLetter {
+    DeadLetter {
+        bot_id: bot(),
+        update_id: update_id.map(UpdateId),
+        group: None,
+        body: Bytes::from_static(b"not json"),
+        reason: reason.into(),
+        error_class: "permanent".into(),
+        error: "x".into(),
+        attempts: 1,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_receive_returns_as_soon_as_a_message_arrives() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = EmbeddedStore::open(dir.path(), StoreOptions::default()).unwrap();
+    let waiting = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let got = store
+                .receive(10, Duration::from_secs(30), Duration::from_secs(10))
+                .await
+                .unwrap();
+            (got, started.elapsed())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let m = message("1", 1);
+    store.enqueue(&m).await.unwrap();
+    let (got, waited) = waiting.await.unwrap();
+    assert_eq!(bodies(&got), vec![m.body]);
+    assert!(waited < Duration::from_secs(5), "waited {waited:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_operation_does_not_fail_the_others_committed_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = EmbeddedStore::open(dir.path(), StoreOptions::default()).unwrap();
+    let now = SystemClock.now();
+    let inserts: Vec<_> = (0..16)
+        .map(|i| {
+            let store = store.clone();
+            tokio::spawn(async move { store.insert(&record(i, now, DAY), now).await })
+        })
+        .collect();
+    let refused = store
+        .settle(&key(999), &Settlement::Done)
+        .await
+        .expect_err("settling a missing record is refused");
+    assert!(matches!(refused, PortError::Rejected { .. }), "{refused:?}");
+    for insert in inserts {
+        assert_eq!(insert.await.unwrap().unwrap(), Inserted::New);
+    }
+    assert_eq!(store.counters().unwrap().received, 16);
+}
+
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn burst_4() {
+    const UPDATES: i64 = 1024;
+    const CHATS: i64 = 64;
+    let dir = tempfile::tempdir().unwrap();
+    let store = EmbeddedStore::open(dir.path(), StoreOptions::default()).unwrap();
+    let started = Instant::now();
+    let webhooks: Vec<_> = (0..CHATS)
+        .map(|chat| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                // One lane per chat sends its updates in order, as Telegram does.
+                for id in (chat..UPDATES).step_by(CHATS as usize) {
+                    let chat = (id % CHATS).to_string();
+                    let m = message(&chat, id);
+                    let now = SystemClock.now();
+                    let r = UpdateRecord::received(
+                        key(id),
+                        GroupKey::new(&chat),
+                        m.body.clone(),
+                        now,
+                        DAY,
+                    );
+                    store.insert(&r, now).await.unwrap();
+                    store.enqueue(&m).await.unwrap();
+                    store.mark_queued(&r.key).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    let handled = Arc::new(std::sync::Mutex::new(Vec::<(String, i64)>::new()));
+    let ingest_done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let workers: Vec<_> = (0..4)
+        .map(|_| {
+            let (store, handled, done) = (store.clone(), handled.clone(), ingest_done.clone());
+            tokio::spawn(async move {
+                loop {
+                    let finished = done.load(std::sync::atomic::Ordering::SeqCst);
+                    let batch = store
+                        .receive(10, Duration::from_secs(30), Duration::from_millis(200))
+                        .await
+                        .unwrap();
+                    if batch.is_empty() && finished {
+                        return;
+                    }
+                    for m in batch {
+                        let id: serde_json::Value = serde_json::from_slice(&m.body).unwrap();
+                        let id = id["update_id"].as_i64().unwrap();
+                        let r = record(id, SystemClock.now(), DAY);
+                        let now = SystemClock.now();
+                        let claimed = store.claim(&claim_request(&r, now)).await.unwrap();
+                        assert!(
+                            matches!(claimed, Claim::Run(ref c) if c.attempt == 1),
+                            "{claimed:?}"
+                        );
+                        handled.lock().unwrap().push((m.group_id.clone(), id));
+                        store.settle(&r.key, &Settlement::Done).await.unwrap();
+                        store.delete(&m.receipt).await.unwrap();
+                    }
+                }
+            })
+        })
+        .collect();
+    for task in webhooks {
+        task.await.unwrap();
+    }
+    let ingested = started.elapsed();
+    ingest_done.store(true, std::sync::atomic::Ordering::SeqCst);
+    for task in workers {
+        task.await.unwrap();
+    }
+    let elapsed = started.elapsed();
+    let handled = handled.lock().unwrap().clone();
+    println!(
+        "workers 4: {UPDATES} updates: ingested in {ingested:?}, all processed in {elapsed:?} ({:.0}/s); \
+         {} ops in {} commits ({:.1} ops per commit)",
+        UPDATES as f64 / elapsed.as_secs_f64(),
+        store.ops_committed(),
+        store.commits(),
+        store.ops_committed() as f64 / store.commits() as f64
+    );
+    assert_eq!(
+        handled.len() as i64,
+        UPDATES,
+        "every update handled exactly once"
+    );
+    for chat in 0..CHATS {
+        let group = format!("demo:{chat}");
+        let order: Vec<i64> = handled
+            .iter()
+            .filter(|(g, _)| *g == group)
+            .map(|(_, id)| *id)
+            .collect();
+        assert!(
+            order.windows(2).all(|w| w[0] < w[1]),
+            "chat {chat} out of order: {order:?}"
+        );
+    }
+    assert_eq!(store.counters().unwrap().processed, UPDATES as u64);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn burst_16() {
+    const UPDATES: i64 = 1024;
+    const CHATS: i64 = 64;
+    let dir = tempfile::tempdir().unwrap();
+    let store = EmbeddedStore::open(dir.path(), StoreOptions::default()).unwrap();
+    let started = Instant::now();
+    let webhooks: Vec<_> = (0..CHATS)
+        .map(|chat| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                // One lane per chat sends its updates in order, as Telegram does.
+                for id in (chat..UPDATES).step_by(CHATS as usize) {
+                    let chat = (id % CHATS).to_string();
+                    let m = message(&chat, id);
+                    let now = SystemClock.now();
+                    let r = UpdateRecord::received(
+                        key(id),
+                        GroupKey::new(&chat),
+                        m.body.clone(),
+                        now,
+                        DAY,
+                    );
+                    store.insert(&r, now).await.unwrap();
+                    store.enqueue(&m).await.unwrap();
+                    store.mark_queued(&r.key).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    let handled = Arc::new(std::sync::Mutex::new(Vec::<(String, i64)>::new()));
+    let ingest_done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let workers: Vec<_> = (0..16)
+        .map(|_| {
+            let (store, handled, done) = (store.clone(), handled.clone(), ingest_done.clone());
+            tokio::spawn(async move {
+                loop {
+                    let finished = done.load(std::sync::atomic::Ordering::SeqCst);
+                    let batch = store
+                        .receive(10, Duration::from_secs(30), Duration::from_millis(200))
+                        .await
+                        .unwrap();
+                    if batch.is_empty() && finished {
+                        return;
+                    }
+                    for m in batch {
+                        let id: serde_json::Value = serde_json::from_slice(&m.body).unwrap();
+                        let id = id["update_id"].as_i64().unwrap();
+                        let r = record(id, SystemClock.now(), DAY);
+                        let now = SystemClock.now();
+                        let claimed = store.claim(&claim_request(&r, now)).await.unwrap();
+                        assert!(
+                            matches!(claimed, Claim::Run(ref c) if c.attempt == 1),
+                            "{claimed:?}"
+                        );
+                        handled.lock().unwrap().push((m.group_id.clone(), id));
+                        store.settle(&r.key, &Settlement::Done).await.unwrap();
+                        store.delete(&m.receipt).await.unwrap();
+                    }
+                }
+            })
+        })
+        .collect();
+    for task in webhooks {
+        task.await.unwrap();
+    }
+    let ingested = started.elapsed();
+    ingest_done.store(true, std::sync::atomic::Ordering::SeqCst);
+    for task in workers {
+        task.await.unwrap();
+    }
+    let elapsed = started.elapsed();
+    let handled = handled.lock().unwrap().clone();
+    println!(
+        "workers 16: {UPDATES} updates: ingested in {ingested:?}, all processed in {elapsed:?} ({:.0}/s); \
+         {} ops in {} commits ({:.1} ops per commit)",
+        UPDATES as f64 / elapsed.as_secs_f64(),
+        store.ops_committed(),
+        store.commits(),
+        store.ops_committed() as f64 / store.commits() as f64
+    );
+    assert_eq!(
+        handled.len() as i64,
+        UPDATES,
+        "every update handled exactly once"
+    );
+    for chat in 0..CHATS {
+        let group = format!("demo:{chat}");
+        let order: Vec<i64> = handled
+            .iter()
+            .filter(|(g, _)| *g == group)
+            .map(|(_, id)| *id)
+            .collect();
+        assert!(
+            order.windows(2).all(|w| w[0] < w[1]),
+            "chat {chat} out of order: {order:?}"
+        );
+    }
+    assert_eq!(store.counters().unwrap().processed, UPDATES as u64);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn burst_32() {
+    const UPDATES: i64 = 1024;
+    const CHATS: i64 = 64;
+    let dir = tempfile::tempdir().unwrap();
+    let store = EmbeddedStore::open(dir.path(), StoreOptions::default()).unwrap();
+    let started = Instant::now();
+    let webhooks: Vec<_> = (0..CHATS)
+        .map(|chat| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                // One lane per chat sends its updates in order, as Telegram does.
+                for id in (chat..UPDATES).step_by(CHATS as usize) {
+                    let chat = (id % CHATS).to_string();
+                    let m = message(&chat, id);
+                    let now = SystemClock.now();
+                    let r = UpdateRecord::received(
+                        key(id),
+                        GroupKey::new(&chat),
+                        m.body.clone(),
+                        now,
+                        DAY,
+                    );
+                    store.insert(&r, now).await.unwrap();
+                    store.enqueue(&m).await.unwrap();
+                    store.mark_queued(&r.key).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    let handled = Arc::new(std::sync::Mutex::new(Vec::<(String, i64)>::new()));
+    let ingest_done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let workers: Vec<_> = (0..32)
+        .map(|_| {
+            let (store, handled, done) = (store.clone(), handled.clone(), ingest_done.clone());
+            tokio::spawn(async move {
+                loop {
+                    let finished = done.load(std::sync::atomic::Ordering::SeqCst);
+                    let batch = store
+                        .receive(10, Duration::from_secs(30), Duration::from_millis(200))
+                        .await
+                        .unwrap();
+                    if batch.is_empty() && finished {
+                        return;
+                    }
+                    for m in batch {
+                        let id: serde_json::Value = serde_json::from_slice(&m.body).unwrap();
+                        let id = id["update_id"].as_i64().unwrap();
+                        let r = record(id, SystemClock.now(), DAY);
+                        let now = SystemClock.now();
+                        let claimed = store.claim(&claim_request(&r, now)).await.unwrap();
+                        assert!(
+                            matches!(claimed, Claim::Run(ref c) if c.attempt == 1),
+                            "{claimed:?}"
+                        );
+                        handled.lock().unwrap().push((m.group_id.clone(), id));
+                        store.settle(&r.key, &Settlement::Done).await.unwrap();
+                        store.delete(&m.receipt).await.unwrap();
+                    }
+                }
+            })
+        })
+        .collect();
+    for task in webhooks {
+        task.await.unwrap();
+    }
+    let ingested = started.elapsed();
+    ingest_done.store(true, std::sync::atomic::Ordering::SeqCst);
+    for task in workers {
+        task.await.unwrap();
+    }
+    let elapsed = started.elapsed();
+    let handled = handled.lock().unwrap().clone();
+    println!(
+        "workers 32: {UPDATES} updates: ingested in {ingested:?}, all processed in {elapsed:?} ({:.0}/s); \
+         {} ops in {} commits ({:.1} ops per commit)",
+        UPDATES as f64 / elapsed.as_secs_f64(),
+        store.ops_committed(),
+        store.commits(),
+        store.ops_committed() as f64 / store.commits() as f64
+    );
+    assert_eq!(
+        handled.len() as i64,
+        UPDATES,
+        "every update handled exactly once"
+    );
+    for chat in 0..CHATS {
+        let group = format!("demo:{chat}");
+        let order: Vec<i64> = handled
+            .iter()
+            .filter(|(g, _)| *g == group)
+            .map(|(_, id)| *id)
+            .collect();
+        assert!(
+            order.windows(2).all(|w| w[0] < w[1]),
+            "chat {chat} out of order: {order:?}"
+        );
+    }
+    assert_eq!(store.counters().unwrap().processed, UPDATES as u64);
+}

@@ -1,0 +1,87 @@
+//! The webhook Lambda's request handling: HTTP in (Function URL or HTTP API, via `lambda_http`), the
+//! [`Webhook`] use case, HTTP status out. Configuration and client construction live in `main.rs`.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use lambda_http::{Body, Request, Response};
+use secrecy::SecretString;
+use tgq_core::config::{ConfigError, SecretSource, Vars};
+use tgq_core::defaults;
+use tgq_core::ids::BotId;
+use tgq_core::ingest::{InboundRequest, Ingested, Webhook, SECRET_HEADER};
+
+/// The webhook's configuration, read once per cold start.
+#[derive(Clone, Debug)]
+pub struct WebhookConfig {
+    /// `TGQ_BOT_ID`.
+    pub bot_id: BotId,
+    /// `TGQ_WEBHOOK_SECRET` or `TGQ_WEBHOOK_SECRET_PARAM`.
+    pub secret: SecretSource,
+    /// `TGQ_MAX_BODY_BYTES`.
+    pub max_body_bytes: usize,
+    /// `TGQ_TABLE`.
+    pub table: String,
+    /// `TGQ_QUEUE_URL`.
+    pub queue_url: String,
+    /// `TGQ_DLQ_URL`.
+    pub dlq_url: String,
+}
+
+impl WebhookConfig {
+    /// Reads and checks every variable, naming the first one that is missing or malformed.
+    pub fn from_vars(vars: &Vars) -> Result<Self, ConfigError> {
+        Ok(Self {
+            bot_id: vars.bot_id()?,
+            secret: vars.webhook_secret()?,
+            max_body_bytes: vars.max_body_bytes()?,
+            table: vars.required("TGQ_TABLE", "the DynamoDB table name (template output TableName)")?,
+            queue_url: vars.required("TGQ_QUEUE_URL", "the updates FIFO queue URL (template output UpdatesQueueUrl)")?,
+            dlq_url: vars.required("TGQ_DLQ_URL", "the dead-letter FIFO queue URL (template output DeadLetterQueueUrl)")?,
+        })
+    }
+
+    /// The use case's settings, once the secret is resolved.
+    pub fn settings(&self, secret: SecretString) -> tgq_core::ingest::WebhookSettings {
+        tgq_core::ingest::WebhookSettings {
+            bot_id: self.bot_id.clone(),
+            secret,
+            max_body_bytes: self.max_body_bytes,
+            record_ttl: defaults::RECORD_TTL,
+        }
+    }
+}
+
+/// How long the webhook may spend on AWS calls: well under Telegram's 60 s webhook timeout.
+pub const AWS_BUDGET: Duration = Duration::from_secs(8);
+
+/// Answers one HTTP request. Every refusal is a status with a short reason; nothing is dropped silently.
+pub async fn handle(webhook: &Webhook, request: Request) -> Result<Response<Body>, lambda_http::Error> {
+    let body = match request.body() {
+        Body::Empty => Bytes::new(),
+        Body::Text(text) => Bytes::copy_from_slice(text.as_bytes()),
+        Body::Binary(bytes) => Bytes::copy_from_slice(bytes),
+        _ => Bytes::new(),
+    };
+    let secret = request.headers().get(SECRET_HEADER).map(|v| v.as_bytes());
+    let inbound = InboundRequest { method: request.method().as_str(), secret, body: &body };
+    let (status, text) = match webhook.handle(inbound).await {
+        Ok(ingested) => (200, describe(&ingested)),
+        Err(refused) => (refused.status(), refused.to_string()),
+    };
+    let response = Response::builder()
+        .status(status)
+        .header("content-type", "application/json")
+        .body(Body::from(serde_json::json!({ "ok": status == 200, "result": text }).to_string()))?;
+    Ok(response)
+}
+
+fn describe(ingested: &Ingested) -> String {
+    match ingested {
+        Ingested::Queued => "queued".into(),
+        Ingested::Requeued => "queued again".into(),
+        Ingested::Duplicate(status) => format!("duplicate ({status})"),
+        Ingested::Poison(reason) => format!("not an update: {reason}"),
+        Ingested::Refused(_) => "refused by the store; dead-lettered".into(),
+    }
+}

@@ -1,0 +1,93 @@
+//! The worker Lambda's event handling: the SQS event in, the [`Worker`] use case, `SqsBatchResponse`
+//! with partial batch failures out. Configuration and client construction live in `main.rs`.
+
+use std::time::Duration;
+
+use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
+use bytes::Bytes;
+use lambda_runtime::LambdaEvent;
+use tgq_core::config::{ConfigError, SecretSource, Vars};
+use tgq_core::defaults;
+use tgq_core::ports::{QueueRecord, ReceiptHandle};
+use tgq_core::record::Timestamp;
+use tgq_core::worker::{Worker, WorkerSettings};
+
+/// The worker's configuration, read once per cold start.
+#[derive(Clone, Debug)]
+pub struct WorkerConfig {
+    /// `TELEGRAM_BOT_TOKEN` or `TELEGRAM_BOT_TOKEN_PARAM`.
+    pub token: SecretSource,
+    /// `TELEGRAM_API_URL`.
+    pub telegram_api_url: String,
+    /// `TGQ_TABLE`.
+    pub table: String,
+    /// `TGQ_QUEUE_URL`: visibility changes go here.
+    pub queue_url: String,
+    /// `TGQ_DLQ_URL`.
+    pub dlq_url: String,
+    /// Attempt budget and backoff.
+    pub settings: WorkerSettings,
+}
+
+impl WorkerConfig {
+    /// Reads and checks every variable, naming the first one that is missing or malformed.
+    pub fn from_vars(vars: &Vars) -> Result<Self, ConfigError> {
+        let token = vars.bot_token().ok_or(ConfigError::Missing {
+            name: "TELEGRAM_BOT_TOKEN".into(),
+            hint: "the bot token from @BotFather (or TELEGRAM_BOT_TOKEN_PARAM: an SSM parameter name)",
+        })?;
+        Ok(Self {
+            token,
+            telegram_api_url: vars.telegram_api_url()?,
+            table: vars.required("TGQ_TABLE", "the DynamoDB table name (template output TableName)")?,
+            queue_url: vars.required("TGQ_QUEUE_URL", "the updates FIFO queue URL (template output UpdatesQueueUrl)")?,
+            dlq_url: vars.required("TGQ_DLQ_URL", "the dead-letter FIFO queue URL (template output DeadLetterQueueUrl)")?,
+            settings: WorkerSettings {
+                retry: vars.retry_policy()?,
+                deadline_margin: defaults::DEADLINE_MARGIN,
+                record_ttl: defaults::RECORD_TTL,
+            },
+        })
+    }
+}
+
+/// How long one Telegram call may take before it counts as a (transient) timeout.
+pub const TELEGRAM_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why an event could not be answered with a partial batch response.
+#[derive(Debug, thiserror::Error)]
+#[error("a failed record has no messageId, so it cannot be reported alone; failing the whole batch")]
+pub struct NamelessFailure;
+
+/// Handles one SQS event: every record in order, failures reported by message id.
+pub async fn handle(worker: &Worker, event: LambdaEvent<SqsEvent>) -> Result<SqsBatchResponse, NamelessFailure> {
+    let records: Vec<QueueRecord> = event.payload.records.into_iter().map(queue_record).collect();
+    let report = worker.process_batch(&records, Timestamp(event.context.deadline)).await;
+    if report.outcomes.iter().any(|(id, outcome)| id.is_empty() && outcome.is_failure()) {
+        // Without an id the failure cannot be named; an error makes Lambda return the whole batch.
+        return Err(NamelessFailure);
+    }
+    let mut response = SqsBatchResponse::default();
+    response.batch_item_failures = report
+        .failed_message_ids()
+        .into_iter()
+        .map(|id| {
+            let mut failure = BatchItemFailure::default();
+            failure.item_identifier = id;
+            failure
+        })
+        .collect();
+    Ok(response)
+}
+
+/// Maps an event record to the use case's record; no SDK or event type goes further.
+pub fn queue_record(message: SqsMessage) -> QueueRecord {
+    let attribute = |name: &str| message.attributes.get(name).cloned();
+    QueueRecord {
+        message_id: message.message_id.clone().unwrap_or_default(),
+        receipt: ReceiptHandle(message.receipt_handle.clone().unwrap_or_default()),
+        body: Bytes::from(message.body.clone().unwrap_or_default()),
+        group_id: attribute("MessageGroupId").unwrap_or_default(),
+        receive_count: attribute("ApproximateReceiveCount").and_then(|n| n.parse().ok()).unwrap_or(1),
+    }
+}

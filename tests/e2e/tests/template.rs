@@ -1,0 +1,191 @@
+//! `template.yaml` and the code must tell the same story: each setting the code relies on is checked
+//! against `tgq_core::defaults` here, so a change to one without the other fails the build.
+
+use serde_yaml::value::TaggedValue;
+use serde_yaml::Value;
+use tgq_core::defaults;
+
+const TEMPLATE: &str = include_str!("../../../template.yaml");
+
+/// Telegram gives a webhook this long to answer before it counts the delivery as failed.
+const TELEGRAM_WEBHOOK_LIMIT_SECS: u64 = 60;
+/// SQS keeps a message at most this long: 14 days.
+const SQS_MAX_RETENTION_SECS: u64 = 1_209_600;
+/// The SQS event source hands a FIFO queue's worker at most this many records per batch.
+const SQS_FIFO_MAX_BATCH: u64 = 10;
+
+/// The parsed template, with CloudFormation's short tags (`!Ref`, `!Sub`, `!GetAtt`) kept as tags.
+struct Template(Value);
+
+impl Template {
+    fn load() -> Self {
+        Self(serde_yaml::from_str(TEMPLATE).expect("template.yaml is valid YAML"))
+    }
+
+    fn resource(&self, name: &str) -> &Value {
+        &self.0["Resources"][name]["Properties"]
+    }
+
+    /// A function's timeout in seconds, falling back to the `Globals` section as SAM does.
+    fn function_timeout(&self, function: &str) -> u64 {
+        let own = &self.resource(function)["Timeout"];
+        let timeout = if own.is_null() {
+            &self.0["Globals"]["Function"]["Timeout"]
+        } else {
+            own
+        };
+        self.number(timeout)
+            .unwrap_or_else(|| panic!("{function} has no numeric Timeout"))
+    }
+
+    /// The number a value stands for: a literal, a numeric string, or `!Ref` to a parameter with a
+    /// default (what the stack gets when nobody overrides it).
+    fn number(&self, value: &Value) -> Option<u64> {
+        match value {
+            Value::Number(n) => n.as_u64(),
+            Value::String(s) => s.parse().ok(),
+            Value::Tagged(tagged) => {
+                let parameter = ref_target(tagged)?;
+                self.number(&self.0["Parameters"][parameter]["Default"])
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The logical id a `!Ref` names.
+fn ref_target(tagged: &TaggedValue) -> Option<&str> {
+    if tagged.tag == "Ref" {
+        tagged.value.as_str()
+    } else {
+        None
+    }
+}
+
+/// The resource a `!GetAtt Resource.Attribute` names.
+fn get_att_resource(value: &Value) -> Option<&str> {
+    match value {
+        Value::Tagged(tagged) if tagged.tag == "GetAtt" => tagged.value.as_str()?.split('.').next(),
+        _ => None,
+    }
+}
+
+fn updates_event(template: &Template) -> &Value {
+    &template.resource("WorkerFunction")["Events"]["Updates"]["Properties"]
+}
+
+#[test]
+fn the_updates_queue_hides_a_message_for_at_least_six_worker_timeouts() {
+    let t = Template::load();
+    let visibility = t
+        .number(&t.resource("UpdatesQueue")["VisibilityTimeout"])
+        .expect("UpdatesQueue has a numeric VisibilityTimeout");
+    let worker = t.function_timeout("WorkerFunction");
+    assert!(
+        visibility >= 6 * worker,
+        "VisibilityTimeout {visibility} s < 6 × worker Timeout {worker} s"
+    );
+}
+
+#[test]
+fn the_worker_timeout_is_the_one_the_code_assumes() {
+    let t = Template::load();
+    assert_eq!(
+        t.function_timeout("WorkerFunction"),
+        defaults::WORKER_TIMEOUT.as_secs()
+    );
+}
+
+#[test]
+fn the_attempt_budget_is_the_code_default_and_the_worker_receives_it() {
+    let t = Template::load();
+    let max_attempts = t
+        .number(&t.0["Parameters"]["MaxAttempts"]["Default"])
+        .expect("MaxAttempts has a numeric default");
+    assert_eq!(max_attempts, u64::from(defaults::MAX_ATTEMPTS));
+    let given = &t.resource("WorkerFunction")["Environment"]["Variables"]["TGQ_MAX_ATTEMPTS"];
+    assert_eq!(t.number(given), Some(max_attempts));
+}
+
+#[test]
+fn the_queue_moves_a_message_to_the_dlq_only_after_more_receives_than_the_attempt_budget() {
+    let t = Template::load();
+    let redrive = &t.resource("UpdatesQueue")["RedrivePolicy"];
+    let max_receive_count = t
+        .number(&redrive["maxReceiveCount"])
+        .expect("the redrive policy has a numeric maxReceiveCount");
+    let max_attempts = t
+        .number(&t.0["Parameters"]["MaxAttempts"]["Default"])
+        .expect("MaxAttempts has a numeric default");
+    assert!(
+        max_receive_count > max_attempts,
+        "maxReceiveCount {max_receive_count} must exceed MaxAttempts {max_attempts}"
+    );
+    assert_eq!(
+        get_att_resource(&redrive["deadLetterTargetArn"]),
+        Some("DeadLetterQueue")
+    );
+}
+
+#[test]
+fn both_queues_are_fifo() {
+    let t = Template::load();
+    for queue in ["UpdatesQueue", "DeadLetterQueue"] {
+        assert_eq!(
+            t.resource(queue)["FifoQueue"].as_bool(),
+            Some(true),
+            "{queue}"
+        );
+    }
+}
+
+#[test]
+fn the_worker_reads_the_updates_queue_in_batches_of_at_most_ten_and_reports_failures_per_item() {
+    let t = Template::load();
+    let event = updates_event(&t);
+    assert_eq!(
+        t.resource("WorkerFunction")["Events"]["Updates"]["Type"].as_str(),
+        Some("SQS")
+    );
+    assert_eq!(get_att_resource(&event["Queue"]), Some("UpdatesQueue"));
+    let batch = t
+        .number(&event["BatchSize"])
+        .expect("the SQS event has a numeric BatchSize");
+    assert!(
+        (1..=SQS_FIFO_MAX_BATCH).contains(&batch),
+        "BatchSize {batch}"
+    );
+    let response_types = event["FunctionResponseTypes"]
+        .as_sequence()
+        .expect("FunctionResponseTypes is a list");
+    assert!(response_types
+        .iter()
+        .any(|kind| kind.as_str() == Some("ReportBatchItemFailures")));
+}
+
+#[test]
+fn dead_letters_are_kept_for_the_longest_time_sqs_allows() {
+    let t = Template::load();
+    assert_eq!(
+        t.number(&t.resource("DeadLetterQueue")["MessageRetentionPeriod"]),
+        Some(SQS_MAX_RETENTION_SECS)
+    );
+}
+
+#[test]
+fn the_table_expires_records_through_ttl_on_expires_at() {
+    let t = Template::load();
+    let ttl = &t.resource("UpdatesTable")["TimeToLiveSpecification"];
+    assert_eq!(ttl["AttributeName"].as_str(), Some("expires_at"));
+    assert_eq!(ttl["Enabled"].as_bool(), Some(true));
+}
+
+#[test]
+fn the_webhook_gives_up_before_telegram_does() {
+    let t = Template::load();
+    let webhook = t.function_timeout("WebhookFunction");
+    assert!(
+        webhook < TELEGRAM_WEBHOOK_LIMIT_SECS,
+        "webhook Timeout {webhook} s"
+    );
+}
