@@ -5,8 +5,12 @@
 //! when an update is retried, replies that were already sent are not sent twice.
 
 use async_trait::async_trait;
-use teloxide_core::payloads::{AnswerCallbackQuery, AnswerCallbackQuerySetters, SendMessage, SendMessageSetters};
-use teloxide_core::types::{CallbackQuery, InlineKeyboardButton, InlineKeyboardMarkup, Message, Update, UpdateKind};
+use teloxide_core::payloads::{
+    AnswerCallbackQuery, AnswerCallbackQuerySetters, SendMessage, SendMessageSetters,
+};
+use teloxide_core::types::{
+    CallbackQuery, InlineKeyboardButton, InlineKeyboardMarkup, Message, Update, UpdateKind,
+};
 use tgq_core::{Context, Handler, HandlerError};
 
 /// The callback data carried by the `/start` button.
@@ -36,10 +40,16 @@ async fn on_message(message: &Message, ctx: &mut Context<'_>) -> Result<(), Hand
     let reply = match command_of(text) {
         Some("start") => {
             let button = InlineKeyboardButton::callback("Press me", BUTTON_DATA);
-            SendMessage::new(chat, "Hello! I am a tgq example bot. Send me text and I will echo it.")
-                .reply_markup(InlineKeyboardMarkup::new([[button]]))
+            SendMessage::new(
+                chat,
+                "Hello! I am a tgq example bot. Send me text and I will echo it.",
+            )
+            .reply_markup(InlineKeyboardMarkup::new([[button]]))
         }
-        Some("help") => SendMessage::new(chat, "/start – greeting with a button\n/help – this text\nanything else – echoed back"),
+        Some("help") => SendMessage::new(
+            chat,
+            "/start – greeting with a button\n/help – this text\nanything else – echoed back",
+        ),
         _ => SendMessage::new(chat, format!("You said: {text}")),
     };
     ctx.send(reply).await?;
@@ -47,10 +57,15 @@ async fn on_message(message: &Message, ctx: &mut Context<'_>) -> Result<(), Hand
 }
 
 async fn on_button(query: &CallbackQuery, ctx: &mut Context<'_>) -> Result<(), HandlerError> {
-    ctx.send(AnswerCallbackQuery::new(query.id.clone()).text("Pressed!")).await?;
+    ctx.send(AnswerCallbackQuery::new(query.id.clone()).text("Pressed!"))
+        .await?;
     if let Some(message) = &query.message {
         let data = query.data.as_deref().unwrap_or("");
-        ctx.send(SendMessage::new(message.chat().id, format!("Button pressed ({data})"))).await?;
+        ctx.send(SendMessage::new(
+            message.chat().id,
+            format!("Button pressed ({data})"),
+        ))
+        .await?;
     }
     Ok(())
 }

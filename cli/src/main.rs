@@ -1,1 +1,87 @@
-fn main() {}
+//! `tgq`: runs a bot locally on an embedded durable store (`tgq local`) and operates it (`tgq status`,
+//! `tgq outbox`, `tgq dlq`, `tgq webhook`). Each subcommand lives in its own module; this file only
+//! parses the command line and hands over.
+
+mod admin;
+mod config;
+mod demo;
+mod fixtures;
+mod http;
+mod local;
+mod logging;
+mod ops;
+mod poll;
+mod worker_loop;
+mod shutdown;
+mod telegram_ops;
+
+use std::process::ExitCode;
+
+use clap::{CommandFactory, Parser, Subcommand};
+
+/// Hosts a Telegram bot so that no update is lost, none is handled twice, and each chat's updates are
+/// handled in order.
+#[derive(Debug, Parser)]
+#[command(name = "tgq", version, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the whole pipeline in one process: webhook endpoint, worker loops and an embedded store.
+    Local(local::LocalArgs),
+    /// Show queue depths, oldest pending age, dead letters, outbox size and counters.
+    Status(ops::StatusArgs),
+    /// List the Bot API calls the offline outbox accepted (no TELEGRAM_BOT_TOKEN).
+    Outbox(ops::OutboxArgs),
+    /// Inspect the dead letters of the local store.
+    Dlq {
+        #[command(subcommand)]
+        command: ops::DlqCommand,
+    },
+    /// Set, show or delete the bot's webhook at Telegram (needs TELEGRAM_BOT_TOKEN).
+    Webhook {
+        #[command(subcommand)]
+        command: telegram_ops::WebhookCommand,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let quiet = !matches!(cli.command, Command::Local(_));
+    logging::init(if quiet { "warn" } else { "info" });
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let outcome = runtime.block_on(async {
+        match cli.command {
+            Command::Local(args) => local::run(args).await,
+            Command::Status(args) => ops::status(args).await,
+            Command::Outbox(args) => ops::outbox(args).await,
+            Command::Dlq { command } => ops::dlq(command).await,
+            Command::Webhook { command } => telegram_ops::run(command).await,
+        }
+    });
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => match error.downcast::<config::UsageError>() {
+            // Usage errors look like clap's own, with the usage line and exit code 2.
+            Ok(usage) => Cli::command()
+                .error(clap::error::ErrorKind::ArgumentConflict, usage.0)
+                .exit(),
+            Err(error) => {
+                eprintln!("error: {error:#}");
+                ExitCode::FAILURE
+            }
+        },
+    }
+}

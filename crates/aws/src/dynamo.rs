@@ -144,7 +144,7 @@ impl DynamoStore {
                 return Ok(InPlace::Decided(Claim::Run(claimed)));
             }
             Err(err) => match update_condition_failed(&err) {
-                Some(old) => old.ok_or_else(no_old_item)?,
+                Some(old) => old.ok_or_else(|| no_old_item(UPDATE))?,
                 None => return Err(port_error(UPDATE, err)),
             },
         };
@@ -196,7 +196,9 @@ fn why_not_claimable(old: &Item, now: Timestamp) -> Result<InPlace, PortError> {
         return Ok(InPlace::Decided(Claim::AlreadyFinal(status)));
     }
     match (status, old.lease_until().map_err(unreadable)?) {
-        (Status::Processing, Some(until)) if until > now => Ok(InPlace::Decided(Claim::Busy(until))),
+        (Status::Processing, Some(until)) if until > now => {
+            Ok(InPlace::Decided(Claim::Busy(until)))
+        }
         _ => Err(PortError::rejected(
             UPDATE,
             format!("the claim's condition failed on a claimable {status} record"),
@@ -204,9 +206,9 @@ fn why_not_claimable(old: &Item, now: Timestamp) -> Result<InPlace, PortError> {
     }
 }
 
-fn no_old_item() -> PortError {
+fn no_old_item(what: &'static str) -> PortError {
     PortError::rejected(
-        UPDATE,
+        what,
         "the failed condition returned no item (ReturnValuesOnConditionCheckFailure unsupported?)",
     )
 }
@@ -222,9 +224,7 @@ fn put_condition_failed(err: &SdkError<PutItemError, HttpResponse>) -> Option<Op
 /// The old item (if returned) when an update failed on its condition; `None` for any other failure.
 fn update_condition_failed(err: &SdkError<UpdateItemError, HttpResponse>) -> Option<Option<Item>> {
     match err.as_service_error() {
-        Some(UpdateItemError::ConditionalCheckFailedException(e)) => {
-            Some(e.item.clone().map(Item))
-        }
+        Some(UpdateItemError::ConditionalCheckFailedException(e)) => Some(e.item.clone().map(Item)),
         _ => None,
     }
 }
@@ -250,10 +250,7 @@ impl UpdateStore for DynamoStore {
                     .status()
                     .map(Inserted::Exists)
                     .map_err(|e| PortError::rejected(PUT, e)),
-                Some(None) => Err(PortError::rejected(
-                    PUT,
-                    "the failed condition returned no item",
-                )),
+                Some(None) => Err(no_old_item(PUT)),
                 None => Err(port_error(PUT, err)),
             },
         }
@@ -362,7 +359,10 @@ impl RecordReader for DynamoStore {
             return Ok(None);
         };
         let found = Item(found);
-        if found.is_expired(now).map_err(|e| PortError::rejected(GET, e))? {
+        if found
+            .is_expired(now)
+            .map_err(|e| PortError::rejected(GET, e))?
+        {
             return Ok(None);
         }
         UpdateRecord::try_from(&found)

@@ -82,7 +82,10 @@ pub(crate) fn key(key: &RecordKey) -> HashMap<String, AttributeValue> {
 pub(crate) fn intent(intent: &ActionIntent) -> AttributeValue {
     AttributeValue::M(HashMap::from([
         (METHOD.to_owned(), string(&intent.method)),
-        (AT_MOST_ONCE.to_owned(), AttributeValue::Bool(intent.at_most_once)),
+        (
+            AT_MOST_ONCE.to_owned(),
+            AttributeValue::Bool(intent.at_most_once),
+        ),
     ]))
 }
 
@@ -219,7 +222,10 @@ fn action_record(seq: u32, value: &AttributeValue) -> Result<ActionRecord, ItemE
 fn action_value(action: &ActionRecord) -> AttributeValue {
     let mut fields = HashMap::from([
         (METHOD.to_owned(), string(&action.method)),
-        (AT_MOST_ONCE.to_owned(), AttributeValue::Bool(action.at_most_once)),
+        (
+            AT_MOST_ONCE.to_owned(),
+            AttributeValue::Bool(action.at_most_once),
+        ),
     ]);
     if let Some(result) = &action.result {
         fields.insert(RESULT.to_owned(), string(result));
@@ -337,7 +343,9 @@ mod tests {
         let item = Item::from(&record());
         assert_eq!(item.0[PK], string("demo#00000000000000000042"));
         assert_eq!(item.0[STATUS], string("RETRYING"));
-        assert!(matches!(&item.0[PAYLOAD], AttributeValue::B(b) if b.as_ref() == record().payload.as_ref()));
+        assert!(
+            matches!(&item.0[PAYLOAD], AttributeValue::B(b) if b.as_ref() == record().payload.as_ref())
+        );
         assert_eq!(item.0[EXPIRES_AT], number(1_700_604_800u64));
         assert_eq!(item.0[LEASE_UNTIL], number(1_700_000_030_456u64));
         let actions = item.0[ACTIONS].as_m().unwrap();

@@ -44,5 +44,10 @@ pub async fn resolve_secret(
         .parameter
         .and_then(|parameter| parameter.value)
         .map(SecretString::from)
-        .ok_or_else(|| fail(PortError::rejected(GET_PARAMETER, "the parameter has no value")))
+        .ok_or_else(|| {
+            fail(PortError::rejected(
+                GET_PARAMETER,
+                "the parameter has no value",
+            ))
+        })
 }

@@ -189,13 +189,19 @@ fn queue_record(message: Message) -> Result<QueueRecord, PortError> {
     let missing = |what: &str| PortError::rejected(RECEIVE, format!("a message without {what}"));
     let group_id = system_attribute(&message, &MessageSystemAttributeName::MessageGroupId)
         .ok_or_else(|| missing("MessageGroupId (is the queue FIFO?)"))?;
-    let receive_count =
-        system_attribute(&message, &MessageSystemAttributeName::ApproximateReceiveCount)
-            .and_then(|n| n.parse().ok())
-            .ok_or_else(|| missing("ApproximateReceiveCount"))?;
+    let receive_count = system_attribute(
+        &message,
+        &MessageSystemAttributeName::ApproximateReceiveCount,
+    )
+    .and_then(|n| n.parse().ok())
+    .ok_or_else(|| missing("ApproximateReceiveCount"))?;
     Ok(QueueRecord {
         message_id: message.message_id.ok_or_else(|| missing("MessageId"))?,
-        receipt: ReceiptHandle(message.receipt_handle.ok_or_else(|| missing("ReceiptHandle"))?),
+        receipt: ReceiptHandle(
+            message
+                .receipt_handle
+                .ok_or_else(|| missing("ReceiptHandle"))?,
+        ),
         body: Bytes::from(message.body.unwrap_or_default()),
         group_id,
         receive_count,
@@ -211,8 +217,12 @@ fn dead_letter(message: &Message) -> Result<DeadLetter, PortError> {
             .and_then(|a| a.get(name))
             .and_then(MessageAttributeValue::string_value)
     };
-    let body = decode_body(message.body.as_deref().unwrap_or_default(), text(BODY_ENCODING))?;
-    let malformed = |name: &str| PortError::rejected(RECEIVE, format!("malformed attribute {name}"));
+    let body = decode_body(
+        message.body.as_deref().unwrap_or_default(),
+        text(BODY_ENCODING),
+    )?;
+    let malformed =
+        |name: &str| PortError::rejected(RECEIVE, format!("malformed attribute {name}"));
     let Some(bot) = text(BOT_ID) else {
         return Ok(redriven_letter(message, body));
     };
@@ -426,8 +436,15 @@ mod tests {
     fn a_text_letter_travels_as_its_raw_text() {
         let sent = letter(b"{\"update_id\":17, \"text\":\"Gr\xc3\xbc\xc3\x9fe\"}");
         let message = delivered(&sent);
-        assert_eq!(message.body.as_deref().map(str::as_bytes), Some(&sent.body[..]));
-        assert!(!message.message_attributes.as_ref().unwrap().contains_key(BODY_ENCODING));
+        assert_eq!(
+            message.body.as_deref().map(str::as_bytes),
+            Some(&sent.body[..])
+        );
+        assert!(!message
+            .message_attributes
+            .as_ref()
+            .unwrap()
+            .contains_key(BODY_ENCODING));
         assert_eq!(dead_letter(&message).unwrap(), sent);
     }
 

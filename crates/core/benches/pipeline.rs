@@ -17,7 +17,9 @@ use tgq_core::policy::RetryPolicy;
 use tgq_core::ports::{QueueRecord, ReceiptHandle};
 use tgq_core::worker::{Worker, WorkerPorts, WorkerSettings};
 use tgq_core::{Context, Handler, HandlerError};
-use tgq_memory::{MemoryDeadLetters, MemoryQueue, MemoryStore, RecordingBotApi, RecordingVisibility};
+use tgq_memory::{
+    MemoryDeadLetters, MemoryQueue, MemoryStore, RecordingBotApi, RecordingVisibility,
+};
 
 static NEXT_ID: AtomicI64 = AtomicI64::new(1);
 
@@ -37,7 +39,10 @@ impl Handler for NoOpBot {
 }
 
 fn ingest(c: &mut Criterion) {
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let ports = WebhookPorts {
         store: Arc::new(MemoryStore::new()),
         queue: Arc::new(MemoryQueue::new(Arc::new(SystemClock))),
@@ -57,7 +62,9 @@ fn ingest(c: &mut Criterion) {
     // measure the runtime's park/unpark instead of the use case.
     group.bench_function("one_update", |b| {
         b.iter_custom(|iterations| {
-            let bodies: Vec<Bytes> = (0..iterations).map(|_| body(NEXT_ID.fetch_add(1, Ordering::Relaxed), 42)).collect();
+            let bodies: Vec<Bytes> = (0..iterations)
+                .map(|_| body(NEXT_ID.fetch_add(1, Ordering::Relaxed), 42))
+                .collect();
             runtime.block_on(async {
                 let started = Instant::now();
                 for body in bodies {
@@ -71,7 +78,10 @@ fn ingest(c: &mut Criterion) {
 }
 
 fn process_batch(c: &mut Criterion) {
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let ports = WorkerPorts {
         ledger: Arc::new(MemoryStore::new()),
         visibility: Arc::new(RecordingVisibility::new()),

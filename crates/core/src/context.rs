@@ -26,6 +26,7 @@ pub struct Context<'a> {
     next_seq: u32,
     uncertain: Vec<ActionIntent>,
     replayed: u32,
+    resent: u32,
 }
 
 /// What a run's context saw, reported by the worker.
@@ -35,6 +36,9 @@ pub struct ActionSummary {
     pub replayed: u32,
     /// At-most-once actions whose outcome is unknown; not re-sent, to be reconciled.
     pub uncertain: Vec<ActionIntent>,
+    /// At-least-once actions an earlier run recorded without a result, sent again: each may have
+    /// reached Telegram twice.
+    pub resent_after_unknown_outcome: u32,
 }
 
 impl<'a> Context<'a> {
@@ -57,6 +61,7 @@ impl<'a> Context<'a> {
             next_seq: 0,
             uncertain: Vec::new(),
             replayed: 0,
+            resent: 0,
         }
     }
 
@@ -106,6 +111,7 @@ impl<'a> Context<'a> {
         ActionSummary {
             replayed: self.replayed,
             uncertain: self.uncertain.clone(),
+            resent_after_unknown_outcome: self.resent,
         }
     }
 
@@ -147,7 +153,15 @@ impl<'a> Context<'a> {
                 self.uncertain.push(intent);
                 return Ok(None);
             }
-            Some(_) => {}
+            Some(_) => {
+                // The earlier run may or may not have reached Telegram: at-least-once means sending again.
+                warn!(
+                    seq,
+                    method = P::NAME,
+                    "action has an unknown outcome; sending it again"
+                );
+                self.resent += 1;
+            }
             None => self.ledger.record_intent(self.key, &intent).await?,
         }
         let params = serde_json::to_value(&payload).map_err(|e| {

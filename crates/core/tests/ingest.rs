@@ -31,14 +31,30 @@ fn rig() -> Rig {
         max_body_bytes: 1024,
         record_ttl: Duration::from_secs(3600),
     };
-    let ports = WebhookPorts { store: store.clone(), queue: queue.clone(), dead: dead.clone(), clock: Arc::new(SystemClock) };
-    Rig { webhook: Webhook::new(settings, ports), store, queue, dead }
+    let ports = WebhookPorts {
+        store: store.clone(),
+        queue: queue.clone(),
+        dead: dead.clone(),
+        clock: Arc::new(SystemClock),
+    };
+    Rig {
+        webhook: Webhook::new(settings, ports),
+        store,
+        queue,
+        dead,
+    }
 }
 
 impl Rig {
     async fn post(&self, body: &str) -> Result<Ingested, Refused> {
         let body = Bytes::from(body.to_owned());
-        self.webhook.handle(InboundRequest { method: "POST", secret: Some(SECRET), body: &body }).await
+        self.webhook
+            .handle(InboundRequest {
+                method: "POST",
+                secret: Some(SECRET),
+                body: &body,
+            })
+            .await
     }
 
     fn nothing_written(&self) -> bool {
@@ -47,7 +63,9 @@ impl Rig {
 }
 
 fn message_key() -> RecordKey {
-    let update_id = serde_json::from_str::<serde_json::Value>(MESSAGE).unwrap()["update_id"].as_i64().unwrap();
+    let update_id = serde_json::from_str::<serde_json::Value>(MESSAGE).unwrap()["update_id"]
+        .as_i64()
+        .unwrap();
     RecordKey::new(BotId::new("demo").unwrap(), UpdateId(update_id))
 }
 
@@ -57,14 +75,20 @@ async fn a_valid_update_is_stored_queued_and_answered_200() {
     assert_eq!(rig.post(MESSAGE).await.unwrap(), Ingested::Queued);
     assert_eq!(rig.queue.bodies(), [Bytes::from(MESSAGE)]);
     let record = rig.store.record(&message_key()).unwrap();
-    assert_eq!((record.status, record.payload), (Status::Queued, Bytes::from(MESSAGE)));
+    assert_eq!(
+        (record.status, record.payload),
+        (Status::Queued, Bytes::from(MESSAGE))
+    );
 }
 
 #[tokio::test]
 async fn a_duplicate_update_is_acknowledged_without_a_second_enqueue() {
     let rig = rig();
     rig.post(MESSAGE).await.unwrap();
-    assert_eq!(rig.post(MESSAGE).await.unwrap(), Ingested::Duplicate(Status::Queued));
+    assert_eq!(
+        rig.post(MESSAGE).await.unwrap(),
+        Ingested::Duplicate(Status::Queued)
+    );
     assert_eq!(rig.queue.depth(), 1);
 }
 
@@ -74,12 +98,18 @@ async fn a_queue_failure_answers_5xx_and_the_retry_heals_the_received_record() {
     rig.queue.outage.set(true);
     let refused = rig.post(MESSAGE).await.unwrap_err();
     assert_eq!(refused.status(), 503);
-    assert_eq!(rig.store.record(&message_key()).unwrap().status, Status::Received);
+    assert_eq!(
+        rig.store.record(&message_key()).unwrap().status,
+        Status::Received
+    );
     rig.queue.outage.set(false);
     // Telegram retries: the record is still RECEIVED, so the update is sent again.
     assert_eq!(rig.post(MESSAGE).await.unwrap(), Ingested::Requeued);
     assert_eq!(rig.queue.depth(), 1);
-    assert_eq!(rig.store.record(&message_key()).unwrap().status, Status::Queued);
+    assert_eq!(
+        rig.store.record(&message_key()).unwrap().status,
+        Status::Queued
+    );
 }
 
 #[tokio::test]
@@ -90,7 +120,11 @@ async fn a_duplicate_still_received_is_sent_again_and_the_queue_drops_the_true_r
     rig.store.set_status(&message_key(), Status::Received);
     assert_eq!(rig.post(MESSAGE).await.unwrap(), Ingested::Requeued);
     assert_eq!(rig.queue.sends(), 2, "the webhook sends again");
-    assert_eq!(rig.queue.depth(), 1, "the dedup id keeps the resend from becoming a second message");
+    assert_eq!(
+        rig.queue.depth(),
+        1,
+        "the dedup id keeps the resend from becoming a second message"
+    );
 }
 
 #[tokio::test]
@@ -106,7 +140,15 @@ async fn a_wrong_or_missing_secret_is_401_and_writes_nothing() {
     let rig = rig();
     let body = Bytes::from(MESSAGE);
     for secret in [Some(&b"tgq-example-secreT"[..]), Some(&b""[..]), None] {
-        let refused = rig.webhook.handle(InboundRequest { method: "POST", secret, body: &body }).await.unwrap_err();
+        let refused = rig
+            .webhook
+            .handle(InboundRequest {
+                method: "POST",
+                secret,
+                body: &body,
+            })
+            .await
+            .unwrap_err();
         assert_eq!(refused.status(), 401);
     }
     assert!(rig.nothing_written());
@@ -116,7 +158,15 @@ async fn a_wrong_or_missing_secret_is_401_and_writes_nothing() {
 async fn a_method_other_than_post_is_405_and_writes_nothing() {
     let rig = rig();
     let body = Bytes::from(MESSAGE);
-    let refused = rig.webhook.handle(InboundRequest { method: "GET", secret: Some(SECRET), body: &body }).await.unwrap_err();
+    let refused = rig
+        .webhook
+        .handle(InboundRequest {
+            method: "GET",
+            secret: Some(SECRET),
+            body: &body,
+        })
+        .await
+        .unwrap_err();
     assert_eq!(refused.status(), 405);
     assert!(rig.nothing_written());
 }
@@ -124,7 +174,10 @@ async fn a_method_other_than_post_is_405_and_writes_nothing() {
 #[tokio::test]
 async fn a_body_over_the_limit_is_413_and_writes_nothing() {
     let rig = rig();
-    let body = format!(r#"{{"update_id":1,"message":{{"chat":{{"id":1}},"text":"{}"}}}}"#, "x".repeat(2000));
+    let body = format!(
+        r#"{{"update_id":1,"message":{{"chat":{{"id":1}},"text":"{}"}}}}"#,
+        "x".repeat(2000)
+    );
     let refused = rig.post(&body).await.unwrap_err();
     assert_eq!(refused.status(), 413);
     assert!(rig.nothing_written());
@@ -134,16 +187,32 @@ async fn a_body_over_the_limit_is_413_and_writes_nothing() {
 async fn poison_reaches_the_dead_letter_queue_with_its_raw_bytes_and_is_answered_200() {
     let rig = rig();
     for (body, reason) in [
-        (include_str!("../../../events/poison/not_json.txt"), "not JSON"),
-        (include_str!("../../../events/poison/no_update_id.json"), "update_id is missing"),
-        (include_str!("../../../events/poison/string_update_id.json"), "update_id is not an integer"),
-        (include_str!("../../../events/poison/array.json"), "not a JSON object"),
+        (
+            include_str!("../../../events/poison/not_json.txt"),
+            "not JSON",
+        ),
+        (
+            include_str!("../../../events/poison/no_update_id.json"),
+            "update_id is missing",
+        ),
+        (
+            include_str!("../../../events/poison/string_update_id.json"),
+            "update_id is not an integer",
+        ),
+        (
+            include_str!("../../../events/poison/array.json"),
+            "not a JSON object",
+        ),
     ] {
         let outcome = rig.post(body).await.unwrap();
         assert!(matches!(outcome, Ingested::Poison(_)), "{outcome:?}");
         let letter = rig.dead.letters().pop().unwrap();
         assert_eq!(letter.body, Bytes::from(body.to_owned()));
-        assert!(letter.error.contains(reason), "{} should mention {reason}", letter.error);
+        assert!(
+            letter.error.contains(reason),
+            "{} should mention {reason}",
+            letter.error
+        );
         assert_eq!(letter.reason, "poison");
     }
     assert!(rig.store.is_empty() && rig.queue.depth() == 0);

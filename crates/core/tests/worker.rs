@@ -37,15 +37,26 @@ struct ScriptedBot {
 
 impl ScriptedBot {
     fn on(&self, update_id: i64, steps: impl IntoIterator<Item = Step>) {
-        self.script.lock().entry(update_id).or_default().extend(steps);
+        self.script
+            .lock()
+            .entry(update_id)
+            .or_default()
+            .extend(steps);
     }
 }
 
 #[async_trait]
 impl Handler for ScriptedBot {
     async fn handle(&self, update: Update, ctx: &mut Context<'_>) -> Result<(), HandlerError> {
-        let UpdateKind::Message(message) = &update.kind else { return Ok(()) };
-        let step = self.script.lock().get_mut(&update.id.0.into()).and_then(VecDeque::pop_front).unwrap_or(Step::Reply);
+        let UpdateKind::Message(message) = &update.kind else {
+            return Ok(());
+        };
+        let step = self
+            .script
+            .lock()
+            .get_mut(&update.id.0.into())
+            .and_then(VecDeque::pop_front)
+            .unwrap_or(Step::Reply);
         let reply = SendMessage::new(message.chat.id, format!("reply to {}", update.id.0));
         match step {
             Step::Reply => ctx.send(reply).await.map(drop),
@@ -56,7 +67,10 @@ impl Handler for ScriptedBot {
             Step::Fail(error) => Err(error()),
             Step::Panic => panic!("scripted panic"),
             Step::SendOnceAtMostThenFail => {
-                let photo = SendPhoto::new(message.chat.id, InputFile::file_id("AgAD".to_owned().into()));
+                let photo = SendPhoto::new(
+                    message.chat.id,
+                    InputFile::file_id("AgAD".to_owned().into()),
+                );
                 ctx.send_at_most_once(photo).await?;
                 Err(HandlerError::transient("after the photo"))
             }
@@ -95,7 +109,15 @@ fn rig() -> Rig {
         deadline_margin: Duration::from_secs(5),
         record_ttl: Duration::from_secs(86_400),
     };
-    Rig { worker: Worker::new(settings, ports, bot.clone()), bot, store, dead, api, visibility, clock }
+    Rig {
+        worker: Worker::new(settings, ports, bot.clone()),
+        bot,
+        store,
+        dead,
+        api,
+        visibility,
+        clock,
+    }
 }
 
 fn update(update_id: i64, chat: i64) -> QueueRecord {
@@ -122,11 +144,18 @@ fn key(update_id: i64) -> RecordKey {
 
 impl Rig {
     async fn run(&self, records: &[QueueRecord]) -> tgq_core::worker::BatchReport {
-        self.worker.process_batch(records, self.clock.now().plus(Duration::from_secs(60))).await
+        self.worker
+            .process_batch(records, self.clock.now().plus(Duration::from_secs(60)))
+            .await
     }
 
     async fn status(&self, update_id: i64) -> Status {
-        self.store.get(&key(update_id), self.clock.now()).await.unwrap().expect("record exists").status
+        self.store
+            .get(&key(update_id), self.clock.now())
+            .await
+            .unwrap()
+            .expect("record exists")
+            .status
     }
 }
 
@@ -137,9 +166,14 @@ fn transient() -> HandlerError {
 #[tokio::test]
 async fn a_batch_is_handled_in_order_and_fully_acknowledged() {
     let rig = rig();
-    let report = rig.run(&[update(1, 10), update(2, 20), update(3, 10)]).await;
+    let report = rig
+        .run(&[update(1, 10), update(2, 20), update(3, 10)])
+        .await;
     assert!(report.failed_message_ids().is_empty());
-    assert_eq!(rig.api.sent_texts(), ["reply to 1", "reply to 2", "reply to 3"]);
+    assert_eq!(
+        rig.api.sent_texts(),
+        ["reply to 1", "reply to 2", "reply to 3"]
+    );
     assert_eq!(rig.status(3).await, Status::Done);
 }
 
@@ -147,7 +181,9 @@ async fn a_batch_is_handled_in_order_and_fully_acknowledged() {
 async fn a_failed_record_holds_back_only_later_records_of_its_own_group() {
     let rig = rig();
     rig.bot.on(1, [Step::Fail(transient)]);
-    let report = rig.run(&[update(1, 10), update(2, 20), update(3, 10), update(4, 20)]).await;
+    let report = rig
+        .run(&[update(1, 10), update(2, 20), update(3, 10), update(4, 20)])
+        .await;
     assert_eq!(report.failed_message_ids(), ["msg-1", "msg-3"]);
     assert_eq!(rig.api.sent_texts(), ["reply to 2", "reply to 4"]);
     assert_eq!(report.outcomes[2].1, RecordOutcome::SkippedBehindFailure);
@@ -162,31 +198,57 @@ async fn a_transient_failure_backs_off_through_the_visibility_timeout_within_jit
     let rig = rig();
     rig.bot.on(1, [Step::Fail(transient)]);
     let report = rig.run(&[update(1, 10)]).await;
-    let delay = rig.visibility.last_for("rcpt-1").expect("visibility changed");
-    assert!(delay >= Duration::from_secs(1) && delay <= Duration::from_secs(3), "{delay:?}");
-    assert!(matches!(report.outcomes[0].1, RecordOutcome::Retrying(_, ErrorClass::Transient)));
+    let delay = rig
+        .visibility
+        .last_for("rcpt-1")
+        .expect("visibility changed");
+    assert!(
+        delay >= Duration::from_secs(1) && delay <= Duration::from_secs(3),
+        "{delay:?}"
+    );
+    assert!(matches!(
+        report.outcomes[0].1,
+        RecordOutcome::Retrying(_, ErrorClass::Transient)
+    ));
     assert_eq!(rig.status(1).await, Status::Retrying);
 }
 
 #[tokio::test]
 async fn retry_after_from_telegram_is_honoured_exactly() {
     let rig = rig();
-    rig.api.fail_next([TelegramError::RetryAfter(Duration::from_secs(17))]);
+    rig.api
+        .fail_next([TelegramError::RetryAfter(Duration::from_secs(17))]);
     rig.run(&[update(1, 10)]).await;
-    assert_eq!(rig.visibility.last_for("rcpt-1"), Some(Duration::from_secs(18)));
+    assert_eq!(
+        rig.visibility.last_for("rcpt-1"),
+        Some(Duration::from_secs(18))
+    );
 }
 
 #[tokio::test]
 async fn a_permanent_error_is_dead_lettered_on_the_first_attempt() {
     let rig = rig();
-    rig.api.fail_next([TelegramError::Api { code: 403, description: "Forbidden: bot was blocked by the user".into() }]);
+    rig.api.fail_next([TelegramError::Api {
+        code: 403,
+        description: "Forbidden: bot was blocked by the user".into(),
+    }]);
     let report = rig.run(&[update(1, 10), update(2, 10)]).await;
-    assert_eq!(report.outcomes[0].1, RecordOutcome::DeadLettered(BuryReason::Permanent));
+    assert_eq!(
+        report.outcomes[0].1,
+        RecordOutcome::DeadLettered(BuryReason::Permanent)
+    );
     // A dead-lettered record is acknowledged, so its chat goes on.
     assert!(report.failed_message_ids().is_empty());
     let letters = rig.dead.letters();
     assert_eq!(letters.len(), 1);
-    assert_eq!((letters[0].reason.as_str(), letters[0].error_class.as_str(), letters[0].attempts), ("permanent_error", "permanent", 1));
+    assert_eq!(
+        (
+            letters[0].reason.as_str(),
+            letters[0].error_class.as_str(),
+            letters[0].attempts
+        ),
+        ("permanent_error", "permanent", 1)
+    );
     assert_eq!(letters[0].body, update(1, 10).body);
     assert_eq!(rig.status(1).await, Status::Dead);
 }
@@ -198,9 +260,15 @@ async fn the_attempt_budget_ends_in_the_dead_letter_queue() {
     for attempt in 1..=8u32 {
         let report = rig.run(&[update(1, 10)]).await;
         if attempt < 8 {
-            assert!(matches!(report.outcomes[0].1, RecordOutcome::Retrying(..)), "attempt {attempt}");
+            assert!(
+                matches!(report.outcomes[0].1, RecordOutcome::Retrying(..)),
+                "attempt {attempt}"
+            );
         } else {
-            assert_eq!(report.outcomes[0].1, RecordOutcome::DeadLettered(BuryReason::BudgetSpent));
+            assert_eq!(
+                report.outcomes[0].1,
+                RecordOutcome::DeadLettered(BuryReason::BudgetSpent)
+            );
         }
     }
     assert_eq!(rig.dead.letters()[0].attempts, 8);
@@ -222,7 +290,9 @@ async fn a_retry_after_a_partial_run_does_not_repeat_sent_actions() {
     rig.bot.on(1, [Step::ReplyThenFail(transient), Step::Reply]);
     rig.run(&[update(1, 10)]).await;
     let report = rig.run(&[update(1, 10)]).await;
-    let RecordOutcome::Done(summary) = &report.outcomes[0].1 else { panic!("{:?}", report.outcomes) };
+    let RecordOutcome::Done(summary) = &report.outcomes[0].1 else {
+        panic!("{:?}", report.outcomes)
+    };
     assert_eq!(summary.replayed, 1);
     assert_eq!(rig.api.sent_texts(), ["reply to 1"]);
 }
@@ -241,13 +311,22 @@ async fn an_uncertain_at_least_once_action_is_sent_again() {
 #[tokio::test]
 async fn an_uncertain_at_most_once_action_is_reported_and_never_sent_again() {
     let rig = rig();
-    rig.bot.on(1, [Step::SendOnceAtMostThenFail, Step::SendOnceAtMostThenFail]);
+    rig.bot.on(
+        1,
+        [Step::SendOnceAtMostThenFail, Step::SendOnceAtMostThenFail],
+    );
     rig.api.fail_next([TelegramError::Timeout]);
     rig.run(&[update(1, 10)]).await;
     let record = rig.store.record(&key(1)).unwrap();
-    assert_eq!(record.actions[&1].result, None, "the intent is recorded without a result");
+    assert_eq!(
+        record.actions[&1].result, None,
+        "the intent is recorded without a result"
+    );
     rig.run(&[update(1, 10)]).await;
-    assert!(rig.api.calls().iter().all(|c| c.method != "sendPhoto"), "an at-most-once action was re-sent");
+    assert!(
+        rig.api.calls().iter().all(|c| c.method != "sendPhoto"),
+        "an at-most-once action was re-sent"
+    );
 }
 
 #[tokio::test]
@@ -255,17 +334,36 @@ async fn a_panicking_handler_is_a_transient_failure() {
     let rig = rig();
     rig.bot.on(1, [Step::Panic]);
     let report = rig.run(&[update(1, 10)]).await;
-    assert!(matches!(report.outcomes[0].1, RecordOutcome::Retrying(_, ErrorClass::Transient)), "{:?}", report.outcomes);
-    assert!(rig.store.record(&key(1)).unwrap().last_error.unwrap().contains("scripted panic"));
+    assert!(
+        matches!(
+            report.outcomes[0].1,
+            RecordOutcome::Retrying(_, ErrorClass::Transient)
+        ),
+        "{:?}",
+        report.outcomes
+    );
+    assert!(rig
+        .store
+        .record(&key(1))
+        .unwrap()
+        .last_error
+        .unwrap()
+        .contains("scripted panic"));
 }
 
 #[tokio::test]
 async fn the_deadline_margin_returns_the_rest_of_the_batch_unrun() {
     let rig = rig();
     let deadline = rig.clock.now().plus(Duration::from_secs(4));
-    let report = rig.worker.process_batch(&[update(1, 10), update(2, 20)], deadline).await;
+    let report = rig
+        .worker
+        .process_batch(&[update(1, 10), update(2, 20)], deadline)
+        .await;
     assert_eq!(report.failed_message_ids(), ["msg-1", "msg-2"]);
-    assert!(report.outcomes.iter().all(|(_, o)| *o == RecordOutcome::DeadlineReached));
+    assert!(report
+        .outcomes
+        .iter()
+        .all(|(_, o)| *o == RecordOutcome::DeadlineReached));
     assert!(rig.api.calls().is_empty());
     assert_eq!(rig.visibility.last_for("rcpt-2"), Some(Duration::ZERO));
 }
@@ -310,8 +408,14 @@ async fn a_record_leased_by_another_worker_is_returned_until_its_lease_ends() {
         })
         .await
         .unwrap();
-    let report = rig.worker.process_batch(&[record, update(2, 10)], deadline).await;
-    assert_eq!(report.outcomes[0].1, RecordOutcome::Busy(Duration::from_secs(30)));
+    let report = rig
+        .worker
+        .process_batch(&[record, update(2, 10)], deadline)
+        .await;
+    assert_eq!(
+        report.outcomes[0].1,
+        RecordOutcome::Busy(Duration::from_secs(30))
+    );
     assert_eq!(report.outcomes[1].1, RecordOutcome::SkippedBehindFailure);
     assert!(rig.api.calls().is_empty());
 }
@@ -321,9 +425,11 @@ async fn a_store_outage_fails_the_record_without_spending_an_attempt() {
     let rig = rig();
     rig.store.outage.set(true);
     let report = rig.run(&[update(1, 10)]).await;
-    assert!(matches!(report.outcomes[0].1, RecordOutcome::StoreUnavailable(_)));
+    assert!(matches!(
+        report.outcomes[0].1,
+        RecordOutcome::StoreUnavailable(_)
+    ));
     rig.store.outage.set(false);
     assert!(rig.store.record(&key(1)).is_none());
     assert!(rig.api.calls().is_empty());
 }
-

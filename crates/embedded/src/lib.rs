@@ -7,6 +7,8 @@
 //! its previous commit was syncing in a single transaction (group commit), so concurrent webhook
 //! calls share fsyncs. Reads use redb's snapshot read transactions on the blocking pool.
 
+#![warn(missing_docs)]
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;

@@ -255,8 +255,6 @@ impl WriterThread {
             Ok(Applied::ReadOnly) => false,
             Err(failure) => {
                 error!(error = %failure, operations = count, "store batch failed; nothing committed");
-                // The index may hold changes the aborted transaction never made durable.
-                self.queue = None;
                 false
             }
         };
@@ -283,13 +281,9 @@ impl WriterThread {
         };
         let mut txn = match self.db.begin_write() {
             Ok(txn) => txn,
-            Err(e) => {
-                self.queue = Some(queue);
-                return fail_all(jobs, e.to_string());
-            }
+            Err(e) => return fail_all(jobs, e.to_string()),
         };
         if let Err(e) = txn.set_durability(Durability::Immediate) {
-            self.queue = Some(queue);
             return fail_all(jobs, e.to_string());
         }
         let mut replies = Vec::with_capacity(jobs.len());
@@ -330,6 +324,8 @@ impl WriterThread {
                 .map(|()| Applied::Committed { wake })
                 .map_err(|e| e.to_string()),
         };
+        // After a failure the index may hold changes that were never committed: the next batch
+        // reloads it from the database instead.
         if outcome.is_ok() {
             self.queue = Some(queue);
         }

@@ -573,13 +573,22 @@ impl RecordingVisibility {
 
     /// The last change asked for on one receipt.
     pub fn last_for(&self, receipt: &str) -> Option<Duration> {
-        self.changes.lock().iter().rev().find(|(r, _)| r.0 == receipt).map(|(_, d)| *d)
+        self.changes
+            .lock()
+            .iter()
+            .rev()
+            .find(|(r, _)| r.0 == receipt)
+            .map(|(_, d)| *d)
     }
 }
 
 #[async_trait]
 impl Visibility for RecordingVisibility {
-    async fn change_visibility(&self, receipt: &ReceiptHandle, after: Duration) -> Result<(), PortError> {
+    async fn change_visibility(
+        &self,
+        receipt: &ReceiptHandle,
+        after: Duration,
+    ) -> Result<(), PortError> {
         self.changes.lock().push((receipt.clone(), after));
         Ok(())
     }

@@ -121,7 +121,9 @@ where
 {
     let params = serde_json::to_value(payload)
         .map_err(|e| TelegramError::Network(format!("payload does not serialize: {e}")))?;
-    let result = api.call(&tgq_core::telegram::method_name(P::NAME), &params).await?;
+    let result = api
+        .call(&tgq_core::telegram::method_name(P::NAME), &params)
+        .await?;
     serde_json::from_value(result).map_err(|_| TelegramError::InvalidResponse { status: 200 })
 }
 

@@ -35,9 +35,18 @@ impl WebhookConfig {
             bot_id: vars.bot_id()?,
             secret: vars.webhook_secret()?,
             max_body_bytes: vars.max_body_bytes()?,
-            table: vars.required("TGQ_TABLE", "the DynamoDB table name (template output TableName)")?,
-            queue_url: vars.required("TGQ_QUEUE_URL", "the updates FIFO queue URL (template output UpdatesQueueUrl)")?,
-            dlq_url: vars.required("TGQ_DLQ_URL", "the dead-letter FIFO queue URL (template output DeadLetterQueueUrl)")?,
+            table: vars.required(
+                "TGQ_TABLE",
+                "the DynamoDB table name (template output TableName)",
+            )?,
+            queue_url: vars.required(
+                "TGQ_QUEUE_URL",
+                "the updates FIFO queue URL (template output UpdatesQueueUrl)",
+            )?,
+            dlq_url: vars.required(
+                "TGQ_DLQ_URL",
+                "the dead-letter FIFO queue URL (template output DeadLetterQueueUrl)",
+            )?,
         })
     }
 
@@ -56,7 +65,10 @@ impl WebhookConfig {
 pub const AWS_BUDGET: Duration = Duration::from_secs(8);
 
 /// Answers one HTTP request. Every refusal is a status with a short reason; nothing is dropped silently.
-pub async fn handle(webhook: &Webhook, request: Request) -> Result<Response<Body>, lambda_http::Error> {
+pub async fn handle(
+    webhook: &Webhook,
+    request: Request,
+) -> Result<Response<Body>, lambda_http::Error> {
     let body = match request.body() {
         Body::Empty => Bytes::new(),
         Body::Text(text) => Bytes::copy_from_slice(text.as_bytes()),
@@ -64,7 +76,11 @@ pub async fn handle(webhook: &Webhook, request: Request) -> Result<Response<Body
         _ => Bytes::new(),
     };
     let secret = request.headers().get(SECRET_HEADER).map(|v| v.as_bytes());
-    let inbound = InboundRequest { method: request.method().as_str(), secret, body: &body };
+    let inbound = InboundRequest {
+        method: request.method().as_str(),
+        secret,
+        body: &body,
+    };
     let (status, text) = match webhook.handle(inbound).await {
         Ok(ingested) => (200, describe(&ingested)),
         Err(refused) => (refused.status(), refused.to_string()),
@@ -72,7 +88,9 @@ pub async fn handle(webhook: &Webhook, request: Request) -> Result<Response<Body
     let response = Response::builder()
         .status(status)
         .header("content-type", "application/json")
-        .body(Body::from(serde_json::json!({ "ok": status == 200, "result": text }).to_string()))?;
+        .body(Body::from(
+            serde_json::json!({ "ok": status == 200, "result": text }).to_string(),
+        ))?;
     Ok(response)
 }
 

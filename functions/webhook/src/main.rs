@@ -11,13 +11,20 @@ use tgq_webhook::{handle, WebhookConfig};
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    tracing_subscriber::fmt().json().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).init();
+    tracing_subscriber::fmt()
+        .json()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .init();
     let config = WebhookConfig::from_vars(&Vars::from_env())?;
     let sdk = tgq_aws::aws_config().await;
-    let secret = tgq_aws::resolve_secret(&aws_sdk_ssm::Client::new(&sdk), config.secret.clone()).await?;
+    let secret =
+        tgq_aws::resolve_secret(&aws_sdk_ssm::Client::new(&sdk), config.secret.clone()).await?;
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let ports = WebhookPorts {
-        store: Arc::new(DynamoStore::new(aws_sdk_dynamodb::Client::new(&sdk), config.table.clone())),
+        store: Arc::new(DynamoStore::new(
+            aws_sdk_dynamodb::Client::new(&sdk),
+            config.table.clone(),
+        )),
         queue: Arc::new(SqsQueue::new(sqs.clone(), config.queue_url.clone())),
         dead: Arc::new(SqsQueue::new(sqs, config.dlq_url.clone())),
         clock: Arc::new(SystemClock),

@@ -28,14 +28,32 @@ fn rig() -> Rig {
     let store = Arc::new(MemoryStore::new());
     let queue = Arc::new(MemoryQueue::new(Arc::new(SystemClock)));
     let dead = Arc::new(MemoryDeadLetters::new());
-    let ports = WebhookPorts { store: store.clone(), queue: queue.clone(), dead: dead.clone(), clock: Arc::new(SystemClock) };
-    let webhook = Webhook::new(config.settings(SecretString::from("tgq-example-secret".to_owned())), ports);
-    Rig { webhook, store, queue, dead }
+    let ports = WebhookPorts {
+        store: store.clone(),
+        queue: queue.clone(),
+        dead: dead.clone(),
+        clock: Arc::new(SystemClock),
+    };
+    let webhook = Webhook::new(
+        config.settings(SecretString::from("tgq-example-secret".to_owned())),
+        ports,
+    );
+    Rig {
+        webhook,
+        store,
+        queue,
+        dead,
+    }
 }
 
 async fn invoke(rig: &Rig, event: &str) -> u16 {
-    let request = lambda_http::request::from_str(event).expect("the fixture is a lambda_http event");
-    handle(&rig.webhook, request).await.unwrap().status().as_u16()
+    let request =
+        lambda_http::request::from_str(event).expect("the fixture is a lambda_http event");
+    handle(&rig.webhook, request)
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
 }
 
 macro_rules! event {
@@ -108,6 +126,10 @@ async fn an_unavailable_queue_is_answered_503_so_telegram_retries() {
 
 #[test]
 fn a_missing_variable_is_named_in_the_config_error() {
-    let err = WebhookConfig::from_vars(&Vars::from_pairs([("TGQ_BOT_ID", "demo"), ("TGQ_WEBHOOK_SECRET", "s")])).unwrap_err();
+    let err = WebhookConfig::from_vars(&Vars::from_pairs([
+        ("TGQ_BOT_ID", "demo"),
+        ("TGQ_WEBHOOK_SECRET", "s"),
+    ]))
+    .unwrap_err();
     assert!(err.to_string().starts_with("TGQ_TABLE is not set"), "{err}");
 }

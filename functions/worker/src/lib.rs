@@ -39,9 +39,18 @@ impl WorkerConfig {
         Ok(Self {
             token,
             telegram_api_url: vars.telegram_api_url()?,
-            table: vars.required("TGQ_TABLE", "the DynamoDB table name (template output TableName)")?,
-            queue_url: vars.required("TGQ_QUEUE_URL", "the updates FIFO queue URL (template output UpdatesQueueUrl)")?,
-            dlq_url: vars.required("TGQ_DLQ_URL", "the dead-letter FIFO queue URL (template output DeadLetterQueueUrl)")?,
+            table: vars.required(
+                "TGQ_TABLE",
+                "the DynamoDB table name (template output TableName)",
+            )?,
+            queue_url: vars.required(
+                "TGQ_QUEUE_URL",
+                "the updates FIFO queue URL (template output UpdatesQueueUrl)",
+            )?,
+            dlq_url: vars.required(
+                "TGQ_DLQ_URL",
+                "the dead-letter FIFO queue URL (template output DeadLetterQueueUrl)",
+            )?,
             settings: WorkerSettings {
                 retry: vars.retry_policy()?,
                 deadline_margin: defaults::DEADLINE_MARGIN,
@@ -56,14 +65,30 @@ pub const TELEGRAM_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why an event could not be answered with a partial batch response.
 #[derive(Debug, thiserror::Error)]
-#[error("a failed record has no messageId, so it cannot be reported alone; failing the whole batch")]
+#[error(
+    "a failed record has no messageId, so it cannot be reported alone; failing the whole batch"
+)]
 pub struct NamelessFailure;
 
 /// Handles one SQS event: every record in order, failures reported by message id.
-pub async fn handle(worker: &Worker, event: LambdaEvent<SqsEvent>) -> Result<SqsBatchResponse, NamelessFailure> {
-    let records: Vec<QueueRecord> = event.payload.records.into_iter().map(queue_record).collect();
-    let report = worker.process_batch(&records, Timestamp(event.context.deadline)).await;
-    if report.outcomes.iter().any(|(id, outcome)| id.is_empty() && outcome.is_failure()) {
+pub async fn handle(
+    worker: &Worker,
+    event: LambdaEvent<SqsEvent>,
+) -> Result<SqsBatchResponse, NamelessFailure> {
+    let records: Vec<QueueRecord> = event
+        .payload
+        .records
+        .into_iter()
+        .map(queue_record)
+        .collect();
+    let report = worker
+        .process_batch(&records, Timestamp(event.context.deadline))
+        .await;
+    if report
+        .outcomes
+        .iter()
+        .any(|(id, outcome)| id.is_empty() && outcome.is_failure())
+    {
         // Without an id the failure cannot be named; an error makes Lambda return the whole batch.
         return Err(NamelessFailure);
     }
@@ -88,6 +113,8 @@ pub fn queue_record(message: SqsMessage) -> QueueRecord {
         receipt: ReceiptHandle(message.receipt_handle.clone().unwrap_or_default()),
         body: Bytes::from(message.body.clone().unwrap_or_default()),
         group_id: attribute("MessageGroupId").unwrap_or_default(),
-        receive_count: attribute("ApproximateReceiveCount").and_then(|n| n.parse().ok()).unwrap_or(1),
+        receive_count: attribute("ApproximateReceiveCount")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(1),
     }
 }

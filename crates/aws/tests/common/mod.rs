@@ -54,7 +54,6 @@ impl Emulator {
     }
 }
 
-
 /// Names unique to this process, so runs against a long-lived emulator never share state.
 fn run_id() -> &'static str {
     static RUN_ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();

@@ -1,0 +1,206 @@
+//! Local mode's configuration: the functions' environment variables (`tgq_core::config::Vars`) with
+//! local defaults, and the webhook secret kept in the data directory when none is given.
+
+use std::fs::{self, OpenOptions};
+use std::io::Write as _;
+use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context as _};
+use rand::distr::{Alphanumeric, SampleString as _};
+use secrecy::{ExposeSecret as _, SecretString};
+use tgq_core::config::{SecretSource, Vars};
+use tgq_core::ids::BotId;
+use tgq_core::policy::RetryPolicy;
+use tracing::warn;
+
+/// The bot id local mode uses when `TGQ_BOT_ID` is unset.
+pub const LOCAL_BOT_ID: &str = "local";
+/// The file in the data directory that keeps a generated webhook secret.
+pub const SECRET_FILE: &str = "webhook-secret";
+/// The file in the data directory where a running `tgq local` writes its listen address.
+pub const ADDR_FILE: &str = "local.addr";
+/// The data directory when `--data-dir` is not given.
+pub const DEFAULT_DATA_DIR: &str = "./.tgq";
+
+/// A mistake in how the command was called; reported like clap's own errors (exit code 2).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
+
+/// Where the webhook secret came from; said at start so the user can find it (its value never is).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SecretOrigin {
+    /// `TGQ_WEBHOOK_SECRET`.
+    Environment,
+    /// A file in the data directory; `created` when this run generated it.
+    File {
+        /// The file.
+        path: PathBuf,
+        /// Whether this run generated it.
+        created: bool,
+    },
+}
+
+/// Everything `tgq local` reads from the environment.
+#[derive(Clone, Debug)]
+pub struct LocalSettings {
+    /// `TGQ_BOT_ID`, default `local`.
+    pub bot_id: BotId,
+    /// `TGQ_WEBHOOK_SECRET`, or the generated one.
+    pub secret: SecretString,
+    /// Where the secret came from.
+    pub secret_origin: SecretOrigin,
+    /// `TGQ_MAX_BODY_BYTES`.
+    pub max_body_bytes: usize,
+    /// `TGQ_MAX_ATTEMPTS`, `TGQ_BACKOFF_BASE_MS`, `TGQ_BACKOFF_CAP_MS`.
+    pub retry: RetryPolicy,
+    /// `TELEGRAM_BOT_TOKEN`; without it sends go to the offline outbox.
+    pub token: Option<SecretString>,
+    /// `TELEGRAM_API_URL`.
+    pub telegram_api_url: String,
+    /// `TGQ_ADMIN_TOKEN`: lets non-loopback clients read the admin routes.
+    pub admin_token: Option<SecretString>,
+}
+
+impl LocalSettings {
+    /// Reads the variables; generates (once) and keeps the webhook secret in `data_dir` when
+    /// `TGQ_WEBHOOK_SECRET` is unset.
+    pub fn from_vars(vars: &Vars, data_dir: &Path) -> anyhow::Result<Self> {
+        let bot_id = match vars.get("TGQ_BOT_ID") {
+            Some(_) => vars.bot_id()?,
+            None => BotId::new(LOCAL_BOT_ID)?,
+        };
+        let (secret, secret_origin) = webhook_secret(vars, data_dir)?;
+        Ok(Self {
+            bot_id,
+            secret,
+            secret_origin,
+            max_body_bytes: vars.max_body_bytes()?,
+            retry: vars.retry_policy()?,
+            token: bot_token(vars)?,
+            telegram_api_url: vars.telegram_api_url()?,
+            admin_token: vars
+                .get("TGQ_ADMIN_TOKEN")
+                .map(|token| SecretString::from(token.to_owned())),
+        })
+    }
+}
+
+/// `TELEGRAM_BOT_TOKEN`, if set. An SSM parameter name cannot be resolved without AWS.
+pub fn bot_token(vars: &Vars) -> anyhow::Result<Option<SecretString>> {
+    match vars.bot_token() {
+        None => Ok(None),
+        Some(SecretSource::Value(token)) => Ok(Some(token)),
+        Some(SecretSource::Parameter(_)) => bail!(
+            "TELEGRAM_BOT_TOKEN_PARAM names an SSM parameter, which the tgq command does not read: \
+             set TELEGRAM_BOT_TOKEN instead"
+        ),
+    }
+}
+
+/// `TGQ_WEBHOOK_SECRET`, else the secret kept in `<data_dir>/webhook-secret` (generated once).
+pub fn webhook_secret(vars: &Vars, data_dir: &Path) -> anyhow::Result<(SecretString, SecretOrigin)> {
+    match vars.secret("TGQ_WEBHOOK_SECRET", "TGQ_WEBHOOK_SECRET_PARAM") {
+        Some(SecretSource::Value(secret)) => {
+            check_secret(secret.expose_secret(), "TGQ_WEBHOOK_SECRET")?;
+            Ok((secret, SecretOrigin::Environment))
+        }
+        Some(SecretSource::Parameter(_)) => bail!(
+            "TGQ_WEBHOOK_SECRET_PARAM names an SSM parameter, which the tgq command does not read: \
+             set TGQ_WEBHOOK_SECRET, or leave both unset to use a generated secret"
+        ),
+        None => {
+            let path = data_dir.join(SECRET_FILE);
+            let (secret, created) = load_or_create_secret(&path)?;
+            Ok((secret, SecretOrigin::File { path, created }))
+        }
+    }
+}
+
+/// Reads the secret file, or creates it (mode 0600) with a fresh random secret.
+pub fn load_or_create_secret(path: &Path) -> anyhow::Result<(SecretString, bool)> {
+    if let Some(parent) = path.parent() {
+        fs::create_dir_all(parent)
+            .with_context(|| format!("cannot create the data directory {}", parent.display()))?;
+    }
+    // Telegram's secret_token allows 1–256 of A–Z, a–z, 0–9, '_' and '-'; 48 alphanumerics carry
+    // about 285 bits.
+    let fresh = Alphanumeric.sample_string(&mut rand::rng(), 48);
+    let created = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path);
+    match created {
+        Ok(mut file) => {
+            file.write_all(fresh.as_bytes())
+                .and_then(|()| file.sync_all())
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            Ok((SecretString::from(fresh), true))
+        }
+        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {
+            let text = fs::read_to_string(path)
+                .with_context(|| format!("cannot read {}", path.display()))?;
+            let secret = text.trim();
+            check_secret(secret, &path.display().to_string())?;
+            let mode = fs::metadata(path)?.permissions().mode();
+            if mode & 0o077 != 0 {
+                warn!(file = %path.display(), "the webhook secret file is readable by other users; chmod 600 it");
+            }
+            Ok((SecretString::from(secret.to_owned()), false))
+        }
+        Err(error) => {
+            Err(error).with_context(|| format!("cannot create {}", path.display()))
+        }
+    }
+}
+
+/// Telegram accepts only these secrets; a bad one would make `setWebhook` fail later.
+fn check_secret(secret: &str, origin: &str) -> anyhow::Result<()> {
+    let valid = (1..=256).contains(&secret.len())
+        && secret
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if !valid {
+        bail!("the webhook secret in {origin} must be 1–256 characters of A–Z, a–z, 0–9, '_' or '-'");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_generated_secret_is_kept_with_mode_0600_and_reused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("nested").join(SECRET_FILE);
+        let (first, created) = load_or_create_secret(&path).unwrap();
+        assert!(created);
+        assert_eq!(fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        let (second, created_again) = load_or_create_secret(&path).unwrap();
+        assert!(!created_again);
+        assert_eq!(first.expose_secret(), second.expose_secret());
+        assert_eq!(first.expose_secret().len(), 48);
+    }
+
+    #[test]
+    fn local_mode_defaults_the_bot_id_and_reads_the_functions_variables() {
+        let dir = tempfile::tempdir().unwrap();
+        let vars = Vars::from_pairs([("TGQ_MAX_ATTEMPTS", "3"), ("TGQ_WEBHOOK_SECRET", "s3cret")]);
+        let settings = LocalSettings::from_vars(&vars, dir.path()).unwrap();
+        assert_eq!(settings.bot_id.as_str(), "local");
+        assert_eq!(settings.retry.max_attempts, 3);
+        assert_eq!(settings.secret_origin, SecretOrigin::Environment);
+        assert!(settings.token.is_none());
+        assert!(!dir.path().join(SECRET_FILE).exists());
+    }
+
+    #[test]
+    fn an_ssm_parameter_for_the_token_is_refused_with_a_hint() {
+        let vars = Vars::from_pairs([("TELEGRAM_BOT_TOKEN_PARAM", "/tgq/token")]);
+        let error = bot_token(&vars).unwrap_err().to_string();
+        assert!(error.contains("set TELEGRAM_BOT_TOKEN"), "{error}");
+    }
+}

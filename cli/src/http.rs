@@ -1,0 +1,209 @@
+//! The HTTP face of `tgq local` (axum): `POST /webhook` answered exactly as the webhook Lambda
+//! answers, `GET /healthz` and `GET /readyz` for supervisors, and admin routes that read the store.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{ConnectInfo, Query, State};
+use axum::http::{header, HeaderMap, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get};
+use axum::Router;
+use bytes::Bytes;
+use http_body_util::LengthLimitError;
+use secrecy::{ExposeSecret as _, SecretString};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use subtle::ConstantTimeEq as _;
+use tgq_core::clock::Clock;
+use tgq_core::ingest::{InboundRequest, Ingested, Refused, Webhook, SECRET_HEADER};
+use tgq_embedded::EmbeddedStore;
+
+use crate::admin;
+use crate::ops;
+use crate::shutdown::Shutdown;
+use crate::worker_loop::LoopStats;
+
+/// What the routes share.
+#[derive(Clone)]
+pub struct App {
+    /// The webhook use case, as the Lambda runs it.
+    pub webhook: Webhook,
+    /// The store the admin routes read.
+    pub store: Arc<EmbeddedStore>,
+    /// Tells the time for queue ages.
+    pub clock: Arc<dyn Clock>,
+    /// `TGQ_ADMIN_TOKEN`.
+    pub admin_token: Option<SecretString>,
+    /// The worker loops' state.
+    pub loops: Arc<LoopStats>,
+    /// How many worker loops should be running.
+    pub expected_loops: usize,
+    /// Set once the process is stopping.
+    pub shutdown: Shutdown,
+}
+
+/// Every route of `tgq local`.
+pub fn router(app: App) -> Router {
+    Router::new()
+        .route("/webhook", any(webhook))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/admin/status", get(admin_status))
+        .route("/admin/outbox", get(admin_outbox))
+        .route("/admin/dlq", get(admin_dlq))
+        .with_state(app)
+}
+
+/// The answer shape of the webhook Lambda, used by every route: `{"ok": …, "result": …}`.
+fn answer(status: StatusCode, result: Value) -> Response {
+    let body = json!({ "ok": status == StatusCode::OK, "result": result });
+    (status, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+}
+
+fn refusal(refused: &Refused) -> Response {
+    let status = StatusCode::from_u16(refused.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    answer(status, Value::from(refused.to_string()))
+}
+
+/// `POST /webhook`: the cheap refusals (405, 401) come before a byte of the body is read, the body
+/// is read up to `TGQ_MAX_BODY_BYTES` (413 past it), then the use case stores and enqueues it.
+async fn webhook(State(app): State<App>, method: Method, headers: HeaderMap, body: Body) -> Response {
+    let secret = headers.get(SECRET_HEADER).map(|value| value.as_bytes());
+    let settings = app.webhook.settings();
+    if method != Method::POST {
+        return refusal(&Refused::MethodNotAllowed);
+    }
+    if !secret_matches(&settings.secret, secret) {
+        return refusal(&Refused::Unauthorized);
+    }
+    let limit = settings.max_body_bytes;
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse::<usize>().ok());
+    if let Some(size) = declared.filter(|size| *size > limit) {
+        return refusal(&Refused::PayloadTooLarge { size, limit });
+    }
+    let body: Bytes = match axum::body::to_bytes(body, limit).await {
+        Ok(body) => body,
+        Err(error) if is_length_limit(&error) => {
+            return refusal(&Refused::PayloadTooLarge { size: limit + 1, limit })
+        }
+        Err(_) => return answer(StatusCode::BAD_REQUEST, Value::from("the request body could not be read")),
+    };
+    let inbound = InboundRequest {
+        method: method.as_str(),
+        secret,
+        body: &body,
+    };
+    match app.webhook.handle(inbound).await {
+        Ok(ingested) => answer(StatusCode::OK, Value::from(describe(&ingested))),
+        Err(refused) => refusal(&refused),
+    }
+}
+
+/// Compares in constant time, as the use case does.
+fn secret_matches(expected: &SecretString, presented: Option<&[u8]>) -> bool {
+    presented.is_some_and(|given| bool::from(given.ct_eq(expected.expose_secret().as_bytes())))
+}
+
+fn is_length_limit(error: &axum::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(cause) = source {
+        if cause.is::<LengthLimitError>() {
+            return true;
+        }
+        source = cause.source();
+    }
+    false
+}
+
+/// The webhook Lambda's wording of each outcome.
+fn describe(ingested: &Ingested) -> String {
+    match ingested {
+        Ingested::Queued => "queued".into(),
+        Ingested::Requeued => "queued again".into(),
+        Ingested::Duplicate(status) => format!("duplicate ({status})"),
+        Ingested::Poison(reason) => format!("not an update: {reason}"),
+        Ingested::Refused(_) => "refused by the store; dead-lettered".into(),
+    }
+}
+
+/// `GET /healthz`: the process answers.
+async fn healthz() -> Response {
+    answer(StatusCode::OK, Value::from("alive"))
+}
+
+/// `GET /readyz`: the store answers and every worker loop runs.
+async fn readyz(State(app): State<App>) -> Response {
+    if app.shutdown.is_triggered() {
+        return answer(StatusCode::SERVICE_UNAVAILABLE, Value::from("shutting down"));
+    }
+    let running = app.loops.running();
+    if running < app.expected_loops {
+        let text = format!("{running} of {} worker loops running", app.expected_loops);
+        return answer(StatusCode::SERVICE_UNAVAILABLE, Value::from(text));
+    }
+    let store = app.store.clone();
+    match tokio::task::spawn_blocking(move || store.counters()).await {
+        Ok(Ok(_)) => answer(StatusCode::OK, Value::from("ready")),
+        _ => answer(StatusCode::SERVICE_UNAVAILABLE, Value::from("the store does not answer")),
+    }
+}
+
+/// `?limit=N` on the admin list routes.
+#[derive(Debug, Deserialize)]
+struct Limit {
+    limit: Option<usize>,
+}
+
+/// `GET /admin/status`: what `tgq status --json` prints.
+async fn admin_status(
+    State(app): State<App>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+) -> Response {
+    let resent = app.loops.resent_after_unknown_outcome();
+    let now = app.clock.now();
+    admin_read(&app, peer, &headers, move |store| ops::status_json(store, now, Some(resent))).await
+}
+
+/// `GET /admin/outbox?limit=N`: what `tgq outbox --json` prints.
+async fn admin_outbox(
+    State(app): State<App>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Query(query): Query<Limit>,
+) -> Response {
+    let limit = query.limit.unwrap_or(ops::DEFAULT_LIMIT);
+    admin_read(&app, peer, &headers, move |store| ops::outbox_json(store, limit)).await
+}
+
+/// `GET /admin/dlq?limit=N`: what `tgq dlq list --json` prints.
+async fn admin_dlq(
+    State(app): State<App>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Query(query): Query<Limit>,
+) -> Response {
+    let limit = query.limit.unwrap_or(ops::DEFAULT_LIMIT);
+    admin_read(&app, peer, &headers, move |store| ops::dlq_json(store, limit)).await
+}
+
+/// Checks access, then runs a blocking store read off the async threads.
+async fn admin_read<F>(app: &App, peer: SocketAddr, headers: &HeaderMap, read: F) -> Response
+where
+    F: FnOnce(&EmbeddedStore) -> anyhow::Result<Value> + Send + 'static,
+{
+    if let Err(forbidden) = admin::authorize(peer, headers, app.admin_token.as_ref()) {
+        return answer(StatusCode::FORBIDDEN, Value::from(forbidden.to_string()));
+    }
+    let store = app.store.clone();
+    match tokio::task::spawn_blocking(move || read(&store)).await {
+        Ok(Ok(value)) => answer(StatusCode::OK, value),
+        Ok(Err(error)) => answer(StatusCode::SERVICE_UNAVAILABLE, Value::from(format!("{error:#}"))),
+        Err(_) => answer(StatusCode::SERVICE_UNAVAILABLE, Value::from("the store read did not finish")),
+    }
+}

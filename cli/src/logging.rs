@@ -1,0 +1,22 @@
+//! Logs: tracing to stderr, human-readable by default, JSON lines with `TGQ_LOG_FORMAT=json`.
+//! `RUST_LOG` overrides the level. Nothing here ever formats a token, a secret or message text: the
+//! use cases log ids, groups and error classes only.
+
+use tracing_subscriber::EnvFilter;
+
+/// Installs the global subscriber; `default_level` applies when `RUST_LOG` is unset.
+pub fn init(default_level: &str) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        // The HTTP stacks are chatty at info and say nothing a user of tgq needs.
+        EnvFilter::new(format!("{default_level},hyper=warn,reqwest=warn,h2=warn"))
+    });
+    let json = std::env::var("TGQ_LOG_FORMAT").is_ok_and(|format| format.eq_ignore_ascii_case("json"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}

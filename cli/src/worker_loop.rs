@@ -1,0 +1,132 @@
+//! The stand-in for the SQS event source mapping (DESIGN §1): receive a batch, hand it to the
+//! [`Worker`] use case with an invocation deadline, delete every message not reported as failed.
+//! Several loops run at once; the queue's message groups keep each chat in order between them.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tgq_core::clock::Clock;
+use tgq_core::ingest::error_chain;
+use tgq_core::ports::QueueConsumer;
+use tgq_core::worker::{BatchReport, RecordOutcome, Worker};
+use tracing::{info, warn};
+
+use crate::shutdown::Shutdown;
+
+/// How the loops receive and how long one "invocation" may take.
+#[derive(Clone, Copy, Debug)]
+pub struct LoopSettings {
+    /// Concurrent loops (the mapping's MaximumConcurrency).
+    pub loops: usize,
+    /// Messages per receive (the mapping's batch size; SQS allows at most 10).
+    pub batch_size: usize,
+    /// How long a receive waits for a first message.
+    pub wait: Duration,
+    /// The invocation budget: the batch's deadline, and when it is cut off like a timed-out Lambda.
+    pub budget: Duration,
+    /// How long received messages stay hidden; longer than the budget, so a live batch is never
+    /// delivered twice, and short enough that a crashed run's messages come back soon.
+    pub visibility: Duration,
+}
+
+impl Default for LoopSettings {
+    fn default() -> Self {
+        Self {
+            loops: 4,
+            batch_size: 10,
+            wait: Duration::from_secs(1),
+            budget: tgq_core::defaults::WORKER_TIMEOUT,
+            visibility: tgq_core::defaults::WORKER_TIMEOUT + Duration::from_secs(10),
+        }
+    }
+}
+
+/// What the loops report to `/readyz` and `/admin/status`.
+#[derive(Debug, Default)]
+pub struct LoopStats {
+    running: AtomicUsize,
+    resent_after_unknown_outcome: AtomicU64,
+}
+
+impl LoopStats {
+    /// Loops currently running.
+    pub fn running(&self) -> usize {
+        self.running.load(Ordering::SeqCst)
+    }
+
+    /// At-least-once sends repeated by this process because an earlier run's outcome was unknown.
+    pub fn resent_after_unknown_outcome(&self) -> u64 {
+        self.resent_after_unknown_outcome.load(Ordering::SeqCst)
+    }
+}
+
+/// Runs one loop until shutdown; the batch in hand is always finished first.
+pub async fn run(
+    id: usize,
+    settings: LoopSettings,
+    queue: Arc<dyn QueueConsumer>,
+    worker: Worker,
+    clock: Arc<dyn Clock>,
+    stats: Arc<LoopStats>,
+    shutdown: Shutdown,
+) {
+    stats.running.fetch_add(1, Ordering::SeqCst);
+    while !shutdown.is_triggered() {
+        // Not cancelled on shutdown: a receive abandoned after it was committed would leave its
+        // messages hidden until their visibility timeout. It waits one second at most.
+        let records = match queue
+            .receive(settings.batch_size, settings.visibility, settings.wait)
+            .await
+        {
+            Ok(records) => records,
+            Err(error) => {
+                warn!(worker_loop = id, error = %error_chain(&error), "receive failed; retrying in 1 s");
+                tokio::select! {
+                    () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    () = shutdown.wait() => {}
+                }
+                continue;
+            }
+        };
+        if records.is_empty() {
+            continue;
+        }
+        let deadline = clock.now().plus(settings.budget);
+        let batch = worker.process_batch(&records, deadline);
+        let Ok(report) = tokio::time::timeout(settings.budget, batch).await else {
+            // As when Lambda times out: nothing is deleted, the messages come back after their
+            // visibility timeout and the records' leases let the next run take over.
+            warn!(worker_loop = id, messages = records.len(), "batch ran past its budget and was cut off");
+            continue;
+        };
+        let failed: HashSet<String> = report.failed_message_ids().into_iter().collect();
+        for record in records.iter().filter(|r| !failed.contains(&r.message_id)) {
+            if let Err(error) = queue.delete(&record.receipt).await {
+                // It is redelivered, found DONE or DEAD, and acknowledged without running again.
+                warn!(worker_loop = id, message_id = %record.message_id, error = %error_chain(&error), "delete failed");
+            }
+        }
+        let resent = resent_in(&report);
+        if resent > 0 {
+            info!(worker_loop = id, resent, "actions with an unknown outcome were sent again (at least once)");
+            stats
+                .resent_after_unknown_outcome
+                .fetch_add(resent, Ordering::SeqCst);
+        }
+    }
+    stats.running.fetch_sub(1, Ordering::SeqCst);
+}
+
+/// Sends repeated after an unknown outcome in the batch's finished records.
+fn resent_in(report: &BatchReport) -> u64 {
+    report
+        .outcomes
+        .iter()
+        .map(|(_, outcome)| match outcome {
+            RecordOutcome::Done(summary) => u64::from(summary.resent_after_unknown_outcome),
+            _ => 0,
+        })
+        .sum()
+}
