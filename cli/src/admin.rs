@@ -68,7 +68,9 @@ fn bearer(headers: &HeaderMap) -> Option<&[u8]> {
     let value = headers.get(header::AUTHORIZATION)?.as_bytes();
     let prefix = b"bearer ";
     match value.get(..prefix.len()) {
-        Some(start) if start.eq_ignore_ascii_case(prefix) => Some(value[prefix.len()..].trim_ascii()),
+        Some(start) if start.eq_ignore_ascii_case(prefix) => {
+            Some(value[prefix.len()..].trim_ascii())
+        }
         _ => None,
     }
 }
@@ -97,18 +99,36 @@ mod tests {
 
     #[test]
     fn a_direct_loopback_client_needs_no_token() {
-        assert_eq!(authorize(peer("127.0.0.1"), &HeaderMap::new(), None), Ok(()));
-        assert_eq!(authorize(peer("::1"), &HeaderMap::new(), Some(&token())), Ok(()));
-        assert_eq!(authorize(peer("::ffff:127.0.0.1"), &HeaderMap::new(), None), Ok(()));
+        assert_eq!(
+            authorize(peer("127.0.0.1"), &HeaderMap::new(), None),
+            Ok(())
+        );
+        assert_eq!(
+            authorize(peer("::1"), &HeaderMap::new(), Some(&token())),
+            Ok(())
+        );
+        assert_eq!(
+            authorize(peer("::ffff:127.0.0.1"), &HeaderMap::new(), None),
+            Ok(())
+        );
     }
 
     #[test]
     fn a_remote_client_is_refused_without_the_token_and_admitted_with_it() {
         let remote = peer("203.0.113.7");
-        assert_eq!(authorize(remote, &HeaderMap::new(), None), Err(Forbidden::NoTokenConfigured));
-        assert_eq!(authorize(remote, &HeaderMap::new(), Some(&token())), Err(Forbidden::TokenMissing));
+        assert_eq!(
+            authorize(remote, &HeaderMap::new(), None),
+            Err(Forbidden::NoTokenConfigured)
+        );
+        assert_eq!(
+            authorize(remote, &HeaderMap::new(), Some(&token())),
+            Err(Forbidden::TokenMissing)
+        );
         let wrong = headers(&[("authorization", "Bearer nope")]);
-        assert_eq!(authorize(remote, &wrong, Some(&token())), Err(Forbidden::TokenWrong));
+        assert_eq!(
+            authorize(remote, &wrong, Some(&token())),
+            Err(Forbidden::TokenWrong)
+        );
         let right = headers(&[("authorization", "Bearer admin-token")]);
         assert_eq!(authorize(remote, &right, Some(&token())), Ok(()));
     }

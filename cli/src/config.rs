@@ -100,7 +100,10 @@ pub fn bot_token(vars: &Vars) -> anyhow::Result<Option<SecretString>> {
 }
 
 /// `TGQ_WEBHOOK_SECRET`, else the secret kept in `<data_dir>/webhook-secret` (generated once).
-pub fn webhook_secret(vars: &Vars, data_dir: &Path) -> anyhow::Result<(SecretString, SecretOrigin)> {
+pub fn webhook_secret(
+    vars: &Vars,
+    data_dir: &Path,
+) -> anyhow::Result<(SecretString, SecretOrigin)> {
     match vars.secret("TGQ_WEBHOOK_SECRET", "TGQ_WEBHOOK_SECRET_PARAM") {
         Some(SecretSource::Value(secret)) => {
             check_secret(secret.expose_secret(), "TGQ_WEBHOOK_SECRET")?;
@@ -150,9 +153,7 @@ pub fn load_or_create_secret(path: &Path) -> anyhow::Result<(SecretString, bool)
             }
             Ok((SecretString::from(secret.to_owned()), false))
         }
-        Err(error) => {
-            Err(error).with_context(|| format!("cannot create {}", path.display()))
-        }
+        Err(error) => Err(error).with_context(|| format!("cannot create {}", path.display())),
     }
 }
 
@@ -163,7 +164,9 @@ fn check_secret(secret: &str, origin: &str) -> anyhow::Result<()> {
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
     if !valid {
-        bail!("the webhook secret in {origin} must be 1–256 characters of A–Z, a–z, 0–9, '_' or '-'");
+        bail!(
+            "the webhook secret in {origin} must be 1–256 characters of A–Z, a–z, 0–9, '_' or '-'"
+        );
     }
     Ok(())
 }
@@ -178,7 +181,10 @@ mod tests {
         let path = dir.path().join("nested").join(SECRET_FILE);
         let (first, created) = load_or_create_secret(&path).unwrap();
         assert!(created);
-        assert_eq!(fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(
+            fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
         let (second, created_again) = load_or_create_secret(&path).unwrap();
         assert!(!created_again);
         assert_eq!(first.expose_secret(), second.expose_secret());

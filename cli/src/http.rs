@@ -59,17 +59,28 @@ pub fn router(app: App) -> Router {
 /// The answer shape of the webhook Lambda, used by every route: `{"ok": …, "result": …}`.
 fn answer(status: StatusCode, result: Value) -> Response {
     let body = json!({ "ok": status == StatusCode::OK, "result": result });
-    (status, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
 }
 
 fn refusal(refused: &Refused) -> Response {
-    let status = StatusCode::from_u16(refused.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let status =
+        StatusCode::from_u16(refused.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     answer(status, Value::from(refused.to_string()))
 }
 
 /// `POST /webhook`: the cheap refusals (405, 401) come before a byte of the body is read, the body
 /// is read up to `TGQ_MAX_BODY_BYTES` (413 past it), then the use case stores and enqueues it.
-async fn webhook(State(app): State<App>, method: Method, headers: HeaderMap, body: Body) -> Response {
+async fn webhook(
+    State(app): State<App>,
+    method: Method,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     let secret = headers.get(SECRET_HEADER).map(|value| value.as_bytes());
     let settings = app.webhook.settings();
     if method != Method::POST {
@@ -89,9 +100,17 @@ async fn webhook(State(app): State<App>, method: Method, headers: HeaderMap, bod
     let body: Bytes = match axum::body::to_bytes(body, limit).await {
         Ok(body) => body,
         Err(error) if is_length_limit(&error) => {
-            return refusal(&Refused::PayloadTooLarge { size: limit + 1, limit })
+            return refusal(&Refused::PayloadTooLarge {
+                size: limit + 1,
+                limit,
+            })
         }
-        Err(_) => return answer(StatusCode::BAD_REQUEST, Value::from("the request body could not be read")),
+        Err(_) => {
+            return answer(
+                StatusCode::BAD_REQUEST,
+                Value::from("the request body could not be read"),
+            )
+        }
     };
     let inbound = InboundRequest {
         method: method.as_str(),
@@ -139,7 +158,10 @@ async fn healthz() -> Response {
 /// `GET /readyz`: the store answers and every worker loop runs.
 async fn readyz(State(app): State<App>) -> Response {
     if app.shutdown.is_triggered() {
-        return answer(StatusCode::SERVICE_UNAVAILABLE, Value::from("shutting down"));
+        return answer(
+            StatusCode::SERVICE_UNAVAILABLE,
+            Value::from("shutting down"),
+        );
     }
     let running = app.loops.running();
     if running < app.expected_loops {
@@ -149,7 +171,10 @@ async fn readyz(State(app): State<App>) -> Response {
     let store = app.store.clone();
     match tokio::task::spawn_blocking(move || store.counters()).await {
         Ok(Ok(_)) => answer(StatusCode::OK, Value::from("ready")),
-        _ => answer(StatusCode::SERVICE_UNAVAILABLE, Value::from("the store does not answer")),
+        _ => answer(
+            StatusCode::SERVICE_UNAVAILABLE,
+            Value::from("the store does not answer"),
+        ),
     }
 }
 
@@ -165,9 +190,11 @@ async fn admin_status(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
 ) -> Response {
-    let resent = app.loops.resent_after_unknown_outcome();
     let now = app.clock.now();
-    admin_read(&app, peer, &headers, move |store| ops::status_json(store, now, Some(resent))).await
+    admin_read(&app, peer, &headers, move |store| {
+        ops::status_json(store, now)
+    })
+    .await
 }
 
 /// `GET /admin/outbox?limit=N`: what `tgq outbox --json` prints.
@@ -178,7 +205,10 @@ async fn admin_outbox(
     Query(query): Query<Limit>,
 ) -> Response {
     let limit = query.limit.unwrap_or(ops::DEFAULT_LIMIT);
-    admin_read(&app, peer, &headers, move |store| ops::outbox_json(store, limit)).await
+    admin_read(&app, peer, &headers, move |store| {
+        ops::outbox_json(store, limit)
+    })
+    .await
 }
 
 /// `GET /admin/dlq?limit=N`: what `tgq dlq list --json` prints.
@@ -189,7 +219,10 @@ async fn admin_dlq(
     Query(query): Query<Limit>,
 ) -> Response {
     let limit = query.limit.unwrap_or(ops::DEFAULT_LIMIT);
-    admin_read(&app, peer, &headers, move |store| ops::dlq_json(store, limit)).await
+    admin_read(&app, peer, &headers, move |store| {
+        ops::dlq_json(store, limit)
+    })
+    .await
 }
 
 /// Checks access, then runs a blocking store read off the async threads.
@@ -203,7 +236,13 @@ where
     let store = app.store.clone();
     match tokio::task::spawn_blocking(move || read(&store)).await {
         Ok(Ok(value)) => answer(StatusCode::OK, value),
-        Ok(Err(error)) => answer(StatusCode::SERVICE_UNAVAILABLE, Value::from(format!("{error:#}"))),
-        Err(_) => answer(StatusCode::SERVICE_UNAVAILABLE, Value::from("the store read did not finish")),
+        Ok(Err(error)) => answer(
+            StatusCode::SERVICE_UNAVAILABLE,
+            Value::from(format!("{error:#}")),
+        ),
+        Err(_) => answer(
+            StatusCode::SERVICE_UNAVAILABLE,
+            Value::from("the store read did not finish"),
+        ),
     }
 }

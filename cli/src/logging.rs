@@ -2,6 +2,8 @@
 //! `RUST_LOG` overrides the level. Nothing here ever formats a token, a secret or message text: the
 //! use cases log ids, groups and error classes only.
 
+use std::io::IsTerminal as _;
+
 use tracing_subscriber::EnvFilter;
 
 /// Installs the global subscriber; `default_level` applies when `RUST_LOG` is unset.
@@ -10,10 +12,12 @@ pub fn init(default_level: &str) {
         // The HTTP stacks are chatty at info and say nothing a user of tgq needs.
         EnvFilter::new(format!("{default_level},hyper=warn,reqwest=warn,h2=warn"))
     });
-    let json = std::env::var("TGQ_LOG_FORMAT").is_ok_and(|format| format.eq_ignore_ascii_case("json"));
+    let json =
+        std::env::var("TGQ_LOG_FORMAT").is_ok_and(|format| format.eq_ignore_ascii_case("json"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
     if json {
         builder.json().init();
     } else {

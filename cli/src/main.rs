@@ -3,6 +3,7 @@
 //! parses the command line and hands over.
 
 mod admin;
+mod attribution;
 mod config;
 mod demo;
 mod fixtures;
@@ -11,9 +12,9 @@ mod local;
 mod logging;
 mod ops;
 mod poll;
-mod worker_loop;
 mod shutdown;
 mod telegram_ops;
+mod worker_loop;
 
 use std::process::ExitCode;
 
@@ -50,8 +51,13 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let quiet = !matches!(cli.command, Command::Local(_));
-    logging::init(if quiet { "warn" } else { "info" });
+    // A server logs what it does; a one-shot command (and the demo, whose summary tells the story)
+    // only what went wrong.
+    let level = match &cli.command {
+        Command::Local(args) if !args.is_demo() => "info",
+        _ => "warn",
+    };
+    logging::init(level);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -75,9 +81,18 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => match error.downcast::<config::UsageError>() {
             // Usage errors look like clap's own, with the usage line and exit code 2.
-            Ok(usage) => Cli::command()
-                .error(clap::error::ErrorKind::ArgumentConflict, usage.0)
-                .exit(),
+            Ok(usage) => {
+                let mut command = Cli::command();
+                command.build();
+                let local = command
+                    .find_subcommand_mut("local")
+                    .cloned()
+                    .unwrap_or(command);
+                local
+                    .clone()
+                    .error(clap::error::ErrorKind::ArgumentConflict, usage.0)
+                    .exit()
+            }
             Err(error) => {
                 eprintln!("error: {error:#}");
                 ExitCode::FAILURE

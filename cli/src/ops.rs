@@ -71,7 +71,10 @@ pub struct DlqListArgs {
 /// `tgq status`.
 pub async fn status(args: StatusArgs) -> anyhow::Result<()> {
     let (value, running) = read(&args.store.data_dir, "/admin/status", |store| {
-        status_json(store, tgq_core::clock::Clock::now(&tgq_core::clock::SystemClock), None)
+        status_json(
+            store,
+            tgq_core::clock::Clock::now(&tgq_core::clock::SystemClock),
+        )
     })
     .await?;
     if args.json {
@@ -86,7 +89,10 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<()> {
 pub async fn outbox(args: OutboxArgs) -> anyhow::Result<()> {
     let limit = args.limit;
     let route = format!("/admin/outbox?limit={limit}");
-    let (value, _) = read(&args.store.data_dir, &route, move |store| outbox_json(store, limit)).await?;
+    let (value, _) = read(&args.store.data_dir, &route, move |store| {
+        outbox_json(store, limit)
+    })
+    .await?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&value)?);
     } else {
@@ -100,7 +106,10 @@ pub async fn dlq(command: DlqCommand) -> anyhow::Result<()> {
     let DlqCommand::List(args) = command;
     let limit = args.limit;
     let route = format!("/admin/dlq?limit={limit}");
-    let (value, _) = read(&args.store.data_dir, &route, move |store| dlq_json(store, limit)).await?;
+    let (value, _) = read(&args.store.data_dir, &route, move |store| {
+        dlq_json(store, limit)
+    })
+    .await?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&value)?);
     } else {
@@ -109,14 +118,9 @@ pub async fn dlq(command: DlqCommand) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Queue depths, table sizes and counters; `resent` is known only inside a running instance.
-pub fn status_json(store: &EmbeddedStore, now: Timestamp, resent: Option<u64>) -> anyhow::Result<Value> {
-    let stats = store.stats(now)?;
-    let mut counters = serde_json::to_value(store.counters()?)?;
-    if let (Some(resent), Some(fields)) = (resent, counters.as_object_mut()) {
-        fields.insert("resent_after_unknown_outcome".into(), resent.into());
-    }
-    Ok(json!({ "stats": stats, "counters": counters }))
+/// Queue depths, table sizes and counters.
+pub fn status_json(store: &EmbeddedStore, now: Timestamp) -> anyhow::Result<Value> {
+    Ok(json!({ "stats": store.stats(now)?, "counters": store.counters()? }))
 }
 
 /// Up to `limit` outbox entries, oldest first.
@@ -148,7 +152,11 @@ pub fn dlq_json(store: &EmbeddedStore, limit: usize) -> anyhow::Result<Value> {
 
 /// Reads through the store when it is free, else through the running instance's admin route.
 /// Returns the instance's address when it answered.
-async fn read<F>(data_dir: &Path, route: &str, direct: F) -> anyhow::Result<(Value, Option<SocketAddr>)>
+async fn read<F>(
+    data_dir: &Path,
+    route: &str,
+    direct: F,
+) -> anyhow::Result<(Value, Option<SocketAddr>)>
 where
     F: FnOnce(&EmbeddedStore) -> anyhow::Result<Value> + Send + 'static,
 {
@@ -159,7 +167,9 @@ where
         );
     }
     let dir = data_dir.to_owned();
-    let opened = tokio::task::spawn_blocking(move || EmbeddedStore::open(&dir, StoreOptions::default())).await?;
+    let opened =
+        tokio::task::spawn_blocking(move || EmbeddedStore::open(&dir, StoreOptions::default()))
+            .await?;
     match opened {
         Ok(store) => {
             let value = tokio::task::spawn_blocking(move || direct(&store)).await??;
@@ -188,11 +198,11 @@ fn running_addr(data_dir: &Path) -> anyhow::Result<SocketAddr> {
         .trim()
         .parse()
         .with_context(|| format!("{} does not hold a socket address", path.display()))?;
-    Ok(loopback_for(addr))
+    Ok(loopback(addr))
 }
 
 /// A server listening on every interface (0.0.0.0 or ::) is reached over loopback.
-fn loopback_for(addr: SocketAddr) -> SocketAddr {
+pub fn loopback(addr: SocketAddr) -> SocketAddr {
     let ip = match addr.ip() {
         IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
         IpAddr::V6(ip) if ip.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
@@ -203,7 +213,9 @@ fn loopback_for(addr: SocketAddr) -> SocketAddr {
 
 /// GETs an admin route and unwraps its `{"ok", "result"}` answer.
 async fn get(addr: SocketAddr, route: &str) -> anyhow::Result<Value> {
-    let client = reqwest::Client::builder().timeout(Duration::from_secs(10)).build()?;
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()?;
     let mut request = client.get(format!("http://{addr}{route}"));
     if let Ok(token) = std::env::var("TGQ_ADMIN_TOKEN") {
         if !token.is_empty() {
@@ -215,13 +227,15 @@ async fn get(addr: SocketAddr, route: &str) -> anyhow::Result<Value> {
         .await
         .with_context(|| format!("the running tgq local at {addr} does not answer"))?;
     let status = response.status();
-    let body: Value = response
-        .json()
-        .await
-        .with_context(|| format!("the running tgq local at {addr} answered {status} without JSON"))?;
+    let body: Value = response.json().await.with_context(|| {
+        format!("the running tgq local at {addr} answered {status} without JSON")
+    })?;
     let result = body.get("result").cloned().unwrap_or(Value::Null);
     if !status.is_success() {
-        bail!("the running tgq local at {addr} answered {status}: {}", text_of(&result));
+        bail!(
+            "the running tgq local at {addr} answered {status}: {}",
+            text_of(&result)
+        );
     }
     Ok(result)
 }
@@ -238,7 +252,10 @@ fn print_status(value: &Value, running: Option<SocketAddr>) {
     let counters = &value["counters"];
     let number = |v: &Value| v.as_u64().unwrap_or(0);
     let oldest = match stats["oldest_pending_age_ms"].as_u64() {
-        Some(ms) => format!(", oldest sent {} ago", human_duration(Duration::from_millis(ms))),
+        Some(ms) => format!(
+            ", oldest sent {} ago",
+            human_duration(Duration::from_millis(ms))
+        ),
         None => String::new(),
     };
     println!(
@@ -257,7 +274,10 @@ fn print_status(value: &Value, running: Option<SocketAddr>) {
         ("processed", "processed"),
         ("retried", "retried"),
         ("dead_lettered", "dead-lettered"),
-        ("resent_after_unknown_outcome", "re-sent after unknown outcome"),
+        (
+            "resent_after_unknown_outcome",
+            "re-sent after unknown outcome",
+        ),
     ] {
         if let Some(count) = counters[name].as_u64() {
             println!("  {label:<30} {count}");
@@ -275,7 +295,10 @@ fn print_outbox(value: &Value) {
         println!("The outbox is empty: the bot has not sent anything offline yet.");
         return;
     }
-    println!("{:>6}  {:>15}  {:>11}  {:>3}  {:<20}  TEXT", "ID", "CHAT", "UPDATE", "SEQ", "METHOD");
+    println!(
+        "{:>6}  {:>15}  {:>11}  {:>3}  {:<20}  TEXT",
+        "ID", "CHAT", "UPDATE", "SEQ", "METHOD"
+    );
     for entry in entries {
         println!(
             "{:>6}  {:>15}  {:>11}  {:>3}  {:<20}  {}",
@@ -295,7 +318,10 @@ fn print_dlq(value: &Value) {
         println!("No dead letters.");
         return;
     }
-    println!("{:>11}  {:<16}  {:<22}  {:<10}  {:>8}  ERROR", "UPDATE", "GROUP", "REASON", "CLASS", "ATTEMPTS");
+    println!(
+        "{:>11}  {:<16}  {:<22}  {:<10}  {:>8}  ERROR",
+        "UPDATE", "GROUP", "REASON", "CLASS", "ATTEMPTS"
+    );
     for letter in letters {
         println!(
             "{:>11}  {:<16}  {:<22}  {:<10}  {:>8}  {}",
@@ -320,7 +346,12 @@ fn dash(value: &Value) -> String {
 
 /// Text on one line, cut at `max` characters.
 pub fn one_line(text: &str, max: usize) -> String {
-    let joined = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" / ");
+    let joined = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" / ");
     match joined.char_indices().nth(max) {
         Some((cut, _)) => format!("{}…", &joined[..cut]),
         None => joined,
@@ -345,14 +376,20 @@ mod tests {
     #[test]
     fn an_instance_listening_everywhere_is_reached_over_loopback() {
         let any: SocketAddr = "0.0.0.0:8080".parse().unwrap();
-        assert_eq!(loopback_for(any), "127.0.0.1:8080".parse::<SocketAddr>().unwrap());
+        assert_eq!(
+            loopback(any),
+            "127.0.0.1:8080".parse::<SocketAddr>().unwrap()
+        );
         let v6: SocketAddr = "[::]:9".parse().unwrap();
-        assert_eq!(loopback_for(v6), "[::1]:9".parse::<SocketAddr>().unwrap());
+        assert_eq!(loopback(v6), "[::1]:9".parse::<SocketAddr>().unwrap());
     }
 
     #[test]
     fn table_cells_stay_on_one_line() {
-        assert_eq!(one_line("/start – a\n/help – b", 80), "/start – a / /help – b");
+        assert_eq!(
+            one_line("/start – a\n/help – b", 80),
+            "/start – a / /help – b"
+        );
         assert_eq!(one_line("abcdef", 3), "abc…");
         assert_eq!(human_duration(Duration::from_millis(4200)), "4.2 s");
         assert_eq!(human_duration(Duration::from_secs(185)), "3 min 5 s");

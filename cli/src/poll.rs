@@ -22,7 +22,8 @@ pub const POLL_TIMEOUT: Duration = Duration::from_secs(25);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 /// What `tgq local --poll` says when Telegram refuses getUpdates because a webhook is set.
-pub const WEBHOOK_IS_SET: &str = "Telegram refuses getUpdates while a webhook is set for this bot. \
+pub const WEBHOOK_IS_SET: &str =
+    "Telegram refuses getUpdates while a webhook is set for this bot. \
      Run `tgq webhook delete` to remove it, then start `tgq local --poll` again \
      (or keep the webhook and run `tgq local` without --poll behind it).";
 

@@ -3,7 +3,7 @@
 //! Several loops run at once; the queue's message groups keep each chat in order between them.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,6 +11,7 @@ use tgq_core::clock::Clock;
 use tgq_core::ingest::error_chain;
 use tgq_core::ports::QueueConsumer;
 use tgq_core::worker::{BatchReport, RecordOutcome, Worker};
+use tgq_embedded::EmbeddedStore;
 use tracing::{info, warn};
 
 use crate::shutdown::Shutdown;
@@ -43,11 +44,10 @@ impl Default for LoopSettings {
     }
 }
 
-/// What the loops report to `/readyz` and `/admin/status`.
+/// How many loops run, for `/readyz`.
 #[derive(Debug, Default)]
 pub struct LoopStats {
     running: AtomicUsize,
-    resent_after_unknown_outcome: AtomicU64,
 }
 
 impl LoopStats {
@@ -55,18 +55,13 @@ impl LoopStats {
     pub fn running(&self) -> usize {
         self.running.load(Ordering::SeqCst)
     }
-
-    /// At-least-once sends repeated by this process because an earlier run's outcome was unknown.
-    pub fn resent_after_unknown_outcome(&self) -> u64 {
-        self.resent_after_unknown_outcome.load(Ordering::SeqCst)
-    }
 }
 
 /// Runs one loop until shutdown; the batch in hand is always finished first.
 pub async fn run(
     id: usize,
     settings: LoopSettings,
-    queue: Arc<dyn QueueConsumer>,
+    store: Arc<EmbeddedStore>,
     worker: Worker,
     clock: Arc<dyn Clock>,
     stats: Arc<LoopStats>,
@@ -76,7 +71,7 @@ pub async fn run(
     while !shutdown.is_triggered() {
         // Not cancelled on shutdown: a receive abandoned after it was committed would leave its
         // messages hidden until their visibility timeout. It waits one second at most.
-        let records = match queue
+        let records = match store
             .receive(settings.batch_size, settings.visibility, settings.wait)
             .await
         {
@@ -98,22 +93,29 @@ pub async fn run(
         let Ok(report) = tokio::time::timeout(settings.budget, batch).await else {
             // As when Lambda times out: nothing is deleted, the messages come back after their
             // visibility timeout and the records' leases let the next run take over.
-            warn!(worker_loop = id, messages = records.len(), "batch ran past its budget and was cut off");
+            warn!(
+                worker_loop = id,
+                messages = records.len(),
+                "batch ran past its budget and was cut off"
+            );
             continue;
         };
         let failed: HashSet<String> = report.failed_message_ids().into_iter().collect();
         for record in records.iter().filter(|r| !failed.contains(&r.message_id)) {
-            if let Err(error) = queue.delete(&record.receipt).await {
+            if let Err(error) = store.delete(&record.receipt).await {
                 // It is redelivered, found DONE or DEAD, and acknowledged without running again.
                 warn!(worker_loop = id, message_id = %record.message_id, error = %error_chain(&error), "delete failed");
             }
         }
         let resent = resent_in(&report);
         if resent > 0 {
-            info!(worker_loop = id, resent, "actions with an unknown outcome were sent again (at least once)");
-            stats
-                .resent_after_unknown_outcome
-                .fetch_add(resent, Ordering::SeqCst);
+            info!(
+                worker_loop = id,
+                resent, "actions with an unknown outcome were sent again (at least once)"
+            );
+            if let Err(error) = store.count_resent(resent).await {
+                warn!(worker_loop = id, error = %error_chain(&error), "re-sent actions were not counted");
+            }
         }
     }
     stats.running.fetch_sub(1, Ordering::SeqCst);

@@ -195,6 +195,10 @@ pub struct Counters {
     pub retried: u64,
     /// Updates settled `DEAD`, plus messages redriven after `max_receive_count` receives.
     pub dead_lettered: u64,
+    /// At-least-once sends repeated because an earlier run recorded their intent but no result:
+    /// each may have reached Telegram twice (counted by the worker loop through
+    /// [`EmbeddedStore::count_resent`]).
+    pub resent_after_unknown_outcome: u64,
 }
 
 /// What [`EmbeddedStore::purge_expired`] removed.
@@ -372,7 +376,15 @@ impl EmbeddedStore {
             processed: get(counter::PROCESSED)?,
             retried: get(counter::RETRIED)?,
             dead_lettered: get(counter::DEAD_LETTERED)?,
+            resent_after_unknown_outcome: get(counter::RESENT)?,
         })
+    }
+
+    /// Durably adds `sends` to [`Counters::resent_after_unknown_outcome`].
+    pub async fn count_resent(&self, sends: u64) -> Result<(), tgq_core::PortError> {
+        self.writer
+            .run("count resent", move |tx| tx.add(counter::RESENT, sends))
+            .await
     }
 
     /// Write transactions committed since open (for benchmarks: ops per commit).

@@ -23,17 +23,21 @@ impl OfflineBotApi {
     pub fn new(store: Arc<EmbeddedStore>) -> Self {
         Self { store }
     }
-}
 
-#[async_trait]
-impl BotApi for OfflineBotApi {
-    async fn call(&self, method: &str, params: &Value) -> Result<Value, TelegramError> {
+    /// Like [`BotApi::call`], recording which update's handler made the call and its position in
+    /// the run, for callers that know them (a Bot API call itself does not say).
+    pub async fn call_for(
+        &self,
+        update_id: Option<i64>,
+        seq: Option<u32>,
+        method: &str,
+        params: &Value,
+    ) -> Result<Value, TelegramError> {
         let at = self.store.clock.now();
         let entry = StoredOutboxEntry {
             chat_id: params.get("chat_id").and_then(chat_id_of),
-            // A Bot API call does not say which update's handler made it.
-            update_id: None,
-            seq: None,
+            update_id,
+            seq,
             method: method.to_owned(),
             text: params
                 .get("text")
@@ -52,5 +56,12 @@ impl BotApi for OfflineBotApi {
         let message_id = i64::try_from(id).unwrap_or(i64::MAX);
         let unix_time = i64::try_from(at.as_secs()).unwrap_or(i64::MAX);
         Ok(offline_result(method, params, message_id, unix_time))
+    }
+}
+
+#[async_trait]
+impl BotApi for OfflineBotApi {
+    async fn call(&self, method: &str, params: &Value) -> Result<Value, TelegramError> {
+        self.call_for(None, None, method, params).await
     }
 }

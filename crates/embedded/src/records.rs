@@ -46,9 +46,14 @@ impl Tx<'_> {
 
     /// Adds one to a durable counter.
     pub(crate) fn bump(&mut self, name: &str) -> Result<(), OpError> {
+        self.add(name, 1)
+    }
+
+    /// Adds `amount` to a durable counter.
+    pub(crate) fn add(&mut self, name: &str, amount: u64) -> Result<(), OpError> {
         let mut counters = self.table_mut(COUNTERS)?;
         let current = counters.get(name)?.map_or(0, |v| v.value());
-        counters.insert(name, current + 1)?;
+        counters.insert(name, current.saturating_add(amount))?;
         Ok(())
     }
 

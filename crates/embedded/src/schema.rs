@@ -60,6 +60,7 @@ pub(crate) mod counter {
     pub(crate) const PROCESSED: &str = "processed";
     pub(crate) const RETRIED: &str = "retried";
     pub(crate) const DEAD_LETTERED: &str = "dead_lettered";
+    pub(crate) const RESENT: &str = "resent_after_unknown_outcome";
 }
 
 /// A stored value that cannot be read back.

@@ -423,6 +423,36 @@ async fn offline_sends_land_in_the_outbox_and_decode_as_messages() {
 }
 
 #[tokio::test]
+async fn an_attributed_offline_send_names_its_update_and_sequence() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::at(START);
+    let store = open(dir.path(), &clock, 30);
+    let api = OfflineBotApi::new(store.clone());
+    api.call_for(
+        Some(500),
+        Some(2),
+        "sendMessage",
+        &json!({"chat_id": 7, "text": "x"}),
+    )
+    .await
+    .unwrap();
+    let entry = &store.outbox(1).unwrap()[0];
+    assert_eq!((entry.update_id, entry.seq), (Some(500), Some(2)));
+}
+
+#[tokio::test]
+async fn resent_sends_are_counted_durably() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::at(START);
+    let store = open(dir.path(), &clock, 30);
+    store.count_resent(2).await.unwrap();
+    store.count_resent(1).await.unwrap();
+    drop(store);
+    let store = open(dir.path(), &clock, 30);
+    assert_eq!(store.counters().unwrap().resent_after_unknown_outcome, 3);
+}
+
+#[tokio::test]
 async fn counters_total_what_happened_and_survive_a_reopen() {
     let dir = tempfile::tempdir().unwrap();
     let clock = ManualClock::at(START);
@@ -474,6 +504,7 @@ async fn counters_total_what_happened_and_survive_a_reopen() {
             processed: 1,
             retried: 1,
             dead_lettered: 1,
+            resent_after_unknown_outcome: 0,
         }
     );
     assert_eq!(store.dead_letters(10).unwrap().len(), 2);

@@ -1,1 +1,14 @@
+//! The end-to-end harness (DESIGN §8.4): the real `webhook` and `worker` binaries behind
+//! `cargo lambda watch`, the AWS emulator named by `AWS_ENDPOINT_URL` (moto server in the suite), and
+//! the fake Bot API — with the harness playing the two parts AWS and Telegram play around them:
+//! Telegram posting updates to the function URL ([`telegram::Telegram`]) and the SQS event source
+//! mapping feeding the worker ([`esm::EventSourceMapping`]).
+//!
+//! Nothing here skips: a test that cannot reach the emulator or `cargo lambda` panics saying what is
+//! missing.
 
+pub mod emulator;
+pub mod esm;
+pub mod functions;
+pub mod runtime_proxy;
+pub mod telegram;

@@ -1,0 +1,358 @@
+//! `tgq local`: the whole pipeline in one process (DESIGN §6) — the webhook endpoint, worker loops
+//! standing in for the SQS event source mapping, optional long polling, retention, and the
+//! embedded store behind every port, with the same use cases the Lambdas run.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Args;
+use tgq_bot::ExampleBot;
+use tgq_core::clock::{Clock, SystemClock};
+use tgq_core::config::Vars;
+use tgq_core::defaults;
+use tgq_core::ingest::{error_chain, Webhook, WebhookPorts, WebhookSettings};
+use tgq_core::ports::UpdateLedger;
+use tgq_core::telegram::BotApi;
+use tgq_core::worker::{Worker, WorkerPorts, WorkerSettings};
+use tgq_embedded::{EmbeddedStore, StoreOptions};
+use tgq_telegram::HttpBotApi;
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+use tracing::{error, info, warn};
+
+use crate::config::{LocalSettings, SecretOrigin, UsageError, ADDR_FILE, DEFAULT_DATA_DIR};
+use crate::http::{self, App};
+use crate::shutdown::Shutdown;
+use crate::worker_loop::{self, LoopSettings, LoopStats};
+use crate::{attribution, demo, poll};
+
+/// How often expired records and outbox entries are purged.
+const RETENTION_EVERY: Duration = Duration::from_secs(5 * 60);
+/// How long one Telegram call of the bot may take before it counts as a (transient) timeout.
+const TELEGRAM_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `tgq local`.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Environment (the same variables as the Lambda functions):
+  TELEGRAM_BOT_TOKEN     the bot's token; without it the bot's sends go to the offline outbox
+  TELEGRAM_API_URL       the Bot API base URL (default https://api.telegram.org)
+  TGQ_BOT_ID             the bot's id in record keys and message groups (default `local`)
+  TGQ_WEBHOOK_SECRET     the webhook secret; unset: generated once, kept in <data-dir>/webhook-secret
+  TGQ_MAX_BODY_BYTES     the largest webhook body accepted (default 1048576)
+  TGQ_MAX_ATTEMPTS, TGQ_BACKOFF_BASE_MS, TGQ_BACKOFF_CAP_MS   the retry budget and backoff
+  TGQ_ADMIN_TOKEN        lets non-loopback clients read /admin/* with `Authorization: Bearer …`
+  TGQ_LOG_FORMAT=json    JSON log lines on stderr (RUST_LOG sets the level)")]
+pub struct LocalArgs {
+    /// The address to listen on (port 0 picks a free port; the address used is written to
+    /// <data-dir>/local.addr).
+    #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:8080")]
+    addr: String,
+    /// Where the store, the generated webhook secret and local.addr live.
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_DATA_DIR)]
+    data_dir: PathBuf,
+    /// Fetch updates from Telegram by long polling (getUpdates) instead of waiting for webhook
+    /// requests. Needs TELEGRAM_BOT_TOKEN, and no webhook set for the bot.
+    #[arg(long)]
+    poll: bool,
+    /// Send the example updates of events/ to this instance, then print what the bot did.
+    /// Runs offline (no TELEGRAM_BOT_TOKEN).
+    #[arg(long, conflicts_with = "poll")]
+    demo: bool,
+    /// With --demo: exit once the demo has settled and printed, instead of serving on.
+    #[arg(long, requires = "demo")]
+    exit: bool,
+}
+
+impl LocalArgs {
+    /// Whether `--demo` was given.
+    pub fn is_demo(&self) -> bool {
+        self.demo
+    }
+}
+
+/// Runs local mode until SIGINT/SIGTERM (or the end of `--demo --exit`).
+pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
+    let vars = Vars::from_env();
+    let has_token = crate::config::bot_token(&vars)?.is_some();
+    if args.poll && !has_token {
+        return Err(UsageError(
+            "--poll needs TELEGRAM_BOT_TOKEN: long polling asks Telegram for the bot's updates"
+                .into(),
+        )
+        .into());
+    }
+    if args.demo && has_token {
+        return Err(UsageError(
+            "--demo runs offline so that its made-up chats get no real messages: unset TELEGRAM_BOT_TOKEN".into(),
+        )
+        .into());
+    }
+    let settings = LocalSettings::from_vars(&vars, &args.data_dir)?;
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let data_dir = args.data_dir.clone();
+    let store = tokio::task::spawn_blocking(move || {
+        EmbeddedStore::open(&data_dir, StoreOptions::default())
+    })
+    .await??;
+
+    let listener = TcpListener::bind(&args.addr)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.addr))?;
+    let addr = listener.local_addr()?;
+    let addr_file = args.data_dir.join(ADDR_FILE);
+    write_addr_file(&addr_file, addr)?;
+
+    let shutdown = Shutdown::new();
+    shutdown.on_signals()?;
+    let loop_settings = LoopSettings::default();
+    let loops = Arc::new(LoopStats::default());
+    let webhook = webhook(&settings, &store, &clock);
+    let sends = Sends::new(&settings)?;
+    let mut tasks: JoinSet<anyhow::Result<()>> = JoinSet::new();
+
+    for id in 0..loop_settings.loops {
+        let worker = worker(&settings, &sends, &store, &clock);
+        let (store, clock, loops, shutdown) = (
+            store.clone(),
+            clock.clone(),
+            loops.clone(),
+            shutdown.clone(),
+        );
+        tasks.spawn(async move {
+            worker_loop::run(id, loop_settings, store, worker, clock, loops, shutdown).await;
+            Ok(())
+        });
+    }
+    tasks.spawn(retention(store.clone(), clock.clone(), shutdown.clone()));
+    let app = App {
+        webhook: webhook.clone(),
+        store: store.clone(),
+        clock: clock.clone(),
+        admin_token: settings.admin_token.clone(),
+        loops,
+        expected_loops: loop_settings.loops,
+        shutdown: shutdown.clone(),
+    };
+    let server_shutdown = shutdown.clone();
+    tasks.spawn(async move {
+        let service =
+            http::router(app).into_make_service_with_connect_info::<std::net::SocketAddr>();
+        axum::serve(listener, service)
+            .with_graceful_shutdown(async move { server_shutdown.wait().await })
+            .await
+            .context("the HTTP server failed")
+    });
+    if args.poll {
+        let token = settings
+            .token
+            .clone()
+            .context("--poll needs TELEGRAM_BOT_TOKEN")?;
+        let api = HttpBotApi::new(
+            &settings.telegram_api_url,
+            token,
+            poll::POLL_TIMEOUT + TELEGRAM_TIMEOUT,
+        )?;
+        let (webhook, shutdown) = (webhook.clone(), shutdown.clone());
+        tasks.spawn(async move { poll::run(&api, &webhook, &shutdown).await });
+    }
+
+    print_banner(&args, &settings, addr);
+
+    if args.demo {
+        let (secret, store, shutdown, exit) = (
+            settings.secret.clone(),
+            store.clone(),
+            shutdown.clone(),
+            args.exit,
+        );
+        tasks.spawn(async move {
+            tokio::select! {
+                finished = demo::run(addr, &secret, store) => finished?,
+                // Stopped before the demo settled: nothing more to show.
+                () = shutdown.wait() => return Ok(()),
+            }
+            if exit {
+                shutdown.trigger();
+            } else {
+                println!("Still serving; press Ctrl-C to stop.");
+            }
+            Ok(())
+        });
+    }
+
+    let mut failure: Option<anyhow::Error> = None;
+    while let Some(joined) = tasks.join_next().await {
+        let outcome = joined
+            .map_err(anyhow::Error::from)
+            .and_then(|result| result);
+        if let Err(error) = outcome {
+            // One part failing stops the others cleanly; the first failure is the one reported.
+            error!(error = %format!("{error:#}"), "stopping");
+            shutdown.trigger();
+            failure.get_or_insert(error);
+        }
+    }
+    remove_addr_file(&addr_file);
+    drop(webhook);
+    // The last handle: closing the store releases its file for the next `tgq` command.
+    tokio::task::spawn_blocking(move || drop(store)).await?;
+    info!("stopped");
+    match failure {
+        Some(error) => Err(error),
+        None => Ok(()),
+    }
+}
+
+/// The webhook use case on the embedded store.
+fn webhook(
+    settings: &LocalSettings,
+    store: &Arc<EmbeddedStore>,
+    clock: &Arc<dyn Clock>,
+) -> Webhook {
+    Webhook::new(
+        WebhookSettings {
+            bot_id: settings.bot_id.clone(),
+            secret: settings.secret.clone(),
+            max_body_bytes: settings.max_body_bytes,
+            record_ttl: defaults::RECORD_TTL,
+        },
+        WebhookPorts {
+            store: store.clone(),
+            queue: store.clone(),
+            dead: store.clone(),
+            clock: clock.clone(),
+        },
+    )
+}
+
+/// Where the bot's sends go: Telegram, or (without a token) the offline outbox.
+enum Sends {
+    Telegram(Arc<dyn BotApi>),
+    Offline,
+}
+
+impl Sends {
+    fn new(settings: &LocalSettings) -> anyhow::Result<Self> {
+        Ok(match &settings.token {
+            Some(token) => Sends::Telegram(Arc::new(HttpBotApi::new(
+                &settings.telegram_api_url,
+                token.clone(),
+                TELEGRAM_TIMEOUT,
+            )?)),
+            None => Sends::Offline,
+        })
+    }
+}
+
+/// The worker use case of one loop, on the embedded store.
+fn worker(
+    settings: &LocalSettings,
+    sends: &Sends,
+    store: &Arc<EmbeddedStore>,
+    clock: &Arc<dyn Clock>,
+) -> Worker {
+    let (ledger, api): (Arc<dyn UpdateLedger>, Arc<dyn BotApi>) = match sends {
+        Sends::Telegram(api) => (store.clone(), api.clone()),
+        // Each loop attributes its own sends, so the outbox can name their updates.
+        Sends::Offline => attribution::offline_ports(store),
+    };
+    Worker::new(
+        WorkerSettings {
+            retry: settings.retry,
+            deadline_margin: defaults::DEADLINE_MARGIN,
+            record_ttl: defaults::RECORD_TTL,
+        },
+        WorkerPorts {
+            ledger,
+            visibility: store.clone(),
+            dead: store.clone(),
+            api,
+            clock: clock.clone(),
+        },
+        Arc::new(ExampleBot),
+    )
+}
+
+/// Purges expired records and outbox entries at start and every few minutes.
+async fn retention(
+    store: Arc<EmbeddedStore>,
+    clock: Arc<dyn Clock>,
+    shutdown: Shutdown,
+) -> anyhow::Result<()> {
+    loop {
+        let (now, purging) = (clock.now(), store.clone());
+        match tokio::task::spawn_blocking(move || purging.purge_expired(now)).await? {
+            Ok(purged) if purged.records + purged.outbox > 0 => {
+                info!(
+                    records = purged.records,
+                    outbox = purged.outbox,
+                    "expired records and outbox entries purged"
+                );
+            }
+            Ok(_) => {}
+            Err(error) => {
+                warn!(error = %error_chain(&error), "retention purge failed; trying again later")
+            }
+        }
+        tokio::select! {
+            () = tokio::time::sleep(RETENTION_EVERY) => {}
+            () = shutdown.wait() => return Ok(()),
+        }
+    }
+}
+
+/// Writes the listen address for `tgq status`/`tgq outbox`, atomically (a reader never sees half).
+fn write_addr_file(path: &Path, addr: std::net::SocketAddr) -> anyhow::Result<()> {
+    let partial = path.with_extension("addr.partial");
+    std::fs::write(&partial, format!("{addr}\n"))
+        .and_then(|()| std::fs::rename(&partial, path))
+        .with_context(|| format!("cannot write {}", path.display()))
+}
+
+fn remove_addr_file(path: &Path) {
+    if let Err(error) = std::fs::remove_file(path) {
+        warn!(file = %path.display(), error = %error, "could not remove the address file");
+    }
+}
+
+/// Tells a new user where everything is; never the secret's value.
+fn print_banner(args: &LocalArgs, settings: &LocalSettings, addr: std::net::SocketAddr) {
+    let base = format!("http://{}", crate::ops::loopback(addr));
+    let secret = match &settings.secret_origin {
+        SecretOrigin::Environment => "from TGQ_WEBHOOK_SECRET".to_owned(),
+        SecretOrigin::File {
+            path,
+            created: true,
+        } => format!("generated and kept in {}", path.display()),
+        SecretOrigin::File {
+            path,
+            created: false,
+        } => format!("kept in {}", path.display()),
+    };
+    let telegram = match settings.token {
+        Some(_) => format!("sends go to {}", settings.telegram_api_url),
+        None => {
+            "offline (no TELEGRAM_BOT_TOKEN): sends go to the outbox, see `tgq outbox`".to_owned()
+        }
+    };
+    let updates = if args.poll {
+        "long polling getUpdates".to_owned()
+    } else {
+        format!("POST {base}/webhook (point Telegram at it with `tgq webhook set https://<public-host>/webhook`)")
+    };
+    println!(
+        "tgq local: bot `{}`, data in {}",
+        settings.bot_id,
+        args.data_dir.display()
+    );
+    println!("  listening  {base}  (/webhook, /healthz, /readyz, /admin/status, /admin/outbox, /admin/dlq)");
+    println!("  secret     {secret} (header X-Telegram-Bot-Api-Secret-Token)");
+    println!("  telegram   {telegram}");
+    println!("  updates    {updates}");
+    if !args.demo {
+        println!("Press Ctrl-C to stop.");
+    }
+}

@@ -1,0 +1,201 @@
+//! `tgq status`, `tgq outbox`, `tgq dlq list`, `tgq webhook …` and `--help`, as an operator runs them.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{message_update, run, Local};
+use serde_json::Value;
+use tgq_fake_telegram::FakeTelegram;
+
+const SECRET: &str = "ops-test-secret";
+
+/// Posts `count` text updates to chat 555 and waits until they are processed.
+async fn feed(local: &Local, count: i64) {
+    let client = reqwest::Client::new();
+    for id in 1..=count {
+        let body = message_update(id, 555, &format!("note {id}")).to_string();
+        let response = client
+            .post(local.url("/webhook"))
+            .header("x-telegram-bot-api-secret-token", SECRET)
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+    }
+    let poison = client
+        .post(local.url("/webhook"))
+        .header("x-telegram-bot-api-secret-token", SECRET)
+        .body("{\"update_id\": \"x\"}");
+    assert_eq!(poison.send().await.unwrap().status(), 200);
+    local
+        .wait_settled(Duration::from_secs(20), |s| {
+            s["counters"]["processed"] == count
+        })
+        .await;
+}
+
+fn json_of(args: &[&str]) -> Value {
+    let (status, stdout, stderr) = run(&[], args);
+    assert!(status.success(), "{args:?}: {stderr}");
+    serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("{args:?} printed no JSON ({e}): {stdout}"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn status_and_outbox_read_the_running_instance_through_local_addr() {
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().to_str().unwrap();
+    let mut local = Local::start(dir.path(), &[("TGQ_WEBHOOK_SECRET", SECRET)], &[]);
+    local.wait_ready().await;
+    feed(&local, 3).await;
+    let written = std::fs::read_to_string(dir.path().join("local.addr")).unwrap();
+    assert_eq!(written.trim(), local.addr.to_string());
+
+    let status = json_of(&["status", "--json", "--data-dir", data_dir]);
+    assert_eq!(status["counters"]["processed"], 3, "{status}");
+    assert_eq!(status["counters"]["poison"], 1, "{status}");
+    assert_eq!(status["stats"]["dead"], 1, "{status}");
+    assert_eq!(status["stats"]["outbox"], 3, "{status}");
+    let outbox = json_of(&["outbox", "--json", "--data-dir", data_dir, "--limit", "2"]);
+    let texts: Vec<&str> = outbox
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(texts, ["You said: note 1", "You said: note 2"]);
+
+    let (ok, text, _) = run(&[], &["status", "--data-dir", data_dir]);
+    assert!(ok.success());
+    assert!(text.contains("from the running tgq local"), "{text}");
+    let (ok, table, _) = run(&[], &["outbox", "--data-dir", data_dir]);
+    assert!(ok.success());
+    assert!(
+        table.contains("You said: note 3") && table.contains("555"),
+        "{table}"
+    );
+    let (ok, letters, _) = run(&[], &["dlq", "list", "--data-dir", data_dir]);
+    assert!(ok.success());
+    assert!(letters.contains("poison"), "{letters}");
+    assert!(local.terminate().await.success());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn status_and_outbox_open_the_store_directly_once_local_has_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().to_str().unwrap();
+    let mut local = Local::start(dir.path(), &[("TGQ_WEBHOOK_SECRET", SECRET)], &[]);
+    local.wait_ready().await;
+    feed(&local, 2).await;
+    let stopped = local.terminate().await;
+    assert!(
+        stopped.success(),
+        "graceful shutdown exits 0: {:?}",
+        local.output()
+    );
+    assert!(
+        !dir.path().join("local.addr").exists(),
+        "a clean exit removes local.addr"
+    );
+
+    let status = json_of(&["status", "--json", "--data-dir", data_dir]);
+    assert_eq!(status["counters"]["processed"], 2, "{status}");
+    assert_eq!(status["stats"]["pending"], 0, "{status}");
+    let outbox = json_of(&["outbox", "--json", "--data-dir", data_dir]);
+    assert_eq!(outbox.as_array().unwrap().len(), 2, "{outbox}");
+    let letters = json_of(&["dlq", "list", "--json", "--data-dir", data_dir]);
+    assert_eq!(letters[0]["reason"], "poison", "{letters}");
+    let (ok, text, _) = run(&[], &["status", "--data-dir", data_dir]);
+    assert!(ok.success() && text.contains("not running"), "{text}");
+}
+
+#[test]
+fn status_of_a_directory_without_a_store_says_to_run_local_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let (status, _, stderr) = run(&[], &["status", "--data-dir", dir.path().to_str().unwrap()]);
+    assert!(!status.success());
+    assert!(stderr.contains("run `tgq local` first"), "{stderr}");
+}
+
+#[test]
+fn every_subcommand_explains_itself_with_help() {
+    for args in [
+        &["--help"][..],
+        &["local", "--help"],
+        &["status", "--help"],
+        &["outbox", "--help"],
+        &["dlq", "--help"],
+        &["dlq", "list", "--help"],
+        &["webhook", "--help"],
+        &["webhook", "set", "--help"],
+        &["webhook", "info", "--help"],
+        &["webhook", "delete", "--help"],
+    ] {
+        let (status, stdout, _) = run(&[], args);
+        assert!(status.success(), "{args:?}");
+        assert!(stdout.contains("Usage: tgq"), "{args:?}: {stdout}");
+    }
+    let (_, local_help, _) = run(&[], &["local", "--help"]);
+    for flag in [
+        "--addr",
+        "--data-dir",
+        "--poll",
+        "--demo",
+        "--exit",
+        "TGQ_WEBHOOK_SECRET",
+    ] {
+        assert!(
+            local_help.contains(flag),
+            "`tgq local --help` mentions {flag}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn webhook_set_info_and_delete_go_to_the_bot_api_with_the_secret() {
+    let fake = FakeTelegram::start().await.unwrap();
+    let url = fake.url();
+    let envs = [
+        ("TELEGRAM_API_URL", url.as_str()),
+        ("TELEGRAM_BOT_TOKEN", fake.token()),
+        ("TGQ_WEBHOOK_SECRET", SECRET),
+    ];
+    let mut printed = String::new();
+    let mut tgq = |args: &[&str]| {
+        let (status, stdout, stderr) = run(&envs, args);
+        printed.push_str(&stdout);
+        printed.push_str(&stderr);
+        assert!(status.success(), "{args:?}: {stderr}");
+        stdout
+    };
+    let said = tgq(&["webhook", "set", "https://bot.example.com/webhook"]);
+    assert!(said.contains("https://bot.example.com/webhook"), "{said}");
+    let set = fake
+        .calls()
+        .into_iter()
+        .find(|c| c.method == "setWebhook")
+        .expect("setWebhook was called");
+    assert_eq!(set.params["url"], "https://bot.example.com/webhook");
+    assert_eq!(set.params["secret_token"], SECRET);
+
+    let info = tgq(&["webhook", "info"]);
+    assert!(info.contains("https://bot.example.com/webhook"), "{info}");
+    let deleted = tgq(&["webhook", "delete"]);
+    assert!(deleted.contains("deleted"), "{deleted}");
+    let info: Value = serde_json::from_str(&tgq(&["webhook", "info", "--json"])).unwrap();
+    assert!(info["url"].is_null() || info["url"] == "", "{info}");
+
+    assert!(
+        !printed.contains(SECRET) && !printed.contains(fake.token()),
+        "{printed}"
+    );
+}
+
+#[test]
+fn webhook_commands_need_a_token() {
+    let (status, _, stderr) = run(&[], &["webhook", "info"]);
+    assert!(!status.success());
+    assert!(stderr.contains("TELEGRAM_BOT_TOKEN"), "{stderr}");
+}

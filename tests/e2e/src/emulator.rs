@@ -1,0 +1,307 @@
+//! The AWS side of a test: a fresh DynamoDB table, the updates FIFO queue and its FIFO dead-letter
+//! queue, all on the emulator named by `AWS_ENDPOINT_URL`, under names no other test uses.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::Context as _;
+use aws_config::{BehaviorVersion, SdkConfig};
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
+    ScalarAttributeType,
+};
+use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
+
+/// The variable that points every AWS client at the emulator.
+pub const ENDPOINT_VAR: &str = "AWS_ENDPOINT_URL";
+
+/// `maxReceiveCount` of the updates queue's redrive policy: the template's `MaxReceiveCount` default.
+const MAX_RECEIVE_COUNT: u32 = 30;
+
+/// The emulator's endpoint; panics, naming the fix, when the test was started without one.
+pub fn endpoint() -> String {
+    match std::env::var(ENDPOINT_VAR) {
+        Ok(url) if !url.is_empty() => url,
+        _ => panic!(
+            "{ENDPOINT_VAR} is not set: the end-to-end tests need an AWS emulator. Run scripts/test \
+             (it starts moto server), or start `.venv/bin/moto_server -H 127.0.0.1 -p 5099` and export \
+             {ENDPOINT_VAR}=http://127.0.0.1:5099 AWS_ACCESS_KEY_ID=testing \
+             AWS_SECRET_ACCESS_KEY=testing AWS_REGION=us-east-1"
+        ),
+    }
+}
+
+/// The SDK configuration the harness itself uses: the environment's region, credentials and
+/// endpoint, without the functions' short timeouts (the harness long-polls and may wait on a busy
+/// emulator).
+pub async fn sdk_config() -> SdkConfig {
+    endpoint();
+    aws_config::defaults(BehaviorVersion::latest()).load().await
+}
+
+/// One test's table and queues.
+#[derive(Clone, Debug)]
+pub struct Stack {
+    /// The DynamoDB table (`TGQ_TABLE`).
+    pub table: String,
+    /// The updates FIFO queue (`TGQ_QUEUE_URL`).
+    pub queue_url: String,
+    /// Its ARN, as the event source mapping names it in every record.
+    pub queue_arn: String,
+    /// The dead-letter FIFO queue (`TGQ_DLQ_URL`).
+    pub dlq_url: String,
+    /// The region the event records name.
+    pub region: String,
+}
+
+impl Stack {
+    /// Creates a table keyed by `pk` and the two FIFO queues (explicit deduplication ids, as the
+    /// webhook and the worker always send them), the updates queue redriving to the dead-letter
+    /// queue after [`MAX_RECEIVE_COUNT`] receives as in `template.yaml`.
+    pub async fn create(config: &SdkConfig, purpose: &str) -> anyhow::Result<Stack> {
+        let name = unique_name(purpose);
+        let dynamo = aws_sdk_dynamodb::Client::new(config);
+        dynamo
+            .create_table()
+            .table_name(&name)
+            .attribute_definitions(
+                AttributeDefinition::builder()
+                    .attribute_name("pk")
+                    .attribute_type(ScalarAttributeType::S)
+                    .build()?,
+            )
+            .key_schema(
+                KeySchemaElement::builder()
+                    .attribute_name("pk")
+                    .key_type(KeyType::Hash)
+                    .build()?,
+            )
+            .billing_mode(BillingMode::PayPerRequest)
+            .send()
+            .await
+            .context("CreateTable")?;
+
+        let sqs = aws_sdk_sqs::Client::new(config);
+        let dlq_url = create_fifo_queue(&sqs, &format!("{name}-dlq.fifo"), HashMap::new()).await?;
+        let dlq_arn = queue_arn(&sqs, &dlq_url).await?;
+        let redrive = serde_json::json!({
+            "deadLetterTargetArn": dlq_arn,
+            "maxReceiveCount": MAX_RECEIVE_COUNT,
+        });
+        let queue_url = create_fifo_queue(
+            &sqs,
+            &format!("{name}.fifo"),
+            HashMap::from([(QueueAttributeName::RedrivePolicy, redrive.to_string())]),
+        )
+        .await?;
+        let queue_arn = queue_arn(&sqs, &queue_url).await?;
+        let region = config
+            .region()
+            .map_or_else(|| "us-east-1".to_owned(), ToString::to_string);
+        Ok(Stack {
+            table: name,
+            queue_url,
+            queue_arn,
+            dlq_url,
+            region,
+        })
+    }
+}
+
+async fn create_fifo_queue(
+    sqs: &aws_sdk_sqs::Client,
+    name: &str,
+    mut attributes: HashMap<QueueAttributeName, String>,
+) -> anyhow::Result<String> {
+    attributes.insert(QueueAttributeName::FifoQueue, "true".into());
+    attributes.insert(
+        QueueAttributeName::ContentBasedDeduplication,
+        "false".into(),
+    );
+    let created = sqs
+        .create_queue()
+        .queue_name(name)
+        .set_attributes(Some(attributes))
+        .send()
+        .await
+        .with_context(|| format!("CreateQueue {name}"))?;
+    created
+        .queue_url
+        .with_context(|| format!("CreateQueue {name} returned no URL"))
+}
+
+async fn queue_arn(sqs: &aws_sdk_sqs::Client, url: &str) -> anyhow::Result<String> {
+    let attributes = sqs
+        .get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .context("GetQueueAttributes QueueArn")?;
+    attributes
+        .attributes
+        .and_then(|mut a| a.remove(&QueueAttributeName::QueueArn))
+        .with_context(|| format!("{url} has no QueueArn"))
+}
+
+/// A name no earlier run and no concurrent test has used: table and queue names share it.
+fn unique_name(purpose: &str) -> String {
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    let millis = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    format!(
+        "tgq-e2e-{purpose}-{}-{millis}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Counts the messages of a queue in every state, from the emulator's own bookkeeping.
+pub async fn queue_depth(sqs: &aws_sdk_sqs::Client, url: &str) -> anyhow::Result<QueueDepth> {
+    let attributes = sqs
+        .get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesDelayed)
+        .send()
+        .await
+        .context("GetQueueAttributes (depth)")?
+        .attributes
+        .unwrap_or_default();
+    let number = |name: QueueAttributeName| {
+        attributes
+            .get(&name)
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    };
+    Ok(QueueDepth {
+        visible: number(QueueAttributeName::ApproximateNumberOfMessages),
+        in_flight: number(QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
+        delayed: number(QueueAttributeName::ApproximateNumberOfMessagesDelayed),
+    })
+}
+
+/// How many messages a queue holds, by state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QueueDepth {
+    /// Ready to be received.
+    pub visible: u64,
+    /// Received and not yet deleted, or hidden by a visibility change.
+    pub in_flight: u64,
+    /// Not yet delivered because of a delay.
+    pub delayed: u64,
+}
+
+impl QueueDepth {
+    /// Whether the queue holds nothing at all.
+    pub fn is_empty(self) -> bool {
+        self.visible + self.in_flight + self.delayed == 0
+    }
+}
+
+/// One message read off a queue, with what the harness asserts on.
+#[derive(Clone, Debug)]
+pub struct ReadMessage {
+    /// The body as SQS returned it.
+    pub body: String,
+    /// `MessageGroupId`.
+    pub group_id: String,
+    /// String message attributes by name.
+    pub attributes: HashMap<String, String>,
+}
+
+/// Reads every message of a queue, hiding each one it has read for `hold` seconds so that the next
+/// receive returns further ones (a FIFO queue returns at most one group's head at a time otherwise).
+/// Stops after two empty receives in a row.
+pub async fn read_all(
+    sqs: &aws_sdk_sqs::Client,
+    url: &str,
+    hold: i32,
+) -> anyhow::Result<Vec<ReadMessage>> {
+    let mut read = Vec::new();
+    let mut empty = 0;
+    while empty < 2 {
+        let output = sqs
+            .receive_message()
+            .queue_url(url)
+            .max_number_of_messages(10)
+            .visibility_timeout(hold)
+            .wait_time_seconds(1)
+            .message_system_attribute_names(MessageSystemAttributeName::All)
+            .message_attribute_names("All")
+            .send()
+            .await
+            .context("ReceiveMessage")?;
+        let messages = output.messages.unwrap_or_default();
+        if messages.is_empty() {
+            empty += 1;
+            continue;
+        }
+        empty = 0;
+        for message in messages {
+            let group_id = message
+                .attributes
+                .as_ref()
+                .and_then(|a| a.get(&MessageSystemAttributeName::MessageGroupId))
+                .cloned()
+                .unwrap_or_default();
+            let attributes = message
+                .message_attributes
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|(name, value)| Some((name, value.string_value?)))
+                .collect();
+            read.push(ReadMessage {
+                body: message.body.unwrap_or_default(),
+                group_id,
+                attributes,
+            });
+        }
+    }
+    Ok(read)
+}
+
+/// The `status` of the update record of `update_id`, or `None` when there is no record.
+pub async fn record_status(
+    dynamo: &aws_sdk_dynamodb::Client,
+    table: &str,
+    bot_id: &str,
+    update_id: i64,
+) -> anyhow::Result<Option<String>> {
+    let item = dynamo
+        .get_item()
+        .table_name(table)
+        .key("pk", AttributeValue::S(format!("{bot_id}#{update_id:020}")))
+        .consistent_read(true)
+        .send()
+        .await
+        .context("GetItem")?
+        .item;
+    Ok(item.and_then(|item| match item.get("status") {
+        Some(AttributeValue::S(status)) => Some(status.clone()),
+        _ => None,
+    }))
+}
+
+/// How many items the table holds.
+pub async fn item_count(dynamo: &aws_sdk_dynamodb::Client, table: &str) -> anyhow::Result<usize> {
+    let mut count = 0;
+    let mut start = None;
+    loop {
+        let page = dynamo
+            .scan()
+            .table_name(table)
+            .set_exclusive_start_key(start)
+            .send()
+            .await
+            .context("Scan")?;
+        count += page.items.map_or(0, |items| items.len());
+        match page.last_evaluated_key {
+            Some(key) => start = Some(key),
+            None => return Ok(count),
+        }
+    }
+}

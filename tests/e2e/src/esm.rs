@@ -1,0 +1,497 @@
+//! The harness playing the SQS event source mapping of `template.yaml` (batch ≤ 10,
+//! `ReportBatchItemFailures`): receive, invoke the worker with the event Lambda would build, delete
+//! every record not named in `batchItemFailures`, and leave the failed ones to the visibility the
+//! worker gave them.
+//!
+//! It also checks what the emulator delivers against SQS FIFO semantics, per message group: a
+//! message is handed out only when every earlier message of its group has been deleted or comes
+//! before it in the same batch. [`DeliveryLog`] keeps each group's deliveries so that a breach is
+//! reported with exactly what the queue handed out, instead of surfacing later as replies out of
+//! order.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage, SqsMessageAttribute};
+use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, Message, MessageSystemAttributeName};
+
+use crate::emulator::{queue_depth, Stack};
+use crate::functions::{Functions, INVOCATION_TIMEOUT};
+
+/// Records per invocation: the most a FIFO event source hands a function.
+const BATCH_SIZE: i32 = 10;
+/// How long each receive long-polls.
+const WAIT_SECS: i32 = 1;
+
+/// The event source mapping between the updates queue and the worker.
+pub struct EventSourceMapping<'a> {
+    sqs: aws_sdk_sqs::Client,
+    stack: Stack,
+    functions: &'a Functions,
+    log: DeliveryLog,
+    stats: MappingStats,
+}
+
+/// What the mapping did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MappingStats {
+    /// Receives that returned at least one message.
+    pub batches: u64,
+    /// Records handed to the worker (redeliveries included).
+    pub records: u64,
+    /// Records the worker named in `batchItemFailures`.
+    pub reported_failures: u64,
+    /// Messages deleted after the worker finished them.
+    pub deleted: u64,
+    /// The highest `ApproximateReceiveCount` seen.
+    pub max_receive_count: u32,
+}
+
+impl<'a> EventSourceMapping<'a> {
+    /// A mapping from `stack`'s updates queue to the worker of `functions`.
+    pub fn new(sqs: aws_sdk_sqs::Client, stack: Stack, functions: &'a Functions) -> Self {
+        EventSourceMapping {
+            sqs,
+            stack,
+            functions,
+            log: DeliveryLog::default(),
+            stats: MappingStats::default(),
+        }
+    }
+
+    /// The receive order so far, per message group.
+    pub fn log(&self) -> &DeliveryLog {
+        &self.log
+    }
+
+    /// What the mapping has done so far.
+    pub fn stats(&self) -> &MappingStats {
+        &self.stats
+    }
+
+    /// Polls until `sending_done()` holds and the queue holds nothing at all (every message deleted),
+    /// or fails: when the queue breaks FIFO order, the worker fails as a whole, or `limit` passes.
+    pub async fn run_until_drained(
+        &mut self,
+        sending_done: impl Fn() -> bool,
+        limit: Duration,
+    ) -> anyhow::Result<()> {
+        let started = Instant::now();
+        loop {
+            // Read before polling: once it holds, every update is in the queue or already deleted.
+            let sent = sending_done();
+            let handed = self.poll().await?;
+            if sent && handed == 0 {
+                let depth = queue_depth(&self.sqs, &self.stack.queue_url).await?;
+                if depth.is_empty() {
+                    return Ok(());
+                }
+            }
+            if started.elapsed() > limit {
+                let depth = queue_depth(&self.sqs, &self.stack.queue_url).await?;
+                bail!(
+                    "the queue did not drain within {limit:?}: {depth:?}, {:?}; outstanding per \
+                     group: {:?}",
+                    self.stats,
+                    self.log.outstanding()
+                );
+            }
+        }
+    }
+
+    /// One receive, one invocation, one delete; returns how many records the worker was handed.
+    pub async fn poll(&mut self) -> anyhow::Result<usize> {
+        // Six times the invocation timeout, as the template sets the queue's visibility timeout.
+        let visibility = i32::try_from(INVOCATION_TIMEOUT.as_secs() * 6)?;
+        let messages = self
+            .sqs
+            .receive_message()
+            .queue_url(&self.stack.queue_url)
+            .max_number_of_messages(BATCH_SIZE)
+            .visibility_timeout(visibility)
+            .wait_time_seconds(WAIT_SECS)
+            .message_system_attribute_names(MessageSystemAttributeName::All)
+            .message_attribute_names("All")
+            .send()
+            .await
+            .context("ReceiveMessage")?
+            .messages
+            .unwrap_or_default();
+        if messages.is_empty() {
+            return Ok(0);
+        }
+        self.stats.batches += 1;
+        self.stats.records += messages.len() as u64;
+        let deliveries = messages
+            .iter()
+            .map(Delivery::of)
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        for delivery in &deliveries {
+            self.stats.max_receive_count = self.stats.max_receive_count.max(delivery.receive_count);
+        }
+        let batch = self.log.deliver(&deliveries);
+        if !self.log.breaches().is_empty() {
+            bail!(
+                "the queue broke FIFO order in batch #{batch}:\n{}",
+                self.log.explain_breaches()
+            );
+        }
+
+        let mut event = SqsEvent::default();
+        event.records = messages.iter().map(|m| self.record(m)).collect();
+        let response = self
+            .functions
+            .invoke_worker(&event)
+            .await
+            .with_context(|| format!("invoking the worker with batch #{batch}"))?;
+
+        let ids: HashSet<&str> = deliveries.iter().map(|d| d.message_id.as_str()).collect();
+        let mut failed = HashSet::new();
+        for failure in &response.batch_item_failures {
+            if !ids.contains(failure.item_identifier.as_str()) {
+                bail!(
+                    "the worker reported {:?}, which is not in batch #{batch}",
+                    failure.item_identifier
+                );
+            }
+            failed.insert(failure.item_identifier.clone());
+        }
+        self.stats.reported_failures += failed.len() as u64;
+
+        let finished: Vec<&Delivery> = deliveries
+            .iter()
+            .filter(|d| !failed.contains(&d.message_id))
+            .collect();
+        self.delete(&finished).await?;
+        self.stats.deleted += finished.len() as u64;
+        self.log.settle(batch, &deliveries, &failed);
+        Ok(deliveries.len())
+    }
+
+    async fn delete(&self, finished: &[&Delivery]) -> anyhow::Result<()> {
+        if finished.is_empty() {
+            return Ok(());
+        }
+        let entries = finished
+            .iter()
+            .enumerate()
+            .map(|(i, d)| {
+                DeleteMessageBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .receipt_handle(&d.receipt)
+                    .build()
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let output = self
+            .sqs
+            .delete_message_batch()
+            .queue_url(&self.stack.queue_url)
+            .set_entries(Some(entries))
+            .send()
+            .await
+            .context("DeleteMessageBatch")?;
+        if !output.failed.is_empty() {
+            bail!("DeleteMessageBatch failed for {:?}", output.failed);
+        }
+        Ok(())
+    }
+
+    /// The record Lambda builds for a received message.
+    fn record(&self, message: &Message) -> SqsMessage {
+        let mut record = SqsMessage::default();
+        record.message_id = message.message_id.clone();
+        record.receipt_handle = message.receipt_handle.clone();
+        record.body = message.body.clone();
+        record.md5_of_body = message.md5_of_body.clone();
+        record.md5_of_message_attributes = message.md5_of_message_attributes.clone();
+        record.attributes = message
+            .attributes
+            .iter()
+            .flatten()
+            .map(|(name, value)| (name.as_str().to_owned(), value.clone()))
+            .collect();
+        // tgq's queues carry string attributes only; binary ones would need base64 here.
+        record.message_attributes = message
+            .message_attributes
+            .iter()
+            .flatten()
+            .map(|(name, value)| {
+                let mut attribute = SqsMessageAttribute::default();
+                attribute.string_value = value.string_value.clone();
+                attribute.data_type = Some(value.data_type.clone());
+                (name.clone(), attribute)
+            })
+            .collect();
+        record.event_source = Some("aws:sqs".into());
+        record.event_source_arn = Some(self.stack.queue_arn.clone());
+        record.aws_region = Some(self.stack.region.clone());
+        record
+    }
+}
+
+/// One message as the mapping received it.
+#[derive(Clone, Debug)]
+pub struct Delivery {
+    /// SQS `MessageId`.
+    pub message_id: String,
+    /// The receipt handle of this receive.
+    pub receipt: String,
+    /// `MessageGroupId`.
+    pub group: String,
+    /// The `update_id` the body carries.
+    pub update_id: i64,
+    /// `ApproximateReceiveCount`.
+    pub receive_count: u32,
+}
+
+impl Delivery {
+    fn of(message: &Message) -> anyhow::Result<Delivery> {
+        let attribute = |name: MessageSystemAttributeName| {
+            message
+                .attributes
+                .as_ref()
+                .and_then(|a| a.get(&name))
+                .cloned()
+        };
+        let body: serde_json::Value =
+            serde_json::from_str(message.body.as_deref().unwrap_or_default())
+                .context("a queued body is not JSON")?;
+        Ok(Delivery {
+            message_id: message.message_id.clone().context("no MessageId")?,
+            receipt: message.receipt_handle.clone().context("no ReceiptHandle")?,
+            group: attribute(MessageSystemAttributeName::MessageGroupId)
+                .context("no MessageGroupId: is the queue FIFO?")?,
+            update_id: body["update_id"]
+                .as_i64()
+                .context("a queued body has no update_id")?,
+            receive_count: attribute(MessageSystemAttributeName::ApproximateReceiveCount)
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0),
+        })
+    }
+}
+
+/// Every delivery, per message group, and the FIFO breaches among them.
+#[derive(Clone, Debug, Default)]
+pub struct DeliveryLog {
+    batches: u64,
+    groups: BTreeMap<String, GroupLog>,
+    breaches: Vec<Breach>,
+}
+
+#[derive(Clone, Debug, Default)]
+struct GroupLog {
+    /// What happened to the group's messages, in order.
+    history: Vec<Step>,
+    /// Received and not yet deleted: update id → the batch that last received it.
+    outstanding: BTreeMap<i64, u64>,
+    /// Every update id received at least once.
+    seen: BTreeSet<i64>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Step {
+    Delivered {
+        batch: u64,
+        update_id: i64,
+        receive_count: u32,
+    },
+    Deleted {
+        batch: u64,
+        update_id: i64,
+    },
+    Returned {
+        batch: u64,
+        update_id: i64,
+    },
+}
+
+/// A delivery FIFO forbids.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Breach {
+    /// The message group.
+    pub group: String,
+    /// The batch that delivered `update_id`.
+    pub batch: u64,
+    /// The update delivered out of turn.
+    pub update_id: i64,
+    /// What should have come first.
+    pub reason: String,
+}
+
+impl DeliveryLog {
+    /// Notes a received batch, checking each message against its group's history; returns the
+    /// batch's number.
+    pub fn deliver(&mut self, deliveries: &[Delivery]) -> u64 {
+        self.batches += 1;
+        let batch = self.batches;
+        let mut earlier: HashMap<&str, Vec<i64>> = HashMap::new();
+        for delivery in deliveries {
+            let group = self.groups.entry(delivery.group.clone()).or_default();
+            let ahead = earlier.entry(delivery.group.as_str()).or_default();
+            let mut breach = |reason: String| {
+                self.breaches.push(Breach {
+                    group: delivery.group.clone(),
+                    batch,
+                    update_id: delivery.update_id,
+                    reason,
+                })
+            };
+            let u = delivery.update_id;
+            // An earlier message of the group is still received-but-not-deleted (hidden by a
+            // visibility change, or in flight) and does not come first in this batch.
+            for (&v, &received_in) in group.outstanding.range(..u) {
+                if !ahead.contains(&v) {
+                    breach(format!(
+                        "update {v} (received in batch #{received_in}) was not deleted"
+                    ));
+                }
+            }
+            // A later message of the group was handed out before this one ever was.
+            if !group.seen.contains(&u) {
+                if let Some(&w) = group.seen.range(u + 1..).next() {
+                    breach(format!("update {w} was delivered before it"));
+                }
+            }
+            if let Some(&w) = ahead.iter().find(|&&w| w > u) {
+                breach(format!("update {w} precedes it in the same batch"));
+            }
+            ahead.push(u);
+            group.seen.insert(u);
+            group.outstanding.insert(u, batch);
+            group.history.push(Step::Delivered {
+                batch,
+                update_id: u,
+                receive_count: delivery.receive_count,
+            });
+        }
+        batch
+    }
+
+    /// Notes what became of a batch: deleted, or returned to the queue by the worker.
+    pub fn settle(&mut self, batch: u64, deliveries: &[Delivery], failed: &HashSet<String>) {
+        for delivery in deliveries {
+            let group = self.groups.entry(delivery.group.clone()).or_default();
+            let update_id = delivery.update_id;
+            if failed.contains(&delivery.message_id) {
+                group.history.push(Step::Returned { batch, update_id });
+            } else {
+                group.outstanding.remove(&update_id);
+                group.history.push(Step::Deleted { batch, update_id });
+            }
+        }
+    }
+
+    /// The FIFO breaches seen so far.
+    pub fn breaches(&self) -> &[Breach] {
+        &self.breaches
+    }
+
+    /// Update ids received and not deleted, per group.
+    pub fn outstanding(&self) -> BTreeMap<&str, Vec<i64>> {
+        self.groups
+            .iter()
+            .filter(|(_, g)| !g.outstanding.is_empty())
+            .map(|(name, g)| (name.as_str(), g.outstanding.keys().copied().collect()))
+            .collect()
+    }
+
+    /// Each breach, followed by its group's whole history.
+    pub fn explain_breaches(&self) -> String {
+        let mut text = String::new();
+        let mut groups = BTreeSet::new();
+        for breach in &self.breaches {
+            let _ = writeln!(
+                text,
+                "  {} batch #{}: update {} delivered although {}",
+                breach.group, breach.batch, breach.update_id, breach.reason
+            );
+            groups.insert(breach.group.as_str());
+        }
+        for group in groups {
+            let _ = writeln!(text, "  history of {group}: {}", self.history(group));
+        }
+        text
+    }
+
+    /// A group's deliveries and their fate, e.g. `#3 +1027(rc 1) ↺1027 | #5 +1027(rc 2) ✓1027`.
+    pub fn history(&self, group: &str) -> String {
+        let Some(log) = self.groups.get(group) else {
+            return "(never delivered)".into();
+        };
+        let mut text = String::new();
+        let mut current = 0;
+        for step in &log.history {
+            let (batch, mark) = match *step {
+                Step::Delivered {
+                    batch,
+                    update_id,
+                    receive_count,
+                } => (batch, format!("+{update_id}(rc {receive_count})")),
+                Step::Deleted { batch, update_id } => (batch, format!("✓{update_id}")),
+                Step::Returned { batch, update_id } => (batch, format!("↺{update_id}")),
+            };
+            if batch != current {
+                if current != 0 {
+                    text.push_str(" |");
+                }
+                let _ = write!(text, " #{batch}");
+                current = batch;
+            }
+            let _ = write!(text, " {mark}");
+        }
+        text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn delivery(id: &str, group: &str, update_id: i64) -> Delivery {
+        Delivery {
+            message_id: id.into(),
+            receipt: format!("r-{id}"),
+            group: group.into(),
+            update_id,
+            receive_count: 1,
+        }
+    }
+
+    #[test]
+    fn a_group_delivered_in_order_with_a_retry_is_no_breach() {
+        let mut log = DeliveryLog::default();
+        let first = [delivery("a", "g", 1), delivery("b", "g", 2)];
+        let batch = log.deliver(&first);
+        log.settle(batch, &first, &HashSet::from(["a".into(), "b".into()]));
+        let again = [delivery("a", "g", 1), delivery("b", "g", 2)];
+        let batch = log.deliver(&again);
+        log.settle(batch, &again, &HashSet::new());
+        assert!(log.breaches().is_empty(), "{}", log.explain_breaches());
+    }
+
+    #[test]
+    fn a_later_message_delivered_while_an_earlier_one_is_hidden_is_a_breach() {
+        let mut log = DeliveryLog::default();
+        let first = [delivery("a", "g", 1)];
+        let batch = log.deliver(&first);
+        log.settle(batch, &first, &HashSet::from(["a".into()]));
+        log.deliver(&[delivery("b", "g", 2)]);
+        assert_eq!(log.breaches().len(), 1);
+        assert!(log
+            .explain_breaches()
+            .contains("update 1 (received in batch #1)"));
+    }
+
+    #[test]
+    fn a_message_first_delivered_after_a_later_one_is_a_breach() {
+        let mut log = DeliveryLog::default();
+        let first = [delivery("b", "g", 2)];
+        let batch = log.deliver(&first);
+        log.settle(batch, &first, &HashSet::new());
+        log.deliver(&[delivery("a", "g", 1)]);
+        assert_eq!(log.breaches()[0].reason, "update 2 was delivered before it");
+    }
+}

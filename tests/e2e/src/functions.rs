@@ -1,0 +1,391 @@
+//! The real function binaries behind `cargo lambda watch`.
+//!
+//! `cargo lambda watch --only-lambda-apis` plays the Lambda service: it serves function URLs at
+//! `/lambda-url/<binary>/` (turning each HTTP request into the Function URL event `lambda_http`
+//! reads), invocations at `/2015-03-31/functions/<binary>/invocations`, and the Runtime API the
+//! functions poll. The harness starts the binaries itself, as Lambda starts a runtime, pointing them
+//! at that Runtime API through [`DeadlineProxy`] (see there for why). It builds them first with
+//! [`BUILD_SELECTION`], which reuses what `cargo test --workspace` built; `cargo lambda watch`'s own
+//! `cargo run --bin <name>` selects one package and so resolves dependency features differently,
+//! rebuilding the AWS SDK stack for each function.
+//!
+//! Every process runs in one process group that [`Functions`] kills when dropped.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
+use tgq_core::defaults;
+use tgq_core::ingest::SECRET_HEADER;
+
+use crate::runtime_proxy::{DeadlineProxy, DeadlineReport};
+
+/// The webhook binary.
+pub const WEBHOOK: &str = "webhook";
+/// The worker binary.
+pub const WORKER: &str = "worker";
+
+/// How long an invocation may run before Lambda would stop it: the worker's timeout in
+/// `template.yaml`. The proxy's deadlines are this far ahead.
+pub const INVOCATION_TIMEOUT: Duration = defaults::WORKER_TIMEOUT;
+
+/// How long building and starting may take on a cold 2-core CI machine.
+const READY_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// The `cargo build` arguments that build both functions with exactly the dependency features
+/// `cargo test --workspace` (scripts/test) resolves, so that every unit is already fresh there:
+/// `--workspace` unifies features over every member, and one test target of tgq-core brings in the
+/// dev-dependencies a test build resolves (criterion → clap shares `strsim` with darling; without it
+/// darling, serde_with, teloxide-core and every tgq crate are rebuilt). `template` is this package's
+/// cheapest test. Checked with `cargo build --unit-graph` against `cargo test --workspace --no-run`.
+pub const BUILD_SELECTION: [&str; 9] = [
+    "--workspace",
+    "--bin",
+    WEBHOOK,
+    "--bin",
+    WORKER,
+    "--test",
+    "template",
+    "--test",
+    "ingest",
+];
+
+/// The functions, running; everything stops when this is dropped.
+pub struct Functions {
+    group: ProcessGroup,
+    invoke_base: String,
+    proxy: DeadlineProxy,
+    http: reqwest::Client,
+    logs: PathBuf,
+}
+
+impl Functions {
+    /// Builds the binaries, starts `cargo lambda watch` and the functions `names` with `vars` on top
+    /// of this process's environment (which carries `AWS_ENDPOINT_URL` and the credentials), and
+    /// waits until each answers. Panics with the reason and the logs when that fails.
+    pub async fn start(names: &[&str], vars: &BTreeMap<String, String>) -> Functions {
+        match Self::try_start(names, vars).await {
+            Ok(functions) => functions,
+            Err(err) => panic!("the functions did not start: {err:#}"),
+        }
+    }
+
+    async fn try_start(names: &[&str], vars: &BTreeMap<String, String>) -> anyhow::Result<Self> {
+        let started = Instant::now();
+        require_cargo_lambda()?;
+        build(started).await?;
+
+        let logs = log_dir()?;
+        let port = free_port()?;
+        let mut watch = Command::new(cargo());
+        watch
+            .args(["lambda", "watch", "--only-lambda-apis", "--ignore-changes"])
+            .args(["--invoke-address", "127.0.0.1", "--invoke-port"])
+            .arg(port.to_string())
+            .current_dir(workspace_root());
+        let mut group = ProcessGroup::lead(&mut watch, &logs.join("cargo-lambda-watch.log"))
+            .context("spawning cargo lambda watch")?;
+        wait_for_port(port, &mut group, started).await?;
+
+        let invoke_base = format!("http://127.0.0.1:{port}");
+        let proxy = DeadlineProxy::start(invoke_base.clone(), INVOCATION_TIMEOUT)
+            .await
+            .context("starting the runtime API proxy")?;
+        for name in names {
+            let mut function = Command::new(binary_dir()?.join(name));
+            function
+                .envs(vars)
+                .env("AWS_LAMBDA_RUNTIME_API", proxy.runtime_api(name))
+                .env("AWS_LAMBDA_FUNCTION_NAME", name)
+                .env("AWS_LAMBDA_FUNCTION_VERSION", "1")
+                .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "1024")
+                .env("RUST_LOG", "info")
+                .current_dir(workspace_root());
+            group
+                .join(&mut function, &logs.join(format!("{name}.log")))
+                .with_context(|| format!("spawning {name}"))?;
+        }
+
+        let functions = Functions {
+            group,
+            invoke_base,
+            proxy,
+            http: reqwest::Client::builder()
+                .timeout(INVOCATION_TIMEOUT + Duration::from_secs(30))
+                .build()?,
+            logs,
+        };
+        for name in names {
+            functions.wait_until_answering(name, started).await?;
+        }
+        eprintln!(
+            "functions {names:?} answering after {:.1?} (logs in {})",
+            started.elapsed(),
+            functions.logs.display()
+        );
+        Ok(functions)
+    }
+
+    /// The function URL of `name`.
+    pub fn function_url(&self, name: &str) -> String {
+        format!("{}/lambda-url/{name}/", self.invoke_base)
+    }
+
+    /// Invokes `name` synchronously with `event`, as an event source mapping does, and returns the
+    /// function's answer. A function error (`errorType` in the answer) is an error here.
+    pub async fn invoke(
+        &self,
+        name: &str,
+        event: &serde_json::Value,
+    ) -> anyhow::Result<serde_json::Value> {
+        let url = format!(
+            "{}/2015-03-31/functions/{name}/invocations",
+            self.invoke_base
+        );
+        let answer = self.http.post(&url).json(event).send().await?;
+        let status = answer.status();
+        let body = answer.text().await?;
+        let value: serde_json::Value = serde_json::from_str(&body)
+            .with_context(|| format!("{name} answered {status} with {body:?}"))?;
+        if !status.is_success() || value.get("errorType").is_some() {
+            bail!("{name} failed ({status}): {body}");
+        }
+        Ok(value)
+    }
+
+    /// Invokes the worker with an SQS event and reads its partial batch response.
+    pub async fn invoke_worker(&self, event: &SqsEvent) -> anyhow::Result<SqsBatchResponse> {
+        let answer = self.invoke(WORKER, &serde_json::to_value(event)?).await?;
+        serde_json::from_value(answer.clone())
+            .with_context(|| format!("the worker's answer is not an SqsBatchResponse: {answer}"))
+    }
+
+    /// What the runtime API proxy had to correct.
+    pub fn deadlines(&self) -> DeadlineReport {
+        self.proxy.report()
+    }
+
+    /// Where the watch and function logs are written.
+    pub fn logs(&self) -> &Path {
+        &self.logs
+    }
+
+    /// Fails with the function's log when a process has exited.
+    pub fn check_running(&mut self) -> anyhow::Result<()> {
+        self.group.check_running()
+    }
+
+    /// Probes a function with a request that changes nothing: the webhook with a wrong secret
+    /// (answered 401 before anything is written), the worker with an empty batch.
+    async fn wait_until_answering(&self, name: &str, started: Instant) -> anyhow::Result<()> {
+        let mut last_report = Instant::now();
+        loop {
+            let probe = match name {
+                WEBHOOK => self
+                    .http
+                    .post(self.function_url(WEBHOOK))
+                    .header(SECRET_HEADER, "readiness-probe")
+                    .body("{}")
+                    .timeout(Duration::from_secs(5))
+                    .send()
+                    .await
+                    .map(|answer| answer.status() == reqwest::StatusCode::UNAUTHORIZED)
+                    .unwrap_or(false),
+                _ => self
+                    .invoke(name, &serde_json::json!({ "Records": [] }))
+                    .await
+                    .is_ok(),
+            };
+            if probe {
+                return Ok(());
+            }
+            if started.elapsed() > READY_TIMEOUT {
+                bail!(
+                    "{name} did not answer within {READY_TIMEOUT:?}; see {}",
+                    self.logs.display()
+                );
+            }
+            if last_report.elapsed() > Duration::from_secs(10) {
+                eprintln!(
+                    "still waiting for {name} to answer ({:.0?})",
+                    started.elapsed()
+                );
+                last_report = Instant::now();
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+/// Processes that live and die together: the first one leads a new process group, the others join
+/// it, and dropping the guard kills the whole group (grandchildren included) and reaps the children.
+struct ProcessGroup {
+    pgid: libc::pid_t,
+    children: Vec<(String, Child, PathBuf)>,
+}
+
+impl ProcessGroup {
+    fn lead(command: &mut Command, log: &Path) -> anyhow::Result<ProcessGroup> {
+        command.process_group(0);
+        let child = spawn_logged(command, log)?;
+        let pgid = libc::pid_t::try_from(child.id()).context("process id out of range")?;
+        Ok(ProcessGroup {
+            pgid,
+            children: vec![(describe(command), child, log.to_owned())],
+        })
+    }
+
+    fn join(&mut self, command: &mut Command, log: &Path) -> anyhow::Result<()> {
+        command.process_group(self.pgid);
+        let child = spawn_logged(command, log)?;
+        self.children
+            .push((describe(command), child, log.to_owned()));
+        Ok(())
+    }
+
+    fn check_running(&mut self) -> anyhow::Result<()> {
+        for (what, child, log) in &mut self.children {
+            if let Some(status) = child.try_wait()? {
+                bail!("{what} exited ({status}); its log:\n{}", tail(log));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for ProcessGroup {
+    fn drop(&mut self) {
+        // SAFETY: killpg only sends a signal; the group is the one this guard created and leads.
+        unsafe {
+            libc::killpg(self.pgid, libc::SIGKILL);
+        }
+        for (_, child, _) in &mut self.children {
+            let _ = child.wait();
+        }
+    }
+}
+
+fn spawn_logged(command: &mut Command, log: &Path) -> anyhow::Result<Child> {
+    let file = File::create(log).with_context(|| format!("creating {}", log.display()))?;
+    command
+        .stdin(Stdio::null())
+        .stdout(file.try_clone()?)
+        .stderr(file);
+    command
+        .spawn()
+        .with_context(|| format!("spawning {}", describe(command)))
+}
+
+fn describe(command: &Command) -> String {
+    let mut text = command.get_program().to_string_lossy().into_owned();
+    for arg in command.get_args() {
+        text.push(' ');
+        text.push_str(&arg.to_string_lossy());
+    }
+    text
+}
+
+/// The last lines of a log, for a failure message.
+pub fn tail(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(40)..].join("\n")
+}
+
+/// Panics unless `cargo lambda` runs: the suite installs it (scripts/test puts .venv/bin on PATH).
+fn require_cargo_lambda() -> anyhow::Result<()> {
+    let found = Command::new(cargo())
+        .args(["lambda", "--version"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success());
+    if !found {
+        panic!(
+            "`cargo lambda` is not on PATH: run scripts/test (it installs cargo-lambda from \
+             requirements-test.txt into .venv and puts .venv/bin on PATH), or \
+             `export PATH=$PWD/.venv/bin:$PATH` after installing it"
+        );
+    }
+    Ok(())
+}
+
+/// Builds the two binaries; a no-op when `cargo test --workspace` has already built them.
+async fn build(started: Instant) -> anyhow::Result<()> {
+    eprintln!("building the function binaries: cargo build {BUILD_SELECTION:?}");
+    let mut command = tokio::process::Command::new(cargo());
+    command
+        .arg("build")
+        .args(BUILD_SELECTION)
+        .current_dir(workspace_root())
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    let status = tokio::time::timeout(READY_TIMEOUT, command.status())
+        .await
+        .context("building the function binaries timed out")??;
+    if !status.success() {
+        bail!("cargo build of the function binaries failed: {status}");
+    }
+    eprintln!("function binaries built in {:.1?}", started.elapsed());
+    Ok(())
+}
+
+async fn wait_for_port(
+    port: u16,
+    group: &mut ProcessGroup,
+    started: Instant,
+) -> anyhow::Result<()> {
+    while TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_err() {
+        group.check_running()?;
+        if started.elapsed() > READY_TIMEOUT {
+            bail!("cargo lambda watch did not listen on port {port}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
+
+fn cargo() -> String {
+    std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned())
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// `target/debug`: where this test binary's profile puts the binaries (the test runs from `deps/`).
+fn binary_dir() -> anyhow::Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    exe.parent()
+        .and_then(Path::parent)
+        .map(Path::to_owned)
+        .context("the test binary is not inside target/<profile>/deps")
+}
+
+/// `target/test-logs/e2e/<pid>-<n>`, next to the suite's other logs.
+fn log_dir() -> anyhow::Result<PathBuf> {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static RUN: AtomicU32 = AtomicU32::new(0);
+    let target = binary_dir()?
+        .parent()
+        .map(Path::to_owned)
+        .context("no target directory")?;
+    let dir = target.join("test-logs").join("e2e").join(format!(
+        "{}-{}",
+        std::process::id(),
+        RUN.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
+    Ok(listener.local_addr()?.port())
+}
