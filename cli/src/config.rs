@@ -5,11 +5,12 @@ use std::fs::{self, OpenOptions};
 use std::io::Write as _;
 use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 use rand::distr::{Alphanumeric, SampleString as _};
 use secrecy::{ExposeSecret as _, SecretString};
-use tgq_core::config::{SecretSource, Vars};
+use tgq_core::config::{ConfigError, SecretSource, Vars};
 use tgq_core::ids::BotId;
 use tgq_core::policy::RetryPolicy;
 use tracing::warn;
@@ -22,6 +23,8 @@ pub const SECRET_FILE: &str = "webhook-secret";
 pub const ADDR_FILE: &str = "local.addr";
 /// The data directory when `--data-dir` is not given.
 pub const DEFAULT_DATA_DIR: &str = "./.tgq";
+/// How often retention runs when `TGQ_PURGE_INTERVAL_SECS` is unset.
+pub const DEFAULT_PURGE_INTERVAL: Duration = Duration::from_secs(5 * 60);
 
 /// A mistake in how the command was called; reported like clap's own errors (exit code 2).
 #[derive(Debug, thiserror::Error)]
@@ -61,6 +64,10 @@ pub struct LocalSettings {
     pub telegram_api_url: String,
     /// `TGQ_ADMIN_TOKEN`: lets non-loopback clients read the admin routes.
     pub admin_token: Option<SecretString>,
+    /// `TGQ_RECORD_TTL_SECS`: how long records and outbox entries are kept.
+    pub record_ttl: Duration,
+    /// `TGQ_PURGE_INTERVAL_SECS`: how often retention removes what outlived the TTL.
+    pub purge_every: Duration,
 }
 
 impl LocalSettings {
@@ -83,8 +90,27 @@ impl LocalSettings {
             admin_token: vars
                 .get("TGQ_ADMIN_TOKEN")
                 .map(|token| SecretString::from(token.to_owned())),
+            record_ttl: vars.record_ttl()?,
+            purge_every: purge_interval(vars)?,
         })
     }
+}
+
+/// `TGQ_PURGE_INTERVAL_SECS` (local mode only), default 5 minutes.
+fn purge_interval(vars: &Vars) -> Result<Duration, ConfigError> {
+    let expected = "a whole number of seconds from 1";
+    let secs = vars.parsed(
+        "TGQ_PURGE_INTERVAL_SECS",
+        expected,
+        DEFAULT_PURGE_INTERVAL.as_secs(),
+    )?;
+    if secs == 0 {
+        return Err(ConfigError::Malformed {
+            name: "TGQ_PURGE_INTERVAL_SECS",
+            expected,
+        });
+    }
+    Ok(Duration::from_secs(secs))
 }
 
 /// `TELEGRAM_BOT_TOKEN`, if set. An SSM parameter name cannot be resolved without AWS.
@@ -201,6 +227,30 @@ mod tests {
         assert_eq!(settings.secret_origin, SecretOrigin::Environment);
         assert!(settings.token.is_none());
         assert!(!dir.path().join(SECRET_FILE).exists());
+        assert_eq!(settings.record_ttl, tgq_core::defaults::RECORD_TTL);
+        assert_eq!(settings.purge_every, DEFAULT_PURGE_INTERVAL);
+    }
+
+    #[test]
+    fn retention_reads_the_record_ttl_and_the_purge_interval() {
+        let dir = tempfile::tempdir().unwrap();
+        let vars = Vars::from_pairs([
+            ("TGQ_WEBHOOK_SECRET", "s3cret"),
+            ("TGQ_RECORD_TTL_SECS", "10"),
+            ("TGQ_PURGE_INTERVAL_SECS", "5"),
+        ]);
+        let settings = LocalSettings::from_vars(&vars, dir.path()).unwrap();
+        assert_eq!(settings.record_ttl, Duration::from_secs(10));
+        assert_eq!(settings.purge_every, Duration::from_secs(5));
+        let vars = Vars::from_pairs([
+            ("TGQ_WEBHOOK_SECRET", "s3cret"),
+            ("TGQ_PURGE_INTERVAL_SECS", "0"),
+        ]);
+        let error = LocalSettings::from_vars(&vars, dir.path()).unwrap_err();
+        assert!(
+            error.to_string().contains("TGQ_PURGE_INTERVAL_SECS"),
+            "{error}"
+        );
     }
 
     #[test]

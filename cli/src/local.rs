@@ -28,8 +28,6 @@ use crate::shutdown::Shutdown;
 use crate::worker_loop::{self, LoopSettings, LoopStats};
 use crate::{attribution, demo, poll};
 
-/// How often expired records and outbox entries are purged.
-const RETENTION_EVERY: Duration = Duration::from_secs(5 * 60);
 /// How long one Telegram call of the bot may take before it counts as a (transient) timeout.
 const TELEGRAM_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -43,6 +41,8 @@ Environment (the same variables as the Lambda functions):
   TGQ_WEBHOOK_SECRET     the webhook secret; unset: generated once, kept in <data-dir>/webhook-secret
   TGQ_MAX_BODY_BYTES     the largest webhook body accepted (default 1048576)
   TGQ_MAX_ATTEMPTS, TGQ_BACKOFF_BASE_MS, TGQ_BACKOFF_CAP_MS   the retry budget and backoff
+  TGQ_RECORD_TTL_SECS    how long records and outbox entries are kept (default 604800, 7 days)
+  TGQ_PURGE_INTERVAL_SECS  how often retention removes what outlived it (default 300)
   TGQ_ADMIN_TOKEN        lets non-loopback clients read /admin/* with `Authorization: Bearer …`
   TGQ_LOG_FORMAT=json    JSON log lines on stderr (RUST_LOG sets the level)")]
 pub struct LocalArgs {
@@ -93,14 +93,28 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
     let settings = LocalSettings::from_vars(&vars, &args.data_dir)?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let data_dir = args.data_dir.clone();
-    let store = tokio::task::spawn_blocking(move || {
-        EmbeddedStore::open(&data_dir, StoreOptions::default())
-    })
-    .await??;
+    let options = StoreOptions {
+        ttl: settings.record_ttl,
+        ..StoreOptions::default()
+    };
+    let store =
+        tokio::task::spawn_blocking(move || EmbeddedStore::open(&data_dir, options)).await??;
 
-    let listener = TcpListener::bind(&args.addr)
-        .await
-        .with_context(|| format!("cannot listen on {}", args.addr))?;
+    let listener = match TcpListener::bind(&args.addr).await {
+        Ok(listener) => listener,
+        // The demo must not fail because something else already uses the default port.
+        Err(e) if args.demo && e.kind() == std::io::ErrorKind::AddrInUse => {
+            eprintln!("  note       {} is in use; the demo listens on a free port instead", args.addr);
+            TcpListener::bind("127.0.0.1:0")
+                .await
+                .context("cannot listen on a free loopback port")?
+        }
+        Err(e) => {
+            return Err(e).with_context(|| {
+                format!("cannot listen on {} (choose another address with --addr)", args.addr)
+            })
+        }
+    };
     let addr = listener.local_addr()?;
     let addr_file = args.data_dir.join(ADDR_FILE);
     write_addr_file(&addr_file, addr)?;
@@ -126,7 +140,12 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
             Ok(())
         });
     }
-    tasks.spawn(retention(store.clone(), clock.clone(), shutdown.clone()));
+    tasks.spawn(retention(
+        store.clone(),
+        clock.clone(),
+        settings.purge_every,
+        shutdown.clone(),
+    ));
     let app = App {
         webhook: webhook.clone(),
         store: store.clone(),
@@ -217,7 +236,7 @@ fn webhook(
             bot_id: settings.bot_id.clone(),
             secret: settings.secret.clone(),
             max_body_bytes: settings.max_body_bytes,
-            record_ttl: defaults::RECORD_TTL,
+            record_ttl: settings.record_ttl,
         },
         WebhookPorts {
             store: store.clone(),
@@ -263,7 +282,7 @@ fn worker(
         WorkerSettings {
             retry: settings.retry,
             deadline_margin: defaults::DEADLINE_MARGIN,
-            record_ttl: defaults::RECORD_TTL,
+            record_ttl: settings.record_ttl,
         },
         WorkerPorts {
             ledger,
@@ -276,10 +295,11 @@ fn worker(
     )
 }
 
-/// Purges expired records and outbox entries at start and every few minutes.
+/// Purges expired records and outbox entries at start and then every `every`.
 async fn retention(
     store: Arc<EmbeddedStore>,
     clock: Arc<dyn Clock>,
+    every: Duration,
     shutdown: Shutdown,
 ) -> anyhow::Result<()> {
     loop {
@@ -298,7 +318,7 @@ async fn retention(
             }
         }
         tokio::select! {
-            () = tokio::time::sleep(RETENTION_EVERY) => {}
+            () = tokio::time::sleep(every) => {}
             () = shutdown.wait() => return Ok(()),
         }
     }

@@ -118,9 +118,14 @@ pub async fn dlq(command: DlqCommand) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Queue depths, table sizes and counters.
+/// Queue depths, table sizes and counters, and the writer's group commits since this process
+/// opened the store (operations per commit shows how well concurrent writes share an fsync).
 pub fn status_json(store: &EmbeddedStore, now: Timestamp) -> anyhow::Result<Value> {
-    Ok(json!({ "stats": store.stats(now)?, "counters": store.counters()? }))
+    Ok(json!({
+        "stats": store.stats(now)?,
+        "counters": store.counters()?,
+        "writer": { "commits": store.commits(), "operations": store.ops_committed() },
+    }))
 }
 
 /// Up to `limit` outbox entries, oldest first.

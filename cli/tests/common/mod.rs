@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 /// Variables of the developer's shell that would change what `tgq` does.
-const INHERITED: [&str; 14] = [
+const INHERITED: [&str; 16] = [
     "TELEGRAM_BOT_TOKEN",
     "TELEGRAM_BOT_TOKEN_PARAM",
     "TELEGRAM_API_URL",
@@ -25,6 +25,8 @@ const INHERITED: [&str; 14] = [
     "TGQ_BACKOFF_BASE_MS",
     "TGQ_BACKOFF_CAP_MS",
     "TGQ_ADMIN_TOKEN",
+    "TGQ_RECORD_TTL_SECS",
+    "TGQ_PURGE_INTERVAL_SECS",
     "TGQ_LOG_FORMAT",
     "RUST_LOG",
     "NO_COLOR",

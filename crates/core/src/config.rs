@@ -156,6 +156,24 @@ impl Vars {
         Ok(bytes)
     }
 
+    /// `TGQ_RECORD_TTL_SECS`, default 7 days: how long update records (and, in local mode, outbox
+    /// entries) are kept before DynamoDB's TTL or local retention removes them.
+    pub fn record_ttl(&self) -> Result<Duration, ConfigError> {
+        let expected = "a whole number of seconds from 1";
+        let secs = self.parsed(
+            "TGQ_RECORD_TTL_SECS",
+            expected,
+            defaults::RECORD_TTL.as_secs(),
+        )?;
+        if secs == 0 {
+            return Err(ConfigError::Malformed {
+                name: "TGQ_RECORD_TTL_SECS",
+                expected,
+            });
+        }
+        Ok(Duration::from_secs(secs))
+    }
+
     /// `TGQ_MAX_ATTEMPTS`, `TGQ_BACKOFF_BASE_MS`, `TGQ_BACKOFF_CAP_MS`.
     pub fn retry_policy(&self) -> Result<RetryPolicy, ConfigError> {
         let default = RetryPolicy::default();
@@ -230,6 +248,24 @@ mod tests {
         assert_eq!(vars.retry_policy().unwrap(), RetryPolicy::default());
         assert_eq!(vars.max_body_bytes().unwrap(), 1024 * 1024);
         assert_eq!(vars.telegram_api_url().unwrap(), "https://api.telegram.org");
+        assert_eq!(vars.record_ttl().unwrap(), defaults::RECORD_TTL);
+    }
+
+    #[test]
+    fn the_record_ttl_is_read_in_seconds_and_must_be_positive() {
+        let vars = Vars::from_pairs([("TGQ_RECORD_TTL_SECS", "10")]);
+        assert_eq!(vars.record_ttl().unwrap(), Duration::from_secs(10));
+        for bad in ["0", "-5", "1d"] {
+            let vars = Vars::from_pairs([("TGQ_RECORD_TTL_SECS", bad)]);
+            assert_eq!(
+                vars.record_ttl().unwrap_err(),
+                ConfigError::Malformed {
+                    name: "TGQ_RECORD_TTL_SECS",
+                    expected: "a whole number of seconds from 1"
+                },
+                "{bad}"
+            );
+        }
     }
 
     #[test]

@@ -7,7 +7,6 @@ use bytes::Bytes;
 use lambda_http::{Body, Request, Response};
 use secrecy::SecretString;
 use tgq_core::config::{ConfigError, SecretSource, Vars};
-use tgq_core::defaults;
 use tgq_core::ids::BotId;
 use tgq_core::ingest::{InboundRequest, Ingested, Webhook, SECRET_HEADER};
 
@@ -20,6 +19,8 @@ pub struct WebhookConfig {
     pub secret: SecretSource,
     /// `TGQ_MAX_BODY_BYTES`.
     pub max_body_bytes: usize,
+    /// `TGQ_RECORD_TTL_SECS`: the records' `expires_at`, which DynamoDB's TTL acts on.
+    pub record_ttl: Duration,
     /// `TGQ_TABLE`.
     pub table: String,
     /// `TGQ_QUEUE_URL`.
@@ -35,6 +36,7 @@ impl WebhookConfig {
             bot_id: vars.bot_id()?,
             secret: vars.webhook_secret()?,
             max_body_bytes: vars.max_body_bytes()?,
+            record_ttl: vars.record_ttl()?,
             table: vars.required(
                 "TGQ_TABLE",
                 "the DynamoDB table name (template output TableName)",
@@ -56,7 +58,7 @@ impl WebhookConfig {
             bot_id: self.bot_id.clone(),
             secret,
             max_body_bytes: self.max_body_bytes,
-            record_ttl: defaults::RECORD_TTL,
+            record_ttl: self.record_ttl,
         }
     }
 }

@@ -6,11 +6,13 @@ use std::time::Duration;
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
 use bytes::Bytes;
 use lambda_runtime::LambdaEvent;
+use tgq_core::clock::{Clock, SystemClock};
 use tgq_core::config::{ConfigError, SecretSource, Vars};
 use tgq_core::defaults;
 use tgq_core::ports::{QueueRecord, ReceiptHandle};
 use tgq_core::record::Timestamp;
 use tgq_core::worker::{Worker, WorkerSettings};
+use tracing::warn;
 
 /// The worker's configuration, read once per cold start.
 #[derive(Clone, Debug)]
@@ -54,7 +56,7 @@ impl WorkerConfig {
             settings: WorkerSettings {
                 retry: vars.retry_policy()?,
                 deadline_margin: defaults::DEADLINE_MARGIN,
-                record_ttl: defaults::RECORD_TTL,
+                record_ttl: vars.record_ttl()?,
             },
         })
     }
@@ -81,9 +83,8 @@ pub async fn handle(
         .into_iter()
         .map(queue_record)
         .collect();
-    let report = worker
-        .process_batch(&records, Timestamp(event.context.deadline))
-        .await;
+    let deadline = invocation_deadline(Timestamp(event.context.deadline), SystemClock.now());
+    let report = worker.process_batch(&records, deadline).await;
     if report
         .outcomes
         .iter()
@@ -103,6 +104,17 @@ pub async fn handle(
         })
         .collect();
     Ok(response)
+}
+
+/// The invocation's deadline. Lambda sends a future epoch time; a deadline already past when the
+/// invocation starts is not one (`cargo lambda watch` 1.9 sends the constant 600000, a duration), so
+/// the worker's own timeout applies instead of returning every record unrun.
+pub fn invocation_deadline(sent: Timestamp, now: Timestamp) -> Timestamp {
+    if sent > now {
+        return sent;
+    }
+    warn!(deadline_ms = sent.0, "the runtime sent a deadline in the past; using the worker timeout");
+    now.plus(defaults::WORKER_TIMEOUT)
 }
 
 /// Maps an event record to the use case's record; no SDK or event type goes further.

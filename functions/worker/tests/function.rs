@@ -171,3 +171,14 @@ fn the_worker_requires_a_bot_token() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn a_deadline_already_past_at_the_start_falls_back_to_the_worker_timeout() {
+    // `cargo lambda watch` sends 600000 (ten minutes as a duration) where Lambda sends an epoch time.
+    let rig = rig().await;
+    let mut event = lambda_event(REDELIVERY);
+    event.context.deadline = 600_000;
+    let response = handle(&rig.worker, event).await.unwrap();
+    assert!(response.batch_item_failures.is_empty(), "the record ran instead of being returned");
+    assert!(!rig.fake.delivered().is_empty());
+}

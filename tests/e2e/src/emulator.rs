@@ -214,8 +214,7 @@ pub struct ReadMessage {
 }
 
 /// Reads every message of a queue, hiding each one it has read for `hold` seconds so that the next
-/// receive returns further ones (a FIFO queue returns at most one group's head at a time otherwise).
-/// Stops after two empty receives in a row.
+/// receive returns further ones. Stops after two empty receives in a row.
 pub async fn read_all(
     sqs: &aws_sdk_sqs::Client,
     url: &str,

@@ -8,6 +8,18 @@
 //! before it in the same batch. [`DeliveryLog`] keeps each group's deliveries so that a breach is
 //! reported with exactly what the queue handed out, instead of surfacing later as replies out of
 //! order.
+//!
+//! Note on moto (5.2.5): it keeps FIFO order in the flows this harness drives, and breaks it in one
+//! it does not. When two or more received messages of one group become visible again because their
+//! visibility timeout *expired*, `receive_message` (moto/sqs/models.py) drops each expired message
+//! from its in-flight set and re-reads the set's groups *before* checking that message's own group,
+//! so every sibling but the last is skipped: A, B, C received together and left to expire come back
+//! as C alone, and A and B only once C is deleted. A message hidden by `ChangeMessageVisibility`
+//! stays in the in-flight set until it shows again, and one shown again with visibility 0 leaves it
+//! at once, so what the worker returns (the failed record hidden for its backoff, the later records
+//! of its group at 0) comes back in order. Only a batch left to expire would meet the flaw — a
+//! function error, a crash, a failed visibility change — and the harness fails on a function error
+//! rather than leaving the batch to expire; any reordering would be reported by [`DeliveryLog`].
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt::Write as _;
@@ -102,7 +114,7 @@ impl<'a> EventSourceMapping<'a> {
     }
 
     /// One receive, one invocation, one delete; returns how many records the worker was handed.
-    pub async fn poll(&mut self) -> anyhow::Result<usize> {
+    async fn poll(&mut self) -> anyhow::Result<usize> {
         // Six times the invocation timeout, as the template sets the queue's visibility timeout.
         let visibility = i32::try_from(INVOCATION_TIMEOUT.as_secs() * 6)?;
         let messages = self
@@ -240,7 +252,8 @@ pub struct Delivery {
     pub receipt: String,
     /// `MessageGroupId`.
     pub group: String,
-    /// The `update_id` the body carries.
+    /// The `update_id` the body carries. Order is judged by it: Telegram's ids increase, the harness
+    /// posts each chat's updates in that order, and moto's `SequenceNumber` is random digits.
     pub update_id: i64,
     /// `ApproximateReceiveCount`.
     pub receive_count: u32,

@@ -4,7 +4,7 @@
 //! `/lambda-url/<binary>/` (turning each HTTP request into the Function URL event `lambda_http`
 //! reads), invocations at `/2015-03-31/functions/<binary>/invocations`, and the Runtime API the
 //! functions poll. The harness starts the binaries itself, as Lambda starts a runtime, pointing them
-//! at that Runtime API through [`DeadlineProxy`] (see there for why). It builds them first with
+//! at that Runtime API. It builds them first with
 //! [`BUILD_SELECTION`], which reuses what `cargo test --workspace` built; `cargo lambda watch`'s own
 //! `cargo run --bin <name>` selects one package and so resolves dependency features differently,
 //! rebuilding the AWS SDK stack for each function.
@@ -13,10 +13,11 @@
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, TcpListener};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
@@ -24,26 +25,27 @@ use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use tgq_core::defaults;
 use tgq_core::ingest::SECRET_HEADER;
 
-use crate::runtime_proxy::{DeadlineProxy, DeadlineReport};
-
 /// The webhook binary.
 pub const WEBHOOK: &str = "webhook";
 /// The worker binary.
 pub const WORKER: &str = "worker";
 
 /// How long an invocation may run before Lambda would stop it: the worker's timeout in
-/// `template.yaml`. The proxy's deadlines are this far ahead.
+/// `template.yaml`.
 pub const INVOCATION_TIMEOUT: Duration = defaults::WORKER_TIMEOUT;
 
 /// How long building and starting may take on a cold 2-core CI machine.
 const READY_TIMEOUT: Duration = Duration::from_secs(600);
 
-/// The `cargo build` arguments that build both functions with exactly the dependency features
-/// `cargo test --workspace` (scripts/test) resolves, so that every unit is already fresh there:
-/// `--workspace` unifies features over every member, and one test target of tgq-core brings in the
-/// dev-dependencies a test build resolves (criterion → clap shares `strsim` with darling; without it
-/// darling, serde_with, teloxide-core and every tgq crate are rebuilt). `template` is this package's
-/// cheapest test. Checked with `cargo build --unit-graph` against `cargo test --workspace --no-run`.
+/// The `cargo build` arguments that build both functions as units `cargo test --workspace`
+/// (scripts/test) has already built, so the build is a no-op there. `--workspace` with a test target
+/// resolves features over every member and its dev-dependencies, as a test build does. `--test
+/// ingest` (tgq-core's) also puts criterion → clap in the build, so `strsim` is built once as a
+/// normal dependency shared with darling, as in a test build; without it, strsim is a build-only
+/// unit without debuginfo, and darling, serde_with, teloxide-core and every tgq crate after them
+/// differ. `template` is this package's cheapest test. Checked with `--unit-graph`
+/// (`RUSTC_BOOTSTRAP=1 cargo build -Z unstable-options --unit-graph …`): every unit is one of
+/// `cargo test --workspace --no-run`'s.
 pub const BUILD_SELECTION: [&str; 9] = [
     "--workspace",
     "--bin",
@@ -60,7 +62,6 @@ pub const BUILD_SELECTION: [&str; 9] = [
 pub struct Functions {
     group: ProcessGroup,
     invoke_base: String,
-    proxy: DeadlineProxy,
     http: reqwest::Client,
     logs: PathBuf,
 }
@@ -83,25 +84,21 @@ impl Functions {
 
         let logs = log_dir()?;
         let port = free_port()?;
-        let mut watch = Command::new(cargo());
+        let mut watch = cargo_command();
         watch
             .args(["lambda", "watch", "--only-lambda-apis", "--ignore-changes"])
             .args(["--invoke-address", "127.0.0.1", "--invoke-port"])
-            .arg(port.to_string())
-            .current_dir(workspace_root());
+            .arg(port.to_string());
         let mut group = ProcessGroup::lead(&mut watch, &logs.join("cargo-lambda-watch.log"))
             .context("spawning cargo lambda watch")?;
         wait_for_port(port, &mut group, started).await?;
 
         let invoke_base = format!("http://127.0.0.1:{port}");
-        let proxy = DeadlineProxy::start(invoke_base.clone(), INVOCATION_TIMEOUT)
-            .await
-            .context("starting the runtime API proxy")?;
         for name in names {
             let mut function = Command::new(binary_dir()?.join(name));
             function
                 .envs(vars)
-                .env("AWS_LAMBDA_RUNTIME_API", proxy.runtime_api(name))
+                .env("AWS_LAMBDA_RUNTIME_API", format!("{invoke_base}/.rt/{name}"))
                 .env("AWS_LAMBDA_FUNCTION_NAME", name)
                 .env("AWS_LAMBDA_FUNCTION_VERSION", "1")
                 .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "1024")
@@ -112,10 +109,9 @@ impl Functions {
                 .with_context(|| format!("spawning {name}"))?;
         }
 
-        let functions = Functions {
+        let mut functions = Functions {
             group,
             invoke_base,
-            proxy,
             http: reqwest::Client::builder()
                 .timeout(INVOCATION_TIMEOUT + Duration::from_secs(30))
                 .build()?,
@@ -166,26 +162,18 @@ impl Functions {
             .with_context(|| format!("the worker's answer is not an SqsBatchResponse: {answer}"))
     }
 
-    /// What the runtime API proxy had to correct.
-    pub fn deadlines(&self) -> DeadlineReport {
-        self.proxy.report()
-    }
-
     /// Where the watch and function logs are written.
     pub fn logs(&self) -> &Path {
         &self.logs
     }
 
-    /// Fails with the function's log when a process has exited.
-    pub fn check_running(&mut self) -> anyhow::Result<()> {
-        self.group.check_running()
-    }
-
     /// Probes a function with a request that changes nothing: the webhook with a wrong secret
     /// (answered 401 before anything is written), the worker with an empty batch.
-    async fn wait_until_answering(&self, name: &str, started: Instant) -> anyhow::Result<()> {
+    async fn wait_until_answering(&mut self, name: &str, started: Instant) -> anyhow::Result<()> {
         let mut last_report = Instant::now();
         loop {
+            // A function that stopped (a configuration error, say) will never answer: say why now.
+            self.group.check_running()?;
             let probe = match name {
                 WEBHOOK => self
                     .http
@@ -300,7 +288,7 @@ pub fn tail(log: &Path) -> String {
 
 /// Panics unless `cargo lambda` runs: the suite installs it (scripts/test puts .venv/bin on PATH).
 fn require_cargo_lambda() -> anyhow::Result<()> {
-    let found = Command::new(cargo())
+    let found = cargo_command()
         .args(["lambda", "--version"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -316,16 +304,25 @@ fn require_cargo_lambda() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Builds the two binaries; a no-op when `cargo test --workspace` has already built them.
+/// Builds the two binaries into the directory this test runs from (`target/debug` unless the tests
+/// were built with another profile); a no-op when `cargo test --workspace` has already built them.
 async fn build(started: Instant) -> anyhow::Result<()> {
     eprintln!("building the function binaries: cargo build {BUILD_SELECTION:?}");
-    let mut command = tokio::process::Command::new(cargo());
+    let mut command = cargo_command();
     command
         .arg("build")
         .args(BUILD_SELECTION)
-        .current_dir(workspace_root())
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
+        .stdin(Stdio::null());
+    let profile_dir = binary_dir()?;
+    match profile_dir.file_name().and_then(|name| name.to_str()) {
+        Some("debug") => {}
+        Some(profile) => {
+            command.args(["--profile", profile]);
+        }
+        None => bail!("no profile directory in {}", profile_dir.display()),
+    }
+    let mut command = tokio::process::Command::from(command);
+    command.kill_on_drop(true);
     let status = tokio::time::timeout(READY_TIMEOUT, command.status())
         .await
         .context("building the function binaries timed out")??;
@@ -341,7 +338,10 @@ async fn wait_for_port(
     group: &mut ProcessGroup,
     started: Instant,
 ) -> anyhow::Result<()> {
-    while TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_err() {
+    while tokio::net::TcpStream::connect((Ipv4Addr::LOCALHOST, port))
+        .await
+        .is_err()
+    {
         group.check_running()?;
         if started.elapsed() > READY_TIMEOUT {
             bail!("cargo lambda watch did not listen on port {port}");
@@ -351,8 +351,34 @@ async fn wait_for_port(
     Ok(())
 }
 
-fn cargo() -> String {
-    std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned())
+/// Variables `cargo test` sets for the test it runs, describing this package. Build scripts track
+/// some of them (ring's reruns when `CARGO_MANIFEST_DIR` or `CARGO_PKG_NAME` changes), so a nested
+/// `cargo` that inherited them would rebuild the TLS and AWS SDK stack, and the next plain build
+/// would rebuild it back.
+const TEST_RUN_VARS: [&str; 9] = [
+    "CARGO_MANIFEST_DIR",
+    "CARGO_MANIFEST_PATH",
+    "CARGO_MANIFEST_LINKS",
+    "CARGO_CRATE_NAME",
+    "CARGO_BIN_NAME",
+    "CARGO_PRIMARY_PACKAGE",
+    "CARGO_TARGET_TMPDIR",
+    "CARGO_RUSTC_CURRENT_DIR",
+    "OUT_DIR",
+];
+
+/// `cargo` in the workspace root, with the environment a developer's shell would give it.
+fn cargo_command() -> Command {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let mut command = Command::new(cargo);
+    command.current_dir(workspace_root());
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        if name.starts_with("CARGO_PKG_") || TEST_RUN_VARS.contains(&name.as_ref()) {
+            command.env_remove(name.as_ref());
+        }
+    }
+    command
 }
 
 fn workspace_root() -> PathBuf {
@@ -370,7 +396,6 @@ fn binary_dir() -> anyhow::Result<PathBuf> {
 
 /// `target/test-logs/e2e/<pid>-<n>`, next to the suite's other logs.
 fn log_dir() -> anyhow::Result<PathBuf> {
-    use std::sync::atomic::{AtomicU32, Ordering};
     static RUN: AtomicU32 = AtomicU32::new(0);
     let target = binary_dir()?
         .parent()

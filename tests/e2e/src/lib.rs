@@ -10,5 +10,4 @@
 pub mod emulator;
 pub mod esm;
 pub mod functions;
-pub mod runtime_proxy;
 pub mod telegram;

@@ -22,15 +22,6 @@ pub struct Telegram {
     secret: String,
 }
 
-/// How the delivery of one update went.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Delivery {
-    /// The status that ended it (2xx).
-    pub status: u16,
-    /// Every status answered before it, in order.
-    pub refused: Vec<u16>,
-}
-
 impl Telegram {
     /// Telegram with the `secret_token` given to `setWebhook`, posting to `webhook_url`.
     pub fn new(webhook_url: String, secret: impl Into<String>) -> Telegram {
@@ -45,8 +36,9 @@ impl Telegram {
         }
     }
 
-    /// Posts `body` until the webhook answers 2xx; an error after [`MAX_POSTS`] refusals.
-    pub async fn deliver(&self, body: &str) -> anyhow::Result<Delivery> {
+    /// Posts `body` until the webhook answers 2xx, and returns the statuses it answered before that
+    /// (0 for a failed connection); an error after [`MAX_POSTS`] refusals.
+    pub async fn deliver(&self, body: &str) -> anyhow::Result<Vec<u16>> {
         let mut refused = Vec::new();
         let mut pause = FIRST_PAUSE;
         for _ in 0..MAX_POSTS {
@@ -59,12 +51,7 @@ impl Telegram {
                 .send()
                 .await;
             match answer {
-                Ok(answer) if answer.status().is_success() => {
-                    return Ok(Delivery {
-                        status: answer.status().as_u16(),
-                        refused,
-                    })
-                }
+                Ok(answer) if answer.status().is_success() => return Ok(refused),
                 Ok(answer) => refused.push(answer.status().as_u16()),
                 // A connection that failed or timed out counts as a refusal, as it does for Telegram.
                 Err(_) => refused.push(0),

@@ -1,0 +1,208 @@
+//! Load over loopback HTTP, as Telegram would send it: distinct message updates spread over a set of
+//! chats, POSTed to `/webhook` with the secret header. Closed loop (each client sends its next update
+//! when the previous one is acknowledged) for throughput; open loop (each update at its scheduled
+//! time, whatever the answers do) for latency.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, Context as _};
+use serde_json::json;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+/// Telegram's webhook secret header.
+const SECRET_HEADER: &str = "X-Telegram-Bot-Api-Secret-Token";
+/// The first chat id; chats are `FIRST_CHAT .. FIRST_CHAT + chats`.
+const FIRST_CHAT: i64 = 100_000;
+
+/// Where updates go.
+#[derive(Clone, Debug)]
+pub struct Target {
+    /// The `/webhook` URL.
+    pub url: String,
+    /// The webhook secret.
+    pub secret: String,
+}
+
+/// Hands out distinct update ids, each in one of `chats` chats in turn.
+#[derive(Debug)]
+pub struct Updates {
+    next: AtomicU64,
+    chats: u64,
+}
+
+impl Updates {
+    /// Update ids from 1, over `chats` chats.
+    pub fn new(chats: u64) -> Self {
+        Self {
+            next: AtomicU64::new(1),
+            chats: chats.max(1),
+        }
+    }
+
+    /// The next update id and its chat.
+    fn next(&self) -> (u64, i64) {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let chat = FIRST_CHAT + i64::try_from(id % self.chats).unwrap_or(0);
+        (id, chat)
+    }
+}
+
+/// A private-chat text message update, as Telegram sends it.
+fn update_body(update_id: u64, chat: i64) -> String {
+    json!({
+        "update_id": update_id,
+        "message": {
+            "message_id": update_id,
+            "from": { "id": chat, "is_bot": false, "first_name": "Bench" },
+            "chat": { "id": chat, "first_name": "Bench", "type": "private" },
+            "date": now_ms() / 1000,
+            "text": format!("bench {update_id}"),
+        }
+    })
+    .to_string()
+}
+
+/// A client for one concurrent sender: HTTP/1.1 keep-alive, so the connection is reused.
+fn client() -> anyhow::Result<reqwest::Client> {
+    Ok(reqwest::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .pool_max_idle_per_host(4)
+        .build()?)
+}
+
+/// Posts one update; anything but `200 {"result": "queued"}` is an error.
+async fn post(
+    client: &reqwest::Client,
+    target: &Target,
+    update_id: u64,
+    chat: i64,
+) -> anyhow::Result<()> {
+    let answer = client
+        .post(&target.url)
+        .header(SECRET_HEADER, &target.secret)
+        .header("content-type", "application/json")
+        .body(update_body(update_id, chat))
+        .send()
+        .await
+        .with_context(|| format!("posting update {update_id}"))?;
+    let status = answer.status();
+    let text = answer.text().await.unwrap_or_default();
+    if status != reqwest::StatusCode::OK || !text.contains("\"queued\"") {
+        bail!("update {update_id}: /webhook answered {status} {text}");
+    }
+    Ok(())
+}
+
+/// Milliseconds since the epoch, with sub-millisecond precision, as tgq's clock counts.
+pub fn now_ms_precise() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |since| since.as_secs_f64() * 1e3)
+}
+
+fn now_ms() -> u64 {
+    now_ms_precise() as u64
+}
+
+/// What a closed-loop run achieved.
+#[derive(Clone, Debug)]
+pub struct ClosedLoop {
+    /// Updates acknowledged with 200.
+    pub accepted: u64,
+    /// From the first send to the last answer.
+    pub elapsed: Duration,
+    /// Each request's time to its answer.
+    pub latencies: Vec<Duration>,
+}
+
+/// `clients` concurrent senders, each with its own client, each posting its next update as soon as
+/// the previous one is acknowledged, for `duration`. The first error stops the run.
+pub async fn closed_loop(
+    target: &Target,
+    updates: &Arc<Updates>,
+    clients: usize,
+    duration: Duration,
+) -> anyhow::Result<ClosedLoop> {
+    let start = Instant::now();
+    let deadline = start + duration;
+    let mut senders = JoinSet::new();
+    for _ in 0..clients {
+        let (client, target, updates) = (client()?, target.clone(), updates.clone());
+        senders.spawn(async move {
+            let mut latencies = Vec::new();
+            while Instant::now() < deadline {
+                let (id, chat) = updates.next();
+                let began = Instant::now();
+                post(&client, &target, id, chat).await?;
+                latencies.push(began.elapsed());
+            }
+            anyhow::Ok(latencies)
+        });
+    }
+    let mut latencies = Vec::new();
+    while let Some(joined) = senders.join_next().await {
+        latencies.extend(joined??);
+    }
+    Ok(ClosedLoop {
+        accepted: latencies.len() as u64,
+        elapsed: start.elapsed(),
+        latencies,
+    })
+}
+
+/// One update of an open-loop run.
+#[derive(Clone, Copy, Debug)]
+pub struct Sent {
+    /// Its id.
+    pub update_id: u64,
+    /// When the bench sent it, in epoch milliseconds.
+    pub sent_ms: f64,
+    /// How late the send was against its schedule.
+    pub lag: Duration,
+    /// Its request's time to the 200.
+    pub acknowledged_in: Duration,
+}
+
+/// Sends `rate` updates a second for `duration`, each at its scheduled time (`start + i / rate`)
+/// on its own task, whether or not earlier requests have been answered; `clients` clients take turns.
+/// Fails if any request is not acknowledged with 200.
+pub async fn open_loop(
+    target: &Target,
+    updates: &Arc<Updates>,
+    rate: f64,
+    duration: Duration,
+    clients: usize,
+) -> anyhow::Result<Vec<Sent>> {
+    let total = (rate * duration.as_secs_f64()).round() as u64;
+    let pool: Vec<reqwest::Client> = (0..clients.max(1))
+        .map(|_| client())
+        .collect::<anyhow::Result<_>>()?;
+    let start = Instant::now();
+    let mut requests = Vec::with_capacity(usize::try_from(total).unwrap_or(0));
+    for i in 0..total {
+        let due = start + Duration::from_secs_f64(i as f64 / rate);
+        tokio::time::sleep_until(due).await;
+        let client = pool[usize::try_from(i).unwrap_or(0) % pool.len()].clone();
+        let (target, (update_id, chat)) = (target.clone(), updates.next());
+        requests.push(tokio::spawn(async move {
+            let lag = Instant::now().saturating_duration_since(due);
+            let sent_ms = now_ms_precise();
+            let began = Instant::now();
+            post(&client, &target, update_id, chat).await?;
+            anyhow::Ok(Sent {
+                update_id,
+                sent_ms,
+                lag,
+                acknowledged_in: began.elapsed(),
+            })
+        }));
+    }
+    let mut sent = Vec::with_capacity(requests.len());
+    for request in requests {
+        sent.push(request.await??);
+    }
+    Ok(sent)
+}

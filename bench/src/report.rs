@@ -1,0 +1,449 @@
+//! The figures of one run, the goals they are checked against, and the two ways of printing them
+//! (aligned text, or Markdown for docs/PERFORMANCE.md).
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use crate::stats::Summary;
+use crate::system::{FsyncFigures, Machine, Memory, FSYNC_RECORD_BYTES};
+
+/// The goals of the issue.
+pub mod goal {
+    /// At 64 clients, ingest must reach this multiple of the raw fsync rate (group commit).
+    pub const INGEST_OVER_FSYNC: f64 = 4.0;
+    /// The p99 end-to-end latency allowed at the fixed rate, in milliseconds.
+    pub const P99_MS: f64 = 50.0;
+    /// The client count the ingest goal is checked at.
+    pub const INGEST_CLIENTS: usize = 64;
+}
+
+/// Ingest throughput at one concurrency.
+#[derive(Clone, Debug)]
+pub struct IngestFigures {
+    /// Concurrent clients.
+    pub clients: usize,
+    /// Updates acknowledged with 200.
+    pub accepted: u64,
+    /// How long the clients sent.
+    pub elapsed: Duration,
+    /// Request latency (send → 200).
+    pub latency: Summary,
+    /// Store operations per commit (fsync) during the phase, worker operations included.
+    pub ops_per_commit: f64,
+    /// Commits per second during the phase.
+    pub commits_per_second: f64,
+    /// CPU used by tgq during the phase, in cores.
+    pub tgq_cores: f64,
+    /// CPU used by the bench (the clients) during the phase, in cores.
+    pub bench_cores: f64,
+}
+
+impl IngestFigures {
+    /// Acknowledged updates per second.
+    pub fn per_second(&self) -> f64 {
+        self.accepted as f64 / self.elapsed.as_secs_f64()
+    }
+}
+
+/// End-to-end latency at a fixed rate.
+#[derive(Clone, Debug)]
+pub struct EndToEndFigures {
+    /// Updates per second sent.
+    pub rate: f64,
+    /// How long they were sent.
+    pub duration: Duration,
+    /// Chats they were spread over.
+    pub chats: u64,
+    /// Updates sent (all acknowledged with 200).
+    pub sent: usize,
+    /// Updates whose reply reached the outbox.
+    pub replied: usize,
+    /// Sent → reply recorded in the outbox.
+    pub latency: Summary,
+    /// Sent → webhook's 200.
+    pub acknowledged: Summary,
+    /// The latest any send was against its schedule, in milliseconds.
+    pub worst_send_lag_ms: f64,
+    /// Store operations per commit during the phase.
+    pub ops_per_commit: f64,
+    /// CPU used by tgq during the phase, in cores.
+    pub tgq_cores: f64,
+}
+
+/// tgq's memory and disk after the ingest and latency phases.
+#[derive(Clone, Debug)]
+pub struct Footprint {
+    /// tgq's resident memory.
+    pub memory: Memory,
+    /// The data directory's size.
+    pub data_bytes: u64,
+    /// Update records stored.
+    pub records: u64,
+    /// Outbox entries stored.
+    pub outbox: u64,
+}
+
+/// One look at the store during the retention run.
+#[derive(Clone, Copy, Debug)]
+pub struct Sample {
+    /// Since the load started.
+    pub at: Duration,
+    /// Update records stored.
+    pub records: u64,
+    /// Outbox entries stored.
+    pub outbox: u64,
+    /// The data directory's size.
+    pub bytes: u64,
+}
+
+/// A long run with a short TTL.
+#[derive(Clone, Debug)]
+pub struct RetentionFigures {
+    /// Updates per second sent.
+    pub rate: f64,
+    /// How long they were sent.
+    pub duration: Duration,
+    /// `TGQ_RECORD_TTL_SECS`.
+    pub ttl: Duration,
+    /// `TGQ_PURGE_INTERVAL_SECS`.
+    pub purge_every: Duration,
+    /// What the store held over time.
+    pub samples: Vec<Sample>,
+    /// Updates sent in all.
+    pub sent: u64,
+}
+
+impl RetentionFigures {
+    /// The most records a store that purges on time can hold: everything of the last TTL and
+    /// purge interval, with a quarter more for processing lag.
+    pub fn record_bound(&self) -> u64 {
+        (self.rate * (self.ttl + self.purge_every).as_secs_f64() * 1.25) as u64
+    }
+
+    /// The second half of the samples: after every record of the first half has expired.
+    fn second_half(&self) -> &[Sample] {
+        &self.samples[self.samples.len() / 2..]
+    }
+
+    /// The record count stays under the bound once the TTL has come round.
+    pub fn records_plateau(&self) -> bool {
+        !self.samples.is_empty()
+            && self
+                .second_half()
+                .iter()
+                .all(|s| s.records <= self.record_bound())
+    }
+
+    /// How much the data directory grew over the second half of the run.
+    pub fn late_growth(&self) -> u64 {
+        let (Some(first), Some(last)) = (self.second_half().first(), self.samples.last()) else {
+            return 0;
+        };
+        last.bytes.saturating_sub(first.bytes)
+    }
+}
+
+/// A goal and whether the run met it.
+#[derive(Clone, Debug)]
+pub struct Verdict {
+    /// The goal.
+    pub goal: String,
+    /// What was measured.
+    pub measured: String,
+    /// Met.
+    pub pass: bool,
+}
+
+/// Everything one run measured.
+#[derive(Clone, Debug)]
+pub struct Report {
+    /// Where and when.
+    pub machine: Machine,
+    /// Whether phases were shortened (`--quick`).
+    pub quick: bool,
+    /// The disk's raw durable append rate.
+    pub fsync: FsyncFigures,
+    /// Ingest throughput by concurrency.
+    pub ingest: Vec<IngestFigures>,
+    /// Latency at the fixed rate.
+    pub end_to_end: EndToEndFigures,
+    /// Memory and disk after those phases.
+    pub footprint: Footprint,
+    /// Bounded disk use under retention.
+    pub retention: RetentionFigures,
+}
+
+impl Report {
+    /// Checks the goals.
+    pub fn verdicts(&self) -> Vec<Verdict> {
+        let fsync = self.fsync.per_second();
+        let ingest = self
+            .ingest
+            .iter()
+            .find(|figures| figures.clients == goal::INGEST_CLIENTS)
+            .map_or(0.0, IngestFigures::per_second);
+        let e2e = &self.end_to_end;
+        let retention = &self.retention;
+        vec![
+            Verdict {
+                goal: format!(
+                    "ingest at {} clients ≥ {}× raw fsync rate ({:.0}/s)",
+                    goal::INGEST_CLIENTS,
+                    goal::INGEST_OVER_FSYNC,
+                    goal::INGEST_OVER_FSYNC * fsync
+                ),
+                measured: format!("{ingest:.0}/s = {:.1}×", ingest / fsync),
+                pass: ingest >= goal::INGEST_OVER_FSYNC * fsync,
+            },
+            Verdict {
+                goal: format!(
+                    "p99 end-to-end ≤ {} ms at {:.0} updates/s, every reply recorded",
+                    goal::P99_MS,
+                    e2e.rate
+                ),
+                measured: format!(
+                    "p99 {:.1} ms, {} of {} replies",
+                    e2e.latency.p99, e2e.replied, e2e.sent
+                ),
+                pass: e2e.latency.p99 <= goal::P99_MS && e2e.replied == e2e.sent,
+            },
+            Verdict {
+                goal: format!(
+                    "retention: records plateau (≤ {}) and the data directory stops growing",
+                    retention.record_bound()
+                ),
+                measured: format!(
+                    "max records in 2nd half {}, growth in 2nd half {}",
+                    retention
+                        .second_half()
+                        .iter()
+                        .map(|s| s.records)
+                        .max()
+                        .unwrap_or(0),
+                    bytes(retention.late_growth())
+                ),
+                pass: retention.records_plateau() && retention.late_growth() == 0,
+            },
+        ]
+    }
+
+    /// The report as tables.
+    fn sections(&self) -> Vec<Section> {
+        let m = &self.machine;
+        let mut sections = vec![Section {
+            title: "Machine".into(),
+            headers: vec!["date", "CPUs", "model", "disk", "load before / after"],
+            rows: vec![vec![
+                m.date.clone(),
+                m.cpus.to_string(),
+                m.cpu_model.clone(),
+                m.disk.clone(),
+                format!("{} / {}", m.load_before, m.load_after),
+            ]],
+        }];
+        let f = &self.fsync;
+        sections.push(Section {
+            title: format!(
+                "Raw fsync: {FSYNC_RECORD_BYTES}-byte append + fdatasync in the data directory"
+            ),
+            headers: vec!["appends", "seconds", "appends/s", "mean ms", "p99 ms"],
+            rows: vec![vec![
+                f.appends.to_string(),
+                format!("{:.1}", f.elapsed.as_secs_f64()),
+                format!("{:.0}", f.per_second()),
+                format!("{:.3}", f.latency.mean),
+                format!("{:.3}", f.latency.p99),
+            ]],
+        });
+        sections.push(Section {
+            title: "Durable ingest: closed-loop clients POSTing distinct updates (200 = fsynced)"
+                .into(),
+            headers: vec![
+                "clients",
+                "accepted",
+                "accepted/s",
+                "× fsync rate",
+                "p50 ms",
+                "p99 ms",
+                "ops/commit",
+                "commits/s",
+                "tgq CPU",
+                "bench CPU",
+            ],
+            rows: self
+                .ingest
+                .iter()
+                .map(|i| {
+                    vec![
+                        i.clients.to_string(),
+                        i.accepted.to_string(),
+                        format!("{:.0}", i.per_second()),
+                        format!("{:.1}", i.per_second() / f.per_second()),
+                        format!("{:.2}", i.latency.p50),
+                        format!("{:.2}", i.latency.p99),
+                        format!("{:.1}", i.ops_per_commit),
+                        format!("{:.0}", i.commits_per_second),
+                        format!("{:.0}%", i.tgq_cores * 100.0),
+                        format!("{:.0}%", i.bench_cores * 100.0),
+                    ]
+                })
+                .collect(),
+        });
+        let e = &self.end_to_end;
+        sections.push(Section {
+            title: format!(
+                "End to end: {:.0} updates/s open loop for {:.0} s over {} chats (sent → reply in the outbox)",
+                e.rate,
+                e.duration.as_secs_f64(),
+                e.chats
+            ),
+            headers: vec![
+                "sent",
+                "replied",
+                "p50 ms",
+                "p90 ms",
+                "p99 ms",
+                "max ms",
+                "200 p99 ms",
+                "worst send lag ms",
+                "ops/commit",
+                "tgq CPU",
+            ],
+            rows: vec![vec![
+                e.sent.to_string(),
+                e.replied.to_string(),
+                format!("{:.1}", e.latency.p50),
+                format!("{:.1}", e.latency.p90),
+                format!("{:.1}", e.latency.p99),
+                format!("{:.1}", e.latency.max),
+                format!("{:.1}", e.acknowledged.p99),
+                format!("{:.1}", e.worst_send_lag_ms),
+                format!("{:.1}", e.ops_per_commit),
+                format!("{:.0}%", e.tgq_cores * 100.0),
+            ]],
+        });
+        let fp = &self.footprint;
+        sections.push(Section {
+            title: "Footprint of tgq local after the ingest and end-to-end phases".into(),
+            headers: vec!["VmHWM", "VmRSS", "data directory", "records", "outbox"],
+            rows: vec![vec![
+                bytes(fp.memory.peak_kib * 1024),
+                bytes(fp.memory.now_kib * 1024),
+                bytes(fp.data_bytes),
+                fp.records.to_string(),
+                fp.outbox.to_string(),
+            ]],
+        });
+        let r = &self.retention;
+        sections.push(Section {
+            title: format!(
+                "Retention: {:.0} updates/s for {:.0} s, TGQ_RECORD_TTL_SECS={}, TGQ_PURGE_INTERVAL_SECS={} ({} sent)",
+                r.rate,
+                r.duration.as_secs_f64(),
+                r.ttl.as_secs(),
+                r.purge_every.as_secs(),
+                r.sent
+            ),
+            headers: vec!["at s", "records", "outbox", "data directory"],
+            rows: r
+                .samples
+                .iter()
+                .map(|s| {
+                    vec![
+                        format!("{:.0}", s.at.as_secs_f64()),
+                        s.records.to_string(),
+                        s.outbox.to_string(),
+                        bytes(s.bytes),
+                    ]
+                })
+                .collect(),
+        });
+        sections.push(Section {
+            title: "Goals".into(),
+            headers: vec!["goal", "measured", "result"],
+            rows: self
+                .verdicts()
+                .into_iter()
+                .map(|v| {
+                    let result = if v.pass { "PASS" } else { "MISS" };
+                    vec![v.goal, v.measured, result.into()]
+                })
+                .collect(),
+        });
+        sections
+    }
+
+    /// Aligned text tables.
+    pub fn text(&self) -> String {
+        let mut out = String::new();
+        if self.quick {
+            out.push_str("(--quick: shortened phases, a smoke test; the figures mean little)\n\n");
+        }
+        for section in self.sections() {
+            let widths: Vec<usize> = (0..section.headers.len())
+                .map(|column| {
+                    section
+                        .rows
+                        .iter()
+                        .map(|row| row[column].chars().count())
+                        .chain([section.headers[column].chars().count()])
+                        .max()
+                        .unwrap_or(0)
+                })
+                .collect();
+            let line = |cells: Vec<&str>| {
+                let padded: Vec<String> = cells
+                    .iter()
+                    .zip(&widths)
+                    .map(|(cell, width)| format!("{cell:<width$}"))
+                    .collect();
+                padded.join("  ").trim_end().to_owned()
+            };
+            let _ = writeln!(out, "{}", section.title);
+            let _ = writeln!(out, "  {}", line(section.headers.clone()));
+            for row in &section.rows {
+                let _ = writeln!(out, "  {}", line(row.iter().map(String::as_str).collect()));
+            }
+            out.push('\n');
+        }
+        out
+    }
+
+    /// Markdown tables.
+    pub fn markdown(&self) -> String {
+        let mut out = String::new();
+        if self.quick {
+            out.push_str("_`--quick`: shortened phases, a smoke test; the figures mean little._\n\n");
+        }
+        for section in self.sections() {
+            let _ = writeln!(out, "**{}**\n", section.title);
+            let _ = writeln!(out, "| {} |", section.headers.join(" | "));
+            let _ = writeln!(
+                out,
+                "|{}",
+                section.headers.iter().map(|_| "---|").collect::<String>()
+            );
+            for row in &section.rows {
+                let _ = writeln!(out, "| {} |", row.join(" | "));
+            }
+            out.push('\n');
+        }
+        out
+    }
+}
+
+/// One table of the report.
+struct Section {
+    title: String,
+    headers: Vec<&'static str>,
+    rows: Vec<Vec<String>>,
+}
+
+/// A byte count in MiB (or KiB when small).
+fn bytes(count: u64) -> String {
+    if count < 1024 * 1024 {
+        format!("{:.1} KiB", count as f64 / 1024.0)
+    } else {
+        format!("{:.1} MiB", count as f64 / (1024.0 * 1024.0))
+    }
+}
