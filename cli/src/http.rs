@@ -12,12 +12,11 @@ use axum::routing::{any, get};
 use axum::Router;
 use bytes::Bytes;
 use http_body_util::LengthLimitError;
-use secrecy::{ExposeSecret as _, SecretString};
+use secrecy::SecretString;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use subtle::ConstantTimeEq as _;
 use tgq_core::clock::Clock;
-use tgq_core::ingest::{InboundRequest, Ingested, Refused, Webhook, SECRET_HEADER};
+use tgq_core::ingest::{InboundRequest, Refused, Webhook, SECRET_HEADER};
 use tgq_embedded::EmbeddedStore;
 
 use crate::admin;
@@ -86,7 +85,7 @@ async fn webhook(
     if method != Method::POST {
         return refusal(&Refused::MethodNotAllowed);
     }
-    if !secret_matches(&settings.secret, secret) {
+    if !app.webhook.authenticates(secret) {
         return refusal(&Refused::Unauthorized);
     }
     let limit = settings.max_body_bytes;
@@ -118,14 +117,9 @@ async fn webhook(
         body: &body,
     };
     match app.webhook.handle(inbound).await {
-        Ok(ingested) => answer(StatusCode::OK, Value::from(describe(&ingested))),
+        Ok(ingested) => answer(StatusCode::OK, Value::from(ingested.to_string())),
         Err(refused) => refusal(&refused),
     }
-}
-
-/// Compares in constant time, as the use case does.
-fn secret_matches(expected: &SecretString, presented: Option<&[u8]>) -> bool {
-    presented.is_some_and(|given| bool::from(given.ct_eq(expected.expose_secret().as_bytes())))
 }
 
 fn is_length_limit(error: &axum::Error) -> bool {
@@ -137,17 +131,6 @@ fn is_length_limit(error: &axum::Error) -> bool {
         source = cause.source();
     }
     false
-}
-
-/// The webhook Lambda's wording of each outcome.
-fn describe(ingested: &Ingested) -> String {
-    match ingested {
-        Ingested::Queued => "queued".into(),
-        Ingested::Requeued => "queued again".into(),
-        Ingested::Duplicate(status) => format!("duplicate ({status})"),
-        Ingested::Poison(reason) => format!("not an update: {reason}"),
-        Ingested::Refused(_) => "refused by the store; dead-lettered".into(),
-    }
 }
 
 /// `GET /healthz`: the process answers.

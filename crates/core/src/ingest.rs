@@ -44,6 +44,19 @@ pub enum Ingested {
     Refused(String),
 }
 
+impl std::fmt::Display for Ingested {
+    /// The short outcome both webhook front ends put in their 200 answer.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Ingested::Queued => f.write_str("queued"),
+            Ingested::Requeued => f.write_str("queued again"),
+            Ingested::Duplicate(status) => write!(f, "duplicate ({status})"),
+            Ingested::Poison(reason) => write!(f, "not an update: {reason}"),
+            Ingested::Refused(_) => f.write_str("refused by the store; dead-lettered"),
+        }
+    }
+}
+
 /// Why a request was refused; each maps to one HTTP status.
 #[derive(Debug, thiserror::Error)]
 pub enum Refused {
@@ -127,7 +140,7 @@ impl Webhook {
         if !request.method.eq_ignore_ascii_case("POST") {
             return Err(Refused::MethodNotAllowed);
         }
-        if !self.secret_matches(request.secret) {
+        if !self.authenticates(request.secret) {
             return Err(Refused::Unauthorized);
         }
         let limit = self.settings.max_body_bytes;
@@ -140,8 +153,9 @@ impl Webhook {
         self.ingest(request.body.clone()).await
     }
 
-    /// Compares in constant time, so the answer's timing tells nothing about the secret.
-    fn secret_matches(&self, presented: Option<&[u8]>) -> bool {
+    /// Whether `presented` is the webhook secret; compared in constant time, so the answer's timing
+    /// tells nothing about the secret. HTTP front ends use it to refuse before reading a body.
+    pub fn authenticates(&self, presented: Option<&[u8]>) -> bool {
         let expected = self.settings.secret.expose_secret().as_bytes();
         presented.is_some_and(|p| bool::from(p.ct_eq(expected)))
     }

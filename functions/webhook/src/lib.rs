@@ -8,7 +8,7 @@ use lambda_http::{Body, Request, Response};
 use secrecy::SecretString;
 use tgq_core::config::{ConfigError, SecretSource, Vars};
 use tgq_core::ids::BotId;
-use tgq_core::ingest::{InboundRequest, Ingested, Webhook, SECRET_HEADER};
+use tgq_core::ingest::{InboundRequest, Webhook, SECRET_HEADER};
 
 /// The webhook's configuration, read once per cold start.
 #[derive(Clone, Debug)]
@@ -84,7 +84,7 @@ pub async fn handle(
         body: &body,
     };
     let (status, text) = match webhook.handle(inbound).await {
-        Ok(ingested) => (200, describe(&ingested)),
+        Ok(ingested) => (200, ingested.to_string()),
         Err(refused) => (refused.status(), refused.to_string()),
     };
     let response = Response::builder()
@@ -94,14 +94,4 @@ pub async fn handle(
             serde_json::json!({ "ok": status == 200, "result": text }).to_string(),
         ))?;
     Ok(response)
-}
-
-fn describe(ingested: &Ingested) -> String {
-    match ingested {
-        Ingested::Queued => "queued".into(),
-        Ingested::Requeued => "queued again".into(),
-        Ingested::Duplicate(status) => format!("duplicate ({status})"),
-        Ingested::Poison(reason) => format!("not an update: {reason}"),
-        Ingested::Refused(_) => "refused by the store; dead-lettered".into(),
-    }
 }
