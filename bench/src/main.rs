@@ -16,6 +16,7 @@ mod system;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 use clap::Parser;
@@ -41,6 +42,10 @@ struct Args {
     /// Print the report as Markdown tables.
     #[arg(long)]
     markdown: bool,
+    /// Run the retention phase this many seconds instead of 90 (e.g. 360 to pass the queue's
+    /// 5-minute dedup window, whose ids are kept whatever the TTL).
+    #[arg(long, value_name = "SECS")]
+    retention_secs: Option<u64>,
     /// The tgq binary to measure. Default: build it (`cargo build --release -p tgq-cli`) and use
     /// the `tgq` next to this binary.
     #[arg(long, value_name = "PATH")]
@@ -60,14 +65,21 @@ async fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
+    // Before the build below, which loads the machine itself.
+    let load_at_start = system::load_average();
     if cfg!(debug_assertions) {
         eprintln!("warning: a debug build measures nothing useful; use `cargo run --release -p tgq-bench`");
     }
-    let plan = if args.quick {
+    let mut plan = if args.quick {
         Plan::quick()
     } else {
         Plan::full()
     };
+    if let Some(secs) = args.retention_secs {
+        plan.retention = Duration::from_secs(secs);
+        // About a dozen samples, however long the run.
+        plan.sample_every = plan.sample_every.max(plan.retention / 12);
+    }
     let tgq = match args.tgq {
         Some(path) => path,
         None => build_tgq()?,
@@ -81,7 +93,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .prefix("run-")
         .tempdir_in(&parent)
         .with_context(|| format!("cannot create a directory in {}", parent.display()))?;
-    match measure(&tgq, run_dir.path(), &plan, args.quick).await {
+    match measure(&tgq, run_dir.path(), &plan, args.quick, load_at_start).await {
         Ok(report) => {
             let text = match args.markdown {
                 true => report.markdown(),
@@ -102,8 +114,14 @@ async fn run(args: Args) -> anyhow::Result<()> {
 }
 
 /// Runs every phase in `run_dir`.
-async fn measure(tgq: &Path, run_dir: &Path, plan: &Plan, quick: bool) -> anyhow::Result<Report> {
-    let mut machine = system::Machine::describe(run_dir);
+async fn measure(
+    tgq: &Path,
+    run_dir: &Path,
+    plan: &Plan,
+    quick: bool,
+    load_at_start: String,
+) -> anyhow::Result<Report> {
+    let mut machine = system::Machine::describe(run_dir, load_at_start);
     eprintln!(
         "tgq-bench: {} on {} × {}, data in {} on {}, load {}",
         tgq.display(),
@@ -116,8 +134,7 @@ async fn measure(tgq: &Path, run_dir: &Path, plan: &Plan, quick: bool) -> anyhow
 
     eprintln!("raw fsync: {:?} of 512-byte appends…", plan.fsync);
     let (dir, probe_for) = (run_dir.to_owned(), plan.fsync);
-    let fsync =
-        tokio::task::spawn_blocking(move || system::fsync_probe(&dir, probe_for)).await??;
+    let fsync = tokio::task::spawn_blocking(move || system::fsync_probe(&dir, probe_for)).await??;
 
     let pipeline_dir = run_dir.join("pipeline");
     let server = Server::start(tgq, &pipeline_dir, &run_dir.join("pipeline.log"), &[]).await?;

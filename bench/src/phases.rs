@@ -69,8 +69,7 @@ impl Plan {
     pub fn quick() -> Self {
         Self {
             fsync: Duration::from_millis(500),
-            ingest: Duration::from_secs(10),
-            clients: vec![64],
+            ingest: Duration::from_secs(1),
             e2e: Duration::from_secs(3),
             retention: Duration::from_secs(20),
             sample_every: Duration::from_secs(4),
@@ -114,20 +113,24 @@ pub async fn ingest(
     let run = load::closed_loop(&target(server), updates, clients, plan.ingest).await?;
     let after = server.status().await?;
     let seconds = run.elapsed.as_secs_f64();
-    let figures = IngestFigures {
+    let tgq_cores = server.cpu_time().saturating_sub(tgq_cpu).as_secs_f64() / seconds;
+    let bench_cores = own_cpu().saturating_sub(bench_cpu).as_secs_f64() / seconds;
+    let draining = Instant::now();
+    server
+        .wait_for("queue drained", plan.settle, Status::is_settled)
+        .await?;
+    Ok(IngestFigures {
         clients,
         accepted: run.accepted,
         elapsed: run.elapsed,
         latency: Summary::of_durations(&run.latencies),
         ops_per_commit: ops_per_commit(&before, &after),
         commits_per_second: after.commits.saturating_sub(before.commits) as f64 / seconds,
-        tgq_cores: (server.cpu_time().saturating_sub(tgq_cpu)).as_secs_f64() / seconds,
-        bench_cores: (own_cpu().saturating_sub(bench_cpu)).as_secs_f64() / seconds,
-    };
-    server
-        .wait_for("queue drained", plan.settle, Status::is_settled)
-        .await?;
-    Ok(figures)
+        tgq_cores,
+        bench_cores,
+        backlog: after.received.saturating_sub(after.processed),
+        drained_in: draining.elapsed(),
+    })
 }
 
 /// What the end-to-end phase sent, read against the outbox once tgq has stopped.
@@ -231,7 +234,11 @@ pub async fn replies(
 
 /// A long run with a short TTL on its own `tgq local`: the store is sampled every
 /// `plan.sample_every` while updates arrive at a steady rate.
-pub async fn retention(tgq: &Path, run_dir: &Path, plan: &Plan) -> anyhow::Result<RetentionFigures> {
+pub async fn retention(
+    tgq: &Path,
+    run_dir: &Path,
+    plan: &Plan,
+) -> anyhow::Result<RetentionFigures> {
     let data_dir = run_dir.join("retention");
     let env = [
         ("TGQ_RECORD_TTL_SECS", plan.ttl.as_secs().to_string()),

@@ -76,15 +76,16 @@ pub struct Machine {
     pub disk: String,
     /// The data directory.
     pub data_dir: String,
-    /// The load average when the run started, and when it ended.
+    /// The load average when the bench started (before it built tgq).
     pub load_before: String,
     /// The load average at the end of the run.
     pub load_after: String,
 }
 
 impl Machine {
-    /// Describes this machine and the disk holding `data_dir`.
-    pub fn describe(data_dir: &Path) -> Self {
+    /// Describes this machine and the disk holding `data_dir`; `load_before` is the load average
+    /// when the bench started.
+    pub fn describe(data_dir: &Path, load_before: String) -> Self {
         Self {
             date: command_output("date", &["-u", "+%Y-%m-%d %H:%M UTC"])
                 .unwrap_or_else(|| "unknown date".into()),
@@ -92,7 +93,7 @@ impl Machine {
             cpu_model: cpu_model().unwrap_or_else(|| "unknown CPU".into()),
             disk: disk_of(data_dir).unwrap_or_else(|| "unknown disk".into()),
             data_dir: data_dir.display().to_string(),
-            load_before: load_average(),
+            load_before,
             load_after: String::new(),
         }
     }

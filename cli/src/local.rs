@@ -104,14 +104,20 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
         Ok(listener) => listener,
         // The demo must not fail because something else already uses the default port.
         Err(e) if args.demo && e.kind() == std::io::ErrorKind::AddrInUse => {
-            eprintln!("  note       {} is in use; the demo listens on a free port instead", args.addr);
+            eprintln!(
+                "  note       {} is in use; the demo listens on a free port instead",
+                args.addr
+            );
             TcpListener::bind("127.0.0.1:0")
                 .await
                 .context("cannot listen on a free loopback port")?
         }
         Err(e) => {
             return Err(e).with_context(|| {
-                format!("cannot listen on {} (choose another address with --addr)", args.addr)
+                format!(
+                    "cannot listen on {} (choose another address with --addr)",
+                    args.addr
+                )
             })
         }
     };

@@ -113,7 +113,10 @@ pub fn invocation_deadline(sent: Timestamp, now: Timestamp) -> Timestamp {
     if sent > now {
         return sent;
     }
-    warn!(deadline_ms = sent.0, "the runtime sent a deadline in the past; using the worker timeout");
+    warn!(
+        deadline_ms = sent.0,
+        "the runtime sent a deadline in the past; using the worker timeout"
+    );
     now.plus(defaults::WORKER_TIMEOUT)
 }
 

@@ -179,6 +179,9 @@ async fn a_deadline_already_past_at_the_start_falls_back_to_the_worker_timeout()
     let mut event = lambda_event(REDELIVERY);
     event.context.deadline = 600_000;
     let response = handle(&rig.worker, event).await.unwrap();
-    assert!(response.batch_item_failures.is_empty(), "the record ran instead of being returned");
+    assert!(
+        response.batch_item_failures.is_empty(),
+        "the record ran instead of being returned"
+    );
     assert!(!rig.fake.delivered().is_empty());
 }

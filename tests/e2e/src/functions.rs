@@ -98,7 +98,10 @@ impl Functions {
             let mut function = Command::new(binary_dir()?.join(name));
             function
                 .envs(vars)
-                .env("AWS_LAMBDA_RUNTIME_API", format!("{invoke_base}/.rt/{name}"))
+                .env(
+                    "AWS_LAMBDA_RUNTIME_API",
+                    format!("{invoke_base}/.rt/{name}"),
+                )
                 .env("AWS_LAMBDA_FUNCTION_NAME", name)
                 .env("AWS_LAMBDA_FUNCTION_VERSION", "1")
                 .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "1024")
