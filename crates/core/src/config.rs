@@ -41,6 +41,17 @@ pub enum SecretSource {
     Parameter(String),
 }
 
+/// The AWS resources both functions use: the stack's outputs, passed in by `template.yaml`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AwsResources {
+    /// `TGQ_TABLE`: the DynamoDB table of update records.
+    pub table: String,
+    /// `TGQ_QUEUE_URL`: the updates FIFO queue.
+    pub queue_url: String,
+    /// `TGQ_DLQ_URL`: the dead-letter FIFO queue.
+    pub dlq_url: String,
+}
+
 /// The variables to read, captured once so that a config is a pure function of them.
 #[derive(Clone, Debug, Default)]
 pub struct Vars(BTreeMap<String, String>);
@@ -138,6 +149,24 @@ impl Vars {
             });
         }
         Ok(url.trim_end_matches('/').to_owned())
+    }
+
+    /// `TGQ_TABLE`, `TGQ_QUEUE_URL` and `TGQ_DLQ_URL`, all required.
+    pub fn aws_resources(&self) -> Result<AwsResources, ConfigError> {
+        Ok(AwsResources {
+            table: self.required(
+                "TGQ_TABLE",
+                "the DynamoDB table name (template output TableName)",
+            )?,
+            queue_url: self.required(
+                "TGQ_QUEUE_URL",
+                "the updates FIFO queue URL (template output UpdatesQueueUrl)",
+            )?,
+            dlq_url: self.required(
+                "TGQ_DLQ_URL",
+                "the dead-letter FIFO queue URL (template output DeadLetterQueueUrl)",
+            )?,
+        })
     }
 
     /// `TGQ_MAX_BODY_BYTES`, default 1 MiB.

@@ -6,7 +6,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use lambda_http::{Body, Request, Response};
 use secrecy::SecretString;
-use tgq_core::config::{ConfigError, SecretSource, Vars};
+use tgq_core::config::{AwsResources, ConfigError, SecretSource, Vars};
 use tgq_core::ids::BotId;
 use tgq_core::ingest::{InboundRequest, Webhook, SECRET_HEADER};
 
@@ -21,12 +21,8 @@ pub struct WebhookConfig {
     pub max_body_bytes: usize,
     /// `TGQ_RECORD_TTL_SECS`: the records' `expires_at`, which DynamoDB's TTL acts on.
     pub record_ttl: Duration,
-    /// `TGQ_TABLE`.
-    pub table: String,
-    /// `TGQ_QUEUE_URL`.
-    pub queue_url: String,
-    /// `TGQ_DLQ_URL`.
-    pub dlq_url: String,
+    /// `TGQ_TABLE`, `TGQ_QUEUE_URL`, `TGQ_DLQ_URL`.
+    pub resources: AwsResources,
 }
 
 impl WebhookConfig {
@@ -37,18 +33,7 @@ impl WebhookConfig {
             secret: vars.webhook_secret()?,
             max_body_bytes: vars.max_body_bytes()?,
             record_ttl: vars.record_ttl()?,
-            table: vars.required(
-                "TGQ_TABLE",
-                "the DynamoDB table name (template output TableName)",
-            )?,
-            queue_url: vars.required(
-                "TGQ_QUEUE_URL",
-                "the updates FIFO queue URL (template output UpdatesQueueUrl)",
-            )?,
-            dlq_url: vars.required(
-                "TGQ_DLQ_URL",
-                "the dead-letter FIFO queue URL (template output DeadLetterQueueUrl)",
-            )?,
+            resources: vars.aws_resources()?,
         })
     }
 

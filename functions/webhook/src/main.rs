@@ -23,10 +23,13 @@ async fn main() -> Result<(), Error> {
     let ports = WebhookPorts {
         store: Arc::new(DynamoStore::new(
             aws_sdk_dynamodb::Client::new(&sdk),
-            config.table.clone(),
+            config.resources.table.clone(),
         )),
-        queue: Arc::new(SqsQueue::new(sqs.clone(), config.queue_url.clone())),
-        dead: Arc::new(SqsQueue::new(sqs, config.dlq_url.clone())),
+        queue: Arc::new(SqsQueue::new(
+            sqs.clone(),
+            config.resources.queue_url.clone(),
+        )),
+        dead: Arc::new(SqsQueue::new(sqs, config.resources.dlq_url.clone())),
         clock: Arc::new(SystemClock),
     };
     let webhook = Webhook::new(config.settings(secret), ports);

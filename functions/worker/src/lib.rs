@@ -7,7 +7,7 @@ use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent
 use bytes::Bytes;
 use lambda_runtime::LambdaEvent;
 use tgq_core::clock::{Clock, SystemClock};
-use tgq_core::config::{ConfigError, SecretSource, Vars};
+use tgq_core::config::{AwsResources, ConfigError, SecretSource, Vars};
 use tgq_core::defaults;
 use tgq_core::ports::{QueueRecord, ReceiptHandle};
 use tgq_core::record::Timestamp;
@@ -21,12 +21,8 @@ pub struct WorkerConfig {
     pub token: SecretSource,
     /// `TELEGRAM_API_URL`.
     pub telegram_api_url: String,
-    /// `TGQ_TABLE`.
-    pub table: String,
-    /// `TGQ_QUEUE_URL`: visibility changes go here.
-    pub queue_url: String,
-    /// `TGQ_DLQ_URL`.
-    pub dlq_url: String,
+    /// `TGQ_TABLE`, `TGQ_QUEUE_URL`, `TGQ_DLQ_URL`.
+    pub resources: AwsResources,
     /// Attempt budget and backoff.
     pub settings: WorkerSettings,
 }
@@ -41,18 +37,7 @@ impl WorkerConfig {
         Ok(Self {
             token,
             telegram_api_url: vars.telegram_api_url()?,
-            table: vars.required(
-                "TGQ_TABLE",
-                "the DynamoDB table name (template output TableName)",
-            )?,
-            queue_url: vars.required(
-                "TGQ_QUEUE_URL",
-                "the updates FIFO queue URL (template output UpdatesQueueUrl)",
-            )?,
-            dlq_url: vars.required(
-                "TGQ_DLQ_URL",
-                "the dead-letter FIFO queue URL (template output DeadLetterQueueUrl)",
-            )?,
+            resources: vars.aws_resources()?,
             settings: WorkerSettings {
                 retry: vars.retry_policy()?,
                 deadline_margin: defaults::DEADLINE_MARGIN,

@@ -26,12 +26,15 @@ async fn main() -> Result<(), Error> {
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let store = Arc::new(DynamoStore::new(
         aws_sdk_dynamodb::Client::new(&sdk),
-        config.table.clone(),
+        config.resources.table.clone(),
     ));
     let ports = WorkerPorts {
         ledger: store,
-        visibility: Arc::new(SqsQueue::new(sqs.clone(), config.queue_url.clone())),
-        dead: Arc::new(SqsQueue::new(sqs, config.dlq_url.clone())),
+        visibility: Arc::new(SqsQueue::new(
+            sqs.clone(),
+            config.resources.queue_url.clone(),
+        )),
+        dead: Arc::new(SqsQueue::new(sqs, config.resources.dlq_url.clone())),
         api: Arc::new(HttpBotApi::new(
             &config.telegram_api_url,
             token,
