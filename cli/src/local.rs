@@ -251,6 +251,8 @@ fn webhook(
             clock: clock.clone(),
         },
     )
+    // The store holds the queue too: a new update and its message take one commit, not three.
+    .with_atomic_ingest(store.clone())
 }
 
 /// Where the bot's sends go: Telegram, or (without a token) the offline outbox.

@@ -12,7 +12,9 @@ use crate::clock::Clock;
 use crate::envelope::{Envelope, Poison};
 use crate::error::PortError;
 use crate::ids::{BotId, RecordKey};
-use crate::ports::{DeadLetter, DeadLetters, Inserted, OutgoingMessage, UpdateQueue, UpdateStore};
+use crate::ports::{
+    AtomicIngest, DeadLetter, DeadLetters, Inserted, OutgoingMessage, UpdateQueue, UpdateStore,
+};
 use crate::record::{Status, UpdateRecord};
 
 /// The header Telegram sends the webhook secret in.
@@ -122,12 +124,24 @@ pub struct WebhookPorts {
 pub struct Webhook {
     settings: WebhookSettings,
     ports: WebhookPorts,
+    atomic: Option<Arc<dyn AtomicIngest>>,
 }
 
 impl Webhook {
     /// A webhook with its settings and ports.
     pub fn new(settings: WebhookSettings, ports: WebhookPorts) -> Self {
-        Self { settings, ports }
+        Self {
+            settings,
+            ports,
+            atomic: None,
+        }
+    }
+
+    /// Stores a new update and its queue message in one write through `atomic` (a store that holds
+    /// the queue too); repeats and their healing still go through the separate ports.
+    pub fn with_atomic_ingest(mut self, atomic: Arc<dyn AtomicIngest>) -> Self {
+        self.atomic = Some(atomic);
+        self
     }
 
     /// The webhook's settings.
@@ -179,7 +193,14 @@ impl Webhook {
             now,
             self.settings.record_ttl,
         );
-        let inserted = match self.ports.store.insert(&record, now).await {
+        let message = OutgoingMessage::for_update(&key, &envelope.group, body.clone());
+        let stored = match &self.atomic {
+            Some(atomic) => atomic.insert_queued(&record, now, &message).await,
+            None => self.ports.store.insert(&record, now).await,
+        };
+        let inserted = match stored {
+            // Stored together with its queue message: nothing is left to do.
+            Ok(Inserted::New) if self.atomic.is_some() => return Ok(Ingested::Queued),
             Ok(inserted) => inserted,
             Err(rejected @ PortError::Rejected { .. }) => {
                 return self.bury_refused(body, &envelope, rejected).await
@@ -192,7 +213,6 @@ impl Webhook {
             Inserted::Exists(Status::Received) => Ingested::Requeued,
             Inserted::Exists(status) => return Ok(Ingested::Duplicate(status)),
         };
-        let message = OutgoingMessage::for_update(&key, &envelope.group, body);
         self.ports
             .queue
             .enqueue(&message)

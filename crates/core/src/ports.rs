@@ -123,6 +123,22 @@ pub trait RecordReader: Send + Sync {
         -> Result<Option<UpdateRecord>, PortError>;
 }
 
+/// A store that also holds the updates queue (local mode's embedded store) can keep a new record and
+/// its queue message in one durable write: one commit per update instead of three, and no window in
+/// which the record is stored but not yet queued.
+#[async_trait]
+pub trait AtomicIngest: Send + Sync {
+    /// Stores `record` as `QUEUED` together with `message`, unless an unexpired record with its key
+    /// exists; then nothing is written and the existing status is returned, as [`UpdateStore::insert`]
+    /// does.
+    async fn insert_queued(
+        &self,
+        record: &UpdateRecord,
+        now: Timestamp,
+        message: &OutgoingMessage,
+    ) -> Result<Inserted, PortError>;
+}
+
 /// A message for the updates queue.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OutgoingMessage {

@@ -226,3 +226,57 @@ async fn poison_is_answered_5xx_when_the_dead_letter_queue_is_down_so_telegram_r
     assert_eq!(refused.status(), 503);
     assert!(rig.store.is_empty() && rig.queue.depth() == 0);
 }
+
+/// A store that holds the queue too, as local mode's embedded store does.
+struct OneWrite {
+    store: Arc<MemoryStore>,
+    queue: Arc<MemoryQueue>,
+    writes: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl tgq_core::ports::AtomicIngest for OneWrite {
+    async fn insert_queued(
+        &self,
+        record: &tgq_core::record::UpdateRecord,
+        now: tgq_core::record::Timestamp,
+        message: &tgq_core::ports::OutgoingMessage,
+    ) -> Result<tgq_core::ports::Inserted, tgq_core::PortError> {
+        use tgq_core::ports::{Inserted, UpdateQueue, UpdateStore};
+        self.writes
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let inserted = self.store.insert(record, now).await?;
+        if inserted == Inserted::New {
+            self.queue.enqueue(message).await?;
+            self.store.mark_queued(&record.key).await?;
+        }
+        Ok(inserted)
+    }
+}
+
+#[tokio::test]
+async fn a_store_holding_the_queue_takes_a_new_update_in_one_write_and_a_repeat_in_none() {
+    let rig = rig();
+    let atomic = Arc::new(OneWrite {
+        store: rig.store.clone(),
+        queue: rig.queue.clone(),
+        writes: Default::default(),
+    });
+    let webhook = rig.webhook.clone().with_atomic_ingest(atomic.clone());
+    let body = Bytes::from(MESSAGE);
+    let post = || {
+        webhook.handle(InboundRequest {
+            method: "POST",
+            secret: Some(SECRET),
+            body: &body,
+        })
+    };
+    assert_eq!(post().await.unwrap(), Ingested::Queued);
+    assert_eq!(post().await.unwrap(), Ingested::Duplicate(Status::Queued));
+    assert_eq!(atomic.writes.load(std::sync::atomic::Ordering::SeqCst), 2);
+    assert_eq!(rig.queue.sends(), 1, "the repeat is not sent again");
+    assert_eq!(
+        rig.store.record(&message_key()).unwrap().status,
+        Status::Queued
+    );
+}

@@ -8,9 +8,9 @@ use async_trait::async_trait;
 use redb::{Database, ReadableDatabase};
 use tgq_core::ids::RecordKey;
 use tgq_core::ports::{
-    Claim, ClaimRequest, DeadLetter, DeadLetterReader, DeadLetters, Inserted, OutgoingMessage,
-    QueueConsumer, QueueRecord, ReceiptHandle, RecordReader, Settlement, UpdateLedger, UpdateQueue,
-    UpdateStore, Visibility,
+    AtomicIngest, Claim, ClaimRequest, DeadLetter, DeadLetterReader, DeadLetters, Inserted,
+    OutgoingMessage, QueueConsumer, QueueRecord, ReceiptHandle, RecordReader, Settlement,
+    UpdateLedger, UpdateQueue, UpdateStore, Visibility,
 };
 use tgq_core::record::{ActionIntent, Timestamp, UpdateRecord};
 use tgq_core::PortError;
@@ -56,6 +56,28 @@ impl UpdateStore for EmbeddedStore {
         let key = key.clone();
         self.writer
             .run("store mark_queued", move |tx| tx.mark_queued(&key))
+            .await
+    }
+}
+
+#[async_trait]
+impl AtomicIngest for EmbeddedStore {
+    async fn insert_queued(
+        &self,
+        record: &UpdateRecord,
+        now: Timestamp,
+        message: &OutgoingMessage,
+    ) -> Result<Inserted, PortError> {
+        let (record, message) = (record.clone(), message.clone());
+        self.writer
+            .run("store insert_queued", move |tx| {
+                let inserted = tx.insert(&record, now)?;
+                if inserted == Inserted::New {
+                    tx.enqueue(&message)?;
+                    tx.mark_queued(&record.key)?;
+                }
+                Ok(inserted)
+            })
             .await
     }
 }

@@ -12,8 +12,9 @@ use tgq_core::bot_api::types::Message;
 use tgq_core::clock::{Clock, ManualClock, SystemClock};
 use tgq_core::ids::{BotId, GroupKey, RecordKey, UpdateId};
 use tgq_core::ports::{
-    Claim, ClaimRequest, DeadLetter, DeadLetters, Inserted, OutgoingMessage, QueueConsumer,
-    QueueRecord, RecordReader, Settlement, UpdateLedger, UpdateQueue, UpdateStore, Visibility,
+    AtomicIngest, Claim, ClaimRequest, DeadLetter, DeadLetters, Inserted, OutgoingMessage,
+    QueueConsumer, QueueRecord, RecordReader, Settlement, UpdateLedger, UpdateQueue, UpdateStore,
+    Visibility,
 };
 use tgq_core::record::{Timestamp, UpdateRecord};
 use tgq_core::telegram::BotApi;
@@ -669,4 +670,26 @@ async fn a_burst_of_updates_is_processed_once_each_in_chat_order() {
         );
     }
     assert_eq!(store.counters().unwrap().processed, UPDATES as u64);
+}
+
+#[tokio::test]
+async fn insert_queued_stores_the_record_as_queued_with_its_message_in_one_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::at(START);
+    let store = open(dir.path(), &clock, 30);
+    let (new, m) = (record(7, START, DAY), message("3", 7));
+    let commits_before = store.commits();
+    assert_eq!(
+        store.insert_queued(&new, START, &m).await.unwrap(),
+        Inserted::New
+    );
+    assert_eq!(store.commits() - commits_before, 1);
+    let stored = store.get(&key(7), START).await.unwrap().unwrap();
+    assert_eq!(stored.status, tgq_core::record::Status::Queued);
+    let received = bodies(&receive(&store, 10, Duration::from_secs(30)).await);
+    assert_eq!(received, std::slice::from_ref(&m.body));
+    // A repeat writes nothing and enqueues nothing.
+    let again = store.insert_queued(&new, START, &m).await.unwrap();
+    assert_eq!(again, Inserted::Exists(tgq_core::record::Status::Queued));
+    assert_eq!(store.counters().unwrap().duplicates, 1);
 }
