@@ -67,6 +67,44 @@ pub struct ClaimRequest {
     pub expires_at: Timestamp,
 }
 
+impl ClaimRequest {
+    /// The claim rule applied to the stored record, for adapters that read and write a record under
+    /// one lock or transaction (DynamoDB states the same rule as a condition expression). Returns the
+    /// decision and, when the claim runs, the record to store.
+    pub fn apply(&self, stored: Option<UpdateRecord>) -> (Claim, Option<UpdateRecord>) {
+        let mut record = match stored {
+            Some(record) if !record.is_expired(self.now) => record,
+            // The queue is the source of truth when the record is missing (or expired).
+            _ => {
+                let mut created = UpdateRecord::received(
+                    self.key.clone(),
+                    self.group.clone(),
+                    self.payload.clone(),
+                    self.now,
+                    std::time::Duration::ZERO,
+                );
+                created.expires_at = self.expires_at;
+                created
+            }
+        };
+        match (record.status, record.lease_until) {
+            (status, _) if status.is_final() => return (Claim::AlreadyFinal(status), None),
+            (Status::Processing, Some(until)) if until > self.now => {
+                return (Claim::Busy(until), None)
+            }
+            _ => {}
+        }
+        record.status = Status::Processing;
+        record.attempts += 1;
+        record.lease_until = Some(self.lease_until);
+        let claimed = Claimed {
+            attempt: record.attempts,
+            actions: record.actions.clone(),
+        };
+        (Claim::Run(claimed), Some(record))
+    }
+}
+
 /// The outcome of [`UpdateLedger::claim`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Claim {

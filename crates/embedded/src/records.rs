@@ -1,11 +1,9 @@
 //! Update records: the webhook's conditional insert, the worker's claim/record/settle, and the
 //! outbox and dead letters, as operations of the writer. The rules are the in-memory store's.
 
-use std::time::Duration;
-
 use redb::ReadableTable;
 use tgq_core::ids::RecordKey;
-use tgq_core::ports::{Claim, ClaimRequest, Claimed, DeadLetter, Inserted, Settlement};
+use tgq_core::ports::{Claim, ClaimRequest, DeadLetter, Inserted, Settlement};
 use tgq_core::record::{ActionIntent, ActionRecord, Status, Timestamp, UpdateRecord};
 
 use crate::schema::{
@@ -100,36 +98,11 @@ impl Tx<'_> {
     pub(crate) fn claim(&mut self, request: &ClaimRequest) -> Result<Claim, OpError> {
         let stored = self.load_record(&request.key)?;
         let previous_expiry = stored.as_ref().map(|r| r.expires_at);
-        let mut record = match stored {
-            Some(record) if !record.is_expired(request.now) => record,
-            // The queue is the source of truth when the record is missing (or expired).
-            _ => {
-                let mut created = UpdateRecord::received(
-                    request.key.clone(),
-                    request.group.clone(),
-                    request.payload.clone(),
-                    request.now,
-                    Duration::ZERO,
-                );
-                created.expires_at = request.expires_at;
-                created
-            }
-        };
-        match (record.status, record.lease_until) {
-            (status, _) if status.is_final() => return Ok(Claim::AlreadyFinal(status)),
-            (Status::Processing, Some(until)) if until > request.now => {
-                return Ok(Claim::Busy(until))
-            }
-            _ => {}
+        let (claim, updated) = request.apply(stored);
+        if let Some(record) = updated {
+            self.put_record(&record, previous_expiry)?;
         }
-        record.status = Status::Processing;
-        record.attempts += 1;
-        record.lease_until = Some(request.lease_until);
-        self.put_record(&record, previous_expiry)?;
-        Ok(Claim::Run(Claimed {
-            attempt: record.attempts,
-            actions: record.actions,
-        }))
+        Ok(claim)
     }
 
     /// Records an outbound action's intent.

@@ -13,9 +13,9 @@ use serde_json::Value;
 use tgq_core::clock::Clock;
 use tgq_core::ids::{MessageGroupId, RecordKey};
 use tgq_core::ports::{
-    Claim, ClaimRequest, Claimed, DeadLetter, DeadLetters, Inserted, OutgoingMessage,
-    QueueConsumer, QueueRecord, ReceiptHandle, RecordReader, Settlement, UpdateLedger, UpdateQueue,
-    UpdateStore, Visibility,
+    Claim, ClaimRequest, DeadLetter, DeadLetters, Inserted, OutgoingMessage, QueueConsumer,
+    QueueRecord, ReceiptHandle, RecordReader, Settlement, UpdateLedger, UpdateQueue, UpdateStore,
+    Visibility,
 };
 use tgq_core::record::{ActionIntent, ActionRecord, Status, Timestamp, UpdateRecord};
 use tgq_core::telegram::{BotApi, TelegramError};
@@ -109,37 +109,11 @@ impl UpdateLedger for MemoryStore {
     async fn claim(&self, request: &ClaimRequest) -> Result<Claim, PortError> {
         self.outage.check("store claim")?;
         let mut records = self.records.lock();
-        let record = match records.get_mut(&request.key) {
-            Some(record) if !record.is_expired(request.now) => record,
-            _ => {
-                let mut created = UpdateRecord::received(
-                    request.key.clone(),
-                    request.group.clone(),
-                    request.payload.clone(),
-                    request.now,
-                    Duration::ZERO,
-                );
-                created.expires_at = request.expires_at;
-                records.insert(request.key.clone(), created);
-                records
-                    .get_mut(&request.key)
-                    .ok_or_else(|| PortError::rejected("store claim", "record vanished"))?
-            }
-        };
-        match (record.status, record.lease_until) {
-            (status, _) if status.is_final() => return Ok(Claim::AlreadyFinal(status)),
-            (Status::Processing, Some(until)) if until > request.now => {
-                return Ok(Claim::Busy(until))
-            }
-            _ => {}
+        let (claim, updated) = request.apply(records.get(&request.key).cloned());
+        if let Some(record) = updated {
+            records.insert(request.key.clone(), record);
         }
-        record.status = Status::Processing;
-        record.attempts += 1;
-        record.lease_until = Some(request.lease_until);
-        Ok(Claim::Run(Claimed {
-            attempt: record.attempts,
-            actions: record.actions.clone(),
-        }))
+        Ok(claim)
     }
 
     async fn record_intent(&self, key: &RecordKey, intent: &ActionIntent) -> Result<(), PortError> {
