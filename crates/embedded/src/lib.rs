@@ -34,8 +34,8 @@ pub use queue::DEDUP_WINDOW;
 
 use queue::QueueIndex;
 use schema::{
-    counter, decode_letter, seq, QueuedMessage, StoredOutboxEntry, COUNTERS, DEAD, DEDUP,
-    DEDUP_BY_TIME, OUTBOX, QUEUE, QUEUE_BODIES, RECORDS, RECORD_EXPIRY, SCHEMA_VERSION, SEQUENCES,
+    counter, decode_letter, seq, unframe, QueuedMessage, StoredOutboxEntry, DEAD, DEDUP, META,
+    OUTBOX, QUEUE, RECORDS, RECORD_EXPIRY, SCHEMA_1_SEQUENCES, SCHEMA_VERSION,
 };
 use writer::{Settings, Writer};
 
@@ -96,7 +96,10 @@ pub enum StoreError {
         source: DatabaseError,
     },
     /// The file was written by a version of tgq with another layout.
-    #[error("{} has store schema {found}; this tgq reads schema {expected}", path.display())]
+    #[error(
+        "{} has store schema {found}; this tgq reads schema {expected} (use another --data-dir, or move this one away)",
+        path.display()
+    )]
     Schema {
         /// The database file.
         path: PathBuf,
@@ -265,8 +268,8 @@ impl EmbeddedStore {
         let mut messages = Vec::new();
         for entry in queue.range::<u64>(..)? {
             let (seq, value) = entry?;
-            let message: QueuedMessage =
-                serde_json::from_slice(value.value()).map_err(|e| StoreError::Corrupt {
+            let (message, _) =
+                unframe::<QueuedMessage>(value.value()).map_err(|e| StoreError::Corrupt {
                     what: format!("queue message {}", seq.value()),
                     reason: e.to_string(),
                 })?;
@@ -365,7 +368,7 @@ impl EmbeddedStore {
     /// The durable totals. Blocking: reads on the calling thread.
     pub fn counters(&self) -> Result<Counters, StoreError> {
         let read = self.db.begin_read()?;
-        let table = read.open_table(COUNTERS)?;
+        let table = read.open_table(META)?;
         let get = |name: &str| -> Result<u64, StoreError> {
             Ok(table.get(name)?.map_or(0, |v| v.value()))
         };
@@ -402,21 +405,33 @@ impl EmbeddedStore {
 fn prepare(db: &Database, path: &Path) -> Result<(), StoreError> {
     let mut txn = db.begin_write()?;
     txn.set_durability(Durability::Immediate)?;
+    let schema_1 = redb::TableDefinition::<&str, u64>::new(SCHEMA_1_SEQUENCES);
+    let wrote_schema_1 = txn
+        .list_tables()?
+        .any(|table| redb::TableHandle::name(&table) == SCHEMA_1_SEQUENCES);
+    if wrote_schema_1 {
+        let found = txn
+            .open_table(schema_1)?
+            .get(seq::SCHEMA)?
+            .map_or(1, |v| v.value());
+        return Err(StoreError::Schema {
+            path: path.to_owned(),
+            found,
+            expected: SCHEMA_VERSION,
+        });
+    }
     txn.open_table(RECORDS)?;
     txn.open_table(RECORD_EXPIRY)?;
     txn.open_table(QUEUE)?;
-    txn.open_table(QUEUE_BODIES)?;
     txn.open_table(DEDUP)?;
-    txn.open_table(DEDUP_BY_TIME)?;
     txn.open_table(DEAD)?;
     txn.open_table(OUTBOX)?;
-    txn.open_table(COUNTERS)?;
     {
-        let mut sequences = txn.open_table(SEQUENCES)?;
-        let found = sequences.get(seq::SCHEMA)?.map(|v| v.value());
+        let mut meta = txn.open_table(META)?;
+        let found = meta.get(seq::SCHEMA)?.map(|v| v.value());
         match found {
             None => {
-                sequences.insert(seq::SCHEMA, SCHEMA_VERSION)?;
+                meta.insert(seq::SCHEMA, SCHEMA_VERSION)?;
             }
             Some(version) if version == SCHEMA_VERSION => {}
             Some(found) => {

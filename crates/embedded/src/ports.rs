@@ -12,7 +12,7 @@ use tgq_core::ports::{
     OutgoingMessage, QueueConsumer, QueueRecord, ReceiptHandle, RecordReader, Settlement,
     UpdateLedger, UpdateQueue, UpdateStore, Visibility,
 };
-use tgq_core::record::{ActionIntent, Timestamp, UpdateRecord};
+use tgq_core::record::{ActionIntent, Status, Timestamp, UpdateRecord};
 use tgq_core::PortError;
 
 use crate::schema::{decode_record, RECORDS};
@@ -68,13 +68,17 @@ impl AtomicIngest for EmbeddedStore {
         now: Timestamp,
         message: &OutgoingMessage,
     ) -> Result<Inserted, PortError> {
-        let (record, message) = (record.clone(), message.clone());
+        // Stored as QUEUED at once: its queue message commits with it or not at all.
+        let record = UpdateRecord {
+            status: Status::Queued,
+            ..record.clone()
+        };
+        let message = message.clone();
         self.writer
             .run("store insert_queued", move |tx| {
                 let inserted = tx.insert(&record, now)?;
                 if inserted == Inserted::New {
                     tx.enqueue(&message)?;
-                    tx.mark_queued(&record.key)?;
                 }
                 Ok(inserted)
             })

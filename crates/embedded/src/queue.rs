@@ -3,10 +3,11 @@
 //! 5-minute dedup window, and redrive to the dead letters after `max_receive_count` receives.
 //!
 //! The tables are the truth; the writer thread also keeps an index of every message's state (no
-//! bodies) in memory, loaded at open, so a receive plans its deliveries without reading the tables.
-//! The index changes only inside the writer's transactions and is reloaded if one fails.
+//! bodies) and of the dedup ids in the window in memory, loaded at open, so a receive plans its
+//! deliveries and a send checks its dedup id without reading the tables. The index changes only
+//! inside the writer's transactions and is reloaded if one fails.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -17,7 +18,7 @@ use tgq_core::ports::{DeadLetter, OutgoingMessage, QueueRecord, ReceiptHandle};
 use tgq_core::record::Timestamp;
 
 use crate::schema::{
-    counter, encode_letter, seq, QueuedMessage, DEAD, DEDUP, DEDUP_BY_TIME, QUEUE, QUEUE_BODIES,
+    counter, encode_letter, frame, seq, unframe, CodecError, QueuedMessage, DEAD, DEDUP, QUEUE,
 };
 use crate::writer::{OpError, Tx};
 use crate::StoreError;
@@ -25,12 +26,14 @@ use crate::StoreError;
 /// SQS FIFO drops a message whose deduplication id was seen within this window.
 pub const DEDUP_WINDOW: Duration = Duration::from_secs(300);
 
-/// Every message's state by send sequence, and which of them have been delivered.
+/// Every message's state by send sequence, which of them have been delivered, and the dedup ids.
 #[derive(Default)]
 pub(crate) struct QueueIndex {
     messages: BTreeMap<u64, QueuedMessage>,
     /// Sequences of messages with a receipt: the only ones that can be in flight.
     delivered: BTreeSet<u64>,
+    /// Dedup id → when it was sent, for every id in [`DEDUP`].
+    dedup: HashMap<String, u64>,
 }
 
 /// What one receive will do.
@@ -40,19 +43,23 @@ struct Plan {
 }
 
 impl QueueIndex {
-    /// Reads the index from the committed queue table.
+    /// Reads the index from the committed queue and dedup tables.
     pub(crate) fn load(db: &Database) -> Result<Self, StoreError> {
         let read = db.begin_read()?;
-        let table = read.open_table(QUEUE)?;
         let mut index = Self::default();
-        for entry in table.range::<u64>(..)? {
+        for entry in read.open_table(QUEUE)?.range::<u64>(..)? {
             let (seq, value) = entry?;
-            let message: QueuedMessage =
-                serde_json::from_slice(value.value()).map_err(|e| StoreError::Corrupt {
+            let (message, _) =
+                unframe::<QueuedMessage>(value.value()).map_err(|e| StoreError::Corrupt {
                     what: format!("queue message {}", seq.value()),
                     reason: e.to_string(),
                 })?;
             index.insert(seq.value(), message);
+        }
+        for entry in read.open_table(DEDUP)?.range::<(u64, &str)>(..)? {
+            let (key, _) = entry?;
+            let (sent_at, id) = key.value();
+            index.dedup.insert(id.to_owned(), sent_at);
         }
         Ok(index)
     }
@@ -129,6 +136,11 @@ impl QueueIndex {
     }
 }
 
+/// [`DEDUP_WINDOW`] in the store's time unit.
+fn window_ms() -> u64 {
+    u64::try_from(DEDUP_WINDOW.as_millis()).unwrap_or(u64::MAX)
+}
+
 /// The queue's id of a message.
 fn message_id(seq: u64) -> String {
     format!("m-{seq}")
@@ -143,22 +155,37 @@ fn parse_receipt(receipt: &str) -> Option<u64> {
     receipt.split_once('.')?.0.parse().ok()
 }
 
-fn encode_message(message: &QueuedMessage) -> Result<Vec<u8>, OpError> {
-    serde_json::to_vec(message).map_err(|e| OpError::Fatal(format!("encoding a message: {e}")))
+fn encode_message(message: &QueuedMessage, body: &[u8]) -> Result<Vec<u8>, OpError> {
+    frame(message, body).map_err(|e| OpError::Fatal(format!("encoding a message: {e}")))
+}
+
+/// The body of a stored queue message.
+fn body_of(value: &[u8]) -> Result<Bytes, CodecError> {
+    let (_, body) = unframe::<serde::de::IgnoredAny>(value)?;
+    Ok(Bytes::copy_from_slice(body))
 }
 
 impl Tx<'_> {
     /// Sends one message unless its dedup id was sent within the window.
     pub(crate) fn enqueue(&mut self, message: &OutgoingMessage) -> Result<(), OpError> {
         let now = self.settings.clock.now();
-        self.forget_old_dedup_ids(now)?;
-        if self.table(DEDUP)?.get(message.dedup_id.as_str())?.is_some() {
+        if !self.dedup_pruned {
+            self.forget_old_dedup_ids(now)?;
+            self.dedup_pruned = true;
+        }
+        // Ids are forgotten once per batch, so an id may outlive the window by one batch: the time
+        // it was sent decides, not its presence.
+        let seen_at = self.queue.dedup.get(message.dedup_id.as_str()).copied();
+        if seen_at.is_some_and(|at| now.0.saturating_sub(at) < window_ms()) {
             return Ok(());
         }
-        self.table_mut(DEDUP)?
-            .insert(message.dedup_id.as_str(), now.0)?;
-        self.table_mut(DEDUP_BY_TIME)?
-            .insert((now.0, message.dedup_id.as_str()), ())?;
+        let mut dedup = self.table_mut(DEDUP)?;
+        if let Some(stale) = seen_at {
+            dedup.remove((stale, message.dedup_id.as_str()))?;
+        }
+        dedup.insert((now.0, message.dedup_id.as_str()), ())?;
+        drop(dedup);
+        self.queue.dedup.insert(message.dedup_id.clone(), now.0);
         let seq = self.next_in(seq::QUEUE)?;
         let queued = QueuedMessage {
             group: message.group_id.as_str().to_owned(),
@@ -168,9 +195,7 @@ impl Tx<'_> {
             receipt: None,
         };
         self.table_mut(QUEUE)?
-            .insert(seq, encode_message(&queued)?.as_slice())?;
-        self.table_mut(QUEUE_BODIES)?
-            .insert(seq, message.body.as_ref())?;
+            .insert(seq, encode_message(&queued, &message.body)?.as_slice())?;
         self.queue.insert(seq, queued);
         self.wake_receivers();
         Ok(())
@@ -178,23 +203,21 @@ impl Tx<'_> {
 
     /// Drops dedup ids sent `DEDUP_WINDOW` or longer ago.
     fn forget_old_dedup_ids(&mut self, now: Timestamp) -> Result<(), OpError> {
-        let window = u64::try_from(DEDUP_WINDOW.as_millis()).unwrap_or(u64::MAX);
-        let Some(cutoff) = now.0.checked_sub(window) else {
+        let Some(cutoff) = now.0.checked_sub(window_ms()) else {
             return Ok(());
         };
         let old: Vec<(u64, String)> = self
-            .table(DEDUP_BY_TIME)?
+            .table(DEDUP)?
             .range::<(u64, &str)>(..(cutoff.saturating_add(1), ""))?
             .map(|entry| entry.map(|(key, _)| (key.value().0, key.value().1.to_owned())))
             .collect::<Result<_, _>>()?;
         if old.is_empty() {
             return Ok(());
         }
-        let mut by_time = self.table_mut(DEDUP_BY_TIME)?;
-        let mut by_id = self.table_mut(DEDUP)?;
+        let mut dedup = self.table_mut(DEDUP)?;
         for (sent_at, id) in &old {
-            by_time.remove((*sent_at, id.as_str()))?;
-            by_id.remove(id.as_str())?;
+            dedup.remove((*sent_at, id.as_str()))?;
+            self.queue.dedup.remove(id);
         }
         Ok(())
     }
@@ -214,14 +237,13 @@ impl Tx<'_> {
             return Ok(Vec::new());
         }
         let visible_at = now.plus(visibility).0;
-        let mut metas = self.table_mut(QUEUE)?;
-        let bodies = self.table(QUEUE_BODIES)?;
+        let mut messages = self.table_mut(QUEUE)?;
         let mut delivered = Vec::with_capacity(plan.deliver.len());
         for seq in plan.deliver {
-            let body = bodies
-                .get(seq)?
-                .map(|b| Bytes::copy_from_slice(b.value()))
-                .ok_or_else(|| OpError::Fatal(format!("the body of message {seq} is missing")))?;
+            let body = match messages.get(seq)? {
+                Some(value) => body_of(value.value()).map_err(|e| OpError::Fatal(e.to_string()))?,
+                None => return Err(OpError::Fatal(format!("queue message {seq} is missing"))),
+            };
             let Some(message) = self.queue.messages.get_mut(&seq) else {
                 continue;
             };
@@ -229,7 +251,7 @@ impl Tx<'_> {
             message.visible_at = visible_at;
             let receipt = receipt_for(seq, message.receive_count);
             message.receipt = Some(receipt.clone());
-            metas.insert(seq, encode_message(message)?.as_slice())?;
+            messages.insert(seq, encode_message(message, &body)?.as_slice())?;
             delivered.push(QueueRecord {
                 message_id: message_id(seq),
                 receipt: ReceiptHandle(receipt),
@@ -247,12 +269,10 @@ impl Tx<'_> {
         let Some(message) = self.queue.remove(seq) else {
             return Ok(());
         };
-        self.table_mut(QUEUE)?.remove(seq)?;
-        let body = self
-            .table_mut(QUEUE_BODIES)?
-            .remove(seq)?
-            .map(|b| Bytes::copy_from_slice(b.value()))
-            .unwrap_or_default();
+        let body = match self.table_mut(QUEUE)?.remove(seq)? {
+            Some(value) => body_of(value.value()).map_err(|e| OpError::Fatal(e.to_string()))?,
+            None => Bytes::new(),
+        };
         let letter = redriven_letter(&message, body, self.settings.max_receive_count);
         let value = encode_letter(&letter).map_err(|e| OpError::Fatal(e.to_string()))?;
         let id = self.next_in(seq::DEAD)?;
@@ -271,10 +291,14 @@ impl Tx<'_> {
             .by_receipt(receipt)
             .ok_or_else(|| OpError::Rejected("receipt handle is not current".into()))?;
         let now = self.settings.clock.now();
-        let mut metas = self.table_mut(QUEUE)?;
+        let mut messages = self.table_mut(QUEUE)?;
+        let body = match messages.get(seq)? {
+            Some(value) => body_of(value.value()).map_err(|e| OpError::Fatal(e.to_string()))?,
+            None => return Err(OpError::Fatal(format!("queue message {seq} is missing"))),
+        };
         if let Some(message) = self.queue.messages.get_mut(&seq) {
             message.visible_at = now.plus(after).0;
-            metas.insert(seq, encode_message(message)?.as_slice())?;
+            messages.insert(seq, encode_message(message, &body)?.as_slice())?;
         }
         self.wake_receivers();
         Ok(())
@@ -286,7 +310,6 @@ impl Tx<'_> {
             return Ok(());
         };
         self.table_mut(QUEUE)?.remove(seq)?;
-        self.table_mut(QUEUE_BODIES)?.remove(seq)?;
         self.queue.remove(seq);
         self.wake_receivers();
         Ok(())

@@ -7,8 +7,8 @@ use tgq_core::ports::{Claim, ClaimRequest, DeadLetter, Inserted, Settlement};
 use tgq_core::record::{ActionIntent, ActionRecord, Status, Timestamp, UpdateRecord};
 
 use crate::schema::{
-    counter, decode_record, encode_letter, encode_record, StoredOutboxEntry, COUNTERS, DEAD,
-    OUTBOX, RECORDS, RECORD_EXPIRY, SEQUENCES,
+    counter, decode_record, encode_letter, encode_record, StoredOutboxEntry, DEAD, META, OUTBOX,
+    RECORDS, RECORD_EXPIRY,
 };
 use crate::writer::{OpError, Tx};
 
@@ -43,24 +43,47 @@ impl Tx<'_> {
     }
 
     /// Adds one to a durable counter.
-    pub(crate) fn bump(&mut self, name: &str) -> Result<(), OpError> {
+    pub(crate) fn bump(&mut self, name: &'static str) -> Result<(), OpError> {
         self.add(name, 1)
     }
 
-    /// Adds `amount` to a durable counter.
-    pub(crate) fn add(&mut self, name: &str, amount: u64) -> Result<(), OpError> {
-        let mut counters = self.table_mut(COUNTERS)?;
-        let current = counters.get(name)?.map_or(0, |v| v.value());
-        counters.insert(name, current.saturating_add(amount))?;
+    /// Adds `amount` to a durable counter when the batch is written.
+    pub(crate) fn add(&mut self, name: &'static str, amount: u64) -> Result<(), OpError> {
+        let delta = self.counter_deltas.entry(name).or_default();
+        *delta = delta.saturating_add(amount);
+        self.mark_written();
         Ok(())
     }
 
     /// Takes the next value of a sequence (starting at 1).
-    pub(crate) fn next_in(&mut self, sequence: &str) -> Result<u64, OpError> {
-        let mut sequences = self.table_mut(SEQUENCES)?;
-        let next = sequences.get(sequence)?.map_or(1, |v| v.value());
-        sequences.insert(sequence, next + 1)?;
+    pub(crate) fn next_in(&mut self, sequence: &'static str) -> Result<u64, OpError> {
+        let next = match self.sequences.get(sequence) {
+            Some(next) => *next,
+            None => self.table(META)?.get(sequence)?.map_or(1, |v| v.value()),
+        };
+        self.sequences.insert(sequence, next + 1);
+        self.mark_written();
         Ok(next)
+    }
+
+    /// Writes the counters and sequences this batch changed, once, before it commits.
+    pub(crate) fn write_batch_totals(&mut self) -> Result<(), OpError> {
+        if self.counter_deltas.is_empty() && self.sequences.is_empty() {
+            return Ok(());
+        }
+        let (deltas, next) = (
+            std::mem::take(&mut self.counter_deltas),
+            std::mem::take(&mut self.sequences),
+        );
+        let mut meta = self.table_mut(META)?;
+        for (name, delta) in deltas {
+            let current = meta.get(name)?.map_or(0, |v| v.value());
+            meta.insert(name, current.saturating_add(delta))?;
+        }
+        for (name, value) in next {
+            meta.insert(name, value)?;
+        }
+        Ok(())
     }
 
     /// Stores a record unless an unexpired one with its key exists.

@@ -5,6 +5,7 @@
 //! `Durability::Immediate`, and only then answers each caller. Under concurrent load that turns many
 //! acknowledgements into one fsync (group commit); alone, an operation costs one commit as before.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -73,6 +74,13 @@ pub(crate) struct Tx<'t> {
     wrote: bool,
     wake: bool,
     failure: Option<String>,
+    /// Counter increments of this batch, written once when the batch is applied: every operation
+    /// of a busy batch bumps the same few counters.
+    pub(crate) counter_deltas: BTreeMap<&'static str, u64>,
+    /// The next value of each sequence used in this batch, written back once likewise.
+    pub(crate) sequences: BTreeMap<&'static str, u64>,
+    /// Whether this batch has already forgotten the dedup ids that left the window.
+    pub(crate) dedup_pruned: bool,
 }
 
 impl<'t> Tx<'t> {
@@ -96,6 +104,11 @@ impl<'t> Tx<'t> {
     /// Wakes waiting receivers once the batch is committed: a message may have become deliverable.
     pub(crate) fn wake_receivers(&mut self) {
         self.wake = true;
+    }
+
+    /// Marks the batch as changing the store without opening a table.
+    pub(crate) fn mark_written(&mut self) {
+        self.wrote = true;
     }
 }
 
@@ -295,6 +308,9 @@ impl WriterThread {
                 wrote: false,
                 wake: false,
                 failure: None,
+                counter_deltas: BTreeMap::new(),
+                sequences: BTreeMap::new(),
+                dedup_pruned: false,
             };
             for job in jobs {
                 // Once an operation has failed the transaction, the rest are only told so.
@@ -304,6 +320,13 @@ impl WriterThread {
                     job(Some(&mut tx))
                 };
                 replies.push(reply);
+            }
+            if tx.failure.is_none() {
+                if let Err(e) = tx.write_batch_totals() {
+                    tx.failure = Some(match e {
+                        OpError::Rejected(reason) | OpError::Fatal(reason) => reason,
+                    });
+                }
             }
             (tx.wrote, tx.wake, tx.failure)
         };

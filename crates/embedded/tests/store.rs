@@ -271,31 +271,73 @@ async fn concurrent_inserts_share_commits() {
     assert_eq!(store.counters().unwrap().received, 64);
 }
 
+/// Sends `m`, then takes and deletes whatever the queue delivers: the bodies that got through.
+async fn sent_through(store: &EmbeddedStore, m: &OutgoingMessage) -> Vec<Bytes> {
+    store.enqueue(m).await.unwrap();
+    let delivered = receive(store, 10, Duration::from_secs(30)).await;
+    for record in &delivered {
+        store.delete(&record.receipt).await.unwrap();
+    }
+    bodies(&delivered)
+}
+
 #[tokio::test]
 async fn the_dedup_window_forgets_after_five_minutes() {
     let dir = tempfile::tempdir().unwrap();
     let clock = ManualClock::at(START);
     let store = open(dir.path(), &clock, 30);
     let m = message("3", 42);
-    store.enqueue(&m).await.unwrap();
-    let first = receive(&store, 10, Duration::from_secs(30)).await;
-    store.delete(&first[0].receipt).await.unwrap();
+    assert_eq!(sent_through(&store, &m).await, vec![m.body.clone()]);
 
     clock.advance(Duration::from_secs(299));
-    store.enqueue(&m).await.unwrap();
     assert!(
-        receive(&store, 10, Duration::from_secs(30))
-            .await
-            .is_empty(),
+        sent_through(&store, &m).await.is_empty(),
         "a repeat within five minutes of the first send must be dropped"
     );
     clock.advance(Duration::from_secs(1));
-    store.enqueue(&m).await.unwrap();
     assert_eq!(
-        bodies(&receive(&store, 10, Duration::from_secs(30)).await),
+        sent_through(&store, &m).await,
         vec![m.body.clone()],
         "five minutes after the first send the id is forgotten"
     );
+}
+
+#[tokio::test]
+async fn the_dedup_window_survives_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::at(START);
+    let m = message("3", 42);
+    {
+        let store = open(dir.path(), &clock, 30);
+        assert_eq!(sent_through(&store, &m).await, vec![m.body.clone()]);
+    }
+    clock.advance(Duration::from_secs(100));
+    let store = open(dir.path(), &clock, 30);
+    assert!(
+        sent_through(&store, &m).await.is_empty(),
+        "a repeat within five minutes must be dropped after a restart too"
+    );
+    clock.advance(Duration::from_secs(200));
+    assert_eq!(sent_through(&store, &m).await, vec![m.body.clone()]);
+}
+
+#[tokio::test]
+async fn an_id_sent_again_after_the_window_counts_from_its_new_send() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::at(START);
+    let store = open(dir.path(), &clock, 30);
+    let m = message("3", 42);
+    assert_eq!(sent_through(&store, &m).await, vec![m.body.clone()]);
+    clock.advance(Duration::from_secs(300));
+    assert_eq!(sent_through(&store, &m).await, vec![m.body.clone()]);
+
+    clock.advance(Duration::from_secs(200));
+    assert!(
+        sent_through(&store, &m).await.is_empty(),
+        "forgetting the first send must not forget the second"
+    );
+    clock.advance(Duration::from_secs(100));
+    assert_eq!(sent_through(&store, &m).await, vec![m.body.clone()]);
 }
 
 #[tokio::test]
@@ -343,6 +385,31 @@ async fn purge_removes_expired_records_and_old_outbox_entries() {
         "purged for good"
     );
     assert!(store.get(&long.key, clock.now()).await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn a_store_of_the_first_layout_is_refused_with_its_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(FILE_NAME);
+    {
+        // What tgq wrote before the layout changed: its version under `sequences`.
+        let db = redb::Database::create(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        txn.open_table(redb::TableDefinition::<&str, u64>::new("sequences"))
+            .unwrap()
+            .insert("schema", 1)
+            .unwrap();
+        txn.commit().unwrap();
+    }
+    match EmbeddedStore::open(dir.path(), StoreOptions::default()) {
+        Err(error @ StoreError::Schema { found: 1, .. }) => {
+            let text = error.to_string();
+            assert!(text.contains(FILE_NAME), "{text}");
+            assert!(text.contains("use another --data-dir"), "{text}");
+        }
+        Err(other) => panic!("expected a schema error, got {other:?}"),
+        Ok(_) => panic!("a store of the first layout was opened"),
+    }
 }
 
 #[tokio::test]
