@@ -7,8 +7,7 @@ use async_trait::async_trait;
 use aws_sdk_sqs::types::{Message, MessageAttributeValue, MessageSystemAttributeName};
 use bytes::Bytes;
 use tgq_core::defaults::MAX_VISIBILITY;
-use tgq_core::envelope::Envelope;
-use tgq_core::ids::{BotId, GroupKey, MessageGroupId, UpdateId};
+use tgq_core::ids::{BotId, GroupKey, UpdateId};
 use tgq_core::ports::{
     DeadLetter, DeadLetterReader, DeadLetters, OutgoingMessage, QueueConsumer, QueueRecord,
     ReceiptHandle, UpdateQueue, Visibility,
@@ -224,7 +223,12 @@ fn dead_letter(message: &Message) -> Result<DeadLetter, PortError> {
     let malformed =
         |name: &str| PortError::rejected(RECEIVE, format!("malformed attribute {name}"));
     let Some(bot) = text(BOT_ID) else {
-        return Ok(redriven_letter(message, body));
+        let group_id = system_attribute(message, &MessageSystemAttributeName::MessageGroupId);
+        return Ok(DeadLetter::redriven(
+            group_id.as_deref(),
+            body,
+            "moved by the updates queue's redrive policy".into(),
+        ));
     };
     let update_id = text(UPDATE_ID)
         .map(|id| id.parse().map(UpdateId).map_err(|_| malformed(UPDATE_ID)))
@@ -242,27 +246,6 @@ fn dead_letter(message: &Message) -> Result<DeadLetter, PortError> {
             .parse()
             .map_err(|_| malformed(ATTEMPTS))?,
     })
-}
-
-/// A message the redrive policy moved: the worker never settled it within the receive limit.
-fn redriven_letter(message: &Message, body: Bytes) -> DeadLetter {
-    let (bot_id, group) = system_attribute(message, &MessageSystemAttributeName::MessageGroupId)
-        .and_then(|id| MessageGroupId::parse(&id).ok())
-        .map_or_else(|| (unknown_bot(), None), |(bot, group)| (bot, Some(group)));
-    DeadLetter {
-        bot_id,
-        update_id: Envelope::parse(&body).ok().map(|e| e.update_id),
-        group,
-        body,
-        reason: "max_receive_count".into(),
-        error_class: "transient".into(),
-        error: "moved by the updates queue's redrive policy".into(),
-        attempts: 0,
-    }
-}
-
-fn unknown_bot() -> BotId {
-    BotId::new("unknown").expect("a valid literal bot id")
 }
 
 /// When SQS accepted a message, in epoch milliseconds. (`SequenceNumber` is documented to increase

@@ -31,6 +31,11 @@ impl BotId {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// Stands for the bot of a message whose group id cannot be read.
+    pub fn unknown() -> Self {
+        Self("unknown".to_owned())
+    }
 }
 
 impl fmt::Display for BotId {

@@ -7,6 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 
+use crate::envelope::Envelope;
 use crate::error::PortError;
 use crate::ids::{BotId, GroupKey, MessageGroupId, RecordKey, UpdateId};
 use crate::record::{ActionIntent, ActionRecord, Status, Timestamp, UpdateRecord};
@@ -151,6 +152,17 @@ impl Settlement {
             Settlement::Dead { .. } => Status::Dead,
         }
     }
+
+    /// Ends the run on a record, for adapters that hold the whole record: its status, the lease
+    /// released, and the failure kept (none once done).
+    pub fn apply(&self, record: &mut UpdateRecord) {
+        record.status = self.status();
+        record.lease_until = None;
+        record.last_error = match self {
+            Settlement::Done => None,
+            Settlement::Retrying { error } | Settlement::Dead { error } => Some(error.clone()),
+        };
+    }
 }
 
 /// Reads records back; for operations, tests and the conformance suite, never on the hot path.
@@ -278,6 +290,25 @@ impl DeadLetter {
         match self.update_id {
             Some(id) => format!("{}:{id}:dead", self.bot_id),
             None => format!("{}:poison:{:016x}", self.bot_id, fnv1a(&self.body)),
+        }
+    }
+
+    /// A message the updates queue's redrive policy moved after too many receives: the worker never
+    /// deleted it. `group_id` is the message's `{bot_id}:{group key}`, when the queue kept it.
+    pub fn redriven(group_id: Option<&str>, body: Bytes, error: String) -> Self {
+        let (bot_id, group) = match group_id.map(MessageGroupId::parse) {
+            Some(Ok((bot_id, group))) => (bot_id, Some(group)),
+            _ => (BotId::unknown(), None),
+        };
+        Self {
+            bot_id,
+            update_id: Envelope::parse(&body).ok().map(|e| e.update_id),
+            group,
+            body,
+            reason: "max_receive_count".into(),
+            error_class: "transient".into(),
+            error,
+            attempts: 0,
         }
     }
 

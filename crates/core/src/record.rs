@@ -148,6 +148,28 @@ impl UpdateRecord {
     pub fn is_expired(&self, now: Timestamp) -> bool {
         self.expires_at <= now
     }
+
+    /// Records an outbound action's intent, with no result yet, for adapters that hold the whole
+    /// record (DynamoDB sets the one attribute instead).
+    pub fn note_intent(&mut self, intent: &ActionIntent) {
+        let action = ActionRecord {
+            method: intent.method.clone(),
+            at_most_once: intent.at_most_once,
+            result: None,
+        };
+        self.actions.insert(intent.seq, action);
+    }
+
+    /// Records the result of the action at `seq`; `false` when no intent was recorded for it.
+    pub fn note_result(&mut self, seq: u32, result: &str) -> bool {
+        match self.actions.get_mut(&seq) {
+            Some(action) => {
+                action.result = Some(result.to_owned());
+                true
+            }
+            None => false,
+        }
+    }
 }
 
 /// One outbound call made by the handler, keyed `{update_id}#{seq}`.

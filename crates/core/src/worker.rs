@@ -228,7 +228,7 @@ impl Worker {
         parsed.map_err(|reason| {
             let bot_id = MessageGroupId::parse(&record.group_id)
                 .map(|(bot, _)| bot)
-                .unwrap_or_else(|_| crate::ids::BotId::new("unknown").expect("a valid literal id"));
+                .unwrap_or_else(|_| crate::ids::BotId::unknown());
             Box::new(DeadLetter {
                 bot_id,
                 update_id: None,

@@ -34,8 +34,8 @@ pub use queue::DEDUP_WINDOW;
 
 use queue::QueueIndex;
 use schema::{
-    counter, decode_letter, seq, unframe, QueuedMessage, StoredOutboxEntry, DEAD, DEDUP, META,
-    OUTBOX, QUEUE, RECORDS, RECORD_EXPIRY, SCHEMA_1_SEQUENCES, SCHEMA_VERSION,
+    counter, decode_letter, decode_outbox_entry, seq, CodecError, DEAD, DEDUP, META, OUTBOX, QUEUE,
+    RECORDS, RECORD_EXPIRY, SCHEMA_1_SEQUENCES, SCHEMA_VERSION,
 };
 use writer::{Settings, Writer};
 
@@ -122,6 +122,16 @@ pub enum StoreError {
     /// The writer thread could not be started.
     #[error("cannot start the store's writer thread")]
     Thread(#[source] std::io::Error),
+}
+
+impl StoreError {
+    /// Turns a decoding failure of the value named `what` into [`StoreError::Corrupt`].
+    pub(crate) fn corrupt(what: String) -> impl FnOnce(CodecError) -> StoreError {
+        move |e| StoreError::Corrupt {
+            what,
+            reason: e.to_string(),
+        }
+    }
 }
 
 macro_rules! storage_from {
@@ -264,18 +274,9 @@ impl EmbeddedStore {
     /// Queue depths and table sizes at `now`. Blocking: reads on the calling thread.
     pub fn stats(&self, now: Timestamp) -> Result<StoreStats, StoreError> {
         let read = self.db.begin_read()?;
-        let queue = read.open_table(QUEUE)?;
-        let mut messages = Vec::new();
-        for entry in queue.range::<u64>(..)? {
-            let (seq, value) = entry?;
-            let (message, _) =
-                unframe::<QueuedMessage>(value.value()).map_err(|e| StoreError::Corrupt {
-                    what: format!("queue message {}", seq.value()),
-                    reason: e.to_string(),
-                })?;
-            messages.push(message);
-        }
-        let (pending, in_flight, oldest) = QueueIndex::census(messages.into_iter(), now);
+        let messages = queue::read_messages(&read)?;
+        let (pending, in_flight, oldest) =
+            QueueIndex::census(messages.into_iter().map(|(_, message)| message), now);
         Ok(StoreStats {
             pending,
             in_flight,
@@ -293,11 +294,8 @@ impl EmbeddedStore {
         let mut entries = Vec::new();
         for entry in table.range::<u64>(..)?.take(limit) {
             let (id, value) = entry?;
-            let stored: StoredOutboxEntry =
-                serde_json::from_slice(value.value()).map_err(|e| StoreError::Corrupt {
-                    what: format!("outbox entry {}", id.value()),
-                    reason: e.to_string(),
-                })?;
+            let stored = decode_outbox_entry(value.value())
+                .map_err(StoreError::corrupt(format!("outbox entry {}", id.value())))?;
             entries.push(OutboxEntry {
                 id: id.value(),
                 chat_id: stored.chat_id,
@@ -342,11 +340,8 @@ impl EmbeddedStore {
             let mut old = Vec::new();
             for entry in table.range::<u64>(..)? {
                 let (id, value) = entry?;
-                let stored: StoredOutboxEntry =
-                    serde_json::from_slice(value.value()).map_err(|e| StoreError::Corrupt {
-                        what: format!("outbox entry {}", id.value()),
-                        reason: e.to_string(),
-                    })?;
+                let stored = decode_outbox_entry(value.value())
+                    .map_err(StoreError::corrupt(format!("outbox entry {}", id.value())))?;
                 if Timestamp(stored.at).plus(self.ttl) > now {
                     break;
                 }
@@ -455,10 +450,8 @@ fn read_dead_letters(db: &Database, limit: usize) -> Result<Vec<DeadLetter>, Sto
     for entry in table.range::<u64>(..)?.take(limit) {
         let (id, value) = entry?;
         letters.push(
-            decode_letter(value.value()).map_err(|e| StoreError::Corrupt {
-                what: format!("dead letter {}", id.value()),
-                reason: e.to_string(),
-            })?,
+            decode_letter(value.value())
+                .map_err(StoreError::corrupt(format!("dead letter {}", id.value())))?,
         );
     }
     Ok(letters)

@@ -140,10 +140,8 @@ impl RecordReader for EmbeddedStore {
             let Some(value) = table.get(pk.as_str())? else {
                 return Ok(None);
             };
-            let record = decode_record(value.value()).map_err(|e| StoreError::Corrupt {
-                what: format!("record {pk}"),
-                reason: e.to_string(),
-            })?;
+            let record = decode_record(value.value())
+                .map_err(StoreError::corrupt(format!("record {pk}")))?;
             Ok(Some(record))
         })
         .await?;

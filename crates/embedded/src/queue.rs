@@ -11,9 +11,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::Duration;
 
 use bytes::Bytes;
-use redb::{Database, ReadableDatabase, ReadableTable};
-use tgq_core::envelope::Envelope;
-use tgq_core::ids::{BotId, MessageGroupId};
+use redb::{Database, ReadTransaction, ReadableDatabase, ReadableTable};
+
 use tgq_core::ports::{DeadLetter, OutgoingMessage, QueueRecord, ReceiptHandle};
 use tgq_core::record::Timestamp;
 
@@ -47,14 +46,8 @@ impl QueueIndex {
     pub(crate) fn load(db: &Database) -> Result<Self, StoreError> {
         let read = db.begin_read()?;
         let mut index = Self::default();
-        for entry in read.open_table(QUEUE)?.range::<u64>(..)? {
-            let (seq, value) = entry?;
-            let (message, _) =
-                unframe::<QueuedMessage>(value.value()).map_err(|e| StoreError::Corrupt {
-                    what: format!("queue message {}", seq.value()),
-                    reason: e.to_string(),
-                })?;
-            index.insert(seq.value(), message);
+        for (seq, message) in read_messages(&read)? {
+            index.insert(seq, message);
         }
         for entry in read.open_table(DEDUP)?.range::<(u64, &str)>(..)? {
             let (key, _) = entry?;
@@ -134,6 +127,21 @@ impl QueueIndex {
         }
         (pending, in_flight, oldest.map(Timestamp))
     }
+}
+
+/// Every queue message's state, in send order, as committed.
+pub(crate) fn read_messages(
+    read: &ReadTransaction,
+) -> Result<Vec<(u64, QueuedMessage)>, StoreError> {
+    let mut messages = Vec::new();
+    for entry in read.open_table(QUEUE)?.range::<u64>(..)? {
+        let (seq, value) = entry?;
+        let (message, _) = unframe::<QueuedMessage>(value.value()).map_err(StoreError::corrupt(
+            format!("queue message {}", seq.value()),
+        ))?;
+        messages.push((seq.value(), message));
+    }
+    Ok(messages)
 }
 
 /// [`DEDUP_WINDOW`] in the store's time unit.
@@ -273,7 +281,9 @@ impl Tx<'_> {
             Some(value) => body_of(value.value()).map_err(|e| OpError::Fatal(e.to_string()))?,
             None => Bytes::new(),
         };
-        let letter = redriven_letter(&message, body, self.settings.max_receive_count);
+        let limit = self.settings.max_receive_count;
+        let error = format!("received {limit} times without being deleted");
+        let letter = DeadLetter::redriven(Some(&message.group), body, error);
         let value = encode_letter(&letter).map_err(|e| OpError::Fatal(e.to_string()))?;
         let id = self.next_in(seq::DEAD)?;
         self.table_mut(DEAD)?.insert(id, value.as_slice())?;
@@ -314,26 +324,4 @@ impl Tx<'_> {
         self.wake_receivers();
         Ok(())
     }
-}
-
-/// A message the redrive policy moved: the worker never deleted it within the receive limit.
-fn redriven_letter(message: &QueuedMessage, body: Bytes, limit: u32) -> DeadLetter {
-    let (bot_id, group) = match MessageGroupId::parse(&message.group) {
-        Ok((bot, group)) => (bot, Some(group)),
-        Err(_) => (unknown_bot(), None),
-    };
-    DeadLetter {
-        bot_id,
-        update_id: Envelope::parse(&body).ok().map(|e| e.update_id),
-        group,
-        body,
-        reason: "max_receive_count".into(),
-        error_class: "transient".into(),
-        error: format!("received {limit} times without being deleted"),
-        attempts: 0,
-    }
-}
-
-fn unknown_bot() -> BotId {
-    BotId::new("unknown").expect("`unknown` is a valid bot id")
 }

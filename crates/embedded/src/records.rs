@@ -4,7 +4,7 @@
 use redb::ReadableTable;
 use tgq_core::ids::RecordKey;
 use tgq_core::ports::{Claim, ClaimRequest, DeadLetter, Inserted, Settlement};
-use tgq_core::record::{ActionIntent, ActionRecord, Status, Timestamp, UpdateRecord};
+use tgq_core::record::{ActionIntent, Status, Timestamp, UpdateRecord};
 
 use crate::schema::{
     counter, decode_record, encode_letter, encode_record, StoredOutboxEntry, DEAD, META, OUTBOX,
@@ -137,14 +137,7 @@ impl Tx<'_> {
         let mut record = self
             .load_record(key)?
             .ok_or_else(|| OpError::Rejected("no such record".into()))?;
-        record.actions.insert(
-            intent.seq,
-            ActionRecord {
-                method: intent.method.clone(),
-                at_most_once: intent.at_most_once,
-                result: None,
-            },
-        );
+        record.note_intent(intent);
         let expiry = record.expires_at;
         self.put_record(&record, Some(expiry))
     }
@@ -156,14 +149,11 @@ impl Tx<'_> {
         seq: u32,
         result: &str,
     ) -> Result<(), OpError> {
-        let mut record = self
-            .load_record(key)?
-            .ok_or_else(|| OpError::Rejected("no such action intent".into()))?;
-        let action = record
-            .actions
-            .get_mut(&seq)
-            .ok_or_else(|| OpError::Rejected("no such action intent".into()))?;
-        action.result = Some(result.to_owned());
+        let no_intent = || OpError::Rejected("no such action intent".into());
+        let mut record = self.load_record(key)?.ok_or_else(no_intent)?;
+        if !record.note_result(seq, result) {
+            return Err(no_intent());
+        }
         let expiry = record.expires_at;
         self.put_record(&record, Some(expiry))
     }
@@ -173,12 +163,7 @@ impl Tx<'_> {
         let mut record = self
             .load_record(key)?
             .ok_or_else(|| OpError::Rejected("no such record".into()))?;
-        record.status = outcome.status();
-        record.lease_until = None;
-        record.last_error = match outcome {
-            Settlement::Done => None,
-            Settlement::Retrying { error } | Settlement::Dead { error } => Some(error.clone()),
-        };
+        outcome.apply(&mut record);
         let expiry = record.expires_at;
         self.put_record(&record, Some(expiry))?;
         self.bump(match outcome {

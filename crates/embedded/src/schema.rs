@@ -251,3 +251,8 @@ pub(crate) struct StoredOutboxEntry {
     pub(crate) params: serde_json::Value,
     pub(crate) at: u64,
 }
+
+/// An outbox entry read back.
+pub(crate) fn decode_outbox_entry(value: &[u8]) -> Result<StoredOutboxEntry, CodecError> {
+    Ok(serde_json::from_slice(value)?)
+}

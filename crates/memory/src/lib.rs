@@ -11,13 +11,13 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 use serde_json::Value;
 use tgq_core::clock::Clock;
-use tgq_core::ids::{MessageGroupId, RecordKey};
+use tgq_core::ids::RecordKey;
 use tgq_core::ports::{
     Claim, ClaimRequest, DeadLetter, DeadLetters, Inserted, OutgoingMessage, QueueConsumer,
     QueueRecord, ReceiptHandle, RecordReader, Settlement, UpdateLedger, UpdateQueue, UpdateStore,
     Visibility,
 };
-use tgq_core::record::{ActionIntent, ActionRecord, Status, Timestamp, UpdateRecord};
+use tgq_core::record::{ActionIntent, Status, Timestamp, UpdateRecord};
 use tgq_core::telegram::{BotApi, TelegramError};
 use tgq_core::PortError;
 
@@ -122,14 +122,7 @@ impl UpdateLedger for MemoryStore {
         let record = records
             .get_mut(key)
             .ok_or_else(|| PortError::rejected("store record_intent", "no such record"))?;
-        record.actions.insert(
-            intent.seq,
-            ActionRecord {
-                method: intent.method.clone(),
-                at_most_once: intent.at_most_once,
-                result: None,
-            },
-        );
+        record.note_intent(intent);
         Ok(())
     }
 
@@ -141,11 +134,15 @@ impl UpdateLedger for MemoryStore {
     ) -> Result<(), PortError> {
         self.outage.check("store record_result")?;
         let mut records = self.records.lock();
-        let action = records
+        let noted = records
             .get_mut(key)
-            .and_then(|r| r.actions.get_mut(&seq))
-            .ok_or_else(|| PortError::rejected("store record_result", "no such action intent"))?;
-        action.result = Some(result.to_owned());
+            .is_some_and(|record| record.note_result(seq, result));
+        if !noted {
+            return Err(PortError::rejected(
+                "store record_result",
+                "no such action intent",
+            ));
+        }
         Ok(())
     }
 
@@ -155,12 +152,7 @@ impl UpdateLedger for MemoryStore {
         let record = records
             .get_mut(key)
             .ok_or_else(|| PortError::rejected("store settle", "no such record"))?;
-        record.status = outcome.status();
-        record.lease_until = None;
-        record.last_error = match outcome {
-            Settlement::Done => None,
-            Settlement::Retrying { error } | Settlement::Dead { error } => Some(error.clone()),
-        };
+        outcome.apply(record);
         Ok(())
     }
 }
@@ -335,35 +327,12 @@ impl MemoryQueue {
         drop(state);
         if let Some((limit, dlq)) = &self.redrive {
             for message in moved {
-                dlq.letters.lock().push(redriven_letter(message, *limit));
+                let error = format!("received {limit} times without being deleted");
+                let letter = DeadLetter::redriven(Some(&message.group), message.body, error);
+                dlq.letters.lock().push(letter);
             }
         }
         delivered
-    }
-}
-
-/// A message the redrive policy moved: the worker never settled it within the receive limit.
-fn redriven_letter(message: Message, limit: u32) -> DeadLetter {
-    let (bot_id, group) = MessageGroupId::parse(&message.group)
-        .map(|(bot, group)| (bot, Some(group)))
-        .unwrap_or_else(|_| {
-            (
-                tgq_core::ids::BotId::new("unknown").expect("valid literal"),
-                None,
-            )
-        });
-    let update_id = tgq_core::envelope::Envelope::parse(&message.body)
-        .ok()
-        .map(|e| e.update_id);
-    DeadLetter {
-        bot_id,
-        update_id,
-        group,
-        body: message.body,
-        reason: "max_receive_count".into(),
-        error_class: "transient".into(),
-        error: format!("received {limit} times without being deleted"),
-        attempts: 0,
     }
 }
 
