@@ -5,8 +5,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{ConnectInfo, Query, State};
+use axum::extract::{ConnectInfo, Query, Request, State};
 use axum::http::{header, HeaderMap, Method, StatusCode};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
 use axum::Router;
@@ -43,15 +44,19 @@ pub struct App {
     pub shutdown: Shutdown,
 }
 
-/// Every route of `tgq local`.
+/// Every route of `tgq local`. The admin routes sit behind one access check, so a new one cannot
+/// forget it.
 pub fn router(app: App) -> Router {
+    let admin = Router::new()
+        .route("/status", get(admin_status))
+        .route("/outbox", get(admin_outbox))
+        .route("/dlq", get(admin_dlq))
+        .route_layer(middleware::from_fn_with_state(app.clone(), admin_only));
     Router::new()
         .route("/webhook", any(webhook))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .route("/admin/status", get(admin_status))
-        .route("/admin/outbox", get(admin_outbox))
-        .route("/admin/dlq", get(admin_dlq))
+        .nest("/admin", admin)
         .with_state(app)
 }
 
@@ -167,55 +172,42 @@ struct Limit {
     limit: Option<usize>,
 }
 
-/// `GET /admin/status`: what `tgq status --json` prints.
-async fn admin_status(
+/// Lets a request through to an admin route only from loopback or with the admin token.
+async fn admin_only(
     State(app): State<App>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
+    request: Request,
+    next: Next,
 ) -> Response {
+    if let Err(forbidden) = admin::authorize(peer, request.headers(), app.admin_token.as_ref()) {
+        return answer(StatusCode::FORBIDDEN, Value::from(forbidden.to_string()));
+    }
+    next.run(request).await
+}
+
+/// `GET /admin/status`: what `tgq status --json` prints.
+async fn admin_status(State(app): State<App>) -> Response {
     let now = app.clock.now();
-    admin_read(&app, peer, &headers, move |store| {
-        ops::status_json(store, now)
-    })
-    .await
+    admin_read(&app, move |store| ops::status_json(store, now)).await
 }
 
 /// `GET /admin/outbox?limit=N`: what `tgq outbox --json` prints.
-async fn admin_outbox(
-    State(app): State<App>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
-    Query(query): Query<Limit>,
-) -> Response {
+async fn admin_outbox(State(app): State<App>, Query(query): Query<Limit>) -> Response {
     let limit = query.limit.unwrap_or(ops::DEFAULT_LIMIT);
-    admin_read(&app, peer, &headers, move |store| {
-        ops::outbox_json(store, limit)
-    })
-    .await
+    admin_read(&app, move |store| ops::outbox_json(store, limit)).await
 }
 
 /// `GET /admin/dlq?limit=N`: what `tgq dlq list --json` prints.
-async fn admin_dlq(
-    State(app): State<App>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
-    Query(query): Query<Limit>,
-) -> Response {
+async fn admin_dlq(State(app): State<App>, Query(query): Query<Limit>) -> Response {
     let limit = query.limit.unwrap_or(ops::DEFAULT_LIMIT);
-    admin_read(&app, peer, &headers, move |store| {
-        ops::dlq_json(store, limit)
-    })
-    .await
+    admin_read(&app, move |store| ops::dlq_json(store, limit)).await
 }
 
-/// Checks access, then runs a blocking store read off the async threads.
-async fn admin_read<F>(app: &App, peer: SocketAddr, headers: &HeaderMap, read: F) -> Response
+/// Runs a blocking store read off the async threads and answers with its JSON.
+async fn admin_read<F>(app: &App, read: F) -> Response
 where
     F: FnOnce(&EmbeddedStore) -> anyhow::Result<Value> + Send + 'static,
 {
-    if let Err(forbidden) = admin::authorize(peer, headers, app.admin_token.as_ref()) {
-        return answer(StatusCode::FORBIDDEN, Value::from(forbidden.to_string()));
-    }
     let store = app.store.clone();
     match tokio::task::spawn_blocking(move || read(&store)).await {
         Ok(Ok(value)) => answer(StatusCode::OK, value),
