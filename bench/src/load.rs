@@ -91,10 +91,20 @@ async fn post(
         .send()
         .await
         .with_context(|| format!("posting update {update_id}"))?;
-    let status = answer.status();
-    let text = answer.text().await.unwrap_or_default();
-    if status != reqwest::StatusCode::OK || !text.contains("\"queued\"") {
-        bail!("update {update_id}: /webhook answered {status} {text}");
+    let status = answer.status().as_u16();
+    let body = answer.bytes().await.unwrap_or_default();
+    check_answer(update_id, status, &body)
+}
+
+/// Anything but `200 {"result": "queued"}` is an error that names the update and the answer.
+fn check_answer(update_id: u64, status: u16, body: &[u8]) -> anyhow::Result<()> {
+    let queued = serde_json::from_slice::<serde_json::Value>(body)
+        .is_ok_and(|answer| answer["result"] == "queued");
+    if status != 200 || !queued {
+        bail!(
+            "update {update_id}: /webhook answered {status} {}",
+            String::from_utf8_lossy(body)
+        );
     }
     Ok(())
 }
@@ -163,20 +173,10 @@ impl Connection {
             .send_request(request)
             .await
             .with_context(|| format!("posting update {update_id}"))?;
-        let status = answer.status();
+        let status = answer.status().as_u16();
         let body = answer.into_body().collect().await?.to_bytes();
-        if status != hyper::StatusCode::OK || !contains(&body, b"\"queued\"") {
-            bail!(
-                "update {update_id}: /webhook answered {status} {}",
-                String::from_utf8_lossy(&body)
-            );
-        }
-        Ok(())
+        check_answer(update_id, status, &body)
     }
-}
-
-fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
 }
 
 /// `clients` concurrent senders, each on its own connection, each posting its next update as soon as
