@@ -1,20 +1,12 @@
-//! `tgq`: runs a bot locally on an embedded durable store (`tgq local`) and operates it (`tgq status`,
-//! `tgq outbox`, `tgq dlq`, `tgq webhook`). Each subcommand lives in its own module; this file only
-//! parses the command line and hands over.
+//! `tgq`: runs a bot locally on an embedded durable store (`tgq local`, in `local/`) and operates it
+//! (`tgq status`, `tgq outbox`, `tgq dlq`, `tgq webhook`, in `ops/`). This file only parses the
+//! command line and hands over.
 
-mod admin;
-mod attribution;
 mod config;
-mod demo;
-mod fixtures;
-mod http;
 mod local;
 mod logging;
 mod ops;
-mod poll;
-mod shutdown;
-mod telegram_ops;
-mod worker_loop;
+mod views;
 
 use std::process::ExitCode;
 
@@ -51,7 +43,7 @@ enum Command {
     /// Set, show or delete the bot's webhook at Telegram (needs TELEGRAM_BOT_TOKEN).
     Webhook {
         #[command(subcommand)]
-        command: telegram_ops::WebhookCommand,
+        command: ops::webhook::WebhookCommand,
     },
 }
 
@@ -97,7 +89,7 @@ fn main() -> ExitCode {
             Command::Status(args) => ops::status(args).await,
             Command::Outbox(args) => ops::outbox(args).await,
             Command::Dlq { command } => ops::dlq(command).await,
-            Command::Webhook { command } => telegram_ops::run(command).await,
+            Command::Webhook { command } => ops::webhook::run(command).await,
         }
     });
     match outcome {

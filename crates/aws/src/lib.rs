@@ -7,6 +7,7 @@
 mod dynamo;
 mod error;
 mod item;
+mod letter;
 mod secret;
 mod sqs;
 

@@ -6,11 +6,15 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use bytes::Bytes;
+use serde::{Deserialize, Serialize};
 
 use crate::ids::{GroupKey, RecordKey};
 
 /// Milliseconds since the Unix epoch: the one time type stored in records and compared in conditions.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
+)]
+#[serde(transparent)]
 pub struct Timestamp(pub u64);
 
 impl Timestamp {

@@ -15,8 +15,9 @@ use tgq_core::ports::{
 use tgq_core::record::{ActionIntent, Status, Timestamp, UpdateRecord};
 use tgq_core::PortError;
 
+use crate::inspect::read_dead_letters;
 use crate::schema::{decode_record, RECORDS};
-use crate::{read_dead_letters, EmbeddedStore, StoreError};
+use crate::{EmbeddedStore, StoreError};
 
 /// How often a waiting receive looks again without being woken: visibility timeouts end by
 /// themselves, and nothing announces it.

@@ -361,7 +361,7 @@ async fn purge_removes_expired_records_and_old_outbox_entries() {
         .unwrap();
 
     assert_eq!(
-        store.purge_expired(clock.now()).unwrap(),
+        store.purge_expired(clock.now()).await.unwrap(),
         Purged {
             records: 1,
             outbox: 0
@@ -369,7 +369,7 @@ async fn purge_removes_expired_records_and_old_outbox_entries() {
     );
     clock.advance(DAY - Duration::from_secs(3600));
     assert_eq!(
-        store.purge_expired(clock.now()).unwrap(),
+        store.purge_expired(clock.now()).await.unwrap(),
         Purged {
             records: 0,
             outbox: 1

@@ -23,10 +23,18 @@ use tokio::task::JoinSet;
 use tracing::{error, info, warn};
 
 use crate::config::{LocalSettings, SecretOrigin, UsageError, ADDR_FILE, DEFAULT_DATA_DIR};
-use crate::http::{self, App};
-use crate::shutdown::Shutdown;
-use crate::worker_loop::{self, LoopSettings, LoopStats};
-use crate::{attribution, demo, poll};
+use http::App;
+use shutdown::Shutdown;
+use worker_loop::{LoopSettings, LoopStats};
+
+mod admin;
+mod attribution;
+mod demo;
+mod fixtures;
+mod http;
+mod poll;
+mod shutdown;
+mod worker_loop;
 
 /// How long one Telegram call of the bot may take before it counts as a (transient) timeout.
 const TELEGRAM_TIMEOUT: Duration = Duration::from_secs(10);
@@ -311,8 +319,7 @@ async fn retention(
     shutdown: Shutdown,
 ) -> anyhow::Result<()> {
     loop {
-        let (now, purging) = (clock.now(), store.clone());
-        match tokio::task::spawn_blocking(move || purging.purge_expired(now)).await? {
+        match store.purge_expired(clock.now()).await {
             Ok(purged) if purged.records + purged.outbox > 0 => {
                 info!(
                     records = purged.records,

@@ -14,7 +14,7 @@ use tgq_core::worker::{BatchReport, RecordOutcome, Worker};
 use tgq_embedded::EmbeddedStore;
 use tracing::{info, warn};
 
-use crate::shutdown::Shutdown;
+use super::shutdown::Shutdown;
 
 /// How the loops receive and how long one "invocation" may take.
 #[derive(Clone, Copy, Debug)]

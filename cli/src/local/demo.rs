@@ -13,8 +13,8 @@ use tgq_core::clock::{Clock, SystemClock};
 use tgq_core::ingest::SECRET_HEADER;
 use tgq_embedded::{Counters, EmbeddedStore, OutboxEntry};
 
-use crate::fixtures;
-use crate::ops::one_line;
+use super::fixtures;
+use crate::ops::render::one_line;
 
 /// How long the demo waits for the queue to drain.
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(60);

@@ -14,7 +14,7 @@ use tgq_core::telegram::{BotApi, TelegramError};
 use tgq_core::ErrorClass;
 use tracing::{info, warn};
 
-use crate::shutdown::Shutdown;
+use super::shutdown::Shutdown;
 
 /// How long one getUpdates call waits on Telegram's side for an update.
 pub const POLL_TIMEOUT: Duration = Duration::from_secs(25);

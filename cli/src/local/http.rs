@@ -20,10 +20,11 @@ use tgq_core::clock::Clock;
 use tgq_core::ingest::{InboundRequest, Refused, Webhook, SECRET_HEADER};
 use tgq_embedded::EmbeddedStore;
 
-use crate::admin;
-use crate::ops;
-use crate::shutdown::Shutdown;
-use crate::worker_loop::LoopStats;
+use super::admin;
+use super::shutdown::Shutdown;
+use super::worker_loop::LoopStats;
+use crate::ops::DEFAULT_LIMIT;
+use crate::views::{self, StatusView};
 
 /// What the routes share.
 #[derive(Clone)]
@@ -188,29 +189,36 @@ async fn admin_only(
 /// `GET /admin/status`: what `tgq status --json` prints.
 async fn admin_status(State(app): State<App>) -> Response {
     let now = app.clock.now();
-    admin_read(&app, move |store| ops::status_json(store, now)).await
+    admin_read(&app, move |store| StatusView::read(store, now)).await
 }
 
 /// `GET /admin/outbox?limit=N`: what `tgq outbox --json` prints.
 async fn admin_outbox(State(app): State<App>, Query(query): Query<Limit>) -> Response {
-    let limit = query.limit.unwrap_or(ops::DEFAULT_LIMIT);
-    admin_read(&app, move |store| ops::outbox_json(store, limit)).await
+    let limit = query.limit.unwrap_or(DEFAULT_LIMIT);
+    admin_read(&app, move |store| views::outbox(store, limit)).await
 }
 
 /// `GET /admin/dlq?limit=N`: what `tgq dlq list --json` prints.
 async fn admin_dlq(State(app): State<App>, Query(query): Query<Limit>) -> Response {
-    let limit = query.limit.unwrap_or(ops::DEFAULT_LIMIT);
-    admin_read(&app, move |store| ops::dlq_json(store, limit)).await
+    let limit = query.limit.unwrap_or(DEFAULT_LIMIT);
+    admin_read(&app, move |store| views::dead_letters(store, limit)).await
 }
 
-/// Runs a blocking store read off the async threads and answers with its JSON.
-async fn admin_read<F>(app: &App, read: F) -> Response
+/// Runs a blocking store read off the async threads and answers with its view as JSON.
+async fn admin_read<T, F>(app: &App, read: F) -> Response
 where
-    F: FnOnce(&EmbeddedStore) -> anyhow::Result<Value> + Send + 'static,
+    T: serde::Serialize + Send + 'static,
+    F: FnOnce(&EmbeddedStore) -> anyhow::Result<T> + Send + 'static,
 {
     let store = app.store.clone();
     match tokio::task::spawn_blocking(move || read(&store)).await {
-        Ok(Ok(value)) => answer(StatusCode::OK, value),
+        Ok(Ok(view)) => match serde_json::to_value(view) {
+            Ok(value) => answer(StatusCode::OK, value),
+            Err(error) => answer(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                Value::from(format!("the view does not serialize: {error}")),
+            ),
+        },
         Ok(Err(error)) => answer(
             StatusCode::SERVICE_UNAVAILABLE,
             Value::from(format!("{error:#}")),

@@ -1,0 +1,130 @@
+//! Reaching local mode's store from a `tgq` command: directly when it is free, else through the
+//! running `tgq local` that holds it, at the loopback address it wrote to `<data-dir>/local.addr`.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use tgq_embedded::{EmbeddedStore, StoreError, StoreOptions};
+
+use crate::config::ADDR_FILE;
+
+/// Where a view came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// Read from the store file; `tgq local` is not running.
+    Store,
+    /// Answered by the running `tgq local` at this address.
+    Running(SocketAddr),
+}
+
+/// Reads a view through the store when it is free, else through the running instance's admin
+/// `route`, which serves the same view.
+pub async fn read<T, F>(data_dir: &Path, route: &str, direct: F) -> anyhow::Result<(T, Source)>
+where
+    T: DeserializeOwned + Send + 'static,
+    F: FnOnce(&EmbeddedStore) -> anyhow::Result<T> + Send + 'static,
+{
+    if !data_dir.join(tgq_embedded::FILE_NAME).exists() {
+        bail!(
+            "there is no tgq store in {}: run `tgq local` first, or pass --data-dir",
+            data_dir.display()
+        );
+    }
+    let dir = data_dir.to_owned();
+    let opened =
+        tokio::task::spawn_blocking(move || EmbeddedStore::open(&dir, StoreOptions::default()))
+            .await?;
+    match opened {
+        Ok(store) => {
+            let value = tokio::task::spawn_blocking(move || direct(&store)).await??;
+            Ok((value, Source::Store))
+        }
+        Err(StoreError::AlreadyOpen { .. }) => {
+            let addr = running_addr(data_dir)?;
+            let value = get(addr, route).await?;
+            let view = serde_json::from_value(value).with_context(|| {
+                format!("the running tgq local at {addr} answered {route} with another shape (is it another version of tgq?)")
+            })?;
+            Ok((view, Source::Running(addr)))
+        }
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// The address a running `tgq local` wrote, made reachable over loopback.
+fn running_addr(data_dir: &Path) -> anyhow::Result<SocketAddr> {
+    let path = data_dir.join(ADDR_FILE);
+    let text = std::fs::read_to_string(&path).with_context(|| {
+        format!(
+            "the store in {} is held by another process, but {} cannot be read: \
+             is `tgq local` still starting?",
+            data_dir.display(),
+            path.display()
+        )
+    })?;
+    let addr: SocketAddr = text
+        .trim()
+        .parse()
+        .with_context(|| format!("{} does not hold a socket address", path.display()))?;
+    Ok(loopback(addr))
+}
+
+/// A server listening on every interface (0.0.0.0 or ::) is reached over loopback.
+pub fn loopback(addr: SocketAddr) -> SocketAddr {
+    let ip = match addr.ip() {
+        IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        IpAddr::V6(ip) if ip.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
+        ip => ip,
+    };
+    SocketAddr::new(ip, addr.port())
+}
+
+/// GETs an admin route and unwraps its `{"ok", "result"}` answer.
+async fn get(addr: SocketAddr, route: &str) -> anyhow::Result<Value> {
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()?;
+    let mut request = client.get(format!("http://{addr}{route}"));
+    if let Ok(token) = std::env::var("TGQ_ADMIN_TOKEN") {
+        if !token.is_empty() {
+            request = request.bearer_auth(token);
+        }
+    }
+    let response = request
+        .send()
+        .await
+        .with_context(|| format!("the running tgq local at {addr} does not answer"))?;
+    let status = response.status();
+    let body: Value = response.json().await.with_context(|| {
+        format!("the running tgq local at {addr} answered {status} without JSON")
+    })?;
+    let result = body.get("result").cloned().unwrap_or(Value::Null);
+    if !status.is_success() {
+        let text = match &result {
+            Value::String(text) => text.clone(),
+            other => other.to_string(),
+        };
+        bail!("the running tgq local at {addr} answered {status}: {text}");
+    }
+    Ok(result)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_instance_listening_everywhere_is_reached_over_loopback() {
+        let any: SocketAddr = "0.0.0.0:8080".parse().unwrap();
+        assert_eq!(
+            loopback(any),
+            "127.0.0.1:8080".parse::<SocketAddr>().unwrap()
+        );
+        let v6: SocketAddr = "[::]:9".parse().unwrap();
+        assert_eq!(loopback(v6), "[::1]:9".parse::<SocketAddr>().unwrap());
+    }
+}

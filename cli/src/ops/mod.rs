@@ -1,0 +1,117 @@
+//! The operations commands: `tgq status`, `tgq outbox`, `tgq dlq list` (local mode's store, directly
+//! or through the running instance, see `client`) and `tgq webhook` (the bot's webhook at Telegram).
+
+mod client;
+pub mod render;
+pub mod webhook;
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+use tgq_core::clock::{Clock as _, SystemClock};
+
+pub use client::loopback;
+
+use crate::config::DEFAULT_DATA_DIR;
+use crate::views::{self, StatusView};
+
+/// How many entries the list commands show when `--limit` is not given.
+pub const DEFAULT_LIMIT: usize = 50;
+
+/// Which local store to read.
+#[derive(Debug, Args)]
+pub struct StoreArgs {
+    /// The data directory of `tgq local`.
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_DATA_DIR)]
+    pub data_dir: PathBuf,
+}
+
+/// `tgq status`.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    store: StoreArgs,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `tgq outbox`.
+#[derive(Debug, Args)]
+pub struct OutboxArgs {
+    #[command(flatten)]
+    store: StoreArgs,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Show at most this many entries, oldest first.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_LIMIT)]
+    limit: usize,
+}
+
+/// `tgq dlq …`.
+#[derive(Debug, Subcommand)]
+pub enum DlqCommand {
+    /// List dead letters, oldest first, leaving them in place.
+    List(DlqListArgs),
+}
+
+/// `tgq dlq list`.
+#[derive(Debug, Args)]
+pub struct DlqListArgs {
+    #[command(flatten)]
+    store: StoreArgs,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Show at most this many letters, oldest first.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_LIMIT)]
+    limit: usize,
+}
+
+/// `tgq status`.
+pub async fn status(args: StatusArgs) -> anyhow::Result<()> {
+    let (view, source) = client::read(&args.store.data_dir, "/admin/status", |store| {
+        StatusView::read(store, SystemClock.now())
+    })
+    .await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&view)?);
+    } else {
+        render::status(&view, source);
+    }
+    Ok(())
+}
+
+/// `tgq outbox`.
+pub async fn outbox(args: OutboxArgs) -> anyhow::Result<()> {
+    let limit = args.limit;
+    let route = format!("/admin/outbox?limit={limit}");
+    let (entries, _) = client::read(&args.store.data_dir, &route, move |store| {
+        views::outbox(store, limit)
+    })
+    .await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&entries)?);
+    } else {
+        render::outbox(&entries);
+    }
+    Ok(())
+}
+
+/// `tgq dlq …`.
+pub async fn dlq(command: DlqCommand) -> anyhow::Result<()> {
+    let DlqCommand::List(args) = command;
+    let limit = args.limit;
+    let route = format!("/admin/dlq?limit={limit}");
+    let (letters, _) = client::read(&args.store.data_dir, &route, move |store| {
+        views::dead_letters(store, limit)
+    })
+    .await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&letters)?);
+    } else {
+        render::dead_letters(&letters);
+    }
+    Ok(())
+}

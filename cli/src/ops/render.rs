@@ -1,0 +1,136 @@
+//! How the operations commands print their views as text.
+
+use std::time::Duration;
+
+use tgq_embedded::OutboxEntry;
+
+use super::client::Source;
+use crate::views::{DeadLetterView, StatusView};
+
+/// `tgq status` as text.
+pub fn status(view: &StatusView, source: Source) {
+    let stats = &view.stats;
+    let oldest = match stats.oldest_pending_age {
+        Some(age) => format!(", oldest sent {} ago", human_duration(age)),
+        None => String::new(),
+    };
+    println!(
+        "queue          {} pending, {} in flight{oldest}",
+        stats.pending, stats.in_flight
+    );
+    println!("dead letters   {}", stats.dead);
+    println!("outbox         {}", stats.outbox);
+    println!("records        {}", stats.records);
+    println!("counters (since the store was created)");
+    let counters = &view.counters;
+    for (label, count) in [
+        ("received", counters.received),
+        ("duplicates", counters.duplicates),
+        ("poison", counters.poison),
+        ("processed", counters.processed),
+        ("retried", counters.retried),
+        ("dead-lettered", counters.dead_lettered),
+        (
+            "re-sent after unknown outcome",
+            counters.resent_after_unknown_outcome,
+        ),
+    ] {
+        println!("  {label:<30} {count}");
+    }
+    match source {
+        Source::Running(addr) => println!("(from the running tgq local at {addr})"),
+        Source::Store => println!("(read from the store; tgq local is not running)"),
+    }
+}
+
+/// `tgq outbox` as a table.
+pub fn outbox(entries: &[OutboxEntry]) {
+    if entries.is_empty() {
+        println!("The outbox is empty: the bot has not sent anything offline yet.");
+        return;
+    }
+    println!(
+        "{:>6}  {:>15}  {:>11}  {:>3}  {:<20}  TEXT",
+        "ID", "CHAT", "UPDATE", "SEQ", "METHOD"
+    );
+    for entry in entries {
+        println!(
+            "{:>6}  {:>15}  {:>11}  {:>3}  {:<20}  {}",
+            entry.id,
+            dash(entry.chat_id),
+            dash(entry.update_id),
+            dash(entry.seq),
+            entry.method,
+            one_line(entry.text.as_deref().unwrap_or(""), 80),
+        );
+    }
+}
+
+/// `tgq dlq list` as a table.
+pub fn dead_letters(letters: &[DeadLetterView]) {
+    if letters.is_empty() {
+        println!("No dead letters.");
+        return;
+    }
+    println!(
+        "{:>11}  {:<16}  {:<22}  {:<10}  {:>8}  ERROR",
+        "UPDATE", "GROUP", "REASON", "CLASS", "ATTEMPTS"
+    );
+    for letter in letters {
+        println!(
+            "{:>11}  {:<16}  {:<22}  {:<10}  {:>8}  {}",
+            dash(letter.update_id),
+            letter.group.as_deref().unwrap_or("-"),
+            letter.reason,
+            letter.error_class,
+            letter.attempts,
+            one_line(&letter.error, 80),
+        );
+    }
+}
+
+/// A table cell, `-` when absent.
+fn dash(value: Option<impl ToString>) -> String {
+    value.map_or_else(|| "-".to_owned(), |v| v.to_string())
+}
+
+/// Text on one line, cut at `max` characters.
+pub fn one_line(text: &str, max: usize) -> String {
+    let joined = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" / ");
+    match joined.char_indices().nth(max) {
+        Some((cut, _)) => format!("{}…", &joined[..cut]),
+        None => joined,
+    }
+}
+
+/// `850 ms`, `4.2 s`, `3 min 5 s`, `2 h 10 min`.
+pub fn human_duration(d: Duration) -> String {
+    let secs = d.as_secs();
+    match secs {
+        0 => format!("{} ms", d.as_millis()),
+        1..=59 => format!("{:.1} s", d.as_secs_f64()),
+        60..=3599 => format!("{} min {} s", secs / 60, secs % 60),
+        _ => format!("{} h {} min", secs / 3600, secs % 3600 / 60),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_cells_stay_on_one_line() {
+        assert_eq!(
+            one_line("/start – a\n/help – b", 80),
+            "/start – a / /help – b"
+        );
+        assert_eq!(one_line("abcdef", 3), "abc…");
+        assert_eq!(human_duration(Duration::from_millis(4200)), "4.2 s");
+        assert_eq!(human_duration(Duration::from_secs(185)), "3 min 5 s");
+    }
+}

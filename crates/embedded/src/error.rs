@@ -1,0 +1,94 @@
+//! Why the embedded store could not be opened, read or written.
+
+use std::path::PathBuf;
+
+use redb::DatabaseError;
+
+use crate::schema::CodecError;
+
+/// Why the store could not be opened or read.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The data directory could not be created.
+    #[error("cannot create the data directory {}", path.display())]
+    DataDir {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Another store (in this process or another) has the file open.
+    #[error("{} is already open: is `tgq local` already running on this data directory?", path.display())]
+    AlreadyOpen {
+        /// The database file.
+        path: PathBuf,
+    },
+    /// The file could not be opened as a database.
+    #[error("cannot open the database {}", path.display())]
+    Open {
+        /// The database file.
+        path: PathBuf,
+        /// redb's reason.
+        #[source]
+        source: DatabaseError,
+    },
+    /// The file was written by a version of tgq with another layout.
+    #[error(
+        "{} has store schema {found}; this tgq reads schema {expected} (use another --data-dir, or move this one away)",
+        path.display()
+    )]
+    Schema {
+        /// The database file.
+        path: PathBuf,
+        /// The schema in the file.
+        found: u64,
+        /// The schema this build reads.
+        expected: u64,
+    },
+    /// A read or write of the database failed.
+    #[error("the embedded store failed")]
+    Storage(#[source] redb::Error),
+    /// A stored value cannot be read back.
+    #[error("stored {what} is unreadable: {reason}")]
+    Corrupt {
+        /// Which value.
+        what: String,
+        /// Why.
+        reason: String,
+    },
+    /// The writer thread could not be started, or stopped.
+    #[error("the store's writer thread is not running")]
+    Thread(#[source] std::io::Error),
+    /// A write through the writer thread failed.
+    #[error("a write to the embedded store failed")]
+    Write(#[source] tgq_core::PortError),
+}
+
+impl StoreError {
+    /// Turns a decoding failure of the value named `what` into [`StoreError::Corrupt`].
+    pub(crate) fn corrupt(what: String) -> impl FnOnce(CodecError) -> StoreError {
+        move |e| StoreError::Corrupt {
+            what,
+            reason: e.to_string(),
+        }
+    }
+}
+
+macro_rules! storage_from {
+    ($($t:ty),*) => {$(
+        impl From<$t> for StoreError {
+            fn from(e: $t) -> Self {
+                StoreError::Storage(e.into())
+            }
+        }
+    )*};
+}
+storage_from!(
+    redb::Error,
+    redb::StorageError,
+    redb::TableError,
+    redb::TransactionError,
+    redb::CommitError,
+    redb::SetDurabilityError
+);

@@ -1,0 +1,186 @@
+//! Reading the store for operations (`tgq status`, `tgq outbox`, `tgq dlq`): snapshot reads on the
+//! calling thread, never through the writer.
+
+use std::time::Duration;
+
+use redb::{Database, ReadableDatabase, ReadableTableMetadata};
+use serde::{Deserialize, Serialize};
+use tgq_core::ports::DeadLetter;
+use tgq_core::record::Timestamp;
+
+use crate::queue::{self, QueueIndex};
+use crate::schema::{counter, decode_letter, decode_outbox_entry, DEAD, META, OUTBOX, RECORDS};
+use crate::{EmbeddedStore, StoreError};
+
+/// Queue depths and table sizes, for `tgq status`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoreStats {
+    /// Messages on the queue that no receiver holds.
+    pub pending: u64,
+    /// Messages a receiver holds (delivered, visibility timeout not over).
+    pub in_flight: u64,
+    /// How long ago the oldest message still on the queue (held or not) was sent, as SQS's
+    /// `ApproximateAgeOfOldestMessage`; `None` when the queue is empty.
+    #[serde(rename = "oldest_pending_age_ms", with = "millis")]
+    pub oldest_pending_age: Option<Duration>,
+    /// Dead letters.
+    pub dead: u64,
+    /// Outbox entries.
+    pub outbox: u64,
+    /// Stored update records, expired ones included until they are purged.
+    pub records: u64,
+}
+
+/// One Bot API call the offline outbox accepted, as `tgq outbox` shows it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OutboxEntry {
+    /// The outbox's id, also the `message_id` the offline answer gave.
+    pub id: u64,
+    /// The chat the call addressed, when it named one.
+    pub chat_id: Option<i64>,
+    /// The update whose handler made the call, when known.
+    pub update_id: Option<i64>,
+    /// The call's position in its handler run, when known.
+    pub seq: Option<u32>,
+    /// The Bot API method.
+    pub method: String,
+    /// The `text` parameter, when there is one.
+    pub text: Option<String>,
+    /// Every parameter, as sent.
+    pub params: serde_json::Value,
+    /// When the call was made.
+    pub at: Timestamp,
+}
+
+/// Durable totals since the store was created.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counters {
+    /// Updates stored for the first time.
+    pub received: u64,
+    /// Inserts that found the update already stored.
+    pub duplicates: u64,
+    /// Bodies that were not updates, dead-lettered with reason `poison`.
+    pub poison: u64,
+    /// Handler runs settled `DONE`.
+    pub processed: u64,
+    /// Handler runs settled `RETRYING`.
+    pub retried: u64,
+    /// Updates settled `DEAD`, plus messages redriven after `max_receive_count` receives.
+    pub dead_lettered: u64,
+    /// At-least-once sends repeated because an earlier run recorded their intent but no result:
+    /// each may have reached Telegram twice (counted by the worker loop through
+    /// [`EmbeddedStore::count_resent`]).
+    pub resent_after_unknown_outcome: u64,
+}
+
+impl EmbeddedStore {
+    /// Queue depths and table sizes at `now`. Blocking: reads on the calling thread.
+    pub fn stats(&self, now: Timestamp) -> Result<StoreStats, StoreError> {
+        let read = self.db.begin_read()?;
+        let messages = queue::read_messages(&read)?;
+        let (pending, in_flight, oldest) =
+            QueueIndex::census(messages.into_iter().map(|(_, message)| message), now);
+        Ok(StoreStats {
+            pending,
+            in_flight,
+            oldest_pending_age: oldest.map(|sent| now.since(sent)),
+            dead: read.open_table(DEAD)?.len()?,
+            outbox: read.open_table(OUTBOX)?.len()?,
+            records: read.open_table(RECORDS)?.len()?,
+        })
+    }
+
+    /// Up to `limit` outbox entries, oldest first. Blocking: reads on the calling thread.
+    pub fn outbox(&self, limit: usize) -> Result<Vec<OutboxEntry>, StoreError> {
+        let read = self.db.begin_read()?;
+        let table = read.open_table(OUTBOX)?;
+        let mut entries = Vec::new();
+        for entry in table.range::<u64>(..)?.take(limit) {
+            let (id, value) = entry?;
+            let stored = decode_outbox_entry(value.value())
+                .map_err(StoreError::corrupt(format!("outbox entry {}", id.value())))?;
+            entries.push(OutboxEntry {
+                id: id.value(),
+                chat_id: stored.chat_id,
+                update_id: stored.update_id,
+                seq: stored.seq,
+                method: stored.method,
+                text: stored.text,
+                params: stored.params,
+                at: Timestamp(stored.at),
+            });
+        }
+        Ok(entries)
+    }
+
+    /// Up to `limit` dead letters, oldest first, left in place. Blocking: reads on the calling thread.
+    pub fn dead_letters(&self, limit: usize) -> Result<Vec<DeadLetter>, StoreError> {
+        read_dead_letters(&self.db, limit)
+    }
+
+    /// The durable totals. Blocking: reads on the calling thread.
+    pub fn counters(&self) -> Result<Counters, StoreError> {
+        let read = self.db.begin_read()?;
+        let table = read.open_table(META)?;
+        let get = |name: &str| -> Result<u64, StoreError> {
+            Ok(table.get(name)?.map_or(0, |v| v.value()))
+        };
+        Ok(Counters {
+            received: get(counter::RECEIVED)?,
+            duplicates: get(counter::DUPLICATES)?,
+            poison: get(counter::POISON)?,
+            processed: get(counter::PROCESSED)?,
+            retried: get(counter::RETRIED)?,
+            dead_lettered: get(counter::DEAD_LETTERED)?,
+            resent_after_unknown_outcome: get(counter::RESENT)?,
+        })
+    }
+
+    /// Write transactions committed since open (for benchmarks: ops per commit).
+    pub fn commits(&self) -> u64 {
+        self.writer.commits()
+    }
+
+    /// Operations carried by those commits since open.
+    pub fn ops_committed(&self) -> u64 {
+        self.writer.ops_committed()
+    }
+}
+
+/// Up to `limit` dead letters, oldest first.
+pub(crate) fn read_dead_letters(
+    db: &Database,
+    limit: usize,
+) -> Result<Vec<DeadLetter>, StoreError> {
+    let read = db.begin_read()?;
+    let table = read.open_table(DEAD)?;
+    let mut letters = Vec::new();
+    for entry in table.range::<u64>(..)?.take(limit) {
+        let (id, value) = entry?;
+        letters.push(
+            decode_letter(value.value())
+                .map_err(StoreError::corrupt(format!("dead letter {}", id.value())))?,
+        );
+    }
+    Ok(letters)
+}
+
+/// An optional duration as whole milliseconds in JSON.
+mod millis {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => s.serialize_some(&u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Duration>, D::Error> {
+        Ok(Option::<u64>::deserialize(d)?.map(Duration::from_millis))
+    }
+}

@@ -1,0 +1,127 @@
+//! Opening the store: the data directory, the file's lock, the layout check, and the writer thread.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redb::{Builder, Database, DatabaseError, Durability, ReadableTable};
+use tgq_core::clock::{Clock, SystemClock};
+
+use crate::queue::QueueIndex;
+use crate::schema::{
+    seq, DEAD, DEDUP, META, OUTBOX, QUEUE, RECORDS, RECORD_EXPIRY, SCHEMA_1_SEQUENCES,
+    SCHEMA_VERSION,
+};
+use crate::writer::{Settings, Writer};
+use crate::{EmbeddedStore, StoreError, FILE_NAME};
+
+/// redb's page cache; local mode's working set is small.
+const CACHE_BYTES: usize = 64 * 1024 * 1024;
+
+/// How the store is configured.
+#[derive(Clone)]
+pub struct StoreOptions {
+    /// How long outbox entries are kept by [`EmbeddedStore::purge_expired`] (records carry their own
+    /// `expires_at`). Default: 7 days, as records.
+    pub ttl: Duration,
+    /// A message received this many times without being deleted goes to the dead letters on its
+    /// next receive (SQS's redrive `maxReceiveCount`). Default: 30.
+    pub max_receive_count: u32,
+    /// The clock for queue sends, receives and visibility, and for outbox times.
+    pub clock: Arc<dyn Clock>,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self {
+            ttl: tgq_core::defaults::RECORD_TTL,
+            max_receive_count: 30,
+            clock: Arc::new(SystemClock),
+        }
+    }
+}
+
+impl EmbeddedStore {
+    /// Opens (creating it if needed) the store in `data_dir/tgq.redb`. Fails with
+    /// [`StoreError::AlreadyOpen`] when another store has the file open. In-flight messages keep
+    /// their visibility across a reopen: they become visible again when it ends.
+    pub fn open(data_dir: &Path, options: StoreOptions) -> Result<Arc<EmbeddedStore>, StoreError> {
+        std::fs::create_dir_all(data_dir).map_err(|source| StoreError::DataDir {
+            path: data_dir.to_owned(),
+            source,
+        })?;
+        let path = data_dir.join(FILE_NAME);
+        let db = Builder::new()
+            .set_cache_size(CACHE_BYTES)
+            .create(&path)
+            .map_err(|source| match source {
+                DatabaseError::DatabaseAlreadyOpen | DatabaseError::LockProtocolMismatch => {
+                    StoreError::AlreadyOpen { path: path.clone() }
+                }
+                source => StoreError::Open {
+                    path: path.clone(),
+                    source,
+                },
+            })?;
+        prepare(&db, &path)?;
+        let queue = QueueIndex::load(&db)?;
+        let db = Arc::new(db);
+        let settings = Settings {
+            max_receive_count: options.max_receive_count,
+            clock: options.clock.clone(),
+        };
+        let writer = Writer::start(db.clone(), queue, settings).map_err(StoreError::Thread)?;
+        Ok(Arc::new(EmbeddedStore {
+            writer,
+            db,
+            ttl: options.ttl,
+            clock: options.clock,
+        }))
+    }
+}
+
+/// Creates the tables of a new file and checks the schema of an existing one.
+fn prepare(db: &Database, path: &Path) -> Result<(), StoreError> {
+    let mut txn = db.begin_write()?;
+    txn.set_durability(Durability::Immediate)?;
+    let schema_1 = redb::TableDefinition::<&str, u64>::new(SCHEMA_1_SEQUENCES);
+    let wrote_schema_1 = txn
+        .list_tables()?
+        .any(|table| redb::TableHandle::name(&table) == SCHEMA_1_SEQUENCES);
+    if wrote_schema_1 {
+        let found = txn
+            .open_table(schema_1)?
+            .get(seq::SCHEMA)?
+            .map_or(1, |v| v.value());
+        return Err(StoreError::Schema {
+            path: path.to_owned(),
+            found,
+            expected: SCHEMA_VERSION,
+        });
+    }
+    txn.open_table(RECORDS)?;
+    txn.open_table(RECORD_EXPIRY)?;
+    txn.open_table(QUEUE)?;
+    txn.open_table(DEDUP)?;
+    txn.open_table(DEAD)?;
+    txn.open_table(OUTBOX)?;
+    {
+        let mut meta = txn.open_table(META)?;
+        let found = meta.get(seq::SCHEMA)?.map(|v| v.value());
+        match found {
+            None => {
+                meta.insert(seq::SCHEMA, SCHEMA_VERSION)?;
+            }
+            Some(version) if version == SCHEMA_VERSION => {}
+            Some(found) => {
+                return Err(StoreError::Schema {
+                    path: path.to_owned(),
+                    found,
+                    expected: SCHEMA_VERSION,
+                })
+            }
+        }
+    }
+    txn.commit()?;
+    Ok(())
+}
