@@ -1,6 +1,10 @@
 //! The example bot — the one place a bot author edits. It answers `/start` with a button, `/help` with
 //! what it can do, echoes any other text, and answers button presses.
 //!
+//! [`build`] is the one seam: the worker Lambda and `tgq local` call it once per process and run
+//! what it returns. Rename the bot, give it state or clients, change every word: nothing outside
+//! this crate names its type.
+//!
 //! Every call to Telegram goes through `ctx.send(..)` with a teloxide-core payload: tgq records it, so
 //! when an update is retried, replies that were already sent are not sent twice.
 
@@ -11,10 +15,18 @@ use teloxide_core::payloads::{
 use teloxide_core::types::{
     CallbackQuery, InlineKeyboardButton, InlineKeyboardMarkup, Message, Update, UpdateKind,
 };
-use tgq_core::{Context, Handler, HandlerError};
+use tgq_core::error::BoxError;
+use tgq_core::{BotConfig, Context, Handler, HandlerError};
 
 /// The callback data carried by the `/start` button.
 pub const BUTTON_DATA: &str = "pressed:1";
+
+/// Builds the bot, once per process: read the bot's own settings from `config.vars`, open its
+/// clients, and return the handler that runs every update.
+pub async fn build(config: &BotConfig) -> Result<impl Handler, BoxError> {
+    let _ = config;
+    Ok(ExampleBot)
+}
 
 /// The example bot.
 #[derive(Clone, Copy, Debug, Default)]

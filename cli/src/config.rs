@@ -11,6 +11,7 @@ use anyhow::{bail, Context as _};
 use rand::distr::{Alphanumeric, SampleString as _};
 use secrecy::{ExposeSecret as _, SecretString};
 use tgq_core::config::{ConfigError, SecretSource, Vars};
+use tgq_core::handler::HandlerChoice;
 use tgq_core::ids::BotId;
 use tgq_core::policy::RetryPolicy;
 use tracing::warn;
@@ -68,6 +69,8 @@ pub struct LocalSettings {
     pub record_ttl: Duration,
     /// `TGQ_PURGE_INTERVAL_SECS`: how often retention removes what outlived the TTL.
     pub purge_every: Duration,
+    /// `TGQ_HANDLER`: the bot in `bot/` or the built-in echo bot.
+    pub handler: HandlerChoice,
 }
 
 impl LocalSettings {
@@ -92,6 +95,7 @@ impl LocalSettings {
                 .map(|token| SecretString::from(token.to_owned())),
             record_ttl: vars.record_ttl()?,
             purge_every: purge_interval(vars)?,
+            handler: vars.handler()?,
         })
     }
 }

@@ -8,15 +8,17 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Args;
-use tgq_bot::ExampleBot;
 use tgq_core::clock::{Clock, SystemClock};
 use tgq_core::config::Vars;
 use tgq_core::defaults;
+use tgq_core::echo::EchoBot;
+use tgq_core::handler::HandlerChoice;
 use tgq_core::ingest::{error_chain, Webhook, WebhookPorts, WebhookSettings};
 use tgq_core::ports::UpdateLedger;
 use tgq_core::telegram::BotApi;
 use tgq_core::worker::{Worker, WorkerPorts, WorkerSettings};
-use tgq_embedded::{EmbeddedStore, StoreOptions};
+use tgq_core::{BotConfig, Handler};
+use tgq_embedded::{EmbeddedStore, OfflineBotApi, StoreOptions};
 use tgq_telegram::HttpBotApi;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
@@ -46,6 +48,7 @@ Environment (the same variables as the Lambda functions):
   TELEGRAM_BOT_TOKEN     the bot's token; without it the bot's sends go to the offline outbox
   TELEGRAM_API_URL       the Bot API base URL (default https://api.telegram.org)
   TGQ_BOT_ID             the bot's id in record keys and message groups (default `local`)
+  TGQ_HANDLER            `bot` (the bot in bot/, default) or `echo` (the built-in echo bot)
   TGQ_WEBHOOK_SECRET     the webhook secret; unset: generated once, kept in <data-dir>/webhook-secret
   TGQ_MAX_BODY_BYTES     the largest webhook body accepted (default 1048576)
   TGQ_MAX_ATTEMPTS, TGQ_BACKOFF_BASE_MS, TGQ_BACKOFF_CAP_MS   the retry budget and backoff
@@ -139,10 +142,11 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
     let loops = Arc::new(LoopStats::default());
     let webhook = webhook(&settings, &store, &clock);
     let sends = Sends::new(&settings)?;
+    let handler = handler(&settings, &vars, &sends, &store).await?;
     let mut tasks: JoinSet<anyhow::Result<()>> = JoinSet::new();
 
     for id in 0..loop_settings.loops {
-        let worker = worker(&settings, &sends, &store, &clock);
+        let worker = worker(&settings, &sends, &store, &clock, handler.clone());
         let (store, clock, loops, shutdown) = (
             store.clone(),
             clock.clone(),
@@ -282,12 +286,41 @@ impl Sends {
     }
 }
 
+/// The handler every worker loop runs: the bot in `bot/`, built once, or the built-in echo bot.
+async fn handler(
+    settings: &LocalSettings,
+    vars: &Vars,
+    sends: &Sends,
+    store: &Arc<EmbeddedStore>,
+) -> anyhow::Result<Arc<dyn Handler>> {
+    Ok(match settings.handler {
+        HandlerChoice::Echo => Arc::new(EchoBot),
+        HandlerChoice::Bot => {
+            let api: Arc<dyn BotApi> = match sends {
+                Sends::Telegram(api) => api.clone(),
+                Sends::Offline => Arc::new(OfflineBotApi::new(store.clone())),
+            };
+            let config = BotConfig {
+                bot_id: settings.bot_id.clone(),
+                vars: vars.clone(),
+                api,
+            };
+            let bot = tgq_bot::build(&config)
+                .await
+                .map_err(|error| anyhow::anyhow!(error))
+                .context("the bot in bot/ could not be built")?;
+            Arc::new(bot)
+        }
+    })
+}
+
 /// The worker use case of one loop, on the embedded store.
 fn worker(
     settings: &LocalSettings,
     sends: &Sends,
     store: &Arc<EmbeddedStore>,
     clock: &Arc<dyn Clock>,
+    handler: Arc<dyn Handler>,
 ) -> Worker {
     let (ledger, api): (Arc<dyn UpdateLedger>, Arc<dyn BotApi>) = match sends {
         Sends::Telegram(api) => (store.clone(), api.clone()),
@@ -307,7 +340,7 @@ fn worker(
             api,
             clock: clock.clone(),
         },
-        Arc::new(ExampleBot),
+        handler,
     )
 }
 

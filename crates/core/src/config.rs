@@ -8,6 +8,7 @@ use std::time::Duration;
 use secrecy::SecretString;
 
 use crate::defaults;
+use crate::handler::HandlerChoice;
 use crate::ids::BotId;
 use crate::policy::RetryPolicy;
 
@@ -167,6 +168,18 @@ impl Vars {
                 "the dead-letter FIFO queue URL (template output DeadLetterQueueUrl)",
             )?,
         })
+    }
+
+    /// `TGQ_HANDLER`: the bot in `bot/` (unset or `bot`) or the built-in echo bot (`echo`).
+    pub fn handler(&self) -> Result<HandlerChoice, ConfigError> {
+        match self.get("TGQ_HANDLER") {
+            None | Some("bot") => Ok(HandlerChoice::Bot),
+            Some("echo") => Ok(HandlerChoice::Echo),
+            Some(_) => Err(ConfigError::Malformed {
+                name: "TGQ_HANDLER",
+                expected: "`bot` (the bot in bot/, the default) or `echo` (the built-in echo bot)",
+            }),
+        }
     }
 
     /// `TGQ_MAX_BODY_BYTES`, default 1 MiB.

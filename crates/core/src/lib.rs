@@ -5,8 +5,10 @@ pub mod clock;
 pub mod config;
 pub mod context;
 pub mod defaults;
+pub mod echo;
 pub mod envelope;
 pub mod error;
+pub mod handler;
 pub mod ids;
 pub mod ingest;
 pub mod policy;
@@ -17,7 +19,7 @@ pub mod worker;
 
 pub use context::Context;
 pub use error::{ErrorClass, HandlerError, PortError};
-pub use worker::Handler;
+pub use handler::{BotConfig, Handler};
 
 /// The Bot API types the handler receives and sends, re-exported so bots use the same version.
 pub use teloxide_core as bot_api;

@@ -6,7 +6,6 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use futures::FutureExt;
 use teloxide_core::types::Update;
 use tracing::{error, info, instrument, warn, Span};
@@ -15,6 +14,7 @@ use crate::clock::Clock;
 use crate::context::{ActionSummary, Context};
 use crate::envelope::Envelope;
 use crate::error::{ErrorClass, HandlerError};
+use crate::handler::Handler;
 use crate::ids::{GroupKey, MessageGroupId, RecordKey};
 use crate::ingest::error_chain;
 use crate::policy::{BuryReason, Jitter, RetryPolicy, Verdict};
@@ -23,13 +23,6 @@ use crate::ports::{
 };
 use crate::record::Timestamp;
 use crate::telegram::BotApi;
-
-/// The bot: the one thing a bot author writes.
-#[async_trait]
-pub trait Handler: Send + Sync {
-    /// Handles one update. Send through `ctx` so that retries never repeat a completed send.
-    async fn handle(&self, update: Update, ctx: &mut Context<'_>) -> Result<(), HandlerError>;
-}
 
 /// The worker's settings.
 #[derive(Clone, Debug)]

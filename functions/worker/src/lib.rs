@@ -9,6 +9,8 @@ use lambda_runtime::LambdaEvent;
 use tgq_core::clock::{Clock, SystemClock};
 use tgq_core::config::{AwsResources, ConfigError, SecretSource, Vars};
 use tgq_core::defaults;
+use tgq_core::handler::HandlerChoice;
+use tgq_core::ids::BotId;
 use tgq_core::ports::{QueueRecord, ReceiptHandle};
 use tgq_core::record::Timestamp;
 use tgq_core::worker::{Worker, WorkerSettings};
@@ -25,6 +27,10 @@ pub struct WorkerConfig {
     pub resources: AwsResources,
     /// Attempt budget and backoff.
     pub settings: WorkerSettings,
+    /// `TGQ_BOT_ID`: the bot whose handler runs here.
+    pub bot_id: BotId,
+    /// `TGQ_HANDLER`: the bot in `bot/` or the built-in echo bot.
+    pub handler: HandlerChoice,
 }
 
 impl WorkerConfig {
@@ -43,6 +49,8 @@ impl WorkerConfig {
                 deadline_margin: defaults::DEADLINE_MARGIN,
                 record_ttl: vars.record_ttl()?,
             },
+            bot_id: vars.bot_id()?,
+            handler: vars.handler()?,
         })
     }
 }

@@ -6,10 +6,13 @@ use std::sync::Arc;
 use aws_lambda_events::event::sqs::SqsEvent;
 use lambda_runtime::{run, service_fn, Error, LambdaEvent};
 use tgq_aws::{DynamoStore, SqsQueue};
-use tgq_bot::ExampleBot;
 use tgq_core::clock::SystemClock;
 use tgq_core::config::Vars;
+use tgq_core::echo::EchoBot;
+use tgq_core::handler::HandlerChoice;
+use tgq_core::telegram::BotApi;
 use tgq_core::worker::{Worker, WorkerPorts};
+use tgq_core::{BotConfig, Handler};
 use tgq_telegram::HttpBotApi;
 use tgq_worker::{handle, WorkerConfig, TELEGRAM_TIMEOUT};
 
@@ -19,7 +22,8 @@ async fn main() -> Result<(), Error> {
         .json()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .init();
-    let config = WorkerConfig::from_vars(&Vars::from_env())?;
+    let vars = Vars::from_env();
+    let config = WorkerConfig::from_vars(&vars)?;
     let sdk = tgq_aws::aws_config().await;
     let token =
         tgq_aws::resolve_secret(&aws_sdk_ssm::Client::new(&sdk), config.token.clone()).await?;
@@ -28,6 +32,22 @@ async fn main() -> Result<(), Error> {
         aws_sdk_dynamodb::Client::new(&sdk),
         config.resources.table.clone(),
     ));
+    let api: Arc<dyn BotApi> = Arc::new(HttpBotApi::new(
+        &config.telegram_api_url,
+        token,
+        TELEGRAM_TIMEOUT,
+    )?);
+    let handler: Arc<dyn Handler> = match config.handler {
+        HandlerChoice::Bot => {
+            let bot = BotConfig {
+                bot_id: config.bot_id.clone(),
+                vars,
+                api: api.clone(),
+            };
+            Arc::new(tgq_bot::build(&bot).await?)
+        }
+        HandlerChoice::Echo => Arc::new(EchoBot),
+    };
     let ports = WorkerPorts {
         ledger: store,
         visibility: Arc::new(SqsQueue::new(
@@ -35,14 +55,10 @@ async fn main() -> Result<(), Error> {
             config.resources.queue_url.clone(),
         )),
         dead: Arc::new(SqsQueue::new(sqs, config.resources.dlq_url.clone())),
-        api: Arc::new(HttpBotApi::new(
-            &config.telegram_api_url,
-            token,
-            TELEGRAM_TIMEOUT,
-        )?),
+        api,
         clock: Arc::new(SystemClock),
     };
-    let worker = Worker::new(config.settings.clone(), ports, Arc::new(ExampleBot));
+    let worker = Worker::new(config.settings.clone(), ports, handler);
     let worker = &worker;
     run(service_fn(|event: LambdaEvent<SqsEvent>| async move {
         handle(worker, event).await.map_err(Error::from)

@@ -29,6 +29,7 @@ async fn rig() -> Rig {
     let fake = FakeTelegram::start().await.unwrap();
     let vars = Vars::from_pairs([
         ("TELEGRAM_BOT_TOKEN", fake.token()),
+        ("TGQ_BOT_ID", "demo"),
         ("TGQ_TABLE", "t"),
         ("TGQ_QUEUE_URL", "q"),
         ("TGQ_DLQ_URL", "d"),

@@ -1,0 +1,82 @@
+//! The echo bot built into every tgq binary (`TGQ_HANDLER=echo`): a handler whose every reply names
+//! the update it answers, so that a deployment can be smoke-tested and the test suite and
+//! `tgq drill` can tell from the outside which update was processed, how often and in which order —
+//! whatever the author's bot in `bot/` does.
+//!
+//! For an update `U` in chat `C`:
+//! - a message (or channel post, or an edit of either) with text `T` → `sendMessage(C, "echo U: T")`;
+//!   with `T` = `/once …` the reply is sent at most once; `/fail permanent` fails the update
+//!   permanently and `/fail transient` fails it transiently on every run, both before any send;
+//!   `/slow MS` waits MS milliseconds before replying;
+//! - a button press with data `D` → `answerCallbackQuery`, then `sendMessage(C, "echo U: callback D")`;
+//! - anything else → nothing is sent.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use teloxide_core::payloads::{AnswerCallbackQuery, SendMessage};
+use teloxide_core::types::{Message, Update, UpdateKind};
+
+use crate::context::Context;
+use crate::error::HandlerError;
+use crate::handler::Handler;
+
+/// The built-in echo bot.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct EchoBot;
+
+/// The reply the echo bot sends for text `text` of update `update_id`.
+pub fn reply_text(update_id: i64, text: &str) -> String {
+    format!("echo {update_id}: {text}")
+}
+
+#[async_trait]
+impl Handler for EchoBot {
+    async fn handle(&self, update: Update, ctx: &mut Context<'_>) -> Result<(), HandlerError> {
+        let update_id = i64::from(update.id.0);
+        match update.kind {
+            UpdateKind::Message(message)
+            | UpdateKind::EditedMessage(message)
+            | UpdateKind::ChannelPost(message)
+            | UpdateKind::EditedChannelPost(message) => on_text(update_id, &message, ctx).await,
+            UpdateKind::CallbackQuery(query) => {
+                ctx.send(AnswerCallbackQuery::new(query.id.clone())).await?;
+                let Some(message) = &query.message else {
+                    return Ok(());
+                };
+                let data = query.data.as_deref().unwrap_or("");
+                let text = reply_text(update_id, &format!("callback {data}"));
+                ctx.send(SendMessage::new(message.chat().id, text)).await?;
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+async fn on_text(
+    update_id: i64,
+    message: &Message,
+    ctx: &mut Context<'_>,
+) -> Result<(), HandlerError> {
+    let Some(text) = message.text() else {
+        return Ok(());
+    };
+    let reply = SendMessage::new(message.chat.id, reply_text(update_id, text));
+    if text.starts_with("/fail permanent") {
+        return Err(HandlerError::permanent("the echo bot was asked to fail"));
+    }
+    if text.starts_with("/fail transient") {
+        return Err(HandlerError::transient("the echo bot was asked to fail"));
+    }
+    if text.starts_with("/once") {
+        ctx.send_at_most_once(reply).await?;
+        return Ok(());
+    }
+    if let Some(ms) = text.strip_prefix("/slow ") {
+        let ms: u64 = ms.trim().parse().unwrap_or(0);
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+    ctx.send(reply).await?;
+    Ok(())
+}
