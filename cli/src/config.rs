@@ -11,9 +11,11 @@ use anyhow::{bail, Context as _};
 use rand::distr::{Alphanumeric, SampleString as _};
 use secrecy::{ExposeSecret as _, SecretString};
 use tgq_core::config::{ConfigError, SecretSource, Vars};
+use tgq_core::defaults;
 use tgq_core::handler::HandlerChoice;
 use tgq_core::ids::BotId;
-use tgq_core::policy::RetryPolicy;
+use tgq_core::pacer::RateLimits;
+use tgq_core::worker::WorkerSettings;
 use tracing::warn;
 
 /// The bot id local mode uses when `TGQ_BOT_ID` is unset.
@@ -57,8 +59,11 @@ pub struct LocalSettings {
     pub secret_origin: SecretOrigin,
     /// `TGQ_MAX_BODY_BYTES`.
     pub max_body_bytes: usize,
-    /// `TGQ_MAX_ATTEMPTS`, `TGQ_BACKOFF_BASE_MS`, `TGQ_BACKOFF_CAP_MS`.
-    pub retry: RetryPolicy,
+    /// The worker's settings: `TGQ_MAX_ATTEMPTS`, `TGQ_BACKOFF_*`, `TGQ_MAX_RETRY_AGE_SECS`,
+    /// `TGQ_RECORD_TTL_SECS`, `TGQ_MAX_RECEIVE_COUNT` (the local queue's redrive limit too).
+    pub worker: WorkerSettings,
+    /// `TGQ_RATE_*`: Telegram's flood limits for the bot.
+    pub rate_limits: RateLimits,
     /// `TELEGRAM_BOT_TOKEN`; without it sends go to the offline outbox.
     pub token: Option<SecretString>,
     /// `TELEGRAM_API_URL`.
@@ -87,7 +92,13 @@ impl LocalSettings {
             secret,
             secret_origin,
             max_body_bytes: vars.max_body_bytes()?,
-            retry: vars.retry_policy()?,
+            worker: WorkerSettings {
+                retry: vars.retry_policy()?,
+                deadline_margin: defaults::DEADLINE_MARGIN,
+                record_ttl: vars.record_ttl()?,
+                max_receive_count: vars.max_receive_count()?,
+            },
+            rate_limits: vars.rate_limits()?,
             token: bot_token(vars)?,
             telegram_api_url: vars.telegram_api_url()?,
             admin_token: vars
@@ -227,7 +238,7 @@ mod tests {
         let vars = Vars::from_pairs([("TGQ_MAX_ATTEMPTS", "3"), ("TGQ_WEBHOOK_SECRET", "s3cret")]);
         let settings = LocalSettings::from_vars(&vars, dir.path()).unwrap();
         assert_eq!(settings.bot_id.as_str(), "local");
-        assert_eq!(settings.retry.max_attempts, 3);
+        assert_eq!(settings.worker.retry.max_attempts, 3);
         assert_eq!(settings.secret_origin, SecretOrigin::Environment);
         assert!(settings.token.is_none());
         assert!(!dir.path().join(SECRET_FILE).exists());

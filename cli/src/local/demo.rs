@@ -72,7 +72,7 @@ pub async fn run(
     print_summary(
         updates.len(),
         &url,
-        &difference(&counters, &before.counters),
+        &Counters::since(&counters, &before.counters),
         &replies,
     );
     Ok(())
@@ -129,20 +129,6 @@ async fn settle(store: &Arc<EmbeddedStore>) -> anyhow::Result<()> {
             );
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-fn difference(after: &Counters, before: &Counters) -> Counters {
-    Counters {
-        received: after.received.saturating_sub(before.received),
-        duplicates: after.duplicates.saturating_sub(before.duplicates),
-        poison: after.poison.saturating_sub(before.poison),
-        processed: after.processed.saturating_sub(before.processed),
-        retried: after.retried.saturating_sub(before.retried),
-        dead_lettered: after.dead_lettered.saturating_sub(before.dead_lettered),
-        resent_after_unknown_outcome: after
-            .resent_after_unknown_outcome
-            .saturating_sub(before.resent_after_unknown_outcome),
     }
 }
 

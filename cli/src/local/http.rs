@@ -11,13 +11,12 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
 use axum::Router;
-use bytes::Bytes;
 use http_body_util::LengthLimitError;
 use secrecy::SecretString;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tgq_core::clock::Clock;
-use tgq_core::ingest::{InboundRequest, Refused, Webhook, SECRET_HEADER};
+use tgq_core::ingest::{Answer, Ingested, Refused, RequestHead, Webhook, SECRET_HEADER};
 use tgq_embedded::EmbeddedStore;
 
 use super::admin;
@@ -72,60 +71,49 @@ fn answer(status: StatusCode, result: Value) -> Response {
         .into_response()
 }
 
-fn refusal(refused: &Refused) -> Response {
-    let status =
-        StatusCode::from_u16(refused.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    answer(status, Value::from(refused.to_string()))
+/// The webhook's answer, in the same shape as the Lambda's.
+fn webhook_answer(outcome: &Result<Ingested, Refused>) -> Response {
+    let answer = Answer::of(outcome);
+    let status = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        answer.body,
+    )
+        .into_response()
 }
 
-/// `POST /webhook`: the cheap refusals (405, 401) come before a byte of the body is read, the body
-/// is read up to `TGQ_MAX_BODY_BYTES` (413 past it), then the use case stores and enqueues it.
+/// `POST /webhook`: the use case admits the request's head (405, 401, and 413 for a declared
+/// length) before a byte of the body is read; the body is read up to the limit (413 past it, even
+/// without a declared length); then the use case stores and enqueues it.
 async fn webhook(
     State(app): State<App>,
     method: Method,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let secret = headers.get(SECRET_HEADER).map(|value| value.as_bytes());
-    let settings = app.webhook.settings();
-    if method != Method::POST {
-        return refusal(&Refused::MethodNotAllowed);
-    }
-    if !app.webhook.authenticates(secret) {
-        return refusal(&Refused::Unauthorized);
-    }
-    let limit = settings.max_body_bytes;
-    let declared = headers
+    let declared_length = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.parse::<usize>().ok());
-    if let Some(size) = declared.filter(|size| *size > limit) {
-        return refusal(&Refused::PayloadTooLarge { size, limit });
-    }
-    let body: Bytes = match axum::body::to_bytes(body, limit).await {
-        Ok(body) => body,
-        Err(error) if is_length_limit(&error) => {
-            return refusal(&Refused::PayloadTooLarge {
-                size: limit + 1,
-                limit,
-            })
-        }
-        Err(_) => {
-            return answer(
-                StatusCode::BAD_REQUEST,
-                Value::from("the request body could not be read"),
-            )
-        }
-    };
-    let inbound = InboundRequest {
+    let head = RequestHead {
         method: method.as_str(),
-        secret,
-        body: &body,
+        secret: headers.get(SECRET_HEADER).map(|value| value.as_bytes()),
+        declared_length,
     };
-    match app.webhook.handle(inbound).await {
-        Ok(ingested) => answer(StatusCode::OK, Value::from(ingested.to_string())),
-        Err(refused) => refusal(&refused),
+    if let Err(refused) = app.webhook.admit(&head) {
+        return webhook_answer(&Err(refused));
     }
+    let limit = app.webhook.max_body_bytes();
+    let outcome = match axum::body::to_bytes(body, limit).await {
+        Ok(body) => app.webhook.ingest(body).await,
+        Err(error) if is_length_limit(&error) => Err(Refused::PayloadTooLarge {
+            size: limit + 1,
+            limit,
+        }),
+        Err(_) => Err(Refused::UnreadableBody),
+    };
+    webhook_answer(&outcome)
 }
 
 fn is_length_limit(error: &axum::Error) -> bool {

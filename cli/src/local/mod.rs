@@ -12,11 +12,12 @@ use tgq_core::clock::{Clock, SystemClock};
 use tgq_core::config::Vars;
 use tgq_core::defaults;
 use tgq_core::echo::EchoBot;
+use tgq_core::error::error_chain;
 use tgq_core::handler::HandlerChoice;
-use tgq_core::ingest::{error_chain, Webhook, WebhookPorts, WebhookSettings};
-use tgq_core::ports::UpdateLedger;
+use tgq_core::ingest::{Ingest, Webhook, WebhookPorts, WebhookSettings};
+use tgq_core::pacer::Pacer;
 use tgq_core::telegram::BotApi;
-use tgq_core::worker::{Worker, WorkerPorts, WorkerSettings};
+use tgq_core::worker::{Worker, WorkerPorts};
 use tgq_core::{BotConfig, Handler};
 use tgq_embedded::{EmbeddedStore, OfflineBotApi, StoreOptions};
 use tgq_telegram::HttpBotApi;
@@ -30,16 +31,12 @@ use shutdown::Shutdown;
 use worker_loop::{LoopSettings, LoopStats};
 
 mod admin;
-mod attribution;
 mod demo;
 mod fixtures;
 mod http;
 mod poll;
 mod shutdown;
 mod worker_loop;
-
-/// How long one Telegram call of the bot may take before it counts as a (transient) timeout.
-const TELEGRAM_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// `tgq local`.
 #[derive(Debug, Args)]
@@ -106,10 +103,24 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
     let data_dir = args.data_dir.clone();
     let options = StoreOptions {
         ttl: settings.record_ttl,
+        max_receive_count: settings.worker.max_receive_count,
         ..StoreOptions::default()
     };
     let store =
         tokio::task::spawn_blocking(move || EmbeddedStore::open(&data_dir, options)).await??;
+    // This process holds the store's lock: no run of an earlier one can be alive, so what they still
+    // held is released now rather than after a visibility timeout.
+    let recovered = store
+        .recover()
+        .await
+        .context("releasing what a previous run of tgq local held")?;
+    if recovered.messages + recovered.leases > 0 {
+        info!(
+            messages = recovered.messages,
+            leases = recovered.leases,
+            "released what the previous run of tgq local still held"
+        );
+    }
 
     let listener = match TcpListener::bind(&args.addr).await {
         Ok(listener) => listener,
@@ -143,10 +154,12 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
     let webhook = webhook(&settings, &store, &clock);
     let sends = Sends::new(&settings)?;
     let handler = handler(&settings, &vars, &sends, &store).await?;
+    // One pacer for every worker loop: Telegram's limits are per bot, not per loop.
+    let pacer = Arc::new(Pacer::new(settings.rate_limits));
     let mut tasks: JoinSet<anyhow::Result<()>> = JoinSet::new();
 
     for id in 0..loop_settings.loops {
-        let worker = worker(&settings, &sends, &store, &clock, handler.clone());
+        let worker = worker(&settings, &sends, &store, &clock, &pacer, handler.clone());
         let (store, clock, loops, shutdown) = (
             store.clone(),
             clock.clone(),
@@ -190,7 +203,7 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
         let api = HttpBotApi::new(
             &settings.telegram_api_url,
             token,
-            poll::POLL_TIMEOUT + TELEGRAM_TIMEOUT,
+            poll::POLL_TIMEOUT + defaults::TELEGRAM_TIMEOUT,
         )?;
         let (webhook, shutdown) = (webhook.clone(), shutdown.clone());
         tasks.spawn(async move { poll::run(&api, &webhook, &shutdown).await });
@@ -257,14 +270,12 @@ fn webhook(
             record_ttl: settings.record_ttl,
         },
         WebhookPorts {
-            store: store.clone(),
-            queue: store.clone(),
+            // The store holds the queue too: a new update and its message take one commit.
+            ingest: Ingest::Atomic(store.clone()),
             dead: store.clone(),
             clock: clock.clone(),
         },
     )
-    // The store holds the queue too: a new update and its message take one commit, not three.
-    .with_atomic_ingest(store.clone())
 }
 
 /// Where the bot's sends go: Telegram, or (without a token) the offline outbox.
@@ -279,7 +290,7 @@ impl Sends {
             Some(token) => Sends::Telegram(Arc::new(HttpBotApi::new(
                 &settings.telegram_api_url,
                 token.clone(),
-                TELEGRAM_TIMEOUT,
+                defaults::TELEGRAM_TIMEOUT,
             )?)),
             None => Sends::Offline,
         })
@@ -320,24 +331,22 @@ fn worker(
     sends: &Sends,
     store: &Arc<EmbeddedStore>,
     clock: &Arc<dyn Clock>,
+    pacer: &Arc<Pacer>,
     handler: Arc<dyn Handler>,
 ) -> Worker {
-    let (ledger, api): (Arc<dyn UpdateLedger>, Arc<dyn BotApi>) = match sends {
-        Sends::Telegram(api) => (store.clone(), api.clone()),
-        // Each loop attributes its own sends, so the outbox can name their updates.
-        Sends::Offline => attribution::offline_ports(store),
+    let api: Arc<dyn BotApi> = match sends {
+        Sends::Telegram(api) => api.clone(),
+        // Each send names its update and position itself, and records its outcome in its commit.
+        Sends::Offline => Arc::new(OfflineBotApi::new(store.clone())),
     };
     Worker::new(
-        WorkerSettings {
-            retry: settings.retry,
-            deadline_margin: defaults::DEADLINE_MARGIN,
-            record_ttl: settings.record_ttl,
-        },
+        settings.worker.clone(),
         WorkerPorts {
-            ledger,
+            ledger: store.clone(),
             visibility: store.clone(),
             dead: store.clone(),
             api,
+            pacer: pacer.clone(),
             clock: clock.clone(),
         },
         handler,

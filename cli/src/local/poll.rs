@@ -9,8 +9,9 @@ use anyhow::bail;
 use bytes::Bytes;
 use serde_json::Value;
 use teloxide_core::payloads::{GetUpdates, GetUpdatesSetters as _};
-use tgq_core::ingest::{error_chain, Webhook};
-use tgq_core::telegram::{BotApi, TelegramError};
+use tgq_core::error::error_chain;
+use tgq_core::ingest::Webhook;
+use tgq_core::telegram::{ApiCall, BotApi, CallError, TelegramError};
 use tgq_core::ErrorClass;
 use tracing::{info, warn};
 
@@ -39,8 +40,12 @@ pub async fn run(api: &dyn BotApi, webhook: &Webhook, shutdown: &Shutdown) -> an
             payload = payload.offset(offset);
         }
         let params = serde_json::to_value(&payload)?;
+        let call = ApiCall::plain("getUpdates", &params);
         let answer = tokio::select! {
-            answer = api.call("getUpdates", &params) => answer,
+            answer = api.call(&call) => answer.map_err(|e| match e {
+                CallError::Telegram(e) => e,
+                CallError::Store(e) => TelegramError::Network(error_chain(&e)),
+            }),
             // Nothing is lost by abandoning a poll: the offset of unconfirmed updates is not sent.
             () = shutdown.wait() => break,
         };
@@ -62,7 +67,18 @@ pub async fn run(api: &dyn BotApi, webhook: &Webhook, shutdown: &Shutdown) -> an
                 warn!("getUpdates answered something other than a list of updates");
                 backoff(failures)
             }
-            Err(TelegramError::Api { code: 409, .. }) => bail!(WEBHOOK_IS_SET),
+            Err(TelegramError::Api {
+                code: 409,
+                description,
+            }) => match Conflict::of(&description) {
+                Conflict::WebhookActive => bail!(WEBHOOK_IS_SET),
+                Conflict::OtherPoller => {
+                    // Another process polls this bot: Telegram ends one of the two polls. This one
+                    // backs off and keeps serving; the conflict is named so it can be found.
+                    warn!(conflict = %description, "another getUpdates poller is running for this bot; backing off");
+                    backoff(failures)
+                }
+            },
             Err(TelegramError::Api { code: code @ (401 | 404), .. }) => bail!(
                 "Telegram answered {code} to getUpdates: the bot token is not valid (check TELEGRAM_BOT_TOKEN and TELEGRAM_API_URL)"
             ),
@@ -82,6 +98,25 @@ pub async fn run(api: &dyn BotApi, webhook: &Webhook, shutdown: &Shutdown) -> an
         }
     }
     Ok(())
+}
+
+/// What a 409 from getUpdates means.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Conflict {
+    /// "Conflict: can't use getUpdates method while webhook is active": polling cannot work.
+    WebhookActive,
+    /// "Conflict: terminated by other getUpdates request": a second poller; it may go away.
+    OtherPoller,
+}
+
+impl Conflict {
+    fn of(description: &str) -> Self {
+        if description.to_ascii_lowercase().contains("webhook") {
+            Conflict::WebhookActive
+        } else {
+            Conflict::OtherPoller
+        }
+    }
 }
 
 /// Stores and enqueues every update of a batch, in order; returns the offset that confirms them.
@@ -112,6 +147,18 @@ fn backoff(failures: u32) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_409_is_told_apart_by_its_description() {
+        assert_eq!(
+            Conflict::of("Conflict: can't use getUpdates method while webhook is active; use deleteWebhook to delete the webhook first"),
+            Conflict::WebhookActive
+        );
+        assert_eq!(
+            Conflict::of("Conflict: terminated by other getUpdates request; make sure that only one bot instance is running"),
+            Conflict::OtherPoller
+        );
+    }
 
     #[test]
     fn failed_polls_back_off_exponentially_up_to_thirty_seconds() {

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tgq_core::clock::Clock;
-use tgq_core::ingest::error_chain;
+use tgq_core::error::error_chain;
 use tgq_core::ports::QueueConsumer;
-use tgq_core::worker::{BatchReport, RecordOutcome, Worker};
+use tgq_core::worker::Worker;
 use tgq_embedded::EmbeddedStore;
 use tracing::{info, warn};
 
@@ -107,7 +107,7 @@ pub async fn run(
                 warn!(worker_loop = id, message_id = %record.message_id, error = %error_chain(&error), "delete failed");
             }
         }
-        let resent = resent_in(&report);
+        let resent = report.resent_after_unknown_outcome();
         if resent > 0 {
             info!(
                 worker_loop = id,
@@ -119,16 +119,4 @@ pub async fn run(
         }
     }
     stats.running.fetch_sub(1, Ordering::SeqCst);
-}
-
-/// Sends repeated after an unknown outcome in the batch's finished records.
-fn resent_in(report: &BatchReport) -> u64 {
-    report
-        .outcomes
-        .iter()
-        .map(|(_, outcome)| match outcome {
-            RecordOutcome::Done(summary) => u64::from(summary.resent_after_unknown_outcome),
-            _ => 0,
-        })
-        .sum()
 }

@@ -12,9 +12,10 @@ use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 use tgq_core::ids::RecordKey;
 use tgq_core::ports::{
-    Claim, ClaimRequest, Claimed, Inserted, RecordReader, Settlement, UpdateLedger, UpdateStore,
+    Claim, ClaimRequest, Claimed, Final, Inserted, Lease, RecordReader, Settlement, UpdateLedger,
+    UpdateStore,
 };
-use tgq_core::record::{ActionIntent, Status, Timestamp, UpdateRecord};
+use tgq_core::record::{ActionIntent, ActionOutcome, Status, Timestamp, UpdateRecord};
 use tgq_core::PortError;
 
 use crate::error::port_error;
@@ -24,8 +25,6 @@ use crate::item::{self, expiry_secs, number, string, Item};
 
 /// No record with this key was ever stored, or TTL has already deleted it.
 const NOT_EXISTS: &str = "attribute_not_exists(pk)";
-/// The record exists: an update must never create a half-formed item.
-const EXISTS: &str = "attribute_exists(pk)";
 /// The record outlived its TTL; DynamoDB deletes such items only eventually, so they count as absent.
 const EXPIRED: &str = "expires_at <= :now_secs";
 /// The record waits for a run: stored, queued, or backing off after a transient failure.
@@ -35,6 +34,9 @@ const LEASE_EXPIRED: &str =
     "(#status = :processing AND (attribute_not_exists(lease_until) OR lease_until <= :now))";
 /// Only a freshly stored record becomes queued; a worker may already have moved it further.
 const STILL_RECEIVED: &str = "#status = :received";
+/// The run that writes still holds the lease: the record is PROCESSING with the attempt number the
+/// run's claim set (its fencing token). A run that outlived its lease fails this.
+const HELD_BY_RUN: &str = "#status = :processing AND attempts = :token";
 
 /// A new record may be written where no live one is: the key is free or its record expired.
 fn key_is_free() -> String {
@@ -47,11 +49,13 @@ fn claimable_in_place() -> String {
     format!("{NOT_EXISTS} OR (NOT ({EXPIRED}) AND ({CLAIMABLE_STATUS} OR {LEASE_EXPIRED}))")
 }
 
-/// Takes the lease and counts the run; the `if_not_exists` parts fill in a record the claim creates.
+/// Takes the lease and counts the run; the `if_not_exists` parts fill in a record the claim creates
+/// and keep the time of the first run.
 const CLAIM_UPDATE: &str = "SET #status = :processing, lease_until = :lease, \
      #group = if_not_exists(#group, :group), payload = if_not_exists(payload, :payload), \
      received_at = if_not_exists(received_at, :now), expires_at = if_not_exists(expires_at, :exp), \
-     actions = if_not_exists(actions, :no_actions) \
+     actions = if_not_exists(actions, :no_actions), \
+     first_attempt_at = if_not_exists(first_attempt_at, :now) \
      ADD attempts :one";
 
 /// How often a claim retries after losing a race to re-create an expired record.
@@ -93,21 +97,6 @@ impl DynamoStore {
             .set_key(Some(item::key(key)))
     }
 
-    /// Runs a conditional update whose failed condition means "no such record".
-    async fn update_existing(
-        &self,
-        request: UpdateItemFluentBuilder,
-        missing: &'static str,
-    ) -> Result<(), PortError> {
-        match request.send().await {
-            Ok(_) => Ok(()),
-            Err(err) if update_condition_failed(&err).is_some() => {
-                Err(PortError::rejected(UPDATE, missing))
-            }
-            Err(err) => Err(port_error(UPDATE, err)),
-        }
-    }
-
     async fn claim_in_place(&self, request: &ClaimRequest) -> Result<InPlace, PortError> {
         let result = self
             .update(&request.key)
@@ -130,17 +119,17 @@ impl DynamoStore {
             .expression_attribute_values(":exp", expiry_secs(request.expires_at))
             .expression_attribute_values(":no_actions", AttributeValue::M(HashMap::new()))
             .expression_attribute_values(":one", number(1))
-            .return_values(ReturnValue::AllNew)
+            // The old item tells what the claim took over: its runs, actions, and whether the
+            // previous run died holding the lease. A claim that created the record has none.
+            .return_values(ReturnValue::AllOld)
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
             .await;
         let old = match result {
             Ok(output) => {
-                let new = Item(output.attributes.unwrap_or_default());
-                let claimed = Claimed {
-                    attempt: new.attempts().map_err(|e| PortError::rejected(UPDATE, e))?,
-                    actions: new.actions().map_err(|e| PortError::rejected(UPDATE, e))?,
-                };
+                let old = Item(output.attributes.unwrap_or_default());
+                let claimed =
+                    claimed_from(&old, request).map_err(|e| PortError::rejected(UPDATE, e))?;
                 return Ok(InPlace::Decided(Claim::Run(claimed)));
             }
             Err(err) => match update_condition_failed(&err) {
@@ -163,6 +152,7 @@ impl DynamoStore {
         );
         record.status = Status::Processing;
         record.attempts = 1;
+        record.first_attempt_at = Some(request.now);
         record.lease_until = Some(request.lease_until);
         record.expires_at = request.expires_at;
         let result = self
@@ -176,8 +166,14 @@ impl DynamoStore {
             .await;
         match result {
             Ok(_) => Ok(Some(Claim::Run(Claimed {
-                attempt: record.attempts,
+                lease: Lease {
+                    key: request.key.clone(),
+                    token: record.attempts,
+                },
                 actions: record.actions,
+                throttled: 0,
+                first_attempt_at: request.now,
+                resumed: false,
             }))),
             Err(err) if put_condition_failed(&err).is_some() => Ok(None),
             Err(err) => Err(port_error(PUT, err)),
@@ -192,8 +188,13 @@ fn why_not_claimable(old: &Item, now: Timestamp) -> Result<InPlace, PortError> {
         return Ok(InPlace::Expired);
     }
     let status = old.status().map_err(unreadable)?;
-    if status.is_final() {
-        return Ok(InPlace::Decided(Claim::AlreadyFinal(status)));
+    match status {
+        Status::Done => return Ok(InPlace::Decided(Claim::AlreadyFinal(Final::Done))),
+        Status::Dead => {
+            let burial = old.burial().map_err(unreadable)?;
+            return Ok(InPlace::Decided(Claim::AlreadyFinal(Final::Dead(burial))));
+        }
+        _ => {}
     }
     match (status, old.lease_until().map_err(unreadable)?) {
         (Status::Processing, Some(until)) if until > now => {
@@ -204,6 +205,26 @@ fn why_not_claimable(old: &Item, now: Timestamp) -> Result<InPlace, PortError> {
             format!("the claim's condition failed on a claimable {status} record"),
         )),
     }
+}
+
+/// What a claim took over, from the item as it was before the claim (empty when it created it).
+fn claimed_from(old: &Item, request: &ClaimRequest) -> Result<Claimed, item::ItemError> {
+    let existed = !old.0.is_empty();
+    let attempts_before = if existed { old.attempts()? } else { 0 };
+    Ok(Claimed {
+        lease: Lease {
+            key: request.key.clone(),
+            token: attempts_before + 1,
+        },
+        actions: if existed {
+            old.actions()?
+        } else {
+            Default::default()
+        },
+        throttled: if existed { old.throttled()? } else { 0 },
+        first_attempt_at: old.first_attempt_at()?.unwrap_or(request.now),
+        resumed: existed && old.status()? == Status::Processing,
+    })
 }
 
 fn no_old_item(what: &'static str) -> PortError {
@@ -294,48 +315,162 @@ impl UpdateLedger for DynamoStore {
         ))
     }
 
-    async fn record_intent(&self, key: &RecordKey, intent: &ActionIntent) -> Result<(), PortError> {
-        let request = self
-            .update(key)
-            .update_expression("SET actions.#seq = :intent")
-            .condition_expression(EXISTS)
-            .expression_attribute_names("#seq", intent.seq.to_string())
-            .expression_attribute_values(":intent", item::intent(intent));
-        self.update_existing(request, "no such record").await
-    }
-
-    async fn record_result(
+    async fn record_intent(
         &self,
-        key: &RecordKey,
-        seq: u32,
-        result: &str,
+        lease: &Lease,
+        intent: &ActionIntent,
+        outcomes: &[ActionOutcome],
     ) -> Result<(), PortError> {
-        let request = self
-            .update(key)
-            .update_expression("SET actions.#seq.#result = :result")
-            // A result without its intent would be an action nobody recorded sending.
-            .condition_expression("attribute_exists(actions.#seq)")
-            .expression_attribute_names("#seq", seq.to_string())
-            .expression_attribute_names("#result", item::RESULT)
-            .expression_attribute_values(":result", string(result));
-        self.update_existing(request, "no such action intent").await
+        let write = RunWrite::new(lease, outcomes)
+            .set("actions.#intent", ":intent", item::intent(intent))
+            .name("#intent", intent.seq.to_string());
+        self.write_run(write).await
     }
 
-    async fn settle(&self, key: &RecordKey, outcome: &Settlement) -> Result<(), PortError> {
-        let request = self
-            .update(key)
-            .condition_expression(EXISTS)
-            .expression_attribute_names("#status", item::STATUS)
-            .expression_attribute_values(":status", string(outcome.status().as_str()));
-        let request = match outcome {
-            Settlement::Done => {
-                request.update_expression("SET #status = :status REMOVE lease_until, last_error")
+    async fn settle(
+        &self,
+        lease: &Lease,
+        settlement: &Settlement,
+        outcomes: &[ActionOutcome],
+    ) -> Result<(), PortError> {
+        let mut write = RunWrite::new(lease, outcomes)
+            .set("#status", ":settled", string(settlement.status().as_str()))
+            .remove("lease_until");
+        write = match settlement {
+            Settlement::Done => write.remove("last_error"),
+            Settlement::Retrying { error, throttled } => {
+                let write = write.set("last_error", ":error", string(error));
+                match throttled {
+                    // Pacing, not a failure: refunded from the attempt budget.
+                    true => write.add("throttled", ":one", number(1)),
+                    false => write,
+                }
             }
-            Settlement::Retrying { error } | Settlement::Dead { error } => request
-                .update_expression("SET #status = :status, last_error = :error REMOVE lease_until")
-                .expression_attribute_values(":error", string(error)),
+            Settlement::Dead(burial) => write
+                .set("last_error", ":error", string(&burial.error))
+                .set("burial", ":burial", item::burial(burial)),
         };
-        self.update_existing(request, "no such record").await
+        self.write_run(write).await
+    }
+}
+
+/// One fenced write of a run, built from named parts: what it sets, adds and removes, the outcomes
+/// it records, and the condition that the run still holds the lease and that each outcome's action
+/// was intended.
+struct RunWrite {
+    sets: Vec<String>,
+    adds: Vec<String>,
+    removes: Vec<String>,
+    conditions: Vec<String>,
+    names: HashMap<String, String>,
+    values: HashMap<String, AttributeValue>,
+    key: RecordKey,
+    token: u32,
+}
+
+impl RunWrite {
+    fn new(lease: &Lease, outcomes: &[ActionOutcome]) -> Self {
+        let mut write = Self {
+            sets: Vec::new(),
+            adds: Vec::new(),
+            removes: Vec::new(),
+            conditions: vec![HELD_BY_RUN.to_owned()],
+            names: HashMap::from([("#status".to_owned(), item::STATUS.to_owned())]),
+            values: HashMap::from([
+                (
+                    ":processing".to_owned(),
+                    string(Status::Processing.as_str()),
+                ),
+                (":token".to_owned(), number(lease.token)),
+            ]),
+            key: lease.key.clone(),
+            token: lease.token,
+        };
+        for (n, outcome) in outcomes.iter().enumerate() {
+            let (action, value) = (format!("#o{n}"), format!(":o{n}"));
+            // A result belongs to an intent: an outcome for a position nobody intended is refused.
+            write
+                .conditions
+                .push(format!("attribute_exists(actions.{action})"));
+            write = write
+                .set(
+                    &format!("actions.{action}.#state"),
+                    &value,
+                    item::state(&outcome.state),
+                )
+                .name(&action, outcome.seq.to_string());
+        }
+        if !outcomes.is_empty() {
+            write = write.name("#state", item::STATE.to_owned());
+        }
+        write
+    }
+
+    fn set(mut self, path: &str, placeholder: &str, value: AttributeValue) -> Self {
+        self.sets.push(format!("{path} = {placeholder}"));
+        self.values.insert(placeholder.to_owned(), value);
+        self
+    }
+
+    fn add(mut self, path: &str, placeholder: &str, value: AttributeValue) -> Self {
+        self.adds.push(format!("{path} {placeholder}"));
+        self.values.insert(placeholder.to_owned(), value);
+        self
+    }
+
+    fn remove(mut self, path: &str) -> Self {
+        self.removes.push(path.to_owned());
+        self
+    }
+
+    fn name(mut self, placeholder: &str, name: String) -> Self {
+        self.names.insert(placeholder.to_owned(), name);
+        self
+    }
+
+    fn update_expression(&self) -> String {
+        let mut clauses = Vec::new();
+        for (keyword, parts, separator) in [
+            ("SET", &self.sets, ", "),
+            ("ADD", &self.adds, ", "),
+            ("REMOVE", &self.removes, ", "),
+        ] {
+            if !parts.is_empty() {
+                clauses.push(format!("{keyword} {}", parts.join(separator)));
+            }
+        }
+        clauses.join(" ")
+    }
+}
+
+impl DynamoStore {
+    /// Runs a fenced write; a failed condition is [`PortError::Fenced`] when the run lost its lease,
+    /// a rejection when it still holds it (an outcome without its intent).
+    async fn write_run(&self, write: RunWrite) -> Result<(), PortError> {
+        let result = self
+            .update(&write.key)
+            .update_expression(write.update_expression())
+            .condition_expression(write.conditions.join(" AND "))
+            .set_expression_attribute_names(Some(write.names.clone()))
+            .set_expression_attribute_values(Some(write.values.clone()))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        let err = match result {
+            Ok(_) => return Ok(()),
+            Err(err) => err,
+        };
+        let Some(old) = update_condition_failed(&err) else {
+            return Err(port_error(UPDATE, err));
+        };
+        let still_held = old.is_some_and(|old| {
+            old.status().ok() == Some(Status::Processing)
+                && old.attempts().ok() == Some(write.token)
+        });
+        if still_held {
+            return Err(PortError::rejected(UPDATE, "an outcome without its intent"));
+        }
+        Err(PortError::fenced(UPDATE))
     }
 }
 

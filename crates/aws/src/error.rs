@@ -24,6 +24,27 @@ const TRANSIENT_CODES: &[&str] = &[
     "ServiceUnavailable",
 ];
 
+/// Error codes that mean the stack is set up wrong: no request succeeds until an operator fixes it,
+/// and then every one does. Never the update's fault.
+const MISCONFIGURED_CODES: &[&str] = &[
+    // Permissions (an IAM edit, a missing KMS grant) and credentials.
+    "AccessDenied",
+    "AccessDeniedException",
+    "UnrecognizedClientException",
+    "InvalidClientTokenId",
+    "ExpiredTokenException",
+    "MissingAuthenticationToken",
+    "KMS.AccessDeniedException",
+    "KmsAccessDenied",
+    "KMS.DisabledException",
+    "KmsDisabled",
+    // A wrong TGQ_TABLE / TGQ_QUEUE_URL / secret parameter name, or resources in another region.
+    "ParameterNotFound",
+    "ResourceNotFoundException",
+    "AWS.SimpleQueueService.NonExistentQueue",
+    "QueueDoesNotExist",
+];
+
 /// What went wrong with a call, stripped of the SDK's types so that the decision is a pure function.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Failure<'a> {
@@ -39,19 +60,48 @@ pub(crate) enum Failure<'a> {
     Service {
         /// The AWS error code, if the answer carried one.
         code: Option<&'a str>,
+        /// The error's message, if the answer carried one.
+        message: Option<&'a str>,
         /// The HTTP status.
         status: u16,
     },
 }
 
+/// What the caller may do about a failure (the variants of [`PortError`] without their payload).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Unavailable,
+    Misconfigured,
+    TooLarge,
+    Rejected,
+}
+
 impl Failure<'_> {
-    /// Whether the same call may succeed later.
-    pub(crate) fn is_transient(self) -> bool {
+    /// Sorts the failure: throttling, 5xx and network trouble may pass; permissions and missing
+    /// resources wait for an operator; an item over DynamoDB's size limit can never be stored;
+    /// anything else is a request this version got wrong.
+    pub(crate) fn kind(self) -> Kind {
         match self {
-            Failure::Construction => false,
-            Failure::Timeout | Failure::Dispatch | Failure::Unreadable => true,
-            Failure::Service { code, status } => {
-                status >= 500 || status == 429 || code.is_some_and(|c| TRANSIENT_CODES.contains(&c))
+            Failure::Construction => Kind::Rejected,
+            Failure::Timeout | Failure::Dispatch | Failure::Unreadable => Kind::Unavailable,
+            Failure::Service {
+                code,
+                message,
+                status,
+            } => {
+                let is = |codes: &[&str]| code.is_some_and(|c| codes.contains(&c));
+                if status >= 500 || status == 429 || is(TRANSIENT_CODES) {
+                    Kind::Unavailable
+                } else if is(MISCONFIGURED_CODES) || status == 403 {
+                    Kind::Misconfigured
+                } else if code == Some("ValidationException")
+                    && message.is_some_and(|m| m.contains("Item size"))
+                {
+                    // "Item size has exceeded the maximum allowed size", on a put or an update.
+                    Kind::TooLarge
+                } else {
+                    Kind::Rejected
+                }
             }
         }
     }
@@ -65,6 +115,7 @@ pub(crate) fn failure<E: ProvideErrorMetadata>(err: &SdkError<E, HttpResponse>) 
         SdkError::DispatchFailure(_) => Failure::Dispatch,
         SdkError::ServiceError(service) => Failure::Service {
             code: service.err().code(),
+            message: service.err().message(),
             status: service.raw().status().as_u16(),
         },
         // `ResponseError` and any variant added later.
@@ -72,17 +123,16 @@ pub(crate) fn failure<E: ProvideErrorMetadata>(err: &SdkError<E, HttpResponse>) 
     }
 }
 
-/// Turns an SDK error from `what` into a port error: [`PortError::Unavailable`] when a retry may
-/// succeed (throttling, 5xx, timeouts, network), [`PortError::Rejected`] when it cannot (validation,
-/// item too large, access denied, missing table or queue).
+/// Turns an SDK error from `what` into the port error its [`Kind`] names.
 pub(crate) fn port_error<E>(what: &'static str, err: SdkError<E, HttpResponse>) -> PortError
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
 {
-    if failure(&err).is_transient() {
-        PortError::unavailable(what, err)
-    } else {
-        PortError::rejected(what, err)
+    match failure(&err).kind() {
+        Kind::Unavailable => PortError::unavailable(what, err),
+        Kind::Misconfigured => PortError::misconfigured(what, err),
+        Kind::TooLarge => PortError::too_large(what, err),
+        Kind::Rejected => PortError::rejected(what, err),
     }
 }
 
@@ -95,7 +145,16 @@ mod tests {
     use aws_smithy_types::body::SdkBody;
 
     fn service_error(code: &str, status: u16) -> SdkError<PutItemError, HttpResponse> {
-        let err = PutItemError::generic(ErrorMetadata::builder().code(code).build());
+        service_error_saying(code, "", status)
+    }
+
+    fn service_error_saying(
+        code: &str,
+        message: &str,
+        status: u16,
+    ) -> SdkError<PutItemError, HttpResponse> {
+        let err =
+            PutItemError::generic(ErrorMetadata::builder().code(code).message(message).build());
         let raw = HttpResponse::new(
             StatusCode::try_from(status).expect("valid status"),
             SdkBody::empty(),
@@ -144,21 +203,38 @@ mod tests {
     }
 
     #[test]
-    fn refusals_are_not_retried() {
+    fn a_misconfigured_stack_is_told_apart_from_a_bad_request() {
         for code in [
-            "ValidationException",
             "AccessDeniedException",
             "ResourceNotFoundException",
             "AWS.SimpleQueueService.NonExistentQueue",
+            "UnrecognizedClientException",
         ] {
             assert!(
                 matches!(
                     port_error("test", service_error(code, 400)),
-                    PortError::Rejected { .. }
+                    PortError::Misconfigured { .. }
                 ),
                 "{code}"
             );
         }
+        assert!(matches!(
+            port_error("test", service_error("ValidationException", 400)),
+            PortError::Rejected { .. }
+        ));
+    }
+
+    #[test]
+    fn an_item_over_the_size_limit_is_too_large_not_rejected() {
+        let err = service_error_saying(
+            "ValidationException",
+            "Item size has exceeded the maximum allowed size",
+            400,
+        );
+        assert!(matches!(
+            port_error("test", err),
+            PortError::TooLarge { .. }
+        ));
     }
 
     #[test]

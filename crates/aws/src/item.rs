@@ -6,8 +6,9 @@ use std::collections::{BTreeMap, HashMap};
 use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::AttributeValue;
 use bytes::Bytes;
+use tgq_core::dead::Burial;
 use tgq_core::ids::{BotId, GroupKey, RecordKey, UpdateId};
-use tgq_core::record::{ActionIntent, ActionRecord, Status, Timestamp, UpdateRecord};
+use tgq_core::record::{ActionIntent, ActionRecord, ActionState, Status, Timestamp, UpdateRecord};
 
 /// The partition key, `{bot_id}#{update_id}` (S).
 pub(crate) const PK: &str = "pk";
@@ -29,12 +30,24 @@ pub(crate) const LEASE_UNTIL: &str = "lease_until";
 pub(crate) const ACTIONS: &str = "actions";
 /// The TTL attribute, in **seconds**: DynamoDB's TTL reads epoch seconds (N).
 pub(crate) const EXPIRES_AT: &str = "expires_at";
+/// Runs that ended rate-limited, refunded from the attempt budget (N, absent when none).
+pub(crate) const THROTTLED: &str = "throttled";
+/// When the first run started, in milliseconds (N, absent before it).
+pub(crate) const FIRST_ATTEMPT_AT: &str = "first_attempt_at";
+/// Why a DEAD record was given up on (M: reason, class, error, attempts; absent otherwise).
+pub(crate) const BURIAL: &str = "burial";
 /// Inside an action: the Bot API method (S).
 pub(crate) const METHOD: &str = "method";
-/// Inside an action: whether it must not be repeated (BOOL).
-pub(crate) const AT_MOST_ONCE: &str = "at_most_once";
-/// Inside an action: the result JSON once Telegram accepted the call (S, absent until then).
-pub(crate) const RESULT: &str = "result";
+/// Inside an action: `at_least_once` or `at_most_once` (S).
+pub(crate) const DELIVERY: &str = "delivery";
+/// Inside an action: what is known of its outcome, as compact JSON (S).
+pub(crate) const STATE: &str = "state";
+/// Inside a burial: its reason (S).
+const REASON: &str = "reason";
+/// Inside a burial: the class of its failure (S).
+const CLASS: &str = "class";
+/// Inside a burial: the failure's description (S).
+const ERROR: &str = "error";
 
 /// A stored item that is not a well-formed update record.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -78,14 +91,28 @@ pub(crate) fn key(key: &RecordKey) -> HashMap<String, AttributeValue> {
     HashMap::from([(PK.to_owned(), string(key.pk()))])
 }
 
-/// An action whose intent is recorded and whose result is not yet known.
+/// An action whose intent is recorded and whose outcome is not yet known.
 pub(crate) fn intent(intent: &ActionIntent) -> AttributeValue {
+    action_value(&ActionRecord {
+        method: intent.method.clone(),
+        delivery: intent.delivery,
+        state: ActionState::Pending,
+    })
+}
+
+/// What is known of an action's outcome, as the `state` inside its action.
+pub(crate) fn state(state: &ActionState) -> AttributeValue {
+    // A closed enum of plain fields always serializes.
+    string(serde_json::to_string(state).unwrap_or_default())
+}
+
+/// A burial as its attribute.
+pub(crate) fn burial(burial: &Burial) -> AttributeValue {
     AttributeValue::M(HashMap::from([
-        (METHOD.to_owned(), string(&intent.method)),
-        (
-            AT_MOST_ONCE.to_owned(),
-            AttributeValue::Bool(intent.at_most_once),
-        ),
+        (REASON.to_owned(), string(burial.reason.as_str())),
+        (CLASS.to_owned(), string(burial.class.as_str())),
+        (ERROR.to_owned(), string(&burial.error)),
+        (ATTEMPTS.to_owned(), number(burial.attempts)),
     ]))
 }
 
@@ -152,6 +179,44 @@ impl Item {
         u32::try_from(self.u64(ATTEMPTS)?).map_err(|_| malformed(ATTEMPTS, "a 32-bit count"))
     }
 
+    /// Runs refunded as rate-limited (0 when the attribute is absent).
+    pub(crate) fn throttled(&self) -> Result<u32, ItemError> {
+        let n = self.optional_u64(THROTTLED)?.unwrap_or(0);
+        u32::try_from(n).map_err(|_| malformed(THROTTLED, "a 32-bit count"))
+    }
+
+    /// When the first run started, if one has.
+    pub(crate) fn first_attempt_at(&self) -> Result<Option<Timestamp>, ItemError> {
+        Ok(self.optional_u64(FIRST_ATTEMPT_AT)?.map(Timestamp))
+    }
+
+    /// Why a DEAD record was given up on, if it says.
+    pub(crate) fn burial(&self) -> Result<Option<Burial>, ItemError> {
+        let Some(value) = self.0.get(BURIAL) else {
+            return Ok(None);
+        };
+        let at = |field: &str| format!("{BURIAL}.{field}");
+        let fields = value.as_m().map_err(|_| malformed(BURIAL, "a map"))?;
+        let text = |field: &'static str| match fields.get(field) {
+            Some(AttributeValue::S(text)) => Ok(text.as_str()),
+            _ => Err(malformed(at(field), "a string")),
+        };
+        Ok(Some(Burial {
+            reason: text(REASON)?
+                .parse()
+                .map_err(|_| malformed(at(REASON), "a known reason"))?,
+            class: text(CLASS)?
+                .parse()
+                .map_err(|_| malformed(at(CLASS), "a known class"))?,
+            error: text(ERROR)?.to_owned(),
+            attempts: fields
+                .get(ATTEMPTS)
+                .and_then(|n| parse_n(n, ATTEMPTS).ok())
+                .and_then(|n| u32::try_from(n).ok())
+                .ok_or_else(|| malformed(at(ATTEMPTS), "a 32-bit count"))?,
+        }))
+    }
+
     /// The recorded outbound actions by sequence number.
     pub(crate) fn actions(&self) -> Result<BTreeMap<u32, ActionRecord>, ItemError> {
         let map = match self.0.get(ACTIONS) {
@@ -199,38 +264,26 @@ fn action_record(seq: u32, value: &AttributeValue) -> Result<ActionRecord, ItemE
     let fields = value
         .as_m()
         .map_err(|_| malformed(format!("{ACTIONS}.{seq}"), "a map"))?;
-    let method = match fields.get(METHOD) {
-        Some(AttributeValue::S(method)) => method.clone(),
-        _ => return Err(malformed(at(METHOD), "a string")),
-    };
-    let at_most_once = match fields.get(AT_MOST_ONCE) {
-        Some(AttributeValue::Bool(flag)) => *flag,
-        _ => return Err(malformed(at(AT_MOST_ONCE), "a boolean")),
-    };
-    let result = match fields.get(RESULT) {
-        None | Some(AttributeValue::Null(_)) => None,
-        Some(AttributeValue::S(result)) => Some(result.clone()),
-        Some(_) => return Err(malformed(at(RESULT), "a string")),
+    let text = |field: &'static str| match fields.get(field) {
+        Some(AttributeValue::S(text)) => Ok(text.as_str()),
+        _ => Err(malformed(at(field), "a string")),
     };
     Ok(ActionRecord {
-        method,
-        at_most_once,
-        result,
+        method: text(METHOD)?.to_owned(),
+        delivery: text(DELIVERY)?
+            .parse()
+            .map_err(|_| malformed(at(DELIVERY), "a known delivery"))?,
+        state: serde_json::from_str(text(STATE)?)
+            .map_err(|_| malformed(at(STATE), "an action state"))?,
     })
 }
 
 fn action_value(action: &ActionRecord) -> AttributeValue {
-    let mut fields = HashMap::from([
+    AttributeValue::M(HashMap::from([
         (METHOD.to_owned(), string(&action.method)),
-        (
-            AT_MOST_ONCE.to_owned(),
-            AttributeValue::Bool(action.at_most_once),
-        ),
-    ]);
-    if let Some(result) = &action.result {
-        fields.insert(RESULT.to_owned(), string(result));
-    }
-    AttributeValue::M(fields)
+        (DELIVERY.to_owned(), string(action.delivery.as_str())),
+        (STATE.to_owned(), state(&action.state)),
+    ]))
 }
 
 impl From<&UpdateRecord> for Item {
@@ -245,6 +298,7 @@ impl From<&UpdateRecord> for Item {
             (GROUP.to_owned(), string(record.group.as_str())),
             (RECEIVED_AT.to_owned(), number(record.received_at.0)),
             (ATTEMPTS.to_owned(), number(record.attempts)),
+            (THROTTLED.to_owned(), number(record.throttled)),
             (
                 ACTIONS.to_owned(),
                 AttributeValue::M(
@@ -263,6 +317,12 @@ impl From<&UpdateRecord> for Item {
         if let Some(lease) = record.lease_until {
             item.insert(LEASE_UNTIL.to_owned(), number(lease.0));
         }
+        if let Some(first) = record.first_attempt_at {
+            item.insert(FIRST_ATTEMPT_AT.to_owned(), number(first.0));
+        }
+        if let Some(buried) = &record.burial {
+            item.insert(BURIAL.to_owned(), burial(buried));
+        }
         Item(item)
     }
 }
@@ -278,9 +338,12 @@ impl TryFrom<&Item> for UpdateRecord {
             group: GroupKey::new(item.str(GROUP)?),
             received_at: Timestamp(item.u64(RECEIVED_AT)?),
             attempts: item.attempts()?,
+            throttled: item.throttled()?,
+            first_attempt_at: item.first_attempt_at()?,
             last_error: item.optional_str(LAST_ERROR)?,
             lease_until: item.lease_until()?,
             actions: item.actions()?,
+            burial: item.burial()?,
             expires_at: item.expires_at()?,
         })
     }
@@ -290,6 +353,8 @@ impl TryFrom<&Item> for UpdateRecord {
 mod tests {
     use super::*;
     use std::time::Duration;
+    use tgq_core::dead::{DeadReason, FailureClass};
+    use tgq_core::record::{ActionResult, Delivery};
 
     fn record() -> UpdateRecord {
         let key = RecordKey::new(BotId::new("demo").unwrap(), UpdateId(42));
@@ -304,24 +369,43 @@ mod tests {
         record.attempts = 3;
         record.last_error = Some("Telegram answered 502".into());
         record.lease_until = Some(Timestamp(1_700_000_030_456));
+        record.throttled = 1;
+        record.first_attempt_at = Some(Timestamp(1_700_000_001_000));
         record.actions = BTreeMap::from([
             (
                 1,
                 ActionRecord {
                     method: "sendMessage".into(),
-                    at_most_once: false,
-                    result: Some(r#"{"message_id":5}"#.into()),
+                    delivery: Delivery::AtLeastOnce,
+                    state: ActionState::Succeeded(ActionResult::Message {
+                        chat_id: 7,
+                        message_id: 5,
+                    }),
                 },
             ),
             (
                 2,
                 ActionRecord {
                     method: "sendInvoice".into(),
-                    at_most_once: true,
-                    result: None,
+                    delivery: Delivery::AtMostOnce,
+                    state: ActionState::Pending,
+                },
+            ),
+            (
+                3,
+                ActionRecord {
+                    method: "sendDice".into(),
+                    delivery: Delivery::AtMostOnce,
+                    state: ActionState::failed(400, "Bad Request: chat not found"),
                 },
             ),
         ]);
+        record.burial = Some(Burial {
+            reason: DeadReason::BudgetSpent,
+            class: FailureClass::Transient,
+            error: "Telegram answered 502".into(),
+            attempts: 3,
+        });
         record
     }
 
@@ -353,8 +437,13 @@ mod tests {
             actions["2"],
             AttributeValue::M(HashMap::from([
                 (METHOD.to_owned(), string("sendInvoice")),
-                (AT_MOST_ONCE.to_owned(), AttributeValue::Bool(true)),
+                (DELIVERY.to_owned(), string("at_most_once")),
+                (STATE.to_owned(), string(r#"{"state":"pending"}"#)),
             ]))
+        );
+        assert_eq!(
+            actions["1"].as_m().unwrap()[STATE],
+            string(r#"{"state":"succeeded","kind":"message","chat_id":7,"message_id":5}"#)
         );
     }
 
@@ -410,7 +499,7 @@ mod tests {
         let value = intent(&ActionIntent {
             seq: 9,
             method: "sendPhoto".into(),
-            at_most_once: true,
+            delivery: Delivery::AtMostOnce,
         });
         if let AttributeValue::M(actions) = item.0.get_mut(ACTIONS).unwrap() {
             actions.insert("9".into(), value);
@@ -419,8 +508,8 @@ mod tests {
             item.actions().unwrap()[&9],
             ActionRecord {
                 method: "sendPhoto".into(),
-                at_most_once: true,
-                result: None
+                delivery: Delivery::AtMostOnce,
+                state: ActionState::Pending,
             }
         );
     }

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use aws_sdk_sqs::types::{Message, MessageAttributeValue, MessageSystemAttributeName};
 use bytes::Bytes;
-use tgq_core::ids::{BotId, GroupKey, UpdateId};
+use tgq_core::ids::{BotId, GroupKey, MessageGroupId, UpdateId};
 use tgq_core::ports::DeadLetter;
 use tgq_core::PortError;
 
@@ -117,7 +117,7 @@ pub(crate) fn dead_letter(message: &Message) -> Result<DeadLetter, PortError> {
     let Some(bot) = text(BOT_ID) else {
         let group_id = system_attribute(message, &MessageSystemAttributeName::MessageGroupId);
         return Ok(DeadLetter::redriven(
-            group_id.as_deref(),
+            group_id.map(MessageGroupId::from_raw).as_ref(),
             body,
             "moved by the updates queue's redrive policy".into(),
         ));
@@ -130,8 +130,14 @@ pub(crate) fn dead_letter(message: &Message) -> Result<DeadLetter, PortError> {
         update_id,
         group: text(GROUP).map(GroupKey::new),
         body,
-        reason: text(REASON).unwrap_or_default().to_owned(),
-        error_class: text(ERROR_CLASS).unwrap_or_default().to_owned(),
+        reason: text(REASON)
+            .unwrap_or_default()
+            .parse()
+            .map_err(|_| malformed(REASON))?,
+        error_class: text(ERROR_CLASS)
+            .unwrap_or_default()
+            .parse()
+            .map_err(|_| malformed(ERROR_CLASS))?,
         error: text(ERROR).unwrap_or_default().to_owned(),
         attempts: text(ATTEMPTS)
             .unwrap_or("0")
@@ -143,6 +149,7 @@ pub(crate) fn dead_letter(message: &Message) -> Result<DeadLetter, PortError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tgq_core::dead::{DeadReason, FailureClass};
 
     fn letter(body: &'static [u8]) -> DeadLetter {
         DeadLetter {
@@ -150,8 +157,8 @@ mod tests {
             update_id: Some(UpdateId(17)),
             group: Some(GroupKey::new("user:5")),
             body: Bytes::from_static(body),
-            reason: "permanent_error".into(),
-            error_class: "permanent".into(),
+            reason: DeadReason::Permanent,
+            error_class: FailureClass::Permanent,
             error: "Telegram answered 403".into(),
             attempts: 2,
         }
@@ -225,13 +232,13 @@ mod tests {
                 letter.bot_id.as_str(),
                 letter.group,
                 letter.update_id,
-                letter.reason.as_str()
+                letter.reason
             ),
             (
                 "demo",
                 Some(GroupKey::new("5")),
                 Some(UpdateId(99)),
-                "max_receive_count"
+                DeadReason::Redriven
             )
         );
     }

@@ -14,7 +14,7 @@ const GET_PARAMETER: &str = "SSM GetParameter";
 pub struct SecretError {
     /// The parameter's name.
     pub name: String,
-    /// Why: unavailable (retry the cold start) or rejected (missing parameter, no permission).
+    /// Why: unavailable (retry the cold start) or misconfigured (missing parameter, no permission).
     #[source]
     pub source: PortError,
 }

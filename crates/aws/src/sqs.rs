@@ -7,10 +7,12 @@ use async_trait::async_trait;
 use aws_sdk_sqs::types::{Message, MessageSystemAttributeName};
 use bytes::Bytes;
 use tgq_core::defaults::MAX_VISIBILITY;
+use tgq_core::ids::MessageGroupId;
 use tgq_core::ports::{
     DeadLetter, DeadLetterReader, DeadLetters, OutgoingMessage, QueueConsumer, QueueRecord,
     ReceiptHandle, UpdateQueue, Visibility,
 };
+use tgq_core::record::Timestamp;
 use tgq_core::PortError;
 
 use crate::error::port_error;
@@ -109,6 +111,12 @@ fn queue_record(message: Message) -> Result<QueueRecord, PortError> {
     )
     .and_then(|n| n.parse().ok())
     .ok_or_else(|| missing("ApproximateReceiveCount"))?;
+    let first_received_at = system_attribute(
+        &message,
+        &MessageSystemAttributeName::ApproximateFirstReceiveTimestamp,
+    )
+    .and_then(|ms| ms.parse().ok())
+    .map(Timestamp);
     Ok(QueueRecord {
         message_id: message.message_id.ok_or_else(|| missing("MessageId"))?,
         receipt: ReceiptHandle(
@@ -117,8 +125,9 @@ fn queue_record(message: Message) -> Result<QueueRecord, PortError> {
                 .ok_or_else(|| missing("ReceiptHandle"))?,
         ),
         body: Bytes::from(message.body.unwrap_or_default()),
-        group_id,
+        group_id: MessageGroupId::from_raw(group_id),
         receive_count,
+        first_received_at,
     })
 }
 
@@ -293,8 +302,9 @@ mod tests {
                 message_id: "m-3".into(),
                 receipt: ReceiptHandle("r-3".into()),
                 body: Bytes::from_static(b"{}"),
-                group_id: "demo:5".into(),
+                group_id: MessageGroupId::from_raw("demo:5"),
                 receive_count: 2,
+                first_received_at: None,
             }
         );
     }

@@ -14,12 +14,15 @@ use secrecy::{ExposeSecret, SecretString};
 use tgq_aws::resolve_secret;
 use tgq_core::clock::{Clock, SystemClock};
 use tgq_core::config::SecretSource;
+use tgq_core::dead::{DeadReason, FailureClass};
 use tgq_core::ids::{BotId, GroupKey, RecordKey, UpdateId};
 use tgq_core::ports::{
-    Claim, ClaimRequest, Claimed, DeadLetter, DeadLetterReader, DeadLetters, QueueConsumer,
+    Claim, ClaimRequest, Claimed, DeadLetter, DeadLetterReader, DeadLetters, Lease, QueueConsumer,
     RecordReader, UpdateLedger, UpdateStore,
 };
-use tgq_core::record::{ActionRecord, Status, Timestamp, UpdateRecord};
+use tgq_core::record::{
+    ActionRecord, ActionResult, ActionState, Delivery, Status, Timestamp, UpdateRecord,
+};
 use tgq_core::PortError;
 
 use common::emulator;
@@ -98,8 +101,8 @@ async fn an_expired_record_is_claimed_afresh_without_its_old_runs_or_actions() {
         1,
         ActionRecord {
             method: "sendMessage".into(),
-            at_most_once: false,
-            result: Some("{}".into()),
+            delivery: Delivery::AtLeastOnce,
+            state: ActionState::Succeeded(ActionResult::True),
         },
     )]);
     e.store.insert(&old, now).await.unwrap();
@@ -112,8 +115,14 @@ async fn an_expired_record_is_claimed_afresh_without_its_old_runs_or_actions() {
     assert_eq!(
         claim,
         Claim::Run(Claimed {
-            attempt: 1,
-            actions: BTreeMap::new()
+            lease: Lease {
+                key: key.clone(),
+                token: 1
+            },
+            actions: BTreeMap::new(),
+            throttled: 0,
+            first_attempt_at: now,
+            resumed: false,
         })
     );
     let stored = e.store.get(&key, now).await.unwrap().expect("re-created");
@@ -163,14 +172,18 @@ async fn a_claim_on_a_stored_record_keeps_its_payload_and_expiry() {
 }
 
 #[tokio::test]
-async fn writing_to_a_missing_record_is_rejected_not_retried() {
+async fn a_run_writing_to_a_record_it_holds_no_lease_on_is_fenced() {
     let e = emulator().await;
+    let lease = Lease {
+        key: fresh_key(),
+        token: 1,
+    };
     let err = e
         .store
-        .settle(&fresh_key(), &tgq_core::ports::Settlement::Done)
+        .settle(&lease, &tgq_core::ports::Settlement::Done, &[])
         .await
         .unwrap_err();
-    assert!(matches!(err, PortError::Rejected { .. }), "{err:?}");
+    assert!(matches!(err, PortError::Fenced { .. }), "{err:?}");
 }
 
 #[tokio::test]
@@ -196,8 +209,8 @@ fn letter(n: i64, body: &[u8]) -> DeadLetter {
         update_id: Some(UpdateId(n)),
         group: Some(GroupKey::new(format!("chat-{n}"))),
         body: Bytes::copy_from_slice(body),
-        reason: "attempt_budget_spent".into(),
-        error_class: "transient".into(),
+        reason: DeadReason::BudgetSpent,
+        error_class: FailureClass::Transient,
         error: "Telegram answered 502".into(),
         attempts: 8,
     }
@@ -227,8 +240,8 @@ async fn a_poison_body_that_is_not_text_is_dead_lettered_and_read_back_exactly()
     let poison = DeadLetter {
         update_id: None,
         group: None,
-        reason: "poison".into(),
-        error_class: "poison".into(),
+        reason: DeadReason::Poison,
+        error_class: FailureClass::Poison,
         attempts: 0,
         ..letter(0, b"\xff\xfe\x00 not an update")
     };
@@ -277,14 +290,14 @@ async fn a_secure_string_parameter_is_read_decrypted() {
 }
 
 #[tokio::test]
-async fn a_missing_parameter_is_named_and_not_retried() {
+async fn a_missing_parameter_is_named_as_a_misconfiguration() {
     let e = emulator().await;
     let err = resolve_secret(&e.ssm, SecretSource::Parameter("/tgq/absent".into()))
         .await
         .unwrap_err();
     assert_eq!(err.name, "/tgq/absent");
     assert!(
-        matches!(err.source, PortError::Rejected { .. }),
+        matches!(err.source, PortError::Misconfigured { .. }),
         "{:?}",
         err.source
     );

@@ -7,12 +7,18 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use tgq_core::clock::{Clock, SystemClock};
+use tgq_core::dead::{Burial, DeadReason, FailureClass};
 use tgq_core::ids::{BotId, GroupKey, RecordKey, UpdateId};
 use tgq_core::ports::{
-    Claim, ClaimRequest, DeadLetter, DeadLetterReader, DeadLetters, Inserted, OutgoingMessage,
-    QueueConsumer, RecordReader, Settlement, UpdateLedger, UpdateQueue, UpdateStore,
+    Claim, ClaimRequest, Claimed, DeadLetter, DeadLetterReader, DeadLetters, Final, Inserted,
+    OutgoingMessage, QueueConsumer, RecordReader, Settlement, UpdateLedger, UpdateQueue,
+    UpdateStore,
 };
-use tgq_core::record::{ActionIntent, Status, Timestamp, UpdateRecord};
+use tgq_core::record::{
+    ActionIntent, ActionOutcome, ActionResult, ActionState, Delivery, Status, Timestamp,
+    UpdateRecord,
+};
+use tgq_core::PortError;
 
 /// Fresh adapters for one test; the same object may implement several ports.
 #[derive(Clone)]
@@ -29,8 +35,10 @@ pub struct Adapters {
     pub consumer: Arc<dyn QueueConsumer>,
     /// The dead-letter queue, send side.
     pub dead: Arc<dyn DeadLetters>,
-    /// The dead-letter queue, read side.
+    /// The dead-letter queue, read side: where the updates queue redrives to, as well.
     pub dead_reader: Arc<dyn DeadLetterReader>,
+    /// The updates queue's redrive limit (`maxReceiveCount`); small, so a test can reach it.
+    pub max_receive_count: u32,
 }
 
 /// Expands to one `#[tokio::test]` per conformance body, each built from `$make` (an async
@@ -53,6 +61,12 @@ macro_rules! conformance_tests {
             visibility_zero_redelivers_the_same_message_first,
             a_hidden_message_holds_back_its_group_only,
             a_dead_letter_keeps_its_bytes_and_reasons,
+            a_run_whose_lease_was_taken_over_can_no_longer_write,
+            an_outcome_is_never_attached_to_an_action_without_its_intent,
+            a_rate_limited_run_is_refunded_and_the_first_attempt_time_kept,
+            a_claim_after_a_run_died_holding_the_lease_says_so,
+            a_record_over_the_item_size_limit_is_refused_as_too_large,
+            a_message_received_max_receive_count_times_is_redriven_untried,
         );
     };
     (@each $make:expr; $($name:ident),* $(,)?) => {
@@ -148,15 +162,47 @@ pub async fn a_new_update_is_stored_and_a_repeat_reports_its_status(a: Adapters)
     );
 }
 
+/// Claims the record for a run of `lease` from `at`; panics unless the claim runs.
+async fn claim(a: &Adapters, r: &UpdateRecord, at: Timestamp, lease: Duration) -> Claimed {
+    match a.ledger.claim(&claim_request(r, at, lease)).await.unwrap() {
+        Claim::Run(claimed) => claimed,
+        other => panic!("expected the claim to run, got {other:?}"),
+    }
+}
+
+fn intent(seq: u32, method: &str, delivery: Delivery) -> ActionIntent {
+    ActionIntent {
+        seq,
+        method: method.into(),
+        delivery,
+    }
+}
+
+fn retrying(error: &str) -> Settlement {
+    Settlement::Retrying {
+        error: error.into(),
+        throttled: false,
+    }
+}
+
+fn burial() -> Burial {
+    Burial {
+        reason: DeadReason::Permanent,
+        class: FailureClass::Permanent,
+        error: "Telegram answered 403: Forbidden: bot was blocked by the user".into(),
+        attempts: 1,
+    }
+}
+
 /// `mark_queued` never moves a record backwards.
 pub async fn mark_queued_moves_only_a_received_record(a: Adapters) {
     let r = record(&fresh_key(), "1");
     a.store.insert(&r, now()).await.unwrap();
+    let run = claim(&a, &r, now(), Duration::from_secs(30)).await;
     a.ledger
-        .claim(&claim_request(&r, now(), Duration::from_secs(30)))
+        .settle(&run.lease, &Settlement::Done, &[])
         .await
         .unwrap();
-    a.ledger.settle(&r.key, &Settlement::Done).await.unwrap();
     a.store.mark_queued(&r.key).await.unwrap();
     assert_eq!(
         a.reader.get(&r.key, now()).await.unwrap().unwrap().status,
@@ -179,15 +225,8 @@ pub async fn a_claim_counts_the_run_and_holds_a_lease_until_it_expires(a: Adapte
     let r = record(&fresh_key(), "1");
     a.store.insert(&r, now()).await.unwrap();
     let t0 = now();
-    let first = a
-        .ledger
-        .claim(&claim_request(&r, t0, Duration::from_secs(10)))
-        .await
-        .unwrap();
-    assert!(
-        matches!(first, Claim::Run(ref c) if c.attempt == 1),
-        "{first:?}"
-    );
+    let first = claim(&a, &r, t0, Duration::from_secs(10)).await;
+    assert_eq!(first.lease.token, 1);
     let during = a
         .ledger
         .claim(&claim_request(
@@ -198,53 +237,39 @@ pub async fn a_claim_counts_the_run_and_holds_a_lease_until_it_expires(a: Adapte
         .await
         .unwrap();
     assert_eq!(during, Claim::Busy(t0.plus(Duration::from_secs(10))));
-    let after = a
-        .ledger
-        .claim(&claim_request(
-            &r,
-            t0.plus(Duration::from_secs(11)),
-            Duration::from_secs(10),
-        ))
-        .await
-        .unwrap();
-    assert!(
-        matches!(after, Claim::Run(ref c) if c.attempt == 2),
-        "{after:?}"
-    );
+    let after = claim(
+        &a,
+        &r,
+        t0.plus(Duration::from_secs(11)),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(after.lease.token, 2);
     a.ledger
-        .settle(&r.key, &Settlement::Retrying { error: "x".into() })
+        .settle(&after.lease, &retrying("x"), &[])
         .await
         .unwrap();
-    let retry = a
-        .ledger
-        .claim(&claim_request(
-            &r,
-            t0.plus(Duration::from_secs(12)),
-            Duration::from_secs(10),
-        ))
-        .await
-        .unwrap();
-    assert!(
-        matches!(retry, Claim::Run(ref c) if c.attempt == 3),
-        "{retry:?}"
-    );
+    let retry = claim(
+        &a,
+        &r,
+        t0.plus(Duration::from_secs(12)),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(retry.lease.token, 3);
 }
 
-/// DONE and DEAD records are acknowledged on redelivery, never run again.
+/// DONE and DEAD records are acknowledged on redelivery, never run again; a DEAD one tells its
+/// burial, so its letter can be sent again.
 pub async fn a_finished_record_is_never_claimed_again(a: Adapters) {
-    for settlement in [
-        Settlement::Done,
-        Settlement::Dead {
-            error: "gone".into(),
-        },
+    for (settlement, expected) in [
+        (Settlement::Done, Final::Done),
+        (Settlement::Dead(burial()), Final::Dead(Some(burial()))),
     ] {
         let r = record(&fresh_key(), "1");
         a.store.insert(&r, now()).await.unwrap();
-        a.ledger
-            .claim(&claim_request(&r, now(), Duration::from_secs(30)))
-            .await
-            .unwrap();
-        a.ledger.settle(&r.key, &settlement).await.unwrap();
+        let run = claim(&a, &r, now(), Duration::from_secs(30)).await;
+        a.ledger.settle(&run.lease, &settlement, &[]).await.unwrap();
         let again = a
             .ledger
             .claim(&claim_request(
@@ -254,22 +279,15 @@ pub async fn a_finished_record_is_never_claimed_again(a: Adapters) {
             ))
             .await
             .unwrap();
-        assert_eq!(again, Claim::AlreadyFinal(settlement.status()));
+        assert_eq!(again, Claim::AlreadyFinal(expected));
     }
 }
 
 /// A message whose record is missing still runs: the claim creates the record.
 pub async fn a_claim_creates_a_missing_record_from_the_message(a: Adapters) {
     let r = record(&fresh_key(), "77");
-    let claim = a
-        .ledger
-        .claim(&claim_request(&r, now(), Duration::from_secs(30)))
-        .await
-        .unwrap();
-    assert!(
-        matches!(claim, Claim::Run(ref c) if c.attempt == 1),
-        "{claim:?}"
-    );
+    let run = claim(&a, &r, now(), Duration::from_secs(30)).await;
+    assert_eq!((run.lease.token, run.resumed), (1, false));
     let stored = a
         .reader
         .get(&r.key, now())
@@ -282,60 +300,65 @@ pub async fn a_claim_creates_a_missing_record_from_the_message(a: Adapters) {
     );
 }
 
-/// Intents and results recorded during a run are what the next run's claim returns.
+/// Intents and outcomes recorded during a run are what the next run's claim returns: each outcome
+/// written with the run's next write.
 pub async fn recorded_actions_come_back_with_the_next_claim(a: Adapters) {
     let r = record(&fresh_key(), "1");
     a.store.insert(&r, now()).await.unwrap();
-    a.ledger
-        .claim(&claim_request(&r, now(), Duration::from_secs(1)))
-        .await
-        .unwrap();
-    let first = ActionIntent {
+    let run = claim(&a, &r, now(), Duration::from_secs(30)).await;
+    let sent = ActionOutcome {
         seq: 1,
-        method: "sendMessage".into(),
-        at_most_once: false,
+        state: ActionState::Succeeded(ActionResult::Message {
+            chat_id: 1,
+            message_id: 5,
+        }),
     };
-    let second = ActionIntent {
+    let refused = ActionOutcome {
         seq: 2,
-        method: "sendPhoto".into(),
-        at_most_once: true,
+        state: ActionState::failed(429, "Too Many Requests: retry after 3"),
     };
-    a.ledger.record_intent(&r.key, &first).await.unwrap();
     a.ledger
-        .record_result(&r.key, 1, r#"{"message_id":5}"#)
-        .await
-        .unwrap();
-    a.ledger.record_intent(&r.key, &second).await.unwrap();
-    a.ledger
-        .settle(
-            &r.key,
-            &Settlement::Retrying {
-                error: "boom".into(),
-            },
+        .record_intent(
+            &run.lease,
+            &intent(1, "sendMessage", Delivery::AtLeastOnce),
+            &[],
         )
         .await
         .unwrap();
-    let Claim::Run(claimed) = a
-        .ledger
-        .claim(&claim_request(&r, now(), Duration::from_secs(30)))
+    a.ledger
+        .record_intent(
+            &run.lease,
+            &intent(2, "sendPhoto", Delivery::AtMostOnce),
+            std::slice::from_ref(&sent),
+        )
         .await
-        .unwrap()
-    else {
-        panic!("a retrying record must be claimable");
-    };
-    assert_eq!(claimed.attempt, 2);
-    assert_eq!(claimed.actions.len(), 2);
+        .unwrap();
+    a.ledger
+        .record_intent(
+            &run.lease,
+            &intent(3, "sendDice", Delivery::AtMostOnce),
+            std::slice::from_ref(&refused),
+        )
+        .await
+        .unwrap();
+    a.ledger
+        .settle(&run.lease, &retrying("boom"), &[])
+        .await
+        .unwrap();
+    let next = claim(&a, &r, now(), Duration::from_secs(30)).await;
+    assert_eq!(next.lease.token, 2);
+    let actions: Vec<_> = next
+        .actions
+        .iter()
+        .map(|(seq, a)| (*seq, a.method.as_str(), a.delivery, a.state.clone()))
+        .collect();
     assert_eq!(
-        claimed.actions[&1].result.as_deref(),
-        Some(r#"{"message_id":5}"#)
-    );
-    assert_eq!(
-        (
-            claimed.actions[&2].method.as_str(),
-            claimed.actions[&2].at_most_once,
-            claimed.actions[&2].result.clone()
-        ),
-        ("sendPhoto", true, None)
+        actions,
+        vec![
+            (1, "sendMessage", Delivery::AtLeastOnce, sent.state),
+            (2, "sendPhoto", Delivery::AtMostOnce, refused.state),
+            (3, "sendDice", Delivery::AtMostOnce, ActionState::Pending),
+        ]
     );
 }
 
@@ -343,23 +366,20 @@ pub async fn recorded_actions_come_back_with_the_next_claim(a: Adapters) {
 pub async fn settling_records_the_status_and_the_error(a: Adapters) {
     let r = record(&fresh_key(), "1");
     a.store.insert(&r, now()).await.unwrap();
+    let run = claim(&a, &r, now(), Duration::from_secs(30)).await;
     a.ledger
-        .claim(&claim_request(&r, now(), Duration::from_secs(30)))
-        .await
-        .unwrap();
-    a.ledger
-        .settle(
-            &r.key,
-            &Settlement::Retrying {
-                error: "Telegram answered 502".into(),
-            },
-        )
+        .settle(&run.lease, &retrying("Telegram answered 502"), &[])
         .await
         .unwrap();
     let stored = a.reader.get(&r.key, now()).await.unwrap().unwrap();
     assert_eq!(
-        (stored.status, stored.attempts, stored.last_error.as_deref()),
-        (Status::Retrying, 1, Some("Telegram answered 502"))
+        (
+            stored.status,
+            stored.attempts,
+            stored.last_error.as_deref(),
+            stored.lease_until
+        ),
+        (Status::Retrying, 1, Some("Telegram answered 502"), None)
     );
 }
 
@@ -381,6 +401,242 @@ pub async fn the_payload_comes_back_byte_for_byte(a: Adapters) {
     assert_eq!(
         a.reader.get(&key, now()).await.unwrap().unwrap().payload,
         Bytes::from(body)
+    );
+}
+
+/// A run that outlived its lease is fenced: once another run claimed the update, every write of the
+/// first run — intent, outcome, settle, bury — is refused, and the second run's writes stand.
+pub async fn a_run_whose_lease_was_taken_over_can_no_longer_write(a: Adapters) {
+    let r = record(&fresh_key(), "1");
+    a.store.insert(&r, now()).await.unwrap();
+    let t0 = now();
+    let stale = claim(&a, &r, t0, Duration::from_secs(1)).await;
+    a.ledger
+        .record_intent(
+            &stale.lease,
+            &intent(1, "sendMessage", Delivery::AtLeastOnce),
+            &[],
+        )
+        .await
+        .unwrap();
+    let fresh = claim(
+        &a,
+        &r,
+        t0.plus(Duration::from_secs(2)),
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_eq!(fresh.lease.token, stale.lease.token + 1);
+    let done = ActionOutcome {
+        seq: 1,
+        state: ActionState::Succeeded(ActionResult::True),
+    };
+    let refused: Vec<Result<(), PortError>> = vec![
+        a.ledger
+            .record_intent(
+                &stale.lease,
+                &intent(2, "sendMessage", Delivery::AtLeastOnce),
+                &[],
+            )
+            .await,
+        a.ledger
+            .record_intent(
+                &stale.lease,
+                &intent(2, "sendMessage", Delivery::AtLeastOnce),
+                std::slice::from_ref(&done),
+            )
+            .await,
+        a.ledger
+            .settle(&stale.lease, &Settlement::Done, std::slice::from_ref(&done))
+            .await,
+        a.ledger.settle(&stale.lease, &retrying("late"), &[]).await,
+        a.ledger
+            .settle(&stale.lease, &Settlement::Dead(burial()), &[])
+            .await,
+    ];
+    for (n, result) in refused.into_iter().enumerate() {
+        assert!(
+            matches!(result, Err(PortError::Fenced { .. })),
+            "write {n} of the stale run: {result:?}"
+        );
+    }
+    a.ledger
+        .settle(&fresh.lease, &Settlement::Done, &[done])
+        .await
+        .unwrap();
+    let stored = a.reader.get(&r.key, now()).await.unwrap().unwrap();
+    assert_eq!(stored.status, Status::Done);
+    assert_eq!(
+        stored.actions.len(),
+        1,
+        "the stale run's second intent was refused"
+    );
+    assert_eq!(
+        stored.actions[&1].state,
+        ActionState::Succeeded(ActionResult::True)
+    );
+    assert!(matches!(
+        a.ledger.settle(&stale.lease, &Settlement::Done, &[]).await,
+        Err(PortError::Fenced { .. })
+    ));
+}
+
+/// An outcome names its action by position; a position without an intent is refused rather than
+/// given a result nobody recorded sending.
+pub async fn an_outcome_is_never_attached_to_an_action_without_its_intent(a: Adapters) {
+    let r = record(&fresh_key(), "1");
+    a.store.insert(&r, now()).await.unwrap();
+    let run = claim(&a, &r, now(), Duration::from_secs(30)).await;
+    let orphan = ActionOutcome {
+        seq: 7,
+        state: ActionState::Succeeded(ActionResult::True),
+    };
+    let settled = a
+        .ledger
+        .settle(&run.lease, &Settlement::Done, &[orphan])
+        .await;
+    assert!(
+        matches!(settled, Err(PortError::Rejected { .. })),
+        "{settled:?}"
+    );
+    let stored = a.reader.get(&r.key, now()).await.unwrap().unwrap();
+    assert_eq!(
+        (stored.status, stored.actions.len()),
+        (Status::Processing, 0)
+    );
+}
+
+/// A run Telegram rate-limited is pacing, not a failure: it is refunded from the attempt budget,
+/// and the time budget counts from the first run.
+pub async fn a_rate_limited_run_is_refunded_and_the_first_attempt_time_kept(a: Adapters) {
+    let r = record(&fresh_key(), "1");
+    a.store.insert(&r, now()).await.unwrap();
+    let t0 = now();
+    let first = claim(&a, &r, t0, Duration::from_secs(30)).await;
+    assert_eq!(first.first_attempt_at, t0);
+    let throttled = Settlement::Retrying {
+        error: "rate limited by Telegram: retry after 5s".into(),
+        throttled: true,
+    };
+    a.ledger
+        .settle(&first.lease, &throttled, &[])
+        .await
+        .unwrap();
+    let second = claim(
+        &a,
+        &r,
+        t0.plus(Duration::from_secs(6)),
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(
+        (
+            second.lease.token,
+            second.throttled,
+            second.attempts_spent()
+        ),
+        (2, 1, 1)
+    );
+    assert_eq!(second.first_attempt_at, t0);
+}
+
+/// The claim that follows a run which died holding its lease says so: the worker runs such a
+/// record after the other chats of its batch.
+pub async fn a_claim_after_a_run_died_holding_the_lease_says_so(a: Adapters) {
+    let r = record(&fresh_key(), "1");
+    a.store.insert(&r, now()).await.unwrap();
+    let t0 = now();
+    let died = claim(&a, &r, t0, Duration::from_secs(1)).await;
+    assert!(!died.resumed);
+    let next = claim(
+        &a,
+        &r,
+        t0.plus(Duration::from_secs(2)),
+        Duration::from_secs(30),
+    )
+    .await;
+    assert!(next.resumed, "the lease expired while PROCESSING");
+    a.ledger
+        .settle(&next.lease, &retrying("x"), &[])
+        .await
+        .unwrap();
+    let after_retry = claim(
+        &a,
+        &r,
+        t0.plus(Duration::from_secs(3)),
+        Duration::from_secs(30),
+    )
+    .await;
+    assert!(!after_retry.resumed, "a settled run did not die");
+}
+
+/// A record DynamoDB would refuse for its size is refused as too large by every store, so the
+/// webhook buries it instead of answering 503 forever.
+pub async fn a_record_over_the_item_size_limit_is_refused_as_too_large(a: Adapters) {
+    let key = fresh_key();
+    let padding = "x".repeat(tgq_core::defaults::MAX_ITEM_BYTES + 1024);
+    let body = format!(
+        r#"{{"update_id":{},"message":{{"chat":{{"id":1}},"text":"{padding}"}}}}"#,
+        key.update_id
+    );
+    let r = UpdateRecord::received(
+        key.clone(),
+        GroupKey::new("1"),
+        Bytes::from(body),
+        now(),
+        DAY,
+    );
+    let inserted = a.store.insert(&r, now()).await;
+    assert!(
+        matches!(inserted, Err(PortError::TooLarge { .. })),
+        "{inserted:?}"
+    );
+    assert_eq!(a.reader.get(&key, now()).await.unwrap(), None);
+}
+
+/// The updates queue's redrive: a message received `max_receive_count` times without being deleted
+/// goes to the dead-letter queue on its next receive, with its bytes, group and update id.
+pub async fn a_message_received_max_receive_count_times_is_redriven_untried(a: Adapters) {
+    let group = fresh_group("r");
+    let m = message(&group, 1);
+    a.queue.enqueue(&m).await.unwrap();
+    for n in 1..=a.max_receive_count {
+        let got = a
+            .consumer
+            .receive(1, Duration::from_secs(30), Duration::from_secs(2))
+            .await
+            .unwrap();
+        assert_eq!(got.len(), 1, "receive {n}");
+        assert_eq!(
+            (got[0].body.clone(), got[0].receive_count),
+            (m.body.clone(), n)
+        );
+        a.consumer
+            .change_visibility(&got[0].receipt, Duration::ZERO)
+            .await
+            .unwrap();
+    }
+    let after = a
+        .consumer
+        .receive(1, Duration::from_secs(30), Duration::from_millis(500))
+        .await
+        .unwrap();
+    assert!(
+        after.iter().all(|r| r.body != m.body),
+        "delivered past the limit"
+    );
+    let letters = a.dead_reader.peek(100).await.unwrap();
+    let letter = letters
+        .iter()
+        .find(|l| l.body == m.body)
+        .expect("the message was redriven to the dead-letter queue");
+    assert_eq!(letter.reason, DeadReason::Redriven);
+    assert_eq!(letter.group.as_ref(), Some(&group));
+    assert_eq!(
+        letter.update_id,
+        tgq_core::envelope::Envelope::parse(&m.body)
+            .ok()
+            .map(|e| e.update_id)
     );
 }
 
@@ -524,8 +780,8 @@ pub async fn a_dead_letter_keeps_its_bytes_and_reasons(a: Adapters) {
         update_id: Some(key.update_id),
         group: Some(GroupKey::new("42")),
         body: Bytes::from_static(b"{\"update_id\":1, \"raw\":true}"),
-        reason: "permanent_error".into(),
-        error_class: "permanent".into(),
+        reason: DeadReason::Permanent,
+        error_class: FailureClass::Permanent,
         error: "Telegram answered 403: Forbidden: bot was blocked by the user".into(),
         attempts: 3,
     };

@@ -11,8 +11,9 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use secrecy::SecretString;
 use teloxide_core::types::Update;
 use tgq_core::clock::{Clock, SystemClock};
-use tgq_core::ids::BotId;
-use tgq_core::ingest::{Webhook, WebhookPorts, WebhookSettings};
+use tgq_core::ids::{BotId, MessageGroupId};
+use tgq_core::ingest::{Ingest, Webhook, WebhookPorts, WebhookSettings};
+use tgq_core::pacer::{Pacer, RateLimits};
 use tgq_core::policy::RetryPolicy;
 use tgq_core::ports::{QueueRecord, ReceiptHandle};
 use tgq_core::worker::{Worker, WorkerPorts, WorkerSettings};
@@ -44,8 +45,10 @@ fn ingest(c: &mut Criterion) {
         .build()
         .unwrap();
     let ports = WebhookPorts {
-        store: Arc::new(MemoryStore::new()),
-        queue: Arc::new(MemoryQueue::new(Arc::new(SystemClock))),
+        ingest: Ingest::PutThenSend {
+            store: Arc::new(MemoryStore::new()),
+            queue: Arc::new(MemoryQueue::new(Arc::new(SystemClock))),
+        },
         dead: Arc::new(MemoryDeadLetters::new()),
         clock: Arc::new(SystemClock),
     };
@@ -87,12 +90,14 @@ fn process_batch(c: &mut Criterion) {
         visibility: Arc::new(RecordingVisibility::new()),
         dead: Arc::new(MemoryDeadLetters::new()),
         api: Arc::new(RecordingBotApi::new()),
+        pacer: Arc::new(Pacer::new(RateLimits::UNLIMITED)),
         clock: Arc::new(SystemClock),
     };
     let settings = WorkerSettings {
         retry: RetryPolicy::default(),
         deadline_margin: Duration::from_secs(5),
         record_ttl: Duration::from_secs(3600),
+        max_receive_count: 1000,
     };
     let worker = Worker::new(settings, ports, Arc::new(NoOpBot));
     let batch = || -> Vec<QueueRecord> {
@@ -103,8 +108,9 @@ fn process_batch(c: &mut Criterion) {
                     message_id: format!("m{id}"),
                     receipt: ReceiptHandle(format!("r{id}")),
                     body: body(id, i % 3),
-                    group_id: format!("bench:{}", i % 3),
+                    group_id: MessageGroupId::from_raw(format!("bench:{}", i % 3)),
                     receive_count: 1,
+                    first_received_at: None,
                 }
             })
             .collect()

@@ -10,6 +10,7 @@ use secrecy::SecretString;
 use crate::defaults;
 use crate::handler::HandlerChoice;
 use crate::ids::BotId;
+use crate::pacer::RateLimits;
 use crate::policy::RetryPolicy;
 
 /// A missing or malformed variable. Never carries a secret's value.
@@ -184,52 +185,80 @@ impl Vars {
 
     /// `TGQ_MAX_BODY_BYTES`, default 1 MiB.
     pub fn max_body_bytes(&self) -> Result<usize, ConfigError> {
-        let bytes = self.parsed(
+        self.positive(
             "TGQ_MAX_BODY_BYTES",
             "a positive number of bytes",
             defaults::MAX_BODY_BYTES,
-        )?;
-        if bytes == 0 {
-            return Err(ConfigError::Malformed {
-                name: "TGQ_MAX_BODY_BYTES",
-                expected: "a positive number of bytes",
-            });
+        )
+    }
+
+    /// An optional whole number that must be at least 1, or `default` when unset.
+    pub fn positive<T>(
+        &self,
+        name: &'static str,
+        expected: &'static str,
+        default: T,
+    ) -> Result<T, ConfigError>
+    where
+        T: FromStr + PartialOrd + From<u8>,
+    {
+        let value = self.parsed(name, expected, default)?;
+        if value < T::from(1) {
+            return Err(ConfigError::Malformed { name, expected });
         }
-        Ok(bytes)
+        Ok(value)
+    }
+
+    /// An optional duration in whole seconds from 1, or `default` when unset.
+    pub fn seconds(&self, name: &'static str, default: Duration) -> Result<Duration, ConfigError> {
+        let secs = self.positive(name, "a whole number of seconds from 1", default.as_secs())?;
+        Ok(Duration::from_secs(secs))
     }
 
     /// `TGQ_RECORD_TTL_SECS`, default 7 days: how long update records (and, in local mode, outbox
     /// entries) are kept before DynamoDB's TTL or local retention removes them.
     pub fn record_ttl(&self) -> Result<Duration, ConfigError> {
-        let expected = "a whole number of seconds from 1";
-        let secs = self.parsed(
-            "TGQ_RECORD_TTL_SECS",
-            expected,
-            defaults::RECORD_TTL.as_secs(),
-        )?;
-        if secs == 0 {
-            return Err(ConfigError::Malformed {
-                name: "TGQ_RECORD_TTL_SECS",
-                expected,
-            });
-        }
-        Ok(Duration::from_secs(secs))
+        self.seconds("TGQ_RECORD_TTL_SECS", defaults::RECORD_TTL)
     }
 
-    /// `TGQ_MAX_ATTEMPTS`, `TGQ_BACKOFF_BASE_MS`, `TGQ_BACKOFF_CAP_MS`.
+    /// `TGQ_MAX_RECEIVE_COUNT`, default SQS's maximum: the updates queue's redrive setting, which the
+    /// worker warns about before it is reached.
+    pub fn max_receive_count(&self) -> Result<u32, ConfigError> {
+        self.positive(
+            "TGQ_MAX_RECEIVE_COUNT",
+            "a whole number from 1",
+            defaults::MAX_RECEIVE_COUNT,
+        )
+    }
+
+    /// `TGQ_RATE_PER_SECOND`, `TGQ_RATE_PER_CHAT_PER_SECOND`, `TGQ_RATE_PER_GROUP_PER_MINUTE`:
+    /// Telegram's flood limits per bot and process; `0` lifts one.
+    pub fn rate_limits(&self) -> Result<RateLimits, ConfigError> {
+        let limit = |name, default| -> Result<Option<u32>, ConfigError> {
+            let n = self.parsed(name, "a whole number (0: no limit)", default)?;
+            Ok((n > 0).then_some(n))
+        };
+        Ok(RateLimits {
+            per_second: limit("TGQ_RATE_PER_SECOND", defaults::RATE_PER_SECOND)?,
+            per_chat_per_second: limit(
+                "TGQ_RATE_PER_CHAT_PER_SECOND",
+                defaults::RATE_PER_CHAT_PER_SECOND,
+            )?,
+            per_group_per_minute: limit(
+                "TGQ_RATE_PER_GROUP_PER_MINUTE",
+                defaults::RATE_PER_GROUP_PER_MINUTE,
+            )?,
+        })
+    }
+
+    /// `TGQ_MAX_ATTEMPTS`, `TGQ_BACKOFF_BASE_MS`, `TGQ_BACKOFF_CAP_MS`, `TGQ_MAX_RETRY_AGE_SECS`.
     pub fn retry_policy(&self) -> Result<RetryPolicy, ConfigError> {
         let default = RetryPolicy::default();
-        let max_attempts = self.parsed(
+        let max_attempts = self.positive(
             "TGQ_MAX_ATTEMPTS",
             "a whole number from 1",
             default.max_attempts,
         )?;
-        if max_attempts == 0 {
-            return Err(ConfigError::Malformed {
-                name: "TGQ_MAX_ATTEMPTS",
-                expected: "a whole number from 1",
-            });
-        }
         let base = self.parsed("TGQ_BACKOFF_BASE_MS", "milliseconds", millis(default.base))?;
         let cap = self.parsed("TGQ_BACKOFF_CAP_MS", "milliseconds", millis(default.cap))?;
         if cap < base {
@@ -242,6 +271,7 @@ impl Vars {
             max_attempts,
             base: Duration::from_millis(base),
             cap: Duration::from_millis(cap),
+            max_retry_age: self.seconds("TGQ_MAX_RETRY_AGE_SECS", default.max_retry_age)?,
         })
     }
 }
@@ -308,6 +338,22 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn rate_limits_default_to_telegram_s_and_zero_lifts_one() {
+        assert_eq!(
+            Vars::default().rate_limits().unwrap(),
+            RateLimits::default()
+        );
+        let vars = Vars::from_pairs([("TGQ_RATE_PER_CHAT_PER_SECOND", "0")]);
+        assert_eq!(vars.rate_limits().unwrap().per_chat_per_second, None);
+        let vars = Vars::from_pairs([("TGQ_RATE_PER_SECOND", "fast")]);
+        assert!(vars
+            .rate_limits()
+            .unwrap_err()
+            .to_string()
+            .contains("TGQ_RATE_PER_SECOND"));
     }
 
     #[test]

@@ -8,15 +8,42 @@ pub const MAX_ATTEMPTS: u32 = 8;
 pub const BACKOFF_BASE: Duration = Duration::from_secs(2);
 /// Largest backoff step before jitter.
 pub const BACKOFF_CAP: Duration = Duration::from_secs(300);
+/// How long an update Telegram keeps rate-limiting may go on being retried, from its first run.
+pub const MAX_RETRY_AGE: Duration = Duration::from_secs(24 * 3600);
 /// Largest webhook body accepted (Telegram updates are far smaller).
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+/// DynamoDB's item size limit: a record that would grow past it can never be stored.
+pub const MAX_ITEM_BYTES: usize = 400 * 1024;
 /// How long an update record is kept before DynamoDB's TTL (or local retention) removes it.
 pub const RECORD_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
-/// Below this much remaining invocation time, the worker starts no further record.
-pub const DEADLINE_MARGIN: Duration = Duration::from_secs(5);
+/// How long one Bot API call may take before it counts as a (transient) timeout.
+pub const TELEGRAM_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest wait for one AWS call, retries included (the SDK clients' operation timeout).
+pub const AWS_OPERATION_TIMEOUT: Duration = Duration::from_secs(5);
+/// What the worker keeps of an invocation's time for itself: a handler's run is cut off this long
+/// before the deadline, and no record starts with less left. It covers one Telegram call in flight
+/// and one store write (settling the run).
+pub const DEADLINE_MARGIN: Duration = Duration::from_secs(15);
 /// The worker Lambda's timeout in `template.yaml`; the queue's visibility timeout must be ≥ 6× this.
 pub const WORKER_TIMEOUT: Duration = Duration::from_secs(60);
-/// The SQS ceiling for a message's visibility timeout.
+/// SQS's largest `maxReceiveCount`, the updates queue's redrive setting: receives are a crash-loop
+/// net, not a budget (a message waiting behind a failing one of its chat is received again with
+/// every retry of it, without running).
+pub const MAX_RECEIVE_COUNT: u32 = 1000;
+/// A record received this share of `MAX_RECEIVE_COUNT` times is logged as close to redrive.
+pub const RECEIVE_WARNING_SHARE: f64 = 0.8;
+/// The SQS ceiling for a message's visibility, counted from its first receive.
 pub const MAX_VISIBILITY: Duration = Duration::from_secs(12 * 3600);
+/// SQS FIFO drops a message whose deduplication id was seen within this window.
+pub const DEDUP_WINDOW: Duration = Duration::from_secs(300);
+/// Telegram's published limit on a bot's messages overall.
+pub const RATE_PER_SECOND: u32 = 30;
+/// Telegram's published limit on a bot's messages to one chat.
+pub const RATE_PER_CHAT_PER_SECOND: u32 = 1;
+/// Telegram's published limit on a bot's messages to one group.
+pub const RATE_PER_GROUP_PER_MINUTE: u32 = 20;
+/// How long a send may wait inside a run for Telegram's pacing (the limiter, or a short flood wait)
+/// before the run gives the update back to the queue instead.
+pub const MAX_INLINE_WAIT: Duration = Duration::from_secs(5);
 /// The Telegram Bot API base URL used when `TELEGRAM_API_URL` is not set.
 pub const TELEGRAM_API_URL: &str = "https://api.telegram.org";

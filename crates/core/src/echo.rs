@@ -18,8 +18,7 @@ use teloxide_core::payloads::{AnswerCallbackQuery, SendMessage};
 use teloxide_core::types::{Message, Update, UpdateKind};
 
 use crate::context::Context;
-use crate::error::HandlerError;
-use crate::handler::Handler;
+use crate::handler::{Handler, HandlerError};
 
 /// The built-in echo bot.
 #[derive(Clone, Copy, Debug, Default)]

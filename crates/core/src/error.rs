@@ -1,18 +1,17 @@
-//! Errors at the ports and in the handler, and the one place that decides whether a failure is retried.
+//! Errors at the ports, and the one place that says how a failure is retried ([`ErrorClass`]).
 
 use std::time::Duration;
-
-use crate::telegram::TelegramError;
 
 /// A boxed error from an adapter's SDK or I/O, kept as the `source` of a [`PortError`].
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
-/// How a failure is treated (DESIGN §4).
+/// How a failure is treated (docs/ARCHITECTURE.md, worker).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ErrorClass {
     /// Worth retrying after the usual backoff: network errors, timeouts, 5xx, throttling, panics.
     Transient,
-    /// The other side named the wait: retry after exactly that long (plus a second).
+    /// The other side named the wait: retry after exactly that long (plus a second). Pacing, not a
+    /// failure of the bot: it spends no attempt.
     RateLimited(Duration),
     /// Retrying cannot help: dead-letter at once.
     Permanent,
@@ -29,7 +28,8 @@ impl ErrorClass {
     }
 }
 
-/// A failure of a store or queue adapter.
+/// A failure of a store or queue adapter. Each variant says what the caller may do about it; the
+/// adapters sort their SDK's errors into them in one place each.
 #[derive(Debug, thiserror::Error)]
 pub enum PortError {
     /// The service could not answer now (throttling, 5xx, timeout, network): try again later.
@@ -41,7 +41,34 @@ pub enum PortError {
         #[source]
         source: BoxError,
     },
-    /// The service refused the request itself (validation, size, permissions): retrying cannot help.
+    /// The stack is set up wrong (access denied, a missing table or queue, bad credentials): no
+    /// request can succeed until an operator fixes it, and then every one can. Never the update's
+    /// fault, so never a reason to give up on it.
+    #[error("{what} is refused by the stack's configuration")]
+    Misconfigured {
+        /// The operation that failed.
+        what: &'static str,
+        /// The SDK or I/O error.
+        #[source]
+        source: BoxError,
+    },
+    /// The item would exceed the store's size limit (DynamoDB's 400 KB): it can never be stored.
+    #[error("{what} would exceed the store's item size limit")]
+    TooLarge {
+        /// The operation that failed.
+        what: &'static str,
+        /// The SDK or I/O error.
+        #[source]
+        source: BoxError,
+    },
+    /// The run's lease was taken over by another run: this run must stop writing and sending.
+    #[error("{what} was refused: another run holds the update's lease")]
+    Fenced {
+        /// The operation that was refused.
+        what: &'static str,
+    },
+    /// The request or the stored data is not what this version expects (a validation error, an
+    /// unreadable item, an unknown stored status): a bug or a foreign writer, not the update's fault.
     #[error("{what} was rejected")]
     Rejected {
         /// The operation that failed.
@@ -61,7 +88,28 @@ impl PortError {
         }
     }
 
-    /// A permanent refusal of `what`.
+    /// A configuration problem behind `what`.
+    pub fn misconfigured(what: &'static str, source: impl Into<BoxError>) -> Self {
+        PortError::Misconfigured {
+            what,
+            source: source.into(),
+        }
+    }
+
+    /// An item `what` cannot store because of its size.
+    pub fn too_large(what: &'static str, source: impl Into<BoxError>) -> Self {
+        PortError::TooLarge {
+            what,
+            source: source.into(),
+        }
+    }
+
+    /// A write of a run whose lease is gone.
+    pub fn fenced(what: &'static str) -> Self {
+        PortError::Fenced { what }
+    }
+
+    /// A request or stored value `what` that this version cannot use.
     pub fn rejected(what: &'static str, source: impl Into<BoxError>) -> Self {
         PortError::Rejected {
             what,
@@ -69,58 +117,26 @@ impl PortError {
         }
     }
 
-    /// Transient or permanent.
-    pub fn class(&self) -> ErrorClass {
+    /// The short name of the failure, for logs and metrics (`IngestUnavailable` carries it).
+    pub fn cause(&self) -> &'static str {
         match self {
-            PortError::Unavailable { .. } => ErrorClass::Transient,
-            PortError::Rejected { .. } => ErrorClass::Permanent,
+            PortError::Unavailable { .. } => "unavailable",
+            PortError::Misconfigured { .. } => "misconfigured",
+            PortError::TooLarge { .. } => "too_large",
+            PortError::Fenced { .. } => "fenced",
+            PortError::Rejected { .. } => "rejected",
         }
     }
 }
 
-/// Why a handler run failed. Bot authors return it from [`crate::Handler::handle`].
-#[derive(Debug, thiserror::Error)]
-pub enum HandlerError {
-    /// A Bot API call failed; its class follows Telegram's answer.
-    #[error(transparent)]
-    Telegram(#[from] TelegramError),
-    /// The store could not record an action; retried like any transient failure.
-    #[error("recording an outbound action failed")]
-    Store(#[from] PortError),
-    /// The bot's own backend failed in a way worth retrying.
-    #[error("transient: {0}")]
-    Transient(String),
-    /// The bot decided the update can never succeed.
-    #[error("permanent: {0}")]
-    Permanent(String),
-    /// The handler panicked; counted as a transient failure.
-    #[error("handler panicked: {0}")]
-    Panicked(String),
-}
-
-impl HandlerError {
-    /// A failure of the bot's own backend that is worth retrying.
-    pub fn transient(reason: impl Into<String>) -> Self {
-        HandlerError::Transient(reason.into())
+/// An error and its sources on one line, for logs: the whole chain, not only the outermost words.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
     }
-
-    /// A failure that retrying cannot fix.
-    pub fn permanent(reason: impl Into<String>) -> Self {
-        HandlerError::Permanent(reason.into())
-    }
-
-    /// Decides retryability: every class is settled here, nowhere else.
-    pub fn class(&self) -> ErrorClass {
-        match self {
-            HandlerError::Telegram(e) => e.class(),
-            HandlerError::Store(e) => match e.class() {
-                // Failing to record an intent must not lose the update: retry it even if the store refused.
-                ErrorClass::Permanent | ErrorClass::Transient | ErrorClass::RateLimited(_) => {
-                    ErrorClass::Transient
-                }
-            },
-            HandlerError::Transient(_) | HandlerError::Panicked(_) => ErrorClass::Transient,
-            HandlerError::Permanent(_) => ErrorClass::Permanent,
-        }
-    }
+    text
 }

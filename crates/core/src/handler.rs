@@ -1,4 +1,5 @@
-//! The bot as the pipeline sees it: one [`Handler`], built once per process from a [`BotConfig`].
+//! The bot as the pipeline sees it: one [`Handler`], built once per process from a [`BotConfig`],
+//! and the error it returns.
 
 use std::sync::Arc;
 
@@ -7,9 +8,9 @@ use teloxide_core::types::Update;
 
 use crate::config::Vars;
 use crate::context::Context;
-use crate::error::HandlerError;
+use crate::error::{ErrorClass, PortError};
 use crate::ids::BotId;
-use crate::telegram::BotApi;
+use crate::telegram::{BotApi, TelegramError};
 
 /// The bot: the one thing a bot author writes.
 #[async_trait]
@@ -38,4 +39,66 @@ pub enum HandlerChoice {
     Bot,
     /// The built-in [`crate::echo::EchoBot`] (`TGQ_HANDLER=echo`), for smoke tests.
     Echo,
+}
+
+/// Why a handler run failed. Bot authors return it from [`Handler::handle`].
+#[derive(Debug, thiserror::Error)]
+pub enum HandlerError {
+    /// A Bot API call failed; its class follows Telegram's answer.
+    #[error(transparent)]
+    Telegram(#[from] TelegramError),
+    /// The store could not record an action (or refused it: see [`PortError`]).
+    #[error("recording an outbound action failed")]
+    Store(#[from] PortError),
+    /// The bot's own backend failed in a way worth retrying.
+    #[error("transient: {0}")]
+    Transient(String),
+    /// The bot decided the update can never succeed.
+    #[error("permanent: {0}")]
+    Permanent(String),
+    /// The handler panicked; counted as a transient failure.
+    #[error("handler panicked: {0}")]
+    Panicked(String),
+    /// The run reached the invocation's deadline less the margin and was cut off.
+    #[error("the run was cut off at the invocation's deadline")]
+    Deadline,
+    /// Telegram's pacing would have the next send wait longer than the run may: the update goes
+    /// back to the queue for that long, which costs it no attempt.
+    #[error("Telegram's pacing holds the bot's sends for {}s", .0.as_secs())]
+    Paced(std::time::Duration),
+}
+
+impl HandlerError {
+    /// A failure of the bot's own backend that is worth retrying.
+    pub fn transient(reason: impl Into<String>) -> Self {
+        HandlerError::Transient(reason.into())
+    }
+
+    /// A failure that retrying cannot fix.
+    pub fn permanent(reason: impl Into<String>) -> Self {
+        HandlerError::Permanent(reason.into())
+    }
+
+    /// Whether the run stopped because another run took its lease over: not a failure of this
+    /// update, and nothing more may be written or sent for it by this run.
+    pub fn is_fenced(&self) -> bool {
+        matches!(self, HandlerError::Store(PortError::Fenced { .. }))
+    }
+
+    /// Decides retryability: every class is settled here, nowhere else.
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            HandlerError::Telegram(e) => e.class(),
+            // The record cannot hold what the run did: every retry would end the same way.
+            HandlerError::Store(PortError::TooLarge { .. }) => ErrorClass::Permanent,
+            // Any other store failure loses nothing if the run is retried; a misconfigured stack
+            // is an operator's to fix, never a reason to give up on the update.
+            HandlerError::Store(_) => ErrorClass::Transient,
+            HandlerError::Transient(_) | HandlerError::Panicked(_) | HandlerError::Deadline => {
+                ErrorClass::Transient
+            }
+            HandlerError::Permanent(_) => ErrorClass::Permanent,
+            HandlerError::Paced(wait) => ErrorClass::RateLimited(*wait),
+        }
+    }
 }

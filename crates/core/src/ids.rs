@@ -110,7 +110,10 @@ impl fmt::Display for RecordKey {
 }
 
 /// The SQS `MessageGroupId`: `{bot_id}:{group key}`, so one bot's busy chat never holds back another bot.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(transparent)]
 pub struct MessageGroupId(String);
 
 /// Why a message group id could not be read back into its bot and group.
@@ -124,14 +127,19 @@ impl MessageGroupId {
         Self(format!("{bot_id}:{group}"))
     }
 
-    /// Splits a group id received from the queue into its bot and group key.
-    pub fn parse(raw: &str) -> Result<(BotId, GroupKey), InvalidGroupId> {
-        let (bot, group) = raw
-            .split_once(':')
-            .ok_or_else(|| InvalidGroupId(raw.to_owned()))?;
-        let bot_id = BotId::new(bot).map_err(|_| InvalidGroupId(raw.to_owned()))?;
+    /// A group id as the queue delivered it, not yet checked: [`MessageGroupId::split`] reads it.
+    pub fn from_raw(raw: impl Into<String>) -> Self {
+        Self(raw.into())
+    }
+
+    /// Splits the group id into its bot and group key; a message whose group id cannot be read was
+    /// not sent by tgq.
+    pub fn split(&self) -> Result<(BotId, GroupKey), InvalidGroupId> {
+        let invalid = || InvalidGroupId(self.0.clone());
+        let (bot, group) = self.0.split_once(':').ok_or_else(invalid)?;
+        let bot_id = BotId::new(bot).map_err(|_| invalid())?;
         if group.is_empty() {
-            return Err(InvalidGroupId(raw.to_owned()));
+            return Err(invalid());
         }
         Ok((bot_id, GroupKey::new(group)))
     }
@@ -174,9 +182,9 @@ mod tests {
         let id = MessageGroupId::new(&bot, &GroupKey::new("user:42"));
         assert_eq!(id.as_str(), "demo:user:42");
         assert_eq!(
-            MessageGroupId::parse(id.as_str()).unwrap(),
+            MessageGroupId::from_raw(id.as_str()).split().unwrap(),
             (bot, GroupKey::new("user:42"))
         );
-        assert!(MessageGroupId::parse("nogroup").is_err());
+        assert!(MessageGroupId::from_raw("nogroup").split().is_err());
     }
 }

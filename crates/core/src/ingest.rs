@@ -1,4 +1,7 @@
-//! The webhook use case (DESIGN §3): verify, store, enqueue — and answer 200 only once the update is durable.
+//! The webhook use case (docs/ARCHITECTURE.md, webhook): admit, store, enqueue — and answer 200 only
+//! once the update is durable. Both front ends (the Lambda, `tgq local`) call [`Webhook::admit`] on
+//! the request's head, read the body up to [`Webhook::max_body_bytes`], call [`Webhook::ingest`],
+//! and answer with [`Answer::of`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -6,29 +9,30 @@ use std::time::Duration;
 use bytes::Bytes;
 use secrecy::{ExposeSecret, SecretString};
 use subtle::ConstantTimeEq;
-use tracing::{instrument, warn, Span};
+use tracing::{error, instrument, warn, Span};
 
 use crate::clock::Clock;
+use crate::dead::{Burial, DeadLetter, DeadReason, FailureClass};
 use crate::envelope::{Envelope, Poison};
-use crate::error::PortError;
+use crate::error::{error_chain, PortError};
 use crate::ids::{BotId, RecordKey};
 use crate::ports::{
-    AtomicIngest, DeadLetter, DeadLetters, Inserted, OutgoingMessage, UpdateQueue, UpdateStore,
+    AtomicIngest, DeadLetters, Inserted, OutgoingMessage, UpdateQueue, UpdateStore,
 };
-use crate::record::{Status, UpdateRecord};
+use crate::record::{Status, Timestamp, UpdateRecord};
 
 /// The header Telegram sends the webhook secret in.
 pub const SECRET_HEADER: &str = "x-telegram-bot-api-secret-token";
 
-/// What the webhook knows of a request before looking at the update.
+/// What the webhook knows of a request before reading its body.
 #[derive(Clone, Copy, Debug)]
-pub struct InboundRequest<'a> {
+pub struct RequestHead<'a> {
     /// The HTTP method.
     pub method: &'a str,
     /// The value of [`SECRET_HEADER`], if present.
     pub secret: Option<&'a [u8]>,
-    /// The raw body.
-    pub body: &'a Bytes,
+    /// The body's size, as declared (`Content-Length`) or known (a buffered body).
+    pub declared_length: Option<usize>,
 }
 
 /// How an accepted request ended; every variant is answered 200.
@@ -42,8 +46,8 @@ pub enum Ingested {
     Requeued,
     /// Not an Update: recorded in the dead-letter queue so Telegram stops resending it.
     Poison(Poison),
-    /// The store refused the update itself (e.g. too large for an item): recorded in the dead-letter queue.
-    Refused(String),
+    /// An update too large for the store's item limit: recorded in the dead-letter queue.
+    TooLarge,
 }
 
 impl std::fmt::Display for Ingested {
@@ -54,7 +58,7 @@ impl std::fmt::Display for Ingested {
             Ingested::Requeued => f.write_str("queued again"),
             Ingested::Duplicate(status) => write!(f, "duplicate ({status})"),
             Ingested::Poison(reason) => write!(f, "not an update: {reason}"),
-            Ingested::Refused(_) => f.write_str("refused by the store; dead-lettered"),
+            Ingested::TooLarge => f.write_str("too large to store; dead-lettered"),
         }
     }
 }
@@ -71,13 +75,16 @@ pub enum Refused {
     /// The body is larger than the configured limit.
     #[error("body of {size} bytes exceeds the limit of {limit} bytes")]
     PayloadTooLarge {
-        /// The body's size.
+        /// The body's size (or the limit plus one when it was cut off while streaming).
         size: usize,
         /// The configured limit.
         limit: usize,
     },
-    /// Storing or enqueueing failed; Telegram will retry.
-    #[error("the update could not be made durable")]
+    /// The body could not be read from the connection.
+    #[error("the request body could not be read")]
+    UnreadableBody,
+    /// Storing or enqueueing failed, or the stack is misconfigured: Telegram will retry.
+    #[error("the update could not be made durable ({}); Telegram will retry it", .0.cause())]
     Unavailable(#[source] PortError),
 }
 
@@ -88,7 +95,31 @@ impl Refused {
             Refused::MethodNotAllowed => 405,
             Refused::Unauthorized => 401,
             Refused::PayloadTooLarge { .. } => 413,
+            Refused::UnreadableBody => 400,
             Refused::Unavailable(_) => 503,
+        }
+    }
+}
+
+/// The webhook's HTTP answer, the same from every front end: `{"ok": …, "result": "…"}`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Answer {
+    /// The HTTP status.
+    pub status: u16,
+    /// The JSON body.
+    pub body: String,
+}
+
+impl Answer {
+    /// The answer to a request's outcome.
+    pub fn of(outcome: &Result<Ingested, Refused>) -> Self {
+        let (status, text) = match outcome {
+            Ok(ingested) => (200, ingested.to_string()),
+            Err(refused) => (refused.status(), refused.to_string()),
+        };
+        Self {
+            status,
+            body: serde_json::json!({ "ok": status == 200, "result": text }).to_string(),
         }
     }
 }
@@ -106,14 +137,26 @@ pub struct WebhookSettings {
     pub record_ttl: Duration,
 }
 
+/// How a new update is made durable, chosen when the webhook is built.
+#[derive(Clone)]
+pub enum Ingest {
+    /// Put the record (conditional), send the message, mark it queued: DynamoDB and SQS.
+    PutThenSend {
+        /// Stores records.
+        store: Arc<dyn UpdateStore>,
+        /// Sends to the updates queue.
+        queue: Arc<dyn UpdateQueue>,
+    },
+    /// Store the record and its message in one durable write: a store that holds the queue too.
+    Atomic(Arc<dyn AtomicIngest>),
+}
+
 /// The ports the webhook uses; built once per cold start and shared by every request.
 #[derive(Clone)]
 pub struct WebhookPorts {
-    /// Stores records.
-    pub store: Arc<dyn UpdateStore>,
-    /// Sends to the updates queue.
-    pub queue: Arc<dyn UpdateQueue>,
-    /// Sends poison to the dead-letter queue.
+    /// How new updates are made durable.
+    pub ingest: Ingest,
+    /// Receives poison and updates too large to store.
     pub dead: Arc<dyn DeadLetters>,
     /// Tells the time.
     pub clock: Arc<dyn Clock>,
@@ -124,24 +167,12 @@ pub struct WebhookPorts {
 pub struct Webhook {
     settings: WebhookSettings,
     ports: WebhookPorts,
-    atomic: Option<Arc<dyn AtomicIngest>>,
 }
 
 impl Webhook {
     /// A webhook with its settings and ports.
     pub fn new(settings: WebhookSettings, ports: WebhookPorts) -> Self {
-        Self {
-            settings,
-            ports,
-            atomic: None,
-        }
-    }
-
-    /// Stores a new update and its queue message in one write through `atomic` (a store that holds
-    /// the queue too); repeats and their healing still go through the separate ports.
-    pub fn with_atomic_ingest(mut self, atomic: Arc<dyn AtomicIngest>) -> Self {
-        self.atomic = Some(atomic);
-        self
+        Self { settings, ports }
     }
 
     /// The webhook's settings.
@@ -149,43 +180,85 @@ impl Webhook {
         &self.settings
     }
 
-    /// Handles one request: cheap refusals first (nothing is written for them), then the update.
-    pub async fn handle(&self, request: InboundRequest<'_>) -> Result<Ingested, Refused> {
-        if !request.method.eq_ignore_ascii_case("POST") {
+    /// The largest body to read; a front end stops reading past it and refuses with 413.
+    pub fn max_body_bytes(&self) -> usize {
+        self.settings.max_body_bytes
+    }
+
+    /// The cheap refusals, on the request's head, before a byte of the body is read: nothing is
+    /// written for them.
+    pub fn admit(&self, head: &RequestHead<'_>) -> Result<(), Refused> {
+        if !head.method.eq_ignore_ascii_case("POST") {
             return Err(Refused::MethodNotAllowed);
         }
-        if !self.authenticates(request.secret) {
+        if !self.authenticates(head.secret) {
             return Err(Refused::Unauthorized);
         }
         let limit = self.settings.max_body_bytes;
-        if request.body.len() > limit {
-            return Err(Refused::PayloadTooLarge {
-                size: request.body.len(),
-                limit,
-            });
+        match head.declared_length {
+            Some(size) if size > limit => Err(Refused::PayloadTooLarge { size, limit }),
+            _ => Ok(()),
         }
-        self.ingest(request.body.clone()).await
     }
 
     /// Whether `presented` is the webhook secret; compared in constant time, so the answer's timing
-    /// tells nothing about the secret. HTTP front ends use it to refuse before reading a body.
-    pub fn authenticates(&self, presented: Option<&[u8]>) -> bool {
+    /// tells nothing about the secret.
+    fn authenticates(&self, presented: Option<&[u8]>) -> bool {
         let expected = self.settings.secret.expose_secret().as_bytes();
         presented.is_some_and(|p| bool::from(p.ct_eq(expected)))
     }
 
-    /// Stores and enqueues an authenticated body (DESIGN §1 steps 3–6).
-    #[instrument(skip_all, fields(bot_id = %self.settings.bot_id, update_id, group), err(Display))]
+    /// Stores and enqueues an admitted body (docs/ARCHITECTURE.md, webhook steps 3–6).
+    #[instrument(skip_all, fields(bot_id = %self.settings.bot_id, update_id, group))]
     pub async fn ingest(&self, body: Bytes) -> Result<Ingested, Refused> {
+        let limit = self.settings.max_body_bytes;
+        if body.len() > limit {
+            return Err(Refused::PayloadTooLarge {
+                size: body.len(),
+                limit,
+            });
+        }
         let envelope = match Envelope::parse(&body) {
             Ok(envelope) => envelope,
-            Err(poison) => return self.bury_poison(body, poison).await,
+            Err(poison) => {
+                let letter = DeadLetter::poison(self.settings.bot_id.clone(), body, &poison);
+                warn!(reason = %poison, "poison update dead-lettered");
+                return self.bury(&letter, Ingested::Poison(poison)).await;
+            }
         };
         Span::current()
             .record("update_id", envelope.update_id.0)
             .record("group", envelope.group.as_str());
         let key = RecordKey::new(self.settings.bot_id.clone(), envelope.update_id);
         let now = self.ports.clock.now();
+        match self.store(&key, &envelope, &body, now).await {
+            Ok(ingested) => Ok(ingested),
+            Err(error @ PortError::TooLarge { .. }) => {
+                let burial = Burial {
+                    reason: DeadReason::TooLarge,
+                    class: FailureClass::Permanent,
+                    error: error_chain(&error),
+                    attempts: 0,
+                };
+                warn!(error = %burial.error, "update too large for the store; dead-lettered");
+                let letter = DeadLetter::for_update(&key, &envelope.group, body, &burial);
+                self.bury(&letter, Ingested::TooLarge).await
+            }
+            Err(error) => {
+                error!(error = %error_chain(&error), cause = error.cause(), "the update could not be made durable; answering 503 so Telegram retries");
+                Err(Refused::Unavailable(error))
+            }
+        }
+    }
+
+    /// Makes a new update durable by the chosen strategy; a repeat heals an unconfirmed enqueue.
+    async fn store(
+        &self,
+        key: &RecordKey,
+        envelope: &Envelope,
+        body: &Bytes,
+        now: Timestamp,
+    ) -> Result<Ingested, PortError> {
         let record = UpdateRecord::received(
             key.clone(),
             envelope.group.clone(),
@@ -193,93 +266,40 @@ impl Webhook {
             now,
             self.settings.record_ttl,
         );
-        let message = OutgoingMessage::for_update(&key, &envelope.group, body.clone());
-        let stored = match &self.atomic {
-            Some(atomic) => atomic.insert_queued(&record, now, &message).await,
-            None => self.ports.store.insert(&record, now).await,
-        };
-        let inserted = match stored {
-            // Stored together with its queue message: nothing is left to do.
-            Ok(Inserted::New) if self.atomic.is_some() => return Ok(Ingested::Queued),
-            Ok(inserted) => inserted,
-            Err(rejected @ PortError::Rejected { .. }) => {
-                return self.bury_refused(body, &envelope, rejected).await
+        let message = OutgoingMessage::for_update(key, &envelope.group, body.clone());
+        match &self.ports.ingest {
+            Ingest::Atomic(atomic) => match atomic.insert_queued(&record, now, &message).await? {
+                Inserted::New => Ok(Ingested::Queued),
+                Inserted::Exists(status) => Ok(Ingested::Duplicate(status)),
+            },
+            Ingest::PutThenSend { store, queue } => {
+                let outcome = match store.insert(&record, now).await? {
+                    Inserted::New => Ingested::Queued,
+                    // The earlier request stored the update but may have died before its send was
+                    // confirmed.
+                    Inserted::Exists(Status::Received) => Ingested::Requeued,
+                    Inserted::Exists(status) => return Ok(Ingested::Duplicate(status)),
+                };
+                queue.enqueue(&message).await?;
+                // The update is durable in the queue now; a failed status write only costs a
+                // harmless resend later.
+                if let Err(error) = store.mark_queued(key).await {
+                    warn!(error = %error_chain(&error), "update enqueued but not marked QUEUED");
+                }
+                Ok(outcome)
             }
-            Err(unavailable) => return Err(Refused::Unavailable(unavailable)),
-        };
-        let outcome = match inserted {
-            Inserted::New => Ingested::Queued,
-            // The earlier request stored the update but may have died before its send was confirmed.
-            Inserted::Exists(Status::Received) => Ingested::Requeued,
-            Inserted::Exists(status) => return Ok(Ingested::Duplicate(status)),
-        };
-        self.ports
-            .queue
-            .enqueue(&message)
-            .await
-            .map_err(Refused::Unavailable)?;
-        // The update is durable in the queue now; a failed status write only costs a harmless resend later.
-        if let Err(error) = self.ports.store.mark_queued(&key).await {
-            warn!(error = %error, "update enqueued but not marked QUEUED");
         }
-        Ok(outcome)
     }
 
-    async fn bury_poison(&self, body: Bytes, poison: Poison) -> Result<Ingested, Refused> {
-        warn!(reason = %poison, "poison update dead-lettered");
-        let letter = DeadLetter {
-            bot_id: self.settings.bot_id.clone(),
-            update_id: None,
-            group: None,
-            body,
-            reason: "poison".into(),
-            error_class: "poison".into(),
-            error: poison.to_string(),
-            attempts: 0,
-        };
-        self.ports
-            .dead
-            .dead_letter(&letter)
-            .await
-            .map_err(Refused::Unavailable)?;
-        Ok(Ingested::Poison(poison))
+    /// Sends a letter and answers 200 with `ingested`, or 503 when the letter cannot be sent, so
+    /// Telegram keeps the update.
+    async fn bury(&self, letter: &DeadLetter, ingested: Ingested) -> Result<Ingested, Refused> {
+        match self.ports.dead.dead_letter(letter).await {
+            Ok(()) => Ok(ingested),
+            Err(error) => {
+                error!(error = %error_chain(&error), "dead-letter send failed; answering 503 so Telegram retries");
+                Err(Refused::Unavailable(error))
+            }
+        }
     }
-
-    async fn bury_refused(
-        &self,
-        body: Bytes,
-        envelope: &Envelope,
-        error: PortError,
-    ) -> Result<Ingested, Refused> {
-        let reason = error_chain(&error);
-        warn!(reason = %reason, "store refused the update; dead-lettered");
-        let letter = DeadLetter {
-            bot_id: self.settings.bot_id.clone(),
-            update_id: Some(envelope.update_id),
-            group: Some(envelope.group.clone()),
-            body,
-            reason: "store_rejected".into(),
-            error_class: "permanent".into(),
-            error: reason.clone(),
-            attempts: 0,
-        };
-        self.ports
-            .dead
-            .dead_letter(&letter)
-            .await
-            .map_err(Refused::Unavailable)?;
-        Ok(Ingested::Refused(reason))
-    }
-}
-
-/// An error and its sources on one line.
-pub fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

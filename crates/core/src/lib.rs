@@ -1,16 +1,19 @@
 //! tgq's core: the update envelope and its keys, the policies, the ports, and the two use cases —
-//! [`ingest::Webhook`] (DESIGN §3) and [`worker::Worker`] (DESIGN §4). No AWS type appears here.
+//! [`ingest::Webhook`] and [`worker::Worker`] (docs/ARCHITECTURE.md). No AWS type appears here.
 
 pub mod clock;
 pub mod config;
 pub mod context;
+pub mod dead;
 pub mod defaults;
 pub mod echo;
 pub mod envelope;
 pub mod error;
+pub mod fifo;
 pub mod handler;
 pub mod ids;
 pub mod ingest;
+pub mod pacer;
 pub mod policy;
 pub mod ports;
 pub mod record;
@@ -18,7 +21,8 @@ pub mod telegram;
 pub mod worker;
 
 pub use context::Context;
-pub use error::{ErrorClass, HandlerError, PortError};
+pub use error::{ErrorClass, PortError};
+pub use handler::HandlerError;
 pub use handler::{BotConfig, Handler};
 
 /// The Bot API types the handler receives and sends, re-exported so bots use the same version.

@@ -1,19 +1,24 @@
-//! Retry policy: how long a failed update waits, and when it stops trying (DESIGN §4).
+//! Retry policy: how long a failed update waits, and when it stops trying (docs/ARCHITECTURE.md,
+//! worker).
 
 use std::time::Duration;
 
+use crate::dead::DeadReason;
 use crate::defaults;
 use crate::error::ErrorClass;
+use crate::record::Timestamp;
 
-/// The attempt budget and the backoff curve.
+/// The attempt budget, the time budget and the backoff curve.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RetryPolicy {
-    /// Handler runs allowed before the update is dead-lettered.
+    /// Handler runs allowed before the update is dead-lettered (rate-limited runs not counted).
     pub max_attempts: u32,
     /// Delay after the first failure, before jitter.
     pub base: Duration,
     /// Largest delay before jitter.
     pub cap: Duration,
+    /// How long after its first run an update Telegram still rate-limits is given up on.
+    pub max_retry_age: Duration,
 }
 
 impl Default for RetryPolicy {
@@ -22,6 +27,7 @@ impl Default for RetryPolicy {
             max_attempts: defaults::MAX_ATTEMPTS,
             base: defaults::BACKOFF_BASE,
             cap: defaults::BACKOFF_CAP,
+            max_retry_age: defaults::MAX_RETRY_AGE,
         }
     }
 }
@@ -47,58 +53,60 @@ impl Jitter {
     }
 }
 
+/// A failed run, as the policy weighs it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FailedRun {
+    /// How the failure is treated.
+    pub class: ErrorClass,
+    /// Runs that count against the budget, this one included.
+    pub attempts_spent: u32,
+    /// How long ago the first run started.
+    pub age: Duration,
+}
+
 /// What to do with an update after a failed run.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Verdict {
     /// Leave it on the queue, invisible for this long.
     RetryAfter(Duration),
     /// Give up: mark it dead and move it to the dead-letter queue.
-    Bury(BuryReason),
-}
-
-/// Why an update was given up on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BuryReason {
-    /// The failure was permanent.
-    Permanent,
-    /// Every attempt of the budget failed.
-    BudgetSpent,
-}
-
-impl BuryReason {
-    /// The reason as recorded on the dead letter.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            BuryReason::Permanent => "permanent_error",
-            BuryReason::BudgetSpent => "attempt_budget_spent",
-        }
-    }
+    Bury(DeadReason),
 }
 
 impl RetryPolicy {
-    /// Decides what follows failure number `attempt` (1-based) of class `class`.
-    pub fn verdict(&self, attempt: u32, class: ErrorClass, jitter: Jitter) -> Verdict {
-        match class {
-            ErrorClass::Permanent => Verdict::Bury(BuryReason::Permanent),
-            _ if attempt >= self.max_attempts => Verdict::Bury(BuryReason::BudgetSpent),
-            ErrorClass::RateLimited(wait) => {
-                Verdict::RetryAfter(within_sqs_limit(wait + Duration::from_secs(1)))
+    /// Decides what follows a failed run.
+    pub fn verdict(&self, run: FailedRun, jitter: Jitter) -> Verdict {
+        match run.class {
+            ErrorClass::Permanent => Verdict::Bury(DeadReason::Permanent),
+            // Telegram's pacing is not the bot's failure: only time limits it.
+            ErrorClass::RateLimited(_) if run.age >= self.max_retry_age => {
+                Verdict::Bury(DeadReason::ThrottledTooLong)
             }
-            ErrorClass::Transient => Verdict::RetryAfter(self.backoff(attempt, jitter)),
+            ErrorClass::RateLimited(wait) => Verdict::RetryAfter(wait + Duration::from_secs(1)),
+            ErrorClass::Transient if run.attempts_spent >= self.max_attempts => {
+                Verdict::Bury(DeadReason::BudgetSpent)
+            }
+            ErrorClass::Transient => Verdict::RetryAfter(self.backoff(run.attempts_spent, jitter)),
         }
     }
 
-    /// `min(cap, base · 2^(attempt−1)) · jitter`, never above the SQS visibility ceiling.
+    /// `min(cap, base · 2^(attempt−1)) · jitter`.
     pub fn backoff(&self, attempt: u32, jitter: Jitter) -> Duration {
         let doublings = attempt.saturating_sub(1).min(31);
         let raw = self.base.saturating_mul(1u32 << doublings).min(self.cap);
-        within_sqs_limit(raw.mul_f64(jitter.0))
+        raw.mul_f64(jitter.0)
     }
 }
 
-/// SQS refuses a visibility timeout above 12 hours.
-fn within_sqs_limit(delay: Duration) -> Duration {
-    delay.min(defaults::MAX_VISIBILITY)
+/// A visibility delay SQS accepts: its 12-hour ceiling counts from the message's first receive,
+/// not from now, so a message received long ago can be hidden for less.
+pub fn within_visibility_ceiling(
+    delay: Duration,
+    first_received_at: Option<Timestamp>,
+    now: Timestamp,
+) -> Duration {
+    let held = first_received_at.map_or(Duration::ZERO, |first| now.since(first));
+    delay.min(defaults::MAX_VISIBILITY.saturating_sub(held))
 }
 
 #[cfg(test)]
@@ -106,6 +114,14 @@ mod tests {
     use super::*;
 
     const SEC: Duration = Duration::from_secs(1);
+
+    fn run(class: ErrorClass, attempts_spent: u32) -> FailedRun {
+        FailedRun {
+            class,
+            attempts_spent,
+            age: Duration::ZERO,
+        }
+    }
 
     #[test]
     fn backoff_doubles_from_the_base_until_the_cap() {
@@ -135,48 +151,71 @@ mod tests {
 
     #[test]
     fn retry_after_is_honoured_exactly_plus_one_second() {
-        let v =
-            RetryPolicy::default().verdict(1, ErrorClass::RateLimited(7 * SEC), Jitter::random());
+        let v = RetryPolicy::default()
+            .verdict(run(ErrorClass::RateLimited(7 * SEC), 1), Jitter::random());
         assert_eq!(v, Verdict::RetryAfter(8 * SEC));
     }
 
     #[test]
-    fn no_delay_exceeds_the_sqs_visibility_ceiling() {
-        let policy = RetryPolicy {
-            max_attempts: 100,
-            base: 3600 * SEC,
-            cap: 100 * 3600 * SEC,
-        };
+    fn the_visibility_ceiling_counts_from_the_first_receive() {
+        let now = Timestamp(100 * 3600 * 1000);
+        let day = 24 * 3600 * SEC;
         assert_eq!(
-            policy.backoff(10, Jitter::of(1.5)),
+            within_visibility_ceiling(day, None, now),
             defaults::MAX_VISIBILITY
         );
-        let v = policy.verdict(1, ErrorClass::RateLimited(24 * 3600 * SEC), Jitter::NONE);
-        assert_eq!(v, Verdict::RetryAfter(defaults::MAX_VISIBILITY));
+        let received_11h_ago = Timestamp(now.0 - 11 * 3600 * 1000);
+        assert_eq!(
+            within_visibility_ceiling(day, Some(received_11h_ago), now),
+            3600 * SEC
+        );
+        assert_eq!(
+            within_visibility_ceiling(5 * SEC, Some(received_11h_ago), now),
+            5 * SEC
+        );
+        let received_13h_ago = Timestamp(now.0 - 13 * 3600 * 1000);
+        assert_eq!(
+            within_visibility_ceiling(day, Some(received_13h_ago), now),
+            Duration::ZERO
+        );
     }
 
     #[test]
     fn permanent_errors_are_buried_on_the_first_attempt() {
         assert_eq!(
-            RetryPolicy::default().verdict(1, ErrorClass::Permanent, Jitter::NONE),
-            Verdict::Bury(BuryReason::Permanent)
+            RetryPolicy::default().verdict(run(ErrorClass::Permanent, 1), Jitter::NONE),
+            Verdict::Bury(DeadReason::Permanent)
         );
     }
 
     #[test]
-    fn the_last_attempt_of_the_budget_is_buried_whatever_its_class() {
+    fn the_last_attempt_of_the_budget_is_buried_but_rate_limits_spend_none() {
         let policy = RetryPolicy::default();
         assert!(matches!(
-            policy.verdict(7, ErrorClass::Transient, Jitter::NONE),
+            policy.verdict(run(ErrorClass::Transient, 7), Jitter::NONE),
             Verdict::RetryAfter(_)
         ));
         assert_eq!(
-            policy.verdict(8, ErrorClass::Transient, Jitter::NONE),
-            Verdict::Bury(BuryReason::BudgetSpent)
+            policy.verdict(run(ErrorClass::Transient, 8), Jitter::NONE),
+            Verdict::Bury(DeadReason::BudgetSpent)
         );
         assert_eq!(
-            policy.verdict(8, ErrorClass::RateLimited(SEC), Jitter::NONE),
-            Verdict::Bury(BuryReason::BudgetSpent)
+            policy.verdict(run(ErrorClass::RateLimited(SEC), 8), Jitter::NONE),
+            Verdict::RetryAfter(2 * SEC)
+        );
+    }
+
+    #[test]
+    fn an_update_still_rate_limited_after_the_time_budget_is_buried() {
+        let policy = RetryPolicy::default();
+        let old = FailedRun {
+            class: ErrorClass::RateLimited(SEC),
+            attempts_spent: 1,
+            age: policy.max_retry_age,
+        };
+        assert_eq!(
+            policy.verdict(old, Jitter::NONE),
+            Verdict::Bury(DeadReason::ThrottledTooLong)
         );
     }
 }

@@ -7,10 +7,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 
-use crate::envelope::Envelope;
+use crate::dead::Burial;
+pub use crate::dead::DeadLetter;
 use crate::error::PortError;
-use crate::ids::{BotId, GroupKey, MessageGroupId, RecordKey, UpdateId};
-use crate::record::{ActionIntent, ActionRecord, Status, Timestamp, UpdateRecord};
+use crate::ids::{GroupKey, MessageGroupId, RecordKey};
+use crate::record::{ActionIntent, ActionOutcome, ActionRecord, Status, Timestamp, UpdateRecord};
 
 /// What the webhook may do to records: create one, and mark it queued. It cannot delete.
 #[async_trait]
@@ -32,7 +33,27 @@ pub enum Inserted {
     Exists(Status),
 }
 
-/// What the worker may do to records: claim, record actions, settle.
+/// A run's hold on an update: its key and the fencing token its claim set (the attempt number).
+/// Every write of the run after the claim is conditional on the record still being `PROCESSING`
+/// with this token, so a run that outlived its lease can no longer write.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Lease {
+    /// The update.
+    pub key: RecordKey,
+    /// The attempt number the claim set.
+    pub token: u32,
+}
+
+impl Lease {
+    /// Whether `record` is still held by this run; adapters that hold the whole record check every
+    /// write of the run with it (DynamoDB states it as a condition).
+    pub fn holds(&self, record: &UpdateRecord) -> bool {
+        record.status == Status::Processing && record.attempts == self.token
+    }
+}
+
+/// What the worker may do to records: claim, record actions, settle — every write after the claim
+/// fenced by the claim's [`Lease`].
 #[async_trait]
 pub trait UpdateLedger: Send + Sync {
     /// Takes the lease on an update and counts one more handler run, in one conditional write.
@@ -40,15 +61,23 @@ pub trait UpdateLedger: Send + Sync {
     /// no record exists (it is created from the queue message: the queue is the source of truth then).
     async fn claim(&self, request: &ClaimRequest) -> Result<Claim, PortError>;
 
-    /// Records that an outbound action is about to be sent.
-    async fn record_intent(&self, key: &RecordKey, intent: &ActionIntent) -> Result<(), PortError>;
+    /// Records that an outbound action is about to be sent, together with the outcomes of earlier
+    /// actions not yet written; [`PortError::Fenced`] when the lease is gone.
+    async fn record_intent(
+        &self,
+        lease: &Lease,
+        intent: &ActionIntent,
+        outcomes: &[ActionOutcome],
+    ) -> Result<(), PortError>;
 
-    /// Records an action's result JSON once Telegram accepted it.
-    async fn record_result(&self, key: &RecordKey, seq: u32, result: &str)
-        -> Result<(), PortError>;
-
-    /// Records how a handler run ended and releases the lease.
-    async fn settle(&self, key: &RecordKey, outcome: &Settlement) -> Result<(), PortError>;
+    /// Records how a handler run ended, with the outcomes not yet written, and releases the lease;
+    /// [`PortError::Fenced`] when the lease is gone.
+    async fn settle(
+        &self,
+        lease: &Lease,
+        settlement: &Settlement,
+        outcomes: &[ActionOutcome],
+    ) -> Result<(), PortError>;
 }
 
 /// Everything a claim needs, including what to create when the record is missing.
@@ -82,25 +111,37 @@ impl ClaimRequest {
                     self.group.clone(),
                     self.payload.clone(),
                     self.now,
-                    std::time::Duration::ZERO,
+                    Duration::ZERO,
                 );
                 created.expires_at = self.expires_at;
                 created
             }
         };
         match (record.status, record.lease_until) {
-            (status, _) if status.is_final() => return (Claim::AlreadyFinal(status), None),
+            (Status::Done, _) => return (Claim::AlreadyFinal(Final::Done), None),
+            (Status::Dead, _) => {
+                let burial = record.burial.clone();
+                return (Claim::AlreadyFinal(Final::Dead(burial)), None);
+            }
             (Status::Processing, Some(until)) if until > self.now => {
                 return (Claim::Busy(until), None)
             }
             _ => {}
         }
+        let resumed = record.status == Status::Processing;
         record.status = Status::Processing;
         record.attempts += 1;
         record.lease_until = Some(self.lease_until);
+        let first_attempt_at = *record.first_attempt_at.get_or_insert(self.now);
         let claimed = Claimed {
-            attempt: record.attempts,
+            lease: Lease {
+                key: self.key.clone(),
+                token: record.attempts,
+            },
             actions: record.actions.clone(),
+            throttled: record.throttled,
+            first_attempt_at,
+            resumed,
         };
         (Claim::Run(claimed), Some(record))
     }
@@ -111,19 +152,42 @@ impl ClaimRequest {
 pub enum Claim {
     /// The lease is ours: run the handler.
     Run(Claimed),
-    /// Already `DONE` or `DEAD`: a duplicate delivery, acknowledge it and run nothing.
-    AlreadyFinal(Status),
+    /// Already `DONE` or `DEAD`: a duplicate delivery, acknowledged without running.
+    AlreadyFinal(Final),
     /// Another worker holds an unexpired lease until the given time.
     Busy(Timestamp),
 }
 
-/// A claimed update: which run this is and what earlier runs already sent.
+/// A finished update, as a claim found it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Final {
+    /// The handler finished.
+    Done,
+    /// Given up on, with the burial its dead letter tells of (absent in records of older versions).
+    Dead(Option<Burial>),
+}
+
+/// A claimed update: which run this is and what earlier runs already did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Claimed {
-    /// The number of this run, counting it (1 on the first).
-    pub attempt: u32,
+    /// The run's hold on the update; its token is the run's number (1 on the first).
+    pub lease: Lease,
     /// Outbound actions recorded by earlier runs, by sequence number.
     pub actions: BTreeMap<u32, ActionRecord>,
+    /// Earlier runs that ended rate-limited (not counted against the attempt budget).
+    pub throttled: u32,
+    /// When the first run started.
+    pub first_attempt_at: Timestamp,
+    /// The previous run died holding the lease (a crash, a timeout, out of memory).
+    pub resumed: bool,
+}
+
+impl Claimed {
+    /// The attempts that count against the budget: this run and the earlier ones, less those that
+    /// were only rate-limited.
+    pub fn attempts_spent(&self) -> u32 {
+        self.lease.token.saturating_sub(self.throttled)
+    }
 }
 
 /// How a handler run ended.
@@ -131,16 +195,15 @@ pub struct Claimed {
 pub enum Settlement {
     /// The handler finished.
     Done,
-    /// A transient failure; another run follows after a backoff.
+    /// A failure worth retrying; another run follows after a backoff.
     Retrying {
         /// Description of the failure, without message text.
         error: String,
+        /// Telegram rate-limited the run: it does not count against the attempt budget.
+        throttled: bool,
     },
-    /// Given up: the update is in the dead-letter queue.
-    Dead {
-        /// Description of the failure, without message text.
-        error: String,
-    },
+    /// Given up: the update goes to the dead-letter queue.
+    Dead(Burial),
 }
 
 impl Settlement {
@@ -149,20 +212,68 @@ impl Settlement {
         match self {
             Settlement::Done => Status::Done,
             Settlement::Retrying { .. } => Status::Retrying,
-            Settlement::Dead { .. } => Status::Dead,
+            Settlement::Dead(_) => Status::Dead,
         }
     }
 
     /// Ends the run on a record, for adapters that hold the whole record: its status, the lease
-    /// released, and the failure kept (none once done).
+    /// released, the failure kept (none once done), a throttled run refunded.
     pub fn apply(&self, record: &mut UpdateRecord) {
         record.status = self.status();
         record.lease_until = None;
-        record.last_error = match self {
-            Settlement::Done => None,
-            Settlement::Retrying { error } | Settlement::Dead { error } => Some(error.clone()),
-        };
+        match self {
+            Settlement::Done => record.last_error = None,
+            Settlement::Retrying { error, throttled } => {
+                record.last_error = Some(error.clone());
+                if *throttled {
+                    record.throttled += 1;
+                }
+            }
+            Settlement::Dead(burial) => {
+                record.last_error = Some(burial.error.clone());
+                record.burial = Some(burial.clone());
+            }
+        }
     }
+}
+
+/// Applies a run's write to a record an adapter holds whole and returns the record to store: checks
+/// the lease, notes the outcomes, lets `write` do the rest, and checks the size DynamoDB would allow.
+/// [`PortError::Fenced`] when the lease is gone.
+pub fn fenced_write(
+    stored: Option<&UpdateRecord>,
+    lease: &Lease,
+    outcomes: &[ActionOutcome],
+    what: &'static str,
+    write: impl FnOnce(&mut UpdateRecord),
+) -> Result<UpdateRecord, PortError> {
+    let mut record = match stored {
+        Some(record) if lease.holds(record) => record.clone(),
+        _ => return Err(PortError::fenced(what)),
+    };
+    for outcome in outcomes {
+        if !record.note_outcome(outcome) {
+            return Err(PortError::rejected(what, "an outcome without its intent"));
+        }
+    }
+    write(&mut record);
+    within_item_limit(&record, what)?;
+    Ok(record)
+}
+
+/// Refuses a record DynamoDB would refuse for its size, for the stores that hold records in process.
+pub fn within_item_limit(record: &UpdateRecord, what: &'static str) -> Result<(), PortError> {
+    let size = record.approximate_size();
+    if size > crate::defaults::MAX_ITEM_BYTES {
+        return Err(PortError::too_large(
+            what,
+            format!(
+                "the record would take about {size} bytes, over the {} byte item limit",
+                crate::defaults::MAX_ITEM_BYTES
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Reads records back; for operations, tests and the conformance suite, never on the hot path.
@@ -222,19 +333,22 @@ pub trait UpdateQueue: Send + Sync {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ReceiptHandle(pub String);
 
-/// One message as the queue delivered it (SQS's event record, or a local receive).
+/// One message as the queue delivered it (SQS's event record, or a local receive). Adapters refuse
+/// a message without an id where they read it: a failure must always be reportable by id.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct QueueRecord {
-    /// The queue's id of the message; what `batchItemFailures` names.
+    /// The queue's id of the message; what `batchItemFailures` names. Never empty.
     pub message_id: String,
     /// The handle of this delivery.
     pub receipt: ReceiptHandle,
     /// The raw update.
     pub body: Bytes,
     /// `{bot_id}:{group key}`, as sent.
-    pub group_id: String,
+    pub group_id: MessageGroupId,
     /// How many times the queue has delivered it, this time included.
     pub receive_count: u32,
+    /// When the queue first delivered it: SQS's 12-hour visibility ceiling counts from here.
+    pub first_received_at: Option<Timestamp>,
 }
 
 /// What the worker may do to a message it holds: hide it for a while (backoff) or show it at once.
@@ -261,71 +375,6 @@ pub trait QueueConsumer: Visibility {
 
     /// Deletes a processed message.
     async fn delete(&self, receipt: &ReceiptHandle) -> Result<(), PortError>;
-}
-
-/// A message for the dead-letter queue: the raw bytes and why they are there.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DeadLetter {
-    /// The bot it was addressed to.
-    pub bot_id: BotId,
-    /// The update id, when the body had one.
-    pub update_id: Option<UpdateId>,
-    /// The original group, when known.
-    pub group: Option<GroupKey>,
-    /// The raw body, exactly as received.
-    pub body: Bytes,
-    /// Why it is dead: `poison`, `permanent_error` or `attempt_budget_spent`.
-    pub reason: String,
-    /// The error class (`poison`, `permanent`, `transient`, `rate_limited`).
-    pub error_class: String,
-    /// The error's description, without message text.
-    pub error: String,
-    /// Handler runs spent on it.
-    pub attempts: u32,
-}
-
-impl DeadLetter {
-    /// The dead-letter queue's dedup id: one letter per update, or per distinct poison body.
-    pub fn dedup_id(&self) -> String {
-        match self.update_id {
-            Some(id) => format!("{}:{id}:dead", self.bot_id),
-            None => format!("{}:poison:{:016x}", self.bot_id, fnv1a(&self.body)),
-        }
-    }
-
-    /// A message the updates queue's redrive policy moved after too many receives: the worker never
-    /// deleted it. `group_id` is the message's `{bot_id}:{group key}`, when the queue kept it.
-    pub fn redriven(group_id: Option<&str>, body: Bytes, error: String) -> Self {
-        let (bot_id, group) = match group_id.map(MessageGroupId::parse) {
-            Some(Ok((bot_id, group))) => (bot_id, Some(group)),
-            _ => (BotId::unknown(), None),
-        };
-        Self {
-            bot_id,
-            update_id: Envelope::parse(&body).ok().map(|e| e.update_id),
-            group,
-            body,
-            reason: "max_receive_count".into(),
-            error_class: "transient".into(),
-            error,
-            attempts: 0,
-        }
-    }
-
-    /// The dead-letter queue's group id: per original group, so letters keep their order for replay.
-    pub fn group_id(&self) -> String {
-        match &self.group {
-            Some(group) => format!("{}:{group}", self.bot_id),
-            None => format!("{}:poison", self.bot_id),
-        }
-    }
-}
-
-/// A stable 64-bit hash for dedup ids (not for security).
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
-    })
 }
 
 /// Where updates go when they can never be processed.

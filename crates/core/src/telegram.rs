@@ -1,17 +1,69 @@
-//! The Bot API as a port: one JSON call, and Telegram's failures as a domain error with a class.
+//! The Bot API as a port: one JSON call, Telegram's failures as a domain error with a class, and
+//! the answers an offline outbox (or a replay) gives in Telegram's place.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
-use serde_json::Value;
+use serde_json::{json, Value};
 
-use crate::error::ErrorClass;
+use crate::error::{ErrorClass, PortError};
+use crate::ports::Lease;
+
+/// One Bot API call, and — when a handler's context makes it — the action it is.
+#[derive(Clone, Copy, Debug)]
+pub struct ApiCall<'a> {
+    /// The method, e.g. `sendMessage`.
+    pub method: &'a str,
+    /// A JSON object of parameters.
+    pub params: &'a Value,
+    /// Which run and which of its actions made the call; `None` for calls outside a run.
+    pub action: Option<ActionRef<'a>>,
+}
+
+impl<'a> ApiCall<'a> {
+    /// A call that is not a handler's action (getUpdates, setWebhook, …).
+    pub fn plain(method: &'a str, params: &'a Value) -> Self {
+        Self {
+            method,
+            params,
+            action: None,
+        }
+    }
+}
+
+/// The run and position of an action.
+#[derive(Clone, Copy, Debug)]
+pub struct ActionRef<'a> {
+    /// The run's lease on its update.
+    pub lease: &'a Lease,
+    /// The action's position in the run.
+    pub seq: u32,
+}
 
 /// Calls Bot API methods. The HTTP adapter lives in `tgq-telegram`; local mode has an offline outbox.
 #[async_trait]
 pub trait BotApi: Send + Sync {
-    /// Calls `method` with a JSON object of parameters and returns the answer's `result`.
-    async fn call(&self, method: &str, params: &Value) -> Result<Value, TelegramError>;
+    /// Calls a method and returns the answer's `result`.
+    async fn call(&self, call: &ApiCall<'_>) -> Result<Value, CallError>;
+
+    /// Whether this Bot API records an action's outcome itself, in the same durable write as the
+    /// send (the offline outbox): then no action's outcome is ever unknown, and the context does
+    /// not write it again.
+    fn records_outcomes(&self) -> bool {
+        false
+    }
+}
+
+/// Why a call failed: Telegram's answer, or — for a Bot API that records outcomes itself — the
+/// store's.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    /// Telegram (or the way to it) failed the call.
+    #[error(transparent)]
+    Telegram(#[from] TelegramError),
+    /// The store refused to record the call (its lease is gone, or it is down).
+    #[error(transparent)]
+    Store(#[from] PortError),
 }
 
 /// The Bot API spelling of a teloxide-core payload's name: `SendMessage` → `sendMessage`.
@@ -55,29 +107,126 @@ pub enum TelegramError {
 }
 
 impl TelegramError {
-    /// Transient: network, timeouts, 408, 429, 5xx; permanent: other 4xx (400, 401, 403, 404, …).
+    /// Transient: network, timeouts, 408, 429, 5xx (with Telegram's JSON or without); permanent: the
+    /// other 4xx (400, 401, 403, 404, …).
     pub fn class(&self) -> ErrorClass {
         match self {
             TelegramError::RetryAfter(wait) => ErrorClass::RateLimited(*wait),
             TelegramError::Timeout | TelegramError::Network(_) => ErrorClass::Transient,
-            TelegramError::InvalidResponse { status } if *status >= 400 && *status < 500 => {
-                ErrorClass::Permanent
-            }
-            TelegramError::InvalidResponse { .. } => ErrorClass::Transient,
             // A migration is followed once by the context; meeting it again means the chat is unusable.
             TelegramError::MigrateToChat(_) => ErrorClass::Permanent,
-            TelegramError::Api {
-                code: 408 | 429, ..
-            } => ErrorClass::Transient,
-            TelegramError::Api { code, .. } if *code >= 500 => ErrorClass::Transient,
-            TelegramError::Api { .. } => ErrorClass::Permanent,
+            TelegramError::Api { code, .. } | TelegramError::InvalidResponse { status: code } => {
+                match code {
+                    // A 429 whose wait cannot be read is retried with the usual backoff.
+                    408 | 429 => ErrorClass::Transient,
+                    400..=499 => ErrorClass::Permanent,
+                    // 5xx, and a 2xx or 3xx whose answer could not be read.
+                    _ => ErrorClass::Transient,
+                }
+            }
         }
+    }
+
+    /// Whether the answer proves the call did not take effect: an error answer from Telegram or any
+    /// 4xx. A timeout, a network error, or an unreadable answer other than a 4xx leave the outcome
+    /// unknown: the call may have reached Telegram.
+    pub fn is_definite(&self) -> bool {
+        match self {
+            TelegramError::RetryAfter(_)
+            | TelegramError::MigrateToChat(_)
+            | TelegramError::Api { .. } => true,
+            TelegramError::InvalidResponse { status } => (400..500).contains(status),
+            TelegramError::Timeout | TelegramError::Network(_) => false,
+        }
+    }
+
+    /// The HTTP status and description to record for a definite failure.
+    pub fn code_and_description(&self) -> (u16, String) {
+        match self {
+            TelegramError::RetryAfter(_) => (429, self.to_string()),
+            TelegramError::MigrateToChat(_) => (400, self.to_string()),
+            TelegramError::Api { code, description } => (*code, description.clone()),
+            TelegramError::InvalidResponse { status } => (*status, self.to_string()),
+            TelegramError::Timeout | TelegramError::Network(_) => (0, self.to_string()),
+        }
+    }
+
+    /// Whether this answer to a call sent again after an unknown outcome proves that the first send
+    /// took effect: the edit is already there, the message already deleted, the button already
+    /// answered.
+    pub fn proves_earlier_send(&self, method: &str) -> bool {
+        let TelegramError::Api {
+            code: 400,
+            description,
+        } = self
+        else {
+            return false;
+        };
+        let description = description.to_ascii_lowercase();
+        let proof = match method {
+            m if m.starts_with("editMessage") => "message is not modified",
+            "deleteMessage" => "message to delete not found",
+            "answerCallbackQuery" => "query is too old",
+            _ => return false,
+        };
+        description.contains(proof)
+    }
+}
+
+/// Methods that send or change a message: Telegram's flood limits count them, and an offline answer
+/// to them is a message.
+pub fn sends_a_message(method: &str) -> bool {
+    method.starts_with("send") && method != "sendChatAction"
+        || method.starts_with("forward")
+        || method.starts_with("copy")
+        || method.starts_with("editMessage")
+}
+
+/// The `result` Telegram would give for a call an offline outbox accepted: a sent message for the
+/// methods that send one, `true` for the rest. `message_id` is the outbox's id for the message.
+pub fn offline_result(method: &str, params: &Value, message_id: i64, unix_time: i64) -> Value {
+    if sends_a_message(method) {
+        offline_message(params, message_id, unix_time)
+    } else {
+        Value::Bool(true)
+    }
+}
+
+/// A Message object for a call's parameters: its chat, its text and buttons, the given id.
+pub fn offline_message(params: &Value, message_id: i64, unix_time: i64) -> Value {
+    let chat_id = params.get("chat_id").and_then(chat_id_of).unwrap_or(0);
+    let chat = if chat_id > 0 {
+        json!({"id": chat_id, "type": "private", "first_name": "offline"})
+    } else {
+        json!({"id": chat_id, "type": "supergroup", "title": "offline"})
+    };
+    let mut message = json!({
+        "message_id": params.get("message_id").and_then(Value::as_i64).unwrap_or(message_id),
+        "date": unix_time,
+        "chat": chat,
+        "from": {"id": 1, "is_bot": true, "first_name": "tgq", "username": "tgq_offline_bot"},
+    });
+    for field in ["text", "reply_markup"] {
+        if let Some(value) = params.get(field) {
+            message[field] = value.clone();
+        }
+    }
+    message
+}
+
+/// A chat id given as a number or as a string of digits (`@username` has none).
+pub fn chat_id_of(value: &Value) -> Option<i64> {
+    match value {
+        Value::Number(n) => n.as_i64(),
+        Value::String(s) => s.parse().ok(),
+        _ => None,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use teloxide_core::types::Message;
 
     fn api(code: u16) -> TelegramError {
         TelegramError::Api {
@@ -87,7 +236,7 @@ mod tests {
     }
 
     #[test]
-    fn telegram_failures_are_classified_as_design_section_4_says() {
+    fn telegram_failures_are_classified_as_telegram_means_them() {
         assert_eq!(
             TelegramError::RetryAfter(Duration::from_secs(7)).class(),
             ErrorClass::RateLimited(Duration::from_secs(7))
@@ -101,6 +250,9 @@ mod tests {
             TelegramError::Timeout,
             TelegramError::Network("reset".into()),
             TelegramError::InvalidResponse { status: 502 },
+            TelegramError::InvalidResponse { status: 429 },
+            TelegramError::InvalidResponse { status: 408 },
+            TelegramError::InvalidResponse { status: 200 },
         ] {
             assert_eq!(transient.class(), ErrorClass::Transient, "{transient:?}");
         }
@@ -109,9 +261,67 @@ mod tests {
             api(401),
             api(403),
             api(404),
+            TelegramError::InvalidResponse { status: 404 },
             TelegramError::MigrateToChat(-100),
         ] {
             assert_eq!(permanent.class(), ErrorClass::Permanent, "{permanent:?}");
         }
+    }
+
+    #[test]
+    fn only_timeouts_network_errors_and_unreadable_answers_leave_the_outcome_unknown() {
+        for definite in [
+            api(400),
+            api(500),
+            TelegramError::RetryAfter(Duration::from_secs(1)),
+            TelegramError::InvalidResponse { status: 403 },
+        ] {
+            assert!(definite.is_definite(), "{definite:?}");
+        }
+        for unknown in [
+            TelegramError::Timeout,
+            TelegramError::Network("reset".into()),
+            TelegramError::InvalidResponse { status: 502 },
+            TelegramError::InvalidResponse { status: 200 },
+        ] {
+            assert!(!unknown.is_definite(), "{unknown:?}");
+        }
+    }
+
+    #[test]
+    fn errors_that_prove_an_earlier_send_took_effect_are_recognised() {
+        let bad = |d: &str| TelegramError::Api {
+            code: 400,
+            description: d.into(),
+        };
+        assert!(
+            bad("Bad Request: message is not modified: specified new message content")
+                .proves_earlier_send("editMessageText")
+        );
+        assert!(
+            bad("Bad Request: message to delete not found").proves_earlier_send("deleteMessage")
+        );
+        assert!(
+            bad("Bad Request: query is too old and response timeout expired")
+                .proves_earlier_send("answerCallbackQuery")
+        );
+        assert!(!bad("Bad Request: chat not found").proves_earlier_send("sendMessage"));
+        assert!(!bad("Bad Request: query is too old").proves_earlier_send("sendMessage"));
+    }
+
+    #[test]
+    fn offline_results_decode_as_teloxide_messages() {
+        let params = json!({"chat_id": 42, "text": "hi", "reply_markup": {"inline_keyboard": [[{"text": "a", "callback_data": "b"}]]}});
+        let message: Message =
+            serde_json::from_value(offline_result("sendMessage", &params, 7, 1_700_000_000))
+                .unwrap();
+        assert_eq!(message.id.0, 7);
+        assert_eq!(message.chat.id.0, 42);
+        assert_eq!(message.text(), Some("hi"));
+        assert!(message.reply_markup().is_some());
+        assert_eq!(
+            offline_result("answerCallbackQuery", &json!({}), 1, 0),
+            Value::Bool(true)
+        );
     }
 }

@@ -1,5 +1,6 @@
-//! The worker use case (DESIGN §4): one batch from the FIFO queue, in order, with per-group failure
-//! propagation, a lease per update, recorded actions, backoff through visibility, and dead-lettering.
+//! The worker use case (docs/ARCHITECTURE.md, worker): one batch from the FIFO queue, in order, with
+//! per-group failure propagation, a fenced lease per update, recorded actions, backoff through
+//! visibility, and dead-lettering.
 
 use std::collections::HashSet;
 use std::panic::AssertUnwindSafe;
@@ -11,28 +12,45 @@ use teloxide_core::types::Update;
 use tracing::{error, info, instrument, warn, Span};
 
 use crate::clock::Clock;
-use crate::context::{ActionSummary, Context};
+use crate::context::{ActionSummary, Context, RunParts};
+use crate::dead::{Burial, DeadLetter, DeadReason, FailureClass};
+use crate::defaults;
 use crate::envelope::Envelope;
-use crate::error::{ErrorClass, HandlerError};
-use crate::handler::Handler;
-use crate::ids::{GroupKey, MessageGroupId, RecordKey};
-use crate::ingest::error_chain;
-use crate::policy::{BuryReason, Jitter, RetryPolicy, Verdict};
+use crate::error::{error_chain, ErrorClass, PortError};
+use crate::handler::{Handler, HandlerError};
+use crate::ids::{BotId, GroupKey, MessageGroupId, RecordKey};
+use crate::pacer::Pacer;
+use crate::policy::{within_visibility_ceiling, FailedRun, Jitter, RetryPolicy, Verdict};
 use crate::ports::{
-    Claim, ClaimRequest, DeadLetter, DeadLetters, QueueRecord, Settlement, UpdateLedger, Visibility,
+    Claim, ClaimRequest, Claimed, DeadLetters, Final, QueueRecord, Settlement, UpdateLedger,
+    Visibility,
 };
-use crate::record::Timestamp;
+use crate::record::{ActionOutcome, Timestamp};
 use crate::telegram::BotApi;
 
 /// The worker's settings.
 #[derive(Clone, Debug)]
 pub struct WorkerSettings {
-    /// Attempt budget and backoff.
+    /// Attempt budget, time budget and backoff.
     pub retry: RetryPolicy,
-    /// Below this much remaining time, no further record is started.
+    /// What the worker keeps of an invocation's time: handlers are cut off this long before the
+    /// deadline, and no record starts with less left.
     pub deadline_margin: Duration,
     /// How long a record created by a claim is kept.
     pub record_ttl: Duration,
+    /// The updates queue's redrive `maxReceiveCount`: a record received nearly this often is logged.
+    pub max_receive_count: u32,
+}
+
+impl Default for WorkerSettings {
+    fn default() -> Self {
+        Self {
+            retry: RetryPolicy::default(),
+            deadline_margin: defaults::DEADLINE_MARGIN,
+            record_ttl: defaults::RECORD_TTL,
+            max_receive_count: defaults::MAX_RECEIVE_COUNT,
+        }
+    }
 }
 
 /// The ports the worker uses; built once per cold start.
@@ -46,6 +64,8 @@ pub struct WorkerPorts {
     pub dead: Arc<dyn DeadLetters>,
     /// The Bot API the handler's sends go to.
     pub api: Arc<dyn BotApi>,
+    /// Telegram's pacing, shared by every run of the process.
+    pub pacer: Arc<Pacer>,
     /// Tells the time.
     pub clock: Arc<dyn Clock>,
 }
@@ -57,18 +77,22 @@ pub enum RecordOutcome {
     Done(ActionSummary),
     /// Already `DONE` or `DEAD`: acknowledged without running.
     AlreadyFinal,
-    /// Failed transiently; visible again after the delay.
+    /// Failed (or was paced by Telegram); visible again after the delay.
     Retrying(Duration, ErrorClass),
     /// Given up on: dead-lettered and acknowledged.
-    DeadLettered(BuryReason),
+    DeadLettered(DeadReason),
     /// An earlier record of its group failed in this batch; not run, visible again at once.
     SkippedBehindFailure,
     /// Too little invocation time was left to start it; not run, visible again at once.
     DeadlineReached,
     /// Another worker holds its lease; visible again when the lease ends.
     Busy(Duration),
-    /// Its record could not be claimed or settled; visible again after the delay.
+    /// Its record could not be claimed or settled, or its dead letter not sent; visible again after
+    /// the delay, no attempt spent.
     StoreUnavailable(Duration),
+    /// Another run took the update's lease over while this one ran: this run stopped writing and
+    /// sending, and leaves the message to the new owner.
+    Fenced,
 }
 
 impl RecordOutcome {
@@ -86,16 +110,26 @@ impl RecordOutcome {
 pub struct BatchReport {
     /// Each record's message id and outcome, in batch order.
     pub outcomes: Vec<(String, RecordOutcome)>,
+    /// What the handler runs of the batch did, finished or not.
+    pub runs: Vec<ActionSummary>,
 }
 
 impl BatchReport {
-    /// The message ids to report in `batchItemFailures`: only real ids, in batch order.
+    /// The message ids to report in `batchItemFailures`, in batch order.
     pub fn failed_message_ids(&self) -> Vec<String> {
         self.outcomes
             .iter()
-            .filter(|(id, outcome)| outcome.is_failure() && !id.is_empty())
+            .filter(|(_, outcome)| outcome.is_failure())
             .map(|(id, _)| id.clone())
             .collect()
+    }
+
+    /// At-least-once sends the batch repeated after an unknown outcome.
+    pub fn resent_after_unknown_outcome(&self) -> u64 {
+        self.runs
+            .iter()
+            .map(|run| u64::from(run.resent_after_unknown_outcome))
+            .sum()
     }
 }
 
@@ -105,6 +139,36 @@ pub struct Worker {
     settings: WorkerSettings,
     ports: WorkerPorts,
     handler: Arc<dyn Handler>,
+}
+
+/// Where a record is in its batch.
+enum Step<'r> {
+    /// Not yet looked at.
+    Waiting(&'r QueueRecord),
+    /// Claimed in the first pass, its previous run having died: it runs after the other groups.
+    Resumed(&'r QueueRecord, Box<Resumed>),
+}
+
+/// A claim held back to the end of the batch.
+struct Resumed {
+    key: RecordKey,
+    group: GroupKey,
+    claimed: Claimed,
+}
+
+impl<'r> Step<'r> {
+    fn record(&self) -> &'r QueueRecord {
+        match self {
+            Step::Waiting(record) | Step::Resumed(record, _) => record,
+        }
+    }
+}
+
+/// What processing a record in a pass came to.
+enum Processed {
+    Outcome(RecordOutcome, Option<ActionSummary>),
+    /// Its previous run died: held back until the other groups of the batch ran.
+    Deferred(Box<Resumed>),
 }
 
 impl Worker {
@@ -118,48 +182,120 @@ impl Worker {
     }
 
     /// Processes a batch in order. `deadline` is when the invocation ends.
+    ///
+    /// A record whose previous run died holding the lease (a crash, a timeout, out of memory) runs
+    /// after the other groups of the batch, with the records behind it in its group: a record that
+    /// kills its invocation must not hold the other chats back by a visibility timeout per crash.
     pub async fn process_batch(&self, records: &[QueueRecord], deadline: Timestamp) -> BatchReport {
-        let mut failed_groups: HashSet<&str> = HashSet::new();
-        let mut report = BatchReport::default();
-        for (index, record) in records.iter().enumerate() {
-            let now = self.ports.clock.now();
-            if deadline.since(now) < self.settings.deadline_margin {
-                warn!(
-                    remaining = records.len() - index,
-                    "deadline margin reached; returning the rest of the batch"
-                );
-                for rest in &records[index..] {
-                    self.show_again(rest, Duration::ZERO).await;
-                    report
-                        .outcomes
-                        .push((rest.message_id.clone(), RecordOutcome::DeadlineReached));
+        let mut outcomes: Vec<Option<RecordOutcome>> = vec![None; records.len()];
+        let mut runs = Vec::new();
+        let mut failed: HashSet<&MessageGroupId> = HashSet::new();
+        let mut held: HashSet<&MessageGroupId> = HashSet::new();
+        let mut later: Vec<(usize, Step<'_>)> = Vec::new();
+        let first = records
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (i, Step::Waiting(r)));
+        for (index, step) in first {
+            let group = &step.record().group_id;
+            if held.contains(group) {
+                later.push((index, step));
+                continue;
+            }
+            match self.pass(step, deadline, &failed, true).await {
+                Processed::Deferred(resumed) => {
+                    held.insert(group);
+                    later.push((index, Step::Resumed(&records[index], resumed)));
                 }
-                break;
+                Processed::Outcome(outcome, run) => {
+                    if outcome.is_failure() {
+                        failed.insert(group);
+                    }
+                    runs.extend(run);
+                    outcomes[index] = Some(outcome);
+                }
             }
-            let outcome = if failed_groups.contains(record.group_id.as_str()) {
-                // Running it would overtake the failed record of its chat.
-                self.show_again(record, Duration::ZERO).await;
-                RecordOutcome::SkippedBehindFailure
-            } else {
-                self.process_record(record, deadline).await
-            };
-            if outcome.is_failure() {
-                failed_groups.insert(record.group_id.as_str());
-            }
-            report.outcomes.push((record.message_id.clone(), outcome));
         }
-        report
+        for (index, step) in later {
+            let group = &step.record().group_id;
+            if let Processed::Outcome(outcome, run) =
+                self.pass(step, deadline, &failed, false).await
+            {
+                if outcome.is_failure() {
+                    failed.insert(group);
+                }
+                runs.extend(run);
+                outcomes[index] = Some(outcome);
+            }
+        }
+        BatchReport {
+            outcomes: records
+                .iter()
+                .zip(outcomes)
+                .map(|(record, outcome)| {
+                    // Every record gets an outcome above; a hole would be a bug, and failing the
+                    // record is the safe answer to it.
+                    let outcome = outcome.unwrap_or(RecordOutcome::DeadlineReached);
+                    (record.message_id.clone(), outcome)
+                })
+                .collect(),
+            runs,
+        }
+    }
+
+    /// One record in one pass: the deadline and its group's failures first, then the record.
+    async fn pass(
+        &self,
+        step: Step<'_>,
+        deadline: Timestamp,
+        failed: &HashSet<&MessageGroupId>,
+        may_defer: bool,
+    ) -> Processed {
+        let record = step.record();
+        let now = self.ports.clock.now();
+        if deadline.since(now) < self.settings.deadline_margin {
+            self.show_again(record, Duration::ZERO).await;
+            return Processed::Outcome(RecordOutcome::DeadlineReached, None);
+        }
+        if failed.contains(&record.group_id) {
+            // Running it would overtake the failed record of its chat.
+            self.show_again(record, Duration::ZERO).await;
+            return Processed::Outcome(RecordOutcome::SkippedBehindFailure, None);
+        }
+        match step {
+            Step::Waiting(record) => self.process_record(record, deadline, may_defer).await,
+            Step::Resumed(record, resumed) => {
+                let Resumed {
+                    key,
+                    group,
+                    claimed,
+                } = *resumed;
+                let (outcome, run) = self
+                    .run_claimed(record, &key, &group, claimed, deadline)
+                    .await;
+                Processed::Outcome(outcome, run)
+            }
+        }
     }
 
     #[instrument(skip_all, fields(message_id = %record.message_id, update_id, group, attempt))]
-    async fn process_record(&self, record: &QueueRecord, deadline: Timestamp) -> RecordOutcome {
-        let (key, group) = match self.identify(record) {
+    async fn process_record(
+        &self,
+        record: &QueueRecord,
+        deadline: Timestamp,
+        may_defer: bool,
+    ) -> Processed {
+        let (key, group) = match identify(record) {
             Ok(identity) => identity,
-            Err(letter) => return self.bury_unreadable(record, *letter).await,
+            Err(letter) => {
+                let outcome = self.bury_unreadable(record, *letter).await;
+                return Processed::Outcome(outcome, None);
+            }
         };
         Span::current()
             .record("update_id", key.update_id.0)
             .record("group", group.as_str());
+        self.warn_near_redrive(record);
         let now = self.ports.clock.now();
         let request = ClaimRequest {
             key: key.clone(),
@@ -169,130 +305,169 @@ impl Worker {
             lease_until: deadline,
             expires_at: now.plus(self.settings.record_ttl),
         };
-        let claimed = match self.ports.ledger.claim(&request).await {
-            Ok(Claim::Run(claimed)) => claimed,
-            Ok(Claim::AlreadyFinal(status)) => {
-                info!(%status, "duplicate delivery of a finished update; acknowledged");
-                return RecordOutcome::AlreadyFinal;
+        let outcome = match self.ports.ledger.claim(&request).await {
+            Ok(Claim::Run(claimed)) if claimed.resumed && may_defer => {
+                info!("the previous run died holding the lease; this record runs after the other groups of the batch");
+                return Processed::Deferred(Box::new(Resumed {
+                    key,
+                    group,
+                    claimed,
+                }));
+            }
+            Ok(Claim::Run(claimed)) => {
+                let (outcome, run) = self
+                    .run_claimed(record, &key, &group, claimed, deadline)
+                    .await;
+                return Processed::Outcome(outcome, run);
+            }
+            Ok(Claim::AlreadyFinal(Final::Done)) => {
+                info!("duplicate delivery of a finished update; acknowledged");
+                RecordOutcome::AlreadyFinal
+            }
+            Ok(Claim::AlreadyFinal(Final::Dead(burial))) => {
+                self.finish_burial(record, &key, &group, burial).await
             }
             Ok(Claim::Busy(until)) => {
                 let wait = until.since(now).max(Duration::from_secs(1));
                 self.show_again(record, wait).await;
-                return RecordOutcome::Busy(wait);
+                RecordOutcome::Busy(wait)
+            }
+            Err(e @ PortError::TooLarge { .. }) => {
+                // The message itself cannot become a record: it can never run.
+                let letter = DeadLetter {
+                    reason: DeadReason::TooLarge,
+                    error_class: FailureClass::Permanent,
+                    update_id: Some(key.update_id),
+                    group: Some(group.clone()),
+                    ..DeadLetter::unreadable(
+                        key.bot_id.clone(),
+                        record.body.clone(),
+                        error_chain(&e),
+                    )
+                };
+                self.bury_unreadable(record, letter).await
             }
             Err(e) => {
-                warn!(error = %error_chain(&e), "claim failed");
-                return self.store_unavailable(record, 1).await;
+                warn!(error = %error_chain(&e), cause = e.cause(), "claim failed; backing off without spending an attempt");
+                self.store_unavailable(record, record.receive_count).await
             }
         };
-        Span::current().record("attempt", claimed.attempt);
-        if claimed.attempt > self.settings.retry.max_attempts {
-            // Earlier runs died without settling (crashes, timeouts); the budget is spent all the same.
-            let error = HandlerError::transient("earlier runs ended without settling");
-            return self
-                .bury(
-                    record,
-                    &key,
-                    &group,
-                    claimed.attempt,
-                    BuryReason::BudgetSpent,
-                    &error,
-                )
-                .await;
-        }
-        let (result, summary) = self.run_handler(record, &key, &group, &claimed).await;
-        match result {
-            Ok(()) => self.finish(record, &key, claimed.attempt, summary).await,
-            Err(error) => {
-                self.fail(record, &key, &group, claimed.attempt, error)
-                    .await
-            }
-        }
+        Processed::Outcome(outcome, None)
     }
 
-    /// Reads the bot, group and update id a message belongs to; an unreadable message is dead-lettered.
-    fn identify(&self, record: &QueueRecord) -> Result<(RecordKey, GroupKey), Box<DeadLetter>> {
-        let parsed = MessageGroupId::parse(&record.group_id)
-            .map_err(|e| e.to_string())
-            .and_then(|(bot_id, group)| {
-                let envelope = Envelope::parse(&record.body).map_err(|e| e.to_string())?;
-                Ok((RecordKey::new(bot_id, envelope.update_id), group))
-            });
-        parsed.map_err(|reason| {
-            let bot_id = MessageGroupId::parse(&record.group_id)
-                .map(|(bot, _)| bot)
-                .unwrap_or_else(|_| crate::ids::BotId::unknown());
-            Box::new(DeadLetter {
-                bot_id,
-                update_id: None,
-                group: None,
-                body: record.body.clone(),
-                reason: "poison".into(),
-                error_class: "poison".into(),
-                error: reason,
-                attempts: 0,
-            })
-        })
+    /// Runs the handler for a claimed record and settles the run.
+    async fn run_claimed(
+        &self,
+        record: &QueueRecord,
+        key: &RecordKey,
+        group: &GroupKey,
+        claimed: Claimed,
+        deadline: Timestamp,
+    ) -> (RecordOutcome, Option<ActionSummary>) {
+        Span::current().record("attempt", claimed.lease.token);
+        let spent = claimed.attempts_spent();
+        if spent > self.settings.retry.max_attempts {
+            // Earlier runs died without settling (crashes, timeouts); the budget is spent all the same.
+            let error = HandlerError::transient("earlier runs ended without settling");
+            let outcome = self
+                .bury(
+                    record,
+                    key,
+                    group,
+                    &claimed,
+                    DeadReason::BudgetSpent,
+                    &error,
+                    Vec::new(),
+                )
+                .await;
+            return (outcome, None);
+        }
+        let (result, summary, unwritten) =
+            self.run_handler(record, group, &claimed, deadline).await;
+        let outcome = match result {
+            Ok(()) => self.finish(record, &claimed, &summary, unwritten).await,
+            Err(error) if error.is_fenced() => {
+                warn!(error = %error_chain(&error), "another run took the lease over; this run stops");
+                RecordOutcome::Fenced
+            }
+            Err(error) => {
+                self.fail(record, key, group, &claimed, error, unwritten)
+                    .await
+            }
+        };
+        (outcome, Some(summary))
     }
 
     async fn run_handler(
         &self,
         record: &QueueRecord,
-        key: &RecordKey,
         group: &GroupKey,
-        claimed: &crate::ports::Claimed,
-    ) -> (Result<(), HandlerError>, ActionSummary) {
+        claimed: &Claimed,
+        deadline: Timestamp,
+    ) -> (Result<(), HandlerError>, ActionSummary, Vec<ActionOutcome>) {
         let update: Update = match serde_json::from_slice(&record.body) {
             Ok(update) => update,
             Err(e) => {
-                return (
-                    Err(HandlerError::permanent(format!(
-                        "update does not decode: {e}"
-                    ))),
-                    ActionSummary::default(),
-                )
+                let error = HandlerError::permanent(format!("update does not decode: {e}"));
+                return (Err(error), ActionSummary::default(), Vec::new());
             }
         };
-        let mut ctx = Context::new(
-            key,
+        let cutoff = Timestamp(deadline.0.saturating_sub(
+            u64::try_from(self.settings.deadline_margin.as_millis()).unwrap_or(u64::MAX),
+        ));
+        let mut ctx = Context::new(RunParts {
+            lease: &claimed.lease,
             group,
-            claimed.attempt,
-            &claimed.actions,
-            &*self.ports.ledger,
-            &*self.ports.api,
-        );
-        let run = AssertUnwindSafe(self.handler.handle(update, &mut ctx))
-            .catch_unwind()
-            .await;
-        let result = match run {
-            Ok(result) => result,
-            Err(panic) => Err(HandlerError::Panicked(panic_message(&panic))),
+            recorded: &claimed.actions,
+            ledger: &*self.ports.ledger,
+            api: &*self.ports.api,
+            pacer: &self.ports.pacer,
+            clock: &*self.ports.clock,
+            cutoff,
+        });
+        let budget = cutoff.since(self.ports.clock.now());
+        let run = AssertUnwindSafe(self.handler.handle(update, &mut ctx)).catch_unwind();
+        let result = match tokio::time::timeout(budget, run).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(panic)) => Err(HandlerError::Panicked(panic_message(&panic))),
+            Err(_) => Err(HandlerError::Deadline),
         };
-        (result, ctx.summary())
+        let summary = ctx.summary();
+        let unwritten = ctx.take_unwritten();
+        (result, summary, unwritten)
     }
 
     async fn finish(
         &self,
         record: &QueueRecord,
-        key: &RecordKey,
-        attempt: u32,
-        summary: ActionSummary,
+        claimed: &Claimed,
+        summary: &ActionSummary,
+        unwritten: Vec<ActionOutcome>,
     ) -> RecordOutcome {
         if !summary.uncertain.is_empty() {
             warn!(
                 uncertain = summary.uncertain.len(),
-                "at-most-once actions with unknown outcome were not re-sent"
+                "at-most-once actions with unknown outcome were not sent again; marked uncertain"
             );
         }
-        match self.ports.ledger.settle(key, &Settlement::Done).await {
+        match self
+            .ports
+            .ledger
+            .settle(&claimed.lease, &Settlement::Done, &unwritten)
+            .await
+        {
             Ok(()) => {
-                info!(attempt, "processed");
-                RecordOutcome::Done(summary)
+                info!(attempt = claimed.lease.token, "processed");
+                RecordOutcome::Done(summary.clone())
+            }
+            Err(PortError::Fenced { .. }) => {
+                warn!("the handler finished, but another run holds the lease now; leaving it the update");
+                RecordOutcome::Fenced
             }
             Err(e) => {
-                // The actions are recorded; a redelivery replays them without sending and settles again.
+                // The message comes back; the next run replays what is recorded and settles again.
                 warn!(error = %error_chain(&e), "handler finished but DONE was not recorded");
-                self.store_unavailable(record, attempt).await
+                self.store_unavailable(record, claimed.lease.token).await
             }
         }
     }
@@ -302,86 +477,162 @@ impl Worker {
         record: &QueueRecord,
         key: &RecordKey,
         group: &GroupKey,
-        attempt: u32,
+        claimed: &Claimed,
         error: HandlerError,
+        unwritten: Vec<ActionOutcome>,
     ) -> RecordOutcome {
         let class = error.class();
-        match self
-            .settings
-            .retry
-            .verdict(attempt, class, Jitter::random())
-        {
-            Verdict::RetryAfter(delay) => {
-                warn!(error = %error_chain(&error), class = class.as_str(), delay_ms = delay.as_millis() as u64, "transient failure; retrying");
-                let settlement = Settlement::Retrying {
-                    error: error_chain(&error),
+        let run = FailedRun {
+            class,
+            attempts_spent: claimed.attempts_spent(),
+            age: self.ports.clock.now().since(claimed.first_attempt_at),
+        };
+        let delay = match self.settings.retry.verdict(run, Jitter::random()) {
+            Verdict::RetryAfter(delay) => delay,
+            Verdict::Bury(reason) => {
+                // A record the store can no longer grow says so, rather than "permanent".
+                let reason = match error {
+                    HandlerError::Store(PortError::TooLarge { .. }) => DeadReason::TooLarge,
+                    _ => reason,
                 };
-                if let Err(e) = self.ports.ledger.settle(key, &settlement).await {
-                    warn!(error = %error_chain(&e), "RETRYING was not recorded");
-                }
-                self.show_again(record, delay).await;
-                RecordOutcome::Retrying(delay, class)
+                return self
+                    .bury(record, key, group, claimed, reason, &error, unwritten)
+                    .await;
             }
-            Verdict::Bury(reason) => self.bury(record, key, group, attempt, reason, &error).await,
+        };
+        let throttled = matches!(class, ErrorClass::RateLimited(_));
+        warn!(error = %error_chain(&error), class = class.as_str(), delay_ms = delay.as_millis() as u64, "run failed; retrying");
+        let settlement = Settlement::Retrying {
+            error: error_chain(&error),
+            throttled,
+        };
+        match self
+            .ports
+            .ledger
+            .settle(&claimed.lease, &settlement, &unwritten)
+            .await
+        {
+            Ok(()) => {}
+            Err(PortError::Fenced { .. }) => return RecordOutcome::Fenced,
+            // The run still counts; the record shows PROCESSING until its lease ends, then is claimed
+            // again.
+            Err(e) => warn!(error = %error_chain(&e), "RETRYING was not recorded"),
         }
+        let delay = self.show_again(record, delay).await;
+        RecordOutcome::Retrying(delay, class)
     }
 
+    /// Marks the record DEAD (fenced), then sends its dead letter and acknowledges it. If the letter
+    /// cannot be sent, the message is not acknowledged: its next delivery finds the record DEAD and
+    /// sends the letter from the burial kept on it.
+    #[allow(clippy::too_many_arguments)]
     async fn bury(
         &self,
         record: &QueueRecord,
         key: &RecordKey,
         group: &GroupKey,
-        attempts: u32,
-        reason: BuryReason,
+        claimed: &Claimed,
+        reason: DeadReason,
         error: &HandlerError,
+        unwritten: Vec<ActionOutcome>,
     ) -> RecordOutcome {
-        let description = error_chain(error);
-        error!(reason = reason.as_str(), error = %description, attempts, "dead-lettering update");
-        let letter = DeadLetter {
-            bot_id: key.bot_id.clone(),
-            update_id: Some(key.update_id),
-            group: Some(group.clone()),
-            body: record.body.clone(),
-            reason: reason.as_str().into(),
-            error_class: error.class().as_str().into(),
-            error: description.clone(),
-            attempts,
+        let burial = Burial {
+            reason,
+            class: FailureClass::from(error.class()),
+            error: error_chain(error),
+            attempts: claimed.lease.token,
         };
-        if let Err(e) = self.ports.dead.dead_letter(&letter).await {
-            // Never acknowledge what is not safely in the dead-letter queue.
-            warn!(error = %error_chain(&e), "dead-letter send failed");
-            return self.store_unavailable(record, attempts).await;
-        }
-        if let Err(e) = self
+        error!(reason = reason.as_str(), error = %burial.error, attempts = burial.attempts, "dead-lettering update");
+        let settled = self
             .ports
             .ledger
-            .settle(key, &Settlement::Dead { error: description })
-            .await
-        {
-            warn!(error = %error_chain(&e), "DEAD was not recorded; the dead letter is sent");
+            .settle(
+                &claimed.lease,
+                &Settlement::Dead(burial.clone()),
+                &unwritten,
+            )
+            .await;
+        match settled {
+            Ok(()) => {}
+            Err(PortError::Fenced { .. }) => return RecordOutcome::Fenced,
+            Err(e @ PortError::TooLarge { .. }) => {
+                // The record cannot even hold its burial: the letter is what keeps the update now,
+                // and retrying would end the same way.
+                warn!(error = %error_chain(&e), "the record is too large to mark DEAD; its dead letter is sent all the same");
+            }
+            Err(e) => {
+                warn!(error = %error_chain(&e), "DEAD was not recorded; the update comes back");
+                return self.store_unavailable(record, claimed.lease.token).await;
+            }
         }
-        RecordOutcome::DeadLettered(reason)
+        self.finish_burial(record, key, group, Some(burial)).await
+    }
+
+    /// Sends the dead letter of a record that is DEAD; acknowledges the message only once it is sent.
+    async fn finish_burial(
+        &self,
+        record: &QueueRecord,
+        key: &RecordKey,
+        group: &GroupKey,
+        burial: Option<Burial>,
+    ) -> RecordOutcome {
+        let Some(burial) = burial else {
+            info!("duplicate delivery of a dead-lettered update; acknowledged");
+            return RecordOutcome::AlreadyFinal;
+        };
+        // The dedup id names the burial, so a letter already sent is not sent twice.
+        let letter = DeadLetter::for_update(key, group, record.body.clone(), &burial);
+        match self.ports.dead.dead_letter(&letter).await {
+            Ok(()) => RecordOutcome::DeadLettered(burial.reason),
+            Err(e) => {
+                // Never acknowledge what is not safely in the dead-letter queue.
+                warn!(error = %error_chain(&e), "dead-letter send failed; the update comes back");
+                self.store_unavailable(record, record.receive_count).await
+            }
+        }
     }
 
     async fn bury_unreadable(&self, record: &QueueRecord, letter: DeadLetter) -> RecordOutcome {
         error!(error = %letter.error, "unreadable queue message dead-lettered");
         match self.ports.dead.dead_letter(&letter).await {
-            Ok(()) => RecordOutcome::DeadLettered(BuryReason::Permanent),
+            Ok(()) => RecordOutcome::DeadLettered(letter.reason),
             Err(e) => {
                 warn!(error = %error_chain(&e), "dead-letter send failed");
-                self.store_unavailable(record, 1).await
+                self.store_unavailable(record, record.receive_count).await
             }
         }
     }
 
-    /// A store or queue failure outside the handler: back off like a transient failure, count no attempt.
-    async fn store_unavailable(&self, record: &QueueRecord, attempt: u32) -> RecordOutcome {
-        let delay = self.settings.retry.backoff(attempt, Jitter::random());
-        self.show_again(record, delay).await;
+    /// SQS moves a message received `maxReceiveCount` times to the dead-letter queue whether it ran
+    /// or not; a record close to that is worth a warning with its group.
+    fn warn_near_redrive(&self, record: &QueueRecord) {
+        let limit = f64::from(self.settings.max_receive_count);
+        if f64::from(record.receive_count) >= limit * defaults::RECEIVE_WARNING_SHARE {
+            warn!(
+                receive_count = record.receive_count,
+                max_receive_count = self.settings.max_receive_count,
+                group = %record.group_id,
+                "message is close to the queue's redrive limit"
+            );
+        }
+    }
+
+    /// A store or queue failure outside the handler: back off exponentially with jitter, like a
+    /// failed run, but count no attempt.
+    async fn store_unavailable(&self, record: &QueueRecord, exponent: u32) -> RecordOutcome {
+        let delay = self
+            .settings
+            .retry
+            .backoff(exponent.max(1), Jitter::random());
+        let delay = self.show_again(record, delay).await;
         RecordOutcome::StoreUnavailable(delay)
     }
 
-    async fn show_again(&self, record: &QueueRecord, after: Duration) {
+    /// Makes the message visible again after `after`, never past SQS's ceiling; returns the delay
+    /// asked for.
+    async fn show_again(&self, record: &QueueRecord, after: Duration) -> Duration {
+        let now = self.ports.clock.now();
+        let after = within_visibility_ceiling(after, record.first_received_at, now);
         if let Err(e) = self
             .ports
             .visibility
@@ -391,7 +642,28 @@ impl Worker {
             // The message still comes back, after the queue's own visibility timeout.
             warn!(error = %error_chain(&e), message_id = %record.message_id, "visibility change failed");
         }
+        after
     }
+}
+
+/// Reads the bot, group and update id a message belongs to; an unreadable message becomes a
+/// poison letter.
+fn identify(record: &QueueRecord) -> Result<(RecordKey, GroupKey), Box<DeadLetter>> {
+    let (bot_id, group) = record.group_id.split().map_err(|e| {
+        Box::new(DeadLetter::unreadable(
+            BotId::unknown(),
+            record.body.clone(),
+            e.to_string(),
+        ))
+    })?;
+    let envelope = Envelope::parse(&record.body).map_err(|poison| {
+        Box::new(DeadLetter::poison(
+            bot_id.clone(),
+            record.body.clone(),
+            &poison,
+        ))
+    })?;
+    Ok((RecordKey::new(bot_id, envelope.update_id), group))
 }
 
 fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {

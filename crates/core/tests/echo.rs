@@ -5,8 +5,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use tgq_core::clock::{Clock, ManualClock};
+use tgq_core::dead::DeadReason;
 use tgq_core::echo::{reply_text, EchoBot};
-use tgq_core::policy::{BuryReason, RetryPolicy};
+use tgq_core::ids::MessageGroupId;
+use tgq_core::pacer::{Pacer, RateLimits};
 use tgq_core::ports::{QueueRecord, ReceiptHandle};
 use tgq_core::record::Timestamp;
 use tgq_core::worker::{RecordOutcome, Worker, WorkerPorts, WorkerSettings};
@@ -25,8 +27,9 @@ fn message(update_id: i64, chat: i64, text: &str) -> QueueRecord {
         message_id: format!("m-{update_id}"),
         receipt: ReceiptHandle(format!("r-{update_id}")),
         body: Bytes::from(body.to_string()),
-        group_id: format!("demo:{chat}"),
+        group_id: MessageGroupId::from_raw(format!("demo:{chat}")),
         receive_count: 1,
+        first_received_at: None,
     }
 }
 
@@ -35,16 +38,13 @@ async fn the_echo_bot_names_the_update_in_its_reply_and_fails_when_asked() {
     let api = Arc::new(RecordingBotApi::new());
     let clock = ManualClock::at(Timestamp(1_800_000_000_000));
     let worker = Worker::new(
-        WorkerSettings {
-            retry: RetryPolicy::default(),
-            deadline_margin: Duration::from_secs(5),
-            record_ttl: Duration::from_secs(3600),
-        },
+        WorkerSettings::default(),
         WorkerPorts {
             ledger: Arc::new(MemoryStore::new()),
             visibility: Arc::new(RecordingVisibility::new()),
             dead: Arc::new(MemoryDeadLetters::new()),
             api: api.clone(),
+            pacer: Arc::new(Pacer::new(RateLimits::UNLIMITED)),
             clock: Arc::new(clock.clone()),
         },
         Arc::new(EchoBot),
@@ -68,7 +68,7 @@ async fn the_echo_bot_names_the_update_in_its_reply_and_fails_when_asked() {
     assert!(matches!(outcomes[0], RecordOutcome::Done(_)));
     assert_eq!(
         outcomes[1],
-        RecordOutcome::DeadLettered(BuryReason::Permanent)
+        RecordOutcome::DeadLettered(DeadReason::Permanent)
     );
     assert!(matches!(outcomes[2], RecordOutcome::Retrying(..)));
     assert!(matches!(outcomes[3], RecordOutcome::Done(_)));

@@ -6,10 +6,14 @@ use std::time::Duration;
 use bytes::Bytes;
 use secrecy::SecretString;
 use tgq_core::clock::SystemClock;
+use tgq_core::dead::DeadReason;
 use tgq_core::ids::{BotId, RecordKey, UpdateId};
-use tgq_core::ingest::{InboundRequest, Ingested, Refused, Webhook, WebhookPorts, WebhookSettings};
+use tgq_core::ingest::{
+    Answer, Ingest, Ingested, Refused, RequestHead, Webhook, WebhookPorts, WebhookSettings,
+};
 use tgq_core::record::Status;
-use tgq_memory::{MemoryDeadLetters, MemoryQueue, MemoryStore};
+use tgq_core::PortError;
+use tgq_memory::{Fault, MemoryDeadLetters, MemoryQueue, MemoryStore};
 
 const SECRET: &[u8] = b"tgq-example-secret";
 const MESSAGE: &str = include_str!("../../../events/updates/message.json");
@@ -22,18 +26,24 @@ struct Rig {
 }
 
 fn rig() -> Rig {
+    rig_with_limit(1024)
+}
+
+fn rig_with_limit(max_body_bytes: usize) -> Rig {
     let store = Arc::new(MemoryStore::new());
     let queue = Arc::new(MemoryQueue::new(Arc::new(SystemClock)));
     let dead = Arc::new(MemoryDeadLetters::new());
     let settings = WebhookSettings {
         bot_id: BotId::new("demo").unwrap(),
         secret: SecretString::from("tgq-example-secret".to_owned()),
-        max_body_bytes: 1024,
+        max_body_bytes,
         record_ttl: Duration::from_secs(3600),
     };
     let ports = WebhookPorts {
-        store: store.clone(),
-        queue: queue.clone(),
+        ingest: Ingest::PutThenSend {
+            store: store.clone(),
+            queue: queue.clone(),
+        },
         dead: dead.clone(),
         clock: Arc::new(SystemClock),
     };
@@ -45,16 +55,25 @@ fn rig() -> Rig {
     }
 }
 
+/// What a front end does with one request: admit its head, then ingest its body.
+async fn request(
+    webhook: &Webhook,
+    method: &str,
+    secret: Option<&[u8]>,
+    body: &str,
+) -> Result<Ingested, Refused> {
+    let head = RequestHead {
+        method,
+        secret,
+        declared_length: Some(body.len()),
+    };
+    webhook.admit(&head)?;
+    webhook.ingest(Bytes::from(body.to_owned())).await
+}
+
 impl Rig {
     async fn post(&self, body: &str) -> Result<Ingested, Refused> {
-        let body = Bytes::from(body.to_owned());
-        self.webhook
-            .handle(InboundRequest {
-                method: "POST",
-                secret: Some(SECRET),
-                body: &body,
-            })
-            .await
+        request(&self.webhook, "POST", Some(SECRET), body).await
     }
 
     fn nothing_written(&self) -> bool {
@@ -138,15 +157,13 @@ async fn a_store_failure_answers_5xx_and_enqueues_nothing() {
 #[tokio::test]
 async fn a_wrong_or_missing_secret_is_401_and_writes_nothing() {
     let rig = rig();
-    let body = Bytes::from(MESSAGE);
-    for secret in [Some(&b"tgq-example-secreT"[..]), Some(&b""[..]), None] {
-        let refused = rig
-            .webhook
-            .handle(InboundRequest {
-                method: "POST",
-                secret,
-                body: &body,
-            })
+    for secret in [
+        Some(&b"tgq-example-secreT"[..]),
+        Some(&b"tgq-example-secret-"[..]),
+        Some(&b""[..]),
+        None,
+    ] {
+        let refused = request(&rig.webhook, "POST", secret, MESSAGE)
             .await
             .unwrap_err();
         assert_eq!(refused.status(), 401);
@@ -157,14 +174,7 @@ async fn a_wrong_or_missing_secret_is_401_and_writes_nothing() {
 #[tokio::test]
 async fn a_method_other_than_post_is_405_and_writes_nothing() {
     let rig = rig();
-    let body = Bytes::from(MESSAGE);
-    let refused = rig
-        .webhook
-        .handle(InboundRequest {
-            method: "GET",
-            secret: Some(SECRET),
-            body: &body,
-        })
+    let refused = request(&rig.webhook, "GET", Some(SECRET), MESSAGE)
         .await
         .unwrap_err();
     assert_eq!(refused.status(), 405);
@@ -213,7 +223,7 @@ async fn poison_reaches_the_dead_letter_queue_with_its_raw_bytes_and_is_answered
             "{} should mention {reason}",
             letter.error
         );
-        assert_eq!(letter.reason, "poison");
+        assert_eq!(letter.reason, DeadReason::Poison);
     }
     assert!(rig.store.is_empty() && rig.queue.depth() == 0);
 }
@@ -262,15 +272,15 @@ async fn a_store_holding_the_queue_takes_a_new_update_in_one_write_and_a_repeat_
         queue: rig.queue.clone(),
         writes: Default::default(),
     });
-    let webhook = rig.webhook.clone().with_atomic_ingest(atomic.clone());
-    let body = Bytes::from(MESSAGE);
-    let post = || {
-        webhook.handle(InboundRequest {
-            method: "POST",
-            secret: Some(SECRET),
-            body: &body,
-        })
-    };
+    let webhook = Webhook::new(
+        rig.webhook.settings().clone(),
+        WebhookPorts {
+            ingest: Ingest::Atomic(atomic.clone()),
+            dead: rig.dead.clone(),
+            clock: Arc::new(SystemClock),
+        },
+    );
+    let post = || request(&webhook, "POST", Some(SECRET), MESSAGE);
     assert_eq!(post().await.unwrap(), Ingested::Queued);
     assert_eq!(post().await.unwrap(), Ingested::Duplicate(Status::Queued));
     assert_eq!(atomic.writes.load(std::sync::atomic::Ordering::SeqCst), 2);
@@ -278,5 +288,96 @@ async fn a_store_holding_the_queue_takes_a_new_update_in_one_write_and_a_repeat_
     assert_eq!(
         rig.store.record(&message_key()).unwrap().status,
         Status::Queued
+    );
+}
+
+#[tokio::test]
+async fn a_misconfigured_stack_answers_503_and_buries_nothing_until_it_is_fixed() {
+    let rig = rig();
+    for (store, queue) in [(true, false), (false, true)] {
+        if store {
+            rig.store.outage.fail(Fault::Misconfigured);
+        }
+        if queue {
+            rig.queue.outage.fail(Fault::Misconfigured);
+        }
+        let refused = rig.post(MESSAGE).await.unwrap_err();
+        assert!(
+            matches!(
+                refused,
+                Refused::Unavailable(PortError::Misconfigured { .. })
+            ),
+            "{refused:?}"
+        );
+        assert_eq!(refused.status(), 503);
+        assert!(
+            rig.dead.letters().is_empty(),
+            "a misconfiguration buried the update"
+        );
+        rig.store.outage.set(false);
+        rig.queue.outage.set(false);
+    }
+    // The operator fixes the stack; Telegram's next retry goes through.
+    assert_eq!(rig.post(MESSAGE).await.unwrap(), Ingested::Requeued);
+    assert_eq!(rig.queue.depth(), 1);
+    assert!(rig.dead.letters().is_empty());
+}
+
+#[tokio::test]
+async fn an_update_too_large_for_the_store_is_dead_lettered_and_answered_200() {
+    let rig = rig_with_limit(1024 * 1024);
+    let body = format!(
+        r#"{{"update_id":5,"message":{{"chat":{{"id":1}},"text":"{}"}}}}"#,
+        "x".repeat(tgq_core::defaults::MAX_ITEM_BYTES)
+    );
+    assert_eq!(rig.post(&body).await.unwrap(), Ingested::TooLarge);
+    let letters = rig.dead.letters();
+    assert_eq!(letters.len(), 1);
+    assert_eq!(
+        (
+            letters[0].reason,
+            letters[0].update_id,
+            letters[0].body.len()
+        ),
+        (DeadReason::TooLarge, Some(UpdateId(5)), body.len())
+    );
+    assert!(rig.store.is_empty() && rig.queue.depth() == 0);
+}
+
+#[tokio::test]
+async fn a_failed_mark_queued_after_the_send_still_answers_200_and_a_retry_sends_no_second_message()
+{
+    let rig = rig();
+    rig.store
+        .outage
+        .fail_only("store mark_queued", Fault::Unavailable);
+    assert_eq!(rig.post(MESSAGE).await.unwrap(), Ingested::Queued);
+    assert_eq!(
+        rig.store.record(&message_key()).unwrap().status,
+        Status::Received,
+        "the update is durable in the queue; only its status write failed"
+    );
+    rig.store.outage.set(false);
+    assert_eq!(rig.post(MESSAGE).await.unwrap(), Ingested::Requeued);
+    assert_eq!((rig.queue.sends(), rig.queue.depth()), (2, 1));
+}
+
+#[tokio::test]
+async fn every_outcome_is_answered_in_the_same_json_shape() {
+    let queued = Answer::of(&Ok(Ingested::Queued));
+    assert_eq!(
+        (queued.status, queued.body.as_str()),
+        (200, r#"{"ok":true,"result":"queued"}"#)
+    );
+    let unavailable = Answer::of(&Err(Refused::Unavailable(PortError::misconfigured(
+        "DynamoDB PutItem",
+        "AccessDeniedException",
+    ))));
+    assert_eq!(unavailable.status, 503);
+    let body: serde_json::Value = serde_json::from_str(&unavailable.body).unwrap();
+    assert_eq!(body["ok"], false);
+    assert!(
+        body["result"].as_str().unwrap().contains("misconfigured"),
+        "{body}"
     );
 }

@@ -71,6 +71,32 @@ pub struct Counters {
     /// each may have reached Telegram twice (counted by the worker loop through
     /// [`EmbeddedStore::count_resent`]).
     pub resent_after_unknown_outcome: u64,
+    /// At-most-once actions not sent again because an earlier run left their outcome unknown:
+    /// marked uncertain on their records, for a person to reconcile.
+    #[serde(default)]
+    pub uncertain_sends: u64,
+    /// Writes refused because their run's lease had been taken over by another run.
+    #[serde(default)]
+    pub fenced_writes: u64,
+}
+
+impl Counters {
+    /// What happened between `earlier` and these totals.
+    pub fn since(&self, earlier: &Counters) -> Counters {
+        Counters {
+            received: self.received.saturating_sub(earlier.received),
+            duplicates: self.duplicates.saturating_sub(earlier.duplicates),
+            poison: self.poison.saturating_sub(earlier.poison),
+            processed: self.processed.saturating_sub(earlier.processed),
+            retried: self.retried.saturating_sub(earlier.retried),
+            dead_lettered: self.dead_lettered.saturating_sub(earlier.dead_lettered),
+            resent_after_unknown_outcome: self
+                .resent_after_unknown_outcome
+                .saturating_sub(earlier.resent_after_unknown_outcome),
+            uncertain_sends: self.uncertain_sends.saturating_sub(earlier.uncertain_sends),
+            fenced_writes: self.fenced_writes.saturating_sub(earlier.fenced_writes),
+        }
+    }
 }
 
 impl EmbeddedStore {
@@ -133,6 +159,8 @@ impl EmbeddedStore {
             retried: get(counter::RETRIED)?,
             dead_lettered: get(counter::DEAD_LETTERED)?,
             resent_after_unknown_outcome: get(counter::RESENT)?,
+            uncertain_sends: get(counter::UNCERTAIN)?,
+            fenced_writes: get(counter::FENCED)?,
         })
     }
 

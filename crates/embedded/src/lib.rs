@@ -35,7 +35,6 @@ pub use error::StoreError;
 pub use inspect::{Counters, OutboxEntry, StoreStats};
 pub use offline::OfflineBotApi;
 pub use open::StoreOptions;
-pub use queue::DEDUP_WINDOW;
 pub use retention::Purged;
 
 use writer::Writer;
@@ -53,7 +52,33 @@ pub struct EmbeddedStore {
     clock: Arc<dyn Clock>,
 }
 
+/// What [`EmbeddedStore::recover`] released.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Recovered {
+    /// Queue messages a receiver of an earlier process still held, made visible at once.
+    pub messages: u64,
+    /// Runs of an earlier process still holding a record's lease, their leases expired.
+    pub leases: u64,
+}
+
 impl EmbeddedStore {
+    /// Releases at once what runs of an earlier process still held: their messages become visible
+    /// and their records' leases end, so a restart resumes from its first second instead of after a
+    /// visibility timeout. Only the process that holds the store's lock may call it, before it
+    /// starts any run of its own (`tgq local` does, at start): no other run can then be alive. A
+    /// backoff the earlier process chose for a message is kept.
+    pub async fn recover(&self) -> Result<Recovered, tgq_core::PortError> {
+        let now = self.clock.now();
+        self.writer
+            .run("recover held messages and leases", move |tx| {
+                Ok(Recovered {
+                    messages: tx.release_held(now)?,
+                    leases: tx.release_leases(now)?,
+                })
+            })
+            .await
+    }
+
     /// Durably adds `sends` to [`Counters::resent_after_unknown_outcome`].
     pub async fn count_resent(&self, sends: u64) -> Result<(), tgq_core::PortError> {
         self.writer

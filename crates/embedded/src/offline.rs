@@ -1,13 +1,13 @@
 //! The offline Bot API of `tgq local` without a token: every call lands in the store's outbox, and
-//! the handler gets the answer Telegram would have given.
+//! the handler gets the answer Telegram would have given. A handler's action and its outcome are
+//! one commit, so an offline action's outcome is never unknown.
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde_json::Value;
-use tgq_core::ingest::error_chain;
-use tgq_core::telegram::{BotApi, TelegramError};
-use tgq_telegram::{chat_id_of, offline_result};
+use tgq_core::record::{ActionOutcome, ActionResult, ActionState};
+use tgq_core::telegram::{chat_id_of, offline_result, ApiCall, BotApi, CallError};
 
 use crate::schema::StoredOutboxEntry;
 use crate::EmbeddedStore;
@@ -23,45 +23,51 @@ impl OfflineBotApi {
     pub fn new(store: Arc<EmbeddedStore>) -> Self {
         Self { store }
     }
-
-    /// Like [`BotApi::call`], recording which update's handler made the call and its position in
-    /// the run, for callers that know them (a Bot API call itself does not say).
-    pub async fn call_for(
-        &self,
-        update_id: Option<i64>,
-        seq: Option<u32>,
-        method: &str,
-        params: &Value,
-    ) -> Result<Value, TelegramError> {
-        let at = self.store.clock.now();
-        let entry = StoredOutboxEntry {
-            chat_id: params.get("chat_id").and_then(chat_id_of),
-            update_id,
-            seq,
-            method: method.to_owned(),
-            text: params
-                .get("text")
-                .and_then(Value::as_str)
-                .map(str::to_owned),
-            params: params.clone(),
-            at: at.0,
-        };
-        let id = self
-            .store
-            .writer
-            .run("outbox append", move |tx| tx.append_outbox(&entry))
-            .await
-            // Transient, so the handler run is retried rather than the update lost.
-            .map_err(|e| TelegramError::Network(error_chain(&e)))?;
-        let message_id = i64::try_from(id).unwrap_or(i64::MAX);
-        let unix_time = i64::try_from(at.as_secs()).unwrap_or(i64::MAX);
-        Ok(offline_result(method, params, message_id, unix_time))
-    }
 }
 
 #[async_trait]
 impl BotApi for OfflineBotApi {
-    async fn call(&self, method: &str, params: &Value) -> Result<Value, TelegramError> {
-        self.call_for(None, None, method, params).await
+    async fn call(&self, call: &ApiCall<'_>) -> Result<Value, CallError> {
+        let at = self.store.clock.now();
+        let method = call.method.to_owned();
+        let params = call.params.clone();
+        let action = call.action.map(|a| (a.lease.clone(), a.seq));
+        let result = self
+            .store
+            .writer
+            .run("outbox append", move |tx| {
+                let id = tx.next_in(crate::schema::seq::OUTBOX)?;
+                let message_id = i64::try_from(id).unwrap_or(i64::MAX);
+                let unix_time = i64::try_from(at.as_secs()).unwrap_or(i64::MAX);
+                let result = offline_result(&method, &params, message_id, unix_time);
+                if let Some((lease, seq)) = &action {
+                    // Fenced like every write of the run: a stale run sends nothing.
+                    let outcome = ActionOutcome {
+                        seq: *seq,
+                        state: ActionState::Succeeded(ActionResult::of(&result)),
+                    };
+                    tx.write_run(lease, &[outcome], "outbox append", |_| {})?;
+                }
+                let entry = StoredOutboxEntry {
+                    chat_id: params.get("chat_id").and_then(chat_id_of),
+                    update_id: action.as_ref().map(|(lease, _)| lease.key.update_id.0),
+                    seq: action.as_ref().map(|(_, seq)| *seq),
+                    method,
+                    text: params
+                        .get("text")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned),
+                    params,
+                    at: at.0,
+                };
+                tx.append_outbox(id, &entry)?;
+                Ok(result)
+            })
+            .await?;
+        Ok(result)
+    }
+
+    fn records_outcomes(&self) -> bool {
+        true
     }
 }

@@ -8,11 +8,11 @@ use async_trait::async_trait;
 use redb::{Database, ReadableDatabase};
 use tgq_core::ids::RecordKey;
 use tgq_core::ports::{
-    AtomicIngest, Claim, ClaimRequest, DeadLetter, DeadLetterReader, DeadLetters, Inserted,
+    AtomicIngest, Claim, ClaimRequest, DeadLetter, DeadLetterReader, DeadLetters, Inserted, Lease,
     OutgoingMessage, QueueConsumer, QueueRecord, ReceiptHandle, RecordReader, Settlement,
     UpdateLedger, UpdateQueue, UpdateStore, Visibility,
 };
-use tgq_core::record::{ActionIntent, Status, Timestamp, UpdateRecord};
+use tgq_core::record::{ActionIntent, ActionOutcome, Status, Timestamp, UpdateRecord};
 use tgq_core::PortError;
 
 use crate::inspect::read_dead_letters;
@@ -96,33 +96,31 @@ impl UpdateLedger for EmbeddedStore {
             .await
     }
 
-    async fn record_intent(&self, key: &RecordKey, intent: &ActionIntent) -> Result<(), PortError> {
-        let (key, intent) = (key.clone(), intent.clone());
+    async fn record_intent(
+        &self,
+        lease: &Lease,
+        intent: &ActionIntent,
+        outcomes: &[ActionOutcome],
+    ) -> Result<(), PortError> {
+        let (lease, intent, outcomes) = (lease.clone(), intent.clone(), outcomes.to_vec());
         self.writer
             .run("store record_intent", move |tx| {
-                tx.record_intent(&key, &intent)
+                tx.record_intent(&lease, &intent, &outcomes)
             })
             .await
     }
 
-    async fn record_result(
+    async fn settle(
         &self,
-        key: &RecordKey,
-        seq: u32,
-        result: &str,
+        lease: &Lease,
+        settlement: &Settlement,
+        outcomes: &[ActionOutcome],
     ) -> Result<(), PortError> {
-        let (key, result) = (key.clone(), result.to_owned());
+        let (lease, settlement, outcomes) = (lease.clone(), settlement.clone(), outcomes.to_vec());
         self.writer
-            .run("store record_result", move |tx| {
-                tx.record_result(&key, seq, &result)
+            .run("store settle", move |tx| {
+                tx.settle(&lease, &settlement, &outcomes)
             })
-            .await
-    }
-
-    async fn settle(&self, key: &RecordKey, outcome: &Settlement) -> Result<(), PortError> {
-        let (key, outcome) = (key.clone(), outcome.clone());
-        self.writer
-            .run("store settle", move |tx| tx.settle(&key, &outcome))
             .await
     }
 }

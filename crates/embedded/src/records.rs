@@ -1,10 +1,15 @@
-//! Update records: the webhook's conditional insert, the worker's claim/record/settle, and the
-//! outbox and dead letters, as operations of the writer. The rules are the in-memory store's.
+//! Update records: the webhook's conditional insert, the worker's claim and fenced writes, and the
+//! outbox and dead letters, as operations of the writer. The rules are core's, as the in-memory
+//! store applies them.
 
 use redb::ReadableTable;
+use tgq_core::dead::{DeadLetter, DeadReason};
 use tgq_core::ids::RecordKey;
-use tgq_core::ports::{Claim, ClaimRequest, DeadLetter, Inserted, Settlement};
-use tgq_core::record::{ActionIntent, Status, Timestamp, UpdateRecord};
+use tgq_core::ports::{
+    fenced_write, within_item_limit, Claim, ClaimRequest, Inserted, Lease, Settlement,
+};
+use tgq_core::record::{ActionIntent, ActionOutcome, ActionState, Status, Timestamp, UpdateRecord};
+use tgq_core::PortError;
 
 use crate::schema::{
     counter, decode_record, encode_letter, encode_record, StoredOutboxEntry, DEAD, META, OUTBOX,
@@ -92,6 +97,7 @@ impl Tx<'_> {
         record: &UpdateRecord,
         now: Timestamp,
     ) -> Result<Inserted, OpError> {
+        within_item_limit(record, "store insert").map_err(OpError::Refused)?;
         let existing = self.load_record(&record.key)?;
         if let Some(existing) = &existing {
             if !existing.is_expired(now) {
@@ -123,54 +129,89 @@ impl Tx<'_> {
         let previous_expiry = stored.as_ref().map(|r| r.expires_at);
         let (claim, updated) = request.apply(stored);
         if let Some(record) = updated {
+            within_item_limit(&record, "store claim").map_err(OpError::Refused)?;
             self.put_record(&record, previous_expiry)?;
         }
         Ok(claim)
     }
 
-    /// Records an outbound action's intent.
-    pub(crate) fn record_intent(
+    /// One fenced write of a run: the lease checked, the outcomes noted, `change` applied. A refused
+    /// write is counted ([`counter::FENCED`]) and changes nothing else.
+    pub(crate) fn write_run(
         &mut self,
-        key: &RecordKey,
-        intent: &ActionIntent,
-    ) -> Result<(), OpError> {
-        let mut record = self
-            .load_record(key)?
-            .ok_or_else(|| OpError::Rejected("no such record".into()))?;
-        record.note_intent(intent);
-        let expiry = record.expires_at;
-        self.put_record(&record, Some(expiry))
+        lease: &Lease,
+        outcomes: &[ActionOutcome],
+        what: &'static str,
+        change: impl FnOnce(&mut UpdateRecord),
+    ) -> Result<UpdateRecord, OpError> {
+        let stored = self.load_record(&lease.key)?;
+        let updated = match fenced_write(stored.as_ref(), lease, outcomes, what, change) {
+            Ok(updated) => updated,
+            Err(refused @ PortError::Fenced { .. }) => {
+                self.bump(counter::FENCED)?;
+                return Err(OpError::Refused(refused));
+            }
+            Err(refused) => return Err(OpError::Refused(refused)),
+        };
+        let uncertain = outcomes
+            .iter()
+            .filter(|o| o.state == ActionState::Uncertain)
+            .count();
+        if uncertain > 0 {
+            self.add(counter::UNCERTAIN, uncertain as u64)?;
+        }
+        let expiry = updated.expires_at;
+        self.put_record(&updated, Some(expiry))?;
+        Ok(updated)
     }
 
-    /// Records an action's result.
-    pub(crate) fn record_result(
+    /// Records an outbound action's intent, with the outcomes not yet written.
+    pub(crate) fn record_intent(
         &mut self,
-        key: &RecordKey,
-        seq: u32,
-        result: &str,
+        lease: &Lease,
+        intent: &ActionIntent,
+        outcomes: &[ActionOutcome],
     ) -> Result<(), OpError> {
-        let no_intent = || OpError::Rejected("no such action intent".into());
-        let mut record = self.load_record(key)?.ok_or_else(no_intent)?;
-        if !record.note_result(seq, result) {
-            return Err(no_intent());
-        }
-        let expiry = record.expires_at;
-        self.put_record(&record, Some(expiry))
+        self.write_run(lease, outcomes, "store record_intent", |record| {
+            record.note_intent(intent)
+        })?;
+        Ok(())
     }
 
     /// Records how a run ended and releases the lease.
-    pub(crate) fn settle(&mut self, key: &RecordKey, outcome: &Settlement) -> Result<(), OpError> {
-        let mut record = self
-            .load_record(key)?
-            .ok_or_else(|| OpError::Rejected("no such record".into()))?;
-        outcome.apply(&mut record);
-        let expiry = record.expires_at;
-        self.put_record(&record, Some(expiry))?;
-        self.bump(match outcome {
+    pub(crate) fn settle(
+        &mut self,
+        lease: &Lease,
+        settlement: &Settlement,
+        outcomes: &[ActionOutcome],
+    ) -> Result<(), OpError> {
+        self.write_run(lease, outcomes, "store settle", |record| {
+            settlement.apply(record)
+        })?;
+        self.bump(match settlement {
             Settlement::Done => counter::PROCESSED,
             Settlement::Retrying { .. } => counter::RETRIED,
-            Settlement::Dead { .. } => counter::DEAD_LETTERED,
+            Settlement::Dead(_) => counter::DEAD_LETTERED,
         })
+    }
+
+    /// Expires the lease of every record a run still holds: called when the process that holds the
+    /// store's lock starts, so no run of an earlier process is alive. Returns how many.
+    pub(crate) fn release_leases(&mut self, now: Timestamp) -> Result<u64, OpError> {
+        let mut held = Vec::new();
+        for entry in self.table(RECORDS)?.iter()? {
+            let (_, value) = entry?;
+            let record = decode_record(value.value())?;
+            if record.status == Status::Processing && record.lease_until.is_some_and(|t| t > now) {
+                held.push(record);
+            }
+        }
+        for record in &mut held {
+            record.lease_until = Some(now);
+            let expiry = record.expires_at;
+            self.put_record(record, Some(expiry))?;
+        }
+        Ok(held.len() as u64)
     }
 
     /// Appends a letter to the dead letters.
@@ -179,18 +220,21 @@ impl Tx<'_> {
         let id = self.next_in(crate::schema::seq::DEAD)?;
         self.table_mut(DEAD)?.insert(id, value.as_slice())?;
         // Handler failures are counted when the record is settled DEAD; poison never reaches a record.
-        if letter.reason == "poison" {
+        if letter.reason == DeadReason::Poison {
             self.bump(counter::POISON)?;
         }
         Ok(())
     }
 
-    /// Appends an offline Bot API call to the outbox and returns its id.
-    pub(crate) fn append_outbox(&mut self, entry: &StoredOutboxEntry) -> Result<u64, OpError> {
+    /// Appends an offline Bot API call to the outbox under `id` (from the outbox sequence).
+    pub(crate) fn append_outbox(
+        &mut self,
+        id: u64,
+        entry: &StoredOutboxEntry,
+    ) -> Result<(), OpError> {
         let value = serde_json::to_vec(entry)
-            .map_err(|e| OpError::Rejected(format!("encoding an outbox entry: {e}")))?;
-        let id = self.next_in(crate::schema::seq::OUTBOX)?;
+            .map_err(|e| OpError::Fatal(format!("encoding an outbox entry: {e}")))?;
         self.table_mut(OUTBOX)?.insert(id, value.as_slice())?;
-        Ok(id)
+        Ok(())
     }
 }

@@ -10,8 +10,8 @@ use bytes::Bytes;
 use redb::TableDefinition;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use tgq_core::dead::{Burial, DeadLetter};
 use tgq_core::ids::{BotId, GroupKey, RecordKey, UpdateId};
-use tgq_core::ports::DeadLetter;
 use tgq_core::record::{ActionRecord, Status, Timestamp, UpdateRecord};
 
 /// The layout version written into a new database; a file with another version is refused.
@@ -19,7 +19,9 @@ use tgq_core::record::{ActionRecord, Status, Timestamp, UpdateRecord};
 /// Version 2 keeps each queue message's state and body in one value, the dedup window in one
 /// time-ordered table, and the counters with the sequences: a busy commit touches five tables
 /// instead of eight, and each table a commit touches costs it pages to copy, checksum and write.
-pub(crate) const SCHEMA_VERSION: u64 = 2;
+/// Version 3 records actions with their delivery and a compact outcome, the runs' fencing and
+/// throttling, and the burial of a dead record; dead letters name their reason from a closed set.
+pub(crate) const SCHEMA_VERSION: u64 = 3;
 
 /// Update records by `RecordKey::pk()`: framed `StoredRecord` + payload.
 pub(crate) const RECORDS: TableDefinition<&str, &[u8]> = TableDefinition::new("records");
@@ -62,6 +64,8 @@ pub(crate) mod counter {
     pub(crate) const RETRIED: &str = "count.retried";
     pub(crate) const DEAD_LETTERED: &str = "count.dead_lettered";
     pub(crate) const RESENT: &str = "count.resent_after_unknown_outcome";
+    pub(crate) const UNCERTAIN: &str = "count.uncertain_sends";
+    pub(crate) const FENCED: &str = "count.fenced_writes";
 }
 
 /// A stored value that cannot be read back.
@@ -103,17 +107,50 @@ struct StoredRecord {
     group: String,
     received_at: u64,
     attempts: u32,
+    throttled: u32,
+    first_attempt_at: Option<u64>,
     last_error: Option<String>,
     lease_until: Option<u64>,
-    actions: BTreeMap<u32, StoredAction>,
+    actions: BTreeMap<u32, ActionRecord>,
+    burial: Option<StoredBurial>,
     expires_at: u64,
 }
 
+/// A burial, its reason and class in their stored spelling.
 #[derive(Serialize, Deserialize)]
-struct StoredAction {
-    method: String,
-    at_most_once: bool,
-    result: Option<String>,
+struct StoredBurial {
+    reason: String,
+    class: String,
+    error: String,
+    attempts: u32,
+}
+
+impl From<&Burial> for StoredBurial {
+    fn from(burial: &Burial) -> Self {
+        Self {
+            reason: burial.reason.as_str().to_owned(),
+            class: burial.class.as_str().to_owned(),
+            error: burial.error.clone(),
+            attempts: burial.attempts,
+        }
+    }
+}
+
+impl TryFrom<StoredBurial> for Burial {
+    type Error = CodecError;
+
+    fn try_from(stored: StoredBurial) -> Result<Self, CodecError> {
+        Ok(Self {
+            reason: stored.reason.parse().map_err(invalid)?,
+            class: stored.class.parse().map_err(invalid)?,
+            error: stored.error,
+            attempts: stored.attempts,
+        })
+    }
+}
+
+fn invalid(e: impl std::fmt::Display) -> CodecError {
+    CodecError::Invalid(e.to_string())
 }
 
 /// The stored form of a record.
@@ -125,20 +162,12 @@ pub(crate) fn encode_record(record: &UpdateRecord) -> Result<Vec<u8>, CodecError
         group: record.group.as_str().to_owned(),
         received_at: record.received_at.0,
         attempts: record.attempts,
+        throttled: record.throttled,
+        first_attempt_at: record.first_attempt_at.map(|t| t.0),
         last_error: record.last_error.clone(),
         lease_until: record.lease_until.map(|t| t.0),
-        actions: record
-            .actions
-            .iter()
-            .map(|(seq, a)| {
-                let action = StoredAction {
-                    method: a.method.clone(),
-                    at_most_once: a.at_most_once,
-                    result: a.result.clone(),
-                };
-                (*seq, action)
-            })
-            .collect(),
+        actions: record.actions.clone(),
+        burial: record.burial.as_ref().map(StoredBurial::from),
         expires_at: record.expires_at.0,
     };
     frame(&meta, &record.payload)
@@ -147,56 +176,24 @@ pub(crate) fn encode_record(record: &UpdateRecord) -> Result<Vec<u8>, CodecError
 /// A record read back.
 pub(crate) fn decode_record(value: &[u8]) -> Result<UpdateRecord, CodecError> {
     let (meta, payload) = unframe::<StoredRecord>(value)?;
-    let bot_id = BotId::new(meta.bot_id).map_err(|e| CodecError::Invalid(e.to_string()))?;
-    let status = meta
-        .status
-        .parse::<Status>()
-        .map_err(|e| CodecError::Invalid(e.to_string()))?;
     Ok(UpdateRecord {
-        key: RecordKey::new(bot_id, UpdateId(meta.update_id)),
-        status,
+        key: RecordKey::new(
+            BotId::new(meta.bot_id).map_err(invalid)?,
+            UpdateId(meta.update_id),
+        ),
+        status: meta.status.parse::<Status>().map_err(invalid)?,
         payload: Bytes::copy_from_slice(payload),
         group: GroupKey::new(meta.group),
         received_at: Timestamp(meta.received_at),
         attempts: meta.attempts,
+        throttled: meta.throttled,
+        first_attempt_at: meta.first_attempt_at.map(Timestamp),
         last_error: meta.last_error,
         lease_until: meta.lease_until.map(Timestamp),
-        actions: meta
-            .actions
-            .into_iter()
-            .map(|(seq, a)| {
-                let action = ActionRecord {
-                    method: a.method,
-                    at_most_once: a.at_most_once,
-                    result: a.result,
-                };
-                (seq, action)
-            })
-            .collect(),
+        actions: meta.actions,
+        burial: meta.burial.map(Burial::try_from).transpose()?,
         expires_at: Timestamp(meta.expires_at),
     })
-}
-
-/// A queue message's state; its body follows it in the framed value.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub(crate) struct QueuedMessage {
-    /// `{bot_id}:{group key}`.
-    pub(crate) group: String,
-    /// When it was sent.
-    pub(crate) sent_at: u64,
-    /// Before this instant it is hidden (in flight); a message never received is visible at once.
-    pub(crate) visible_at: u64,
-    /// Deliveries so far.
-    pub(crate) receive_count: u32,
-    /// The handle of its latest delivery; `None` until it is first received.
-    pub(crate) receipt: Option<String>,
-}
-
-impl QueuedMessage {
-    /// Whether a receiver holds it now: delivered and its visibility timeout not yet over.
-    pub(crate) fn in_flight(&self, now: Timestamp) -> bool {
-        self.receipt.is_some() && self.visible_at > now.0
-    }
 }
 
 /// A dead letter's fields besides its body.
@@ -217,8 +214,8 @@ pub(crate) fn encode_letter(letter: &DeadLetter) -> Result<Vec<u8>, CodecError> 
         bot_id: letter.bot_id.as_str().to_owned(),
         update_id: letter.update_id.map(|id| id.0),
         group: letter.group.as_ref().map(|g| g.as_str().to_owned()),
-        reason: letter.reason.clone(),
-        error_class: letter.error_class.clone(),
+        reason: letter.reason.as_str().to_owned(),
+        error_class: letter.error_class.as_str().to_owned(),
         error: letter.error.clone(),
         attempts: letter.attempts,
     };
@@ -229,12 +226,12 @@ pub(crate) fn encode_letter(letter: &DeadLetter) -> Result<Vec<u8>, CodecError> 
 pub(crate) fn decode_letter(value: &[u8]) -> Result<DeadLetter, CodecError> {
     let (meta, body) = unframe::<StoredLetter>(value)?;
     Ok(DeadLetter {
-        bot_id: BotId::new(meta.bot_id).map_err(|e| CodecError::Invalid(e.to_string()))?,
+        bot_id: BotId::new(meta.bot_id).map_err(invalid)?,
         update_id: meta.update_id.map(UpdateId),
         group: meta.group.map(GroupKey::new),
         body: Bytes::copy_from_slice(body),
-        reason: meta.reason,
-        error_class: meta.error_class,
+        reason: meta.reason.parse().map_err(invalid)?,
+        error_class: meta.error_class.parse().map_err(invalid)?,
         error: meta.error,
         attempts: meta.attempts,
     })

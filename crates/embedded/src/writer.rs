@@ -29,6 +29,9 @@ pub(crate) enum OpError {
     /// The operation itself is refused (unknown receipt, missing record, unreadable value). It is
     /// raised before the operation writes anything, so the rest of the batch still commits.
     Rejected(String),
+    /// The operation is refused with a port error the caller must see as it is (a fenced write, a
+    /// record too large); raised before the operation writes anything, like `Rejected`.
+    Refused(PortError),
     /// The transaction can no longer be trusted (I/O, a value that cannot be encoded mid-write):
     /// every operation of the batch fails and nothing is committed.
     Fatal(String),
@@ -188,6 +191,7 @@ impl Writer {
                     (None, Err(OpError::Rejected(reason))) => {
                         Err(PortError::rejected(what, reason))
                     }
+                    (None, Err(OpError::Refused(error))) => Err(error),
                     (None, Err(OpError::Fatal(reason))) => {
                         Err(PortError::unavailable(what, reason))
                     }
@@ -325,6 +329,7 @@ impl WriterThread {
                 if let Err(e) = tx.write_batch_totals() {
                     tx.failure = Some(match e {
                         OpError::Rejected(reason) | OpError::Fatal(reason) => reason,
+                        OpError::Refused(error) => error.to_string(),
                     });
                 }
             }

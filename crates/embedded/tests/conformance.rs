@@ -5,7 +5,11 @@ use tgq_embedded::{EmbeddedStore, StoreOptions};
 
 async fn adapters() -> Adapters {
     let dir = tempfile::tempdir().expect("a temporary directory");
-    let store = EmbeddedStore::open(dir.path(), StoreOptions::default()).expect("open the store");
+    let options = StoreOptions {
+        max_receive_count: MAX_RECEIVE_COUNT,
+        ..StoreOptions::default()
+    };
+    let store = EmbeddedStore::open(dir.path(), options).expect("open the store");
     // The open file stays usable after its directory is removed (POSIX), so nothing is left behind
     // when the test ends.
     drop(dir);
@@ -17,7 +21,11 @@ async fn adapters() -> Adapters {
         consumer: store.clone(),
         dead: store.clone(),
         dead_reader: store,
+        max_receive_count: MAX_RECEIVE_COUNT,
     }
 }
+
+/// The queue's redrive limit in these tests: small, so the conformance suite reaches it.
+const MAX_RECEIVE_COUNT: u32 = 3;
 
 conformance_tests!(adapters());

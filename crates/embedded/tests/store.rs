@@ -10,14 +10,17 @@ use bytes::Bytes;
 use serde_json::json;
 use tgq_core::bot_api::types::Message;
 use tgq_core::clock::{Clock, ManualClock, SystemClock};
+use tgq_core::dead::{Burial, DeadReason, FailureClass};
 use tgq_core::ids::{BotId, GroupKey, RecordKey, UpdateId};
 use tgq_core::ports::{
-    AtomicIngest, Claim, ClaimRequest, DeadLetter, DeadLetters, Inserted, OutgoingMessage,
+    AtomicIngest, Claim, ClaimRequest, DeadLetter, DeadLetters, Inserted, Lease, OutgoingMessage,
     QueueConsumer, QueueRecord, RecordReader, Settlement, UpdateLedger, UpdateQueue, UpdateStore,
     Visibility,
 };
-use tgq_core::record::{Timestamp, UpdateRecord};
-use tgq_core::telegram::BotApi;
+use tgq_core::record::{
+    ActionIntent, ActionResult, ActionState, Delivery, Timestamp, UpdateRecord,
+};
+use tgq_core::telegram::{ActionRef, ApiCall, BotApi, CallError};
 use tgq_core::PortError;
 use tgq_embedded::{
     Counters, EmbeddedStore, OfflineBotApi, Purged, StoreError, StoreOptions, FILE_NAME,
@@ -68,6 +71,21 @@ fn open(dir: &Path, clock: &ManualClock, max_receive_count: u32) -> Arc<Embedded
         clock: Arc::new(clock.clone()),
     };
     EmbeddedStore::open(dir, options).expect("open the store")
+}
+
+/// Claims `record` at `now` and returns the run's lease; panics unless the claim runs.
+async fn lease_of(store: &EmbeddedStore, record: &UpdateRecord, now: Timestamp) -> Lease {
+    match store.claim(&claim_request(record, now)).await.unwrap() {
+        Claim::Run(claimed) => claimed.lease,
+        other => panic!("expected the claim to run, got {other:?}"),
+    }
+}
+
+/// An offline call outside any run.
+async fn send(api: &OfflineBotApi, method: &str, params: serde_json::Value) -> serde_json::Value {
+    api.call(&ApiCall::plain(method, &params))
+        .await
+        .expect("the outbox takes the call")
 }
 
 async fn receive(store: &EmbeddedStore, max: usize, visibility: Duration) -> Vec<QueueRecord> {
@@ -122,7 +140,7 @@ async fn messages_survive_a_reopen_with_their_visibility_and_receive_count() {
         .await
         .unwrap();
     assert!(
-        matches!(recovered, Claim::Run(ref c) if c.attempt == 2),
+        matches!(recovered, Claim::Run(ref c) if c.lease.token == 2),
         "a lease that expired across the reopen must be claimable: {recovered:?}"
     );
 }
@@ -349,16 +367,12 @@ async fn purge_removes_expired_records_and_old_outbox_entries() {
     let long = record(2, START, 7 * DAY);
     store.insert(&short, START).await.unwrap();
     store.insert(&long, START).await.unwrap();
-    store.claim(&claim_request(&short, START)).await.unwrap();
-    store.settle(&short.key, &Settlement::Done).await.unwrap();
+    let lease = lease_of(&store, &short, START).await;
+    store.settle(&lease, &Settlement::Done, &[]).await.unwrap();
     let api = OfflineBotApi::new(store.clone());
-    api.call("sendMessage", &json!({"chat_id": 1, "text": "old"}))
-        .await
-        .unwrap();
+    send(&api, "sendMessage", json!({"chat_id": 1, "text": "old"})).await;
     clock.advance(Duration::from_secs(2 * 3600));
-    api.call("sendMessage", &json!({"chat_id": 1, "text": "new"}))
-        .await
-        .unwrap();
+    send(&api, "sendMessage", json!({"chat_id": 1, "text": "new"})).await;
 
     assert_eq!(
         store.purge_expired(clock.now()).await.unwrap(),
@@ -441,16 +455,15 @@ async fn offline_sends_land_in_the_outbox_and_decode_as_messages() {
     let clock = ManualClock::at(START);
     let store = open(dir.path(), &clock, 30);
     let api = OfflineBotApi::new(store.clone());
-    let sent = api
-        .call("sendMessage", &json!({"chat_id": "42", "text": "hi"}))
-        .await
-        .unwrap();
+    let sent = send(&api, "sendMessage", json!({"chat_id": "42", "text": "hi"})).await;
     let message: Message = serde_json::from_value(sent).expect("a Telegram Message");
     assert_eq!((message.chat.id.0, message.text()), (42, Some("hi")));
-    let answered = api
-        .call("answerCallbackQuery", &json!({"callback_query_id": "q"}))
-        .await
-        .unwrap();
+    let answered = send(
+        &api,
+        "answerCallbackQuery",
+        json!({"callback_query_id": "q"}),
+    )
+    .await;
     assert_eq!(answered, json!(true));
     drop(api);
     drop(store);
@@ -481,31 +494,64 @@ async fn offline_sends_land_in_the_outbox_and_decode_as_messages() {
         ("answerCallbackQuery", None)
     );
     let next: Message = serde_json::from_value(
-        OfflineBotApi::new(store.clone())
-            .call("sendMessage", &json!({"chat_id": 42, "text": "again"}))
-            .await
-            .unwrap(),
+        send(
+            &OfflineBotApi::new(store.clone()),
+            "sendMessage",
+            json!({"chat_id": 42, "text": "again"}),
+        )
+        .await,
     )
     .unwrap();
     assert_eq!(next.id.0, 3, "outbox ids, and so message ids, never repeat");
 }
 
 #[tokio::test]
-async fn an_attributed_offline_send_names_its_update_and_sequence() {
+async fn an_offline_action_and_its_outcome_are_one_commit_naming_the_update_and_position() {
     let dir = tempfile::tempdir().unwrap();
     let clock = ManualClock::at(START);
     let store = open(dir.path(), &clock, 30);
+    let r = record(500, START, DAY);
+    store.insert(&r, START).await.unwrap();
+    let lease = lease_of(&store, &r, START).await;
+    let intent = ActionIntent {
+        seq: 2,
+        method: "sendMessage".into(),
+        delivery: Delivery::AtMostOnce,
+    };
+    store.record_intent(&lease, &intent, &[]).await.unwrap();
     let api = OfflineBotApi::new(store.clone());
-    api.call_for(
-        Some(500),
-        Some(2),
-        "sendMessage",
-        &json!({"chat_id": 7, "text": "x"}),
-    )
-    .await
-    .unwrap();
+    assert!(api.records_outcomes());
+    let params = json!({"chat_id": 7, "text": "x"});
+    let call = ApiCall {
+        method: "sendMessage",
+        params: &params,
+        action: Some(ActionRef {
+            lease: &lease,
+            seq: 2,
+        }),
+    };
+    api.call(&call).await.unwrap();
     let entry = &store.outbox(1).unwrap()[0];
     assert_eq!((entry.update_id, entry.seq), (Some(500), Some(2)));
+    let stored = store.get(&r.key, START).await.unwrap().unwrap();
+    assert_eq!(
+        stored.actions[&2].state,
+        ActionState::Succeeded(ActionResult::Message {
+            chat_id: 7,
+            message_id: i64::try_from(entry.id).unwrap()
+        }),
+        "the send's outcome is recorded with it: never unknown offline"
+    );
+
+    // A stale run's offline send is fenced like its other writes: nothing reaches the outbox.
+    let fresh = lease_of(&store, &r, START.plus(Duration::from_secs(31))).await;
+    assert_eq!(fresh.token, 2);
+    let refused = api.call(&call).await;
+    assert!(
+        matches!(refused, Err(CallError::Store(PortError::Fenced { .. }))),
+        "{refused:?}"
+    );
+    assert_eq!(store.outbox(10).unwrap().len(), 1);
 }
 
 #[tokio::test]
@@ -531,35 +577,39 @@ async fn counters_total_what_happened_and_survive_a_reopen() {
         store.insert(&retried, START).await.unwrap(),
         Inserted::Exists(_)
     ));
-    store.claim(&claim_request(&retried, START)).await.unwrap();
-    store
-        .settle(
-            &retried.key,
-            &Settlement::Retrying {
-                error: "502".into(),
-            },
-        )
-        .await
-        .unwrap();
-    store.claim(&claim_request(&retried, START)).await.unwrap();
-    store.settle(&retried.key, &Settlement::Done).await.unwrap();
+    let lease = lease_of(&store, &retried, START).await;
+    let retrying = Settlement::Retrying {
+        error: "502".into(),
+        throttled: false,
+    };
+    store.settle(&lease, &retrying, &[]).await.unwrap();
+    let lease = lease_of(&store, &retried, START).await;
+    store.settle(&lease, &Settlement::Done, &[]).await.unwrap();
+    assert!(matches!(
+        store.settle(&lease, &Settlement::Done, &[]).await,
+        Err(PortError::Fenced { .. })
+    ));
     let dead = record(2, START, DAY);
     store.insert(&dead, START).await.unwrap();
-    store.claim(&claim_request(&dead, START)).await.unwrap();
+    let lease = lease_of(&store, &dead, START).await;
+    let burial = Burial {
+        reason: DeadReason::Permanent,
+        class: FailureClass::Permanent,
+        error: "403".into(),
+        attempts: 1,
+    };
     store
-        .settle(
-            &dead.key,
-            &Settlement::Dead {
-                error: "403".into(),
-            },
-        )
+        .settle(&lease, &Settlement::Dead(burial), &[])
         .await
         .unwrap();
     store
-        .dead_letter(&letter(Some(2), "permanent_error"))
+        .dead_letter(&letter(Some(2), DeadReason::Permanent))
         .await
         .unwrap();
-    store.dead_letter(&letter(None, "poison")).await.unwrap();
+    store
+        .dead_letter(&letter(None, DeadReason::Poison))
+        .await
+        .unwrap();
     drop(store);
 
     let store = open(dir.path(), &clock, 30);
@@ -573,19 +623,21 @@ async fn counters_total_what_happened_and_survive_a_reopen() {
             retried: 1,
             dead_lettered: 1,
             resent_after_unknown_outcome: 0,
+            uncertain_sends: 0,
+            fenced_writes: 1,
         }
     );
     assert_eq!(store.dead_letters(10).unwrap().len(), 2);
 }
 
-fn letter(update_id: Option<i64>, reason: &str) -> DeadLetter {
+fn letter(update_id: Option<i64>, reason: DeadReason) -> DeadLetter {
     DeadLetter {
         bot_id: bot(),
         update_id: update_id.map(UpdateId),
         group: None,
         body: Bytes::from_static(b"not json"),
-        reason: reason.into(),
-        error_class: "permanent".into(),
+        reason,
+        error_class: FailureClass::Permanent,
         error: "x".into(),
         attempts: 1,
     }
@@ -625,11 +677,15 @@ async fn a_refused_operation_does_not_fail_the_others_committed_with_it() {
             tokio::spawn(async move { store.insert(&record(i, now, DAY), now).await })
         })
         .collect();
+    let lease = Lease {
+        key: key(999),
+        token: 1,
+    };
     let refused = store
-        .settle(&key(999), &Settlement::Done)
+        .settle(&lease, &Settlement::Done, &[])
         .await
-        .expect_err("settling a missing record is refused");
-    assert!(matches!(refused, PortError::Rejected { .. }), "{refused:?}");
+        .expect_err("settling a record the run holds no lease on is refused");
+    assert!(matches!(refused, PortError::Fenced { .. }), "{refused:?}");
     for insert in inserts {
         assert_eq!(insert.await.unwrap().unwrap(), Inserted::New);
     }
@@ -688,13 +744,13 @@ async fn a_burst_of_updates_is_processed_once_each_in_chat_order() {
                         let id = id["update_id"].as_i64().unwrap();
                         let r = record(id, SystemClock.now(), DAY);
                         let now = SystemClock.now();
-                        let claimed = store.claim(&claim_request(&r, now)).await.unwrap();
-                        assert!(
-                            matches!(claimed, Claim::Run(ref c) if c.attempt == 1),
-                            "{claimed:?}"
-                        );
-                        handled.lock().unwrap().push((m.group_id.clone(), id));
-                        store.settle(&r.key, &Settlement::Done).await.unwrap();
+                        let lease = lease_of(&store, &r, now).await;
+                        assert_eq!(lease.token, 1);
+                        handled
+                            .lock()
+                            .unwrap()
+                            .push((m.group_id.as_str().to_owned(), id));
+                        store.settle(&lease, &Settlement::Done, &[]).await.unwrap();
                         store.delete(&m.receipt).await.unwrap();
                     }
                 }

@@ -6,22 +6,31 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use async_trait::async_trait;
 use parking_lot::Mutex;
 use serde_json::Value;
-use tgq_core::telegram::{BotApi, TelegramError};
+use tgq_core::telegram::{offline_result, ApiCall, BotApi, CallError, TelegramError};
 
-/// One call the recording Bot API received.
+/// One call the recording Bot API took.
 #[derive(Clone, Debug, PartialEq)]
-pub struct ApiCall {
+pub struct RecordedCall {
     /// The method.
     pub method: String,
     /// The parameters.
     pub params: Value,
 }
 
-/// A Bot API that records every call and answers like Telegram, or with scripted failures.
+/// What the next call meets.
+#[derive(Clone, Debug)]
+enum Scripted {
+    /// Refused with this error: it did not take effect.
+    Fail(TelegramError),
+    /// Taken, but the answer is lost: the caller sees a timeout.
+    LoseAnswer,
+}
+
+/// A Bot API that records every call it takes and answers like Telegram, or with scripted failures.
 #[derive(Default)]
 pub struct RecordingBotApi {
-    calls: Mutex<Vec<ApiCall>>,
-    failures: Mutex<VecDeque<TelegramError>>,
+    calls: Mutex<Vec<RecordedCall>>,
+    script: Mutex<VecDeque<Scripted>>,
     next_message_id: AtomicU64,
 }
 
@@ -31,17 +40,24 @@ impl RecordingBotApi {
         Self::default()
     }
 
-    /// Makes the next calls fail with these errors, one each, in order.
+    /// Makes the next calls fail with these errors, one each, in order; a failed call is not taken.
     pub fn fail_next(&self, errors: impl IntoIterator<Item = TelegramError>) {
-        self.failures.lock().extend(errors);
+        self.script
+            .lock()
+            .extend(errors.into_iter().map(Scripted::Fail));
     }
 
-    /// Every call that was answered successfully, in order.
-    pub fn calls(&self) -> Vec<ApiCall> {
+    /// Makes the next call take effect but lose its answer: the caller sees a timeout.
+    pub fn lose_next_answer(&self) {
+        self.script.lock().push_back(Scripted::LoseAnswer);
+    }
+
+    /// Every call that was taken, in order.
+    pub fn calls(&self) -> Vec<RecordedCall> {
         self.calls.lock().clone()
     }
 
-    /// The text of every successful `sendMessage`, in order.
+    /// The text of every `sendMessage` taken, in order.
     pub fn sent_texts(&self) -> Vec<String> {
         self.calls()
             .into_iter()
@@ -58,16 +74,20 @@ impl RecordingBotApi {
 
 #[async_trait]
 impl BotApi for RecordingBotApi {
-    async fn call(&self, method: &str, params: &Value) -> Result<Value, TelegramError> {
-        if let Some(error) = self.failures.lock().pop_front() {
-            return Err(error);
+    async fn call(&self, call: &ApiCall<'_>) -> Result<Value, CallError> {
+        let scripted = self.script.lock().pop_front();
+        if let Some(Scripted::Fail(error)) = scripted {
+            return Err(error.into());
         }
         let id = i64::try_from(self.next_message_id.fetch_add(1, Ordering::SeqCst) + 1)
             .unwrap_or(i64::MAX);
-        self.calls.lock().push(ApiCall {
-            method: method.to_owned(),
-            params: params.clone(),
+        self.calls.lock().push(RecordedCall {
+            method: call.method.to_owned(),
+            params: call.params.clone(),
         });
-        Ok(tgq_telegram::offline_result(method, params, id, 0))
+        if let Some(Scripted::LoseAnswer) = scripted {
+            return Err(TelegramError::Timeout.into());
+        }
+        Ok(offline_result(call.method, call.params, id, 0))
     }
 }

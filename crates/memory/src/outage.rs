@@ -1,23 +1,61 @@
-//! Fault injection: a switch that makes an adapter's every call fail as unavailable.
+//! Fault injection: a switch that makes an adapter's calls fail, all of them or one operation, with
+//! the kind of failure a test stages.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-
+use parking_lot::Mutex;
 use tgq_core::PortError;
 
-/// A switch that makes an adapter fail every call with [`PortError::Unavailable`] while it is on.
+/// The kind of failure an [`Outage`] injects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// Throttling, a 5xx, a timeout: [`PortError::Unavailable`].
+    Unavailable,
+    /// Access denied, a missing table: [`PortError::Misconfigured`].
+    Misconfigured,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Injected {
+    fault: Fault,
+    /// Only this operation fails (its name as the adapter reports it); every one when `None`.
+    only: Option<&'static str>,
+}
+
+/// A switch that makes an adapter fail its calls while it is on.
 #[derive(Debug, Default)]
-pub struct Outage(AtomicBool);
+pub struct Outage(Mutex<Option<Injected>>);
 
 impl Outage {
-    /// Turns the outage on or off.
+    /// Makes every call unavailable (`true`), or heals the adapter (`false`).
     pub fn set(&self, down: bool) {
-        self.0.store(down, Ordering::SeqCst);
+        *self.0.lock() = down.then_some(Injected {
+            fault: Fault::Unavailable,
+            only: None,
+        });
+    }
+
+    /// Makes every call fail with `fault`.
+    pub fn fail(&self, fault: Fault) {
+        *self.0.lock() = Some(Injected { fault, only: None });
+    }
+
+    /// Makes only the operation `what` (e.g. `"store settle"`) fail with `fault`.
+    pub fn fail_only(&self, what: &'static str, fault: Fault) {
+        *self.0.lock() = Some(Injected {
+            fault,
+            only: Some(what),
+        });
     }
 
     pub(crate) fn check(&self, what: &'static str) -> Result<(), PortError> {
-        if self.0.load(Ordering::SeqCst) {
-            return Err(PortError::unavailable(what, "injected outage"));
+        let Some(injected) = *self.0.lock() else {
+            return Ok(());
+        };
+        if injected.only.is_some_and(|only| only != what) {
+            return Ok(());
         }
-        Ok(())
+        Err(match injected.fault {
+            Fault::Unavailable => PortError::unavailable(what, "injected outage"),
+            Fault::Misconfigured => PortError::misconfigured(what, "injected: access denied"),
+        })
     }
 }

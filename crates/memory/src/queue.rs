@@ -1,6 +1,6 @@
-//! The FIFO updates queue with SQS FIFO's semantics.
+//! The FIFO updates queue with SQS FIFO's semantics, as `tgq_core::fifo` states them.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,30 +9,25 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use parking_lot::Mutex;
 use tgq_core::clock::Clock;
+use tgq_core::fifo::{self, DedupWindow, MessageState};
 use tgq_core::ports::{
     DeadLetter, OutgoingMessage, QueueConsumer, QueueRecord, ReceiptHandle, UpdateQueue, Visibility,
 };
-use tgq_core::record::Timestamp;
 use tgq_core::PortError;
 
-use crate::{MemoryDeadLetters, Outage, DEDUP_WINDOW};
+use crate::{MemoryDeadLetters, Outage};
 
 #[derive(Clone, Debug)]
 struct Message {
     id: String,
-    group: String,
     body: Bytes,
-    visible_at: Timestamp,
-    receive_count: u32,
-    receipt: Option<String>,
+    state: MessageState,
 }
 
 #[derive(Default)]
 struct FifoState {
     messages: BTreeMap<u64, Message>,
-    dedup: HashMap<String, Timestamp>,
-    /// Dedup ids in send order, so expired ones are dropped from the front without a scan.
-    dedup_order: VecDeque<(Timestamp, String)>,
+    dedup: DedupWindow,
     next_seq: u64,
 }
 
@@ -45,7 +40,7 @@ pub struct MemoryQueue {
     redrive: Option<(u32, Arc<MemoryDeadLetters>)>,
     receipts: AtomicU64,
     sends: AtomicU64,
-    /// Fails every call while on.
+    /// Fails calls while on.
     pub outage: Outage,
 }
 
@@ -96,53 +91,42 @@ impl MemoryQueue {
 
     fn try_receive(&self, max: usize, visibility: Duration) -> Vec<QueueRecord> {
         let now = self.clock.now();
+        let limit = self.redrive.as_ref().map_or(u32::MAX, |(limit, _)| *limit);
         let mut state = self.state.lock();
-        let mut blocked: Vec<String> = state
-            .messages
-            .values()
-            .filter(|m| m.receipt.is_some() && m.visible_at > now)
-            .map(|m| m.group.clone())
-            .collect();
-        let mut delivered = Vec::new();
-        let mut redriven = Vec::new();
-        for (seq, message) in state.messages.iter_mut() {
-            if delivered.len() >= max {
-                break;
-            }
-            if blocked.contains(&message.group) {
+        let plan = {
+            let messages = state.messages.iter().map(|(seq, m)| (*seq, &m.state));
+            let held = state.messages.values().map(|m| &m.state);
+            fifo::plan(messages, held, now, max, limit)
+        };
+        let mut delivered = Vec::with_capacity(plan.deliver.len());
+        for seq in plan.deliver {
+            let Some(message) = state.messages.get_mut(&seq) else {
                 continue;
-            }
-            if message.visible_at > now {
-                blocked.push(message.group.clone());
-                continue;
-            }
-            if let Some((limit, _)) = &self.redrive {
-                if message.receive_count >= *limit {
-                    redriven.push(*seq);
-                    continue;
-                }
-            }
-            message.receive_count += 1;
+            };
             let receipt = format!("r-{}", self.receipts.fetch_add(1, Ordering::SeqCst));
-            message.receipt = Some(receipt.clone());
-            message.visible_at = now.plus(visibility);
+            message.state.deliver(now, visibility, receipt.clone());
             delivered.push(QueueRecord {
                 message_id: message.id.clone(),
                 receipt: ReceiptHandle(receipt),
                 body: message.body.clone(),
-                group_id: message.group.clone(),
-                receive_count: message.receive_count,
+                group_id: message.state.group.clone(),
+                receive_count: message.state.receive_count,
+                first_received_at: message.state.first_received_at,
             });
         }
-        let moved: Vec<Message> = redriven
+        let moved: Vec<Message> = plan
+            .redrive
             .iter()
             .filter_map(|seq| state.messages.remove(seq))
             .collect();
         drop(state);
         if let Some((limit, dlq)) = &self.redrive {
             for message in moved {
-                let error = format!("received {limit} times without being deleted");
-                let letter = DeadLetter::redriven(Some(&message.group), message.body, error);
+                let letter = DeadLetter::redriven(
+                    Some(&message.state.group),
+                    message.body,
+                    fifo::redrive_error(*limit),
+                );
                 dlq.letters.lock().push(letter);
             }
         }
@@ -157,30 +141,19 @@ impl UpdateQueue for MemoryQueue {
         self.sends.fetch_add(1, Ordering::SeqCst);
         let now = self.clock.now();
         let mut state = self.state.lock();
-        while let Some((sent, _)) = state.dedup_order.front() {
-            if now.since(*sent) < DEDUP_WINDOW {
-                break;
-            }
-            if let Some((_, id)) = state.dedup_order.pop_front() {
-                state.dedup.remove(&id);
-            }
-        }
-        if state.dedup.contains_key(&message.dedup_id) {
+        state.dedup.forget_old(now);
+        if state.dedup.is_repeat(&message.dedup_id, now) {
             return Ok(());
         }
-        state.dedup.insert(message.dedup_id.clone(), now);
-        state.dedup_order.push_back((now, message.dedup_id.clone()));
+        state.dedup.remember(&message.dedup_id, now);
         let seq = state.next_seq;
         state.next_seq += 1;
         state.messages.insert(
             seq,
             Message {
                 id: format!("m-{seq}"),
-                group: message.group_id.as_str().to_owned(),
                 body: message.body.clone(),
-                visible_at: now,
-                receive_count: 0,
-                receipt: None,
+                state: MessageState::sent(message.group_id.clone(), now),
             },
         );
         Ok(())
@@ -200,11 +173,11 @@ impl Visibility for MemoryQueue {
         let message = state
             .messages
             .values_mut()
-            .find(|m| m.receipt.as_deref() == Some(receipt.0.as_str()))
+            .find(|m| m.state.receipt.as_deref() == Some(receipt.0.as_str()))
             .ok_or_else(|| {
                 PortError::rejected("queue change_visibility", "receipt handle is not current")
             })?;
-        message.visible_at = now.plus(after);
+        message.state.show_after(now, after);
         Ok(())
     }
 }
@@ -233,7 +206,7 @@ impl QueueConsumer for MemoryQueue {
         self.state
             .lock()
             .messages
-            .retain(|_, m| m.receipt.as_deref() != Some(receipt.0.as_str()));
+            .retain(|_, m| m.state.receipt.as_deref() != Some(receipt.0.as_str()));
         Ok(())
     }
 }

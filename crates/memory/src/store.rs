@@ -6,9 +6,10 @@ use async_trait::async_trait;
 use parking_lot::Mutex;
 use tgq_core::ids::RecordKey;
 use tgq_core::ports::{
-    Claim, ClaimRequest, Inserted, RecordReader, Settlement, UpdateLedger, UpdateStore,
+    fenced_write, within_item_limit, Claim, ClaimRequest, Inserted, Lease, RecordReader,
+    Settlement, UpdateLedger, UpdateStore,
 };
-use tgq_core::record::{ActionIntent, Status, Timestamp, UpdateRecord};
+use tgq_core::record::{ActionIntent, ActionOutcome, Status, Timestamp, UpdateRecord};
 use tgq_core::PortError;
 
 use crate::Outage;
@@ -17,7 +18,7 @@ use crate::Outage;
 #[derive(Default)]
 pub struct MemoryStore {
     records: Mutex<HashMap<RecordKey, UpdateRecord>>,
-    /// Fails every call while on.
+    /// Fails calls while on.
     pub outage: Outage,
 }
 
@@ -48,12 +49,28 @@ impl MemoryStore {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// One fenced write of a run.
+    fn write(
+        &self,
+        lease: &Lease,
+        outcomes: &[ActionOutcome],
+        what: &'static str,
+        change: impl FnOnce(&mut UpdateRecord),
+    ) -> Result<(), PortError> {
+        self.outage.check(what)?;
+        let mut records = self.records.lock();
+        let updated = fenced_write(records.get(&lease.key), lease, outcomes, what, change)?;
+        records.insert(lease.key.clone(), updated);
+        Ok(())
+    }
 }
 
 #[async_trait]
 impl UpdateStore for MemoryStore {
     async fn insert(&self, record: &UpdateRecord, now: Timestamp) -> Result<Inserted, PortError> {
         self.outage.check("store insert")?;
+        within_item_limit(record, "store insert")?;
         let mut records = self.records.lock();
         match records.get(&record.key) {
             Some(existing) if !existing.is_expired(now) => Ok(Inserted::Exists(existing.status)),
@@ -82,49 +99,32 @@ impl UpdateLedger for MemoryStore {
         let mut records = self.records.lock();
         let (claim, updated) = request.apply(records.get(&request.key).cloned());
         if let Some(record) = updated {
+            within_item_limit(&record, "store claim")?;
             records.insert(request.key.clone(), record);
         }
         Ok(claim)
     }
 
-    async fn record_intent(&self, key: &RecordKey, intent: &ActionIntent) -> Result<(), PortError> {
-        self.outage.check("store record_intent")?;
-        let mut records = self.records.lock();
-        let record = records
-            .get_mut(key)
-            .ok_or_else(|| PortError::rejected("store record_intent", "no such record"))?;
-        record.note_intent(intent);
-        Ok(())
-    }
-
-    async fn record_result(
+    async fn record_intent(
         &self,
-        key: &RecordKey,
-        seq: u32,
-        result: &str,
+        lease: &Lease,
+        intent: &ActionIntent,
+        outcomes: &[ActionOutcome],
     ) -> Result<(), PortError> {
-        self.outage.check("store record_result")?;
-        let mut records = self.records.lock();
-        let noted = records
-            .get_mut(key)
-            .is_some_and(|record| record.note_result(seq, result));
-        if !noted {
-            return Err(PortError::rejected(
-                "store record_result",
-                "no such action intent",
-            ));
-        }
-        Ok(())
+        self.write(lease, outcomes, "store record_intent", |record| {
+            record.note_intent(intent)
+        })
     }
 
-    async fn settle(&self, key: &RecordKey, outcome: &Settlement) -> Result<(), PortError> {
-        self.outage.check("store settle")?;
-        let mut records = self.records.lock();
-        let record = records
-            .get_mut(key)
-            .ok_or_else(|| PortError::rejected("store settle", "no such record"))?;
-        outcome.apply(record);
-        Ok(())
+    async fn settle(
+        &self,
+        lease: &Lease,
+        settlement: &Settlement,
+        outcomes: &[ActionOutcome],
+    ) -> Result<(), PortError> {
+        self.write(lease, outcomes, "store settle", |record| {
+            settlement.apply(record)
+        })
     }
 }
 

@@ -9,7 +9,11 @@ use tgq_memory::{MemoryDeadLetters, MemoryQueue, MemoryStore};
 async fn adapters() -> Adapters {
     let store = Arc::new(MemoryStore::new());
     let dead = Arc::new(MemoryDeadLetters::new());
-    let queue = Arc::new(MemoryQueue::new(Arc::new(SystemClock)));
+    let queue = Arc::new(MemoryQueue::with_redrive(
+        Arc::new(SystemClock),
+        MAX_RECEIVE_COUNT,
+        dead.clone(),
+    ));
     Adapters {
         store: store.clone(),
         ledger: store.clone(),
@@ -18,7 +22,11 @@ async fn adapters() -> Adapters {
         consumer: queue,
         dead: dead.clone(),
         dead_reader: dead,
+        max_receive_count: MAX_RECEIVE_COUNT,
     }
 }
+
+/// The queue's redrive limit in these tests: small, so the conformance suite reaches it.
+const MAX_RECEIVE_COUNT: u32 = 3;
 
 conformance_tests!(adapters());

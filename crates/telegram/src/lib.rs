@@ -1,5 +1,4 @@
-//! Telegram's Bot API for tgq: the HTTP adapter of [`BotApi`], typed calls over any [`BotApi`], and the
-//! answers an offline outbox gives in Telegram's place.
+//! Telegram's Bot API for tgq: the HTTP adapter of [`BotApi`], and typed calls over any [`BotApi`].
 //!
 //! Requests and results are teloxide-core's typed payloads and types. The HTTP exchange is done here
 //! rather than through teloxide's `Bot` because its `RequestError` drops Telegram's `error_code`, and the
@@ -11,10 +10,11 @@ use async_trait::async_trait;
 use secrecy::{ExposeSecret, SecretString};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::Value;
 use teloxide_core::requests::Payload;
 use teloxide_core::types::ResponseParameters;
-use tgq_core::telegram::{BotApi, TelegramError};
+use tgq_core::error::error_chain;
+use tgq_core::telegram::{method_name, ApiCall, BotApi, CallError, TelegramError};
 
 /// Calls the Bot API over HTTPS (or HTTP, for a local fake) at a configurable base URL.
 #[derive(Clone)]
@@ -71,7 +71,16 @@ struct Envelope {
 
 #[async_trait]
 impl BotApi for HttpBotApi {
-    async fn call(&self, method: &str, params: &Value) -> Result<Value, TelegramError> {
+    /// Sends the call; which action it is does not travel to Telegram.
+    async fn call(&self, call: &ApiCall<'_>) -> Result<Value, CallError> {
+        self.send(call.method, call.params)
+            .await
+            .map_err(CallError::Telegram)
+    }
+}
+
+impl HttpBotApi {
+    async fn send(&self, method: &str, params: &Value) -> Result<Value, TelegramError> {
         // The token is part of the path: no error below may carry the URL.
         let url = format!(
             "{}/bot{}/{method}",
@@ -109,7 +118,7 @@ fn transport_error(error: reqwest::Error) -> TelegramError {
     if error.is_timeout() {
         return TelegramError::Timeout;
     }
-    TelegramError::Network(tgq_core::ingest::error_chain(&error.without_url()))
+    TelegramError::Network(error_chain(&error.without_url()))
 }
 
 /// Calls a typed teloxide-core payload over any [`BotApi`]; for operations that are not a handler's
@@ -121,78 +130,19 @@ where
 {
     let params = serde_json::to_value(payload)
         .map_err(|e| TelegramError::Network(format!("payload does not serialize: {e}")))?;
-    let result = api
-        .call(&tgq_core::telegram::method_name(P::NAME), &params)
-        .await?;
-    serde_json::from_value(result).map_err(|_| TelegramError::InvalidResponse { status: 200 })
-}
-
-/// The `result` Telegram would give for a call an offline outbox accepted: a sent message for the
-/// sending methods, `true` for the rest. `message_id` is the outbox's id for the message.
-pub fn offline_result(method: &str, params: &Value, message_id: i64, unix_time: i64) -> Value {
-    let sends_a_message = matches!(
-        method,
-        "sendMessage"
-            | "editMessageText"
-            | "sendPhoto"
-            | "sendDocument"
-            | "sendSticker"
-            | "sendLocation"
-            | "sendPoll"
-            | "sendDice"
-    );
-    if !sends_a_message {
-        return Value::Bool(true);
-    }
-    let chat_id = params.get("chat_id").and_then(chat_id_of).unwrap_or(0);
-    let chat = if chat_id > 0 {
-        json!({"id": chat_id, "type": "private", "first_name": "offline"})
-    } else {
-        json!({"id": chat_id, "type": "supergroup", "title": "offline"})
+    let method = method_name(P::NAME);
+    let result = match api.call(&ApiCall::plain(&method, &params)).await {
+        Ok(result) => result,
+        Err(CallError::Telegram(e)) => return Err(e),
+        // Only an outbox that records actions reports a store error, and these calls are no actions.
+        Err(CallError::Store(e)) => return Err(TelegramError::Network(error_chain(&e))),
     };
-    let mut message = json!({
-        "message_id": params.get("message_id").and_then(Value::as_i64).unwrap_or(message_id),
-        "date": unix_time,
-        "chat": chat,
-        "from": {"id": 1, "is_bot": true, "first_name": "tgq", "username": "tgq_offline_bot"},
-    });
-    for field in ["text", "reply_markup"] {
-        if let Some(value) = params.get(field) {
-            message[field] = value.clone();
-        }
-    }
-    message
-}
-
-/// A chat id given as a number or as a string of digits (`@username` has none).
-pub fn chat_id_of(value: &Value) -> Option<i64> {
-    match value {
-        Value::Number(n) => n.as_i64(),
-        Value::String(s) => s.parse().ok(),
-        _ => None,
-    }
+    serde_json::from_value(result).map_err(|_| TelegramError::InvalidResponse { status: 200 })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use teloxide_core::types::Message;
-
-    #[test]
-    fn offline_results_decode_as_teloxide_messages() {
-        let params = json!({"chat_id": 42, "text": "hi", "reply_markup": {"inline_keyboard": [[{"text": "a", "callback_data": "b"}]]}});
-        let message: Message =
-            serde_json::from_value(offline_result("sendMessage", &params, 7, 1_700_000_000))
-                .unwrap();
-        assert_eq!(message.id.0, 7);
-        assert_eq!(message.chat.id.0, 42);
-        assert_eq!(message.text(), Some("hi"));
-        assert!(message.reply_markup().is_some());
-        assert_eq!(
-            offline_result("answerCallbackQuery", &json!({}), 1, 0),
-            Value::Bool(true)
-        );
-    }
 
     #[test]
     fn debug_output_never_shows_the_token() {

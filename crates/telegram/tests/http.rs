@@ -6,7 +6,7 @@ use secrecy::SecretString;
 use serde_json::json;
 use teloxide_core::payloads::SendMessage;
 use teloxide_core::types::{ChatId, Message};
-use tgq_core::telegram::{BotApi, TelegramError};
+use tgq_core::telegram::{ApiCall, BotApi, CallError, TelegramError};
 use tgq_core::ErrorClass;
 use tgq_fake_telegram::{FakeTelegram, Fault, Scope, Times};
 use tgq_telegram::{call, HttpBotApi};
@@ -18,6 +18,19 @@ async fn client(fake: &FakeTelegram) -> HttpBotApi {
         Duration::from_millis(500),
     )
     .unwrap()
+}
+
+/// One untyped call, its failure as Telegram's error.
+async fn raw(
+    api: &HttpBotApi,
+    method: &str,
+    params: serde_json::Value,
+) -> Result<serde_json::Value, TelegramError> {
+    match api.call(&ApiCall::plain(method, &params)).await {
+        Ok(value) => Ok(value),
+        Err(CallError::Telegram(e)) => Err(e),
+        Err(CallError::Store(e)) => panic!("the HTTP adapter has no store: {e}"),
+    }
 }
 
 #[tokio::test]
@@ -51,8 +64,7 @@ async fn each_injected_fault_maps_to_its_error_and_class() {
     ];
     for (fault, class) in cases {
         fake.inject(fault.clone(), Scope::Chat(9), Times::Once);
-        let err = api
-            .call("sendMessage", &json!({"chat_id": 9, "text": "x"}))
+        let err = raw(&api, "sendMessage", json!({"chat_id": 9, "text": "x"}))
             .await
             .unwrap_err();
         assert_eq!(err.class(), class, "{fault:?} gave {err:?}");
@@ -67,8 +79,7 @@ async fn a_blocked_bot_keeps_telegrams_code_and_description() {
     let fake = FakeTelegram::start().await.unwrap();
     let api = client(&fake).await;
     fake.inject(Fault::Blocked, Scope::Global, Times::Once);
-    let err = api
-        .call("sendMessage", &json!({"chat_id": 1, "text": "x"}))
+    let err = raw(&api, "sendMessage", json!({"chat_id": 1, "text": "x"}))
         .await
         .unwrap_err();
     assert_eq!(
@@ -85,8 +96,7 @@ async fn migration_is_reported_with_the_new_chat_id() {
     let fake = FakeTelegram::start().await.unwrap();
     let api = client(&fake).await;
     fake.inject(Fault::MigrateToChat(-1009), Scope::Chat(-5), Times::Once);
-    let err = api
-        .call("sendMessage", &json!({"chat_id": -5, "text": "x"}))
+    let err = raw(&api, "sendMessage", json!({"chat_id": -5, "text": "x"}))
         .await
         .unwrap_err();
     assert_eq!(err, TelegramError::MigrateToChat(-1009));
@@ -100,7 +110,7 @@ async fn network_errors_never_carry_the_token() {
         Duration::from_millis(300),
     )
     .unwrap();
-    let err = api.call("getMe", &json!({})).await.unwrap_err();
+    let err = raw(&api, "getMe", json!({})).await.unwrap_err();
     assert_eq!(err.class(), ErrorClass::Transient);
     assert!(!err.to_string().contains("VERYSECRET"), "{err}");
 }

@@ -8,7 +8,7 @@ use lambda_http::{Body, Request, Response};
 use secrecy::SecretString;
 use tgq_core::config::{AwsResources, ConfigError, SecretSource, Vars};
 use tgq_core::ids::BotId;
-use tgq_core::ingest::{InboundRequest, Webhook, SECRET_HEADER};
+use tgq_core::ingest::{Answer, RequestHead, Webhook, SECRET_HEADER};
 
 /// The webhook's configuration, read once per cold start.
 #[derive(Clone, Debug)]
@@ -48,9 +48,6 @@ impl WebhookConfig {
     }
 }
 
-/// How long the webhook may spend on AWS calls: well under Telegram's 60 s webhook timeout.
-pub const AWS_BUDGET: Duration = Duration::from_secs(8);
-
 /// Answers one HTTP request. Every refusal is a status with a short reason; nothing is dropped silently.
 pub async fn handle(
     webhook: &Webhook,
@@ -62,21 +59,20 @@ pub async fn handle(
         Body::Binary(bytes) => Bytes::copy_from_slice(bytes),
         _ => Bytes::new(),
     };
-    let secret = request.headers().get(SECRET_HEADER).map(|v| v.as_bytes());
-    let inbound = InboundRequest {
+    let head = RequestHead {
         method: request.method().as_str(),
-        secret,
-        body: &body,
+        secret: request.headers().get(SECRET_HEADER).map(|v| v.as_bytes()),
+        // Lambda hands over the whole body: its size is known, not only declared.
+        declared_length: Some(body.len()),
     };
-    let (status, text) = match webhook.handle(inbound).await {
-        Ok(ingested) => (200, ingested.to_string()),
-        Err(refused) => (refused.status(), refused.to_string()),
+    let outcome = match webhook.admit(&head) {
+        Ok(()) => webhook.ingest(body).await,
+        Err(refused) => Err(refused),
     };
+    let answer = Answer::of(&outcome);
     let response = Response::builder()
-        .status(status)
+        .status(answer.status)
         .header("content-type", "application/json")
-        .body(Body::from(
-            serde_json::json!({ "ok": status == 200, "result": text }).to_string(),
-        ))?;
+        .body(Body::from(answer.body))?;
     Ok(response)
 }

@@ -6,7 +6,7 @@ use lambda_http::{run, service_fn, Error, Request};
 use tgq_aws::{DynamoStore, SqsQueue};
 use tgq_core::clock::SystemClock;
 use tgq_core::config::Vars;
-use tgq_core::ingest::{Webhook, WebhookPorts};
+use tgq_core::ingest::{Ingest, Webhook, WebhookPorts};
 use tgq_webhook::{handle, WebhookConfig};
 
 #[tokio::main]
@@ -21,14 +21,16 @@ async fn main() -> Result<(), Error> {
         tgq_aws::resolve_secret(&aws_sdk_ssm::Client::new(&sdk), config.secret.clone()).await?;
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let ports = WebhookPorts {
-        store: Arc::new(DynamoStore::new(
-            aws_sdk_dynamodb::Client::new(&sdk),
-            config.resources.table.clone(),
-        )),
-        queue: Arc::new(SqsQueue::new(
-            sqs.clone(),
-            config.resources.queue_url.clone(),
-        )),
+        ingest: Ingest::PutThenSend {
+            store: Arc::new(DynamoStore::new(
+                aws_sdk_dynamodb::Client::new(&sdk),
+                config.resources.table.clone(),
+            )),
+            queue: Arc::new(SqsQueue::new(
+                sqs.clone(),
+                config.resources.queue_url.clone(),
+            )),
+        },
         dead: Arc::new(SqsQueue::new(sqs, config.resources.dlq_url.clone())),
         clock: Arc::new(SystemClock),
     };

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use secrecy::SecretString;
 use tgq_core::clock::SystemClock;
 use tgq_core::config::Vars;
-use tgq_core::ingest::{Webhook, WebhookPorts};
+use tgq_core::ingest::{Ingest, Webhook, WebhookPorts};
 use tgq_memory::{MemoryDeadLetters, MemoryQueue, MemoryStore};
 use tgq_webhook::{handle, WebhookConfig};
 
@@ -29,8 +29,10 @@ fn rig() -> Rig {
     let queue = Arc::new(MemoryQueue::new(Arc::new(SystemClock)));
     let dead = Arc::new(MemoryDeadLetters::new());
     let ports = WebhookPorts {
-        store: store.clone(),
-        queue: queue.clone(),
+        ingest: Ingest::PutThenSend {
+            store: store.clone(),
+            queue: queue.clone(),
+        },
         dead: dead.clone(),
         clock: Arc::new(SystemClock),
     };

@@ -1,8 +1,6 @@
 //! The worker Lambda's event handling: the SQS event in, the [`Worker`] use case, `SqsBatchResponse`
 //! with partial batch failures out. Configuration and client construction live in `main.rs`.
 
-use std::time::Duration;
-
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
 use bytes::Bytes;
 use lambda_runtime::LambdaEvent;
@@ -10,7 +8,8 @@ use tgq_core::clock::{Clock, SystemClock};
 use tgq_core::config::{AwsResources, ConfigError, SecretSource, Vars};
 use tgq_core::defaults;
 use tgq_core::handler::HandlerChoice;
-use tgq_core::ids::BotId;
+use tgq_core::ids::{BotId, MessageGroupId};
+use tgq_core::pacer::RateLimits;
 use tgq_core::ports::{QueueRecord, ReceiptHandle};
 use tgq_core::record::Timestamp;
 use tgq_core::worker::{Worker, WorkerSettings};
@@ -31,6 +30,8 @@ pub struct WorkerConfig {
     pub bot_id: BotId,
     /// `TGQ_HANDLER`: the bot in `bot/` or the built-in echo bot.
     pub handler: HandlerChoice,
+    /// `TGQ_RATE_*`: Telegram's flood limits, per bot and container.
+    pub rate_limits: RateLimits,
 }
 
 impl WorkerConfig {
@@ -48,44 +49,35 @@ impl WorkerConfig {
                 retry: vars.retry_policy()?,
                 deadline_margin: defaults::DEADLINE_MARGIN,
                 record_ttl: vars.record_ttl()?,
+                max_receive_count: vars.max_receive_count()?,
             },
+            rate_limits: vars.rate_limits()?,
             bot_id: vars.bot_id()?,
             handler: vars.handler()?,
         })
     }
 }
 
-/// How long one Telegram call may take before it counts as a (transient) timeout.
-pub const TELEGRAM_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Why an event could not be answered with a partial batch response.
+/// An event record without a `messageId`: its failure could never be reported alone.
 #[derive(Debug, thiserror::Error)]
-#[error(
-    "a failed record has no messageId, so it cannot be reported alone; failing the whole batch"
-)]
-pub struct NamelessFailure;
+#[error("an SQS record has no messageId, so its failure could not be reported alone; failing the whole batch, which Lambda returns to the queue")]
+pub struct NamelessRecord;
 
-/// Handles one SQS event: every record in order, failures reported by message id.
+/// Handles one SQS event: every record in order, failures reported by message id. A record without
+/// a message id fails the whole batch before anything runs: Lambda then returns every message to the
+/// queue, which loses nothing, where dropping the record would.
 pub async fn handle(
     worker: &Worker,
     event: LambdaEvent<SqsEvent>,
-) -> Result<SqsBatchResponse, NamelessFailure> {
-    let records: Vec<QueueRecord> = event
+) -> Result<SqsBatchResponse, NamelessRecord> {
+    let records = event
         .payload
         .records
         .into_iter()
         .map(queue_record)
-        .collect();
+        .collect::<Result<Vec<_>, _>>()?;
     let deadline = invocation_deadline(Timestamp(event.context.deadline), SystemClock.now());
     let report = worker.process_batch(&records, deadline).await;
-    if report
-        .outcomes
-        .iter()
-        .any(|(id, outcome)| id.is_empty() && outcome.is_failure())
-    {
-        // Without an id the failure cannot be named; an error makes Lambda return the whole batch.
-        return Err(NamelessFailure);
-    }
     let mut response = SqsBatchResponse::default();
     response.batch_item_failures = report
         .failed_message_ids()
@@ -113,16 +105,25 @@ pub fn invocation_deadline(sent: Timestamp, now: Timestamp) -> Timestamp {
     now.plus(defaults::WORKER_TIMEOUT)
 }
 
-/// Maps an event record to the use case's record; no SDK or event type goes further.
-pub fn queue_record(message: SqsMessage) -> QueueRecord {
+/// Maps an event record to the use case's record; no SDK or event type goes further. The one place
+/// a record without a message id is refused.
+pub fn queue_record(message: SqsMessage) -> Result<QueueRecord, NamelessRecord> {
     let attribute = |name: &str| message.attributes.get(name).cloned();
-    QueueRecord {
-        message_id: message.message_id.clone().unwrap_or_default(),
+    let message_id = message
+        .message_id
+        .clone()
+        .filter(|id| !id.is_empty())
+        .ok_or(NamelessRecord)?;
+    Ok(QueueRecord {
+        message_id,
         receipt: ReceiptHandle(message.receipt_handle.clone().unwrap_or_default()),
         body: Bytes::from(message.body.clone().unwrap_or_default()),
-        group_id: attribute("MessageGroupId").unwrap_or_default(),
+        group_id: MessageGroupId::from_raw(attribute("MessageGroupId").unwrap_or_default()),
         receive_count: attribute("ApproximateReceiveCount")
             .and_then(|n| n.parse().ok())
             .unwrap_or(1),
-    }
+        first_received_at: attribute("ApproximateFirstReceiveTimestamp")
+            .and_then(|ms| ms.parse().ok())
+            .map(Timestamp),
+    })
 }

@@ -10,11 +10,12 @@ use tgq_core::clock::SystemClock;
 use tgq_core::config::Vars;
 use tgq_core::echo::EchoBot;
 use tgq_core::handler::HandlerChoice;
+use tgq_core::pacer::Pacer;
 use tgq_core::telegram::BotApi;
 use tgq_core::worker::{Worker, WorkerPorts};
 use tgq_core::{BotConfig, Handler};
 use tgq_telegram::HttpBotApi;
-use tgq_worker::{handle, WorkerConfig, TELEGRAM_TIMEOUT};
+use tgq_worker::{handle, WorkerConfig};
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
@@ -35,7 +36,7 @@ async fn main() -> Result<(), Error> {
     let api: Arc<dyn BotApi> = Arc::new(HttpBotApi::new(
         &config.telegram_api_url,
         token,
-        TELEGRAM_TIMEOUT,
+        tgq_core::defaults::TELEGRAM_TIMEOUT,
     )?);
     let handler: Arc<dyn Handler> = match config.handler {
         HandlerChoice::Bot => {
@@ -56,6 +57,7 @@ async fn main() -> Result<(), Error> {
         )),
         dead: Arc::new(SqsQueue::new(sqs, config.resources.dlq_url.clone())),
         api,
+        pacer: Arc::new(Pacer::new(config.rate_limits)),
         clock: Arc::new(SystemClock),
     };
     let worker = Worker::new(config.settings.clone(), ports, handler);

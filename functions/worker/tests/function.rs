@@ -9,6 +9,8 @@ use secrecy::SecretString;
 use tgq_bot::ExampleBot;
 use tgq_core::clock::{Clock, SystemClock};
 use tgq_core::config::Vars;
+use tgq_core::dead::DeadReason;
+use tgq_core::pacer::{Pacer, RateLimits};
 use tgq_core::worker::{Worker, WorkerPorts};
 use tgq_fake_telegram::{FakeTelegram, Fault, Scope, Times};
 use tgq_memory::{MemoryDeadLetters, MemoryStore, RecordingVisibility};
@@ -49,6 +51,7 @@ async fn rig() -> Rig {
         visibility: visibility.clone(),
         dead: dead.clone(),
         api: Arc::new(api),
+        pacer: Arc::new(Pacer::new(RateLimits::default())),
         clock: Arc::new(SystemClock),
     };
     Rig {
@@ -154,7 +157,7 @@ async fn a_blocked_bot_dead_letters_the_update_and_acknowledges_it() {
     assert!(response.batch_item_failures.is_empty());
     let letters = rig.dead.letters();
     assert_eq!(letters.len(), 1);
-    assert_eq!(letters[0].reason, "permanent_error");
+    assert_eq!(letters[0].reason, DeadReason::Permanent);
     assert!(
         letters[0]
             .error

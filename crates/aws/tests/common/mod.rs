@@ -50,6 +50,7 @@ impl Emulator {
             consumer: self.queue.clone(),
             dead: self.dlq.clone(),
             dead_reader: self.dlq.clone(),
+            max_receive_count: MAX_RECEIVE_COUNT,
         }
     }
 }
@@ -85,8 +86,9 @@ pub async fn emulator() -> Emulator {
 
     static QUEUES: AtomicU32 = AtomicU32::new(0);
     let n = QUEUES.fetch_add(1, Ordering::SeqCst);
-    let queue_url = create_fifo_queue(&sqs, &format!("{}-{n}-updates", run_id())).await;
-    let dlq_url = create_fifo_queue(&sqs, &format!("{}-{n}-dlq", run_id())).await;
+    let dlq_url = create_fifo_queue(&sqs, &format!("{}-{n}-dlq", run_id()), None).await;
+    let queue_url =
+        create_fifo_queue(&sqs, &format!("{}-{n}-updates", run_id()), Some(&dlq_url)).await;
     Emulator {
         store,
         queue: Arc::new(SqsQueue::new(sqs.clone(), queue_url)),
@@ -149,13 +151,39 @@ async fn create_table(client: &aws_sdk_dynamodb::Client) -> String {
     name
 }
 
-/// A FIFO queue with explicit deduplication ids, as `template.yaml` declares the updates queue.
-async fn create_fifo_queue(client: &aws_sdk_sqs::Client, name: &str) -> String {
-    client
+/// The updates queue's redrive limit in these tests: small, so the conformance suite reaches it.
+pub const MAX_RECEIVE_COUNT: u32 = 3;
+
+/// A FIFO queue with explicit deduplication ids, as `template.yaml` declares the updates queue;
+/// with `redrive_to`, it moves a message there after [`MAX_RECEIVE_COUNT`] receives.
+async fn create_fifo_queue(
+    client: &aws_sdk_sqs::Client,
+    name: &str,
+    redrive_to: Option<&str>,
+) -> String {
+    let mut request = client
         .create_queue()
         .queue_name(format!("{name}.fifo"))
         .attributes(QueueAttributeName::FifoQueue, "true")
-        .attributes(QueueAttributeName::ContentBasedDeduplication, "false")
+        .attributes(QueueAttributeName::ContentBasedDeduplication, "false");
+    if let Some(dlq_url) = redrive_to {
+        let arn = client
+            .get_queue_attributes()
+            .queue_url(dlq_url)
+            .attribute_names(QueueAttributeName::QueueArn)
+            .send()
+            .await
+            .expect("the dead-letter queue's ARN")
+            .attributes
+            .and_then(|a| a.get(&QueueAttributeName::QueueArn).cloned())
+            .expect("GetQueueAttributes returns the ARN");
+        let policy = serde_json::json!({
+            "deadLetterTargetArn": arn,
+            "maxReceiveCount": MAX_RECEIVE_COUNT.to_string(),
+        });
+        request = request.attributes(QueueAttributeName::RedrivePolicy, policy.to_string());
+    }
+    request
         .send()
         .await
         .unwrap_or_else(|e| panic!("cannot create queue {name}.fifo at the emulator: {e:?}"))

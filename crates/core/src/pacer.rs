@@ -1,0 +1,217 @@
+//! Telegram's pacing in the worker (docs/ARCHITECTURE.md, flood waits): a process-wide limiter per
+//! bot that spaces sends to Telegram's published limits, and a pause of every send of a bot after a
+//! 429 named a wait. One [`Pacer`] is shared by every run of the process (a Lambda container, or all
+//! of `tgq local`'s worker loops).
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::time::Instant;
+
+use crate::defaults;
+use crate::ids::BotId;
+
+/// Telegram's flood limits, per bot; `None` lifts a limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RateLimits {
+    /// Messages per second overall (`TGQ_RATE_PER_SECOND`, default 30).
+    pub per_second: Option<u32>,
+    /// Messages per second to one chat (`TGQ_RATE_PER_CHAT_PER_SECOND`, default 1).
+    pub per_chat_per_second: Option<u32>,
+    /// Messages per minute to one group, supergroup or channel (`TGQ_RATE_PER_GROUP_PER_MINUTE`,
+    /// default 20).
+    pub per_group_per_minute: Option<u32>,
+}
+
+impl Default for RateLimits {
+    fn default() -> Self {
+        Self {
+            per_second: Some(defaults::RATE_PER_SECOND),
+            per_chat_per_second: Some(defaults::RATE_PER_CHAT_PER_SECOND),
+            per_group_per_minute: Some(defaults::RATE_PER_GROUP_PER_MINUTE),
+        }
+    }
+}
+
+impl RateLimits {
+    /// No limits at all: for tests that are not about pacing.
+    pub const UNLIMITED: RateLimits = RateLimits {
+        per_second: None,
+        per_chat_per_second: None,
+        per_group_per_minute: None,
+    };
+}
+
+/// Telegram counts a send when it arrives; a little slack keeps two sends that left a window apart
+/// from arriving inside one.
+const SLACK: Duration = Duration::from_millis(100);
+const SECOND: Duration = Duration::from_secs(1);
+const MINUTE: Duration = Duration::from_secs(60);
+
+/// The limiter of every bot of the process.
+#[derive(Debug)]
+pub struct Pacer {
+    limits: RateLimits,
+    bots: Mutex<HashMap<BotId, BotPace>>,
+}
+
+#[derive(Debug, Default)]
+struct BotPace {
+    overall: Window,
+    chats: HashMap<i64, Window>,
+    groups: HashMap<i64, Window>,
+    paused_until: Option<Instant>,
+}
+
+/// The times of the sends reserved in one window, in order; each new one at or after the last.
+#[derive(Debug, Default)]
+struct Window(VecDeque<Instant>);
+
+impl Window {
+    /// The earliest instant at or after `from` at which one more send keeps at most `limit` in any
+    /// `span`.
+    fn ready(&self, from: Instant, limit: u32, span: Duration) -> Instant {
+        let limit = limit.max(1) as usize;
+        let mut ready = from.max(self.0.back().copied().unwrap_or(from));
+        if self.0.len() >= limit {
+            ready = ready.max(self.0[self.0.len() - limit] + span + SLACK);
+        }
+        ready
+    }
+
+    fn reserve(&mut self, at: Instant, limit: u32) {
+        self.0.push_back(at);
+        while self.0.len() > limit.max(1) as usize {
+            self.0.pop_front();
+        }
+    }
+}
+
+impl Pacer {
+    /// A limiter with these limits.
+    pub fn new(limits: RateLimits) -> Self {
+        Self {
+            limits,
+            bots: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Reserves the next slot for a call of `bot`: a send to `chat` (counted against the limits)
+    /// when `chat` is given, any other call (only held by a pause) when not. Returns how long to
+    /// wait before making the call.
+    pub fn reserve(&self, bot: &BotId, chat: Option<i64>, now: Instant) -> Duration {
+        let mut bots = self.bots.lock();
+        let pace = bots.entry(bot.clone()).or_default();
+        let mut at = pace.paused_until.map_or(now, |until| until.max(now));
+        let Some(chat) = chat else {
+            return at - now;
+        };
+        if let Some(limit) = self.limits.per_second {
+            at = pace.overall.ready(at, limit, SECOND);
+        }
+        if let Some(limit) = self.limits.per_chat_per_second {
+            at = pace.chats.entry(chat).or_default().ready(at, limit, SECOND);
+        }
+        // Negative ids are groups, supergroups and channels, which Telegram limits per minute.
+        let group_limit = self.limits.per_group_per_minute.filter(|_| chat < 0);
+        if let Some(limit) = group_limit {
+            at = pace
+                .groups
+                .entry(chat)
+                .or_default()
+                .ready(at, limit, MINUTE);
+        }
+        if let Some(limit) = self.limits.per_second {
+            pace.overall.reserve(at, limit);
+        }
+        if let Some(limit) = self.limits.per_chat_per_second {
+            pace.chats.entry(chat).or_default().reserve(at, limit);
+        }
+        if let Some(limit) = group_limit {
+            pace.groups.entry(chat).or_default().reserve(at, limit);
+        }
+        at - now
+    }
+
+    /// Holds every call of `bot` until `until`: Telegram named a wait in a 429.
+    pub fn pause(&self, bot: &BotId, until: Instant) {
+        let mut bots = self.bots.lock();
+        let pace = bots.entry(bot.clone()).or_default();
+        pace.paused_until = Some(pace.paused_until.map_or(until, |p| p.max(until)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bot(name: &str) -> BotId {
+        BotId::new(name).unwrap()
+    }
+
+    #[test]
+    fn sends_to_one_chat_are_spaced_a_second_apart_and_other_chats_go_on() {
+        let pacer = Pacer::new(RateLimits::default());
+        let now = Instant::now();
+        assert_eq!(pacer.reserve(&bot("a"), Some(5), now), Duration::ZERO);
+        let second = pacer.reserve(&bot("a"), Some(5), now);
+        assert!(second >= SECOND && second <= SECOND + SLACK, "{second:?}");
+        assert_eq!(
+            pacer.reserve(&bot("a"), Some(6), now + second),
+            Duration::ZERO
+        );
+        assert_eq!(pacer.reserve(&bot("b"), Some(5), now), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_bot_sends_at_most_thirty_messages_a_second() {
+        let pacer = Pacer::new(RateLimits::default());
+        let now = Instant::now();
+        for chat in 0..30 {
+            assert_eq!(
+                pacer.reserve(&bot("a"), Some(chat + 1), now),
+                Duration::ZERO
+            );
+        }
+        assert!(pacer.reserve(&bot("a"), Some(99), now) >= SECOND);
+    }
+
+    #[test]
+    fn a_group_gets_twenty_messages_a_minute() {
+        let limits = RateLimits {
+            per_chat_per_second: None,
+            ..RateLimits::default()
+        };
+        let pacer = Pacer::new(limits);
+        let now = Instant::now();
+        let mut last = Duration::ZERO;
+        for _ in 0..20 {
+            last = pacer.reserve(&bot("a"), Some(-100), now);
+        }
+        assert!(last < SECOND, "{last:?}");
+        assert!(pacer.reserve(&bot("a"), Some(-100), now) >= MINUTE);
+    }
+
+    #[test]
+    fn a_pause_holds_every_call_of_that_bot_only() {
+        let pacer = Pacer::new(RateLimits::default());
+        let now = Instant::now();
+        pacer.pause(&bot("a"), now + Duration::from_secs(7));
+        assert_eq!(pacer.reserve(&bot("a"), None, now), Duration::from_secs(7));
+        assert_eq!(
+            pacer.reserve(&bot("a"), Some(1), now),
+            Duration::from_secs(7)
+        );
+        assert_eq!(pacer.reserve(&bot("b"), Some(1), now), Duration::ZERO);
+    }
+
+    #[test]
+    fn unlimited_never_waits_without_a_pause() {
+        let pacer = Pacer::new(RateLimits::UNLIMITED);
+        let now = Instant::now();
+        for _ in 0..100 {
+            assert_eq!(pacer.reserve(&bot("a"), Some(5), now), Duration::ZERO);
+        }
+    }
+}
