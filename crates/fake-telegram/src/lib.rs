@@ -38,7 +38,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
-pub use config::{FakeConfig, Limits, DEFAULT_TOKEN};
+pub use config::{FakeClock, FakeConfig, Limits, DEFAULT_TOKEN};
 pub use fault::{Fault, Scope, Times};
 pub use state::RecordedCall;
 
@@ -147,6 +147,28 @@ impl FakeTelegram {
     pub fn push_update(&self, update: serde_json::Value) {
         self.inner.shared.state().updates.push(update);
         self.inner.shared.wake_pollers();
+    }
+
+    /// Updates pushed and not yet confirmed by a `getUpdates` offset.
+    pub fn pending_updates(&self) -> usize {
+        self.inner.shared.state().updates.len()
+    }
+
+    /// The `update_id` of every update the `getUpdates` answers carried so far, in answer order,
+    /// an update answered twice (its offset never confirmed) appearing twice.
+    pub fn handed_out(&self) -> Vec<i64> {
+        self.inner.shared.state().updates.handed_out().to_vec()
+    }
+
+    /// How many `getUpdates` long polls are waiting for an update right now.
+    pub fn waiting_polls(&self) -> usize {
+        self.inner.shared.waiting_polls()
+    }
+
+    /// Moves the fake's clock forward (see [`FakeClock`]): sends count against the rate limits as
+    /// if `by` had passed.
+    pub fn advance_clock(&self, by: Duration) {
+        self.inner.shared.advance_clock(by);
     }
 
     /// Sets or removes the webhook, as `setWebhook`/`deleteWebhook` would; while one is set,
