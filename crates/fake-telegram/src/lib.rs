@@ -145,7 +145,18 @@ impl FakeTelegram {
     /// Queues an update for `getUpdates`, numbering it when it has no `update_id`, and wakes any
     /// long poll waiting for one.
     pub fn push_update(&self, update: serde_json::Value) {
-        self.inner.shared.state().updates.push(update);
+        self.push_updates([update]);
+    }
+
+    /// Queues several updates at once, as [`FakeTelegram::push_update`] does one: a waiting long
+    /// poll is woken only once all are queued, so it answers with all of them (up to its limit).
+    pub fn push_updates(&self, updates: impl IntoIterator<Item = serde_json::Value>) {
+        {
+            let mut state = self.inner.shared.state();
+            for update in updates {
+                state.updates.push(update);
+            }
+        }
         self.inner.shared.wake_pollers();
     }
 
