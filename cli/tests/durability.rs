@@ -9,12 +9,14 @@
 
 mod common;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{free_port, message_update, stored_records, unknown_outcomes, Local};
+use common::{
+    free_port, message_update, replies_per_chat, stored_records, unknown_outcomes, Local,
+};
 use tgq_core::record::Status;
 use tgq_fake_telegram::{FakeTelegram, Fault, Scope, Times};
 
@@ -274,21 +276,4 @@ async fn acknowledged_updates_survive_sigkill_and_are_processed_exactly_once() {
             "message text stays out of the logs"
         );
     }
-}
-
-/// Every sendMessage text the fake accepted, per chat, in arrival order.
-fn replies_per_chat(fake: &FakeTelegram) -> BTreeMap<i64, Vec<String>> {
-    let mut replies: BTreeMap<i64, Vec<String>> = BTreeMap::new();
-    for call in fake
-        .delivered()
-        .iter()
-        .filter(|c| c.method == "sendMessage")
-    {
-        let text = call.params["text"].as_str().unwrap_or_default().to_owned();
-        replies
-            .entry(call.chat_id.unwrap_or_default())
-            .or_default()
-            .push(text);
-    }
-    replies
 }

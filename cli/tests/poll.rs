@@ -2,11 +2,10 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
 
-use common::{message_update, run, stored_records, unknown_outcomes, Local};
+use common::{message_update, replies_per_chat, run, stored_records, unknown_outcomes, Local};
 use tgq_fake_telegram::FakeTelegram;
 
 const CHATS: [i64; 3] = [101, 202, 303];
@@ -94,23 +93,6 @@ fn get_updates_calls(fake: &FakeTelegram) -> usize {
         .iter()
         .filter(|call| call.method == "getUpdates")
         .count()
-}
-
-/// Every sendMessage text the fake accepted, per chat, in arrival order.
-fn replies_per_chat(fake: &FakeTelegram) -> BTreeMap<i64, Vec<String>> {
-    let mut replies: BTreeMap<i64, Vec<String>> = BTreeMap::new();
-    for call in fake
-        .delivered()
-        .iter()
-        .filter(|c| c.method == "sendMessage")
-    {
-        let text = call.params["text"].as_str().unwrap_or_default().to_owned();
-        replies
-            .entry(call.chat_id.unwrap_or_default())
-            .or_default()
-            .push(text);
-    }
-    replies
 }
 
 /// When the store file was last written.

@@ -18,6 +18,7 @@ use tgq_core::ids::{BotId, RecordKey, UpdateId};
 use tgq_core::ports::RecordReader as _;
 use tgq_core::record::UpdateRecord;
 use tgq_embedded::{EmbeddedStore, StoreOptions};
+use tgq_fake_telegram::FakeTelegram;
 
 /// Variables of the developer's shell that would change what `tgq` does.
 const INHERITED: [&str; 16] = [
@@ -315,4 +316,21 @@ pub fn unknown_outcomes(records: &BTreeMap<i64, UpdateRecord>) -> BTreeSet<(i64,
                 .map(move |action| (*update_id, action.method.clone()))
         })
         .collect()
+}
+
+/// Every sendMessage text the fake Bot API accepted, per chat, in arrival order.
+pub fn replies_per_chat(fake: &FakeTelegram) -> BTreeMap<i64, Vec<String>> {
+    let mut replies: BTreeMap<i64, Vec<String>> = BTreeMap::new();
+    for call in fake
+        .delivered()
+        .iter()
+        .filter(|c| c.method == "sendMessage")
+    {
+        let text = call.params["text"].as_str().unwrap_or_default().to_owned();
+        replies
+            .entry(call.chat_id.unwrap_or_default())
+            .or_default()
+            .push(text);
+    }
+    replies
 }

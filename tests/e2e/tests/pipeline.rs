@@ -219,12 +219,7 @@ async fn run_the_pipeline(
 
     // Every update that was not dead-lettered got exactly one reply, in its chat's update order.
     for chat in 1..=CHATS {
-        let replies: Vec<String> = fake
-            .delivered_to(chat)
-            .iter()
-            .filter(|call| call.method == "sendMessage")
-            .map(|call| call.params["text"].as_str().unwrap_or_default().to_owned())
-            .collect();
+        let replies = replies_to(&fake, chat);
         let expected: Vec<String> = planned
             .iter()
             .filter(|p| p.chat == chat && !dead.contains(&p.update_id))
@@ -327,6 +322,15 @@ async fn run_the_pipeline(
     );
     assert!(refusals.is_empty(), "the webhook refused: {refusals:?}");
     (stats, functions.logs().to_owned())
+}
+
+/// The texts of the messages the fake Bot API accepted for `chat`, in arrival order.
+fn replies_to(fake: &FakeTelegram, chat: i64) -> Vec<String> {
+    fake.delivered_to(chat)
+        .iter()
+        .filter(|call| call.method == "sendMessage")
+        .map(|call| call.params["text"].as_str().unwrap_or_default().to_owned())
+        .collect()
 }
 
 fn history_of_all(mapping: &EventSourceMapping<'_>) -> String {
@@ -451,12 +455,7 @@ async fn a_worker_killed_mid_batch_leaves_the_batch_to_its_visibility_timeout_an
     // Each update answered once, in chat order; the send the worker died in is the one repeat, as
     // an at-least-once send with an unknown outcome is.
     for chat in 1..=CRASH_CHATS {
-        let replies: Vec<String> = fake
-            .delivered_to(chat)
-            .iter()
-            .filter(|call| call.method == "sendMessage")
-            .map(|call| call.params["text"].as_str().unwrap_or_default().to_owned())
-            .collect();
+        let replies = replies_to(&fake, chat);
         let mut expected: Vec<String> = planned
             .iter()
             .filter(|p| p.chat == chat)
