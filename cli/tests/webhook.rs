@@ -110,33 +110,108 @@ async fn an_accepted_update_is_answered_200_and_its_reply_lands_in_the_outbox() 
     );
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_chunked_body_over_the_limit_is_refused_with_413_while_it_streams() {
+/// A client that sends `head`, then (if `chunks` is given) a chunked body one piece at a time,
+/// pausing between pieces, until the server answers; then the terminating chunk if it never did.
+/// Returns the whole answer, the body bytes sent before its head came, and whether the whole body
+/// was sent.
+async fn stream_until_answered(
+    local: &Local,
+    head: String,
+    chunks: Option<(usize, usize)>,
+) -> (String, usize, bool) {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
+    let stream = tokio::net::TcpStream::connect(local.addr).await.unwrap();
+    let (mut from_server, mut to_server) = stream.into_split();
+    // The answer so far, and whether the server has closed the connection after it.
+    let (answered, mut answer) = tokio::sync::watch::channel((String::new(), false));
+    tokio::spawn(async move {
+        let mut text = Vec::new();
+        let mut buffer = [0u8; 4096];
+        while let Ok(read @ 1..) = from_server.read(&mut buffer).await {
+            text.extend_from_slice(&buffer[..read]);
+            answered.send_replace((String::from_utf8_lossy(&text).into_owned(), false));
+        }
+        answered.send_replace((String::from_utf8_lossy(&text).into_owned(), true));
+    });
+    // The status line and the headers are in: the server has answered.
+    let head_arrived = |answer: &tokio::sync::watch::Receiver<(String, bool)>| {
+        answer.borrow().0.contains("\r\n\r\n")
+    };
+    to_server.write_all(head.as_bytes()).await.unwrap();
+    let mut sent = 0;
+    let mut finished = true;
+    if let Some((count, size)) = chunks {
+        let piece = format!("{size:x}\r\n{}\r\n", "x".repeat(size));
+        finished = false;
+        for _ in 0..count {
+            // Every piece after the answer would be wasted: a slow client notices and stops.
+            if head_arrived(&answer) {
+                break;
+            }
+            if to_server.write_all(piece.as_bytes()).await.is_err() {
+                break;
+            }
+            sent += size;
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        if !head_arrived(&answer) && to_server.write_all(b"0\r\n\r\n").await.is_ok() {
+            finished = true;
+        }
+    }
+    let closed = answer.wait_for(|(_, closed)| *closed);
+    let whole = tokio::time::timeout(Duration::from_secs(60), closed)
+        .await
+        .expect("the server answers and closes the connection")
+        .expect("the reader reports")
+        .0
+        .clone();
+    (whole, sent, finished)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_chunked_body_over_the_limit_is_refused_with_413_while_it_streams() {
     let dir = tempfile::tempdir().unwrap();
     let local = started(dir.path(), &[("TGQ_MAX_BODY_BYTES", "1000")]).await;
-    let mut stream = tokio::net::TcpStream::connect(local.addr).await.unwrap();
+    // No Content-Length: the limit can only be found by reading. The client has 1 MB to send, a
+    // quarter KB every 10 ms (40 s in all); the answer must come once the limit is passed.
     let head = format!(
         "POST /webhook HTTP/1.1\r\nHost: {}\r\n{SECRET_HEADER}: {SECRET}\r\n\
          Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n",
         local.addr
     );
-    stream.write_all(head.as_bytes()).await.unwrap();
-    // No Content-Length: the limit can only be found by reading.
-    let chunk = "x".repeat(600);
-    for _ in 0..3 {
-        let sent = stream
-            .write_all(format!("{:x}\r\n{chunk}\r\n", chunk.len()).as_bytes())
-            .await;
-        if sent.is_err() {
-            break; // The server may answer and close before the rest is sent.
-        }
-    }
-    let _ = stream.write_all(b"0\r\n\r\n").await;
-    let mut answer = String::new();
-    let _ = stream.read_to_string(&mut answer).await;
+
+    let (answer, sent, finished) = stream_until_answered(&local, head, Some((4096, 256))).await;
+
     assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(
+        !finished,
+        "the 413 came only after the client had sent the whole body ({sent} bytes)"
+    );
+    assert!(
+        sent > 1000,
+        "the refusal came after {sent} bytes, before the limit was even reached"
+    );
+    assert_eq!(local.status().await["stats"]["records"], 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_declared_length_over_the_limit_is_refused_before_a_byte_of_the_body() {
+    let dir = tempfile::tempdir().unwrap();
+    let local = started(dir.path(), &[("TGQ_MAX_BODY_BYTES", "1000")]).await;
+    let head = format!(
+        "POST /webhook HTTP/1.1\r\nHost: {}\r\n{SECRET_HEADER}: {SECRET}\r\n\
+         Content-Length: 1000000\r\nConnection: close\r\n\r\n",
+        local.addr
+    );
+
+    let (answer, _, _) = stream_until_answered(&local, head, None).await;
+
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(
+        answer.contains("1000"),
+        "the answer names the limit: {answer}"
+    );
     assert_eq!(local.status().await["stats"]["records"], 0);
 }
 

@@ -3,14 +3,22 @@
 
 #![allow(dead_code)] // Each test file uses its own part of these helpers.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use tgq_core::clock::{Clock as _, SystemClock};
+use tgq_core::ids::{BotId, RecordKey, UpdateId};
+use tgq_core::ports::RecordReader as _;
+use tgq_core::record::{ActionState, UpdateRecord};
+use tgq_embedded::{EmbeddedStore, StoreOptions};
+use tgq_fake_telegram::FakeTelegram;
 
 /// Variables of the developer's shell that would change what `tgq` does.
 const INHERITED: [&str; 16] = [
@@ -94,6 +102,8 @@ pub struct Local {
     pub addr: SocketAddr,
     stdout: Arc<Mutex<String>>,
     stderr: Arc<Mutex<String>>,
+    /// The threads copying stdout and stderr; they end when the process is gone.
+    readers: Vec<JoinHandle<()>>,
 }
 
 impl Local {
@@ -116,14 +126,15 @@ impl Local {
             .stderr(Stdio::piped())
             .spawn()
             .expect("tgq local starts");
-        let stdout = capture(child.stdout.take().expect("piped stdout"));
-        let stderr = capture(child.stderr.take().expect("piped stderr"));
+        let (stdout, out_reader) = capture(child.stdout.take().expect("piped stdout"));
+        let (stderr, err_reader) = capture(child.stderr.take().expect("piped stderr"));
         Local {
             child,
             data_dir: data_dir.to_owned(),
             addr,
             stdout,
             stderr,
+            readers: vec![out_reader, err_reader],
         }
     }
 
@@ -208,6 +219,15 @@ impl Local {
     pub fn kill(&mut self) {
         self.child.kill().expect("SIGKILL");
         self.child.wait().expect("reaped");
+        self.drain_output();
+    }
+
+    /// Waits for the reader threads, which reach the end of the pipes once the process is gone:
+    /// afterwards [`Local::output`] holds everything it printed.
+    fn drain_output(&mut self) {
+        for reader in self.readers.drain(..) {
+            reader.join().expect("an output reader thread");
+        }
     }
 
     /// Waits for the process to exit by itself.
@@ -215,8 +235,7 @@ impl Local {
         let started = Instant::now();
         loop {
             if let Some(status) = self.child.try_wait().expect("try_wait") {
-                // Let the reader threads drain the pipes.
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                self.drain_output();
                 return status;
             }
             assert!(
@@ -238,10 +257,10 @@ impl Drop for Local {
     }
 }
 
-fn capture(mut pipe: impl Read + Send + 'static) -> Arc<Mutex<String>> {
+fn capture(mut pipe: impl Read + Send + 'static) -> (Arc<Mutex<String>>, JoinHandle<()>) {
     let text = Arc::new(Mutex::new(String::new()));
     let sink = text.clone();
-    std::thread::spawn(move || {
+    let reader = std::thread::spawn(move || {
         let mut buffer = [0u8; 8192];
         while let Ok(read) = pipe.read(&mut buffer) {
             if read == 0 {
@@ -252,5 +271,66 @@ fn capture(mut pipe: impl Read + Send + 'static) -> Arc<Mutex<String>> {
                 .push_str(&String::from_utf8_lossy(&buffer[..read]));
         }
     });
-    text
+    (text, reader)
+}
+
+/// The records of `update_ids` in the store of `data_dir`, read directly while no `tgq` holds it
+/// (after a SIGKILL or a clean exit): what survived, in which status, with which actions.
+pub async fn stored_records(
+    data_dir: &Path,
+    bot_id: &str,
+    update_ids: impl IntoIterator<Item = i64>,
+) -> BTreeMap<i64, UpdateRecord> {
+    let dir = data_dir.to_owned();
+    let store =
+        tokio::task::spawn_blocking(move || EmbeddedStore::open(&dir, StoreOptions::default()))
+            .await
+            .unwrap()
+            .expect("the store opens once tgq local is gone");
+    let bot = BotId::new(bot_id).expect("a valid bot id");
+    let now = SystemClock.now();
+    let mut records = BTreeMap::new();
+    for update_id in update_ids {
+        let key = RecordKey::new(bot.clone(), UpdateId(update_id));
+        if let Some(record) = store.get(&key, now).await.expect("a record read") {
+            records.insert(update_id, record);
+        }
+    }
+    // Closing the store releases its file for the next `tgq local`.
+    tokio::task::spawn_blocking(move || drop(store))
+        .await
+        .unwrap();
+    records
+}
+
+/// The actions with an unknown outcome: an intent recorded, nothing else. Such a send may have
+/// reached Telegram, and an at-least-once action is sent again. By (update id, method).
+pub fn unknown_outcomes(records: &BTreeMap<i64, UpdateRecord>) -> BTreeSet<(i64, String)> {
+    records
+        .iter()
+        .flat_map(|(update_id, record)| {
+            record
+                .actions
+                .values()
+                .filter(|action| action.state == ActionState::Pending)
+                .map(move |action| (*update_id, action.method.clone()))
+        })
+        .collect()
+}
+
+/// Every sendMessage text the fake Bot API accepted, per chat, in arrival order.
+pub fn replies_per_chat(fake: &FakeTelegram) -> BTreeMap<i64, Vec<String>> {
+    let mut replies: BTreeMap<i64, Vec<String>> = BTreeMap::new();
+    for call in fake
+        .delivered()
+        .iter()
+        .filter(|c| c.method == "sendMessage")
+    {
+        let text = call.params["text"].as_str().unwrap_or_default().to_owned();
+        replies
+            .entry(call.chat_id.unwrap_or_default())
+            .or_default()
+            .push(text);
+    }
+    replies
 }

@@ -260,31 +260,118 @@ async fn order_within_a_group_is_strict_after_a_visibility_expiry() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_inserts_share_commits() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = EmbeddedStore::open(dir.path(), StoreOptions::default()).unwrap();
-    let now = SystemClock.now();
-    let (commits_before, ops_before) = (store.commits(), store.ops_committed());
-    let tasks: Vec<_> = (0..64)
-        .map(|i| {
-            let store = store.clone();
-            tokio::spawn(async move { store.insert(&record(i, now, DAY), now).await })
-        })
-        .collect();
-    for task in tasks {
-        assert_eq!(task.await.unwrap().unwrap(), Inserted::New);
+/// A clock that can hold the store's writer still: armed, the next reading blocks until released,
+/// so the writer thread stays inside the batch it is applying (queue sends, receives and visibility
+/// changes read the clock there) while a test queues more operations behind it.
+#[derive(Default)]
+struct HeldClock {
+    state: std::sync::Mutex<Hold>,
+    changed: std::sync::Condvar,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Hold {
+    #[default]
+    Open,
+    Armed,
+    Holding,
+}
+
+impl HeldClock {
+    fn arm(&self) {
+        *self.state.lock().unwrap() = Hold::Armed;
     }
+
+    /// Waits (blocking) until a reading is held; `false` if none came within `limit`.
+    fn wait_until_holding(&self, limit: Duration) -> bool {
+        let state = self.state.lock().unwrap();
+        let (state, _) = self
+            .changed
+            .wait_timeout_while(state, limit, |hold| *hold != Hold::Holding)
+            .unwrap();
+        *state == Hold::Holding
+    }
+
+    fn release(&self) {
+        *self.state.lock().unwrap() = Hold::Open;
+        self.changed.notify_all();
+    }
+}
+
+impl Clock for HeldClock {
+    fn now(&self) -> Timestamp {
+        let mut state = self.state.lock().unwrap();
+        if *state == Hold::Armed {
+            *state = Hold::Holding;
+            self.changed.notify_all();
+            state = self
+                .changed
+                .wait_while(state, |hold| *hold == Hold::Holding)
+                .unwrap();
+        }
+        drop(state);
+        SystemClock.now()
+    }
+}
+
+/// A store on a [`HeldClock`], and a queue send that the writer is held inside of.
+async fn writer_held_in_a_batch(
+    dir: &Path,
+) -> (
+    Arc<EmbeddedStore>,
+    Arc<HeldClock>,
+    tokio::task::JoinHandle<Result<(), PortError>>,
+) {
+    let clock = Arc::new(HeldClock::default());
+    let options = StoreOptions {
+        clock: clock.clone(),
+        ..StoreOptions::default()
+    };
+    let store = EmbeddedStore::open(dir, options).unwrap();
+    clock.arm();
+    let send = {
+        let store = store.clone();
+        tokio::spawn(async move { store.enqueue(&message("0", 0)).await })
+    };
+    let holding = {
+        let clock = clock.clone();
+        tokio::task::spawn_blocking(move || clock.wait_until_holding(Duration::from_secs(30)))
+    };
+    assert!(
+        holding.await.unwrap(),
+        "the writer never read the clock while sending to the queue"
+    );
+    (store, clock, send)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inserts_queued_while_a_commit_is_under_way_share_the_next_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, clock, send) = writer_held_in_a_batch(dir.path()).await;
+    let (commits_before, ops_before) = (store.commits(), store.ops_committed());
+    let now = SystemClock.now();
+    let records: Vec<UpdateRecord> = (1..=64).map(|i| record(i, now, DAY)).collect();
+    let mut inserts =
+        futures::future::join_all(records.iter().map(|record| store.insert(record, now)));
+
+    // One poll hands all 64 to the writer, which is still inside the send's batch.
+    assert!(futures::poll!(&mut inserts).is_pending());
+    clock.release();
+    send.await.unwrap().unwrap();
+    for inserted in inserts.await {
+        assert_eq!(inserted.unwrap(), Inserted::New);
+    }
+
     let commits = store.commits() - commits_before;
     let ops = store.ops_committed() - ops_before;
     println!(
-        "64 concurrent inserts: {ops} ops in {commits} commits ({:.1} ops per commit)",
+        "64 inserts queued behind a commit: {ops} ops in {commits} commits ({:.1} ops per commit)",
         ops as f64 / commits as f64
     );
-    assert_eq!(ops, 64);
-    assert!(
-        commits < ops,
-        "{commits} commits for {ops} ops: no commit was shared"
+    assert_eq!(ops, 65, "the send and the 64 inserts");
+    assert_eq!(
+        commits, 2,
+        "the send's commit, then one for every insert that queued behind it"
     );
     assert_eq!(store.counters().unwrap().received, 64);
 }
@@ -646,24 +733,43 @@ fn letter(update_id: Option<i64>, reason: DeadReason) -> DeadLetter {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_receive_returns_as_soon_as_a_message_arrives() {
     let dir = tempfile::tempdir().unwrap();
-    let store = EmbeddedStore::open(dir.path(), StoreOptions::default()).unwrap();
+    let clock = Arc::new(HeldClock::default());
+    let options = StoreOptions {
+        clock: clock.clone(),
+        ..StoreOptions::default()
+    };
+    let store = EmbeddedStore::open(dir.path(), options).unwrap();
+    // The receive's first look at the queue is held until the send below is queued behind it:
+    // that look finds nothing, so the message can only come through the receive's waiting.
+    clock.arm();
     let waiting = {
         let store = store.clone();
         tokio::spawn(async move {
             let started = Instant::now();
             let got = store
-                .receive(10, Duration::from_secs(30), Duration::from_secs(10))
+                .receive(10, Duration::from_secs(30), Duration::from_secs(120))
                 .await
                 .unwrap();
             (got, started.elapsed())
         })
     };
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let holding = {
+        let clock = clock.clone();
+        tokio::task::spawn_blocking(move || clock.wait_until_holding(Duration::from_secs(30)))
+    };
+    assert!(holding.await.unwrap(), "the receive never looked");
     let m = message("1", 1);
-    store.enqueue(&m).await.unwrap();
+    let mut send = Box::pin(store.enqueue(&m));
+    assert!(futures::poll!(&mut send).is_pending());
+    clock.release();
+    send.await.unwrap();
+
     let (got, waited) = waiting.await.unwrap();
     assert_eq!(bodies(&got), vec![m.body]);
-    assert!(waited < Duration::from_secs(5), "waited {waited:?}");
+    assert!(
+        waited < Duration::from_secs(60),
+        "the receive waited {waited:?}, as if nothing had woken it before its 120 s were over"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,4 +1,7 @@
-//! How a fake server is set up: the token it accepts and the rate limits it enforces.
+//! How a fake server is set up: the token it accepts, the rate limits it enforces, the clock those
+//! limits read and how long a long poll may wait.
+
+use std::time::Duration;
 
 /// The token a [`FakeConfig::default`] server accepts.
 pub const DEFAULT_TOKEN: &str = "123456:TEST";
@@ -11,6 +14,11 @@ pub struct FakeConfig {
     pub token: String,
     /// Rate limits to enforce on sending methods; `None` lets every call through.
     pub limits: Option<Limits>,
+    /// The time the rate limits and the recorded calls read.
+    pub clock: FakeClock,
+    /// The longest a `getUpdates` with a positive `timeout` waits for an update, whatever the
+    /// client asked for: short, so a test polling an empty queue does not wait Telegram's minutes.
+    pub long_poll_cap: Duration,
 }
 
 impl Default for FakeConfig {
@@ -18,8 +26,23 @@ impl Default for FakeConfig {
         Self {
             token: DEFAULT_TOKEN.to_owned(),
             limits: None,
+            clock: FakeClock::Real,
+            long_poll_cap: Duration::from_secs(1),
         }
     }
+}
+
+/// Where the fake's time comes from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FakeClock {
+    /// The machine's monotonic clock, moved on by
+    /// [`FakeTelegram::advance_clock`](crate::FakeTelegram::advance_clock) as well.
+    #[default]
+    Real,
+    /// Stands still until [`FakeTelegram::advance_clock`](crate::FakeTelegram::advance_clock)
+    /// moves it: every call lands in the same instant however slowly the test runs, so a rate
+    /// window's edges are exact.
+    Frozen,
 }
 
 /// Telegram's flood limits for sending methods; [`Limits::default`] holds the published values.

@@ -38,7 +38,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
-pub use config::{FakeConfig, Limits, DEFAULT_TOKEN};
+pub use config::{FakeClock, FakeConfig, Limits, DEFAULT_TOKEN};
 pub use fault::{Fault, Scope, Times};
 pub use state::RecordedCall;
 
@@ -145,8 +145,41 @@ impl FakeTelegram {
     /// Queues an update for `getUpdates`, numbering it when it has no `update_id`, and wakes any
     /// long poll waiting for one.
     pub fn push_update(&self, update: serde_json::Value) {
-        self.inner.shared.state().updates.push(update);
+        self.push_updates([update]);
+    }
+
+    /// Queues several updates at once, as [`FakeTelegram::push_update`] does one: a waiting long
+    /// poll is woken only once all are queued, so it answers with all of them (up to its limit).
+    pub fn push_updates(&self, updates: impl IntoIterator<Item = serde_json::Value>) {
+        {
+            let mut state = self.inner.shared.state();
+            for update in updates {
+                state.updates.push(update);
+            }
+        }
         self.inner.shared.wake_pollers();
+    }
+
+    /// Updates pushed and not yet confirmed by a `getUpdates` offset.
+    pub fn pending_updates(&self) -> usize {
+        self.inner.shared.state().updates.len()
+    }
+
+    /// The `update_id` of every update the `getUpdates` answers carried so far, in answer order,
+    /// an update answered twice (its offset never confirmed) appearing twice.
+    pub fn handed_out(&self) -> Vec<i64> {
+        self.inner.shared.state().updates.handed_out().to_vec()
+    }
+
+    /// How many `getUpdates` long polls are waiting for an update right now.
+    pub fn waiting_polls(&self) -> usize {
+        self.inner.shared.waiting_polls()
+    }
+
+    /// Moves the fake's clock forward (see [`FakeClock`]): sends count against the rate limits as
+    /// if `by` had passed.
+    pub fn advance_clock(&self, by: Duration) {
+        self.inner.shared.advance_clock(by);
     }
 
     /// Sets or removes the webhook, as `setWebhook`/`deleteWebhook` would; while one is set,

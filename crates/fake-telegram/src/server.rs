@@ -1,6 +1,7 @@
 //! The HTTP side: routes `/bot{token}/{method}`, reads parameters, and holds answers back for
 //! timeouts and long polls.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -14,7 +15,7 @@ use serde_json::{Map, Value};
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Notify};
 
-use crate::config::FakeConfig;
+use crate::config::{FakeClock, FakeConfig};
 use crate::envelope::{Answer, ApiError};
 use crate::params::Params;
 use crate::state::{Reply, State};
@@ -29,8 +30,15 @@ pub(crate) struct Shared {
     state: Mutex<State>,
     /// Wakes long polls when an update is pushed.
     pushed: Notify,
+    /// Long polls waiting for an update right now.
+    waiting_polls: AtomicUsize,
     /// Turns `true` once the server should stop.
     closed: watch::Sender<bool>,
+    clock: FakeClock,
+    /// The instant a frozen clock shows before it is advanced.
+    started: Instant,
+    /// How far [`Shared::advance_clock`] has moved the clock.
+    advanced: Mutex<Duration>,
 }
 
 impl Shared {
@@ -39,8 +47,29 @@ impl Shared {
             token: config.token.clone(),
             state: Mutex::new(State::new(config)),
             pushed: Notify::new(),
+            waiting_polls: AtomicUsize::new(0),
             closed: watch::Sender::new(false),
+            clock: config.clock,
+            started: Instant::now(),
+            advanced: Mutex::new(Duration::ZERO),
         }
+    }
+
+    /// The instant a call arriving now is recorded at and counted against the rate limits.
+    pub(crate) fn now(&self) -> Instant {
+        let advanced = *self.advanced.lock().unwrap_or_else(PoisonError::into_inner);
+        match self.clock {
+            FakeClock::Real => Instant::now() + advanced,
+            FakeClock::Frozen => self.started + advanced,
+        }
+    }
+
+    pub(crate) fn advance_clock(&self, by: Duration) {
+        *self.advanced.lock().unwrap_or_else(PoisonError::into_inner) += by;
+    }
+
+    pub(crate) fn waiting_polls(&self) -> usize {
+        self.waiting_polls.load(Ordering::SeqCst)
     }
 
     /// The fake's memory. A test that panicked while holding it leaves nothing half-written worth
@@ -80,16 +109,38 @@ impl Shared {
             tokio::pin!(pushed);
             pushed.as_mut().enable();
 
-            let updates = self.state().updates.peek(limit);
-            if !updates.is_empty() || tokio::time::Instant::now() >= deadline {
-                return Answer::ok(updates.into());
+            {
+                let mut state = self.state();
+                let updates = state.updates.peek(limit);
+                if !updates.is_empty() || tokio::time::Instant::now() >= deadline {
+                    state.updates.hand_out(&updates);
+                    return Answer::ok(updates.into());
+                }
             }
+            let _waiting = Waiting::count(&self.waiting_polls);
             tokio::select! {
                 () = pushed => {}
                 () = tokio::time::sleep_until(deadline) => {}
                 () = self.closed() => return Answer::ok(Vec::<Value>::new().into()),
             }
         }
+    }
+}
+
+/// Counts one waiting long poll for as long as it lives (a poll whose client went away is dropped
+/// mid-wait, and stops counting then).
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl<'a> Waiting<'a> {
+    fn count(counter: &'a AtomicUsize) -> Self {
+        counter.fetch_add(1, Ordering::SeqCst);
+        Self(counter)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -117,9 +168,7 @@ async fn call(
         return respond(ApiError::not_found().into());
     };
     let params = read_params(request).await;
-    let reply = shared
-        .state()
-        .receive(token, &method, params, Instant::now());
+    let reply = shared.state().receive(token, &method, params, shared.now());
     let answer = match reply {
         Reply::Now(answer) => answer,
         Reply::Delayed(delay, answer) => {

@@ -13,8 +13,6 @@ use crate::objects::{self, Content};
 use crate::params::{ChatParam, Params};
 use crate::updates::Updates;
 
-/// The fake answers a long poll after at most this long, whatever `timeout` the client asked for.
-const LONG_POLL_CAP: Duration = Duration::from_secs(1);
 /// `getUpdates`' default and largest `limit`.
 const MAX_UPDATES: i64 = 100;
 
@@ -126,6 +124,8 @@ pub(crate) struct State {
     chats: Chats,
     pub(crate) updates: Updates,
     pub(crate) webhook_url: Option<String>,
+    /// How long a long poll may wait, whatever `timeout` it asked for.
+    long_poll_cap: Duration,
 }
 
 impl State {
@@ -139,6 +139,7 @@ impl State {
             chats: Chats::default(),
             updates: Updates::default(),
             webhook_url: None,
+            long_poll_cap: config.long_poll_cap,
         }
     }
 
@@ -358,7 +359,7 @@ impl State {
             .int("limit")
             .map_or(MAX_UPDATES, |limit| limit.clamp(1, MAX_UPDATES));
         let wait = match params.int("timeout") {
-            Some(timeout) if timeout > 0 => LONG_POLL_CAP,
+            Some(timeout) if timeout > 0 => self.long_poll_cap,
             _ => Duration::ZERO,
         };
         Reply::Poll {

@@ -9,6 +9,9 @@ use serde_json::Value;
 pub(crate) struct Updates {
     queue: VecDeque<Value>,
     next_id: i64,
+    /// The `update_id` of every update a `getUpdates` answer carried, in answer order, repeats
+    /// included.
+    handed_out: Vec<i64>,
 }
 
 impl Default for Updates {
@@ -16,6 +19,7 @@ impl Default for Updates {
         Self {
             queue: VecDeque::new(),
             next_id: 1,
+            handed_out: Vec::new(),
         }
     }
 }
@@ -52,6 +56,16 @@ impl Updates {
     /// The oldest `limit` updates, left in the queue until confirmed.
     pub(crate) fn peek(&self, limit: usize) -> Vec<Value> {
         self.queue.iter().take(limit).cloned().collect()
+    }
+
+    /// Notes the updates a `getUpdates` answer is about to carry.
+    pub(crate) fn hand_out(&mut self, updates: &[Value]) {
+        self.handed_out.extend(updates.iter().filter_map(update_id));
+    }
+
+    /// What [`Updates::hand_out`] noted so far.
+    pub(crate) fn handed_out(&self) -> &[i64] {
+        &self.handed_out
     }
 
     pub(crate) fn len(&self) -> usize {

@@ -5,14 +5,14 @@ mod support;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use support::{call, envelope, method_url, send_text};
+use support::{call, envelope, method_url, send_text, wait_until};
 use tgq_fake_telegram::{FakeConfig, FakeTelegram};
 
 #[tokio::test]
 async fn get_me_describes_a_bot_whose_id_is_the_token_prefix() {
     let telegram = FakeTelegram::start_with(FakeConfig {
         token: "987654:SECRET".to_owned(),
-        limits: None,
+        ..FakeConfig::default()
     })
     .await
     .unwrap();
@@ -291,31 +291,66 @@ async fn get_updates_serves_pushed_updates_until_an_offset_confirms_them() {
 
 #[tokio::test]
 async fn get_updates_long_poll_returns_as_soon_as_an_update_is_pushed() {
-    let telegram = FakeTelegram::start().await.unwrap();
-    let pusher = telegram.clone();
-    tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        pusher.push_update(json!({ "update_id": 1 }));
-    });
-    let started = Instant::now();
+    let telegram = FakeTelegram::start_with(FakeConfig {
+        long_poll_cap: Duration::from_secs(120),
+        ..FakeConfig::default()
+    })
+    .await
+    .unwrap();
+    let polling = {
+        let telegram = telegram.clone();
+        tokio::spawn(async move { call(&telegram, "getUpdates", json!({ "timeout": 300 })).await })
+    };
+    wait_until("the poll waits for an update", || {
+        telegram.waiting_polls() == 1
+    })
+    .await;
 
-    let (_, body) = call(&telegram, "getUpdates", json!({ "timeout": 30 })).await;
+    telegram.push_update(json!({ "update_id": 1 }));
 
+    // Woken by the push, not by its two-minute cap running out.
+    let (_, body) = tokio::time::timeout(Duration::from_secs(60), polling)
+        .await
+        .expect("the push woke the waiting poll")
+        .unwrap();
     assert_eq!(body["result"], json!([{ "update_id": 1 }]));
-    assert!(started.elapsed() >= Duration::from_millis(150));
-    assert!(started.elapsed() < Duration::from_millis(900));
+    assert_eq!(telegram.waiting_polls(), 0);
+    assert_eq!(telegram.handed_out(), vec![1]);
 }
 
 #[tokio::test]
-async fn get_updates_long_poll_gives_up_empty_after_at_most_a_second() {
-    let telegram = FakeTelegram::start().await.unwrap();
+async fn get_updates_long_poll_gives_up_empty_at_its_cap_not_the_clients_timeout() {
+    let cap = Duration::from_millis(300);
+    let telegram = FakeTelegram::start_with(FakeConfig {
+        long_poll_cap: cap,
+        ..FakeConfig::default()
+    })
+    .await
+    .unwrap();
     let started = Instant::now();
 
     let (status, body) = call(&telegram, "getUpdates", json!({ "timeout": 30 })).await;
 
     assert_eq!((status, body["result"].clone()), (200, json!([])));
-    assert!(started.elapsed() >= Duration::from_millis(900));
-    assert!(started.elapsed() < Duration::from_secs(3));
+    let waited = started.elapsed();
+    assert!(waited >= cap, "it held the poll for its cap: {waited:?}");
+    assert!(
+        waited < Duration::from_secs(30),
+        "it did not hold the poll for the 30 s the client asked: {waited:?}"
+    );
+}
+
+#[tokio::test]
+async fn an_unconfirmed_update_is_handed_out_again_and_stays_pending() {
+    let telegram = FakeTelegram::start().await.unwrap();
+    telegram.push_update(json!({ "update_id": 4 }));
+    telegram.push_update(json!({ "update_id": 5 }));
+
+    call(&telegram, "getUpdates", json!({})).await;
+    call(&telegram, "getUpdates", json!({ "offset": 5 })).await;
+
+    assert_eq!(telegram.handed_out(), vec![4, 5, 5]);
+    assert_eq!(telegram.pending_updates(), 1);
 }
 
 #[tokio::test]
@@ -414,7 +449,13 @@ async fn dropping_the_last_handle_stops_the_server() {
     assert!(reqwest::Client::new().post(&url).send().await.is_ok());
 
     drop(clone);
-    tokio::time::sleep(Duration::from_millis(100)).await;
 
-    assert!(reqwest::Client::new().post(&url).send().await.is_err());
+    let refused_within = Instant::now() + Duration::from_secs(30);
+    while reqwest::Client::new().post(&url).send().await.is_ok() {
+        assert!(
+            Instant::now() < refused_within,
+            "the server still answers 30 s after its last handle was dropped"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }

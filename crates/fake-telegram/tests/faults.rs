@@ -201,8 +201,9 @@ async fn a_client_that_times_out_still_leaves_the_message_delivered() {
     assert_eq!(telegram.delivered_to(4).len(), 1);
     let started = Instant::now();
     telegram.shutdown().await;
+    // Half the 30 s hold: a shutdown that waited the hold out could not finish in time.
     assert!(
-        started.elapsed() < Duration::from_secs(5),
+        started.elapsed() < Duration::from_secs(15),
         "shutdown cuts the held answer short"
     );
 }

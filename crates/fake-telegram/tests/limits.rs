@@ -1,4 +1,7 @@
 //! With limits configured, sending methods are throttled the way Telegram throttles them.
+//!
+//! The limited servers here run on a frozen clock that only `advance_clock` moves: every send lands
+//! in the same instant however slowly the machine runs, so each window's edges are exact.
 
 mod support;
 
@@ -6,11 +9,12 @@ use std::time::Duration;
 
 use serde_json::json;
 use support::{call, send_text};
-use tgq_fake_telegram::{FakeConfig, FakeTelegram, Limits};
+use tgq_fake_telegram::{FakeClock, FakeConfig, FakeTelegram, Limits};
 
 async fn limited(limits: Limits) -> FakeTelegram {
     FakeTelegram::start_with(FakeConfig {
         limits: Some(limits),
+        clock: FakeClock::Frozen,
         ..FakeConfig::default()
     })
     .await
@@ -36,10 +40,12 @@ async fn per_chat_limit_frees_once_the_second_has_passed() {
     let telegram = limited(Limits::default()).await;
     send_text(&telegram, 5).await;
 
-    tokio::time::sleep(Duration::from_millis(1_050)).await;
-    let (status, _) = send_text(&telegram, 5).await;
+    telegram.advance_clock(Duration::from_millis(999));
+    let (just_before, _) = send_text(&telegram, 5).await;
+    telegram.advance_clock(Duration::from_millis(1));
+    let (after, _) = send_text(&telegram, 5).await;
 
-    assert_eq!(status, 200);
+    assert_eq!((just_before, after), (429, 200));
 }
 
 #[tokio::test]
@@ -86,11 +92,16 @@ async fn group_limit_counts_per_minute_and_asks_to_wait_out_the_minute() {
     }
 
     assert_eq!(statuses, vec![200, 200, 429]);
-    let retry_after = last["parameters"]["retry_after"].as_u64().unwrap();
-    assert!(
-        (58..=60).contains(&retry_after),
-        "retry_after was {retry_after}"
+    assert_eq!(last["parameters"]["retry_after"], 60);
+
+    telegram.advance_clock(Duration::from_secs(45));
+    let (status, body) = send_text(&telegram, -500).await;
+    assert_eq!(
+        (status, body["parameters"]["retry_after"].clone()),
+        (429, 15.into())
     );
+    telegram.advance_clock(Duration::from_secs(15));
+    assert_eq!(send_text(&telegram, -500).await.0, 200);
 }
 
 #[tokio::test]

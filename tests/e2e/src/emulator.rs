@@ -3,9 +3,9 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use anyhow::Context as _;
+use anyhow::{bail, Context as _};
 use aws_config::{BehaviorVersion, SdkConfig};
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
@@ -213,21 +213,25 @@ pub struct ReadMessage {
     pub attributes: HashMap<String, String>,
 }
 
-/// Reads every message of a queue, hiding each one it has read for `hold` seconds so that the next
-/// receive returns further ones. Stops after two empty receives in a row.
-pub async fn read_all(
-    sqs: &aws_sdk_sqs::Client,
-    url: &str,
-    hold: i32,
-) -> anyhow::Result<Vec<ReadMessage>> {
+/// How long [`drain`] may take before it gives up on a queue that does not empty.
+const DRAIN_LIMIT: Duration = Duration::from_secs(120);
+
+/// Reads every message of a queue by consuming it: receive, note, delete, until the emulator
+/// counts no message in any state. A FIFO queue hands out nothing more of a message group while one
+/// of its messages is received and not deleted, so a reader that only hid what it had read would
+/// never see a group's second message; deleting each batch lets the next receive go on with the
+/// group. Messages come back in the order the queue delivered them, each group's in its order.
+pub async fn drain(sqs: &aws_sdk_sqs::Client, url: &str) -> anyhow::Result<Vec<ReadMessage>> {
+    let started = Instant::now();
     let mut read = Vec::new();
-    let mut empty = 0;
-    while empty < 2 {
+    loop {
         let output = sqs
             .receive_message()
             .queue_url(url)
             .max_number_of_messages(10)
-            .visibility_timeout(hold)
+            // Long enough for the delete below on a busy emulator; a message whose delete failed
+            // would come back and be caught by the depth check.
+            .visibility_timeout(30)
             .wait_time_seconds(1)
             .message_system_attribute_names(MessageSystemAttributeName::All)
             .message_attribute_names("All")
@@ -236,10 +240,19 @@ pub async fn read_all(
             .context("ReceiveMessage")?;
         let messages = output.messages.unwrap_or_default();
         if messages.is_empty() {
-            empty += 1;
+            let depth = queue_depth(sqs, url).await?;
+            if depth.is_empty() {
+                return Ok(read);
+            }
+            if started.elapsed() > DRAIN_LIMIT {
+                bail!(
+                    "{url} did not drain within {DRAIN_LIMIT:?}: {depth:?} left after {} read",
+                    read.len()
+                );
+            }
             continue;
         }
-        empty = 0;
+        let mut receipts = Vec::new();
         for message in messages {
             let group_id = message
                 .attributes
@@ -253,14 +266,22 @@ pub async fn read_all(
                 .into_iter()
                 .filter_map(|(name, value)| Some((name, value.string_value?)))
                 .collect();
+            receipts.extend(message.receipt_handle);
             read.push(ReadMessage {
                 body: message.body.unwrap_or_default(),
                 group_id,
                 attributes,
             });
         }
+        for receipt in receipts {
+            sqs.delete_message()
+                .queue_url(url)
+                .receipt_handle(receipt)
+                .send()
+                .await
+                .context("DeleteMessage")?;
+        }
     }
-    Ok(read)
 }
 
 /// The `status` of the update record of `update_id`, or `None` when there is no record.

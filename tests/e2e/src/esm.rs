@@ -9,24 +9,36 @@
 //! reported with exactly what the queue handed out, instead of surfacing later as replies out of
 //! order.
 //!
+//! Several pollers may run at once ([`EventSourceMapping::with_pollers`]); they share one
+//! [`DeliveryLog`], which notes a batch's deletions before they are sent, so that a message another
+//! poller receives once the way is clear is never taken for a breach. An invocation may also be made
+//! to die ([`EventSourceMapping::poll_and_crash`]): its batch is then left to its visibility timeout,
+//! as Lambda leaves the batch of an invocation whose runtime exited.
+//!
 //! Note on moto (5.2.5): it keeps FIFO order in the flows this harness drives, and breaks it in one
 //! it does not. When two or more received messages of one group become visible again because their
-//! visibility timeout *expired*, `receive_message` (moto/sqs/models.py) drops each expired message
-//! from its in-flight set and re-reads the set's groups *before* checking that message's own group,
-//! so every sibling but the last is skipped: A, B, C received together and left to expire come back
-//! as C alone, and A and B only once C is deleted. A message hidden by `ChangeMessageVisibility`
-//! stays in the in-flight set until it shows again, and one shown again with visibility 0 leaves it
-//! at once, so what the worker returns (the failed record hidden for its backoff, the later records
-//! of its group at 0) comes back in order. Only a batch left to expire would meet the flaw — a
-//! function error, a crash, a failed visibility change — and the harness fails on a function error
-//! rather than leaving the batch to expire; any reordering would be reported by [`DeliveryLog`].
+//! visibility timeout *expired*, `receive_message` (moto/sqs/models.py, lines 1010-1023) drops each
+//! expired message from its in-flight set and re-reads the set's groups (`pending_message_groups`,
+//! lines 321-326) *before* checking that message's own group, so every sibling but the last is
+//! skipped: A, B, C received together and left to expire come back as C alone, and A and B only once
+//! C is deleted. A message hidden by `ChangeMessageVisibility` stays in the in-flight set until it
+//! shows again (lines 1103-1107), and one shown again with visibility 0 leaves it at once, so what the
+//! worker returns (the failed record hidden for its backoff, the later records of its group at 0)
+//! comes back in order. Only messages of one group whose hidden time ends while they are all in
+//! flight meet the flaw — a batch left to expire, say: the crash test therefore lets a worker die on
+//! a batch holding one message per group, where moto's order is right; a batch with two messages of
+//! one group comes back last-first on moto (SQS returns the first) and the [`DeliveryLog`] reports
+//! the breach.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt::Write as _;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
-use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage, SqsMessageAttribute};
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage, SqsMessageAttribute};
 use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, Message, MessageSystemAttributeName};
 
 use crate::emulator::{queue_depth, Stack};
@@ -42,8 +54,12 @@ pub struct EventSourceMapping<'a> {
     sqs: aws_sdk_sqs::Client,
     stack: Stack,
     functions: &'a Functions,
-    log: DeliveryLog,
-    stats: MappingStats,
+    /// Concurrent receive-invoke-delete loops.
+    pollers: usize,
+    /// How long a received batch stays hidden.
+    visibility: Duration,
+    log: Mutex<DeliveryLog>,
+    stats: Mutex<MappingStats>,
 }
 
 /// What the mapping did.
@@ -59,42 +75,91 @@ pub struct MappingStats {
     pub deleted: u64,
     /// The highest `ApproximateReceiveCount` seen.
     pub max_receive_count: u32,
+    /// Invocations whose worker was killed before it answered; their batches were left to expire.
+    pub crashed_invocations: u64,
+    /// The most invocations that were running at the same moment.
+    pub most_concurrent_invocations: u64,
+    /// Invocations running now.
+    running: u64,
+}
+
+/// What became of one invocation.
+enum Invoked {
+    Answered(SqsBatchResponse),
+    /// The worker died first; nothing is deleted, as Lambda deletes nothing for a failed invocation.
+    Crashed,
 }
 
 impl<'a> EventSourceMapping<'a> {
-    /// A mapping from `stack`'s updates queue to the worker of `functions`.
+    /// A mapping from `stack`'s updates queue to the worker of `functions`: one poller, and the
+    /// visibility timeout `template.yaml` gives the queue (six times the worker's timeout).
     pub fn new(sqs: aws_sdk_sqs::Client, stack: Stack, functions: &'a Functions) -> Self {
         EventSourceMapping {
             sqs,
             stack,
             functions,
-            log: DeliveryLog::default(),
-            stats: MappingStats::default(),
+            pollers: 1,
+            visibility: INVOCATION_TIMEOUT * 6,
+            log: Mutex::new(DeliveryLog::default()),
+            stats: Mutex::new(MappingStats::default()),
         }
     }
 
+    /// Runs `pollers` receive-invoke-delete loops at once, as Lambda scales a FIFO event source
+    /// out over message groups.
+    pub fn with_pollers(mut self, pollers: usize) -> Self {
+        self.pollers = pollers.max(1);
+        self
+    }
+
+    /// Hides each received batch for `visibility` (whole seconds) instead of the template's.
+    pub fn with_visibility(mut self, visibility: Duration) -> Self {
+        self.visibility = visibility;
+        self
+    }
+
     /// The receive order so far, per message group.
-    pub fn log(&self) -> &DeliveryLog {
-        &self.log
+    pub fn log(&self) -> DeliveryLog {
+        self.log
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// What the mapping has done so far.
-    pub fn stats(&self) -> &MappingStats {
-        &self.stats
+    pub fn stats(&self) -> MappingStats {
+        self.stats
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// Polls until `sending_done()` holds and the queue holds nothing at all (every message deleted),
     /// or fails: when the queue breaks FIFO order, the worker fails as a whole, or `limit` passes.
+    /// Every poller runs until then.
     pub async fn run_until_drained(
-        &mut self,
+        &self,
         sending_done: impl Fn() -> bool,
         limit: Duration,
     ) -> anyhow::Result<()> {
         let started = Instant::now();
+        let sending_done = &sending_done;
+        let pollers =
+            (0..self.pollers).map(|_| self.poll_until_drained(sending_done, started, limit));
+        futures::future::try_join_all(pollers).await?;
+        Ok(())
+    }
+
+    async fn poll_until_drained(
+        &self,
+        sending_done: &impl Fn() -> bool,
+        started: Instant,
+        limit: Duration,
+    ) -> anyhow::Result<()> {
         loop {
             // Read before polling: once it holds, every update is in the queue or already deleted.
             let sent = sending_done();
-            let handed = self.poll().await?;
+            let handed = self.poll::<std::future::Pending<()>>(None).await?;
             if sent && handed == 0 {
                 let depth = queue_depth(&self.sqs, &self.stack.queue_url).await?;
                 if depth.is_empty() {
@@ -106,17 +171,42 @@ impl<'a> EventSourceMapping<'a> {
                 bail!(
                     "the queue did not drain within {limit:?}: {depth:?}, {:?}; outstanding per \
                      group: {:?}",
-                    self.stats,
-                    self.log.outstanding()
+                    self.stats(),
+                    self.log().outstanding()
                 );
             }
         }
     }
 
-    /// One receive, one invocation, one delete; returns how many records the worker was handed.
-    async fn poll(&mut self) -> anyhow::Result<usize> {
-        // Six times the invocation timeout, as the template sets the queue's visibility timeout.
-        let visibility = i32::try_from(INVOCATION_TIMEOUT.as_secs() * 6)?;
+    /// Receives one batch and invokes the worker with it, but `kill` — which is to kill the
+    /// worker's instances — runs alongside; once it has, the invocation is abandoned, as Lambda
+    /// fails an invocation whose runtime exited: nothing is deleted, and the batch comes back when
+    /// its visibility timeout ends. Fails when the queue had nothing, or the worker answered first.
+    pub async fn poll_and_crash(&self, kill: impl Future<Output = ()>) -> anyhow::Result<usize> {
+        let limit = Instant::now() + Duration::from_secs(30);
+        let mut kill = std::pin::pin!(kill);
+        loop {
+            let before = self.stats().crashed_invocations;
+            let handed = self.poll(Some(kill.as_mut())).await?;
+            if handed > 0 {
+                if self.stats().crashed_invocations == before {
+                    bail!("the worker answered before it could be killed");
+                }
+                return Ok(handed);
+            }
+            if Instant::now() > limit {
+                bail!("nothing was received for the invocation meant to crash");
+            }
+        }
+    }
+
+    /// One receive, one invocation (raced against `crash` when given), one delete; returns how
+    /// many records the worker was handed.
+    async fn poll<F: Future<Output = ()>>(
+        &self,
+        crash: Option<Pin<&mut F>>,
+    ) -> anyhow::Result<usize> {
+        let visibility = i32::try_from(self.visibility.as_secs())?;
         let messages = self
             .sqs
             .receive_message()
@@ -134,30 +224,44 @@ impl<'a> EventSourceMapping<'a> {
         if messages.is_empty() {
             return Ok(0);
         }
-        self.stats.batches += 1;
-        self.stats.records += messages.len() as u64;
         let deliveries = messages
             .iter()
             .map(Delivery::of)
             .collect::<anyhow::Result<Vec<_>>>()?;
-        for delivery in &deliveries {
-            self.stats.max_receive_count = self.stats.max_receive_count.max(delivery.receive_count);
-        }
-        let batch = self.log.deliver(&deliveries);
-        if !self.log.breaches().is_empty() {
-            bail!(
-                "the queue broke FIFO order in batch #{batch}:\n{}",
-                self.log.explain_breaches()
-            );
-        }
+        let batch = {
+            let mut log = self.log.lock().unwrap_or_else(PoisonError::into_inner);
+            let batch = log.deliver(&deliveries);
+            if !log.breaches().is_empty() {
+                bail!(
+                    "the queue broke FIFO order in batch #{batch}:\n{}",
+                    log.explain_breaches()
+                );
+            }
+            batch
+        };
+        self.count(|stats| {
+            stats.batches += 1;
+            stats.records += messages.len() as u64;
+            for delivery in &deliveries {
+                stats.max_receive_count = stats.max_receive_count.max(delivery.receive_count);
+            }
+            stats.running += 1;
+            stats.most_concurrent_invocations =
+                stats.most_concurrent_invocations.max(stats.running);
+        });
 
         let mut event = SqsEvent::default();
         event.records = messages.iter().map(|m| self.record(m)).collect();
-        let response = self
-            .functions
-            .invoke_worker(&event)
-            .await
-            .with_context(|| format!("invoking the worker with batch #{batch}"))?;
+        let invoked = self.invoke(&event, crash).await;
+        self.count(|stats| stats.running -= 1);
+        let response =
+            match invoked.with_context(|| format!("invoking the worker with batch #{batch}"))? {
+                Invoked::Answered(response) => response,
+                Invoked::Crashed => {
+                    self.count(|stats| stats.crashed_invocations += 1);
+                    return Ok(deliveries.len());
+                }
+            };
 
         let ids: HashSet<&str> = deliveries.iter().map(|d| d.message_id.as_str()).collect();
         let mut failed = HashSet::new();
@@ -170,16 +274,41 @@ impl<'a> EventSourceMapping<'a> {
             }
             failed.insert(failure.item_identifier.clone());
         }
-        self.stats.reported_failures += failed.len() as u64;
-
         let finished: Vec<&Delivery> = deliveries
             .iter()
             .filter(|d| !failed.contains(&d.message_id))
             .collect();
+        // Noted before the delete: once deleted, another poller may receive what follows in the
+        // group, and the log must already know the way is clear.
+        self.log
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .settle(batch, &deliveries, &failed);
         self.delete(&finished).await?;
-        self.stats.deleted += finished.len() as u64;
-        self.log.settle(batch, &deliveries, &failed);
+        self.count(|stats| {
+            stats.reported_failures += failed.len() as u64;
+            stats.deleted += finished.len() as u64;
+        });
         Ok(deliveries.len())
+    }
+
+    async fn invoke<F: Future<Output = ()>>(
+        &self,
+        event: &SqsEvent,
+        crash: Option<Pin<&mut F>>,
+    ) -> anyhow::Result<Invoked> {
+        let answer = self.functions.invoke_worker(event);
+        let Some(crash) = crash else {
+            return answer.await.map(Invoked::Answered);
+        };
+        tokio::select! {
+            answer = answer => answer.map(Invoked::Answered),
+            () = crash => Ok(Invoked::Crashed),
+        }
+    }
+
+    fn count(&self, change: impl FnOnce(&mut MappingStats)) {
+        change(&mut self.stats.lock().unwrap_or_else(PoisonError::into_inner));
     }
 
     async fn delete(&self, finished: &[&Delivery]) -> anyhow::Result<()> {

@@ -9,7 +9,10 @@
 //! `cargo run --bin <name>` selects one package and so resolves dependency features differently,
 //! rebuilding the AWS SDK stack for each function.
 //!
-//! Every process runs in one process group that [`Functions`] kills when dropped.
+//! Every process runs in one process group that [`Functions`] kills when dropped. A test may run
+//! more than one instance of a function (Lambda's concurrency: `cargo lambda watch` hands each
+//! invocation to whichever instance asks for the next one), and may kill a function's instances in
+//! the middle of an invocation and start fresh ones, as Lambda replaces a sandbox whose runtime died.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -18,6 +21,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
@@ -60,10 +64,14 @@ pub const BUILD_SELECTION: [&str; 9] = [
 
 /// The functions, running; everything stops when this is dropped.
 pub struct Functions {
-    group: ProcessGroup,
+    group: Mutex<ProcessGroup>,
     invoke_base: String,
     http: reqwest::Client,
     logs: PathBuf,
+    /// The functions' own variables, for instances started later.
+    vars: BTreeMap<String, String>,
+    /// Instances started so far per function, to name their logs.
+    started: Mutex<BTreeMap<String, u32>>,
 }
 
 impl Functions {
@@ -93,33 +101,19 @@ impl Functions {
             .context("spawning cargo lambda watch")?;
         wait_for_port(port, &mut group, started).await?;
 
-        let invoke_base = format!("http://127.0.0.1:{port}");
-        for name in names {
-            let mut function = Command::new(binary_dir()?.join(name));
-            function
-                .envs(vars)
-                .env(
-                    "AWS_LAMBDA_RUNTIME_API",
-                    format!("{invoke_base}/.rt/{name}"),
-                )
-                .env("AWS_LAMBDA_FUNCTION_NAME", name)
-                .env("AWS_LAMBDA_FUNCTION_VERSION", "1")
-                .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "1024")
-                .env("RUST_LOG", "info")
-                .current_dir(workspace_root());
-            group
-                .join(&mut function, &logs.join(format!("{name}.log")))
-                .with_context(|| format!("spawning {name}"))?;
-        }
-
-        let mut functions = Functions {
-            group,
-            invoke_base,
+        let functions = Functions {
+            group: Mutex::new(group),
+            invoke_base: format!("http://127.0.0.1:{port}"),
             http: reqwest::Client::builder()
                 .timeout(INVOCATION_TIMEOUT + Duration::from_secs(30))
                 .build()?,
             logs,
+            vars: vars.clone(),
+            started: Mutex::new(BTreeMap::new()),
         };
+        for name in names {
+            functions.spawn_instance(name)?;
+        }
         for name in names {
             functions.wait_until_answering(name, started).await?;
         }
@@ -170,13 +164,59 @@ impl Functions {
         &self.logs
     }
 
+    /// Starts one more instance of `name` and waits until the function answers: invocations then
+    /// go to whichever instance asks first, as Lambda runs them concurrently.
+    pub async fn start_instance(&self, name: &str) -> anyhow::Result<()> {
+        self.spawn_instance(name)?;
+        self.wait_until_answering(name, Instant::now()).await
+    }
+
+    /// SIGKILLs every instance of `name` — an invocation in progress dies with its runtime — and
+    /// reaps them; returns how many there were.
+    pub fn kill_instances(&self, name: &str) -> anyhow::Result<usize> {
+        self.group().kill_function(name)
+    }
+
+    /// Spawns an instance of `name` pointed at the Runtime API, its output in its own log.
+    fn spawn_instance(&self, name: &str) -> anyhow::Result<()> {
+        let instance = {
+            let mut started = self.started.lock().unwrap_or_else(PoisonError::into_inner);
+            let count = started.entry(name.to_owned()).or_default();
+            *count += 1;
+            *count
+        };
+        let log = match instance {
+            1 => self.logs.join(format!("{name}.log")),
+            n => self.logs.join(format!("{name}-{n}.log")),
+        };
+        let mut function = Command::new(binary_dir()?.join(name));
+        function
+            .envs(&self.vars)
+            .env(
+                "AWS_LAMBDA_RUNTIME_API",
+                format!("{}/.rt/{name}", self.invoke_base),
+            )
+            .env("AWS_LAMBDA_FUNCTION_NAME", name)
+            .env("AWS_LAMBDA_FUNCTION_VERSION", "1")
+            .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "1024")
+            .env("RUST_LOG", "info")
+            .current_dir(workspace_root());
+        self.group()
+            .join(&mut function, &log, Some(name))
+            .with_context(|| format!("spawning {name}"))
+    }
+
+    fn group(&self) -> MutexGuard<'_, ProcessGroup> {
+        self.group.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Probes a function with a request that changes nothing: the webhook with a wrong secret
     /// (answered 401 before anything is written), the worker with an empty batch.
-    async fn wait_until_answering(&mut self, name: &str, started: Instant) -> anyhow::Result<()> {
+    async fn wait_until_answering(&self, name: &str, started: Instant) -> anyhow::Result<()> {
         let mut last_report = Instant::now();
         loop {
             // A function that stopped (a configuration error, say) will never answer: say why now.
-            self.group.check_running()?;
+            self.group().check_running()?;
             let probe = match name {
                 WEBHOOK => self
                     .http
@@ -218,7 +258,17 @@ impl Functions {
 /// it, and dropping the guard kills the whole group (grandchildren included) and reaps the children.
 struct ProcessGroup {
     pgid: libc::pid_t,
-    children: Vec<(String, Child, PathBuf)>,
+    children: Vec<Member>,
+}
+
+/// One process of the group.
+struct Member {
+    /// Its command line, for messages.
+    what: String,
+    /// The function it is an instance of, if it is one.
+    function: Option<String>,
+    child: Child,
+    log: PathBuf,
 }
 
 impl ProcessGroup {
@@ -228,22 +278,54 @@ impl ProcessGroup {
         let pgid = libc::pid_t::try_from(child.id()).context("process id out of range")?;
         Ok(ProcessGroup {
             pgid,
-            children: vec![(describe(command), child, log.to_owned())],
+            children: vec![Member {
+                what: describe(command),
+                function: None,
+                child,
+                log: log.to_owned(),
+            }],
         })
     }
 
-    fn join(&mut self, command: &mut Command, log: &Path) -> anyhow::Result<()> {
+    fn join(
+        &mut self,
+        command: &mut Command,
+        log: &Path,
+        function: Option<&str>,
+    ) -> anyhow::Result<()> {
         command.process_group(self.pgid);
         let child = spawn_logged(command, log)?;
-        self.children
-            .push((describe(command), child, log.to_owned()));
+        self.children.push(Member {
+            what: describe(command),
+            function: function.map(str::to_owned),
+            child,
+            log: log.to_owned(),
+        });
         Ok(())
     }
 
+    /// Kills and reaps every instance of `function`, and forgets them.
+    fn kill_function(&mut self, function: &str) -> anyhow::Result<usize> {
+        let (doomed, kept) = std::mem::take(&mut self.children)
+            .into_iter()
+            .partition(|member| member.function.as_deref() == Some(function));
+        self.children = kept;
+        let mut doomed: Vec<Member> = doomed;
+        for member in &mut doomed {
+            member.child.kill().context("SIGKILL")?;
+            member.child.wait().context("reaping a killed instance")?;
+        }
+        Ok(doomed.len())
+    }
+
     fn check_running(&mut self) -> anyhow::Result<()> {
-        for (what, child, log) in &mut self.children {
-            if let Some(status) = child.try_wait()? {
-                bail!("{what} exited ({status}); its log:\n{}", tail(log));
+        for member in &mut self.children {
+            if let Some(status) = member.child.try_wait()? {
+                bail!(
+                    "{} exited ({status}); its log:\n{}",
+                    member.what,
+                    tail(&member.log)
+                );
             }
         }
         Ok(())
@@ -256,8 +338,8 @@ impl Drop for ProcessGroup {
         unsafe {
             libc::killpg(self.pgid, libc::SIGKILL);
         }
-        for (_, child, _) in &mut self.children {
-            let _ = child.wait();
+        for member in &mut self.children {
+            let _ = member.child.wait();
         }
     }
 }

@@ -2,8 +2,20 @@
 
 #![allow(dead_code)]
 
+use std::time::{Duration, Instant};
+
 use serde_json::Value;
 use tgq_fake_telegram::FakeTelegram;
+
+/// Waits until `done` holds, looking every few milliseconds; fails naming `what` after 30 s, a
+/// bound no healthy run comes near even on a loaded machine.
+pub async fn wait_until(what: &str, done: impl Fn() -> bool) {
+    let limit = Instant::now() + Duration::from_secs(30);
+    while !done() {
+        assert!(Instant::now() < limit, "not within 30 s: {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
 
 /// The address of `method` for the fake's own token.
 pub fn method_url(telegram: &FakeTelegram, method: &str) -> String {
