@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use common::{message_update, run, Local};
 use serde_json::Value;
+use tgq_core::echo::reply_text;
 use tgq_fake_telegram::FakeTelegram;
 
 const SECRET: &str = "ops-test-secret";
@@ -65,7 +66,7 @@ async fn status_and_outbox_read_the_running_instance_through_local_addr() {
         .iter()
         .map(|e| e["text"].as_str().unwrap())
         .collect();
-    assert_eq!(texts, ["You said: note 1", "You said: note 2"]);
+    assert_eq!(texts, [reply_text(1, "note 1"), reply_text(2, "note 2")]);
 
     let (ok, text, _) = run(&[], &["status", "--data-dir", data_dir]);
     assert!(ok.success());
@@ -73,7 +74,7 @@ async fn status_and_outbox_read_the_running_instance_through_local_addr() {
     let (ok, table, _) = run(&[], &["outbox", "--data-dir", data_dir]);
     assert!(ok.success());
     assert!(
-        table.contains("You said: note 3") && table.contains("555"),
+        table.contains(&reply_text(3, "note 3")) && table.contains("555"),
         "{table}"
     );
     let (ok, letters, _) = run(&[], &["dlq", "list", "--data-dir", data_dir]);

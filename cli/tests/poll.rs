@@ -5,6 +5,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{message_update, run, Local};
+use tgq_core::echo::reply_text;
 use tgq_fake_telegram::FakeTelegram;
 
 const CHATS: [i64; 3] = [101, 202, 303];
@@ -20,14 +21,16 @@ async fn polled_updates_are_processed_and_replied_to_in_order_per_chat() {
     ];
     let dir = tempfile::tempdir().unwrap();
     let mut update_id = 9_000;
+    let mut wanted: std::collections::BTreeMap<i64, Vec<String>> = Default::default();
     for n in 1..=PER_CHAT {
         for chat in CHATS {
             update_id += 1;
-            fake.push_update(message_update(
-                update_id,
-                chat,
-                &format!("chat {chat} #{n}"),
-            ));
+            let text = format!("chat {chat} #{n}");
+            fake.push_update(message_update(update_id, chat, &text));
+            wanted
+                .entry(chat)
+                .or_default()
+                .push(reply_text(update_id, &text));
         }
     }
     let mut local = Local::start(dir.path(), &envs, &["--poll"]);
@@ -56,10 +59,7 @@ async fn polled_updates_are_processed_and_replied_to_in_order_per_chat() {
             .filter(|call| call.method == "sendMessage")
             .map(|call| call.params["text"].as_str().unwrap().to_owned())
             .collect();
-        let wanted: Vec<String> = (1..=PER_CHAT)
-            .map(|n| format!("You said: chat {chat} #{n}"))
-            .collect();
-        assert_eq!(texts, wanted);
+        assert_eq!(texts, wanted[&chat]);
     }
     let status = local.status().await;
     assert_eq!(status["counters"]["received"], expected, "{status}");

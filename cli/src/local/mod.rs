@@ -418,6 +418,11 @@ fn print_banner(args: &LocalArgs, settings: &LocalSettings, addr: std::net::Sock
     );
     println!("  listening  {base}  (/webhook, /healthz, /readyz, /admin/status, /admin/outbox, /admin/dlq)");
     println!("  secret     {secret} (header X-Telegram-Bot-Api-Secret-Token)");
+    let bot = match settings.handler {
+        HandlerChoice::Bot => "the bot in bot/",
+        HandlerChoice::Echo => "the built-in echo bot (TGQ_HANDLER=echo)",
+    };
+    println!("  bot        {bot}");
     println!("  telegram   {telegram}");
     println!("  updates    {updates}");
     if !args.demo {

@@ -13,13 +13,14 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 /// Variables of the developer's shell that would change what `tgq` does.
-const INHERITED: [&str; 16] = [
+const INHERITED: [&str; 17] = [
     "TELEGRAM_BOT_TOKEN",
     "TELEGRAM_BOT_TOKEN_PARAM",
     "TELEGRAM_API_URL",
     "TGQ_BOT_ID",
     "TGQ_WEBHOOK_SECRET",
     "TGQ_WEBHOOK_SECRET_PARAM",
+    "TGQ_HANDLER",
     "TGQ_MAX_BODY_BYTES",
     "TGQ_MAX_ATTEMPTS",
     "TGQ_BACKOFF_BASE_MS",
@@ -32,12 +33,15 @@ const INHERITED: [&str; 16] = [
     "NO_COLOR",
 ];
 
-/// `tgq` with a clean environment plus `envs`.
+/// `tgq` with a clean environment plus `envs`, running the built-in echo bot unless `envs` sets
+/// `TGQ_HANDLER`: the suite asserts replies that name their update (`echo 17: hi`), whatever the
+/// bot in `bot/` says.
 pub fn tgq(envs: &[(&str, &str)]) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_tgq"));
     for name in INHERITED {
         command.env_remove(name);
     }
+    command.env("TGQ_HANDLER", "echo");
     command.envs(envs.iter().copied());
     command
 }

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use tgq_core::echo::reply_text;
 use tgq_e2e::emulator::{self, item_count, read_all, record_status, Stack};
 use tgq_e2e::esm::EventSourceMapping;
 use tgq_e2e::functions::{Functions, WEBHOOK, WORKER};
@@ -24,7 +25,8 @@ const DUPLICATE_LAG: usize = 15;
 /// How long the queue may take to drain once the functions answer.
 const DRAIN_LIMIT: Duration = Duration::from_secs(240);
 
-/// The functions' configuration: this test's table and queues, quick backoff for the retries.
+/// The functions' configuration: this test's table and queues, quick backoff for the retries, and
+/// the built-in echo bot, whose replies name their update whatever the bot in `bot/` says.
 fn function_vars(stack: &Stack, telegram: Option<&FakeTelegram>) -> BTreeMap<String, String> {
     let mut vars = BTreeMap::from([
         ("TGQ_BOT_ID", BOT_ID.to_owned()),
@@ -34,6 +36,7 @@ fn function_vars(stack: &Stack, telegram: Option<&FakeTelegram>) -> BTreeMap<Str
         ("TGQ_DLQ_URL", stack.dlq_url.clone()),
         ("TGQ_BACKOFF_BASE_MS", "200".to_owned()),
         ("TGQ_BACKOFF_CAP_MS", "1000".to_owned()),
+        ("TGQ_HANDLER", "echo".to_owned()),
     ]);
     if let Some(telegram) = telegram {
         vars.insert("TELEGRAM_BOT_TOKEN", telegram.token().to_owned());
@@ -55,7 +58,7 @@ struct Planned {
 
 impl Planned {
     fn reply(&self) -> String {
-        format!("You said: c{}-n{}", self.chat, self.k)
+        reply_text(self.update_id, &format!("c{}-n{}", self.chat, self.k))
     }
 }
 
