@@ -7,6 +7,7 @@
 //! Nothing here skips: a test that cannot reach the emulator or `cargo lambda` panics saying what is
 //! missing.
 
+pub mod cargo;
 pub mod emulator;
 pub mod esm;
 pub mod functions;
