@@ -2,6 +2,9 @@
 //! (`tgq status`, `tgq outbox`, `tgq dlq`, `tgq webhook`, in `ops/`). This file only parses the
 //! command line and hands over.
 
+#[macro_use]
+mod output;
+
 mod config;
 mod local;
 mod logging;
@@ -79,7 +82,7 @@ fn main() -> ExitCode {
     let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
-            eprintln!("error: cannot start the async runtime: {error}");
+            errln!("error: cannot start the async runtime: {error}");
             return ExitCode::FAILURE;
         }
     };
@@ -109,7 +112,7 @@ fn main() -> ExitCode {
                     .exit()
             }
             Err(error) => {
-                eprintln!("error: {error:#}");
+                errln!("error: {error:#}");
                 ExitCode::FAILURE
             }
         },

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{run, update_fixture_count, Local};
+use common::{run, run_into_closed_pipe, update_fixture_count, Local};
 use serde_json::Value;
 use tgq_core::echo::reply_text;
 
@@ -215,4 +215,33 @@ async fn the_demo_runs_the_authors_bot_and_summarises_whatever_it_does() {
             "chat {chat}: calls out of update order: {updates:?}"
         );
     }
+}
+
+#[test]
+fn the_demo_piped_into_a_reader_that_left_finishes_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().to_str().unwrap();
+    let args = [
+        "local",
+        "--demo",
+        "--exit",
+        "--addr",
+        "127.0.0.1:0",
+        "--data-dir",
+        data_dir,
+    ];
+    let (status, stderr) = run_into_closed_pipe(&[], &args);
+    assert!(status.success(), "exit {status}: {stderr}");
+    assert!(
+        !stderr.contains("panicked") && !stderr.to_lowercase().contains("broken pipe"),
+        "{stderr}"
+    );
+    // The demo still ran to its end: every update is in the store.
+    let (_, printed, _) = run(&[], &["status", "--json", "--data-dir", data_dir]);
+    let status: Value = serde_json::from_str(&printed).unwrap();
+    assert_eq!(
+        status["counters"]["processed"],
+        update_fixture_count() as u64,
+        "{status}"
+    );
 }

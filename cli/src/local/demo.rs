@@ -147,10 +147,10 @@ fn difference(after: &Counters, before: &Counters) -> Counters {
 }
 
 fn print_summary(sent: usize, url: &str, counts: &Counters, replies: &[OutboxEntry]) {
-    println!();
-    println!("Demo: {sent} example updates (events/updates) sent to {url},");
-    println!("      then the first one again (as Telegram retries) and one body that is not JSON.");
-    println!();
+    outln!();
+    outln!("Demo: {sent} example updates (events/updates) sent to {url},");
+    outln!("      then the first one again (as Telegram retries) and one body that is not JSON.");
+    outln!();
     let rows = [
         (
             "received",
@@ -180,27 +180,27 @@ fn print_summary(sent: usize, url: &str, counts: &Counters, replies: &[OutboxEnt
         ),
     ];
     for (label, count, meaning) in rows {
-        println!("  {label:<14} {count:>4}   {meaning}");
+        outln!("  {label:<14} {count:>4}   {meaning}");
     }
     if counts.received == 0 && counts.duplicates > 0 {
-        println!();
-        println!("  These updates were already handled by an earlier demo on this data directory, so every");
-        println!("  one was recognised as a duplicate. Use a fresh --data-dir to see them processed again.");
+        outln!();
+        outln!("  These updates were already handled by an earlier demo on this data directory, so every");
+        outln!("  one was recognised as a duplicate. Use a fresh --data-dir to see them processed again.");
     }
-    println!();
+    outln!();
     if replies.is_empty() {
-        println!("The bot sent no replies in this run.");
+        outln!("The bot sent no replies in this run.");
     } else {
-        println!("The bot's replies (offline: kept in the outbox, nothing went to Telegram; see `tgq outbox`):");
+        outln!("The bot's replies (offline: kept in the outbox, nothing went to Telegram; see `tgq outbox`):");
         for reply in replies {
             let chat = reply
                 .chat_id
                 .map_or_else(|| "-".to_owned(), |chat| chat.to_string());
             let text = one_line(reply.text.as_deref().unwrap_or(""), 70);
-            println!("  chat {chat:<15} {:<20} {text}", reply.method);
+            outln!("  chat {chat:<15} {:<20} {text}", reply.method);
         }
     }
-    println!();
+    outln!();
 }
 
 /// Runs a blocking store read off the async threads.

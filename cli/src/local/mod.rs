@@ -115,7 +115,7 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
         Ok(listener) => listener,
         // The demo must not fail because something else already uses the default port.
         Err(e) if args.demo && e.kind() == std::io::ErrorKind::AddrInUse => {
-            eprintln!(
+            errln!(
                 "  note       {} is in use; the demo listens on a free port instead",
                 args.addr
             );
@@ -214,7 +214,7 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
             if exit {
                 shutdown.trigger();
             } else {
-                println!("Still serving; press Ctrl-C to stop.");
+                outln!("Still serving; press Ctrl-C to stop.");
             }
             Ok(())
         });
@@ -411,21 +411,21 @@ fn print_banner(args: &LocalArgs, settings: &LocalSettings, addr: std::net::Sock
     } else {
         format!("POST {base}/webhook (point Telegram at it with `tgq webhook set https://<public-host>/webhook`)")
     };
-    println!(
+    outln!(
         "tgq local: bot `{}`, data in {}",
         settings.bot_id,
         args.data_dir.display()
     );
-    println!("  listening  {base}  (/webhook, /healthz, /readyz, /admin/status, /admin/outbox, /admin/dlq)");
-    println!("  secret     {secret} (header X-Telegram-Bot-Api-Secret-Token)");
+    outln!("  listening  {base}  (/webhook, /healthz, /readyz, /admin/status, /admin/outbox, /admin/dlq)");
+    outln!("  secret     {secret} (header X-Telegram-Bot-Api-Secret-Token)");
     let bot = match settings.handler {
         HandlerChoice::Bot => "the bot in bot/",
         HandlerChoice::Echo => "the built-in echo bot (TGQ_HANDLER=echo)",
     };
-    println!("  bot        {bot}");
-    println!("  telegram   {telegram}");
-    println!("  updates    {updates}");
+    outln!("  bot        {bot}");
+    outln!("  telegram   {telegram}");
+    outln!("  updates    {updates}");
     if !args.demo {
-        println!("Press Ctrl-C to stop.");
+        outln!("Press Ctrl-C to stop.");
     }
 }

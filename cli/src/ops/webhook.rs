@@ -84,42 +84,42 @@ pub async fn run(command: WebhookCommand) -> anyhow::Result<()> {
                 SecretOrigin::Environment => "TGQ_WEBHOOK_SECRET".to_owned(),
                 SecretOrigin::File { path, .. } => path.display().to_string(),
             };
-            println!("Webhook set: Telegram now POSTs updates to {url}");
-            println!("with the secret from {from} in the X-Telegram-Bot-Api-Secret-Token header.");
+            outln!("Webhook set: Telegram now POSTs updates to {url}");
+            outln!("with the secret from {from} in the X-Telegram-Bot-Api-Secret-Token header.");
         }
         WebhookCommand::Info(args) => {
             let info = tgq_telegram::call(&api, &GetWebhookInfo::new())
                 .await
                 .map_err(explain)?;
             if args.json {
-                println!("{}", serde_json::to_string_pretty(&info)?);
+                outln!("{}", serde_json::to_string_pretty(&info)?);
                 return Ok(());
             }
             match &info.url {
-                Some(url) => println!("url                   {url}"),
-                None => println!(
+                Some(url) => outln!("url                   {url}"),
+                None => outln!(
                     "url                   none: updates wait for getUpdates (`tgq local --poll`)"
                 ),
             }
-            println!("pending updates       {}", info.pending_update_count);
+            outln!("pending updates       {}", info.pending_update_count);
             if let Some(max) = info.max_connections {
-                println!("max connections       {max}");
+                outln!("max connections       {max}");
             }
             if let Some(ip) = info.ip_address {
-                println!("ip address            {ip}");
+                outln!("ip address            {ip}");
             }
             if let Some(message) = &info.last_error_message {
                 let when = info
                     .last_error_date
                     .map(|d| format!("(at {d})"))
                     .unwrap_or_default();
-                println!("last error            {message} {when}");
+                outln!("last error            {message} {when}");
             }
         }
         WebhookCommand::Delete(args) => {
             let payload = DeleteWebhook::new().drop_pending_updates(args.drop_pending_updates);
             tgq_telegram::call(&api, &payload).await.map_err(explain)?;
-            println!("Webhook deleted: updates now wait for getUpdates (`tgq local --poll`).");
+            outln!("Webhook deleted: updates now wait for getUpdates (`tgq local --poll`).");
         }
     }
     Ok(())

@@ -56,6 +56,23 @@ pub fn run(envs: &[(&str, &str)], args: &[&str]) -> (ExitStatus, String, String)
     )
 }
 
+/// Runs `tgq args…` with its stdout a pipe whose reader is closed at once, as `tgq … | head -0`
+/// would: (exit status, stderr).
+pub fn run_into_closed_pipe(envs: &[(&str, &str)], args: &[&str]) -> (ExitStatus, String) {
+    let mut child = tgq(envs)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("tgq runs");
+    drop(child.stdout.take());
+    let output = child.wait_with_output().expect("tgq ends");
+    (
+        output.status,
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
 /// A port nobody listens on right now.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
