@@ -59,7 +59,7 @@ Environment (the same variables as the Lambda functions):
 pub struct LocalArgs {
     /// The address to listen on (port 0 picks a free port; the address used is written to
     /// <data-dir>/local.addr).
-    #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:8080")]
+    #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:8080", value_parser = listen_addr)]
     addr: String,
     /// Where the store, the generated webhook secret and local.addr live.
     #[arg(long, value_name = "DIR", default_value = DEFAULT_DATA_DIR)]
@@ -84,6 +84,19 @@ impl LocalArgs {
     }
 }
 
+/// `--addr`: a host (an IP address or a name that resolves) and a port. Read with the command line,
+/// so that a mistake stops `tgq local` before it creates anything on disk.
+fn listen_addr(text: &str) -> Result<String, String> {
+    use std::net::ToSocketAddrs as _;
+    match text.to_socket_addrs().map(|mut addrs| addrs.next()) {
+        Ok(Some(_)) => Ok(text.to_owned()),
+        Ok(None) => Err(format!("{text} names no address")),
+        Err(e) => Err(format!(
+            "{e}: expected HOST:PORT, e.g. 127.0.0.1:8080, 0.0.0.0:8443 or localhost:0"
+        )),
+    }
+}
+
 /// Runs local mode until SIGINT/SIGTERM (or the end of `--demo --exit`).
 pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
     let vars = Vars::from_env();
@@ -101,16 +114,8 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
         )
         .into());
     }
-    let settings = LocalSettings::from_vars(&vars, &args.data_dir)?;
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let data_dir = args.data_dir.clone();
-    let options = StoreOptions {
-        ttl: settings.record_ttl,
-        ..StoreOptions::default()
-    };
-    let store =
-        tokio::task::spawn_blocking(move || EmbeddedStore::open(&data_dir, options)).await??;
-
+    // Listening first: an address that cannot be had stops the run before the data directory,
+    // its secret or its store exist.
     let listener = match TcpListener::bind(&args.addr).await {
         Ok(listener) => listener,
         // The demo must not fail because something else already uses the default port.
@@ -132,6 +137,16 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
             })
         }
     };
+    let settings = LocalSettings::from_vars(&vars, &args.data_dir)?;
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let data_dir = args.data_dir.clone();
+    let options = StoreOptions {
+        ttl: settings.record_ttl,
+        ..StoreOptions::default()
+    };
+    let store =
+        tokio::task::spawn_blocking(move || EmbeddedStore::open(&data_dir, options)).await??;
+
     let addr = listener.local_addr()?;
     let addr_file = args.data_dir.join(ADDR_FILE);
     write_addr_file(&addr_file, addr)?;
