@@ -107,7 +107,9 @@ impl Functions {
                 .env("AWS_LAMBDA_FUNCTION_NAME", name)
                 .env("AWS_LAMBDA_FUNCTION_VERSION", "1")
                 .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "1024")
-                .env("RUST_LOG", "info")
+                // Unset, as `cargo lambda watch` or a template without it leaves it: the
+                // functions' own default (info) applies, and the pipeline test checks it does.
+                .env_remove("RUST_LOG")
                 .current_dir(cargo::workspace_root());
             group
                 .join(&mut function, &logs.join(format!("{name}.log")))

@@ -248,6 +248,19 @@ async fn two_hundred_updates_over_twenty_chats_are_processed_once_in_order_despi
     let too_many = answered(|s| s == 429);
     assert!(too_many >= INJECTED_429, "429s answered: {too_many}");
 
+    // RUST_LOG unset: the worker logs at info, one `processed` line per handled update at least.
+    let worker_log =
+        std::fs::read_to_string(functions.logs().join(format!("{WORKER}.log"))).unwrap();
+    let processed_lines = worker_log
+        .lines()
+        .filter(|line| line.contains(r#""level":"INFO""#) && line.contains("processed"))
+        .count();
+    assert!(
+        processed_lines >= planned.len() - dead.len(),
+        "{processed_lines} info lines saying `processed` in {}",
+        functions.logs().display()
+    );
+
     let stats = mapping.stats();
     eprintln!(
         "pipeline: {} posts ({} refused first), functions ready after {ready:.1?}, queue drained \
