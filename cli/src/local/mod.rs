@@ -1,6 +1,6 @@
-//! `tgq local`: the whole pipeline in one process (DESIGN §6) — the webhook endpoint, worker loops
-//! standing in for the SQS event source mapping, optional long polling, retention, and the
-//! embedded store behind every port, with the same use cases the Lambdas run.
+//! `tgq local`: the whole pipeline in one process (docs/ARCHITECTURE.md §6) — the webhook
+//! endpoint, worker loops standing in for the SQS event source mapping, optional long polling,
+//! retention, and the embedded store behind every port, with the same use cases the Lambdas run.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

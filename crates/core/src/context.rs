@@ -1,5 +1,5 @@
 //! The handler's view of one update run: typed Bot API calls that are recorded so that a retry never
-//! repeats a send that already happened (DESIGN §5).
+//! repeats a send that already happened (docs/ARCHITECTURE.md §5).
 
 use std::collections::BTreeMap;
 

@@ -1,4 +1,5 @@
-//! The webhook use case (DESIGN §3): verify, store, enqueue — and answer 200 only once the update is durable.
+//! The webhook use case (docs/ARCHITECTURE.md §3): verify, store, enqueue — and answer 200 only
+//! once the update is durable.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -174,7 +175,8 @@ impl Webhook {
         presented.is_some_and(|p| bool::from(p.ct_eq(expected)))
     }
 
-    /// Stores and enqueues an authenticated body (DESIGN §1 steps 3–6).
+    /// Stores and enqueues an authenticated body (docs/ARCHITECTURE.md §1: the steps after the
+    /// secret and size checks).
     #[instrument(skip_all, fields(bot_id = %self.settings.bot_id, update_id, group), err(Display))]
     pub async fn ingest(&self, body: Bytes) -> Result<Ingested, Refused> {
         let envelope = match Envelope::parse(&body) {

@@ -1,5 +1,6 @@
 //! tgq's core: the update envelope and its keys, the policies, the ports, and the two use cases —
-//! [`ingest::Webhook`] (DESIGN §3) and [`worker::Worker`] (DESIGN §4). No AWS type appears here.
+//! [`ingest::Webhook`] (docs/ARCHITECTURE.md §3) and [`worker::Worker`] (docs/ARCHITECTURE.md §4).
+//! No AWS type appears here.
 
 pub mod clock;
 pub mod config;

@@ -1,4 +1,4 @@
-//! Retry policy: how long a failed update waits, and when it stops trying (DESIGN §4).
+//! Retry policy: how long a failed update waits, and when it stops trying (docs/ARCHITECTURE.md §4).
 
 use std::time::Duration;
 

@@ -1,4 +1,5 @@
-//! The durable record of one update (DESIGN §2) and the results of its outbound actions (DESIGN §5).
+//! The durable record of one update (docs/ARCHITECTURE.md §2) and the results of its outbound
+//! actions (docs/ARCHITECTURE.md §5).
 
 use std::collections::BTreeMap;
 use std::fmt;

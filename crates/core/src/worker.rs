@@ -1,5 +1,6 @@
-//! The worker use case (DESIGN §4): one batch from the FIFO queue, in order, with per-group failure
-//! propagation, a lease per update, recorded actions, backoff through visibility, and dead-lettering.
+//! The worker use case (docs/ARCHITECTURE.md §4): one batch from the FIFO queue, in order, with
+//! per-group failure propagation, a lease per update, recorded actions, backoff through visibility,
+//! and dead-lettering.
 
 use std::collections::HashSet;
 use std::panic::AssertUnwindSafe;
