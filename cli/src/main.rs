@@ -6,6 +6,7 @@
 mod output;
 
 mod config;
+mod fake_telegram;
 mod local;
 mod logging;
 mod ops;
@@ -48,6 +49,8 @@ enum Command {
         #[command(subcommand)]
         command: ops::webhook::WebhookCommand,
     },
+    /// Serve a fake Telegram Bot API: try a bot without Telegram, inject faults, feed getUpdates.
+    FakeTelegram(fake_telegram::FakeTelegramArgs),
 }
 
 /// The async runtime's threads for `tgq local`: one per core but the one the store's writer thread
@@ -93,6 +96,7 @@ fn main() -> ExitCode {
             Command::Outbox(args) => ops::outbox(args).await,
             Command::Dlq { command } => ops::dlq(command).await,
             Command::Webhook { command } => ops::webhook::run(command).await,
+            Command::FakeTelegram(args) => fake_telegram::run(args).await,
         }
     });
     match outcome {

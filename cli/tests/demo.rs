@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{run, run_into_closed_pipe, update_fixture_count, Local};
+use common::{run, run_into_closed_pipe, tgq, update_fixture_count, Local};
 use serde_json::Value;
 use tgq_core::echo::reply_text;
 
@@ -157,6 +157,22 @@ async fn logs_are_json_lines_on_stderr_with_tgq_log_format_json() {
     }
 }
 
+/// The ordering group of each example update (events/updates/expected_groups.json), by update id.
+fn group_of_each_update() -> BTreeMap<i64, String> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../events/updates");
+    let table: BTreeMap<String, String> =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("expected_groups.json")).unwrap())
+            .unwrap();
+    table
+        .into_iter()
+        .map(|(file, group)| {
+            let update: Value =
+                serde_json::from_str(&std::fs::read_to_string(dir.join(file)).unwrap()).unwrap();
+            (update["update_id"].as_i64().unwrap(), group)
+        })
+        .collect()
+}
+
 /// The summary's reply lines (`  chat 42  sendMessage  text`).
 fn reply_lines(stdout: &str) -> impl Iterator<Item = &str> {
     stdout.lines().filter(|line| line.starts_with("  chat "))
@@ -186,7 +202,8 @@ async fn the_demo_runs_the_authors_bot_and_summarises_whatever_it_does() {
         "every update settled: {stdout}"
     );
 
-    // The summary lists exactly what the outbox kept, and a chat's calls follow its updates.
+    // The summary lists exactly what the outbox kept, and each chat's (each group's) calls follow
+    // its updates' order.
     let (listed, outbox, _) = run(
         &[],
         &[
@@ -199,20 +216,21 @@ async fn the_demo_runs_the_authors_bot_and_summarises_whatever_it_does() {
     assert!(listed.success());
     let outbox: Vec<Value> = serde_json::from_str(&outbox).unwrap();
     assert_eq!(reply_lines(&stdout).count(), outbox.len(), "{stdout}");
-    let mut by_chat: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    let groups = group_of_each_update();
+    let mut by_group: BTreeMap<&str, Vec<i64>> = BTreeMap::new();
     for entry in &outbox {
         let update = entry["update_id"]
             .as_i64()
             .expect("every call names its update");
-        by_chat
-            .entry(entry["chat_id"].to_string())
+        by_group
+            .entry(groups[&update].as_str())
             .or_default()
             .push(update);
     }
-    for (chat, updates) in by_chat {
+    for (group, updates) in by_group {
         assert!(
             updates.is_sorted(),
-            "chat {chat}: calls out of update order: {updates:?}"
+            "group {group}: calls out of update order: {updates:?}"
         );
     }
 }
@@ -243,5 +261,36 @@ fn the_demo_piped_into_a_reader_that_left_finishes_quietly() {
         status["counters"]["processed"],
         update_fixture_count() as u64,
         "{status}"
+    );
+}
+
+#[test]
+fn each_demo_without_data_dir_starts_fresh_and_leaves_nothing_behind() {
+    let cwd = tempfile::tempdir().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let fixtures = update_fixture_count() as u64;
+    for run in 1..=2 {
+        let output = tgq(&[("TMPDIR", tmp.path().to_str().unwrap())])
+            .args(["local", "--demo", "--exit", "--addr", "127.0.0.1:0"])
+            .current_dir(cwd.path())
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success(),
+            "run {run}: {stdout}{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        // The edited bot would answer every update again: nothing is a duplicate of the last run.
+        assert_eq!(count(&stdout, "received"), fixtures, "run {run}: {stdout}");
+        assert_eq!(count(&stdout, "processed"), fixtures, "run {run}: {stdout}");
+        assert!(stdout.contains("fresh for this demo"), "{stdout}");
+        assert!(stdout.contains("--data-dir DIR to keep"), "{stdout}");
+    }
+    let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().collect();
+    assert!(left.is_empty(), "left in the temporary directory: {left:?}");
+    assert!(
+        !cwd.path().join(".tgq").exists(),
+        "the demo used the default data directory"
     );
 }

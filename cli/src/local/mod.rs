@@ -24,13 +24,15 @@ use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tracing::{error, info, warn};
 
-use crate::config::{LocalSettings, SecretOrigin, UsageError, ADDR_FILE, DEFAULT_DATA_DIR};
+use crate::config::{LocalSettings, SecretOrigin, UsageError, ADDR_FILE};
+use data_dir::DataDir;
 use http::App;
 use shutdown::Shutdown;
 use worker_loop::{LoopSettings, LoopStats};
 
 mod admin;
 mod attribution;
+mod data_dir;
 mod demo;
 mod fixtures;
 mod http;
@@ -61,9 +63,10 @@ pub struct LocalArgs {
     /// <data-dir>/local.addr).
     #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:8080", value_parser = listen_addr)]
     addr: String,
-    /// Where the store, the generated webhook secret and local.addr live.
-    #[arg(long, value_name = "DIR", default_value = DEFAULT_DATA_DIR)]
-    data_dir: PathBuf,
+    /// Where the store, the generated webhook secret and local.addr live [default: ./.tgq; with
+    /// --demo, a fresh directory for each run, removed when it ends].
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
     /// Fetch updates from Telegram by long polling (getUpdates) instead of waiting for webhook
     /// requests. Needs TELEGRAM_BOT_TOKEN, and no webhook set for the bot.
     #[arg(long)]
@@ -137,9 +140,11 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
             })
         }
     };
-    let settings = LocalSettings::from_vars(&vars, &args.data_dir)?;
+    // Declared before the store, so that a temporary directory outlives it and goes last.
+    let data = DataDir::choose(args.data_dir.clone(), args.demo)?;
+    let settings = LocalSettings::from_vars(&vars, data.path())?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let data_dir = args.data_dir.clone();
+    let data_dir = data.path().to_owned();
     let options = StoreOptions {
         ttl: settings.record_ttl,
         ..StoreOptions::default()
@@ -148,7 +153,7 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
         tokio::task::spawn_blocking(move || EmbeddedStore::open(&data_dir, options)).await??;
 
     let addr = listener.local_addr()?;
-    let addr_file = args.data_dir.join(ADDR_FILE);
+    let addr_file = data.path().join(ADDR_FILE);
     write_addr_file(&addr_file, addr)?;
 
     let shutdown = Shutdown::new();
@@ -211,7 +216,7 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
         tasks.spawn(async move { poll::run(&api, &webhook, &shutdown).await });
     }
 
-    print_banner(&args, &settings, addr);
+    print_banner(&args, &data, &settings, addr);
 
     if args.demo {
         let (secret, store, shutdown, exit) = (
@@ -220,9 +225,13 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
             shutdown.clone(),
             args.exit,
         );
+        let place = demo::Place {
+            data_dir_option: data.option(),
+            removed_at_exit: data.is_temporary() && exit,
+        };
         tasks.spawn(async move {
             tokio::select! {
-                finished = demo::run(addr, &secret, store) => finished?,
+                finished = demo::run(addr, &secret, store, &place) => finished?,
                 // Stopped before the demo settled: nothing more to show.
                 () = shutdown.wait() => return Ok(()),
             }
@@ -402,7 +411,12 @@ fn remove_addr_file(path: &Path) {
 }
 
 /// Tells a new user where everything is; never the secret's value.
-fn print_banner(args: &LocalArgs, settings: &LocalSettings, addr: std::net::SocketAddr) {
+fn print_banner(
+    args: &LocalArgs,
+    data: &DataDir,
+    settings: &LocalSettings,
+    addr: std::net::SocketAddr,
+) {
     let base = format!("http://{}", crate::ops::loopback(addr));
     let secret = match &settings.secret_origin {
         SecretOrigin::Environment => "from TGQ_WEBHOOK_SECRET".to_owned(),
@@ -417,19 +431,25 @@ fn print_banner(args: &LocalArgs, settings: &LocalSettings, addr: std::net::Sock
     };
     let telegram = match settings.token {
         Some(_) => format!("sends go to {}", settings.telegram_api_url),
-        None => {
-            "offline (no TELEGRAM_BOT_TOKEN): sends go to the outbox, see `tgq outbox`".to_owned()
-        }
+        None => format!(
+            "offline (no TELEGRAM_BOT_TOKEN): sends go to the outbox, see `tgq outbox{}`",
+            data.option()
+        ),
     };
     let updates = if args.poll {
         "long polling getUpdates".to_owned()
     } else {
         format!("POST {base}/webhook (point Telegram at it with `tgq webhook set https://<public-host>/webhook`)")
     };
+    let kept = if data.is_temporary() {
+        " (fresh for this demo, removed when it ends; --data-dir DIR keeps one)"
+    } else {
+        ""
+    };
     outln!(
-        "tgq local: bot `{}`, data in {}",
+        "tgq local: bot `{}`, data in {}{kept}",
         settings.bot_id,
-        args.data_dir.display()
+        data.path().display()
     );
     outln!("  listening  {base}  (/webhook, /healthz, /readyz, /admin/status, /admin/outbox, /admin/dlq)");
     outln!("  secret     {secret} (header X-Telegram-Bot-Api-Secret-Token)");
