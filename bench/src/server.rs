@@ -112,6 +112,9 @@ impl Server {
             .args(["--addr", "127.0.0.1:0", "--data-dir"])
             .arg(data_dir)
             .env("TGQ_WEBHOOK_SECRET", &secret)
+            // The built-in echo bot: one sendMessage per update, so the figures measure tgq and
+            // stay comparable whatever the bot in bot/ does.
+            .env("TGQ_HANDLER", "echo")
             .stdin(Stdio::null())
             .stdout(log_file.try_clone()?)
             .stderr(log_file)

@@ -1,14 +1,16 @@
-//! The example bot — the one place a bot author edits. It answers `/start` with a button, `/help` with
-//! what it can do, echoes any other text, and answers button presses.
+//! The example bot — the one place a bot author edits. It greets `/start` with a button that counts
+//! its presses, lists its commands on `/help`, shouts `/shout text` back in capitals and echoes any
+//! other text.
 //!
 //! [`build`] is the one seam: the worker Lambda and `tgq local` call it once per process and run
 //! what it returns. Rename the bot, give it state or clients, change every word: nothing outside
-//! this crate names its type.
+//! this crate names its type, and the test suite asserts the built-in echo bot's replies, not these.
 //!
 //! Every call to Telegram goes through `ctx.send(..)` with a teloxide-core payload: tgq records it, so
 //! when an update is retried, replies that were already sent are not sent twice.
 
 use async_trait::async_trait;
+use teloxide::utils::command::BotCommands;
 use teloxide_core::payloads::{
     AnswerCallbackQuery, AnswerCallbackQuerySetters, SendMessage, SendMessageSetters,
 };
@@ -17,85 +19,277 @@ use teloxide_core::types::{
 };
 use tgq_core::error::BoxError;
 use tgq_core::{BotConfig, Context, Handler, HandlerError};
+use tgq_router::{ParseError, Route, Router};
 
-/// The callback data carried by the `/start` button.
-pub const BUTTON_DATA: &str = "pressed:1";
+/// The bot's own setting: its username, so that `/help@that_name` in a group is answered and
+/// `/help@another_bot` is not. Optional: without it only bare commands are.
+pub const USERNAME_VAR: &str = "BOT_USERNAME";
+
+// The commands, as users type them. The derive shows the doc comments below to the user: `/help`
+// prints them, and `Command::bot_commands()` is what `setMyCommands` wants.
+
+/// I echo what you send. My commands:
+#[derive(BotCommands, Clone, Debug, PartialEq)]
+#[command(rename_rule = "lowercase")]
+pub enum Command {
+    /// A greeting with a button.
+    Start,
+    /// This list.
+    Help,
+    /// Repeats the text after it in capitals.
+    Shout(String),
+}
+
+/// What the bot's buttons carry: `pressed:N`, the presses so far.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Button {
+    /// The counting button, pressed `N` times.
+    Pressed(u32),
+}
 
 /// Builds the bot, once per process: read the bot's own settings from `config.vars`, open its
 /// clients, and return the handler that runs every update.
 pub async fn build(config: &BotConfig) -> Result<impl Handler, BoxError> {
-    let _ = config;
-    Ok(ExampleBot)
+    let mut router = Router::new().button("pressed:", Button::Pressed);
+    if let Some(username) = config.vars.get(USERNAME_VAR) {
+        router = router.username(username);
+    }
+    Ok(ExampleBot { router })
 }
 
 /// The example bot.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ExampleBot;
+#[derive(Debug)]
+pub struct ExampleBot {
+    router: Router<Command, Button>,
+}
 
 #[async_trait]
 impl Handler for ExampleBot {
     async fn handle(&self, update: Update, ctx: &mut Context<'_>) -> Result<(), HandlerError> {
-        match update.kind {
-            UpdateKind::Message(message) => on_message(&message, ctx).await,
-            UpdateKind::CallbackQuery(query) => on_button(&query, ctx).await,
-            // Other kinds are acknowledged without a reply.
-            _ => Ok(()),
+        match self.router.route(&update) {
+            Route::Command(Command::Start, message) => start(message, ctx).await,
+            Route::Command(Command::Help, message) => {
+                reply(message, Command::descriptions().to_string(), ctx).await
+            }
+            Route::Command(Command::Shout(text), message) if text.trim().is_empty() => {
+                reply(message, "Shout what? Try /shout hello".into(), ctx).await
+            }
+            Route::Command(Command::Shout(text), message) => {
+                reply(message, text.to_uppercase(), ctx).await
+            }
+            Route::BadCommand(error, message) => {
+                reply(message, bad_command_reply(&error), ctx).await
+            }
+            Route::Button(Button::Pressed(presses), query) => pressed(presses, query, ctx).await,
+            Route::Text(text, message) => reply(message, format!("You said: {text}"), ctx).await,
+            // A button this bot no longer knows: answer it, so the user's client stops waiting.
+            Route::Other(UpdateKind::CallbackQuery(query)) => {
+                ctx.send(AnswerCallbackQuery::new(query.id.clone())).await?;
+                Ok(())
+            }
+            // Commands for other bots in a group, and every other kind of update: no reply.
+            Route::ForAnotherBot(_) | Route::Other(_) => Ok(()),
         }
     }
 }
 
-async fn on_message(message: &Message, ctx: &mut Context<'_>) -> Result<(), HandlerError> {
-    let Some(text) = message.text() else {
-        return Ok(());
-    };
-    let chat = message.chat.id;
-    let reply = match command_of(text) {
-        Some("start") => {
-            let button = InlineKeyboardButton::callback("Press me", BUTTON_DATA);
-            SendMessage::new(
-                chat,
-                "Hello! I am a tgq example bot. Send me text and I will echo it.",
-            )
-            .reply_markup(InlineKeyboardMarkup::new([[button]]))
-        }
-        Some("help") => SendMessage::new(
-            chat,
-            "/start – greeting with a button\n/help – this text\nanything else – echoed back",
-        ),
-        _ => SendMessage::new(chat, format!("You said: {text}")),
-    };
-    ctx.send(reply).await?;
+async fn reply(message: &Message, text: String, ctx: &mut Context<'_>) -> Result<(), HandlerError> {
+    ctx.send(SendMessage::new(message.chat.id, text)).await?;
     Ok(())
 }
 
-async fn on_button(query: &CallbackQuery, ctx: &mut Context<'_>) -> Result<(), HandlerError> {
+async fn start(message: &Message, ctx: &mut Context<'_>) -> Result<(), HandlerError> {
+    let greeting = SendMessage::new(
+        message.chat.id,
+        "Hello! I am a tgq example bot. Send me text and I will echo it; /help lists my commands.",
+    )
+    .reply_markup(counter(0));
+    ctx.send(greeting).await?;
+    Ok(())
+}
+
+/// The counting button, after `presses` presses.
+fn counter(presses: u32) -> InlineKeyboardMarkup {
+    let next = presses.saturating_add(1);
+    InlineKeyboardMarkup::new([[InlineKeyboardButton::callback(
+        "Press me",
+        format!("pressed:{next}"),
+    )]])
+}
+
+async fn pressed(
+    presses: u32,
+    query: &CallbackQuery,
+    ctx: &mut Context<'_>,
+) -> Result<(), HandlerError> {
     ctx.send(AnswerCallbackQuery::new(query.id.clone()).text("Pressed!"))
         .await?;
+    // A button on an inline message has no chat to answer in.
     if let Some(message) = &query.message {
-        let data = query.data.as_deref().unwrap_or("");
-        ctx.send(SendMessage::new(
-            message.chat().id,
-            format!("Button pressed ({data})"),
-        ))
-        .await?;
+        let text = match presses {
+            1 => "Button pressed once.".to_owned(),
+            n => format!("Button pressed {n} times."),
+        };
+        let answer = SendMessage::new(message.chat().id, text).reply_markup(counter(presses));
+        ctx.send(answer).await?;
     }
     Ok(())
 }
 
-/// The command of a `/command` or `/command@botname` text, without the slash.
-fn command_of(text: &str) -> Option<&str> {
-    let word = text.strip_prefix('/')?.split_whitespace().next()?;
-    Some(word.split('@').next().unwrap_or(word))
+fn bad_command_reply(error: &ParseError) -> String {
+    match error {
+        ParseError::UnknownCommand(command) => {
+            format!("I do not know {command}. /help lists my commands.")
+        }
+        other => format!("{other}. /help lists my commands."),
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::command_of;
+    //! The example bot's replies, run through tgq's worker on in-memory adapters.
 
-    #[test]
-    fn commands_are_read_with_or_without_the_bot_name() {
-        assert_eq!(command_of("/start"), Some("start"));
-        assert_eq!(command_of("/help@tgq_demo_bot extra"), Some("help"));
-        assert_eq!(command_of("hello /start"), None);
+    use std::sync::Arc;
+
+    use serde_json::{json, Value};
+    use tgq_core::config::Vars;
+    use tgq_core::ids::BotId;
+    use tgq_core::worker::RecordOutcome;
+    use tgq_memory::{Harness, RecordedCall, RecordingBotApi};
+
+    use super::*;
+
+    const CHAT: i64 = 4242;
+
+    /// Builds the bot with `vars` and runs `updates` through a worker, in one batch; returns the
+    /// Bot API calls it made.
+    async fn run(vars: &[(&str, &str)], updates: &[Value]) -> Vec<RecordedCall> {
+        let api = Arc::new(RecordingBotApi::new());
+        let config = BotConfig {
+            bot_id: BotId::new("example").unwrap(),
+            vars: Vars::from_pairs(vars.iter().copied()),
+            api: api.clone(),
+        };
+        let bot = build(&config).await.unwrap();
+        let harness = Harness::new(config.bot_id, Arc::new(bot), api.clone());
+        let report = harness.run(updates).await;
+        for (_, outcome) in &report.outcomes {
+            assert!(matches!(outcome, RecordOutcome::Done(_)), "{outcome:?}");
+        }
+        api.calls()
+    }
+
+    fn text(update_id: i64, text: &str) -> Value {
+        json!({
+            "update_id": update_id,
+            "message": {
+                "message_id": update_id, "date": 1_767_607_200, "text": text,
+                "chat": {"id": CHAT, "type": "group", "title": "Friends"},
+                "from": {"id": 7, "is_bot": false, "first_name": "Ada"},
+            }
+        })
+    }
+
+    fn press(update_id: i64, data: &str) -> Value {
+        json!({
+            "update_id": update_id,
+            "callback_query": {
+                "id": format!("q{update_id}"), "chat_instance": "1", "data": data,
+                "from": {"id": 7, "is_bot": false, "first_name": "Ada"},
+                "message": {
+                    "message_id": 1, "date": 1_767_607_200, "text": "Hello!",
+                    "chat": {"id": CHAT, "type": "group", "title": "Friends"},
+                },
+            }
+        })
+    }
+
+    fn texts(calls: &[RecordedCall]) -> Vec<&str> {
+        calls
+            .iter()
+            .filter(|call| call.method == "sendMessage")
+            .map(|call| call.params["text"].as_str().unwrap())
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn start_greets_with_a_button_that_counts_its_presses() {
+        let calls = run(
+            &[],
+            &[
+                text(1, "/start"),
+                press(2, "pressed:1"),
+                press(3, "pressed:2"),
+            ],
+        )
+        .await;
+        let buttons: Vec<&Value> = calls
+            .iter()
+            .filter(|call| call.method == "sendMessage")
+            .map(|call| &call.params["reply_markup"]["inline_keyboard"][0][0]["callback_data"])
+            .collect();
+        assert_eq!(buttons, ["pressed:1", "pressed:2", "pressed:3"]);
+        let said = texts(&calls);
+        assert!(said[0].starts_with("Hello!"), "{said:?}");
+        assert_eq!(
+            said[1..],
+            ["Button pressed once.", "Button pressed 2 times."]
+        );
+        let answered: Vec<&Value> = calls
+            .iter()
+            .filter(|call| call.method == "answerCallbackQuery")
+            .map(|call| &call.params["callback_query_id"])
+            .collect();
+        assert_eq!(answered, ["q2", "q3"]);
+    }
+
+    #[tokio::test]
+    async fn help_lists_the_commands_and_shout_shouts() {
+        let calls = run(
+            &[],
+            &[
+                text(1, "/help"),
+                text(2, "/shout hello there"),
+                text(3, "/shout"),
+            ],
+        )
+        .await;
+        let said = texts(&calls);
+        assert!(
+            said[0].contains("/start") && said[0].contains("/shout"),
+            "{said:?}"
+        );
+        assert_eq!(said[1..], ["HELLO THERE", "Shout what? Try /shout hello"]);
+    }
+
+    #[tokio::test]
+    async fn text_is_echoed_and_unknown_commands_are_named() {
+        let calls = run(&[], &[text(1, "hello tgq"), text(2, "/dance")]).await;
+        assert_eq!(
+            texts(&calls),
+            [
+                "You said: hello tgq",
+                "I do not know /dance. /help lists my commands."
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn commands_addressed_by_name_are_answered_only_with_the_bots_username() {
+        let addressed = [
+            text(1, "/shout@example_bot hi"),
+            text(2, "/shout@other_bot hi"),
+        ];
+        let calls = run(&[(USERNAME_VAR, "example_bot")], &addressed).await;
+        assert_eq!(texts(&calls), ["HI"]);
+        let calls = run(&[], &addressed).await;
+        assert!(calls.is_empty(), "{calls:?}");
+    }
+
+    #[tokio::test]
+    async fn an_unknown_button_is_answered_without_a_message() {
+        let calls = run(&[], &[press(1, "vote:3")]).await;
+        assert_eq!(calls.len(), 1, "{calls:?}");
+        assert_eq!(calls[0].method, "answerCallbackQuery");
     }
 }

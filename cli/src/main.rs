@@ -2,7 +2,11 @@
 //! (`tgq status`, `tgq outbox`, `tgq dlq`, `tgq webhook`, in `ops/`). This file only parses the
 //! command line and hands over.
 
+#[macro_use]
+mod output;
+
 mod config;
+mod fake_telegram;
 mod local;
 mod logging;
 mod ops;
@@ -45,6 +49,8 @@ enum Command {
         #[command(subcommand)]
         command: ops::webhook::WebhookCommand,
     },
+    /// Serve a fake Telegram Bot API: try a bot without Telegram, inject faults, feed getUpdates.
+    FakeTelegram(fake_telegram::FakeTelegramArgs),
 }
 
 /// The async runtime's threads for `tgq local`: one per core but the one the store's writer thread
@@ -79,7 +85,7 @@ fn main() -> ExitCode {
     let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
-            eprintln!("error: cannot start the async runtime: {error}");
+            errln!("error: cannot start the async runtime: {error}");
             return ExitCode::FAILURE;
         }
     };
@@ -90,6 +96,7 @@ fn main() -> ExitCode {
             Command::Outbox(args) => ops::outbox(args).await,
             Command::Dlq { command } => ops::dlq(command).await,
             Command::Webhook { command } => ops::webhook::run(command).await,
+            Command::FakeTelegram(args) => fake_telegram::run(args).await,
         }
     });
     match outcome {
@@ -109,7 +116,7 @@ fn main() -> ExitCode {
                     .exit()
             }
             Err(error) => {
-                eprintln!("error: {error:#}");
+                errln!("error: {error:#}");
                 ExitCode::FAILURE
             }
         },

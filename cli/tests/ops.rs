@@ -4,8 +4,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::{message_update, run, Local};
+use common::{message_update, run, run_into_closed_pipe, Local};
 use serde_json::Value;
+use tgq_core::echo::reply_text;
 use tgq_fake_telegram::FakeTelegram;
 
 const SECRET: &str = "ops-test-secret";
@@ -65,7 +66,7 @@ async fn status_and_outbox_read_the_running_instance_through_local_addr() {
         .iter()
         .map(|e| e["text"].as_str().unwrap())
         .collect();
-    assert_eq!(texts, ["You said: note 1", "You said: note 2"]);
+    assert_eq!(texts, [reply_text(1, "note 1"), reply_text(2, "note 2")]);
 
     let (ok, text, _) = run(&[], &["status", "--data-dir", data_dir]);
     assert!(ok.success());
@@ -73,7 +74,7 @@ async fn status_and_outbox_read_the_running_instance_through_local_addr() {
     let (ok, table, _) = run(&[], &["outbox", "--data-dir", data_dir]);
     assert!(ok.success());
     assert!(
-        table.contains("You said: note 3") && table.contains("555"),
+        table.contains(&reply_text(3, "note 3")) && table.contains("555"),
         "{table}"
     );
     let (ok, letters, _) = run(&[], &["dlq", "list", "--data-dir", data_dir]);
@@ -109,6 +110,27 @@ async fn status_and_outbox_open_the_store_directly_once_local_has_stopped() {
     assert_eq!(letters[0]["reason"], "poison", "{letters}");
     let (ok, text, _) = run(&[], &["status", "--data-dir", data_dir]);
     assert!(ok.success() && text.contains("not running"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_shot_commands_piped_into_a_reader_that_left_end_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().to_str().unwrap();
+    let mut local = Local::start(dir.path(), &[("TGQ_WEBHOOK_SECRET", SECRET)], &[]);
+    local.wait_ready().await;
+    feed(&local, 2).await;
+    assert!(local.terminate().await.success());
+    for args in [
+        &["status", "--data-dir", data_dir][..],
+        &["outbox", "--data-dir", data_dir],
+        &["outbox", "--json", "--data-dir", data_dir],
+        &["dlq", "list", "--data-dir", data_dir],
+        &["--help"],
+    ] {
+        let (status, stderr) = run_into_closed_pipe(&[], args);
+        assert!(status.success(), "{args:?}: exit {status}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
 }
 
 #[test]

@@ -6,6 +6,7 @@ use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
 
 use common::{message_update, replies_per_chat, run, stored_records, unknown_outcomes, Local};
+use tgq_core::echo::reply_text;
 use tgq_fake_telegram::FakeTelegram;
 
 const CHATS: [i64; 3] = [101, 202, 303];
@@ -21,14 +22,16 @@ async fn polled_updates_are_processed_and_replied_to_in_order_per_chat() {
     ];
     let dir = tempfile::tempdir().unwrap();
     let mut update_id = 9_000;
+    let mut wanted: std::collections::BTreeMap<i64, Vec<String>> = Default::default();
     for n in 1..=PER_CHAT {
         for chat in CHATS {
             update_id += 1;
-            fake.push_update(message_update(
-                update_id,
-                chat,
-                &format!("chat {chat} #{n}"),
-            ));
+            let text = format!("chat {chat} #{n}");
+            fake.push_update(message_update(update_id, chat, &text));
+            wanted
+                .entry(chat)
+                .or_default()
+                .push(reply_text(update_id, &text));
         }
     }
     let mut local = Local::start(dir.path(), &envs, &["--poll"]);
@@ -65,10 +68,7 @@ async fn polled_updates_are_processed_and_replied_to_in_order_per_chat() {
             .filter(|call| call.method == "sendMessage")
             .map(|call| call.params["text"].as_str().unwrap().to_owned())
             .collect();
-        let wanted: Vec<String> = (1..=PER_CHAT)
-            .map(|n| format!("You said: chat {chat} #{n}"))
-            .collect();
-        assert_eq!(texts, wanted);
+        assert_eq!(texts, wanted[&chat]);
     }
     let status = local.status().await;
     assert_eq!(status["counters"]["received"], expected, "{status}");
@@ -110,7 +110,7 @@ const CONFIRMED_PER_CHAT: i64 = 4;
 const INTERRUPTED_PER_CHAT: i64 = 20;
 
 /// Queues `per_chat` updates for each chat, chats interleaved, numbered from `first`; returns
-/// (update id, chat, the reply the example bot gives) for each.
+/// (update id, chat, the reply the echo bot gives) for each.
 fn push_batch(fake: &FakeTelegram, first: i64, per_chat: i64) -> Vec<(i64, i64, String)> {
     let mut pushed = Vec::new();
     let mut updates = Vec::new();
@@ -119,7 +119,7 @@ fn push_batch(fake: &FakeTelegram, first: i64, per_chat: i64) -> Vec<(i64, i64, 
         for chat in RESTART_CHATS {
             let text = format!("u{update_id} to {chat} #{n}");
             updates.push(message_update(update_id, chat, &text));
-            pushed.push((update_id, chat, format!("You said: {text}")));
+            pushed.push((update_id, chat, reply_text(update_id, &text)));
             update_id += 1;
         }
     }

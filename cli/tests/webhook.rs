@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use common::{message_update, Local};
 use serde_json::Value;
+use tgq_core::echo::reply_text;
 
 const SECRET: &str = "webhook-test-secret";
 const SECRET_HEADER: &str = "x-telegram-bot-api-secret-token";
@@ -103,7 +104,7 @@ async fn an_accepted_update_is_answered_200_and_its_reply_lands_in_the_outbox() 
     assert_eq!(entries.len(), 1, "{outbox}");
     assert_eq!(entries[0]["chat_id"], 4242);
     assert_eq!(entries[0]["method"], "sendMessage");
-    assert_eq!(entries[0]["text"], "You said: ping over http");
+    assert_eq!(entries[0]["text"], reply_text(7, "ping over http"));
     assert_eq!(
         (entries[0]["update_id"].clone(), entries[0]["seq"].clone()),
         (7.into(), 1.into())

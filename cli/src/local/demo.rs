@@ -19,6 +19,15 @@ use crate::ops::render::one_line;
 /// How long the demo waits for the queue to drain.
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// Where the demo's data is, for the commands its summary suggests.
+#[derive(Clone, Debug)]
+pub struct Place {
+    /// ` --data-dir <dir>`, or nothing for the default directory.
+    pub data_dir_option: String,
+    /// Whether the directory goes away when the demo exits (a fresh one, with `--exit`).
+    pub removed_at_exit: bool,
+}
+
 /// What the store held before the demo, so that the summary shows this run only.
 struct Before {
     counters: Counters,
@@ -30,6 +39,7 @@ pub async fn run(
     addr: SocketAddr,
     secret: &SecretString,
     store: Arc<EmbeddedStore>,
+    place: &Place,
 ) -> anyhow::Result<()> {
     let before = blocking(&store, |store| {
         Ok(Before {
@@ -74,6 +84,7 @@ pub async fn run(
         &url,
         &Counters::since(&counters, &before.counters),
         &replies,
+        place,
     );
     Ok(())
 }
@@ -132,11 +143,19 @@ async fn settle(store: &Arc<EmbeddedStore>) -> anyhow::Result<()> {
     }
 }
 
-fn print_summary(sent: usize, url: &str, counts: &Counters, replies: &[OutboxEntry]) {
-    println!();
-    println!("Demo: {sent} example updates (events/updates) sent to {url},");
-    println!("      then the first one again (as Telegram retries) and one body that is not JSON.");
-    println!();
+fn print_summary(
+    sent: usize,
+    url: &str,
+    counts: &Counters,
+    replies: &[OutboxEntry],
+    place: &Place,
+) {
+    let dlq = format!("`tgq dlq list{}`", place.data_dir_option);
+    let outbox = format!("`tgq outbox{}`", place.data_dir_option);
+    outln!();
+    outln!("Demo: {sent} example updates (events/updates) sent to {url},");
+    outln!("      then the first one again (as Telegram retries) and one body that is not JSON.");
+    outln!();
     let rows = [
         (
             "received",
@@ -151,7 +170,7 @@ fn print_summary(sent: usize, url: &str, counts: &Counters, replies: &[OutboxEnt
         (
             "poison",
             counts.poison,
-            "not an update: kept as a dead letter (`tgq dlq list`)",
+            &format!("not an update: kept as a dead letter ({dlq})"),
         ),
         ("processed", counts.processed, "handled by the bot"),
         (
@@ -162,31 +181,37 @@ fn print_summary(sent: usize, url: &str, counts: &Counters, replies: &[OutboxEnt
         (
             "dead-lettered",
             counts.dead_lettered,
-            "given up on (`tgq dlq list`)",
+            &format!("given up on ({dlq})"),
         ),
     ];
     for (label, count, meaning) in rows {
-        println!("  {label:<14} {count:>4}   {meaning}");
+        outln!("  {label:<14} {count:>4}   {meaning}");
     }
     if counts.received == 0 && counts.duplicates > 0 {
-        println!();
-        println!("  These updates were already handled by an earlier demo on this data directory, so every");
-        println!("  one was recognised as a duplicate. Use a fresh --data-dir to see them processed again.");
+        outln!();
+        outln!("  These updates were already handled by an earlier demo on this data directory, so every");
+        outln!("  one was recognised as a duplicate. Leave out --data-dir (each demo then gets a fresh");
+        outln!("  one) to see them processed again.");
     }
-    println!();
+    outln!();
     if replies.is_empty() {
-        println!("The bot sent no replies in this run.");
+        outln!("The bot sent no replies in this run.");
     } else {
-        println!("The bot's replies (offline: kept in the outbox, nothing went to Telegram; see `tgq outbox`):");
+        outln!("The bot's replies (offline: kept in the outbox, nothing went to Telegram; see {outbox}):");
         for reply in replies {
             let chat = reply
                 .chat_id
                 .map_or_else(|| "-".to_owned(), |chat| chat.to_string());
             let text = one_line(reply.text.as_deref().unwrap_or(""), 70);
-            println!("  chat {chat:<15} {:<20} {text}", reply.method);
+            outln!("  chat {chat:<15} {:<20} {text}", reply.method);
         }
     }
-    println!();
+    if place.removed_at_exit {
+        outln!();
+        outln!("This demo's data directory was made for this run and goes away as it exits: give");
+        outln!("--data-dir DIR to keep the store and look inside with the commands above.");
+    }
+    outln!();
 }
 
 /// Runs a blocking store read off the async threads.

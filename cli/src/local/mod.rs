@@ -1,6 +1,6 @@
-//! `tgq local`: the whole pipeline in one process (DESIGN §6) — the webhook endpoint, worker loops
-//! standing in for the SQS event source mapping, optional long polling, retention, and the
-//! embedded store behind every port, with the same use cases the Lambdas run.
+//! `tgq local`: the whole pipeline in one process (docs/ARCHITECTURE.md §6) — the webhook
+//! endpoint, worker loops standing in for the SQS event source mapping, optional long polling,
+//! retention, and the embedded store behind every port, with the same use cases the Lambdas run.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -25,12 +25,14 @@ use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tracing::{error, info, warn};
 
-use crate::config::{LocalSettings, SecretOrigin, UsageError, ADDR_FILE, DEFAULT_DATA_DIR};
+use crate::config::{LocalSettings, SecretOrigin, UsageError, ADDR_FILE};
+use data_dir::DataDir;
 use http::App;
 use shutdown::Shutdown;
 use worker_loop::{LoopSettings, LoopStats};
 
 mod admin;
+mod data_dir;
 mod demo;
 mod fixtures;
 mod http;
@@ -56,11 +58,12 @@ Environment (the same variables as the Lambda functions):
 pub struct LocalArgs {
     /// The address to listen on (port 0 picks a free port; the address used is written to
     /// <data-dir>/local.addr).
-    #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:8080")]
+    #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:8080", value_parser = listen_addr)]
     addr: String,
-    /// Where the store, the generated webhook secret and local.addr live.
-    #[arg(long, value_name = "DIR", default_value = DEFAULT_DATA_DIR)]
-    data_dir: PathBuf,
+    /// Where the store, the generated webhook secret and local.addr live [default: ./.tgq; with
+    /// --demo, a fresh directory for each run, removed when it ends].
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
     /// Fetch updates from Telegram by long polling (getUpdates) instead of waiting for webhook
     /// requests. Needs TELEGRAM_BOT_TOKEN, and no webhook set for the bot.
     #[arg(long)]
@@ -81,6 +84,19 @@ impl LocalArgs {
     }
 }
 
+/// `--addr`: a host (an IP address or a name that resolves) and a port. Read with the command line,
+/// so that a mistake stops `tgq local` before it creates anything on disk.
+fn listen_addr(text: &str) -> Result<String, String> {
+    use std::net::ToSocketAddrs as _;
+    match text.to_socket_addrs().map(|mut addrs| addrs.next()) {
+        Ok(Some(_)) => Ok(text.to_owned()),
+        Ok(None) => Err(format!("{text} names no address")),
+        Err(e) => Err(format!(
+            "{e}: expected HOST:PORT, e.g. 127.0.0.1:8080, 0.0.0.0:8443 or localhost:0"
+        )),
+    }
+}
+
 /// Runs local mode until SIGINT/SIGTERM (or the end of `--demo --exit`).
 pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
     let vars = Vars::from_env();
@@ -98,9 +114,34 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
         )
         .into());
     }
-    let settings = LocalSettings::from_vars(&vars, &args.data_dir)?;
+    // Listening first: an address that cannot be had stops the run before the data directory,
+    // its secret or its store exist.
+    let listener = match TcpListener::bind(&args.addr).await {
+        Ok(listener) => listener,
+        // The demo must not fail because something else already uses the default port.
+        Err(e) if args.demo && e.kind() == std::io::ErrorKind::AddrInUse => {
+            errln!(
+                "  note       {} is in use; the demo listens on a free port instead",
+                args.addr
+            );
+            TcpListener::bind("127.0.0.1:0")
+                .await
+                .context("cannot listen on a free loopback port")?
+        }
+        Err(e) => {
+            return Err(e).with_context(|| {
+                format!(
+                    "cannot listen on {} (choose another address with --addr)",
+                    args.addr
+                )
+            })
+        }
+    };
+    // Declared before the store, so that a temporary directory outlives it and goes last.
+    let data = DataDir::choose(args.data_dir.clone(), args.demo)?;
+    let settings = LocalSettings::from_vars(&vars, data.path())?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let data_dir = args.data_dir.clone();
+    let data_dir = data.path().to_owned();
     let options = StoreOptions {
         ttl: settings.record_ttl,
         max_receive_count: settings.worker.max_receive_count,
@@ -122,29 +163,8 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
         );
     }
 
-    let listener = match TcpListener::bind(&args.addr).await {
-        Ok(listener) => listener,
-        // The demo must not fail because something else already uses the default port.
-        Err(e) if args.demo && e.kind() == std::io::ErrorKind::AddrInUse => {
-            eprintln!(
-                "  note       {} is in use; the demo listens on a free port instead",
-                args.addr
-            );
-            TcpListener::bind("127.0.0.1:0")
-                .await
-                .context("cannot listen on a free loopback port")?
-        }
-        Err(e) => {
-            return Err(e).with_context(|| {
-                format!(
-                    "cannot listen on {} (choose another address with --addr)",
-                    args.addr
-                )
-            })
-        }
-    };
     let addr = listener.local_addr()?;
-    let addr_file = args.data_dir.join(ADDR_FILE);
+    let addr_file = data.path().join(ADDR_FILE);
     write_addr_file(&addr_file, addr)?;
 
     let shutdown = Shutdown::new();
@@ -209,7 +229,7 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
         tasks.spawn(async move { poll::run(&api, &webhook, &shutdown).await });
     }
 
-    print_banner(&args, &settings, addr);
+    print_banner(&args, &data, &settings, addr);
 
     if args.demo {
         let (secret, store, shutdown, exit) = (
@@ -218,16 +238,20 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
             shutdown.clone(),
             args.exit,
         );
+        let place = demo::Place {
+            data_dir_option: data.option(),
+            removed_at_exit: data.is_temporary() && exit,
+        };
         tasks.spawn(async move {
             tokio::select! {
-                finished = demo::run(addr, &secret, store) => finished?,
+                finished = demo::run(addr, &secret, store, &place) => finished?,
                 // Stopped before the demo settled: nothing more to show.
                 () = shutdown.wait() => return Ok(()),
             }
             if exit {
                 shutdown.trigger();
             } else {
-                println!("Still serving; press Ctrl-C to stop.");
+                outln!("Still serving; press Ctrl-C to stop.");
             }
             Ok(())
         });
@@ -396,7 +420,12 @@ fn remove_addr_file(path: &Path) {
 }
 
 /// Tells a new user where everything is; never the secret's value.
-fn print_banner(args: &LocalArgs, settings: &LocalSettings, addr: std::net::SocketAddr) {
+fn print_banner(
+    args: &LocalArgs,
+    data: &DataDir,
+    settings: &LocalSettings,
+    addr: std::net::SocketAddr,
+) {
     let base = format!("http://{}", crate::ops::loopback(addr));
     let secret = match &settings.secret_origin {
         SecretOrigin::Environment => "from TGQ_WEBHOOK_SECRET".to_owned(),
@@ -411,25 +440,36 @@ fn print_banner(args: &LocalArgs, settings: &LocalSettings, addr: std::net::Sock
     };
     let telegram = match settings.token {
         Some(_) => format!("sends go to {}", settings.telegram_api_url),
-        None => {
-            "offline (no TELEGRAM_BOT_TOKEN): sends go to the outbox, see `tgq outbox`".to_owned()
-        }
+        None => format!(
+            "offline (no TELEGRAM_BOT_TOKEN): sends go to the outbox, see `tgq outbox{}`",
+            data.option()
+        ),
     };
     let updates = if args.poll {
         "long polling getUpdates".to_owned()
     } else {
         format!("POST {base}/webhook (point Telegram at it with `tgq webhook set https://<public-host>/webhook`)")
     };
-    println!(
-        "tgq local: bot `{}`, data in {}",
+    let kept = if data.is_temporary() {
+        " (fresh for this demo, removed when it ends; --data-dir DIR keeps one)"
+    } else {
+        ""
+    };
+    outln!(
+        "tgq local: bot `{}`, data in {}{kept}",
         settings.bot_id,
-        args.data_dir.display()
+        data.path().display()
     );
-    println!("  listening  {base}  (/webhook, /healthz, /readyz, /admin/status, /admin/outbox, /admin/dlq)");
-    println!("  secret     {secret} (header X-Telegram-Bot-Api-Secret-Token)");
-    println!("  telegram   {telegram}");
-    println!("  updates    {updates}");
+    outln!("  listening  {base}  (/webhook, /healthz, /readyz, /admin/status, /admin/outbox, /admin/dlq)");
+    outln!("  secret     {secret} (header X-Telegram-Bot-Api-Secret-Token)");
+    let bot = match settings.handler {
+        HandlerChoice::Bot => "the bot in bot/",
+        HandlerChoice::Echo => "the built-in echo bot (TGQ_HANDLER=echo)",
+    };
+    outln!("  bot        {bot}");
+    outln!("  telegram   {telegram}");
+    outln!("  updates    {updates}");
     if !args.demo {
-        println!("Press Ctrl-C to stop.");
+        outln!("Press Ctrl-C to stop.");
     }
 }

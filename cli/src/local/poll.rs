@@ -1,7 +1,7 @@
-//! `tgq local --poll`: long polling with getUpdates instead of a webhook (DESIGN §6). Each update
-//! goes through the same use case as a webhook request, byte for byte as Telegram sent it, and the
-//! next offset — which tells Telegram to forget the batch — is sent only once every update of the
-//! batch is durable.
+//! `tgq local --poll`: long polling with getUpdates instead of a webhook (docs/ARCHITECTURE.md
+//! §6). Each update goes through the same use case as a webhook request, byte for byte as Telegram
+//! sent it, and the next offset — which tells Telegram to forget the batch — is sent only once
+//! every update of the batch is durable.
 
 use std::time::Duration;
 

@@ -1,5 +1,6 @@
-//! The stand-in for the SQS event source mapping (DESIGN §1): receive a batch, hand it to the
-//! [`Worker`] use case with an invocation deadline, delete every message not reported as failed.
+//! The stand-in for the SQS event source mapping (docs/ARCHITECTURE.md §1): receive a batch, hand
+//! it to the [`Worker`] use case with an invocation deadline, delete every message not reported as
+//! failed.
 //! Several loops run at once; the queue's message groups keep each chat in order between them.
 
 use std::collections::HashSet;

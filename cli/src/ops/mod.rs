@@ -76,7 +76,7 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<()> {
     })
     .await?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&view)?);
+        outln!("{}", serde_json::to_string_pretty(&view)?);
     } else {
         render::status(&view, source);
     }
@@ -92,7 +92,7 @@ pub async fn outbox(args: OutboxArgs) -> anyhow::Result<()> {
     })
     .await?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&entries)?);
+        outln!("{}", serde_json::to_string_pretty(&entries)?);
     } else {
         render::outbox(&entries);
     }
@@ -109,7 +109,7 @@ pub async fn dlq(command: DlqCommand) -> anyhow::Result<()> {
     })
     .await?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&letters)?);
+        outln!("{}", serde_json::to_string_pretty(&letters)?);
     } else {
         render::dead_letters(&letters);
     }

@@ -14,14 +14,15 @@ pub fn status(view: &StatusView, source: Source) {
         Some(age) => format!(", oldest sent {} ago", human_duration(age)),
         None => String::new(),
     };
-    println!(
+    outln!(
         "queue          {} pending, {} in flight{oldest}",
-        stats.pending, stats.in_flight
+        stats.pending,
+        stats.in_flight
     );
-    println!("dead letters   {}", stats.dead);
-    println!("outbox         {}", stats.outbox);
-    println!("records        {}", stats.records);
-    println!("counters (since the store was created)");
+    outln!("dead letters   {}", stats.dead);
+    outln!("outbox         {}", stats.outbox);
+    outln!("records        {}", stats.records);
+    outln!("counters (since the store was created)");
     let counters = &view.counters;
     for (label, count) in [
         ("received", counters.received),
@@ -35,26 +36,30 @@ pub fn status(view: &StatusView, source: Source) {
             counters.resent_after_unknown_outcome,
         ),
     ] {
-        println!("  {label:<30} {count}");
+        outln!("  {label:<30} {count}");
     }
     match source {
-        Source::Running(addr) => println!("(from the running tgq local at {addr})"),
-        Source::Store => println!("(read from the store; tgq local is not running)"),
+        Source::Running(addr) => outln!("(from the running tgq local at {addr})"),
+        Source::Store => outln!("(read from the store; tgq local is not running)"),
     }
 }
 
 /// `tgq outbox` as a table.
 pub fn outbox(entries: &[OutboxEntry]) {
     if entries.is_empty() {
-        println!("The outbox is empty: the bot has not sent anything offline yet.");
+        outln!("The outbox is empty: the bot has not sent anything offline yet.");
         return;
     }
-    println!(
+    outln!(
         "{:>6}  {:>15}  {:>11}  {:>3}  {:<20}  TEXT",
-        "ID", "CHAT", "UPDATE", "SEQ", "METHOD"
+        "ID",
+        "CHAT",
+        "UPDATE",
+        "SEQ",
+        "METHOD"
     );
     for entry in entries {
-        println!(
+        outln!(
             "{:>6}  {:>15}  {:>11}  {:>3}  {:<20}  {}",
             entry.id,
             dash(entry.chat_id),
@@ -69,15 +74,19 @@ pub fn outbox(entries: &[OutboxEntry]) {
 /// `tgq dlq list` as a table.
 pub fn dead_letters(letters: &[DeadLetterView]) {
     if letters.is_empty() {
-        println!("No dead letters.");
+        outln!("No dead letters.");
         return;
     }
-    println!(
+    outln!(
         "{:>11}  {:<16}  {:<22}  {:<10}  {:>8}  ERROR",
-        "UPDATE", "GROUP", "REASON", "CLASS", "ATTEMPTS"
+        "UPDATE",
+        "GROUP",
+        "REASON",
+        "CLASS",
+        "ATTEMPTS"
     );
     for letter in letters {
-        println!(
+        outln!(
             "{:>11}  {:<16}  {:<22}  {:<10}  {:>8}  {}",
             dash(letter.update_id),
             letter.group.as_deref().unwrap_or("-"),

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{bail, Context as _};
+use anyhow::bail;
 use clap::{Args, Subcommand};
 use secrecy::ExposeSecret as _;
 use teloxide_core::payloads::{
@@ -18,6 +18,9 @@ use crate::config::{self, SecretOrigin, DEFAULT_DATA_DIR};
 
 /// How long one call to Telegram may take.
 const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The only ports Telegram delivers webhooks to (Bot API, setWebhook).
+const WEBHOOK_PORTS: [u16; 4] = [443, 80, 88, 8443];
 
 /// `tgq webhook …`.
 #[derive(Debug, Subcommand)]
@@ -33,8 +36,9 @@ pub enum WebhookCommand {
 /// `tgq webhook set`.
 #[derive(Debug, Args)]
 pub struct SetArgs {
-    /// The public HTTPS URL Telegram should POST updates to.
-    url: String,
+    /// The public HTTPS URL Telegram should POST updates to (port 443, 80, 88 or 8443).
+    #[arg(value_parser = webhook_url)]
+    url: reqwest::Url,
     /// Where the generated webhook secret is kept when TGQ_WEBHOOK_SECRET is unset (the same
     /// directory `tgq local` uses, so both agree on the secret).
     #[arg(long, value_name = "DIR", default_value = DEFAULT_DATA_DIR)]
@@ -71,10 +75,7 @@ pub async fn run(command: WebhookCommand) -> anyhow::Result<()> {
     let api = HttpBotApi::new(&vars.telegram_api_url()?, token, TIMEOUT)?;
     match command {
         WebhookCommand::Set(args) => {
-            let url: reqwest::Url = args
-                .url
-                .parse()
-                .with_context(|| format!("{:?} is not a URL", args.url))?;
+            let url = args.url;
             let (secret, origin) = config::webhook_secret(&vars, &args.data_dir)?;
             let payload = SetWebhook::new(url.clone())
                 .secret_token(secret.expose_secret())
@@ -84,45 +85,68 @@ pub async fn run(command: WebhookCommand) -> anyhow::Result<()> {
                 SecretOrigin::Environment => "TGQ_WEBHOOK_SECRET".to_owned(),
                 SecretOrigin::File { path, .. } => path.display().to_string(),
             };
-            println!("Webhook set: Telegram now POSTs updates to {url}");
-            println!("with the secret from {from} in the X-Telegram-Bot-Api-Secret-Token header.");
+            outln!("Webhook set: Telegram now POSTs updates to {url}");
+            outln!("with the secret from {from} in the X-Telegram-Bot-Api-Secret-Token header.");
         }
         WebhookCommand::Info(args) => {
             let info = tgq_telegram::call(&api, &GetWebhookInfo::new())
                 .await
                 .map_err(explain)?;
             if args.json {
-                println!("{}", serde_json::to_string_pretty(&info)?);
+                outln!("{}", serde_json::to_string_pretty(&info)?);
                 return Ok(());
             }
             match &info.url {
-                Some(url) => println!("url                   {url}"),
-                None => println!(
+                Some(url) => outln!("url                   {url}"),
+                None => outln!(
                     "url                   none: updates wait for getUpdates (`tgq local --poll`)"
                 ),
             }
-            println!("pending updates       {}", info.pending_update_count);
+            outln!("pending updates       {}", info.pending_update_count);
             if let Some(max) = info.max_connections {
-                println!("max connections       {max}");
+                outln!("max connections       {max}");
             }
             if let Some(ip) = info.ip_address {
-                println!("ip address            {ip}");
+                outln!("ip address            {ip}");
             }
             if let Some(message) = &info.last_error_message {
                 let when = info
                     .last_error_date
                     .map(|d| format!("(at {d})"))
                     .unwrap_or_default();
-                println!("last error            {message} {when}");
+                outln!("last error            {message} {when}");
             }
         }
         WebhookCommand::Delete(args) => {
             let payload = DeleteWebhook::new().drop_pending_updates(args.drop_pending_updates);
             tgq_telegram::call(&api, &payload).await.map_err(explain)?;
-            println!("Webhook deleted: updates now wait for getUpdates (`tgq local --poll`).");
+            outln!("Webhook deleted: updates now wait for getUpdates (`tgq local --poll`).");
         }
     }
     Ok(())
+}
+
+/// A URL Telegram accepts for a webhook: HTTPS, on one of its ports. Checked when the command line
+/// is read, so a URL Telegram would refuse never reaches it.
+fn webhook_url(text: &str) -> Result<reqwest::Url, String> {
+    let url: reqwest::Url = text
+        .parse()
+        .map_err(|e| format!("not a URL ({e}); expected e.g. https://bot.example.com/webhook"))?;
+    if url.scheme() != "https" {
+        return Err(format!(
+            "Telegram delivers webhooks over HTTPS only; put tgq local behind an HTTPS endpoint \
+             (a reverse proxy or tunnel) and give its https:// URL, or use `tgq local --poll` \
+             (got a {}:// URL)",
+            url.scheme()
+        ));
+    }
+    match url.port_or_known_default() {
+        Some(port) if WEBHOOK_PORTS.contains(&port) => Ok(url),
+        port => Err(format!(
+            "Telegram delivers webhooks only to ports 443, 80, 88 and 8443 (got {})",
+            port.map_or_else(|| "none".to_owned(), |p| p.to_string())
+        )),
+    }
 }
 
 /// Telegram's error, with a hint where the cause is usually on our side.
@@ -134,5 +158,26 @@ fn explain(error: TelegramError) -> anyhow::Error {
             anyhow::anyhow!("{error} (check TELEGRAM_BOT_TOKEN and TELEGRAM_API_URL)")
         }
         other => anyhow::anyhow!(other),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::webhook_url;
+
+    #[test]
+    fn only_https_urls_on_telegrams_ports_are_webhook_urls() {
+        for good in [
+            "https://bot.example.com/webhook",
+            "https://bot.example.com:8443/webhook",
+            "https://203.0.113.7:88/tg",
+        ] {
+            assert!(webhook_url(good).is_ok(), "{good}");
+        }
+        let http = webhook_url("http://bot.example.com/webhook").unwrap_err();
+        assert!(http.contains("HTTPS only"), "{http}");
+        let port = webhook_url("https://bot.example.com:8080/webhook").unwrap_err();
+        assert!(port.contains("8080"), "{port}");
+        assert!(webhook_url("bot.example.com/webhook").is_err());
     }
 }

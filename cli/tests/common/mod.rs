@@ -21,13 +21,14 @@ use tgq_embedded::{EmbeddedStore, StoreOptions};
 use tgq_fake_telegram::FakeTelegram;
 
 /// Variables of the developer's shell that would change what `tgq` does.
-const INHERITED: [&str; 16] = [
+const INHERITED: [&str; 17] = [
     "TELEGRAM_BOT_TOKEN",
     "TELEGRAM_BOT_TOKEN_PARAM",
     "TELEGRAM_API_URL",
     "TGQ_BOT_ID",
     "TGQ_WEBHOOK_SECRET",
     "TGQ_WEBHOOK_SECRET_PARAM",
+    "TGQ_HANDLER",
     "TGQ_MAX_BODY_BYTES",
     "TGQ_MAX_ATTEMPTS",
     "TGQ_BACKOFF_BASE_MS",
@@ -40,12 +41,15 @@ const INHERITED: [&str; 16] = [
     "NO_COLOR",
 ];
 
-/// `tgq` with a clean environment plus `envs`.
+/// `tgq` with a clean environment plus `envs`, running the built-in echo bot unless `envs` sets
+/// `TGQ_HANDLER`: the suite asserts replies that name their update (`echo 17: hi`), whatever the
+/// bot in `bot/` says.
 pub fn tgq(envs: &[(&str, &str)]) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_tgq"));
     for name in INHERITED {
         command.env_remove(name);
     }
+    command.env("TGQ_HANDLER", "echo");
     command.envs(envs.iter().copied());
     command
 }
@@ -56,6 +60,23 @@ pub fn run(envs: &[(&str, &str)], args: &[&str]) -> (ExitStatus, String, String)
     (
         output.status,
         String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// Runs `tgq args…` with its stdout a pipe whose reader is closed at once, as `tgq … | head -0`
+/// would: (exit status, stderr).
+pub fn run_into_closed_pipe(envs: &[(&str, &str)], args: &[&str]) -> (ExitStatus, String) {
+    let mut child = tgq(envs)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("tgq runs");
+    drop(child.stdout.take());
+    let output = child.wait_with_output().expect("tgq ends");
+    (
+        output.status,
         String::from_utf8_lossy(&output.stderr).into_owned(),
     )
 }

@@ -1,6 +1,7 @@
 //! tgq's AWS adapters: update records in DynamoDB ([`DynamoStore`]), the updates queue and the
 //! dead-letter queue on SQS FIFO ([`SqsQueue`]), secrets from SSM Parameter Store
-//! ([`resolve_secret`]), and the shared client configuration ([`aws_config`]). Every SDK type stays
+//! ([`resolve_secret`]), and what both functions set up the same way: the client configuration
+//! ([`aws_config`]) and their logs ([`init_logging`]). Every SDK type stays
 //! inside this crate: the ports speak only `tgq_core` types, and [`PortError`](tgq_core::PortError)
 //! says whether a failure is worth retrying.
 
@@ -8,6 +9,7 @@ mod dynamo;
 mod error;
 mod item;
 mod letter;
+mod logging;
 mod secret;
 mod sqs;
 
@@ -18,6 +20,7 @@ use aws_config::timeout::TimeoutConfig;
 use aws_config::{BehaviorVersion, SdkConfig};
 
 pub use dynamo::DynamoStore;
+pub use logging::{init_logging, log_filter, DEFAULT_LOG_FILTER};
 pub use secret::{resolve_secret, SecretError};
 pub use sqs::SqsQueue;
 

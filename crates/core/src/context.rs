@@ -1,5 +1,5 @@
 //! The handler's view of one update run: typed Bot API calls that are recorded so that a retry never
-//! repeats a send that already happened (docs/ARCHITECTURE.md, outbound actions), paced to
+//! repeats a send that already happened (docs/ARCHITECTURE.md §5), paced to
 //! Telegram's limits.
 //!
 //! Each call is an action at a position (`seq`) of the run. Its intent is written before the call,

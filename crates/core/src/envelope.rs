@@ -1,5 +1,5 @@
 //! Reads the little the pipeline needs from a raw Update — its id and its ordering group — without
-//! trusting the rest. Anything that is not an Update is poison (DESIGN §3).
+//! trusting the rest. Anything that is not an Update is poison (docs/ARCHITECTURE.md §3).
 
 use serde_json::{Map, Value};
 
@@ -93,7 +93,8 @@ impl ClassifyName for serde_json::Error {
     }
 }
 
-/// The group key of one update kind (DESIGN §2); `None` for a kind this version does not know.
+/// The group key of one update kind (docs/ARCHITECTURE.md §2); `None` for a kind this version does
+/// not know.
 fn group_of(kind: &str, body: &Value) -> Result<Option<GroupKey>, Poison> {
     let malformed = |field| Poison::MalformedKind {
         kind: kind.to_owned(),

@@ -5,7 +5,7 @@ use std::time::Duration;
 /// A boxed error from an adapter's SDK or I/O, kept as the `source` of a [`PortError`].
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
-/// How a failure is treated (docs/ARCHITECTURE.md, worker).
+/// How a failure is treated (docs/ARCHITECTURE.md §4).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ErrorClass {
     /// Worth retrying after the usual backoff: network errors, timeouts, 5xx, throttling, panics.

@@ -54,7 +54,8 @@ impl fmt::Display for UpdateId {
     }
 }
 
-/// The ordering unit inside one bot: a chat id, `user:{id}`, `poll:{id}` or `update:{id}` (DESIGN §2).
+/// The ordering unit inside one bot: a chat id, `user:{id}`, `poll:{id}` or `update:{id}`
+/// (docs/ARCHITECTURE.md §2).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct GroupKey(String);
 

@@ -1,4 +1,4 @@
-//! The webhook use case (docs/ARCHITECTURE.md, webhook): admit, store, enqueue — and answer 200 only
+//! The webhook use case (docs/ARCHITECTURE.md §3): admit, store, enqueue — and answer 200 only
 //! once the update is durable. Both front ends (the Lambda, `tgq local`) call [`Webhook::admit`] on
 //! the request's head, read the body up to [`Webhook::max_body_bytes`], call [`Webhook::ingest`],
 //! and answer with [`Answer::of`].
@@ -208,7 +208,7 @@ impl Webhook {
         presented.is_some_and(|p| bool::from(p.ct_eq(expected)))
     }
 
-    /// Stores and enqueues an admitted body (docs/ARCHITECTURE.md, webhook steps 3–6).
+    /// Stores and enqueues an admitted body (docs/ARCHITECTURE.md §3, steps 3–6).
     #[instrument(skip_all, fields(bot_id = %self.settings.bot_id, update_id, group))]
     pub async fn ingest(&self, body: Bytes) -> Result<Ingested, Refused> {
         let limit = self.settings.max_body_bytes;

@@ -1,5 +1,5 @@
 //! tgq's core: the update envelope and its keys, the policies, the ports, and the two use cases —
-//! [`ingest::Webhook`] and [`worker::Worker`] (docs/ARCHITECTURE.md). No AWS type appears here.
+//! [`ingest::Webhook`] and [`worker::Worker`] (docs/ARCHITECTURE.md §3, §4). No AWS type appears here.
 
 pub mod clock;
 pub mod config;

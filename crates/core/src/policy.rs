@@ -1,5 +1,5 @@
-//! Retry policy: how long a failed update waits, and when it stops trying (docs/ARCHITECTURE.md,
-//! worker).
+//! Retry policy: how long a failed update waits, and when it stops trying (docs/ARCHITECTURE.md
+//! §4).
 
 use std::time::Duration;
 

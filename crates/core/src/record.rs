@@ -1,4 +1,4 @@
-//! The durable record of one update (docs/ARCHITECTURE.md, records) and what its run did: the
+//! The durable record of one update (docs/ARCHITECTURE.md §2) and what its run did: the
 //! outbound actions and their outcomes, kept compactly.
 
 use std::collections::BTreeMap;

@@ -1,4 +1,4 @@
-//! The worker use case (docs/ARCHITECTURE.md, worker): one batch from the FIFO queue, in order, with
+//! The worker use case (docs/ARCHITECTURE.md §4): one batch from the FIFO queue, in order, with
 //! per-group failure propagation, a fenced lease per update, recorded actions, backoff through
 //! visibility, and dead-lettering.
 

@@ -83,7 +83,13 @@ impl FakeTelegram {
 
     /// Starts a server on `127.0.0.1` at a free port with the given token and limits.
     pub async fn start_with(config: FakeConfig) -> std::io::Result<FakeTelegram> {
-        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
+        Self::start_at(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)), config).await
+    }
+
+    /// Starts a server listening on `addr` (port 0: a free one), for `tgq fake-telegram`: a fake a
+    /// person points a bot at by hand, or a Lambda in LocalStack's containers reaches.
+    pub async fn start_at(addr: SocketAddr, config: FakeConfig) -> std::io::Result<FakeTelegram> {
+        let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared::new(&config));
         let server = tokio::spawn(server::serve(listener, Arc::clone(&shared)));
@@ -101,6 +107,11 @@ impl FakeTelegram {
         format!("http://{}", self.inner.addr)
     }
 
+    /// The address the server listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.inner.addr
+    }
+
     /// The token the server accepts; calls with any other token are answered 401.
     pub fn token(&self) -> &str {
         &self.inner.shared.token
@@ -109,6 +120,11 @@ impl FakeTelegram {
     /// Every call in arrival order, refused ones included.
     pub fn calls(&self) -> Vec<RecordedCall> {
         self.inner.shared.state().calls().to_vec()
+    }
+
+    /// The calls that arrived after call number `seq` (0: all), in arrival order.
+    pub fn calls_after(&self, seq: u64) -> Vec<RecordedCall> {
+        self.calls_where(|call| call.seq > seq)
     }
 
     /// The calls answered `ok: true`, in arrival order.

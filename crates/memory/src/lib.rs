@@ -1,10 +1,12 @@
 //! In-memory adapters for every tgq port: the reference semantics for the conformance suite, and the
 //! fast fakes for unit tests and benchmarks. Each can be switched to "unavailable" to inject faults.
 //! One module per port: `store` (records), `queue` (the FIFO updates queue), `dead_letters`,
-//! `bot_api` (a recording Bot API) and `visibility` (a recording visibility port).
+//! `bot_api` (a recording Bot API) and `visibility` (a recording visibility port); `harness` runs a
+//! handler through the worker on them.
 
 mod bot_api;
 mod dead_letters;
+mod harness;
 mod outage;
 mod queue;
 mod store;
@@ -12,6 +14,7 @@ mod visibility;
 
 pub use bot_api::{RecordedCall, RecordingBotApi};
 pub use dead_letters::MemoryDeadLetters;
+pub use harness::Harness;
 pub use outage::{Fault, Outage};
 pub use queue::MemoryQueue;
 pub use store::MemoryStore;

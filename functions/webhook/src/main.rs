@@ -11,10 +11,7 @@ use tgq_webhook::{handle, WebhookConfig};
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    tracing_subscriber::fmt()
-        .json()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .init();
+    tgq_aws::init_logging();
     let config = WebhookConfig::from_vars(&Vars::from_env())?;
     let sdk = tgq_aws::aws_config().await;
     let secret =

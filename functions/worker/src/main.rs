@@ -19,10 +19,7 @@ use tgq_worker::{handle, WorkerConfig};
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    tracing_subscriber::fmt()
-        .json()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .init();
+    tgq_aws::init_logging();
     let vars = Vars::from_env();
     let config = WorkerConfig::from_vars(&vars)?;
     let sdk = tgq_aws::aws_config().await;

@@ -6,10 +6,10 @@ use std::time::Duration;
 use aws_lambda_events::event::sqs::SqsEvent;
 use lambda_runtime::{Context, LambdaEvent};
 use secrecy::SecretString;
-use tgq_bot::ExampleBot;
 use tgq_core::clock::{Clock, SystemClock};
 use tgq_core::config::Vars;
 use tgq_core::dead::DeadReason;
+use tgq_core::echo::{reply_text, EchoBot};
 use tgq_core::pacer::{Pacer, RateLimits};
 use tgq_core::worker::{Worker, WorkerPorts};
 use tgq_fake_telegram::{FakeTelegram, Fault, Scope, Times};
@@ -55,7 +55,7 @@ async fn rig() -> Rig {
         clock: Arc::new(SystemClock),
     };
     Rig {
-        worker: Worker::new(config.settings, ports, Arc::new(ExampleBot)),
+        worker: Worker::new(config.settings, ports, Arc::new(EchoBot)),
         fake,
         dead,
         visibility,
@@ -84,23 +84,27 @@ async fn a_batch_over_three_chats_is_answered_in_each_chats_order() {
     let rig = rig().await;
     let response = handle(&rig.worker, lambda_event(BATCH)).await.unwrap();
     assert!(response.batch_item_failures.is_empty());
-    let ada = texts(&rig.fake, 111_111_111);
-    assert_eq!(ada.len(), 2);
-    assert!(
-        ada[0].starts_with("Hello!") && ada[1] == "You said: echo this back, please",
-        "{ada:?}"
+    assert_eq!(
+        texts(&rig.fake, 111_111_111),
+        [
+            reply_text(500_000_101, "/start"),
+            reply_text(500_000_104, "echo this back, please")
+        ]
     );
-    let group = texts(&rig.fake, -1_001_234_567_890);
-    assert_eq!(group.len(), 2);
-    assert_eq!(group[0], "You said: @tgq_demo_bot ping");
-    assert!(
-        group[1].starts_with("/start"),
-        "the /help reply comes second: {group:?}"
+    assert_eq!(
+        texts(&rig.fake, -1_001_234_567_890),
+        [
+            reply_text(500_000_102, "@tgq_demo_bot ping"),
+            reply_text(500_000_105, "/help@tgq_demo_bot")
+        ]
     );
-    let calls = rig.fake.delivered_to(222_222_222);
-    assert!(calls
-        .iter()
-        .any(|c| c.method == "sendMessage" && c.params["text"] == "Button pressed (pressed:1)"));
+    assert_eq!(
+        texts(&rig.fake, 222_222_222),
+        [
+            reply_text(500_000_103, "/help"),
+            reply_text(500_000_106, "callback pressed:1")
+        ]
+    );
     assert!(rig
         .fake
         .delivered()

@@ -29,6 +29,8 @@ use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use tgq_core::defaults;
 use tgq_core::ingest::SECRET_HEADER;
 
+use crate::cargo;
+
 /// The webhook binary.
 pub const WEBHOOK: &str = "webhook";
 /// The worker binary.
@@ -92,7 +94,7 @@ impl Functions {
 
         let logs = log_dir()?;
         let port = free_port()?;
-        let mut watch = cargo_command();
+        let mut watch = cargo::command(&cargo::workspace_root());
         watch
             .args(["lambda", "watch", "--only-lambda-apis", "--ignore-changes"])
             .args(["--invoke-address", "127.0.0.1", "--invoke-port"])
@@ -199,8 +201,10 @@ impl Functions {
             .env("AWS_LAMBDA_FUNCTION_NAME", name)
             .env("AWS_LAMBDA_FUNCTION_VERSION", "1")
             .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "1024")
-            .env("RUST_LOG", "info")
-            .current_dir(workspace_root());
+            // Unset, as `cargo lambda watch` or a template without it leaves it: the functions' own
+            // default (info) applies, and the pipeline test checks it does.
+            .env_remove("RUST_LOG")
+            .current_dir(cargo::workspace_root());
         self.group()
             .join(&mut function, &log, Some(name))
             .with_context(|| format!("spawning {name}"))
@@ -373,7 +377,7 @@ pub fn tail(log: &Path) -> String {
 
 /// Panics unless `cargo lambda` runs: the suite installs it (scripts/test puts .venv/bin on PATH).
 fn require_cargo_lambda() -> anyhow::Result<()> {
-    let found = cargo_command()
+    let found = cargo::command(&cargo::workspace_root())
         .args(["lambda", "--version"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -393,7 +397,7 @@ fn require_cargo_lambda() -> anyhow::Result<()> {
 /// were built with another profile); a no-op when `cargo test --workspace` has already built them.
 async fn build(started: Instant) -> anyhow::Result<()> {
     eprintln!("building the function binaries: cargo build {BUILD_SELECTION:?}");
-    let mut command = cargo_command();
+    let mut command = cargo::command(&cargo::workspace_root());
     command
         .arg("build")
         .args(BUILD_SELECTION)
@@ -434,40 +438,6 @@ async fn wait_for_port(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     Ok(())
-}
-
-/// Variables `cargo test` sets for the test it runs, describing this package. Build scripts track
-/// some of them (ring's reruns when `CARGO_MANIFEST_DIR` or `CARGO_PKG_NAME` changes), so a nested
-/// `cargo` that inherited them would rebuild the TLS and AWS SDK stack, and the next plain build
-/// would rebuild it back.
-const TEST_RUN_VARS: [&str; 9] = [
-    "CARGO_MANIFEST_DIR",
-    "CARGO_MANIFEST_PATH",
-    "CARGO_MANIFEST_LINKS",
-    "CARGO_CRATE_NAME",
-    "CARGO_BIN_NAME",
-    "CARGO_PRIMARY_PACKAGE",
-    "CARGO_TARGET_TMPDIR",
-    "CARGO_RUSTC_CURRENT_DIR",
-    "OUT_DIR",
-];
-
-/// `cargo` in the workspace root, with the environment a developer's shell would give it.
-fn cargo_command() -> Command {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    let mut command = Command::new(cargo);
-    command.current_dir(workspace_root());
-    for (name, _) in std::env::vars_os() {
-        let name = name.to_string_lossy();
-        if name.starts_with("CARGO_PKG_") || TEST_RUN_VARS.contains(&name.as_ref()) {
-            command.env_remove(name.as_ref());
-        }
-    }
-    command
-}
-
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
 /// `target/debug`: where this test binary's profile puts the binaries (the test runs from `deps/`).

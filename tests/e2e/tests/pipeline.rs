@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tgq_aws::DynamoStore;
 use tgq_core::clock::{Clock as _, SystemClock};
+use tgq_core::echo::reply_text;
 use tgq_core::ids::{BotId, RecordKey, UpdateId};
 use tgq_core::ports::RecordReader as _;
 use tgq_e2e::emulator::{self, drain, item_count, record_status, ReadMessage, Stack};
@@ -29,7 +30,8 @@ const DUPLICATE_LAG: usize = 15;
 /// How long the queue may take to drain once the functions answer.
 const DRAIN_LIMIT: Duration = Duration::from_secs(240);
 
-/// The functions' configuration: this test's table and queues, quick backoff for the retries.
+/// The functions' configuration: this test's table and queues, quick backoff for the retries, and
+/// the built-in echo bot, whose replies name their update whatever the bot in `bot/` says.
 fn function_vars(stack: &Stack, telegram: Option<&FakeTelegram>) -> BTreeMap<String, String> {
     let mut vars = BTreeMap::from([
         ("TGQ_BOT_ID", BOT_ID.to_owned()),
@@ -39,6 +41,7 @@ fn function_vars(stack: &Stack, telegram: Option<&FakeTelegram>) -> BTreeMap<Str
         ("TGQ_DLQ_URL", stack.dlq_url.clone()),
         ("TGQ_BACKOFF_BASE_MS", "200".to_owned()),
         ("TGQ_BACKOFF_CAP_MS", "1000".to_owned()),
+        ("TGQ_HANDLER", "echo".to_owned()),
     ]);
     if let Some(telegram) = telegram {
         vars.insert("TELEGRAM_BOT_TOKEN", telegram.token().to_owned());
@@ -60,7 +63,7 @@ struct Planned {
 
 impl Planned {
     fn reply(&self) -> String {
-        format!("You said: c{}-n{}", self.chat, self.k)
+        reply_text(self.update_id, &format!("c{}-n{}", self.chat, self.k))
     }
 }
 
@@ -301,6 +304,19 @@ async fn run_the_pipeline(
     assert_eq!(answered(|s| s == 403), dead.len());
     let too_many = answered(|s| s == 429);
     assert!(too_many >= INJECTED_429, "429s answered: {too_many}");
+
+    // RUST_LOG unset: the worker logs at info, one `processed` line per handled update at least.
+    let worker_log =
+        std::fs::read_to_string(functions.logs().join(format!("{WORKER}.log"))).unwrap();
+    let processed_lines = worker_log
+        .lines()
+        .filter(|line| line.contains(r#""level":"INFO""#) && line.contains("processed"))
+        .count();
+    assert!(
+        processed_lines >= planned.len() - dead.len(),
+        "{processed_lines} info lines saying `processed` in {}",
+        functions.logs().display()
+    );
 
     let stats = mapping.stats();
     eprintln!(

@@ -4,6 +4,7 @@
 use serde_yaml::value::TaggedValue;
 use serde_yaml::Value;
 use tgq_core::defaults;
+use tgq_core::ids::BotId;
 
 const TEMPLATE: &str = include_str!("../../../template.yaml");
 
@@ -187,5 +188,34 @@ fn the_webhook_gives_up_before_telegram_does() {
     assert!(
         webhook < TELEGRAM_WEBHOOK_LIMIT_SECS,
         "webhook Timeout {webhook} s"
+    );
+}
+
+#[test]
+fn the_bot_id_parameter_accepts_exactly_the_ids_the_code_accepts() {
+    let t = Template::load();
+    let parameter = &t.0["Parameters"]["BotId"];
+    let pattern = parameter["AllowedPattern"].as_str().unwrap();
+    let max: usize = pattern
+        .strip_prefix("^[A-Za-z0-9_-]{1,")
+        .and_then(|rest| rest.strip_suffix("}$"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("BotId's pattern is not ^[A-Za-z0-9_-]{{1,N}}$: {pattern}"));
+    assert!(BotId::new("a".repeat(max)).is_ok(), "{max} characters");
+    assert!(
+        BotId::new("a".repeat(max + 1)).is_err(),
+        "{} characters",
+        max + 1
+    );
+    assert!(BotId::new("").is_err());
+    for byte in 0x20u8..0x7f {
+        let c = char::from(byte);
+        let in_pattern = c.is_ascii_alphanumeric() || c == '_' || c == '-';
+        assert_eq!(BotId::new(c.to_string()).is_ok(), in_pattern, "{c:?}");
+    }
+    let described = parameter["ConstraintDescription"].as_str().unwrap();
+    assert!(
+        described.starts_with(&format!("1-{max} characters")),
+        "{described}"
     );
 }

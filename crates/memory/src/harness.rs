@@ -1,0 +1,87 @@
+//! A worker on in-memory adapters, for tests of a handler: a batch of updates in, what the handler
+//! sent and how each update ended out. The bot in `bot/` and the echo bot are tested through it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde_json::Value;
+use tgq_core::clock::{Clock, ManualClock};
+use tgq_core::envelope::Envelope;
+use tgq_core::handler::Handler;
+use tgq_core::ids::{BotId, MessageGroupId};
+use tgq_core::pacer::{Pacer, RateLimits};
+use tgq_core::ports::{QueueRecord, ReceiptHandle};
+use tgq_core::record::Timestamp;
+use tgq_core::worker::{BatchReport, Worker, WorkerPorts, WorkerSettings};
+
+use crate::{MemoryDeadLetters, MemoryStore, RecordingBotApi, RecordingVisibility};
+
+/// A worker running one handler on in-memory adapters, with a clock that moves only when told.
+pub struct Harness {
+    worker: Worker,
+    bot_id: BotId,
+    /// What the handler sent.
+    pub api: Arc<RecordingBotApi>,
+    /// The update records.
+    pub store: Arc<MemoryStore>,
+    /// The dead letters.
+    pub dead: Arc<MemoryDeadLetters>,
+    /// The worker's clock.
+    pub clock: ManualClock,
+}
+
+impl Harness {
+    /// A worker for `handler` of `bot_id`, sending to `api` (the one the handler was built with).
+    pub fn new(bot_id: BotId, handler: Arc<dyn Handler>, api: Arc<RecordingBotApi>) -> Self {
+        let store = Arc::new(MemoryStore::new());
+        let dead = Arc::new(MemoryDeadLetters::new());
+        let clock = ManualClock::at(Timestamp(1_800_000_000_000));
+        let worker = Worker::new(
+            WorkerSettings::default(),
+            WorkerPorts {
+                ledger: store.clone(),
+                visibility: Arc::new(RecordingVisibility::new()),
+                dead: dead.clone(),
+                api: api.clone(),
+                pacer: Arc::new(Pacer::new(RateLimits::UNLIMITED)),
+                clock: Arc::new(clock.clone()),
+            },
+            handler,
+        );
+        Self {
+            worker,
+            bot_id,
+            api,
+            store,
+            dead,
+            clock,
+        }
+    }
+
+    /// Runs `updates` (Bot API JSON) through the worker as one batch, each in its group.
+    pub async fn run(&self, updates: &[Value]) -> BatchReport {
+        let batch: Vec<QueueRecord> = updates.iter().map(|u| self.queue_record(u)).collect();
+        self.worker
+            .process_batch(&batch, self.clock.now().plus(Duration::from_secs(60)))
+            .await
+    }
+
+    /// An update as the queue would deliver it.
+    pub fn queue_record(&self, update: &Value) -> QueueRecord {
+        let body = Bytes::from(update.to_string());
+        let group = match Envelope::parse(&body) {
+            Ok(envelope) => MessageGroupId::new(&self.bot_id, &envelope.group),
+            Err(_) => MessageGroupId::from_raw(format!("{}:poison", self.bot_id)),
+        };
+        let id = &update["update_id"];
+        QueueRecord {
+            message_id: format!("m-{id}"),
+            receipt: ReceiptHandle(format!("r-{id}")),
+            body,
+            group_id: group,
+            receive_count: 1,
+            first_received_at: None,
+        }
+    }
+}
