@@ -305,13 +305,23 @@ async fn run_the_pipeline(
     let too_many = answered(|s| s == 429);
     assert!(too_many >= INJECTED_429, "429s answered: {too_many}");
 
-    // RUST_LOG unset: the worker logs at info, one `processed` line per handled update at least.
-    let worker_log =
-        std::fs::read_to_string(functions.logs().join(format!("{WORKER}.log"))).unwrap();
-    let processed_lines = worker_log
-        .lines()
-        .filter(|line| line.contains(r#""level":"INFO""#) && line.contains("processed"))
-        .count();
+    // RUST_LOG unset: the workers log at info, one `processed` line per handled update at least,
+    // over every worker instance's log.
+    let mut processed_lines = 0;
+    for entry in std::fs::read_dir(functions.logs()).unwrap() {
+        let path = entry.unwrap().path();
+        let is_worker_log = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with(WORKER) && n.ends_with(".log"));
+        if is_worker_log {
+            processed_lines += std::fs::read_to_string(&path)
+                .unwrap()
+                .lines()
+                .filter(|line| line.contains(r#""level":"INFO""#) && line.contains("processed"))
+                .count();
+        }
+    }
     assert!(
         processed_lines >= planned.len() - dead.len(),
         "{processed_lines} info lines saying `processed` in {}",
