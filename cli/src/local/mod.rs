@@ -372,6 +372,8 @@ fn worker(
             api,
             pacer: pacer.clone(),
             clock: clock.clone(),
+            reset: store.clone(),
+            audit: store.clone(),
         },
         handler,
     )

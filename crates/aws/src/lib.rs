@@ -20,6 +20,7 @@ use aws_config::timeout::TimeoutConfig;
 use aws_config::{BehaviorVersion, SdkConfig};
 
 pub use dynamo::DynamoStore;
+pub use letter::dead_letter_marks;
 pub use logging::{init_logging, log_filter, DEFAULT_LOG_FILTER};
 pub use secret::{resolve_secret, SecretError};
 pub use sqs::SqsQueue;

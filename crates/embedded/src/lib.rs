@@ -24,6 +24,7 @@ mod error;
 mod inspect;
 mod offline;
 mod open;
+mod operate;
 mod ports;
 mod queue;
 mod records;
@@ -48,6 +49,8 @@ pub struct EmbeddedStore {
     // database, so the file is closed (and its lock released) when the store is gone.
     writer: Writer,
     db: Arc<Database>,
+    /// Dead letters an operator holds in this process, until when (`DeadLetterStore::hold`).
+    holds: std::sync::Mutex<std::collections::HashMap<u64, std::time::Instant>>,
     ttl: Duration,
     clock: Arc<dyn Clock>,
 }

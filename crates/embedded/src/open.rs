@@ -9,7 +9,7 @@ use tgq_core::clock::{Clock, SystemClock};
 
 use crate::queue::QueueIndex;
 use crate::schema::{
-    seq, DEAD, DEDUP, META, OUTBOX, QUEUE, RECORDS, RECORD_EXPIRY, SCHEMA_1_SEQUENCES,
+    seq, AUDIT, DEAD, DEDUP, META, OUTBOX, QUEUE, RECORDS, RECORD_EXPIRY, SCHEMA_1_SEQUENCES,
     SCHEMA_VERSION,
 };
 use crate::writer::{Settings, Writer};
@@ -74,6 +74,7 @@ impl EmbeddedStore {
         Ok(Arc::new(EmbeddedStore {
             writer,
             db,
+            holds: Default::default(),
             ttl: options.ttl,
             clock: options.clock,
         }))
@@ -105,6 +106,7 @@ fn prepare(db: &Database, path: &Path) -> Result<(), StoreError> {
     txn.open_table(DEDUP)?;
     txn.open_table(DEAD)?;
     txn.open_table(OUTBOX)?;
+    txn.open_table(AUDIT)?;
     {
         let mut meta = txn.open_table(META)?;
         let found = meta.get(seq::SCHEMA)?.map(|v| v.value());

@@ -125,5 +125,12 @@ pub fn queue_record(message: SqsMessage) -> Result<QueueRecord, NamelessRecord> 
         first_received_at: attribute("ApproximateFirstReceiveTimestamp")
             .and_then(|ms| ms.parse().ok())
             .map(Timestamp),
+        // The event source mapping passes the message attributes a dead letter carries.
+        dead_letter: tgq_aws::dead_letter_marks(|name| {
+            message
+                .message_attributes
+                .get(name)
+                .and_then(|a| a.string_value.as_deref())
+        }),
     })
 }

@@ -47,7 +47,7 @@ async fn main() -> Result<(), Error> {
         HandlerChoice::Echo => Arc::new(EchoBot),
     };
     let ports = WorkerPorts {
-        ledger: store,
+        ledger: store.clone(),
         visibility: Arc::new(SqsQueue::new(
             sqs.clone(),
             config.resources.queue_url.clone(),
@@ -56,6 +56,8 @@ async fn main() -> Result<(), Error> {
         api,
         pacer: Arc::new(Pacer::new(config.rate_limits)),
         clock: Arc::new(SystemClock),
+        reset: store.clone(),
+        audit: store,
     };
     let worker = Worker::new(config.settings.clone(), ports, handler);
     let worker = &worker;

@@ -47,12 +47,14 @@ async fn rig() -> Rig {
     )
     .unwrap();
     let ports = WorkerPorts {
-        ledger: store,
+        ledger: store.clone(),
         visibility: visibility.clone(),
         dead: dead.clone(),
         api: Arc::new(api),
         pacer: Arc::new(Pacer::new(RateLimits::default())),
         clock: Arc::new(SystemClock),
+        reset: store.clone(),
+        audit: store,
     };
     Rig {
         worker: Worker::new(config.settings, ports, Arc::new(EchoBot)),
