@@ -1,5 +1,6 @@
 //! The HTTP face of `tgq local` (axum): `POST /webhook` answered exactly as the webhook Lambda
-//! answers, `GET /healthz` and `GET /readyz` for supervisors, and admin routes that read the store.
+//! answers, `GET /healthz` and `GET /readyz` for supervisors, `GET /metrics` for Prometheus, and
+//! admin routes that read the store.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -12,6 +13,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
 use axum::Router;
 use http_body_util::LengthLimitError;
+use metrics_exporter_prometheus::PrometheusHandle;
 use secrecy::SecretString;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -42,6 +44,8 @@ pub struct App {
     pub expected_loops: usize,
     /// Set once the process is stopping.
     pub shutdown: Shutdown,
+    /// Renders what the use cases counted.
+    pub metrics: PrometheusHandle,
 }
 
 /// Every route of `tgq local`. The admin routes sit behind one access check, so a new one cannot
@@ -52,7 +56,11 @@ pub fn router(app: App) -> Router {
         .route("/outbox", get(admin_outbox))
         .route("/dlq", get(admin_dlq))
         .route_layer(middleware::from_fn_with_state(app.clone(), admin_only));
+    let metrics = Router::new()
+        .route("/metrics", get(metrics))
+        .route_layer(middleware::from_fn_with_state(app.clone(), admin_only));
     Router::new()
+        .merge(metrics)
         .route("/webhook", any(webhook))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
@@ -153,6 +161,18 @@ async fn readyz(State(app): State<App>) -> Response {
             Value::from("the store does not answer"),
         ),
     }
+}
+
+/// `GET /metrics`: the counters and histograms of `tgq_core::metrics`, in the Prometheus text
+/// format, for the same clients as the admin routes (a scraper on another host presents the admin
+/// token as a bearer token).
+async fn metrics(State(app): State<App>) -> Response {
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        app.metrics.render(),
+    )
+        .into_response()
 }
 
 /// `?limit=N` on the admin list routes.

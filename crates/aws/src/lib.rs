@@ -1,7 +1,7 @@
 //! tgq's AWS adapters: update records in DynamoDB ([`DynamoStore`]), the updates queue and the
 //! dead-letter queue on SQS FIFO ([`SqsQueue`]), secrets from SSM Parameter Store
 //! ([`resolve_secret`]), and what both functions set up the same way: the client configuration
-//! ([`aws_config`]) and their logs ([`init_logging`]). Every SDK type stays
+//! ([`aws_config`]), their logs ([`init_logging`]) and their metrics ([`init_metrics`]). Every SDK type stays
 //! inside this crate: the ports speak only `tgq_core` types, and [`PortError`](tgq_core::PortError)
 //! says whether a failure is worth retrying.
 
@@ -10,6 +10,7 @@ mod error;
 mod item;
 mod letter;
 mod logging;
+mod metrics;
 mod secret;
 mod sqs;
 
@@ -21,7 +22,8 @@ use aws_config::{BehaviorVersion, SdkConfig};
 
 pub use dynamo::DynamoStore;
 pub use letter::dead_letter_marks;
-pub use logging::{init_logging, log_filter, DEFAULT_LOG_FILTER};
+pub use logging::{init_logging, json_logs, log_filter, DEFAULT_LOG_FILTER};
+pub use metrics::init_metrics;
 pub use secret::{resolve_secret, SecretError};
 pub use sqs::SqsQueue;
 

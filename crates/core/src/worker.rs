@@ -306,7 +306,7 @@ impl Worker {
         }
     }
 
-    #[instrument(skip_all, fields(message_id = %record.message_id, update_id, group, attempt))]
+    #[instrument(skip_all, fields(message_id = %record.message_id, bot_id, update_id, group, attempt))]
     async fn process_record(
         &self,
         record: &QueueRecord,
@@ -321,6 +321,7 @@ impl Worker {
             }
         };
         Span::current()
+            .record("bot_id", key.bot_id.as_str())
             .record("update_id", key.update_id.0)
             .record("group", group.as_str());
         self.warn_near_redrive(record);

@@ -4,11 +4,12 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use lambda_http::{Body, Request, Response};
+use lambda_http::{Body, Request, RequestExt as _, Response};
 use secrecy::SecretString;
 use tgq_core::config::{AwsResources, ConfigError, SecretSource, Vars};
 use tgq_core::ids::BotId;
 use tgq_core::ingest::{Answer, RequestHead, Webhook, SECRET_HEADER};
+use tracing::Instrument as _;
 
 /// The webhook's configuration, read once per cold start.
 #[derive(Clone, Debug)]
@@ -48,11 +49,21 @@ impl WebhookConfig {
     }
 }
 
-/// Answers one HTTP request. Every refusal is a status with a short reason; nothing is dropped silently.
+/// Answers one HTTP request. Every refusal is a status with a short reason; nothing is dropped
+/// silently. Every log line of the request carries its Lambda request id.
 pub async fn handle(
     webhook: &Webhook,
     request: Request,
 ) -> Result<Response<Body>, lambda_http::Error> {
+    let request_id = request
+        .lambda_context_ref()
+        .map(|context| context.request_id.clone())
+        .unwrap_or_default();
+    let span = tracing::info_span!("request", request_id = %request_id);
+    answer(webhook, request).instrument(span).await
+}
+
+async fn answer(webhook: &Webhook, request: Request) -> Result<Response<Body>, lambda_http::Error> {
     let body = match request.body() {
         Body::Empty => Bytes::new(),
         Body::Text(text) => Bytes::copy_from_slice(text.as_bytes()),

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use aws_lambda_events::event::sqs::SqsEvent;
-use lambda_runtime::{run, service_fn, Error, LambdaEvent};
+use lambda_runtime::{Error, LambdaEvent};
 use tgq_aws::{DynamoStore, SqsQueue};
 use tgq_core::clock::SystemClock;
 use tgq_core::config::Vars;
@@ -61,8 +61,13 @@ async fn main() -> Result<(), Error> {
     };
     let worker = Worker::new(config.settings.clone(), ports, handler);
     let worker = &worker;
-    run(service_fn(|event: LambdaEvent<SqsEvent>| async move {
-        handle(worker, event).await.map_err(Error::from)
-    }))
+    let metrics = tgq_aws::init_metrics(&config.bot_id)?;
+    // Flushes the invocation's metrics as EMF lines after each batch.
+    metrics_cloudwatch_embedded::lambda::handler::run(
+        metrics,
+        |event: LambdaEvent<SqsEvent>| async move {
+            handle(worker, event).await.map_err(Error::from)
+        },
+    )
     .await
 }
