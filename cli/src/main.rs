@@ -35,14 +35,16 @@ struct Cli {
 enum Command {
     /// Run the whole pipeline in one process: webhook endpoint, worker loops and an embedded store.
     Local(local::LocalArgs),
-    /// Show queue depths, oldest pending age, dead letters, outbox size and counters.
+    /// Show queue depths, oldest message age, dead letters, and locally the outbox and counters;
+    /// on AWS (--stack) also the webhook's pending updates and the alarms.
     Status(ops::StatusArgs),
     /// List the Bot API calls the offline outbox accepted (no TELEGRAM_BOT_TOKEN).
     Outbox(ops::OutboxArgs),
-    /// Inspect the dead letters of the local store.
+    /// List, show, replay and purge dead letters, on AWS (--stack) or locally, every replay and
+    /// purge audited.
     Dlq {
         #[command(subcommand)]
-        command: ops::DlqCommand,
+        command: ops::dlq::DlqCommand,
     },
     /// Set, show or delete the bot's webhook at Telegram (needs TELEGRAM_BOT_TOKEN).
     Webhook {
@@ -94,7 +96,7 @@ fn main() -> ExitCode {
             Command::Local(args) => local::run(args).await,
             Command::Status(args) => ops::status(args).await,
             Command::Outbox(args) => ops::outbox(args).await,
-            Command::Dlq { command } => ops::dlq(command).await,
+            Command::Dlq { command } => ops::dlq::run(command).await,
             Command::Webhook { command } => ops::webhook::run(command).await,
             Command::FakeTelegram(args) => fake_telegram::run(args).await,
         }

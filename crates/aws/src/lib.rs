@@ -49,9 +49,17 @@ fn timeouts(extra: Duration) -> TimeoutConfig {
 /// from the environment, `AWS_ENDPOINT_URL` honoured (moto, LocalStack), short timeouts (connect 1 s,
 /// attempt 2 s, call 5 s) and the standard retry mode with at most 3 attempts.
 pub async fn aws_config() -> SdkConfig {
-    aws_config::defaults(BehaviorVersion::latest())
+    aws_config_in(None).await
+}
+
+/// [`aws_config`] in `region` when one is given (the `tgq` command's `--region`), else the
+/// environment's (`AWS_REGION`, the profile).
+pub async fn aws_config_in(region: Option<String>) -> SdkConfig {
+    let mut loader = aws_config::defaults(BehaviorVersion::latest())
         .timeout_config(timeouts(Duration::ZERO))
-        .retry_config(RetryConfig::standard().with_max_attempts(MAX_ATTEMPTS))
-        .load()
-        .await
+        .retry_config(RetryConfig::standard().with_max_attempts(MAX_ATTEMPTS));
+    if let Some(region) = region {
+        loader = loader.region(aws_config::Region::new(region));
+    }
+    loader.load().await
 }
