@@ -35,7 +35,7 @@ async fn main() -> Result<(), Error> {
     let metrics = tgq_aws::init_metrics(&config.bot_id)?;
     // Flushes the invocation's metrics as EMF lines after each request.
     metrics_cloudwatch_embedded::lambda::handler::run_http(metrics, |request: Request| {
-        handle(&webhook, request)
+        handle(&webhook, &config.allowed_sources, request)
     })
     .await
 }

@@ -13,7 +13,7 @@ use tgq_core::pacer::RateLimits;
 use tgq_core::ports::{QueueRecord, ReceiptHandle};
 use tgq_core::record::Timestamp;
 use tgq_core::worker::{Worker, WorkerSettings};
-use tracing::warn;
+use tracing::{warn, Instrument as _};
 
 /// The worker's configuration, read once per cold start.
 #[derive(Clone, Debug)]
@@ -77,7 +77,12 @@ pub async fn handle(
         .map(queue_record)
         .collect::<Result<Vec<_>, _>>()?;
     let deadline = invocation_deadline(Timestamp(event.context.deadline), SystemClock.now());
-    let report = worker.process_batch(&records, deadline).await;
+    // Every log line of the invocation carries its Lambda request id.
+    let span = tracing::info_span!("invocation", request_id = %event.context.request_id);
+    let report = worker
+        .process_batch(&records, deadline)
+        .instrument(span)
+        .await;
     let mut response = SqsBatchResponse::default();
     response.batch_item_failures = report
         .failed_message_ids()

@@ -109,7 +109,9 @@ async fn webhook_paths() {
             .with_lambda_context(context)
     };
     let status = |request| async {
-        let response = tgq_webhook::handle(&webhook, request).await.unwrap();
+        let response = tgq_webhook::handle(&webhook, &Default::default(), request)
+            .await
+            .unwrap();
         response.status().as_u16()
     };
     assert_eq!(status(post(SECRET, update(1, 5))).await, 200, "accepted");

@@ -132,7 +132,9 @@ async fn webhook_outcomes() {
         },
     );
     let status = |request| async {
-        let response = tgq_webhook::handle(&webhook, request).await.unwrap();
+        let response = tgq_webhook::handle(&webhook, &Default::default(), request)
+            .await
+            .unwrap();
         response.status().as_u16()
     };
     assert_eq!(status(post(&message(1))).await, 200);

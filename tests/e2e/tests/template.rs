@@ -279,7 +279,10 @@ fn the_worker_duration_alarm_fires_at_eighty_percent_of_its_timeout() {
     let threshold = t
         .number(&alarm(&t, "WorkerDurationAlarm")["Threshold"])
         .expect("a numeric threshold");
-    assert_eq!(threshold, t.function_timeout("WorkerFunction") * 1000 * 8 / 10);
+    assert_eq!(
+        threshold,
+        t.function_timeout("WorkerFunction") * 1000 * 8 / 10
+    );
 }
 
 #[test]
@@ -292,7 +295,10 @@ fn the_oldest_letter_alarm_fires_days_before_sqs_deletes_letters() {
         .number(&t.resource("DeadLetterQueue")["MessageRetentionPeriod"])
         .unwrap();
     assert_eq!(threshold, 10 * 86_400, "ten days");
-    assert!(retention - threshold >= 3 * 86_400, "{threshold} vs {retention}");
+    assert!(
+        retention - threshold >= 3 * 86_400,
+        "{threshold} vs {retention}"
+    );
 }
 
 #[test]
@@ -319,7 +325,10 @@ fn the_ingest_unavailable_alarm_sums_every_cause_the_webhook_reports_for_five_mi
             dimensions[0]["Name"].as_str(),
             Some(tgq_core::metrics::BOT_ID)
         );
-        assert_eq!(dimensions[1]["Name"].as_str(), Some(tgq_core::metrics::CAUSE));
+        assert_eq!(
+            dimensions[1]["Name"].as_str(),
+            Some(tgq_core::metrics::CAUSE)
+        );
         causes.push(dimensions[1]["Value"].as_str().unwrap().to_owned());
         assert_eq!(t.number(&query["MetricStat"]["Period"]), Some(60));
     }
@@ -355,7 +364,10 @@ fn the_dashboard_shows_every_metric_the_functions_emit() {
         .iter()
         .chain(&tgq_core::metrics::HISTOGRAMS)
     {
-        assert!(text.contains(&format!("\"{name}\"")) || text.contains(&format!("\\\"{name}\\\"")), "{name} is on the dashboard");
+        assert!(
+            text.contains(&format!("\"{name}\"")) || text.contains(&format!("\\\"{name}\\\"")),
+            "{name} is on the dashboard"
+        );
     }
     assert!(text.contains(&format!("{{{},BotId", tgq_core::metrics::NAMESPACE)));
 }
