@@ -40,11 +40,29 @@ struct Deployed {
 /// Creates the resources and a stack whose outputs name them, with the SSM parameters a tgq stack
 /// names (the bot token, the webhook secret) and `outputs` on top.
 async fn deploy(purpose: &str, token: &str, outputs: &[(&str, &str)]) -> Deployed {
+    deploy_as(None, purpose, token, outputs).await
+}
+
+/// [`deploy`] under the stack name `name` (a stack of that name left by an earlier run is deleted
+/// first), or one unique to the test.
+async fn deploy_as(
+    name: Option<&str>,
+    purpose: &str,
+    token: &str,
+    outputs: &[(&str, &str)],
+) -> Deployed {
     let sdk = emulator::sdk_config().await;
     let resources = Stack::create(&sdk, purpose)
         .await
         .expect("resources on moto");
-    let name = resources.table.replace("tgq-e2e-", "ops-");
+    let name = match name {
+        Some(name) => {
+            let stacks = aws_sdk_cloudformation::Client::new(&sdk);
+            let _ = stacks.delete_stack().stack_name(name).send().await;
+            name.to_owned()
+        }
+        None => resources.table.replace("tgq-e2e-", "ops-"),
+    };
     let mut template_outputs = serde_json::Map::new();
     for (key, value) in [
         ("TableName", resources.table.as_str()),
@@ -413,4 +431,93 @@ async fn webhook_set_with_a_stack_takes_the_url_secret_and_token_from_it_and_che
         "confirmed with getWebhookInfo"
     );
     assert!(!said.contains("stack-webhook-secret") && !said.contains(fake.token()));
+}
+
+/// The `tgq` lines of README's "Operating tgq" section, in order, each split into its arguments
+/// (comments dropped).
+fn operating_guide_commands() -> Vec<Vec<String>> {
+    const README: &str = include_str!("../../README.md");
+    let section = README
+        .split("\n## Operating tgq\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .expect("README has an \"Operating tgq\" section");
+    let mut in_code = false;
+    let mut commands = Vec::new();
+    for line in section.lines() {
+        if line.starts_with("```") {
+            in_code = !in_code;
+            continue;
+        }
+        let Some(command) = line.strip_prefix("tgq ").filter(|_| in_code) else {
+            continue;
+        };
+        let command = command.split(" #").next().unwrap_or(command);
+        commands.push(command.split_whitespace().map(str::to_owned).collect());
+    }
+    commands
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_operating_guide_runs_as_written_against_moto() {
+    let fake = FakeTelegram::start().await.unwrap();
+    let api_url = fake.url();
+    let d = deploy_as(
+        Some("tgq"),
+        "guide",
+        fake.token(),
+        &[
+            ("WebhookUrl", "https://guide.lambda-url.us-east-1.on.aws/"),
+            ("TelegramApiUrl", api_url.as_str()),
+        ],
+    )
+    .await;
+    d.bury(1, 7).await;
+    d.bury(2, 8).await;
+    let envs = [
+        ("TELEGRAM_BOT_TOKEN", fake.token()),
+        ("TELEGRAM_API_URL", api_url.as_str()),
+    ];
+    let mut ran = Vec::new();
+    let mut next_update = 3;
+    for command in operating_guide_commands() {
+        let mut args = command;
+        if args.iter().any(|a| a == "ID") {
+            // The guide's ID is a letter `tgq dlq list` names; bury one when none is left.
+            let mut letters = d.json(&["dlq", "list"]);
+            if letters.as_array().unwrap().is_empty() {
+                d.bury(next_update, 9).await;
+                next_update += 1;
+                letters = d.json(&["dlq", "list"]);
+            }
+            let id = letters[0]["id"].as_str().unwrap().to_owned();
+            args = args
+                .into_iter()
+                .map(|a| if a == "ID" { id.clone() } else { a })
+                .collect();
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (status, stdout, stderr) = run(&envs, &args);
+        assert!(status.success(), "tgq {args:?}: {stderr}\n{stdout}");
+        ran.push(args.join(" "));
+    }
+    for expected in [
+        "webhook set",
+        "status --stack",
+        "dlq list",
+        "dlq show",
+        "dlq replay",
+        "dlq audit",
+        "dlq purge",
+        "webhook delete",
+    ] {
+        assert!(
+            ran.iter().any(|r| r.starts_with(expected)),
+            "the guide runs `tgq {expected}`: {ran:?}"
+        );
+    }
+    assert!(
+        fake.calls().iter().any(|c| c.method == "setWebhook"),
+        "the guide's webhook set reached Telegram"
+    );
 }
