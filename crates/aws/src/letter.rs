@@ -245,6 +245,24 @@ mod tests {
     }
 
     #[test]
+    fn a_letter_moved_back_to_the_updates_queue_is_known_by_its_attributes() {
+        let sent = letter(b"{\"update_id\":17}");
+        assert_eq!(
+            message_marks(&delivered(&sent)),
+            Some(DeadLetterMarks {
+                reason: DeadReason::Permanent,
+                attempts: 2
+            })
+        );
+        let update = Message::builder().message_id("m-9").body("{}").build();
+        assert_eq!(
+            message_marks(&update),
+            None,
+            "an update sent by the webhook"
+        );
+    }
+
+    #[test]
     fn a_redriven_message_is_read_from_its_group_id_and_body() {
         let message = Message::builder()
             .message_id("m-2")
