@@ -109,7 +109,8 @@ fn the_attempt_budget_is_the_code_default_and_the_worker_receives_it() {
 }
 
 #[test]
-fn the_queue_moves_a_message_to_the_dlq_only_after_more_receives_than_the_attempt_budget() {
+fn the_queue_moves_a_message_to_the_dlq_only_after_a_hundred_times_the_attempt_budget_in_receives()
+{
     let t = Template::load();
     let redrive = &t.resource("UpdatesQueue")["RedrivePolicy"];
     let max_receive_count = t
@@ -118,9 +119,18 @@ fn the_queue_moves_a_message_to_the_dlq_only_after_more_receives_than_the_attemp
     let max_attempts = t
         .number(&t.0["Parameters"]["MaxAttempts"]["Default"])
         .expect("MaxAttempts has a numeric default");
+    // A message waiting behind a failing one of its chat is received with every retry of it: the
+    // redrive limit must stay far above what a run of failing heads can spend.
     assert!(
-        max_receive_count > max_attempts,
-        "maxReceiveCount {max_receive_count} must exceed MaxAttempts {max_attempts}"
+        max_receive_count >= 100 * max_attempts,
+        "maxReceiveCount {max_receive_count} must be at least 100 x MaxAttempts {max_attempts}"
+    );
+    assert_eq!(max_receive_count, u64::from(defaults::MAX_RECEIVE_COUNT));
+    let given = &t.resource("WorkerFunction")["Environment"]["Variables"]["TGQ_MAX_RECEIVE_COUNT"];
+    assert_eq!(
+        t.number(given),
+        Some(max_receive_count),
+        "the worker knows the limit"
     );
     assert_eq!(
         get_att_resource(&redrive["deadLetterTargetArn"]),
