@@ -35,6 +35,8 @@ enum Command {
     Status(ops::StatusArgs),
     /// List the Bot API calls the offline outbox accepted (no TELEGRAM_BOT_TOKEN).
     Outbox(ops::OutboxArgs),
+    /// Write a consistent copy of the local store to a file, while `tgq local` runs or not.
+    Backup(ops::BackupArgs),
     /// Inspect the dead letters of the local store.
     Dlq {
         #[command(subcommand)]
@@ -87,6 +89,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Local(args) => local::run(args).await,
             Command::Status(args) => ops::status(args).await,
+            Command::Backup(args) => ops::backup(args).await,
             Command::Outbox(args) => ops::outbox(args).await,
             Command::Dlq { command } => ops::dlq(command).await,
             Command::Webhook { command } => ops::webhook::run(command).await,
