@@ -77,7 +77,10 @@ async fn drill(args: tgq_drill::DrillArgs) -> anyhow::Result<()> {
     }
     let missed = rows.iter().filter(|row| !row.passed()).count();
     if missed > 0 {
-        anyhow::bail!("{missed} of {} scenario runs missed a required figure", rows.len());
+        anyhow::bail!(
+            "{missed} of {} scenario runs missed a required figure",
+            rows.len()
+        );
     }
     Ok(())
 }

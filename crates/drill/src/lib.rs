@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 pub mod disk;
+pub mod fuzz;
 pub mod local;
 pub mod plan;
 pub mod poster;
@@ -110,7 +111,9 @@ pub async fn run(args: &DrillArgs, exe: PathBuf) -> anyhow::Result<Vec<Row>> {
         updates: args.updates.max(10),
         seed: args.seed,
         work,
-        progress: progress::Progress { enabled: !args.json },
+        progress: progress::Progress {
+            enabled: !args.json,
+        },
     };
     run_scenarios(&selected, args.target, &options).await
 }

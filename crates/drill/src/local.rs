@@ -123,7 +123,11 @@ impl LocalTgq {
         self.spawn()?;
         let started = Instant::now();
         loop {
-            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
                 self.child = None;
                 bail!(
                     "tgq local exited with {status} before it was ready; its log: {}",
@@ -136,7 +140,10 @@ impl LocalTgq {
                 }
             }
             if started.elapsed() > READY_TIMEOUT {
-                bail!("tgq local was not ready within {READY_TIMEOUT:?}; see {}", self.log.display());
+                bail!(
+                    "tgq local was not ready within {READY_TIMEOUT:?}; see {}",
+                    self.log.display()
+                );
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -148,18 +155,24 @@ impl LocalTgq {
         self.spawn()?;
         let started = Instant::now();
         loop {
-            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
                 self.child = None;
                 let text = std::fs::read(&self.log).unwrap_or_default();
-                let stderr =
-                    String::from_utf8_lossy(&text[(before as usize).min(text.len())..]).into_owned();
+                let stderr = String::from_utf8_lossy(&text[(before as usize).min(text.len())..])
+                    .into_owned();
                 return Ok(Ok(Refusal { status, stderr }));
             }
             if self.http.get(self.url("/healthz")).send().await.is_ok() {
                 return Ok(Err("it answered /healthz: it serves".into()));
             }
             if started.elapsed() > READY_TIMEOUT {
-                return Ok(Err(format!("it neither served nor exited within {READY_TIMEOUT:?}")));
+                return Ok(Err(format!(
+                    "it neither served nor exited within {READY_TIMEOUT:?}"
+                )));
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -280,7 +293,10 @@ pub fn signal(pid: u32, sig: libc::c_int) -> anyhow::Result<()> {
     // SAFETY: kill(2) only sends a signal to a process this drill started.
     let sent = unsafe { libc::kill(pid, sig) };
     if sent != 0 {
-        bail!("kill({pid}, {sig}) failed: {}", std::io::Error::last_os_error());
+        bail!(
+            "kill({pid}, {sig}) failed: {}",
+            std::io::Error::last_os_error()
+        );
     }
     Ok(())
 }

@@ -129,7 +129,10 @@ pub fn poison_bodies(count: usize) -> Vec<String> {
             0 => format!("not json {i}"),
             1 => format!(r#"{{"update_id":"x{i}"}}"#),
             2 => format!(r#"[{i}, {{"update_id": 1}}]"#),
-            _ => format!(r#"{{"update_id":{},"message":{{"text":"no chat {i}"}}}}"#, -1 - i as i64),
+            _ => format!(
+                r#"{{"update_id":{},"message":{{"text":"no chat {i}"}}}}"#,
+                -1 - i as i64
+            ),
         })
         .collect()
 }
@@ -164,7 +167,10 @@ mod tests {
         let distinct: std::collections::BTreeSet<_> = bodies.iter().collect();
         assert_eq!(distinct.len(), 8);
         for body in &bodies {
-            assert!(tgq_core::envelope::Envelope::parse(body.as_bytes()).is_err(), "{body}");
+            assert!(
+                tgq_core::envelope::Envelope::parse(body.as_bytes()).is_err(),
+                "{body}"
+            );
         }
     }
 }

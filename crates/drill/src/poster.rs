@@ -103,8 +103,9 @@ impl Poster {
                     let mut copies_set = JoinSet::new();
                     for _ in 0..copies.max(1) {
                         let (poster, gate, body) = (poster.clone(), gate.clone(), body.clone());
-                        copies_set
-                            .spawn(async move { poster.deliver(Some(update_id), &body, &gate).await });
+                        copies_set.spawn(async move {
+                            poster.deliver(Some(update_id), &body, &gate).await
+                        });
                     }
                     while copies_set.join_next().await.is_some() {}
                 }

@@ -13,7 +13,9 @@ pub fn table(rows: &[Row]) -> String {
         "#", "scenario", "target", "sent", "ack", "once", "twice", "lost", "order", "dead e/u", "uncrt", "limit", "fence", "drain", ""
     );
     for row in rows {
-        let fenced = row.fenced_writes.map_or("n/a".to_owned(), |n| n.to_string());
+        let fenced = row
+            .fenced_writes
+            .map_or("n/a".to_owned(), |n| n.to_string());
         let result = if row.passed() { "PASS" } else { "FAIL" };
         let _ = writeln!(
             out,

@@ -16,7 +16,7 @@ use crate::tally::{Check, Reported, Row, Tally};
 use crate::{Options, SECRET};
 
 /// How long a scenario may take to drain after its fault before what is missing counts as lost.
-const DRAIN_LIMIT: Duration = Duration::from_secs(300);
+const DRAIN_LIMIT: Duration = Duration::from_secs(180);
 
 /// One scenario's pipeline: the fake Bot API, `tgq local`, and Telegram posting to it.
 struct Run {
@@ -55,15 +55,19 @@ impl Run {
             ..FakeConfig::default()
         })
         .await?;
-        let dir = options.work.join(format!("local-{:02}-{}", scenario.number, scenario.name));
+        let dir = options
+            .work
+            .join(format!("local-{:02}-{}", scenario.number, scenario.name));
         std::fs::create_dir_all(&dir)?;
         let data_dir = data_dir.unwrap_or_else(|| dir.join("data"));
         let mut envs = base_env(&fake);
         envs.extend(env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
         let mut tgq = LocalTgq::new(&options.exe, &data_dir, &dir.join("tgq-local.log"), envs);
         tgq.start().await?;
-        let poster = Poster::new(tgq.url("/webhook"), SECRET, Duration::from_secs(600));
-        let progress = options.progress.scenario(scenario, "local", &plan, &poster, &fake);
+        let poster = Poster::new(tgq.url("/webhook"), SECRET, Duration::from_secs(240));
+        let progress = options
+            .progress
+            .scenario(scenario, "local", &plan, &poster, &fake);
         Ok(Run {
             fake,
             tgq,
@@ -125,11 +129,18 @@ impl Run {
         self.progress.done();
         self.tgq.stop().await;
         self.fake.clone().shutdown().await;
-        Ok(tally.row(scenario.number, scenario.name, "local", &reported, drain, checks))
+        Ok(tally.row(
+            scenario.number,
+            scenario.name,
+            "local",
+            &reported,
+            drain,
+            checks,
+        ))
     }
 }
 
-fn no_unexpected_dead(tally: &Tally) -> Check {
+pub(crate) fn no_unexpected_dead(tally: &Tally) -> Check {
     Check::new(
         "0 unexpected dead letters",
         tally.unexpected_dead() == 0,
@@ -137,19 +148,22 @@ fn no_unexpected_dead(tally: &Tally) -> Check {
     )
 }
 
-fn no_limit_violations(tally: &Tally) -> Check {
+pub(crate) fn no_limit_violations(tally: &Tally) -> Check {
     Check::new(
         "0 Telegram limit violations",
         tally.limit_violations == 0,
-        format!("{} (early sends + sends over the limits)", tally.limit_violations),
+        format!(
+            "{} (early sends + sends over the limits)",
+            tally.limit_violations
+        ),
     )
 }
 
-fn chats(options: &Options) -> i64 {
+pub(crate) fn chats(options: &Options) -> i64 {
     (options.updates as i64 / 10).clamp(3, 60)
 }
 
-fn first_id(scenario: &Scenario) -> i64 {
+pub(crate) fn first_id(scenario: &Scenario) -> i64 {
     100_000_000 * i64::from(scenario.number)
 }
 
@@ -184,7 +198,8 @@ async fn triple_delivery(s: &Scenario, o: &Options, plan: Plan) -> anyhow::Resul
     let run = Run::start(s, o, plan, false, &[], None).await?;
     let sending = run.send(3);
     let drain = run.drain(sending).await?;
-    run.finish(s, drain, |t, _, _| vec![no_unexpected_dead(t)]).await
+    run.finish(s, drain, |t, _, _| vec![no_unexpected_dead(t)])
+        .await
 }
 
 async fn worker_killed(s: &Scenario, o: &Options, mut plan: Plan) -> anyhow::Result<Row> {
@@ -198,7 +213,8 @@ async fn worker_killed(s: &Scenario, o: &Options, mut plan: Plan) -> anyhow::Res
     run.tgq.kill();
     run.tgq.start().await?;
     let drain = run.drain(sending).await?;
-    run.finish(s, drain, |t, _, _| vec![no_unexpected_dead(t)]).await
+    run.finish(s, drain, |t, _, _| vec![no_unexpected_dead(t)])
+        .await
 }
 
 async fn store_unreachable(s: &Scenario, o: &Options, plan: Plan) -> anyhow::Result<Row> {
@@ -237,9 +253,17 @@ async fn failing_head(s: &Scenario, o: &Options, mut plan: Plan) -> anyhow::Resu
             planned.expect = Expect::Dead;
         }
     });
-    let head: Vec<i64> = plan.updates.iter().filter(|p| p.chat == chat).map(|p| p.update_id).collect();
+    let head: Vec<i64> = plan
+        .updates
+        .iter()
+        .filter(|p| p.chat == chat)
+        .map(|p| p.update_id)
+        .collect();
     // A quick backoff so that five budgets of 8 runs are spent in seconds, not minutes.
-    let env = [("TGQ_BACKOFF_BASE_MS", "100"), ("TGQ_BACKOFF_CAP_MS", "400")];
+    let env = [
+        ("TGQ_BACKOFF_BASE_MS", "100"),
+        ("TGQ_BACKOFF_CAP_MS", "400"),
+    ];
     let run = Run::start(s, o, plan, false, &env, None).await?;
     let sending = run.send(1);
     let drain = run.drain(sending).await?;
@@ -260,21 +284,28 @@ async fn flood_wait(s: &Scenario, o: &Options, plan: Plan) -> anyhow::Result<Row
     let run = Run::start(s, o, plan, true, &[], None).await?;
     let sending = run.send(1);
     run.acknowledged(run.plan.updates.len() / 5).await;
-    run.fake.inject(Fault::RetryAfter(3), Scope::Global, Times::Always);
+    run.fake
+        .inject(Fault::RetryAfter(3), Scope::Global, Times::Always);
     tokio::time::sleep(Duration::from_secs(20)).await;
     run.fake.clear_faults();
     let drain = run.drain(sending).await?;
-    run.finish(s, drain, |t, _, _| vec![no_unexpected_dead(t), no_limit_violations(t)])
-        .await
+    run.finish(s, drain, |t, _, _| {
+        vec![no_unexpected_dead(t), no_limit_violations(t)]
+    })
+    .await
 }
 
 /// Telegram failing for `window`: mostly 5xx, and every `every` one call that takes effect but is
 /// answered only after the client's 10 s timeout.
-async fn telegram_trouble(fake: &FakeTelegram, window: Duration, every: Duration) {
+pub(crate) async fn telegram_trouble(fake: &FakeTelegram, window: Duration, every: Duration) {
     let started = Instant::now();
     while started.elapsed() < window {
         fake.clear_faults();
-        fake.inject(Fault::Timeout(Duration::from_secs(12)), Scope::Global, Times::Once);
+        fake.inject(
+            Fault::Timeout(Duration::from_secs(12)),
+            Scope::Global,
+            Times::Once,
+        );
         fake.inject(Fault::ServerError(502), Scope::Global, Times::Always);
         tokio::time::sleep(every.min(window.saturating_sub(started.elapsed()))).await;
     }
@@ -287,13 +318,15 @@ async fn telegram_5xx(s: &Scenario, o: &Options, plan: Plan) -> anyhow::Result<R
     run.acknowledged(run.plan.updates.len() / 5).await;
     telegram_trouble(&run.fake, Duration::from_secs(30), Duration::from_secs(3)).await;
     let drain = run.drain(sending).await?;
-    run.finish(s, drain, |t, _, _| vec![no_unexpected_dead(t)]).await
+    run.finish(s, drain, |t, _, _| vec![no_unexpected_dead(t)])
+        .await
 }
 
 /// Marks the traffic of scenario 9 and queues its Telegram faults.
-fn permanent_plan(plan: &mut Plan) -> (Vec<i64>, Vec<(Fault, i64)>) {
+pub(crate) fn permanent_plan(plan: &mut Plan) -> (Vec<i64>, Vec<(Fault, i64)>) {
     let chats = plan.chats();
-    let (handler_chat, bad_chat, blocked, deactivated) = (chats[0], chats[1], chats[2], chats[3 % chats.len()]);
+    let (handler_chat, bad_chat, blocked, deactivated) =
+        (chats[0], chats[1], chats[2], chats[3 % chats.len()]);
     plan.edit_chat(handler_chat, |k, p| {
         if k % 3 == 1 {
             p.text = format!("/fail permanent {k}");
@@ -322,18 +355,24 @@ fn permanent_plan(plan: &mut Plan) -> (Vec<i64>, Vec<(Fault, i64)>) {
     (gone, faults)
 }
 
-fn permanent_checks(t: &Tally, gone: usize) -> Vec<Check> {
+pub(crate) fn permanent_checks(t: &Tally, gone: usize) -> Vec<Check> {
     vec![
         no_unexpected_dead(t),
         Check::new(
             "permanent errors dead-lettered on the first attempt",
             t.dead_after_retries == 0 && t.dead_missing == 0,
-            format!("{} after more than one run, {} missing", t.dead_after_retries, t.dead_missing),
+            format!(
+                "{} after more than one run, {} missing",
+                t.dead_after_retries, t.dead_missing
+            ),
         ),
         Check::new(
             "recipients who left settle as recipient_gone, not dead-lettered",
             t.dead_unexpected.values().sum::<u64>() == 0,
-            format!("{gone} updates to recipients who left; unexpected letters {:?}", t.dead_unexpected),
+            format!(
+                "{gone} updates to recipients who left; unexpected letters {:?}",
+                t.dead_unexpected
+            ),
         ),
     ]
 }
@@ -342,12 +381,17 @@ async fn permanent_errors(s: &Scenario, o: &Options, mut plan: Plan) -> anyhow::
     let (gone, faults) = permanent_plan(&mut plan);
     let run = Run::start(s, o, plan, false, &[], None).await?;
     for (fault, chat) in faults {
-        let times = if fault == Fault::BadRequest { Times::Once } else { Times::Always };
+        let times = if fault == Fault::BadRequest {
+            Times::Once
+        } else {
+            Times::Always
+        };
         run.fake.inject(fault, Scope::Chat(chat), times);
     }
     let sending = run.send(1);
     let drain = run.drain(sending).await?;
-    run.finish(s, drain, move |t, _, _| permanent_checks(t, gone.len())).await
+    run.finish(s, drain, move |t, _, _| permanent_checks(t, gone.len()))
+        .await
 }
 
 async fn poison(s: &Scenario, o: &Options, mut plan: Plan) -> anyhow::Result<Row> {
@@ -373,7 +417,7 @@ async fn poison(s: &Scenario, o: &Options, mut plan: Plan) -> anyhow::Result<Row
 }
 
 /// The chats of scenario 11 whose first update is an at-most-once send held past a crash.
-fn at_most_once_plan(plan: &mut Plan) -> Vec<i64> {
+pub(crate) fn at_most_once_plan(plan: &mut Plan) -> Vec<i64> {
     let chats: Vec<i64> = plan.chats().into_iter().take(3).collect();
     for &chat in &chats {
         plan.edit_chat(chat, |k, p| {
@@ -386,11 +430,18 @@ fn at_most_once_plan(plan: &mut Plan) -> Vec<i64> {
     chats
 }
 
-async fn wait_for_calls(fake: &FakeTelegram, chats: &[i64], limit: Duration) -> anyhow::Result<()> {
+pub(crate) async fn wait_for_calls(
+    fake: &FakeTelegram,
+    chats: &[i64],
+    limit: Duration,
+) -> anyhow::Result<()> {
     let started = Instant::now();
     loop {
         let calls = fake.calls();
-        if chats.iter().all(|c| calls.iter().any(|call| call.chat_id == Some(*c))) {
+        if chats
+            .iter()
+            .all(|c| calls.iter().any(|call| call.chat_id == Some(*c)))
+        {
             return Ok(());
         }
         if started.elapsed() > limit {
@@ -400,7 +451,7 @@ async fn wait_for_calls(fake: &FakeTelegram, chats: &[i64], limit: Duration) -> 
     }
 }
 
-fn uncertain_checks(t: &Tally, reported: &Reported, held: usize) -> Vec<Check> {
+pub(crate) fn uncertain_checks(t: &Tally, reported: &Reported, held: usize) -> Vec<Check> {
     vec![
         no_unexpected_dead(t),
         Check::new(
@@ -409,7 +460,9 @@ fn uncertain_checks(t: &Tally, reported: &Reported, held: usize) -> Vec<Check> {
             format!(
                 "{held} held across the crash; outside count {}; tgq counts {}",
                 t.uncertain,
-                reported.uncertain.map_or("nothing (no such counter)".into(), |n| n.to_string())
+                reported
+                    .uncertain
+                    .map_or("nothing (no such counter)".into(), |n| n.to_string())
             ),
         ),
     ]
@@ -420,25 +473,31 @@ async fn crash_after_send(s: &Scenario, o: &Options, mut plan: Plan) -> anyhow::
     let mut run = Run::start(s, o, plan, false, &[], None).await?;
     for &chat in &chats {
         // The send takes effect at once; its answer is held until after the crash.
-        run.fake.inject(Fault::Timeout(Duration::from_secs(8)), Scope::Chat(chat), Times::Once);
+        run.fake.inject(
+            Fault::Timeout(Duration::from_secs(8)),
+            Scope::Chat(chat),
+            Times::Once,
+        );
     }
     let sending = run.send(1);
     wait_for_calls(&run.fake, &chats, Duration::from_secs(120)).await?;
     run.tgq.kill();
     run.tgq.start().await?;
     let drain = run.drain(sending).await?;
-    run.finish(s, drain, move |t, r, _| uncertain_checks(t, r, chats.len())).await
+    run.finish(s, drain, move |t, r, _| uncertain_checks(t, r, chats.len()))
+        .await
 }
 
-fn stale_checks(t: &Tally, reported: &Reported) -> Vec<Check> {
+pub(crate) fn stale_checks(t: &Tally, reported: &Reported) -> Vec<Check> {
     vec![
         no_unexpected_dead(t),
         Check::new(
             "the stale run's late writes refused and counted (fenced ≥ 1)",
             reported.fenced.is_some_and(|n| n >= 1),
-            reported
-                .fenced
-                .map_or("tgq reports no fenced writes (no such counter)".into(), |n| format!("{n} fenced")),
+            reported.fenced.map_or(
+                "tgq reports no fenced writes (no such counter)".into(),
+                |n| format!("{n} fenced"),
+            ),
         ),
     ]
 }
@@ -472,18 +531,22 @@ async fn kill_loop(s: &Scenario, o: &Options, plan: Plan) -> anyhow::Result<Row>
         run.tgq.start().await?;
     }
     let drain = run.drain(sending).await?;
-    run.finish(s, drain, |t, _, _| vec![no_unexpected_dead(t)]).await
+    run.finish(s, drain, |t, _, _| vec![no_unexpected_dead(t)])
+        .await
 }
 
 async fn recovery_drain(s: &Scenario, o: &Options, plan: Plan) -> anyhow::Result<Row> {
     let run = Run::start(s, o, plan, true, &[], None).await?;
-    run.fake.inject(Fault::ServerError(502), Scope::Global, Times::Always);
+    run.fake
+        .inject(Fault::ServerError(502), Scope::Global, Times::Always);
     let sending = run.send(1);
     tokio::time::sleep(Duration::from_secs(60)).await;
     run.fake.clear_faults();
     let drain = run.drain(sending).await?;
-    run.finish(s, drain, |t, _, _| vec![no_unexpected_dead(t), no_limit_violations(t)])
-        .await
+    run.finish(s, drain, |t, _, _| {
+        vec![no_unexpected_dead(t), no_limit_violations(t)]
+    })
+    .await
 }
 
 async fn disk_full(s: &Scenario, o: &Options, plan: Plan) -> anyhow::Result<Row> {
@@ -518,7 +581,11 @@ async fn disk_full(s: &Scenario, o: &Options, plan: Plan) -> anyhow::Result<Row>
                     full_readyz.0 == 503 && !full_readyz.1.is_empty(),
                     format!("{} {}", full_readyz.0, full_readyz.1),
                 ),
-                Check::new("the log says the disk is full", log_says, format!("found: {log_says}")),
+                Check::new(
+                    "the log says the disk is full",
+                    log_says,
+                    format!("found: {log_says}"),
+                ),
                 Check::new(
                     "/readyz 200 again once space was freed",
                     after_readyz.0 == 200,
@@ -554,7 +621,10 @@ async fn damaged_store(s: &Scenario, o: &Options, plan: Plan) -> anyhow::Result<
             let text = refusal.stderr.clone();
             let names = text.contains(&file.display().to_string());
             let says = text.contains("restore a backup");
-            (!refusal.status.success() && names && says, last_line(&text, "damaged"))
+            (
+                !refusal.status.success() && names && says,
+                last_line(&text, "damaged"),
+            )
         }
         Err(served) => (false, served.clone()),
     };

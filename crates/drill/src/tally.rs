@@ -323,7 +323,10 @@ pub fn echo_update_id(text: &str) -> Option<i64> {
 /// Delivered echo replies by update id: the seq of each delivery, in arrival order.
 fn echo_replies(calls: &[RecordedCall]) -> HashMap<i64, Vec<u64>> {
     let mut replies: HashMap<i64, Vec<u64>> = HashMap::new();
-    for call in calls.iter().filter(|c| c.is_delivered() && c.method == "sendMessage") {
+    for call in calls
+        .iter()
+        .filter(|c| c.is_delivered() && c.method == "sendMessage")
+    {
         if let Some(id) = call.params["text"].as_str().and_then(echo_update_id) {
             replies.entry(id).or_default().push(call.seq);
         }
@@ -337,7 +340,10 @@ fn order_violations(plan: &Plan, calls: &[RecordedCall]) -> u64 {
     let mut seen: BTreeSet<i64> = BTreeSet::new();
     let mut latest: HashMap<i64, i64> = HashMap::new();
     let mut violations = 0;
-    for call in calls.iter().filter(|c| c.is_delivered() && c.method == "sendMessage") {
+    for call in calls
+        .iter()
+        .filter(|c| c.is_delivered() && c.method == "sendMessage")
+    {
         let Some(id) = call.params["text"].as_str().and_then(echo_update_id) else {
             continue;
         };
@@ -447,7 +453,11 @@ mod tests {
 
     #[test]
     fn dead_letters_are_expected_only_where_the_plan_says_and_poison_is_matched_by_body() {
-        let plan = plan(&[(1, 10, Expect::Dead), (2, 10, Expect::Reply), (3, 11, Expect::Gone)]);
+        let plan = plan(&[
+            (1, 10, Expect::Dead),
+            (2, 10, Expect::Reply),
+            (3, 11, Expect::Gone),
+        ]);
         let letter = |id: Option<i64>, reason: &str, body: &str| Letter {
             update_id: id,
             reason: reason.into(),
