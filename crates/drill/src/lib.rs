@@ -168,6 +168,9 @@ pub async fn run_scenarios(
                 scenario.name,
                 if row.passed() { "pass" } else { "FAIL" }
             );
+            for check in row.checks.iter().filter(|c| !c.met) {
+                eprintln!("    missed: {} — {}", check.required, check.observed);
+            }
         }
         rows.push(row);
     }

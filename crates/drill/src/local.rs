@@ -246,8 +246,12 @@ impl LocalTgq {
 
     /// What tgq counts itself: fenced writes and uncertain sends, when its status has them.
     pub async fn reported(&self) -> Reported {
+        let resent = Reported::resent_in_log(&self.log_text());
         let Ok(status) = self.status().await else {
-            return Reported::default();
+            return Reported {
+                resent,
+                ..Reported::default()
+            };
         };
         let find = |names: &[&str]| {
             names.iter().find_map(|name| {
@@ -259,6 +263,7 @@ impl LocalTgq {
         Reported {
             fenced: find(&["fenced", "fenced_writes"]),
             uncertain: find(&["uncertain_sends", "uncertain"]),
+            resent,
         }
     }
 

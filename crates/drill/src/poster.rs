@@ -44,11 +44,12 @@ pub struct Poster {
     secret: String,
     posted: Arc<Mutex<Posted>>,
     fault_open: Arc<std::sync::atomic::AtomicBool>,
-    patience: Duration,
+    give_up_at: Instant,
 }
 
 impl Poster {
-    /// A poster for the webhook at `url` with `secret`, giving up on an update after `patience`.
+    /// A poster for the webhook at `url` with `secret`, giving up on every update not yet
+    /// acknowledged once `patience` has passed (Telegram's is about 23 hours; a drill's, minutes).
     pub fn new(url: String, secret: &str, patience: Duration) -> Poster {
         Poster {
             http: reqwest::Client::builder()
@@ -60,7 +61,7 @@ impl Poster {
             secret: secret.to_owned(),
             posted: Arc::default(),
             fault_open: Arc::default(),
-            patience,
+            give_up_at: Instant::now() + patience,
         }
     }
 
@@ -120,9 +121,15 @@ impl Poster {
 
     /// Posts one body until a 2xx answers it or patience runs out.
     async fn deliver(&self, update_id: Option<i64>, body: &str, gate: &Semaphore) {
-        let started = Instant::now();
         let mut pause = FIRST_PAUSE;
         loop {
+            if Instant::now() > self.give_up_at {
+                let mut posted = self.posted.lock().unwrap_or_else(PoisonError::into_inner);
+                if let Some(id) = update_id {
+                    posted.given_up.push(id);
+                }
+                return;
+            }
             let status = {
                 let _slot = gate.acquire().await.expect("the semaphore is never closed");
                 let url = self
@@ -152,11 +159,6 @@ impl Poster {
                         posted.acknowledged.entry(id).or_insert_with(Instant::now);
                     }
                     (true, None) => posted.poison_acknowledged += 1,
-                    (false, Some(id)) if started.elapsed() > self.patience => {
-                        posted.given_up.push(id);
-                        return;
-                    }
-                    (false, None) if started.elapsed() > self.patience => return,
                     (false, _) => {}
                 }
             }

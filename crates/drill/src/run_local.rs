@@ -64,7 +64,7 @@ impl Run {
         envs.extend(env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
         let mut tgq = LocalTgq::new(&options.exe, &data_dir, &dir.join("tgq-local.log"), envs);
         tgq.start().await?;
-        let poster = Poster::new(tgq.url("/webhook"), SECRET, Duration::from_secs(240));
+        let poster = Poster::new(tgq.url("/webhook"), SECRET, Duration::from_secs(300));
         let progress = options
             .progress
             .scenario(scenario, "local", &plan, &poster, &fake);
@@ -118,6 +118,7 @@ impl Run {
             &self.fake.calls(),
             &self.fake.violations(),
             &letters,
+            &reported.resent,
         );
         let mut checks = tally.base_checks();
         checks.push(Check::new(

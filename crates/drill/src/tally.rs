@@ -30,6 +30,31 @@ pub struct Reported {
     pub fenced: Option<u64>,
     /// At-most-once sends tgq counted as uncertain.
     pub uncertain: Option<u64>,
+    /// Updates whose at-least-once send tgq says it repeated after an unknown outcome (its log:
+    /// "action has an unknown outcome; sending it again"): a crash or timeout between the send and
+    /// the record of its result, which the fake cannot see when its answer was written before the
+    /// crash.
+    pub resent: BTreeSet<i64>,
+}
+
+impl Reported {
+    /// The update ids of tgq's "sending it again" log lines, JSON (`"update_id":N`) or text
+    /// (`update_id=N`).
+    pub fn resent_in_log(log: &str) -> BTreeSet<i64> {
+        log.lines()
+            .filter(|line| line.contains("unknown outcome; sending it again"))
+            .filter_map(|line| {
+                ["\"update_id\":", "update_id="].iter().find_map(|key| {
+                    let at = line.find(key)? + key.len();
+                    let digits: String = line[at..]
+                        .chars()
+                        .take_while(char::is_ascii_digit)
+                        .collect();
+                    digits.parse().ok()
+                })
+            })
+            .collect()
+    }
 }
 
 /// One required figure and whether the run met it.
@@ -137,6 +162,8 @@ pub struct Tally {
     pub limit_violations: u64,
     /// Updates whose reply was delivered although the plan expects none (dead, gone).
     pub unexpected_effects: u64,
+    /// Repeats explained by tgq's own report of a send repeated after an unknown outcome.
+    pub resent_by_tgq: u64,
 }
 
 impl Tally {
@@ -147,6 +174,7 @@ impl Tally {
         calls: &[RecordedCall],
         violations: &Violations,
         letters: &[Letter],
+        resent: &BTreeSet<i64>,
     ) -> Tally {
         let mut tally = Tally {
             sent: plan.updates.len() as u64,
@@ -187,6 +215,11 @@ impl Tally {
                         _ if !at_most_once && unanswered_before_last => {
                             tally.once += 1;
                             tally.uncertain += delivered.len() as u64 - 1;
+                        }
+                        2 if !at_most_once && resent.contains(&id) => {
+                            tally.once += 1;
+                            tally.uncertain += 1;
+                            tally.resent_by_tgq += 1;
                         }
                         _ => {
                             tally.twice += 1;
@@ -273,7 +306,12 @@ impl Tally {
             Check::new(
                 "0 processed twice",
                 self.twice == 0,
-                format!("{} twice{}", self.twice, ids(&self.twice_ids)),
+                format!(
+                    "{} twice{}; {} repeats after an unknown outcome tgq reported, counted uncertain",
+                    self.twice,
+                    ids(&self.twice_ids),
+                    self.resent_by_tgq
+                ),
             ),
             Check::new(
                 "0 out of order",
@@ -426,6 +464,7 @@ mod tests {
             &calls,
             &Violations::default(),
             &[],
+            &BTreeSet::new(),
         );
         assert_eq!((tally.once, tally.twice, tally.lost), (2, 1, 1));
         assert_eq!(tally.lost_ids, vec![3]);
@@ -446,7 +485,14 @@ mod tests {
             unanswered: BTreeSet::from([1, 3]),
             ..Violations::default()
         };
-        let tally = Tally::count(&plan, &acknowledged(&[1, 2]), &calls, &violations, &[]);
+        let tally = Tally::count(
+            &plan,
+            &acknowledged(&[1, 2]),
+            &calls,
+            &violations,
+            &[],
+            &BTreeSet::new(),
+        );
         assert_eq!((tally.once, tally.twice, tally.uncertain), (1, 1, 1));
         assert_eq!(tally.twice_ids, vec![2]);
     }
@@ -476,11 +522,37 @@ mod tests {
             &calls,
             &Violations::default(),
             &letters,
+            &BTreeSet::new(),
         );
         assert_eq!(tally.dead_expected, 2, "update 1 and the poison body");
         assert_eq!(tally.unexpected_dead(), 1, "the recipient who left");
         assert_eq!(tally.poison_lettered, 1);
         assert_eq!(tally.lost, 0);
+    }
+
+    #[test]
+    fn a_repeat_tgq_reports_as_resent_after_an_unknown_outcome_is_uncertain_not_twice() {
+        let plan = plan(&[(1, 10, Expect::Reply), (2, 11, Expect::Reply)]);
+        let calls = [
+            call(1, 10, "echo 1: t"),
+            call(2, 10, "echo 1: t"),
+            call(3, 11, "echo 2: t"),
+            call(4, 11, "echo 2: t"),
+        ];
+        let log = r#"{"fields":{"message":"action has an unknown outcome; sending it again"},"span":{"update_id":1}}
+WARN process_record{update_id=7}: tgq_core::context: action has an unknown outcome; sending it again"#;
+        let resent = Reported::resent_in_log(log);
+        assert_eq!(resent, BTreeSet::from([1, 7]));
+        let tally = Tally::count(
+            &plan,
+            &acknowledged(&[1, 2]),
+            &calls,
+            &Violations::default(),
+            &[],
+            &resent,
+        );
+        assert_eq!((tally.once, tally.twice, tally.uncertain), (1, 1, 1));
+        assert_eq!(tally.twice_ids, vec![2]);
     }
 
     #[test]

@@ -144,7 +144,7 @@ impl<'a> Run<'a> {
             VISIBILITY,
             INVOCATION_TIMEOUT,
         );
-        let poster = Poster::new(webhook_url, SECRET, Duration::from_secs(240));
+        let poster = Poster::new(webhook_url, SECRET, Duration::from_secs(300));
         let progress = o.progress.scenario(s, "emulator", &plan, &poster, &fake);
         Ok(Run {
             em,
@@ -219,6 +219,7 @@ impl<'a> Run<'a> {
         Reported {
             fenced: (fenced > 0).then_some(fenced),
             uncertain: (uncertain > 0).then_some(uncertain),
+            resent: Reported::resent_in_log(&log),
         }
     }
 
@@ -246,6 +247,7 @@ impl<'a> Run<'a> {
             &self.fake.calls(),
             &self.fake.violations(),
             &letters,
+            &reported.resent,
         );
         let mut checks = tally.base_checks();
         for check in checks.iter_mut().filter(|c| c.required == "0 out of order") {
