@@ -96,37 +96,68 @@ impl DrillStack {
         })
     }
 
-    /// Every dead letter. A message without tgq's attributes was moved by the redrive policy.
+    /// Every dead letter, taken off the dead-letter queue (the scenario is over). A message without
+    /// tgq's attributes was moved there by the redrive policy.
+    ///
+    /// Each letter is deleted once read: the queue is FIFO, so while one letter of a group is held
+    /// by a receive, the group's later letters are not handed out (hiding them, as the suite's
+    /// `read_all` does, reads only the first batch of each group).
     pub async fn dead_letters(&self, sqs: &aws_sdk_sqs::Client) -> anyhow::Result<Vec<Letter>> {
-        let messages = tgq_e2e::emulator::read_all(sqs, &self.dlq_url, 600).await?;
-        Ok(messages
-            .into_iter()
-            .map(|m| {
-                let update_id = m
-                    .attributes
-                    .get("update_id")
+        let mut letters = Vec::new();
+        let mut empty = 0;
+        while empty < 2 {
+            let messages = sqs
+                .receive_message()
+                .queue_url(&self.dlq_url)
+                .max_number_of_messages(10)
+                .visibility_timeout(60)
+                .wait_time_seconds(1)
+                .message_attribute_names("All")
+                .send()
+                .await
+                .context("ReceiveMessage (dead letters)")?
+                .messages
+                .unwrap_or_default();
+            if messages.is_empty() {
+                empty += 1;
+                continue;
+            }
+            empty = 0;
+            for message in messages {
+                let attribute = |name: &str| {
+                    message
+                        .message_attributes
+                        .as_ref()
+                        .and_then(|a| a.get(name))
+                        .and_then(|v| v.string_value.clone())
+                };
+                let body = message.body.clone().unwrap_or_default();
+                let update_id = attribute("update_id")
                     .and_then(|v| v.parse().ok())
                     .or_else(|| {
-                        serde_json::from_str::<serde_json::Value>(&m.body)
+                        serde_json::from_str::<serde_json::Value>(&body)
                             .ok()
                             .and_then(|b| b["update_id"].as_i64())
                     });
-                Letter {
+                letters.push(Letter {
                     update_id,
-                    reason: m
-                        .attributes
-                        .get("reason")
-                        .cloned()
-                        .unwrap_or_else(|| "max_receive_count".to_owned()),
-                    attempts: m
-                        .attributes
-                        .get("attempts")
+                    reason: attribute("reason").unwrap_or_else(|| "max_receive_count".to_owned()),
+                    attempts: attribute("attempts")
                         .and_then(|v| v.parse().ok())
                         .unwrap_or(0),
-                    body: m.body,
+                    body,
+                });
+                if let Some(receipt) = message.receipt_handle {
+                    sqs.delete_message()
+                        .queue_url(&self.dlq_url)
+                        .receipt_handle(receipt)
+                        .send()
+                        .await
+                        .context("DeleteMessage (dead letter)")?;
                 }
-            })
-            .collect())
+            }
+        }
+        Ok(letters)
     }
 }
 
