@@ -565,8 +565,7 @@ async fn crash_after_send(
     run.kill_worker(pid).await;
     run.new_worker().await?;
     let drain = run.drain(sending).await?;
-    run.finish(s, drain, move |t, r, _| uncertain_checks(t, r, 1))
-        .await
+    run.finish(s, drain, |t, r, _| uncertain_checks(t, r)).await
 }
 
 async fn stale_worker(
