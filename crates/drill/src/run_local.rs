@@ -272,9 +272,13 @@ async fn failing_head(s: &Scenario, o: &Options, mut plan: Plan) -> anyhow::Resu
         vec![
             no_unexpected_dead(t),
             Check::new(
-                "the 5 failing heads dead-lettered, the good ones after them processed",
-                t.dead_missing == 0 && t.lost == 0,
-                format!("chat {chat}: updates {:?}…", &head[..head.len().min(10)]),
+                "the 5 failing heads dead-lettered by tgq once their budget was spent (not moved by the redrive), the good ones after them processed",
+                t.dead_missing == 0 && t.lost == 0 && t.dead_by_redrive == 0,
+                format!(
+                    "chat {chat}: updates {:?}…; {} of the heads moved by the redrive",
+                    &head[..head.len().min(10)],
+                    t.dead_by_redrive
+                ),
             ),
         ]
     })

@@ -154,6 +154,9 @@ pub struct Tally {
     pub dead_missing: u64,
     /// Expected dead letters whose letter says more than one handler run.
     pub dead_after_retries: u64,
+    /// Expected dead letters the queue's redrive moved (`max_receive_count`) before tgq gave up on
+    /// them: dead for the wrong reason, untried or tried too few times.
+    pub dead_by_redrive: u64,
     /// Distinct poison bodies found in the dead letters.
     pub poison_lettered: u64,
     /// Uncertain sends.
@@ -236,6 +239,9 @@ impl Tally {
                             tally.dead_expected += 1;
                             if letter.attempts > 1 && letter.reason == "permanent_error" {
                                 tally.dead_after_retries += 1;
+                            }
+                            if letter.reason == "max_receive_count" {
+                                tally.dead_by_redrive += 1;
                             }
                         }
                         None if acknowledged => tally.dead_missing += 1,

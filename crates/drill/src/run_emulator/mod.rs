@@ -535,9 +535,12 @@ async fn failing_head(
         vec![
             no_unexpected_dead(t),
             Check::new(
-                "the 5 failing heads dead-lettered, the good ones after them processed",
-                t.dead_missing == 0 && t.lost == 0,
-                format!("chat {chat}; redrive after {max_receive_count} receives (template.yaml)"),
+                "the 5 failing heads dead-lettered by tgq once their budget was spent (not moved by the redrive), the good ones after them processed",
+                t.dead_missing == 0 && t.lost == 0 && t.dead_by_redrive == 0,
+                format!(
+                    "chat {chat}; {} of the heads moved by the redrive after {max_receive_count} receives (template.yaml)",
+                    t.dead_by_redrive
+                ),
             ),
         ]
     })
