@@ -89,6 +89,38 @@ impl Run {
         }
     }
 
+    /// Waits up to `limit` for every update to be acknowledged and the queue to drain without any
+    /// help; when that does not happen, kills and restarts `tgq local` (what an operator would do) so
+    /// that the drill can tell a pipeline that is stuck from one that lost updates. Returns whether
+    /// it recovered by itself, and what happened.
+    async fn recover(&mut self, limit: Duration) -> anyhow::Result<(bool, String)> {
+        let started = Instant::now();
+        let total = self.plan.updates.len();
+        while started.elapsed() < limit {
+            let acknowledged = self.poster.posted().acknowledged.len();
+            if acknowledged == total && self.tgq.drained().await.unwrap_or(false) {
+                return Ok((
+                    true,
+                    format!("drained {:.0?} after the fault", started.elapsed()),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let readyz = self
+            .tgq
+            .readyz()
+            .await
+            .map_or_else(|e| e.to_string(), |(s, t)| format!("{s} {t}"));
+        self.tgq.kill();
+        self.tgq.start().await?;
+        Ok((
+            false,
+            format!(
+                "stuck {limit:?} after the fault (/readyz: {readyz}); killed and restarted, then it went on"
+            ),
+        ))
+    }
+
     /// Waits until the queue is empty, after sending finished; returns how long it took.
     async fn drain(&self, sending: tokio::task::JoinHandle<()>) -> anyhow::Result<Duration> {
         sending.await?;
@@ -220,7 +252,7 @@ async fn worker_killed(s: &Scenario, o: &Options, mut plan: Plan) -> anyhow::Res
 
 async fn store_unreachable(s: &Scenario, o: &Options, plan: Plan) -> anyhow::Result<Row> {
     let disk = SmallDisk::mount(&o.work.join("local-03-disk"), 64)?;
-    let run = Run::start(s, o, plan, false, &[], Some(disk.path().join("data"))).await?;
+    let mut run = Run::start(s, o, plan, false, &[], Some(disk.path().join("data"))).await?;
     let sending = run.send(1);
     run.acknowledged(run.plan.updates.len() / 4).await;
     run.poster.mark(true);
@@ -228,12 +260,17 @@ async fn store_unreachable(s: &Scenario, o: &Options, plan: Plan) -> anyhow::Res
     tokio::time::sleep(Duration::from_secs(10)).await;
     disk.free()?;
     run.poster.mark(false);
-    let drain = run.drain(sending).await;
-    let drain = drain?;
+    let (by_itself, recovery) = run.recover(Duration::from_secs(60)).await?;
+    let drain = run.drain(sending).await?;
     let row = run
-        .finish(s, drain, |t, _, posted| {
+        .finish(s, drain, move |t, _, posted| {
             vec![
                 no_unexpected_dead(t),
+                Check::new(
+                    "it recovered by itself once the store could commit",
+                    by_itself,
+                    recovery,
+                ),
                 Check::new(
                     "the webhook refused while the store could not commit (5xx, Telegram retried)",
                     posted.during_fault.keys().any(|s| *s >= 500),
@@ -562,7 +599,7 @@ async fn recovery_drain(s: &Scenario, o: &Options, plan: Plan) -> anyhow::Result
 
 async fn disk_full(s: &Scenario, o: &Options, plan: Plan) -> anyhow::Result<Row> {
     let disk = SmallDisk::mount(&o.work.join("local-15-disk"), 64)?;
-    let run = Run::start(s, o, plan, false, &[], Some(disk.path().join("data"))).await?;
+    let mut run = Run::start(s, o, plan, false, &[], Some(disk.path().join("data"))).await?;
     let sending = run.send(1);
     run.acknowledged(run.plan.updates.len() / 4).await;
     run.poster.mark(true);
@@ -572,8 +609,10 @@ async fn disk_full(s: &Scenario, o: &Options, plan: Plan) -> anyhow::Result<Row>
     tokio::time::sleep(Duration::from_secs(10)).await;
     disk.free()?;
     run.poster.mark(false);
-    let drain = run.drain(sending).await?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
     let after_readyz = run.tgq.readyz().await.unwrap_or((0, String::new()));
+    let (by_itself, recovery) = run.recover(Duration::from_secs(60)).await?;
+    let drain = run.drain(sending).await?;
     let log = run.tgq.log_text().to_lowercase();
     let log_says = ["no space left", "disk full", "enospc", "storage full"]
         .iter()
@@ -601,6 +640,11 @@ async fn disk_full(s: &Scenario, o: &Options, plan: Plan) -> anyhow::Result<Row>
                     "/readyz 200 again once space was freed",
                     after_readyz.0 == 200,
                     format!("{} {}", after_readyz.0, after_readyz.1),
+                ),
+                Check::new(
+                    "it recovered by itself once space was freed",
+                    by_itself,
+                    recovery,
                 ),
             ]
         })
