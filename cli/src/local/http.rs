@@ -9,7 +9,7 @@ use axum::extract::{ConnectInfo, Query, Request, State};
 use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{any, get};
+use axum::routing::{any, get, post};
 use axum::Router;
 use http_body_util::LengthLimitError;
 use secrecy::SecretString;
@@ -51,6 +51,7 @@ pub fn router(app: App) -> Router {
         .route("/status", get(admin_status))
         .route("/outbox", get(admin_outbox))
         .route("/dlq", get(admin_dlq))
+        .route("/backup", post(admin_backup))
         .route_layer(middleware::from_fn_with_state(app.clone(), admin_only));
     Router::new()
         .route("/webhook", any(webhook))
@@ -190,6 +191,18 @@ async fn admin_outbox(State(app): State<App>, Query(query): Query<Limit>) -> Res
 async fn admin_dlq(State(app): State<App>, Query(query): Query<Limit>) -> Response {
     let limit = query.limit.unwrap_or(DEFAULT_LIMIT);
     admin_read(&app, move |store| views::dead_letters(store, limit)).await
+}
+
+/// `?to=FILE` on the backup route.
+#[derive(Debug, Deserialize)]
+struct BackupTo {
+    to: std::path::PathBuf,
+}
+
+/// `POST /admin/backup?to=FILE`: what `tgq backup --to FILE` does, inside one read transaction of
+/// the store this instance holds, while it goes on serving.
+async fn admin_backup(State(app): State<App>, Query(query): Query<BackupTo>) -> Response {
+    admin_read(&app, move |store| Ok(store.backup_to(&query.to)?)).await
 }
 
 /// Runs a blocking store read off the async threads and answers with its view as JSON.

@@ -6,6 +6,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
+use reqwest::Method;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tgq_embedded::{EmbeddedStore, StoreError, StoreOptions};
@@ -28,6 +29,21 @@ where
     T: DeserializeOwned + Send + 'static,
     F: FnOnce(&EmbeddedStore) -> anyhow::Result<T> + Send + 'static,
 {
+    reach(data_dir, Method::GET, route, direct).await
+}
+
+/// Does `direct` on the store when it is free, else asks the running instance with `method` on its
+/// admin `route`, which does the same and answers with the same shape.
+pub async fn reach<T, F>(
+    data_dir: &Path,
+    method: Method,
+    route: &str,
+    direct: F,
+) -> anyhow::Result<(T, Source)>
+where
+    T: DeserializeOwned + Send + 'static,
+    F: FnOnce(&EmbeddedStore) -> anyhow::Result<T> + Send + 'static,
+{
     if !data_dir.join(tgq_embedded::FILE_NAME).exists() {
         bail!(
             "there is no tgq store in {}: run `tgq local` first, or pass --data-dir",
@@ -45,7 +61,7 @@ where
         }
         Err(StoreError::AlreadyOpen { .. }) => {
             let addr = running_addr(data_dir)?;
-            let value = get(addr, route).await?;
+            let value = call(addr, method, route).await?;
             let view = serde_json::from_value(value).with_context(|| {
                 format!("the running tgq local at {addr} answered {route} with another shape (is it another version of tgq?)")
             })?;
@@ -83,12 +99,13 @@ pub fn loopback(addr: SocketAddr) -> SocketAddr {
     SocketAddr::new(ip, addr.port())
 }
 
-/// GETs an admin route and unwraps its `{"ok", "result"}` answer.
-async fn get(addr: SocketAddr, route: &str) -> anyhow::Result<Value> {
+/// Calls an admin route and unwraps its `{"ok", "result"}` answer.
+async fn call(addr: SocketAddr, method: Method, route: &str) -> anyhow::Result<Value> {
     let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(10))
+        // A backup of a large store takes a while; reads answer at once.
+        .timeout(Duration::from_secs(600))
         .build()?;
-    let mut request = client.get(format!("http://{addr}{route}"));
+    let mut request = client.request(method, format!("http://{addr}{route}"));
     if let Ok(token) = std::env::var("TGQ_ADMIN_TOKEN") {
         if !token.is_empty() {
             request = request.bearer_auth(token);

@@ -7,6 +7,23 @@ use tgq_embedded::OutboxEntry;
 use super::client::Source;
 use crate::views::{DeadLetterView, StatusView};
 
+/// `tgq backup` as text.
+pub fn backup(backup: &tgq_embedded::Backup, source: Source) {
+    println!(
+        "backup         {} ({} entries, {} bytes)",
+        backup.path.display(),
+        backup.entries,
+        backup.bytes
+    );
+    match source {
+        Source::Running(addr) => {
+            println!("(taken by the running tgq local at {addr}, in one read transaction)")
+        }
+        Source::Store => println!("(read from the store file; tgq local is not running)"),
+    }
+    println!("restore: stop tgq local, then copy it to <data-dir>/tgq.redb");
+}
+
 /// `tgq status` as text.
 pub fn status(view: &StatusView, source: Source) {
     let stats = &view.stats;

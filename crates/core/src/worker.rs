@@ -387,7 +387,7 @@ impl Worker {
         let outcome = match result {
             Ok(()) => self.finish(record, &claimed, &summary, unwritten).await,
             Err(error) if error.is_fenced() => {
-                warn!(error = %error_chain(&error), "another run took the lease over; this run stops");
+                warn!(error = %error_chain(&error), "fenced: another run took the lease over; this run stops");
                 RecordOutcome::Fenced
             }
             Err(error) => {
@@ -461,7 +461,7 @@ impl Worker {
                 RecordOutcome::Done(summary.clone())
             }
             Err(PortError::Fenced { .. }) => {
-                warn!("the handler finished, but another run holds the lease now; leaving it the update");
+                warn!("fenced: the handler finished, but another run holds the lease now; leaving it the update");
                 RecordOutcome::Fenced
             }
             Err(e) => {

@@ -20,6 +20,7 @@ use std::time::Duration;
 use redb::Database;
 use tgq_core::clock::Clock;
 
+mod backup;
 mod error;
 mod inspect;
 mod offline;
@@ -31,6 +32,7 @@ mod retention;
 mod schema;
 mod writer;
 
+pub use backup::Backup;
 pub use error::StoreError;
 pub use inspect::{Counters, OutboxEntry, StoreStats};
 pub use offline::OfflineBotApi;
