@@ -213,7 +213,6 @@ impl<'a> Context<'a> {
         let chat = sends_a_message(&method)
             .then(|| params.get("chat_id").and_then(chat_id_of))
             .flatten();
-        self.pace(chat).await?;
         let intent = self.intent(seq, &method, delivery);
         let outcomes = std::mem::take(&mut self.unwritten);
         self.run
@@ -222,6 +221,15 @@ impl<'a> Context<'a> {
             .await?;
         let mut retries = 0;
         loop {
+            // Paced after the intent, right before the call: nothing slow comes between the slot
+            // and the send. Giving up here leaves the action certainly not sent.
+            if let Err(paced) = self.pace(chat).await {
+                self.unwritten.push(ActionOutcome {
+                    seq,
+                    state: ActionState::failed(0, "held back by Telegram's pacing; not sent"),
+                });
+                return Err(paced);
+            }
             match self.call(seq, &method, &params).await {
                 Ok(value) => return Ok(Some(self.succeeded(seq, &method, value)?)),
                 Err(CallError::Store(e)) => return Err(e.into()),
@@ -264,7 +272,6 @@ impl<'a> Context<'a> {
                     // A short flood wait is sat out here: the action was refused, so it is sent again.
                     self.unwritten.pop();
                     retries += 1;
-                    self.pace(chat).await?;
                 }
             }
         }
@@ -306,21 +313,24 @@ impl<'a> Context<'a> {
         decode(method, value)
     }
 
-    /// Waits for the pacer's slot; a wait longer than the run may spend gives the update back.
+    /// Waits for the pacer's slot; a wait longer than the run may spend gives the update back. A
+    /// flood wait that began while this call waited for its slot (another run's 429) is waited out
+    /// as well, with a new slot after it.
     async fn pace(&mut self, chat: Option<i64>) -> Result<(), HandlerError> {
-        let wait = self
-            .run
-            .pacer
-            .reserve(&self.run.lease.key.bot_id, chat, Instant::now());
-        if wait.is_zero() {
-            return Ok(());
+        let bot = &self.run.lease.key.bot_id;
+        loop {
+            let wait = self.run.pacer.reserve(bot, chat, Instant::now());
+            if wait > self.inline_wait_allowed() {
+                return Err(HandlerError::Paced(wait));
+            }
+            if !wait.is_zero() {
+                tokio::time::sleep(wait).await;
+                self.summary.paced += wait;
+            }
+            if self.run.pacer.paused_for(bot, Instant::now()).is_zero() {
+                return Ok(());
+            }
         }
-        if wait > self.inline_wait_allowed() {
-            return Err(HandlerError::Paced(wait));
-        }
-        tokio::time::sleep(wait).await;
-        self.summary.paced += wait;
-        Ok(())
     }
 
     /// How long a send may still wait inside this run.
