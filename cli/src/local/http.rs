@@ -133,7 +133,7 @@ async fn healthz() -> Response {
     answer(StatusCode::OK, Value::from("alive"))
 }
 
-/// `GET /readyz`: the store answers and every worker loop runs.
+/// `GET /readyz`: the store commits and every worker loop runs.
 async fn readyz(State(app): State<App>) -> Response {
     if app.shutdown.is_triggered() {
         return answer(
@@ -146,14 +146,15 @@ async fn readyz(State(app): State<App>) -> Response {
         let text = format!("{running} of {} worker loops running", app.expected_loops);
         return answer(StatusCode::SERVICE_UNAVAILABLE, Value::from(text));
     }
-    let store = app.store.clone();
-    match tokio::task::spawn_blocking(move || store.counters()).await {
-        Ok(Ok(_)) => answer(StatusCode::OK, Value::from("ready")),
-        _ => answer(
-            StatusCode::SERVICE_UNAVAILABLE,
-            Value::from("the store does not answer"),
-        ),
+    // After a failed commit (a full disk, an fsync error) the store is not ready until a commit
+    // succeeds again: this probe tries one (reopening the file first).
+    if app.store.health().is_err() {
+        if let Err(reason) = app.store.probe().await {
+            let text = format!("the store cannot commit: {reason}");
+            return answer(StatusCode::SERVICE_UNAVAILABLE, Value::from(text));
+        }
     }
+    answer(StatusCode::OK, Value::from("ready"))
 }
 
 /// `?limit=N` on the admin list routes.

@@ -135,8 +135,21 @@ impl Local {
 
     /// Starts `tgq local` on `port`.
     pub fn start_on(port: u16, data_dir: &Path, envs: &[(&str, &str)], args: &[&str]) -> Local {
+        Self::start_with(port, data_dir, envs, args, |_| {})
+    }
+
+    /// Starts `tgq local` on `port`, letting `prepare` adjust the command first.
+    pub fn start_with(
+        port: u16,
+        data_dir: &Path,
+        envs: &[(&str, &str)],
+        args: &[&str],
+        prepare: impl FnOnce(&mut Command),
+    ) -> Local {
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("an address");
-        let mut child = tgq(envs)
+        let mut command = tgq(envs);
+        prepare(&mut command);
+        let mut child = command
             .arg("local")
             .arg("--addr")
             .arg(addr.to_string())
@@ -157,6 +170,11 @@ impl Local {
             stderr,
             readers: vec![out_reader, err_reader],
         }
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// `http://addr/path`.

@@ -567,7 +567,32 @@ async fn stale_worker(s: &Scenario, o: &Options, mut plan: Plan) -> anyhow::Resu
     tokio::time::sleep(Duration::from_secs(75)).await;
     run.tgq.freeze(false)?;
     let drain = run.drain(sending).await?;
-    run.finish(s, drain, |t, r, _| stale_checks(t, r)).await
+    // The whole process was frozen: no other run of it could take the updates over meanwhile. On
+    // waking, the stale batch is cut off at its own deadline (as a timed-out Lambda is), or a write
+    // it still tries after another run claimed is refused. Either way it sends nothing twice.
+    let cut_off = run.tgq.log_text().contains("cut off");
+    run.finish(s, drain, move |t, r, _| local_stale_checks(t, r, cut_off))
+        .await
+}
+
+/// Scenario 12 in local mode, where the frozen process is the only worker.
+fn local_stale_checks(t: &Tally, reported: &Reported, cut_off: bool) -> Vec<Check> {
+    let fenced = reported.fenced.unwrap_or(0);
+    vec![
+        no_unexpected_dead(t),
+        Check::new(
+            "the stale run wrote nothing once its lease was gone: cut off at its deadline, or refused (fenced)",
+            cut_off || fenced >= 1,
+            format!(
+                "{}; {fenced} fenced",
+                if cut_off {
+                    "the stale batch was cut off"
+                } else {
+                    "no batch was cut off"
+                }
+            ),
+        ),
+    ]
 }
 
 async fn kill_loop(s: &Scenario, o: &Options, plan: Plan) -> anyhow::Result<Row> {

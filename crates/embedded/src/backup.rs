@@ -32,7 +32,7 @@ impl EmbeddedStore {
     /// itself a store file: put it at `<data-dir>/tgq.redb` of a stopped instance to restore it.
     /// Blocking: reads and writes on the calling thread; commits go on meanwhile.
     pub fn backup_to(&self, to: &Path) -> Result<Backup, StoreError> {
-        let read = self.db.begin_read()?;
+        let read = self.db.get()?.begin_read()?;
         let partial = partial_path(to);
         // A file left by an interrupted backup would be opened as a database and appended to.
         remove_if_present(&partial)?;

@@ -84,6 +84,15 @@ pub enum StoreError {
     /// The writer thread could not be started, or stopped.
     #[error("the store's writer thread is not running")]
     Thread(#[source] std::io::Error),
+    /// The database is being closed and opened again after a failed write.
+    #[error("the store is being reopened after a failed write; try again")]
+    Reopening,
+    /// Opening the database again after a failed write failed.
+    #[error("the store could not be reopened: {reason}")]
+    Reopen {
+        /// Why.
+        reason: String,
+    },
     /// A write through the writer thread failed.
     #[error("a write to the embedded store failed")]
     Write(#[source] tgq_core::PortError),

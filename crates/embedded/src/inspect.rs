@@ -102,7 +102,7 @@ impl Counters {
 impl EmbeddedStore {
     /// Queue depths and table sizes at `now`. Blocking: reads on the calling thread.
     pub fn stats(&self, now: Timestamp) -> Result<StoreStats, StoreError> {
-        let read = self.db.begin_read()?;
+        let read = self.db.get()?.begin_read()?;
         let messages = queue::read_messages(&read)?;
         let (pending, in_flight, oldest) =
             QueueIndex::census(messages.into_iter().map(|(_, message)| message), now);
@@ -118,7 +118,7 @@ impl EmbeddedStore {
 
     /// Up to `limit` outbox entries, oldest first. Blocking: reads on the calling thread.
     pub fn outbox(&self, limit: usize) -> Result<Vec<OutboxEntry>, StoreError> {
-        let read = self.db.begin_read()?;
+        let read = self.db.get()?.begin_read()?;
         let table = read.open_table(OUTBOX)?;
         let mut entries = Vec::new();
         for entry in table.range::<u64>(..)?.take(limit) {
@@ -141,12 +141,12 @@ impl EmbeddedStore {
 
     /// Up to `limit` dead letters, oldest first, left in place. Blocking: reads on the calling thread.
     pub fn dead_letters(&self, limit: usize) -> Result<Vec<DeadLetter>, StoreError> {
-        read_dead_letters(&self.db, limit)
+        read_dead_letters(&*self.db.get()?, limit)
     }
 
     /// The durable totals. Blocking: reads on the calling thread.
     pub fn counters(&self) -> Result<Counters, StoreError> {
-        let read = self.db.begin_read()?;
+        let read = self.db.get()?.begin_read()?;
         let table = read.open_table(META)?;
         let get = |name: &str| -> Result<u64, StoreError> {
             Ok(table.get(name)?.map_or(0, |v| v.value()))

@@ -8,6 +8,7 @@ use std::time::Duration;
 use redb::{Builder, Database, DatabaseError, Durability, ReadableTable};
 use tgq_core::clock::{Clock, SystemClock};
 
+use crate::handle::{DbHandle, Health};
 use crate::queue::QueueIndex;
 use crate::schema::{
     seq, DEAD, DEDUP, META, OUTBOX, QUEUE, RECORDS, RECORD_EXPIRY, SCHEMA_1_SEQUENCES,
@@ -66,15 +67,18 @@ impl EmbeddedStore {
                 })
             }
         };
-        let db = Arc::new(db);
+        let db = Arc::new(DbHandle::new(path, db));
         let settings = Settings {
             max_receive_count: options.max_receive_count,
             clock: options.clock.clone(),
         };
-        let writer = Writer::start(db.clone(), queue, settings).map_err(StoreError::Thread)?;
+        let health = Arc::new(Health::default());
+        let writer = Writer::start(db.clone(), queue, settings, health.clone())
+            .map_err(StoreError::Thread)?;
         Ok(Arc::new(EmbeddedStore {
             writer,
             db,
+            health,
             ttl: options.ttl,
             clock: options.clock,
         }))
@@ -87,7 +91,7 @@ impl EmbeddedStore {
 /// The check reads the whole file, which costs a moment at start; without it a file damaged on
 /// disk (a bad sector, a partial copy, another program writing to it) could be served from, or
 /// panic deep inside a write later.
-fn open_verified(path: &Path) -> Result<(Database, QueueIndex), StoreError> {
+pub(crate) fn open_verified(path: &Path) -> Result<(Database, QueueIndex), StoreError> {
     let db = Builder::new()
         .set_cache_size(CACHE_BYTES)
         .set_check_integrity_on_open(true)
