@@ -9,7 +9,7 @@ use tgq_core::config::Vars;
 use tgq_core::ingest::{Webhook, WebhookPorts};
 use tgq_webhook::{handle, WebhookConfig};
 
-#[tokio::main]
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Error> {
     tracing_subscriber::fmt()
         .json()

@@ -13,7 +13,7 @@ use tgq_core::worker::{Worker, WorkerPorts};
 use tgq_telegram::HttpBotApi;
 use tgq_worker::{handle, WorkerConfig, TELEGRAM_TIMEOUT};
 
-#[tokio::main]
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Error> {
     tracing_subscriber::fmt()
         .json()
