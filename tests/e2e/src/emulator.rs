@@ -34,7 +34,10 @@ pub fn endpoint() -> String {
 /// emulator).
 pub async fn sdk_config() -> SdkConfig {
     endpoint();
-    aws_config::defaults(BehaviorVersion::latest()).load().await
+    aws_config::defaults(BehaviorVersion::latest())
+        .http_client(tgq_aws::https_client())
+        .load()
+        .await
 }
 
 /// One test's table and queues.

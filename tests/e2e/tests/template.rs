@@ -229,3 +229,34 @@ fn the_bot_id_parameter_accepts_exactly_the_ids_the_code_accepts() {
         "{described}"
     );
 }
+
+#[test]
+fn both_functions_run_on_the_architecture_parameter_which_defaults_to_arm64() {
+    let t = Template::load();
+    let parameter = &t.0["Parameters"]["Architecture"];
+    assert_eq!(parameter["Default"].as_str(), Some("arm64"));
+    let allowed: Vec<&str> = parameter["AllowedValues"]
+        .as_sequence()
+        .expect("Architecture has AllowedValues")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(allowed, ["arm64", "x86_64"]);
+    let global = t.0["Globals"]["Function"]["Architectures"]
+        .as_sequence()
+        .expect("Globals.Function.Architectures is a list");
+    let targets: Vec<Option<&str>> = global
+        .iter()
+        .map(|value| match value {
+            Value::Tagged(tagged) => ref_target(tagged),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(targets, [Some("Architecture")]);
+    for function in ["WebhookFunction", "WorkerFunction"] {
+        assert!(
+            t.resource(function)["Architectures"].is_null(),
+            "{function} overrides the Architecture parameter"
+        );
+    }
+}
