@@ -1,11 +1,14 @@
-//! The handler's view of one update run: typed Bot API calls that are recorded so that a retry never
-//! repeats a send that already happened (docs/ARCHITECTURE.md §5), paced to
-//! Telegram's limits.
+//! The handler's view of one update run (docs/ARCHITECTURE.md §5): typed Bot API calls that are
+//! recorded so that a retry never repeats a send that already happened, paced to Telegram's
+//! limits, and the chat's state.
 //!
 //! Each call is an action at a position (`seq`) of the run. Its intent is written before the call,
 //! fenced by the run's lease; its outcome is kept compactly and written with the run's next write
 //! (the next intent, or the settle), unless the Bot API records it itself in the same commit as the
 //! send (the offline outbox).
+//!
+//! The chat's state comes with the claim; a new state is kept here and written by the `DONE`
+//! settle, in the same conditional write.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -20,12 +23,13 @@ use tracing::warn;
 use crate::clock::Clock;
 use crate::defaults;
 use crate::handler::HandlerError;
-use crate::ids::{GroupKey, RecordKey};
+use crate::ids::{GroupKey, RecordKey, StateKey};
 use crate::pacer::Pacer;
 use crate::ports::{Lease, UpdateLedger};
 use crate::record::{
     ActionIntent, ActionOutcome, ActionRecord, ActionResult, ActionState, Delivery, Timestamp,
 };
+use crate::state::{self, ChatState, StateWrite, StoredState};
 use crate::telegram::{
     chat_id_of, method_name, offline_result, sends_a_message, ActionRef, ApiCall, BotApi,
     CallError, TelegramError,
@@ -42,6 +46,8 @@ pub struct RunParts<'a> {
     pub group: &'a GroupKey,
     /// What earlier runs recorded, by sequence number.
     pub recorded: &'a BTreeMap<u32, ActionRecord>,
+    /// The group's state as the claim read it.
+    pub state: Option<&'a StoredState>,
     /// Where intents go.
     pub ledger: &'a dyn UpdateLedger,
     /// Where calls go.
@@ -60,18 +66,21 @@ pub struct Context<'a> {
     next_seq: u32,
     /// Outcomes known but not yet written: they go with the next intent or the settle.
     unwritten: Vec<ActionOutcome>,
+    /// The state the handler set in this run, for the settle: its format tag and JSON.
+    new_state: Option<(&'static str, String)>,
     summary: ActionSummary,
 }
 
 /// What a run's context saw, reported by the worker.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ActionSummary {
-    /// Actions answered from an earlier run's recorded result instead of being sent.
+    /// Actions (calls and steps) answered from an earlier run's recorded result instead of being
+    /// made again.
     pub replayed: u32,
-    /// At-most-once actions whose outcome is unknown; not re-sent, marked uncertain on the record.
+    /// At-most-once actions whose outcome is unknown; not made again, marked uncertain on the record.
     pub uncertain: Vec<ActionIntent>,
-    /// At-least-once actions an earlier run left with an unknown outcome, sent again: each may have
-    /// reached Telegram twice.
+    /// At-least-once actions an earlier run left with an unknown outcome, made again: each may have
+    /// happened twice.
     pub resent_after_unknown_outcome: u32,
     /// Positions where the handler made another call than the earlier run did.
     pub diverged: Vec<u32>,
@@ -79,14 +88,24 @@ pub struct ActionSummary {
     pub paced: Duration,
 }
 
-/// What is known about an action before it is sent.
+/// What is known about an action before it is made.
 enum Before {
     /// Nothing: a new action.
     Fresh,
-    /// Sent earlier and certainly not taken (a refusal), or never sent: send it.
+    /// Made earlier and certainly not taken (a refusal), or never made: make it.
     NotTaken,
-    /// Sent earlier with an unknown outcome: sending again may repeat it.
+    /// Made earlier with an unknown outcome: making it again may repeat it.
     Unknown,
+}
+
+/// What an earlier run left at an action's position.
+enum Recalled {
+    /// Its recorded result: returned instead of acting again.
+    Result(ActionResult),
+    /// Act, knowing this much.
+    Act(Before),
+    /// At most once and its outcome unknown: not made again, marked uncertain.
+    Uncertain,
 }
 
 impl<'a> Context<'a> {
@@ -96,6 +115,7 @@ impl<'a> Context<'a> {
             run,
             next_seq: 0,
             unwritten: Vec::new(),
+            new_state: None,
             summary: ActionSummary::default(),
         }
     }
@@ -143,6 +163,49 @@ impl<'a> Context<'a> {
         self.act(payload, Delivery::AtMostOnce).await
     }
 
+    /// The chat's state (per user for updates without a chat: the update's group), as the last
+    /// finished update of the group left it, or as this run set it; `None` when none was ever set.
+    /// A value stored under another format tag than `T`'s is refused, naming both
+    /// ([`state::StateError::WrongFormat`]).
+    pub fn state<T: ChatState>(&self) -> Result<Option<T>, HandlerError> {
+        let (format, json) = match (&self.new_state, self.run.state) {
+            (Some((format, json)), _) => (*format, json.as_str()),
+            (None, Some(stored)) => (stored.format.as_str(), stored.json.as_str()),
+            (None, None) => return Ok(None),
+        };
+        Ok(Some(state::decode(format, json)?))
+    }
+
+    /// The format tag of the chat's state (this run's, else the stored one): a handler that
+    /// changed its state type reads an old value with the old type and converts it.
+    pub fn state_format(&self) -> Option<&str> {
+        match (&self.new_state, self.run.state) {
+            (Some((format, _)), _) => Some(format),
+            (None, Some(stored)) => Some(&stored.format),
+            (None, None) => None,
+        }
+    }
+
+    /// Sets the chat's new state. It is written only when the handler finishes, in the same
+    /// conditional write that settles the update `DONE`: a run that fails changes nothing, and a
+    /// finished update never runs again, so the change is applied exactly once. Over
+    /// [`state::MAX_STATE_BYTES`] as JSON it is refused.
+    pub fn set_state<T: ChatState>(&mut self, value: &T) -> Result<(), HandlerError> {
+        self.new_state = Some((T::FORMAT, state::encode(value)?));
+        Ok(())
+    }
+
+    /// The state to write with the `DONE` settle, if the handler set one.
+    pub fn take_state_write(&mut self) -> Option<StateWrite> {
+        let (format, json) = self.new_state.take()?;
+        Some(StateWrite {
+            key: StateKey::new(self.run.lease.key.bot_id.clone(), self.run.group.clone()),
+            format: format.to_owned(),
+            json,
+            read_version: self.run.state.map_or(0, |s| s.version),
+        })
+    }
+
     /// What this run did, for the worker's report.
     pub fn summary(&self) -> ActionSummary {
         self.summary.clone()
@@ -168,58 +231,23 @@ impl<'a> Context<'a> {
         let mut params = serde_json::to_value(&payload).map_err(|e| {
             HandlerError::permanent(format!("{method} payload does not serialize: {e}"))
         })?;
-        let before = match self.run.recorded.get(&seq) {
-            None => Before::Fresh,
-            Some(earlier) if earlier.method != method => {
-                // The handler took another path than last time: the earlier record says nothing
-                // about this call, which is recorded anew at this position.
-                warn!(seq, recorded = %earlier.method, now = %method, "the handler's calls differ from the earlier run's at this position");
-                self.summary.diverged.push(seq);
-                Before::Fresh
+        let before = match self.recall(seq, &method, delivery, self.run.api.records_outcomes()) {
+            Recalled::Result(result) => {
+                let value = result.replay(&params).ok_or_else(|| {
+                    HandlerError::permanent(format!(
+                        "the result of {method} at position {seq} was too large to keep, so it cannot be replayed"
+                    ))
+                })?;
+                return decode::<P::Output>(&method, value).map(Some);
             }
-            Some(earlier) => match &earlier.state {
-                ActionState::Succeeded(result) => {
-                    self.summary.replayed += 1;
-                    let value = result.replay(&params).ok_or_else(|| {
-                        HandlerError::permanent(format!(
-                            "the result of {method} at position {seq} was too large to keep, so it cannot be replayed"
-                        ))
-                    })?;
-                    return decode::<P::Output>(&method, value).map(Some);
-                }
-                ActionState::Failed { .. } => Before::NotTaken,
-                // An outbox that records outcomes in the send's own commit leaves nothing unknown.
-                ActionState::Pending if self.run.api.records_outcomes() => Before::NotTaken,
-                ActionState::Pending | ActionState::Uncertain
-                    if delivery == Delivery::AtMostOnce
-                        || earlier.delivery == Delivery::AtMostOnce =>
-                {
-                    warn!(seq, method = %method, "at-most-once action has an unknown outcome; not sent again");
-                    let intent = self.intent(seq, &method, delivery);
-                    self.unwritten.push(ActionOutcome {
-                        seq,
-                        state: ActionState::Uncertain,
-                    });
-                    self.summary.uncertain.push(intent);
-                    return Ok(None);
-                }
-                ActionState::Pending | ActionState::Uncertain => {
-                    warn!(seq, method = %method, "action has an unknown outcome; sending it again");
-                    self.summary.resent_after_unknown_outcome += 1;
-                    Before::Unknown
-                }
-            },
+            Recalled::Uncertain => return Ok(None),
+            Recalled::Act(before) => before,
         };
         let chat = sends_a_message(&method)
             .then(|| params.get("chat_id").and_then(chat_id_of))
             .flatten();
         self.pace(chat).await?;
-        let intent = self.intent(seq, &method, delivery);
-        let outcomes = std::mem::take(&mut self.unwritten);
-        self.run
-            .ledger
-            .record_intent(self.run.lease, &intent, &outcomes)
-            .await?;
+        self.write_intent(seq, &method, delivery).await?;
         let mut retries = 0;
         loop {
             match self.call(seq, &method, &params).await {
@@ -268,6 +296,75 @@ impl<'a> Context<'a> {
                 }
             }
         }
+    }
+
+    /// Looks up what earlier runs recorded at `seq` for an action `method` about to be made.
+    /// `recorded_with_call`: the action's outcome is recorded in the same commit as the action
+    /// itself (the offline outbox), so a bare intent means it never happened.
+    fn recall(
+        &mut self,
+        seq: u32,
+        method: &str,
+        delivery: Delivery,
+        recorded_with_call: bool,
+    ) -> Recalled {
+        let earlier = match self.run.recorded.get(&seq) {
+            None => return Recalled::Act(Before::Fresh),
+            Some(earlier) if earlier.method != method => {
+                // The handler took another path than last time: the earlier record says nothing
+                // about this action, which is recorded anew at this position.
+                warn!(seq, recorded = %earlier.method, now = %method, "the handler's actions differ from the earlier run's at this position");
+                self.summary.diverged.push(seq);
+                return Recalled::Act(Before::Fresh);
+            }
+            Some(earlier) => earlier,
+        };
+        match &earlier.state {
+            ActionState::Succeeded(result) => {
+                self.summary.replayed += 1;
+                Recalled::Result(result.clone())
+            }
+            ActionState::Failed { .. } => Recalled::Act(Before::NotTaken),
+            ActionState::Pending if recorded_with_call => Recalled::Act(Before::NotTaken),
+            ActionState::Pending | ActionState::Uncertain
+                if delivery == Delivery::AtMostOnce || earlier.delivery == Delivery::AtMostOnce =>
+            {
+                warn!(seq, method = %method, "at-most-once action has an unknown outcome; not made again");
+                let intent = self.intent(seq, method, delivery);
+                self.unwritten.push(ActionOutcome {
+                    seq,
+                    state: ActionState::Uncertain,
+                });
+                self.summary.uncertain.push(intent);
+                Recalled::Uncertain
+            }
+            ActionState::Pending | ActionState::Uncertain => {
+                warn!(seq, method = %method, "action has an unknown outcome; making it again");
+                self.summary.resent_after_unknown_outcome += 1;
+                Recalled::Act(Before::Unknown)
+            }
+        }
+    }
+
+    /// Writes an action's intent, with the outcomes not yet written. When the write fails the
+    /// outcomes are kept for the settle, which may still succeed.
+    async fn write_intent(
+        &mut self,
+        seq: u32,
+        method: &str,
+        delivery: Delivery,
+    ) -> Result<(), HandlerError> {
+        let intent = self.intent(seq, method, delivery);
+        let outcomes = std::mem::take(&mut self.unwritten);
+        let written = self
+            .run
+            .ledger
+            .record_intent(self.run.lease, &intent, &outcomes)
+            .await;
+        if written.is_err() {
+            self.unwritten = outcomes;
+        }
+        Ok(written?)
     }
 
     fn intent(&self, seq: u32, method: &str, delivery: Delivery) -> ActionIntent {

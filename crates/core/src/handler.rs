@@ -10,6 +10,7 @@ use crate::config::Vars;
 use crate::context::Context;
 use crate::error::{ErrorClass, PortError};
 use crate::ids::BotId;
+use crate::state::StateError;
 use crate::telegram::{BotApi, TelegramError};
 
 /// The bot: the one thing a bot author writes.
@@ -47,6 +48,10 @@ pub enum HandlerError {
     /// A Bot API call failed; its class follows Telegram's answer.
     #[error(transparent)]
     Telegram(#[from] TelegramError),
+    /// The chat's state could not be read or written as the handler asked (a changed type, a value
+    /// over the size limit): a mistake retrying cannot fix.
+    #[error(transparent)]
+    State(#[from] StateError),
     /// The store could not record an action (or refused it: see [`PortError`]).
     #[error("recording an outbound action failed")]
     Store(#[from] PortError),
@@ -89,6 +94,7 @@ impl HandlerError {
     pub fn class(&self) -> ErrorClass {
         match self {
             HandlerError::Telegram(e) => e.class(),
+            HandlerError::State(_) => ErrorClass::Permanent,
             // The record cannot hold what the run did: every retry would end the same way.
             HandlerError::Store(PortError::TooLarge { .. }) => ErrorClass::Permanent,
             // Any other store failure loses nothing if the run is retried; a misconfigured stack

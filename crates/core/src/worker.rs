@@ -26,6 +26,7 @@ use crate::ports::{
     Visibility,
 };
 use crate::record::{ActionOutcome, Timestamp};
+use crate::state::StateWrite;
 use crate::telegram::BotApi;
 
 /// The worker's settings.
@@ -382,10 +383,24 @@ impl Worker {
                 .await;
             return (outcome, None);
         }
-        let (result, summary, unwritten) =
-            self.run_handler(record, group, &claimed, deadline).await;
+        let RunEnd {
+            result,
+            summary,
+            unwritten,
+            state,
+        } = self.run_handler(record, group, &claimed, deadline).await;
+        let run = Run {
+            record,
+            key,
+            group,
+            claimed: &claimed,
+        };
         let outcome = match result {
-            Ok(()) => self.finish(record, &claimed, &summary, unwritten).await,
+            Ok(()) => {
+                let done = RecordOutcome::Done(summary.clone());
+                self.finish(run, &summary, Settlement::Done { state }, done, unwritten)
+                    .await
+            }
             Err(error) if error.is_fenced() => {
                 warn!(error = %error_chain(&error), "another run took the lease over; this run stops");
                 RecordOutcome::Fenced
@@ -404,12 +419,17 @@ impl Worker {
         group: &GroupKey,
         claimed: &Claimed,
         deadline: Timestamp,
-    ) -> (Result<(), HandlerError>, ActionSummary, Vec<ActionOutcome>) {
+    ) -> RunEnd {
         let update: Update = match serde_json::from_slice(&record.body) {
             Ok(update) => update,
             Err(e) => {
                 let error = HandlerError::permanent(format!("update does not decode: {e}"));
-                return (Err(error), ActionSummary::default(), Vec::new());
+                return RunEnd {
+                    result: Err(error),
+                    summary: ActionSummary::default(),
+                    unwritten: Vec::new(),
+                    state: None,
+                };
             }
         };
         let cutoff = Timestamp(deadline.0.saturating_sub(
@@ -419,6 +439,7 @@ impl Worker {
             lease: &claimed.lease,
             group,
             recorded: &claimed.actions,
+            state: claimed.state.as_ref(),
             ledger: &*self.ports.ledger,
             api: &*self.ports.api,
             pacer: &self.ports.pacer,
@@ -432,37 +453,55 @@ impl Worker {
             Ok(Err(panic)) => Err(HandlerError::Panicked(panic_message(&panic))),
             Err(_) => Err(HandlerError::Deadline),
         };
-        let summary = ctx.summary();
-        let unwritten = ctx.take_unwritten();
-        (result, summary, unwritten)
+        RunEnd {
+            summary: ctx.summary(),
+            unwritten: ctx.take_unwritten(),
+            state: ctx.take_state_write(),
+            result,
+        }
     }
 
+    /// Settles a run that ends `DONE` (with its state) and returns `done` once that is recorded.
     async fn finish(
         &self,
-        record: &QueueRecord,
-        claimed: &Claimed,
+        run: Run<'_>,
         summary: &ActionSummary,
+        settlement: Settlement,
+        done: RecordOutcome,
         unwritten: Vec<ActionOutcome>,
     ) -> RecordOutcome {
+        let Run {
+            record,
+            key,
+            group,
+            claimed,
+        } = run;
         if !summary.uncertain.is_empty() {
             warn!(
                 uncertain = summary.uncertain.len(),
-                "at-most-once actions with unknown outcome were not sent again; marked uncertain"
+                "at-most-once actions with unknown outcome were not made again; marked uncertain"
             );
         }
         match self
             .ports
             .ledger
-            .settle(&claimed.lease, &Settlement::Done, &unwritten)
+            .settle(&claimed.lease, &settlement, &unwritten)
             .await
         {
             Ok(()) => {
                 info!(attempt = claimed.lease.token, "processed");
-                RecordOutcome::Done(summary.clone())
+                done
             }
             Err(PortError::Fenced { .. }) => {
                 warn!("the handler finished, but another run holds the lease now; leaving it the update");
                 RecordOutcome::Fenced
+            }
+            Err(e @ PortError::Conflict { .. }) => {
+                // Someone else wrote the chat's state since the claim read it: nothing of this
+                // settle was written, and the next run handles the update on the new state.
+                let error = HandlerError::Store(e);
+                self.fail(record, key, group, claimed, error, unwritten)
+                    .await
             }
             Err(e) => {
                 // The message comes back; the next run replays what is recorded and settles again.
@@ -644,6 +683,25 @@ impl Worker {
         }
         after
     }
+}
+
+/// The record a run belongs to, as the settling steps need it.
+#[derive(Clone, Copy)]
+struct Run<'a> {
+    record: &'a QueueRecord,
+    key: &'a RecordKey,
+    group: &'a GroupKey,
+    claimed: &'a Claimed,
+}
+
+/// How a handler run ended, with what its context gathered for the settle.
+struct RunEnd {
+    result: Result<(), HandlerError>,
+    summary: ActionSummary,
+    /// Outcomes not yet written.
+    unwritten: Vec<ActionOutcome>,
+    /// The group's new state, if the handler set one.
+    state: Option<StateWrite>,
 }
 
 /// Reads the bot, group and update id a message belongs to; an unreadable message becomes a

@@ -10,7 +10,7 @@ use tgq_core::clock::{Clock, SystemClock};
 use crate::queue::QueueIndex;
 use crate::schema::{
     seq, DEAD, DEDUP, META, OUTBOX, QUEUE, RECORDS, RECORD_EXPIRY, SCHEMA_1_SEQUENCES,
-    SCHEMA_VERSION,
+    SCHEMA_VERSION, STATES, UPGRADABLE_FROM,
 };
 use crate::writer::{Settings, Writer};
 use crate::{EmbeddedStore, StoreError, FILE_NAME};
@@ -80,7 +80,8 @@ impl EmbeddedStore {
     }
 }
 
-/// Creates the tables of a new file and checks the schema of an existing one.
+/// Creates the tables of a new file, checks the schema of an existing one, and upgrades a file of
+/// the one earlier layout that only lacks tables.
 fn prepare(db: &Database, path: &Path) -> Result<(), StoreError> {
     let mut txn = db.begin_write()?;
     txn.set_durability(Durability::Immediate)?;
@@ -105,6 +106,7 @@ fn prepare(db: &Database, path: &Path) -> Result<(), StoreError> {
     txn.open_table(DEDUP)?;
     txn.open_table(DEAD)?;
     txn.open_table(OUTBOX)?;
+    txn.open_table(STATES)?;
     {
         let mut meta = txn.open_table(META)?;
         let found = meta.get(seq::SCHEMA)?.map(|v| v.value());
@@ -113,6 +115,10 @@ fn prepare(db: &Database, path: &Path) -> Result<(), StoreError> {
                 meta.insert(seq::SCHEMA, SCHEMA_VERSION)?;
             }
             Some(version) if version == SCHEMA_VERSION => {}
+            // Version 4 only added the states table (created above) and new kinds of values.
+            Some(UPGRADABLE_FROM) => {
+                meta.insert(seq::SCHEMA, SCHEMA_VERSION)?;
+            }
             Some(found) => {
                 return Err(StoreError::Schema {
                     path: path.to_owned(),
