@@ -351,6 +351,17 @@ impl UpdateLedger for DynamoStore {
         self.write_run(write).await
     }
 
+    async fn record_outcomes(
+        &self,
+        lease: &Lease,
+        outcomes: &[ActionOutcome],
+    ) -> Result<(), PortError> {
+        if outcomes.is_empty() {
+            return Ok(());
+        }
+        self.write_run(RunWrite::new(lease, outcomes)).await
+    }
+
     async fn settle(
         &self,
         lease: &Lease,

@@ -70,6 +70,7 @@ macro_rules! conformance_tests {
             a_message_received_max_receive_count_times_is_redriven_untried,
             a_claim_returns_the_state_its_group_s_last_done_settle_wrote,
             a_state_write_from_a_stale_read_is_a_conflict_and_writes_nothing,
+            outcomes_written_at_once_come_back_with_the_next_claim_and_are_fenced,
         );
     };
     (@each $make:expr; $($name:ident),* $(,)?) => {
@@ -762,6 +763,44 @@ pub async fn a_state_write_from_a_stale_read_is_a_conflict_and_writes_nothing(a:
     let third = record(&fresh_key(), group.as_str());
     let run = claim(&a, &third, now(), Duration::from_secs(30)).await;
     assert_eq!(run.state, stored(r#"{"by":1}"#, 1));
+}
+
+/// Outcomes written at once (a step's result) are on the record for the next claim, and a run that
+/// lost its lease cannot write them.
+pub async fn outcomes_written_at_once_come_back_with_the_next_claim_and_are_fenced(a: Adapters) {
+    let r = record(&fresh_key(), "1");
+    a.store.insert(&r, now()).await.unwrap();
+    let t0 = now();
+    let run = claim(&a, &r, t0, Duration::from_secs(1)).await;
+    a.ledger
+        .record_intent(
+            &run.lease,
+            &intent(1, "step:charge", Delivery::AtMostOnce),
+            &[],
+        )
+        .await
+        .unwrap();
+    let charged = ActionOutcome {
+        seq: 1,
+        state: ActionState::Succeeded(ActionResult::Json {
+            json: r#"{"id":"ch_1"}"#.into(),
+        }),
+    };
+    a.ledger
+        .record_outcomes(&run.lease, std::slice::from_ref(&charged))
+        .await
+        .unwrap();
+    let next = claim(
+        &a,
+        &r,
+        t0.plus(Duration::from_secs(2)),
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(next.actions[&1].method, "step:charge");
+    assert_eq!(next.actions[&1].state, charged.state);
+    let late = a.ledger.record_outcomes(&run.lease, &[charged]).await;
+    assert!(matches!(late, Err(PortError::Fenced { .. })), "{late:?}");
 }
 
 /// FIFO groups: while one message of a group is in flight, the group delivers nothing else.

@@ -1,16 +1,18 @@
-//! The handler's view of one update run (docs/ARCHITECTURE.md §5): typed Bot API calls that are
-//! recorded so that a retry never repeats a send that already happened, paced to Telegram's
-//! limits, and the chat's state.
+//! The handler's view of one update run (docs/ARCHITECTURE.md §5): typed Bot API calls and steps
+//! (side effects outside Telegram) that are recorded so that a retry never repeats one that already
+//! happened, Bot API calls paced to Telegram's limits, and the chat's state.
 //!
-//! Each call is an action at a position (`seq`) of the run. Its intent is written before the call,
-//! fenced by the run's lease; its outcome is kept compactly and written with the run's next write
-//! (the next intent, or the settle), unless the Bot API records it itself in the same commit as the
-//! send (the offline outbox).
+//! Each call or step is an action at a position (`seq`) of the run. Its intent is written before
+//! it, fenced by the run's lease. A call's outcome is kept compactly and written with the run's next
+//! write (the next intent, or the settle), unless the Bot API records it itself in the same commit
+//! as the send (the offline outbox); a step's outcome is written at once, because a step is what
+//! must not be repeated and the handler may go on for a long while before its next write.
 //!
 //! The chat's state comes with the claim; a new state is kept here and written by the `DONE`
 //! settle, in the same conditional write.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
@@ -22,12 +24,14 @@ use tracing::warn;
 
 use crate::clock::Clock;
 use crate::defaults;
+use crate::error::error_chain;
 use crate::handler::HandlerError;
 use crate::ids::{GroupKey, RecordKey, StateKey};
 use crate::pacer::Pacer;
 use crate::ports::{Lease, UpdateLedger};
 use crate::record::{
     ActionIntent, ActionOutcome, ActionRecord, ActionResult, ActionState, Delivery, Timestamp,
+    MAX_STEP_RESULT_BYTES,
 };
 use crate::state::{self, ChatState, StateWrite, StoredState};
 use crate::telegram::{
@@ -37,6 +41,12 @@ use crate::telegram::{
 
 /// How many times one action is sent again inside a run after a short flood wait.
 const INLINE_RETRIES: u32 = 2;
+
+/// What a step's recorded method starts with: `step:{name}`.
+const STEP_PREFIX: &str = "step:";
+
+/// The longest step name: it is stored with every step's record.
+pub const MAX_STEP_NAME_BYTES: usize = 64;
 
 /// What a run's context is made of; built by the worker for each claimed update.
 pub struct RunParts<'a> {
@@ -206,6 +216,44 @@ impl<'a> Context<'a> {
         })
     }
 
+    /// Runs a side effect outside Telegram at least once — a payment, a database write, an LLM
+    /// call — and records its result (`Ok`, as JSON up to [`MAX_STEP_RESULT_BYTES`]) at once. On a
+    /// retry of the update a recorded result is returned and `run` is not called again. If an
+    /// earlier run died during the step (its outcome unknown), `run` is called again: make it
+    /// idempotent, or use [`Context::step_at_most_once`]. An `Err` from `run` means the step did
+    /// not take effect: it is returned, and a retry runs the step again.
+    ///
+    /// Steps are matched to earlier runs by position and name, like calls: keep their order.
+    pub async fn step<T, F, Fut>(&mut self, name: &str, run: F) -> Result<T, HandlerError>
+    where
+        T: Serialize + DeserializeOwned,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, HandlerError>>,
+    {
+        match self.run_step(name, Delivery::AtLeastOnce, run).await? {
+            Some(value) => Ok(value),
+            None => Err(HandlerError::permanent(
+                "an at-least-once step was reported uncertain",
+            )),
+        }
+    }
+
+    /// Runs a side effect at most once: as [`Context::step`], except that if an earlier run died
+    /// during the step (its outcome unknown), `run` is not called again, `None` is returned, and
+    /// the step is marked uncertain on the record for someone to reconcile.
+    pub async fn step_at_most_once<T, F, Fut>(
+        &mut self,
+        name: &str,
+        run: F,
+    ) -> Result<Option<T>, HandlerError>
+    where
+        T: Serialize + DeserializeOwned,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, HandlerError>>,
+    {
+        self.run_step(name, Delivery::AtMostOnce, run).await
+    }
+
     /// What this run did, for the worker's report.
     pub fn summary(&self) -> ActionSummary {
         self.summary.clone()
@@ -365,6 +413,91 @@ impl<'a> Context<'a> {
             self.unwritten = outcomes;
         }
         Ok(written?)
+    }
+
+    /// Writes the outcomes known so far at once; kept for the settle when the write fails.
+    async fn write_outcomes(&mut self) -> Result<(), HandlerError> {
+        let outcomes = std::mem::take(&mut self.unwritten);
+        let written = self
+            .run
+            .ledger
+            .record_outcomes(self.run.lease, &outcomes)
+            .await;
+        if written.is_err() {
+            self.unwritten = outcomes;
+        }
+        Ok(written?)
+    }
+
+    async fn run_step<T, F, Fut>(
+        &mut self,
+        name: &str,
+        delivery: Delivery,
+        run: F,
+    ) -> Result<Option<T>, HandlerError>
+    where
+        T: Serialize + DeserializeOwned,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, HandlerError>>,
+    {
+        if name.is_empty() || name.len() > MAX_STEP_NAME_BYTES {
+            return Err(HandlerError::permanent(format!(
+                "a step needs a name of 1 to {MAX_STEP_NAME_BYTES} bytes"
+            )));
+        }
+        self.next_seq += 1;
+        let seq = self.next_seq;
+        let method = format!("{STEP_PREFIX}{name}");
+        match self.recall(seq, &method, delivery, false) {
+            Recalled::Result(ActionResult::Json { json }) => {
+                // The type changed since the step ran: retrying cannot make the result readable.
+                return serde_json::from_str(&json).map(Some).map_err(|e| {
+                    HandlerError::permanent(format!(
+                        "the recorded result of {method} does not decode: {e}"
+                    ))
+                });
+            }
+            Recalled::Result(_) => {
+                return Err(HandlerError::permanent(format!(
+                    "the result of {method} at position {seq} was too large to keep, so it cannot be replayed"
+                )))
+            }
+            Recalled::Uncertain => return Ok(None),
+            Recalled::Act(_) => {}
+        }
+        self.write_intent(seq, &method, delivery).await?;
+        let value = match run().await {
+            Ok(value) => value,
+            Err(error) => {
+                // The step says it did not take effect: a retry runs it again.
+                let failed = error_chain(&error);
+                self.unwritten.push(ActionOutcome {
+                    seq,
+                    state: ActionState::failed(0, &failed),
+                });
+                return Err(error);
+            }
+        };
+        let json = serde_json::to_string(&value).ok();
+        let kept = json.filter(|json| json.len() <= MAX_STEP_RESULT_BYTES);
+        let result = match &kept {
+            Some(json) => ActionResult::Json { json: json.clone() },
+            None => ActionResult::NotKept,
+        };
+        self.unwritten.push(ActionOutcome {
+            seq,
+            state: ActionState::Succeeded(result),
+        });
+        // At once: until this write, a crash would have the step run again (or reported uncertain).
+        self.write_outcomes().await?;
+        match kept {
+            Some(_) => Ok(Some(value)),
+            // It happened and is recorded as done, so it is never run again; but a retry could not
+            // give its result back, which is the bot's mistake to fix.
+            None => Err(HandlerError::permanent(format!(
+                "the result of {method} does not fit in {MAX_STEP_RESULT_BYTES} bytes of JSON: return an id, not the whole object"
+            ))),
+        }
     }
 
     fn intent(&self, seq: u32, method: &str, delivery: Delivery) -> ActionIntent {

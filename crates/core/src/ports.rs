@@ -73,6 +73,15 @@ pub trait UpdateLedger: Send + Sync {
         outcomes: &[ActionOutcome],
     ) -> Result<(), PortError>;
 
+    /// Writes outcomes at once instead of with the run's next write: a step's result must be
+    /// durable before the handler goes on (docs/ARCHITECTURE.md §5); [`PortError::Fenced`] when
+    /// the lease is gone.
+    async fn record_outcomes(
+        &self,
+        lease: &Lease,
+        outcomes: &[ActionOutcome],
+    ) -> Result<(), PortError>;
+
     /// Records how a handler run ended, with the outcomes not yet written, and releases the lease;
     /// a `DONE` settle writes the group's new state in the same conditional write. Refused with
     /// [`PortError::Fenced`] when the lease is gone (checked first), [`PortError::Conflict`] when

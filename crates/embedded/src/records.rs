@@ -204,6 +204,16 @@ impl Tx<'_> {
         Ok(())
     }
 
+    /// Writes outcomes of a run at once.
+    pub(crate) fn record_outcomes(
+        &mut self,
+        lease: &Lease,
+        outcomes: &[ActionOutcome],
+    ) -> Result<(), OpError> {
+        self.write_run(lease, outcomes, "store record_outcomes", |_| {})?;
+        Ok(())
+    }
+
     /// Records how a run ended and releases the lease; a `DONE` settle writes the group's new state
     /// with it. Both are checked before either is written.
     pub(crate) fn settle(

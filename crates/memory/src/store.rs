@@ -136,6 +136,14 @@ impl UpdateLedger for MemoryStore {
         })
     }
 
+    async fn record_outcomes(
+        &self,
+        lease: &Lease,
+        outcomes: &[ActionOutcome],
+    ) -> Result<(), PortError> {
+        self.write(lease, outcomes, "store record_outcomes", |_| {})
+    }
+
     async fn settle(
         &self,
         lease: &Lease,
