@@ -373,6 +373,7 @@ impl UpdateLedger for DynamoStore {
             .remove("lease_until");
         write = match settlement {
             Settlement::Done { .. } => write.remove("last_error"),
+            Settlement::RecipientGone { error } => write.set("last_error", ":error", string(error)),
             Settlement::Retrying { error, throttled } => {
                 let write = write.set("last_error", ":error", string(error));
                 match throttled {

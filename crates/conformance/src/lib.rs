@@ -71,6 +71,7 @@ macro_rules! conformance_tests {
             a_claim_returns_the_state_its_group_s_last_done_settle_wrote,
             a_state_write_from_a_stale_read_is_a_conflict_and_writes_nothing,
             outcomes_written_at_once_come_back_with_the_next_claim_and_are_fenced,
+            a_recipient_gone_settle_is_done_and_keeps_why,
         );
     };
     (@each $make:expr; $($name:ident),* $(,)?) => {
@@ -801,6 +802,37 @@ pub async fn outcomes_written_at_once_come_back_with_the_next_claim_and_are_fenc
     assert_eq!(next.actions[&1].state, charged.state);
     let late = a.ledger.record_outcomes(&run.lease, &[charged]).await;
     assert!(matches!(late, Err(PortError::Fenced { .. })), "{late:?}");
+}
+
+/// A run whose recipient is gone settles `DONE`, keeping Telegram's answer as its last error: a
+/// redelivery is acknowledged without running.
+pub async fn a_recipient_gone_settle_is_done_and_keeps_why(a: Adapters) {
+    let r = record(&fresh_key(), "1");
+    a.store.insert(&r, now()).await.unwrap();
+    let run = claim(&a, &r, now(), Duration::from_secs(30)).await;
+    let gone = Settlement::RecipientGone {
+        error: "Telegram answered 403: Forbidden: user is deactivated".into(),
+    };
+    a.ledger.settle(&run.lease, &gone, &[]).await.unwrap();
+    let stored = a.reader.get(&r.key, now()).await.unwrap().unwrap();
+    assert_eq!(
+        (
+            stored.status,
+            stored.last_error.as_deref(),
+            stored.lease_until
+        ),
+        (
+            Status::Done,
+            Some("Telegram answered 403: Forbidden: user is deactivated"),
+            None
+        )
+    );
+    let again = a
+        .ledger
+        .claim(&claim_request(&r, now(), Duration::from_secs(30)))
+        .await
+        .unwrap();
+    assert_eq!(again, Claim::AlreadyFinal(Final::Done));
 }
 
 /// FIFO groups: while one message of a group is in flight, the group delivers nothing else.

@@ -329,7 +329,11 @@ impl<'a> Context<'a> {
                         });
                     }
                     let TelegramError::RetryAfter(wait) = e else {
-                        return Err(e.into());
+                        let recipient = params.get("chat_id").and_then(chat_id_of);
+                        return Err(match e.recipient_gone(recipient) {
+                            Some(gone) => HandlerError::RecipientGone { gone, error: e },
+                            None => e.into(),
+                        });
                     };
                     self.run
                         .pacer

@@ -226,6 +226,14 @@ pub enum Settlement {
         /// The group's new state, if the run set one.
         state: Option<StateWrite>,
     },
+    /// The handler's recipient is gone — the user blocked the bot, deleted their account, or the
+    /// private chat no longer exists (docs/ARCHITECTURE.md §4): nothing is left to do, so the
+    /// update is `DONE`, counted apart, and not dead-lettered. A state change is not written: the
+    /// handler did not finish.
+    RecipientGone {
+        /// Telegram's answer, without message text.
+        error: String,
+    },
     /// A failure worth retrying; another run follows after a backoff.
     Retrying {
         /// Description of the failure, without message text.
@@ -244,7 +252,7 @@ impl Settlement {
     /// The status the record ends in.
     pub fn status(&self) -> Status {
         match self {
-            Settlement::Done { .. } => Status::Done,
+            Settlement::Done { .. } | Settlement::RecipientGone { .. } => Status::Done,
             Settlement::Retrying { .. } => Status::Retrying,
             Settlement::Dead(_) => Status::Dead,
         }
@@ -259,12 +267,14 @@ impl Settlement {
     }
 
     /// Ends the run on a record, for adapters that hold the whole record: its status, the lease
-    /// released, the failure kept (none once done), a throttled run refunded. The state is the adapter's to write ([`settled`]).
+    /// released, the failure kept (none once done; the recipient's departure for a gone one), a
+    /// throttled run refunded. The state is the adapter's to write ([`settled`]).
     pub fn apply(&self, record: &mut UpdateRecord) {
         record.status = self.status();
         record.lease_until = None;
         match self {
             Settlement::Done { .. } => record.last_error = None,
+            Settlement::RecipientGone { error } => record.last_error = Some(error.clone()),
             Settlement::Retrying { error, throttled } => {
                 record.last_error = Some(error.clone());
                 if *throttled {

@@ -27,7 +27,7 @@ use crate::ports::{
 };
 use crate::record::{ActionOutcome, Timestamp};
 use crate::state::StateWrite;
-use crate::telegram::BotApi;
+use crate::telegram::{BotApi, Gone};
 
 /// The worker's settings.
 #[derive(Clone, Debug)]
@@ -41,6 +41,8 @@ pub struct WorkerSettings {
     pub record_ttl: Duration,
     /// The updates queue's redrive `maxReceiveCount`: a record received nearly this often is logged.
     pub max_receive_count: u32,
+    /// What becomes of an update whose recipient is gone (`TGQ_DEAD_LETTER_GONE_RECIPIENTS`).
+    pub gone_recipients: GoneRecipients,
 }
 
 impl Default for WorkerSettings {
@@ -50,8 +52,22 @@ impl Default for WorkerSettings {
             deadline_margin: defaults::DEADLINE_MARGIN,
             record_ttl: defaults::RECORD_TTL,
             max_receive_count: defaults::MAX_RECEIVE_COUNT,
+            gone_recipients: GoneRecipients::default(),
         }
     }
+}
+
+/// What becomes of an update whose handler met a recipient who is gone — blocked the bot,
+/// deleted their account, a private chat not found (docs/ARCHITECTURE.md §4).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum GoneRecipients {
+    /// Settled `DONE` with the outcome `recipient_gone`, counted, acknowledged, not dead-lettered:
+    /// a user who blocked the bot should not page anyone.
+    #[default]
+    Settle,
+    /// Dead-lettered as a permanent failure, like any other 403 or 400
+    /// (`TGQ_DEAD_LETTER_GONE_RECIPIENTS=true`).
+    DeadLetter,
 }
 
 /// The ports the worker uses; built once per cold start.
@@ -76,6 +92,9 @@ pub struct WorkerPorts {
 pub enum RecordOutcome {
     /// The handler finished; the message is acknowledged.
     Done(ActionSummary),
+    /// The handler met a recipient who is gone; settled `DONE` as `recipient_gone` and
+    /// acknowledged, not dead-lettered.
+    RecipientGone(Gone),
     /// Already `DONE` or `DEAD`: acknowledged without running.
     AlreadyFinal,
     /// Failed (or was paced by Telegram); visible again after the delay.
@@ -101,7 +120,10 @@ impl RecordOutcome {
     pub fn is_failure(&self) -> bool {
         !matches!(
             self,
-            RecordOutcome::Done(_) | RecordOutcome::AlreadyFinal | RecordOutcome::DeadLettered(_)
+            RecordOutcome::Done(_)
+                | RecordOutcome::RecipientGone(_)
+                | RecordOutcome::AlreadyFinal
+                | RecordOutcome::DeadLettered(_)
         )
     }
 }
@@ -405,10 +427,20 @@ impl Worker {
                 warn!(error = %error_chain(&error), "another run took the lease over; this run stops");
                 RecordOutcome::Fenced
             }
-            Err(error) => {
-                self.fail(record, key, group, &claimed, error, unwritten)
-                    .await
-            }
+            Err(error) => match error.recipient_gone() {
+                Some(gone) if self.settings.gone_recipients == GoneRecipients::Settle => {
+                    let settlement = Settlement::RecipientGone {
+                        error: error_chain(&error),
+                    };
+                    let gone = RecordOutcome::RecipientGone(gone);
+                    self.finish(run, &summary, settlement, gone, unwritten)
+                        .await
+                }
+                _ => {
+                    self.fail(record, key, group, &claimed, error, unwritten)
+                        .await
+                }
+            },
         };
         (outcome, Some(summary))
     }
@@ -461,7 +493,8 @@ impl Worker {
         }
     }
 
-    /// Settles a run that ends `DONE` (with its state) and returns `done` once that is recorded.
+    /// Settles a run that ends `DONE` — finished (with its state), or its recipient gone — and
+    /// returns `done` once that is recorded.
     async fn finish(
         &self,
         run: Run<'_>,
@@ -489,7 +522,16 @@ impl Worker {
             .await
         {
             Ok(()) => {
-                info!(attempt = claimed.lease.token, "processed");
+                match &done {
+                    RecordOutcome::RecipientGone(gone) => {
+                        info!(
+                            attempt = claimed.lease.token,
+                            gone = gone.as_str(),
+                            "the recipient is gone; settled DONE as recipient_gone"
+                        )
+                    }
+                    _ => info!(attempt = claimed.lease.token, "processed"),
+                }
                 done
             }
             Err(PortError::Fenced { .. }) => {

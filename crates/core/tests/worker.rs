@@ -20,7 +20,9 @@ use tgq_core::ports::{
 };
 use tgq_core::record::{ActionResult, ActionState, Status, Timestamp};
 use tgq_core::telegram::TelegramError;
-use tgq_core::worker::{BatchReport, RecordOutcome, Worker, WorkerPorts, WorkerSettings};
+use tgq_core::worker::{
+    BatchReport, GoneRecipients, RecordOutcome, Worker, WorkerPorts, WorkerSettings,
+};
 use tgq_core::{Context, ErrorClass, Handler, HandlerError};
 use tgq_memory::{Fault, MemoryDeadLetters, MemoryStore, RecordingBotApi, RecordingVisibility};
 
@@ -183,6 +185,7 @@ fn rig_with(limits: RateLimits) -> Rig {
         deadline_margin: Duration::from_secs(5),
         record_ttl: Duration::from_secs(7 * 86_400),
         max_receive_count: 1000,
+        gone_recipients: GoneRecipients::Settle,
     };
     Rig {
         worker: Worker::new(settings, ports, bot.clone()),
@@ -401,8 +404,8 @@ async fn sends_are_paced_to_telegram_s_limits_per_chat() {
 async fn a_permanent_error_is_dead_lettered_on_the_first_attempt() {
     let rig = rig();
     rig.api.fail_next([TelegramError::Api {
-        code: 403,
-        description: "Forbidden: bot was blocked by the user".into(),
+        code: 400,
+        description: "Bad Request: message text is empty".into(),
     }]);
     let report = rig.run(&[update(1, 10), update(2, 10)]).await;
     assert_eq!(

@@ -238,6 +238,7 @@ impl Tx<'_> {
         }
         self.bump(match settlement {
             Settlement::Done { .. } => counter::PROCESSED,
+            Settlement::RecipientGone { .. } => counter::RECIPIENT_GONE,
             Settlement::Retrying { .. } => counter::RETRIED,
             Settlement::Dead(_) => counter::DEAD_LETTERED,
         })

@@ -74,6 +74,7 @@ pub(crate) mod counter {
     pub(crate) const RESENT: &str = "count.resent_after_unknown_outcome";
     pub(crate) const UNCERTAIN: &str = "count.uncertain_sends";
     pub(crate) const FENCED: &str = "count.fenced_writes";
+    pub(crate) const RECIPIENT_GONE: &str = "count.recipient_gone";
 }
 
 /// A stored value that cannot be read back.

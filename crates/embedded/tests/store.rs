@@ -739,6 +739,13 @@ async fn counters_total_what_happened_and_survive_a_reopen() {
         .settle(&lease, &Settlement::Dead(burial), &[])
         .await
         .unwrap();
+    let gone = record(3, START, DAY);
+    store.insert(&gone, START).await.unwrap();
+    let lease = lease_of(&store, &gone, START).await;
+    let blocked = Settlement::RecipientGone {
+        error: "Telegram answered 403: Forbidden: bot was blocked by the user".into(),
+    };
+    store.settle(&lease, &blocked, &[]).await.unwrap();
     store
         .dead_letter(&letter(Some(2), DeadReason::Permanent))
         .await
@@ -753,7 +760,7 @@ async fn counters_total_what_happened_and_survive_a_reopen() {
     assert_eq!(
         store.counters().unwrap(),
         Counters {
-            received: 2,
+            received: 3,
             duplicates: 1,
             poison: 1,
             processed: 1,
@@ -762,6 +769,7 @@ async fn counters_total_what_happened_and_survive_a_reopen() {
             resent_after_unknown_outcome: 0,
             uncertain_sends: 0,
             fenced_writes: 1,
+            recipient_gone: 1,
         }
     );
     assert_eq!(store.dead_letters(10).unwrap().len(), 2);

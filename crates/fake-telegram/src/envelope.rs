@@ -47,6 +47,10 @@ impl ApiError {
         Self::new(403, "Forbidden: bot was blocked by the user")
     }
 
+    pub(crate) fn deactivated() -> Self {
+        Self::new(403, "Forbidden: user is deactivated")
+    }
+
     pub(crate) fn not_found() -> Self {
         Self::new(404, "Not Found")
     }
