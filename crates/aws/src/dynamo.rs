@@ -606,22 +606,30 @@ impl DynamoStore {
         })
     }
 
-    /// The state of a group, if one was ever written (a strongly consistent read).
+    /// The state of a group, if one was ever written.
     async fn read_state(&self, key: &StateKey) -> Result<Option<StoredState>, PortError> {
+        self.read_item(item::state_key(key))
+            .await?
+            .map(|found| found.state())
+            .transpose()
+            .map_err(|e| PortError::rejected(GET, e))
+    }
+
+    /// The item with this key, if any, by a strongly consistent read.
+    async fn read_item(
+        &self,
+        key: HashMap<String, AttributeValue>,
+    ) -> Result<Option<Item>, PortError> {
         let output = self
             .client
             .get_item()
             .table_name(&self.table)
-            .set_key(Some(item::state_key(key)))
+            .set_key(Some(key))
             .consistent_read(true)
             .send()
             .await
             .map_err(|e| port_error(GET, e))?;
-        output
-            .item
-            .map(|found| Item(found).state())
-            .transpose()
-            .map_err(|e| PortError::rejected(GET, e))
+        Ok(output.item.map(Item))
     }
 }
 
@@ -632,19 +640,9 @@ impl RecordReader for DynamoStore {
         key: &RecordKey,
         now: Timestamp,
     ) -> Result<Option<UpdateRecord>, PortError> {
-        let output = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .set_key(Some(item::key(key)))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| port_error(GET, e))?;
-        let Some(found) = output.item else {
+        let Some(found) = self.read_item(item::key(key)).await? else {
             return Ok(None);
         };
-        let found = Item(found);
         if found
             .is_expired(now)
             .map_err(|e| PortError::rejected(GET, e))?

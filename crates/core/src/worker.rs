@@ -147,7 +147,7 @@ impl BatchReport {
             .collect()
     }
 
-    /// At-least-once sends the batch repeated after an unknown outcome.
+    /// At-least-once actions (sends and steps) the batch made again after an unknown outcome.
     pub fn resent_after_unknown_outcome(&self) -> u64 {
         self.runs
             .iter()

@@ -67,8 +67,8 @@ pub struct Counters {
     pub retried: u64,
     /// Updates settled `DEAD`, plus messages redriven after `max_receive_count` receives.
     pub dead_lettered: u64,
-    /// At-least-once sends repeated because an earlier run recorded their intent but no result:
-    /// each may have reached Telegram twice (counted by the worker loop through
+    /// At-least-once actions (sends and steps) made again because an earlier run recorded their
+    /// intent but no result: each may have happened twice (counted by the worker loop through
     /// [`EmbeddedStore::count_resent`]).
     pub resent_after_unknown_outcome: u64,
     /// At-most-once actions not sent again because an earlier run left their outcome unknown:
