@@ -257,7 +257,8 @@ impl Vars {
     /// `recipient_gone`.
     pub fn gone_recipients(&self) -> Result<GoneRecipients, ConfigError> {
         match self.get("TGQ_DEAD_LETTER_GONE_RECIPIENTS") {
-            None | Some("false") => Ok(GoneRecipients::Settle),
+            None => Ok(GoneRecipients::default()),
+            Some("false") => Ok(GoneRecipients::Settle),
             Some("true") => Ok(GoneRecipients::DeadLetter),
             Some(_) => Err(ConfigError::Malformed {
                 name: "TGQ_DEAD_LETTER_GONE_RECIPIENTS",
