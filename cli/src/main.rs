@@ -40,12 +40,16 @@ enum Command {
     Status(ops::StatusArgs),
     /// List the Bot API calls the offline outbox accepted (no TELEGRAM_BOT_TOKEN).
     Outbox(ops::OutboxArgs),
+    /// Write a consistent copy of the local store to a file, while `tgq local` runs or not.
+    Backup(ops::BackupArgs),
     /// List, show, replay and purge dead letters, on AWS (--stack) or locally, every replay and
     /// purge audited.
     Dlq {
         #[command(subcommand)]
         command: ops::dlq::DlqCommand,
     },
+    /// Break the pipeline on purpose and count what happened (docs/RELIABILITY.md).
+    Drill(tgq_drill::DrillArgs),
     /// Set, show or delete the bot's webhook at Telegram (needs TELEGRAM_BOT_TOKEN).
     Webhook {
         #[command(subcommand)]
@@ -67,6 +71,26 @@ fn local_runtime_threads() -> Option<usize> {
     }
     let cores = std::thread::available_parallelism().ok()?.get();
     Some(cores.saturating_sub(1).max(1))
+}
+
+/// `tgq drill`: runs the scenarios against this same binary's `tgq local` (or the emulator), prints
+/// the table, and fails when a required figure was missed.
+async fn drill(args: tgq_drill::DrillArgs) -> anyhow::Result<()> {
+    let exe = std::env::current_exe()?;
+    let rows = tgq_drill::run(&args, exe).await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        print!("{}", tgq_drill::report::table(&rows));
+    }
+    let missed = rows.iter().filter(|row| !row.passed()).count();
+    if missed > 0 {
+        anyhow::bail!(
+            "{missed} of {} scenario runs missed a required figure",
+            rows.len()
+        );
+    }
+    Ok(())
 }
 
 fn main() -> ExitCode {
@@ -95,10 +119,12 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Local(args) => local::run(args).await,
             Command::Status(args) => ops::status(args).await,
+            Command::Backup(args) => ops::backup(args).await,
             Command::Outbox(args) => ops::outbox(args).await,
             Command::Dlq { command } => ops::dlq::run(command).await,
             Command::Webhook { command } => ops::webhook::run(command).await,
             Command::FakeTelegram(args) => fake_telegram::run(args).await,
+            Command::Drill(args) => drill(args).await,
         }
     });
     match outcome {

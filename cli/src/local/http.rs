@@ -59,6 +59,7 @@ pub fn router(app: App) -> Router {
         .route("/dlq/replay", post(admin_dlq_replay))
         .route("/dlq/purge", post(admin_dlq_purge))
         .route("/audit", get(admin_audit))
+        .route("/backup", post(admin_backup))
         .route_layer(middleware::from_fn_with_state(app.clone(), admin_only));
     let metrics = Router::new()
         .route("/metrics", get(metrics))
@@ -144,7 +145,7 @@ async fn healthz() -> Response {
     answer(StatusCode::OK, Value::from("alive"))
 }
 
-/// `GET /readyz`: the store answers and every worker loop runs.
+/// `GET /readyz`: the store commits and every worker loop runs.
 async fn readyz(State(app): State<App>) -> Response {
     if app.shutdown.is_triggered() {
         return answer(
@@ -157,14 +158,15 @@ async fn readyz(State(app): State<App>) -> Response {
         let text = format!("{running} of {} worker loops running", app.expected_loops);
         return answer(StatusCode::SERVICE_UNAVAILABLE, Value::from(text));
     }
-    let store = app.store.clone();
-    match tokio::task::spawn_blocking(move || store.counters()).await {
-        Ok(Ok(_)) => answer(StatusCode::OK, Value::from("ready")),
-        _ => answer(
-            StatusCode::SERVICE_UNAVAILABLE,
-            Value::from("the store does not answer"),
-        ),
+    // After a failed commit (a full disk, an fsync error) the store is not ready until a commit
+    // succeeds again: this probe tries one (reopening the file first).
+    if app.store.health().is_err() {
+        if let Err(reason) = app.store.probe().await {
+            let text = format!("the store cannot commit: {reason}");
+            return answer(StatusCode::SERVICE_UNAVAILABLE, Value::from(text));
+        }
     }
+    answer(StatusCode::OK, Value::from("ready"))
 }
 
 /// `GET /metrics`: the counters and histograms of `tgq_core::metrics`, in the Prometheus text
@@ -285,6 +287,18 @@ fn admin_answer<T: serde::Serialize>(view: anyhow::Result<T>) -> Response {
             Value::from(format!("{error:#}")),
         ),
     }
+}
+
+/// `?to=FILE` on the backup route.
+#[derive(Debug, Deserialize)]
+struct BackupTo {
+    to: std::path::PathBuf,
+}
+
+/// `POST /admin/backup?to=FILE`: what `tgq backup --to FILE` does, inside one read transaction of
+/// the store this instance holds, while it goes on serving.
+async fn admin_backup(State(app): State<App>, Query(query): Query<BackupTo>) -> Response {
+    admin_read(&app, move |store| Ok(store.backup_to(&query.to)?)).await
 }
 
 /// Runs a blocking store read off the async threads and answers with its view as JSON.

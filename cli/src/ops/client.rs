@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
+use reqwest::Method;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tgq_embedded::{EmbeddedStore, StoreError, StoreOptions};
@@ -63,12 +64,30 @@ where
     T: DeserializeOwned + Send + 'static,
     F: FnOnce(&EmbeddedStore) -> anyhow::Result<T> + Send + 'static,
 {
+    reach(data_dir, Method::GET, route, direct).await
+}
+
+/// Does `direct` on the store when it is free, else asks the running instance with `method` on its
+/// admin `route`, which does the same and answers with the same shape.
+pub async fn reach<T, F>(
+    data_dir: &Path,
+    method: Method,
+    route: &str,
+    direct: F,
+) -> anyhow::Result<(T, Source)>
+where
+    T: DeserializeOwned + Send + 'static,
+    F: FnOnce(&EmbeddedStore) -> anyhow::Result<T> + Send + 'static,
+{
     match open(data_dir).await? {
         Local::Store(store) => {
             let value = tokio::task::spawn_blocking(move || direct(&store)).await??;
             Ok((value, Source::Store))
         }
-        Local::Running(addr) => Ok((get(addr, route).await?, Source::Running(addr))),
+        Local::Running(addr) => {
+            let request = client()?.request(method, format!("http://{addr}{route}"));
+            Ok((view(addr, route, request).await?, Source::Running(addr)))
+        }
     }
 }
 
@@ -118,6 +137,7 @@ pub async fn post<T: DeserializeOwned>(
 
 fn client() -> anyhow::Result<reqwest::Client> {
     Ok(reqwest::Client::builder()
+        // A backup of a large store takes a while; reads answer at once.
         .timeout(Duration::from_secs(600))
         .build()?)
 }

@@ -1,6 +1,6 @@
 //! The operations commands: `tgq status` and `tgq dlq` (a deployment on AWS, see `target`, or local
-//! mode's store, directly or through the running instance, see `client`), `tgq outbox` (local mode)
-//! and `tgq webhook` (the bot's webhook at Telegram).
+//! mode's store, directly or through the running instance, see `client`), `tgq outbox` and
+//! `tgq backup` (local mode) and `tgq webhook` (the bot's webhook at Telegram).
 
 mod aws_status;
 mod client;
@@ -51,6 +51,45 @@ pub struct OutboxArgs {
     /// Show at most this many entries, oldest first.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_LIMIT)]
     limit: usize,
+}
+
+/// `tgq backup`.
+#[derive(Debug, Args)]
+pub struct BackupArgs {
+    #[command(flatten)]
+    store: StoreArgs,
+    /// The backup file to write (replaced if it exists). To restore it, stop `tgq local` and copy
+    /// it to <data-dir>/tgq.redb.
+    #[arg(long, value_name = "FILE")]
+    to: PathBuf,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `tgq backup`: a consistent copy of the store, taken by the running `tgq local` inside one read
+/// transaction while it serves, or from the file itself when nothing runs on it.
+pub async fn backup(args: BackupArgs) -> anyhow::Result<()> {
+    // The running instance may have another working directory.
+    let to = std::path::absolute(&args.to)?;
+    let mut url = reqwest::Url::parse("http://tgq.invalid/admin/backup")?;
+    url.query_pairs_mut()
+        .append_pair("to", &to.display().to_string());
+    let route = format!("{}?{}", url.path(), url.query().unwrap_or_default());
+    let direct_to = to.clone();
+    let (backup, source) = client::reach(
+        &args.store.data_dir,
+        reqwest::Method::POST,
+        &route,
+        move |store| Ok(store.backup_to(&direct_to)?),
+    )
+    .await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&backup)?);
+    } else {
+        render::backup(&backup, source);
+    }
+    Ok(())
 }
 
 /// `tgq status`.

@@ -7,6 +7,23 @@ use tgq_embedded::OutboxEntry;
 use super::client::Source;
 use crate::views::{AuditView, LetterView, ReportView, StatusView};
 
+/// `tgq backup` as text.
+pub fn backup(backup: &tgq_embedded::Backup, source: Source) {
+    println!(
+        "backup         {} ({} entries, {} bytes)",
+        backup.path.display(),
+        backup.entries,
+        backup.bytes
+    );
+    match source {
+        Source::Running(addr) => {
+            println!("(taken by the running tgq local at {addr}, in one read transaction)")
+        }
+        Source::Store => println!("(read from the store file; tgq local is not running)"),
+    }
+    println!("restore: stop tgq local, then copy it to <data-dir>/tgq.redb");
+}
+
 /// `tgq status` as text.
 pub fn status(view: &StatusView, source: Source) {
     let stats = &view.stats;
@@ -31,6 +48,7 @@ pub fn status(view: &StatusView, source: Source) {
         ("processed", counters.processed),
         ("retried", counters.retried),
         ("dead-lettered", counters.dead_lettered),
+        ("recipient gone", counters.recipient_gone),
         (
             "re-sent after unknown outcome",
             counters.resent_after_unknown_outcome,

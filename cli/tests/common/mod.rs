@@ -21,7 +21,7 @@ use tgq_embedded::{EmbeddedStore, StoreOptions};
 use tgq_fake_telegram::FakeTelegram;
 
 /// Variables of the developer's shell that would change what `tgq` does.
-const INHERITED: [&str; 17] = [
+const INHERITED: [&str; 18] = [
     "TELEGRAM_BOT_TOKEN",
     "TELEGRAM_BOT_TOKEN_PARAM",
     "TELEGRAM_API_URL",
@@ -33,6 +33,7 @@ const INHERITED: [&str; 17] = [
     "TGQ_MAX_ATTEMPTS",
     "TGQ_BACKOFF_BASE_MS",
     "TGQ_BACKOFF_CAP_MS",
+    "TGQ_DEAD_LETTER_GONE_RECIPIENTS",
     "TGQ_ADMIN_TOKEN",
     "TGQ_RECORD_TTL_SECS",
     "TGQ_PURGE_INTERVAL_SECS",
@@ -135,8 +136,21 @@ impl Local {
 
     /// Starts `tgq local` on `port`.
     pub fn start_on(port: u16, data_dir: &Path, envs: &[(&str, &str)], args: &[&str]) -> Local {
+        Self::start_with(port, data_dir, envs, args, |_| {})
+    }
+
+    /// Starts `tgq local` on `port`, letting `prepare` adjust the command first.
+    pub fn start_with(
+        port: u16,
+        data_dir: &Path,
+        envs: &[(&str, &str)],
+        args: &[&str],
+        prepare: impl FnOnce(&mut Command),
+    ) -> Local {
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("an address");
-        let mut child = tgq(envs)
+        let mut command = tgq(envs);
+        prepare(&mut command);
+        let mut child = command
             .arg("local")
             .arg("--addr")
             .arg(addr.to_string())
@@ -157,6 +171,11 @@ impl Local {
             stderr,
             readers: vec![out_reader, err_reader],
         }
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// `http://addr/path`.

@@ -19,6 +19,8 @@ use std::time::Duration;
 use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
 use aws_config::{BehaviorVersion, SdkConfig};
+use aws_smithy_http_client::tls;
+use aws_smithy_runtime_api::client::http::SharedHttpClient;
 
 pub use dynamo::DynamoStore;
 pub use letter::dead_letter_marks;
@@ -36,6 +38,17 @@ const OPERATION_TIMEOUT: Duration = Duration::from_secs(5);
 /// Attempts per AWS call, the first included.
 const MAX_ATTEMPTS: u32 = 3;
 
+/// The HTTPS client for AWS calls: rustls on ring, the one TLS stack in tgq's binaries (reqwest's for
+/// Telegram too), trusting the system's root certificates. The SDK's own default client is left out
+/// of the build (see the workspace `Cargo.toml`): it would add aws-lc beside ring.
+pub fn https_client() -> SharedHttpClient {
+    aws_smithy_http_client::Builder::new()
+        .tls_provider(tls::Provider::Rustls(
+            tls::rustls_provider::CryptoMode::Ring,
+        ))
+        .build_https()
+}
+
 /// The timeouts of an AWS call that may legitimately wait `extra` on the server (a long poll).
 fn timeouts(extra: Duration) -> TimeoutConfig {
     TimeoutConfig::builder()
@@ -47,7 +60,7 @@ fn timeouts(extra: Duration) -> TimeoutConfig {
 
 /// The configuration every AWS client is built from, once per cold start: region and credentials
 /// from the environment, `AWS_ENDPOINT_URL` honoured (moto, LocalStack), short timeouts (connect 1 s,
-/// attempt 2 s, call 5 s) and the standard retry mode with at most 3 attempts.
+/// attempt 2 s, call 5 s), the standard retry mode with at most 3 attempts, and [`https_client`].
 pub async fn aws_config() -> SdkConfig {
     aws_config_in(None).await
 }
@@ -56,6 +69,7 @@ pub async fn aws_config() -> SdkConfig {
 /// environment's (`AWS_REGION`, the profile).
 pub async fn aws_config_in(region: Option<String>) -> SdkConfig {
     let mut loader = aws_config::defaults(BehaviorVersion::latest())
+        .http_client(https_client())
         .timeout_config(timeouts(Duration::ZERO))
         .retry_config(RetryConfig::standard().with_max_attempts(MAX_ATTEMPTS));
     if let Some(region) = region {

@@ -124,6 +124,7 @@ async fn an_expired_record_is_claimed_afresh_without_its_old_runs_or_actions() {
             first_attempt_at: now,
             resumed: false,
             received_at: now,
+            state: None,
         })
     );
     let stored = e.store.get(&key, now).await.unwrap().expect("re-created");
@@ -181,7 +182,7 @@ async fn a_run_writing_to_a_record_it_holds_no_lease_on_is_fenced() {
     };
     let err = e
         .store
-        .settle(&lease, &tgq_core::ports::Settlement::Done, &[])
+        .settle(&lease, &tgq_core::ports::Settlement::DONE, &[])
         .await
         .unwrap_err();
     assert!(matches!(err, PortError::Fenced { .. }), "{err:?}");

@@ -20,6 +20,7 @@ pub mod pacer;
 pub mod policy;
 pub mod ports;
 pub mod record;
+pub mod state;
 pub mod telegram;
 pub mod worker;
 

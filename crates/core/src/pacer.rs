@@ -134,6 +134,14 @@ impl Pacer {
         at - now
     }
 
+    /// How long every call of `bot` is still held by a flood wait.
+    pub fn paused_for(&self, bot: &BotId, now: Instant) -> Duration {
+        let bots = self.bots.lock();
+        bots.get(bot)
+            .and_then(|pace| pace.paused_until)
+            .map_or(Duration::ZERO, |until| until.saturating_duration_since(now))
+    }
+
     /// Holds every call of `bot` until `until`: Telegram named a wait in a 429.
     pub fn pause(&self, bot: &BotId, until: Instant) {
         let mut bots = self.bots.lock();
@@ -204,6 +212,20 @@ mod tests {
             Duration::from_secs(7)
         );
         assert_eq!(pacer.reserve(&bot("b"), Some(1), now), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_pause_that_began_after_a_slot_was_reserved_is_still_seen_before_the_call() {
+        let pacer = Pacer::new(RateLimits::default());
+        let now = Instant::now();
+        assert_eq!(pacer.reserve(&bot("a"), Some(1), now), Duration::ZERO);
+        pacer.pause(&bot("a"), now + Duration::from_secs(3));
+        assert_eq!(pacer.paused_for(&bot("a"), now), Duration::from_secs(3));
+        assert_eq!(
+            pacer.paused_for(&bot("a"), now + Duration::from_secs(4)),
+            Duration::ZERO
+        );
+        assert_eq!(pacer.paused_for(&bot("b"), now), Duration::ZERO);
     }
 
     #[test]

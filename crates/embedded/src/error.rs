@@ -33,6 +33,21 @@ pub enum StoreError {
         #[source]
         source: DatabaseError,
     },
+    /// The file fails redb's integrity check (a page's checksum, a truncated or overwritten file,
+    /// not a database at all): nothing in it can be trusted, so the store is not opened.
+    #[error(
+        "{} is damaged and tgq will not serve on it ({reason}). Stop every tgq on this data \
+         directory, move the damaged file away, and restore a backup to that path (`tgq backup \
+         --data-dir DIR --to FILE` makes one while tgq local runs; copy FILE to {})",
+        path.display(),
+        path.display()
+    )]
+    Damaged {
+        /// The database file.
+        path: PathBuf,
+        /// What redb found.
+        reason: String,
+    },
     /// The file was written by a version of tgq with another layout.
     #[error(
         "{} has store schema {found}; this tgq reads schema {expected} (use another --data-dir, or move this one away)",
@@ -45,6 +60,15 @@ pub enum StoreError {
         found: u64,
         /// The schema this build reads.
         expected: u64,
+    },
+    /// A backup could not be written.
+    #[error("cannot write the backup {}", path.display())]
+    Backup {
+        /// The backup file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
     },
     /// A read or write of the database failed.
     #[error("the embedded store failed")]
@@ -60,6 +84,15 @@ pub enum StoreError {
     /// The writer thread could not be started, or stopped.
     #[error("the store's writer thread is not running")]
     Thread(#[source] std::io::Error),
+    /// The database is being closed and opened again after a failed write.
+    #[error("the store is being reopened after a failed write; try again")]
+    Reopening,
+    /// Opening the database again after a failed write failed.
+    #[error("the store could not be reopened: {reason}")]
+    Reopen {
+        /// Why.
+        reason: String,
+    },
     /// A write through the writer thread failed.
     #[error("a write to the embedded store failed")]
     Write(#[source] tgq_core::PortError),

@@ -67,8 +67,8 @@ pub struct Counters {
     pub retried: u64,
     /// Updates settled `DEAD`, plus messages redriven after `max_receive_count` receives.
     pub dead_lettered: u64,
-    /// At-least-once sends repeated because an earlier run recorded their intent but no result:
-    /// each may have reached Telegram twice (counted by the worker loop through
+    /// At-least-once actions (sends and steps) made again because an earlier run recorded their
+    /// intent but no result: each may have happened twice (counted by the worker loop through
     /// [`EmbeddedStore::count_resent`]).
     pub resent_after_unknown_outcome: u64,
     /// At-most-once actions not sent again because an earlier run left their outcome unknown:
@@ -78,6 +78,10 @@ pub struct Counters {
     /// Writes refused because their run's lease had been taken over by another run.
     #[serde(default)]
     pub fenced_writes: u64,
+    /// Updates settled `DONE` because their recipient is gone (blocked the bot, deleted their
+    /// account, private chat not found), not dead-lettered; not counted in `processed`.
+    #[serde(default)]
+    pub recipient_gone: u64,
 }
 
 impl Counters {
@@ -95,6 +99,7 @@ impl Counters {
                 .saturating_sub(earlier.resent_after_unknown_outcome),
             uncertain_sends: self.uncertain_sends.saturating_sub(earlier.uncertain_sends),
             fenced_writes: self.fenced_writes.saturating_sub(earlier.fenced_writes),
+            recipient_gone: self.recipient_gone.saturating_sub(earlier.recipient_gone),
         }
     }
 }
@@ -102,7 +107,7 @@ impl Counters {
 impl EmbeddedStore {
     /// Queue depths and table sizes at `now`. Blocking: reads on the calling thread.
     pub fn stats(&self, now: Timestamp) -> Result<StoreStats, StoreError> {
-        let read = self.db.begin_read()?;
+        let read = self.db.get()?.begin_read()?;
         let messages = queue::read_messages(&read)?;
         let (pending, in_flight, oldest) =
             QueueIndex::census(messages.into_iter().map(|(_, message)| message), now);
@@ -118,7 +123,7 @@ impl EmbeddedStore {
 
     /// Up to `limit` outbox entries, oldest first. Blocking: reads on the calling thread.
     pub fn outbox(&self, limit: usize) -> Result<Vec<OutboxEntry>, StoreError> {
-        let read = self.db.begin_read()?;
+        let read = self.db.get()?.begin_read()?;
         let table = read.open_table(OUTBOX)?;
         let mut entries = Vec::new();
         for entry in table.range::<u64>(..)?.take(limit) {
@@ -141,12 +146,12 @@ impl EmbeddedStore {
 
     /// Up to `limit` dead letters, oldest first, left in place. Blocking: reads on the calling thread.
     pub fn dead_letters(&self, limit: usize) -> Result<Vec<DeadLetter>, StoreError> {
-        read_dead_letters(&self.db, limit)
+        read_dead_letters(&*self.db.get()?, limit)
     }
 
     /// The durable totals. Blocking: reads on the calling thread.
     pub fn counters(&self) -> Result<Counters, StoreError> {
-        let read = self.db.begin_read()?;
+        let read = self.db.get()?.begin_read()?;
         let table = read.open_table(META)?;
         let get = |name: &str| -> Result<u64, StoreError> {
             Ok(table.get(name)?.map_or(0, |v| v.value()))
@@ -161,6 +166,7 @@ impl EmbeddedStore {
             resent_after_unknown_outcome: get(counter::RESENT)?,
             uncertain_sends: get(counter::UNCERTAIN)?,
             fenced_writes: get(counter::FENCED)?,
+            recipient_gone: get(counter::RECIPIENT_GONE)?,
         })
     }
 

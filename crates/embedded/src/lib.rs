@@ -17,10 +17,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redb::Database;
 use tgq_core::clock::Clock;
 
+mod backup;
 mod error;
+mod handle;
 mod inspect;
 mod offline;
 mod open;
@@ -32,12 +33,14 @@ mod retention;
 mod schema;
 mod writer;
 
+pub use backup::Backup;
 pub use error::StoreError;
 pub use inspect::{Counters, OutboxEntry, StoreStats};
 pub use offline::OfflineBotApi;
 pub use open::StoreOptions;
 pub use retention::Purged;
 
+use handle::{DbHandle, Health};
 use writer::Writer;
 
 /// The database file's name inside the data directory.
@@ -48,7 +51,8 @@ pub struct EmbeddedStore {
     // Dropped first: its drop waits for the writer thread, which holds the last other handle on the
     // database, so the file is closed (and its lock released) when the store is gone.
     writer: Writer,
-    db: Arc<Database>,
+    db: Arc<DbHandle>,
+    health: Arc<Health>,
     /// Dead letters an operator holds in this process, until when (`DeadLetterStore::hold`).
     holds: std::sync::Mutex<std::collections::HashMap<u64, std::time::Instant>>,
     ttl: Duration,
@@ -80,6 +84,27 @@ impl EmbeddedStore {
                 })
             })
             .await
+    }
+
+    /// `Ok` while the store commits; the reason of the last failed commit otherwise (a full disk,
+    /// an fsync error). `/readyz` answers with it.
+    pub fn health(&self) -> Result<(), String> {
+        match self.health.failure() {
+            None => Ok(()),
+            Some(reason) => Err(reason),
+        }
+    }
+
+    /// Tries a commit now (after a failure the writer reopens the file first), and says whether the
+    /// store commits again.
+    pub async fn probe(&self) -> Result<(), String> {
+        self.writer
+            .run("health probe", |tx| {
+                tx.mark_written();
+                Ok(())
+            })
+            .await
+            .map_err(|e| tgq_core::error::error_chain(&e))
     }
 
     /// Durably adds `sends` to [`Counters::resent_after_unknown_outcome`].

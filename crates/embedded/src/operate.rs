@@ -151,7 +151,7 @@ impl AuditReader for EmbeddedStore {
     async fn recent(&self, max: usize, now: Timestamp) -> Result<Vec<AuditEntry>, PortError> {
         let db = self.db.clone();
         let read = move || -> Result<Vec<AuditEntry>, StoreError> {
-            let read = db.begin_read()?;
+            let read = db.get()?.begin_read()?;
             let table = read.open_table(AUDIT)?;
             let mut entries = Vec::new();
             for entry in table.iter()? {
@@ -185,7 +185,7 @@ impl DeadLetterStore for EmbeddedStore {
         };
         let db = self.db.clone();
         let read = move || -> Result<Vec<HeldLetter>, StoreError> {
-            let read = db.begin_read()?;
+            let read = db.get()?.begin_read()?;
             let table = read.open_table(DEAD)?;
             let mut taken = Vec::new();
             for entry in table.range::<u64>(..)? {
@@ -243,7 +243,7 @@ impl DeadLetterStore for EmbeddedStore {
     async fn depth(&self) -> Result<u64, PortError> {
         let db = self.db.clone();
         tokio::task::spawn_blocking(move || -> Result<u64, StoreError> {
-            Ok(db.begin_read()?.open_table(DEAD)?.len()?)
+            Ok(db.get()?.begin_read()?.open_table(DEAD)?.len()?)
         })
         .await
         .map_err(|e| PortError::unavailable("dead-letter depth", e))?

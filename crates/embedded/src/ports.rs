@@ -15,6 +15,7 @@ use tgq_core::ports::{
 use tgq_core::record::{ActionIntent, ActionOutcome, Status, Timestamp, UpdateRecord};
 use tgq_core::PortError;
 
+use crate::handle::DbHandle;
 use crate::inspect::read_dead_letters;
 use crate::schema::{decode_record, RECORDS};
 use crate::{EmbeddedStore, StoreError};
@@ -32,13 +33,13 @@ fn port_error(what: &'static str, error: StoreError) -> PortError {
 }
 
 /// Runs a read on the blocking pool.
-async fn read<T, F>(db: &Arc<Database>, what: &'static str, f: F) -> Result<T, PortError>
+async fn read<T, F>(db: &Arc<DbHandle>, what: &'static str, f: F) -> Result<T, PortError>
 where
     T: Send + 'static,
     F: FnOnce(&Database) -> Result<T, StoreError> + Send + 'static,
 {
     let db = db.clone();
-    tokio::task::spawn_blocking(move || f(&db))
+    tokio::task::spawn_blocking(move || f(&*db.get()?))
         .await
         .map_err(|e| PortError::unavailable(what, e))?
         .map_err(|e| port_error(what, e))
@@ -106,6 +107,19 @@ impl UpdateLedger for EmbeddedStore {
         self.writer
             .run("store record_intent", move |tx| {
                 tx.record_intent(&lease, &intent, &outcomes)
+            })
+            .await
+    }
+
+    async fn record_outcomes(
+        &self,
+        lease: &Lease,
+        outcomes: &[ActionOutcome],
+    ) -> Result<(), PortError> {
+        let (lease, outcomes) = (lease.clone(), outcomes.to_vec());
+        self.writer
+            .run("store record_outcomes", move |tx| {
+                tx.record_outcomes(&lease, &outcomes)
             })
             .await
     }

@@ -11,12 +11,13 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use redb::{Database, Durability, Key, Table, TableDefinition, Value, WriteTransaction};
+use redb::{Durability, Key, Table, TableDefinition, Value, WriteTransaction};
 use tgq_core::clock::Clock;
 use tgq_core::PortError;
 use tokio::sync::{oneshot, Notify};
-use tracing::error;
+use tracing::{error, info};
 
+use crate::handle::{DbHandle, Health};
 use crate::queue::QueueIndex;
 use crate::schema::CodecError;
 
@@ -139,9 +140,10 @@ pub(crate) struct CommitStats {
 impl Writer {
     /// Starts the writer thread over an open database.
     pub(crate) fn start(
-        db: Arc<Database>,
+        db: Arc<DbHandle>,
         queue: QueueIndex,
         settings: Settings,
+        health: Arc<Health>,
     ) -> std::io::Result<Self> {
         let (sender, receiver) = mpsc::channel::<Job>();
         let stats = Arc::new(CommitStats::default());
@@ -149,6 +151,8 @@ impl Writer {
         let mut state = WriterThread {
             db,
             queue: Some(queue),
+            suspect: false,
+            health,
             settings,
             stats: stats.clone(),
             notify: notify.clone(),
@@ -237,9 +241,14 @@ impl Drop for Writer {
 }
 
 struct WriterThread {
-    db: Arc<Database>,
+    db: Arc<DbHandle>,
     /// `None` after a failed batch until the index is reloaded from what was last committed.
     queue: Option<QueueIndex>,
+    /// A batch failed: the database is reopened before the next one (redb refuses every write
+    /// after a failed one until then).
+    suspect: bool,
+    /// What `/readyz` reports.
+    health: Arc<Health>,
     settings: Settings,
     stats: Arc<CommitStats>,
     notify: Arc<Notify>,
@@ -267,11 +276,14 @@ impl WriterThread {
             Ok(Applied::Committed { wake }) => {
                 self.stats.commits.fetch_add(1, Ordering::Relaxed);
                 self.stats.ops.fetch_add(count, Ordering::Relaxed);
+                self.health.committed();
                 *wake
             }
             Ok(Applied::ReadOnly) => false,
             Err(failure) => {
-                error!(error = %failure, operations = count, "store batch failed; nothing committed");
+                error!(error = %failure, operations = count, "store batch failed; nothing committed (is the disk full?)");
+                self.health.failed(failure);
+                self.suspect = true;
                 false
             }
         };
@@ -289,14 +301,28 @@ impl WriterThread {
             let replies = jobs.into_iter().map(|job| job(None)).collect();
             (replies, Err(failure))
         };
+        if self.suspect {
+            match self.db.reopen() {
+                Ok(queue) => {
+                    info!("the store was reopened after a failed write");
+                    self.queue = Some(queue);
+                    self.suspect = false;
+                }
+                Err(e) => return fail_all(jobs, format!("reopening the store: {e}")),
+            }
+        }
+        let db = match self.db.get() {
+            Ok(db) => db,
+            Err(e) => return fail_all(jobs, e.to_string()),
+        };
         let mut queue = match self.queue.take() {
             Some(queue) => queue,
-            None => match QueueIndex::load(&self.db) {
+            None => match QueueIndex::load(&db) {
                 Ok(queue) => queue,
                 Err(e) => return fail_all(jobs, format!("reloading the queue index: {e}")),
             },
         };
-        let mut txn = match self.db.begin_write() {
+        let mut txn = match db.begin_write() {
             Ok(txn) => txn,
             Err(e) => return fail_all(jobs, e.to_string()),
         };

@@ -25,6 +25,16 @@ impl ApiError {
         self
     }
 
+    /// The `retry_after` of a 429, in seconds.
+    pub(crate) fn retry_after(&self) -> Option<u64> {
+        self.parameters.as_ref()?.get("retry_after")?.as_u64()
+    }
+
+    /// 403 `Forbidden: user is deactivated`.
+    pub(crate) fn deactivated() -> Self {
+        Self::new(403, "Forbidden: user is deactivated")
+    }
+
     /// 400 with Telegram's `Bad Request: ` prefix before `reason`.
     pub(crate) fn bad_request(reason: &str) -> Self {
         Self::new(400, format!("Bad Request: {reason}"))

@@ -15,12 +15,16 @@ pub enum Fault {
     Timeout(Duration),
     /// 403 `Forbidden: bot was blocked by the user`.
     Blocked,
+    /// 403 `Forbidden: user is deactivated` (the account was deleted).
+    Deactivated,
     /// 400 `Bad Request: chat not found`.
     ChatNotFound,
     /// 400 `Bad Request: group chat was upgraded to a supergroup chat` naming the new chat id.
     MigrateToChat(i64),
     /// 401 `Unauthorized`.
     Unauthorized,
+    /// 400 `Bad Request: message text is empty` (a request Telegram can never accept).
+    BadRequest,
 }
 
 /// What a fault does to the call it applies to.
@@ -38,9 +42,11 @@ impl Fault {
             Self::ServerError(code) => ApiError::server_error(code),
             Self::Timeout(delay) => return Effect::Delay(delay),
             Self::Blocked => ApiError::blocked(),
+            Self::Deactivated => ApiError::deactivated(),
             Self::ChatNotFound => ApiError::chat_not_found(),
             Self::MigrateToChat(chat_id) => ApiError::migrated(chat_id),
             Self::Unauthorized => ApiError::unauthorized(),
+            Self::BadRequest => ApiError::bad_request("message text is empty"),
         };
         Effect::Refuse(error)
     }
@@ -97,19 +103,25 @@ impl Faults {
 
     /// Takes the fault for a call on `chat`: the oldest one scoped to that chat, else the oldest
     /// global one.
+    #[cfg(test)]
     pub(crate) fn take(&mut self, chat: Option<i64>) -> Option<Fault> {
+        self.take_scoped(chat).map(|(fault, _)| fault)
+    }
+
+    /// As `take`, with the scope the fault was injected for.
+    pub(crate) fn take_scoped(&mut self, chat: Option<i64>) -> Option<(Fault, Scope)> {
         let index = chat
             .and_then(|chat| self.oldest(Scope::Chat(chat)))
             .or_else(|| self.oldest(Scope::Global))?;
         let queued = &mut self.queued[index];
-        let fault = queued.fault.clone();
+        let taken = (queued.fault.clone(), queued.scope);
         if let Some(left) = &mut queued.left {
             *left -= 1;
             if *left == 0 {
                 self.queued.remove(index);
             }
         }
-        Some(fault)
+        Some(taken)
     }
 
     fn oldest(&self, scope: Scope) -> Option<usize> {

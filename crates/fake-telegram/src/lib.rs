@@ -29,6 +29,7 @@ mod params;
 mod server;
 mod state;
 mod updates;
+mod watch;
 
 use std::fmt;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -41,6 +42,7 @@ use tokio::task::JoinHandle;
 pub use config::{FakeClock, FakeConfig, Limits, DEFAULT_TOKEN};
 pub use fault::{Fault, Scope, Times};
 pub use state::RecordedCall;
+pub use watch::{Violations, IN_FLIGHT_GRACE};
 
 use server::Shared;
 
@@ -145,6 +147,12 @@ impl FakeTelegram {
             .filter(|call| wanted(call))
             .cloned()
             .collect()
+    }
+
+    /// What a drill counts beyond the calls: sends earlier than a `retry_after` allowed, sends over
+    /// the rate limits, and calls whose answer never reached the client.
+    pub fn violations(&self) -> Violations {
+        self.inner.shared.state().violations()
     }
 
     /// Queues a fault. A fault scoped to a call's chat is used before a global one; each use

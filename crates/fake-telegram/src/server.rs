@@ -168,16 +168,50 @@ async fn call(
         return respond(ApiError::not_found().into());
     };
     let params = read_params(request).await;
-    let reply = shared.state().receive(token, &method, params, shared.now());
+    let (reply, seq) = {
+        let mut state = shared.state();
+        let reply = state.receive(token, &method, params, shared.now());
+        (reply, state.calls().last().map(|call| call.seq))
+    };
     let answer = match reply {
         Reply::Now(answer) => answer,
         Reply::Delayed(delay, answer) => {
+            // The call took effect; if the client hangs up before the answer, this is dropped.
+            let pending = PendingAnswer {
+                shared: &shared,
+                seq,
+                answered: false,
+            };
             shared.hold(delay).await;
+            pending.answered();
             answer
         }
         Reply::Poll { limit, wait } => shared.poll(limit, wait).await,
     };
     respond(answer)
+}
+
+/// An answer held back while the call has already taken effect: dropped unanswered (the client
+/// hung up, so the server dropped the request), it counts the call as one whose outcome the client
+/// cannot know.
+struct PendingAnswer<'a> {
+    shared: &'a Shared,
+    seq: Option<u64>,
+    answered: bool,
+}
+
+impl PendingAnswer<'_> {
+    fn answered(mut self) {
+        self.answered = true;
+    }
+}
+
+impl Drop for PendingAnswer<'_> {
+    fn drop(&mut self) {
+        if let (false, Some(seq)) = (self.answered, self.seq) {
+            self.shared.state().unanswered(seq);
+        }
+    }
 }
 
 async fn not_found() -> Response {

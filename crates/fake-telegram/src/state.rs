@@ -7,11 +7,12 @@ use serde_json::{json, Value};
 use crate::chats::{Chats, Target};
 use crate::config::FakeConfig;
 use crate::envelope::{Answer, ApiError};
-use crate::fault::{Effect, Faults};
+use crate::fault::{Effect, Faults, Scope};
 use crate::limiter::RateLimiter;
 use crate::objects::{self, Content};
 use crate::params::{ChatParam, Params};
 use crate::updates::Updates;
+use crate::watch::{FloodScope, Violations, Watch};
 
 /// `getUpdates`' default and largest `limit`.
 const MAX_UPDATES: i64 = 100;
@@ -126,6 +127,7 @@ pub(crate) struct State {
     pub(crate) webhook_url: Option<String>,
     /// How long a long poll may wait, whatever `timeout` it asked for.
     long_poll_cap: Duration,
+    watch: Watch,
 }
 
 impl State {
@@ -140,6 +142,7 @@ impl State {
             updates: Updates::default(),
             webhook_url: None,
             long_poll_cap: config.long_poll_cap,
+            watch: Watch::default(),
         }
     }
 
@@ -176,14 +179,25 @@ impl State {
         let Some(method) = Method::parse(method) else {
             return Reply::Now(ApiError::not_found().into());
         };
+        let chat = params.chat().id();
         let fault = if method.accepts_faults() {
-            self.faults.take(params.chat().id())
+            self.watch.arrive(chat, at);
+            self.faults.take_scoped(chat)
         } else {
             None
         };
-        let delay = match fault.map(|fault| fault.effect()) {
-            Some(Effect::Refuse(error)) => return Reply::Now(error.into()),
-            Some(Effect::Delay(delay)) => Some(delay),
+        let delay = match fault.map(|(fault, scope)| (fault.effect(), scope)) {
+            Some((Effect::Refuse(error), scope)) => {
+                if let Some(seconds) = error.retry_after() {
+                    let scope = match scope {
+                        Scope::Chat(chat) => FloodScope::Chat(chat),
+                        Scope::Global => FloodScope::Bot,
+                    };
+                    self.watch.asked_to_wait(scope, seconds, at);
+                }
+                return Reply::Now(error.into());
+            }
+            Some((Effect::Delay(delay), _)) => Some(delay),
             None => None,
         };
         let answer = Answer::from(self.perform(method, params, at));
@@ -342,10 +356,28 @@ impl State {
     }
 
     fn admit(&mut self, chat: i64, at: Instant) -> Result<(), ApiError> {
-        match &mut self.limiter {
+        let admitted = match &mut self.limiter {
             Some(limiter) => limiter.admit(chat, at),
             None => Ok(()),
+        };
+        if let Err(refusal) = &admitted {
+            self.watch.over_limit();
+            if let Some(seconds) = refusal.retry_after() {
+                self.watch
+                    .asked_to_wait(FloodScope::Chat(chat), seconds, at);
+            }
         }
+        admitted
+    }
+
+    /// What the drill counts beyond the calls.
+    pub(crate) fn violations(&self) -> Violations {
+        self.watch.counts()
+    }
+
+    /// Notes that the answer to call `seq` never reached its client.
+    pub(crate) fn unanswered(&mut self, seq: u64) {
+        self.watch.unanswered(seq);
     }
 
     fn get_updates(&mut self, params: &Params) -> Reply {

@@ -207,3 +207,45 @@ async fn a_client_that_times_out_still_leaves_the_message_delivered() {
         "shutdown cuts the held answer short"
     );
 }
+
+#[tokio::test]
+async fn a_send_before_retry_after_ran_out_and_an_answer_the_client_gave_up_on_are_counted() {
+    let telegram = FakeTelegram::start().await.unwrap();
+    let url = format!("{}/bot{}/sendMessage", telegram.url(), telegram.token());
+    let http = reqwest::Client::new();
+    let send = |chat: i64| {
+        http.post(&url)
+            .json(&serde_json::json!({ "chat_id": chat, "text": "hi" }))
+            .send()
+    };
+    telegram.inject(Fault::RetryAfter(5), Scope::Chat(1), Times::Once);
+    assert_eq!(send(1).await.unwrap().status(), 429);
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert_eq!(
+        send(1).await.unwrap().status(),
+        200,
+        "the fault was used up"
+    );
+    assert_eq!(send(2).await.unwrap().status(), 200);
+    assert_eq!(telegram.violations().early_sends, 1, "chat 1 only");
+
+    telegram.inject(
+        Fault::Timeout(std::time::Duration::from_secs(2)),
+        Scope::Chat(3),
+        Times::Once,
+    );
+    let impatient = http
+        .post(&url)
+        .timeout(std::time::Duration::from_millis(300))
+        .json(&serde_json::json!({ "chat_id": 3, "text": "hi" }))
+        .send()
+        .await;
+    assert!(impatient.is_err(), "the client gave up");
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let delivered = telegram.delivered_to(3);
+    assert_eq!(delivered.len(), 1, "the call took effect");
+    assert_eq!(
+        telegram.violations().unanswered,
+        std::collections::BTreeSet::from([delivered[0].seq])
+    );
+}

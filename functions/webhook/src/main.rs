@@ -9,7 +9,7 @@ use tgq_core::config::Vars;
 use tgq_core::ingest::{Ingest, Webhook, WebhookPorts};
 use tgq_webhook::{handle, WebhookConfig};
 
-#[tokio::main]
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Error> {
     tgq_aws::init_logging();
     let config = WebhookConfig::from_vars(&Vars::from_env())?;

@@ -17,7 +17,7 @@ use tgq_core::{BotConfig, Handler};
 use tgq_telegram::HttpBotApi;
 use tgq_worker::{handle, WorkerConfig};
 
-#[tokio::main]
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Error> {
     tgq_aws::init_logging();
     let vars = Vars::from_env();

@@ -16,9 +16,6 @@ use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
 /// The variable that points every AWS client at the emulator.
 pub const ENDPOINT_VAR: &str = "AWS_ENDPOINT_URL";
 
-/// `maxReceiveCount` of the updates queue's redrive policy: the template's `MaxReceiveCount` default.
-const MAX_RECEIVE_COUNT: u32 = 30;
-
 /// The emulator's endpoint; panics, naming the fix, when the test was started without one.
 pub fn endpoint() -> String {
     match std::env::var(ENDPOINT_VAR) {
@@ -37,7 +34,10 @@ pub fn endpoint() -> String {
 /// emulator).
 pub async fn sdk_config() -> SdkConfig {
     endpoint();
-    aws_config::defaults(BehaviorVersion::latest()).load().await
+    aws_config::defaults(BehaviorVersion::latest())
+        .http_client(tgq_aws::https_client())
+        .load()
+        .await
 }
 
 /// One test's table and queues.
@@ -58,7 +58,7 @@ pub struct Stack {
 impl Stack {
     /// Creates a table keyed by `pk` and the two FIFO queues (explicit deduplication ids, as the
     /// webhook and the worker always send them), the updates queue redriving to the dead-letter
-    /// queue after [`MAX_RECEIVE_COUNT`] receives as in `template.yaml`.
+    /// queue after the receives `template.yaml` sets.
     pub async fn create(config: &SdkConfig, purpose: &str) -> anyhow::Result<Stack> {
         let name = unique_name(purpose);
         let dynamo = aws_sdk_dynamodb::Client::new(config);
@@ -87,7 +87,7 @@ impl Stack {
         let dlq_arn = queue_arn(&sqs, &dlq_url).await?;
         let redrive = serde_json::json!({
             "deadLetterTargetArn": dlq_arn,
-            "maxReceiveCount": MAX_RECEIVE_COUNT,
+            "maxReceiveCount": crate::template::max_receive_count(),
         });
         let queue_url = create_fifo_queue(
             &sqs,

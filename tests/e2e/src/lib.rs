@@ -12,3 +12,4 @@ pub mod emulator;
 pub mod esm;
 pub mod functions;
 pub mod telegram;
+pub mod template;

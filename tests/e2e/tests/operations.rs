@@ -37,7 +37,8 @@ async fn redrive(sqs: &aws_sdk_sqs::Client, stack: &Stack) -> usize {
         .unwrap();
     let messages = output.messages.unwrap_or_default();
     for (n, message) in messages.iter().enumerate() {
-        let group = message.attributes.as_ref().unwrap()[&MessageSystemAttributeName::MessageGroupId]
+        let group = message.attributes.as_ref().unwrap()
+            [&MessageSystemAttributeName::MessageGroupId]
             .clone();
         let attributes: HashMap<String, MessageAttributeValue> =
             message.message_attributes.clone().unwrap_or_default();
@@ -90,12 +91,18 @@ async fn a_dead_letter_moved_back_by_an_operator_runs_again_and_the_worker_logs_
         assert!(telegram.deliver(&body).await.unwrap().is_empty());
     }
     let mapping = EventSourceMapping::new(sqs.clone(), stack.clone(), &functions);
-    mapping.run_until_drained(|| true, DRAIN_LIMIT).await.unwrap();
+    mapping
+        .run_until_drained(|| true, DRAIN_LIMIT)
+        .await
+        .unwrap();
     let status = |update_id| record_status(&dynamo, &stack.table, BOT_ID, update_id);
     assert_eq!(status(900_000_001).await.unwrap().as_deref(), Some("DEAD"));
 
     assert_eq!(redrive(&sqs, &stack).await, 1, "one letter moved back");
-    mapping.run_until_drained(|| true, DRAIN_LIMIT).await.unwrap();
+    mapping
+        .run_until_drained(|| true, DRAIN_LIMIT)
+        .await
+        .unwrap();
     assert_eq!(
         status(900_000_001).await.unwrap().as_deref(),
         Some("DONE"),

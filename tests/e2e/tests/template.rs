@@ -3,8 +3,10 @@
 
 use serde_yaml::value::TaggedValue;
 use serde_yaml::Value;
+use tgq_core::config::Vars;
 use tgq_core::defaults;
 use tgq_core::ids::BotId;
+use tgq_core::worker::GoneRecipients;
 
 const TEMPLATE: &str = include_str!("../../../template.yaml");
 
@@ -109,7 +111,36 @@ fn the_attempt_budget_is_the_code_default_and_the_worker_receives_it() {
 }
 
 #[test]
-fn the_queue_moves_a_message_to_the_dlq_only_after_more_receives_than_the_attempt_budget() {
+fn gone_recipients_settle_by_default_and_the_worker_receives_the_setting() {
+    let t = Template::load();
+    let parameter = &t.0["Parameters"]["DeadLetterGoneRecipients"];
+    let read = |value: &Value| {
+        let text = value.as_str().expect("a string value");
+        Vars::from_pairs([("TGQ_DEAD_LETTER_GONE_RECIPIENTS", text)]).gone_recipients()
+    };
+    assert_eq!(
+        read(&parameter["Default"]),
+        Ok(GoneRecipients::default()),
+        "the template's default is the code's"
+    );
+    let allowed = parameter["AllowedValues"]
+        .as_sequence()
+        .expect("AllowedValues");
+    assert_eq!(allowed.len(), 2);
+    for value in allowed {
+        assert!(read(value).is_ok(), "{value:?} is a value the worker reads");
+    }
+    let given = &t.resource("WorkerFunction")["Environment"]["Variables"]
+        ["TGQ_DEAD_LETTER_GONE_RECIPIENTS"];
+    let Value::Tagged(tagged) = given else {
+        panic!("the worker gets the parameter: {given:?}")
+    };
+    assert_eq!(ref_target(tagged), Some("DeadLetterGoneRecipients"));
+}
+
+#[test]
+fn the_queue_moves_a_message_to_the_dlq_only_after_a_hundred_times_the_attempt_budget_in_receives()
+{
     let t = Template::load();
     let redrive = &t.resource("UpdatesQueue")["RedrivePolicy"];
     let max_receive_count = t
@@ -118,9 +149,18 @@ fn the_queue_moves_a_message_to_the_dlq_only_after_more_receives_than_the_attemp
     let max_attempts = t
         .number(&t.0["Parameters"]["MaxAttempts"]["Default"])
         .expect("MaxAttempts has a numeric default");
+    // A message waiting behind a failing one of its chat is received with every retry of it: the
+    // redrive limit must stay far above what a run of failing heads can spend.
     assert!(
-        max_receive_count > max_attempts,
-        "maxReceiveCount {max_receive_count} must exceed MaxAttempts {max_attempts}"
+        max_receive_count >= 100 * max_attempts,
+        "maxReceiveCount {max_receive_count} must be at least 100 x MaxAttempts {max_attempts}"
+    );
+    assert_eq!(max_receive_count, u64::from(defaults::MAX_RECEIVE_COUNT));
+    let given = &t.resource("WorkerFunction")["Environment"]["Variables"]["TGQ_MAX_RECEIVE_COUNT"];
+    assert_eq!(
+        t.number(given),
+        Some(max_receive_count),
+        "the worker knows the limit"
     );
     assert_eq!(
         get_att_resource(&redrive["deadLetterTargetArn"]),
@@ -410,6 +450,37 @@ fn samconfig_tags_the_stack_and_overrides_every_parameter() {
         assert!(
             deploy.contains(&format!("{name}=\\\"")),
             "parameter_overrides names {name}"
+        );
+    }
+}
+
+#[test]
+fn both_functions_run_on_the_architecture_parameter_which_defaults_to_arm64() {
+    let t = Template::load();
+    let parameter = &t.0["Parameters"]["Architecture"];
+    assert_eq!(parameter["Default"].as_str(), Some("arm64"));
+    let allowed: Vec<&str> = parameter["AllowedValues"]
+        .as_sequence()
+        .expect("Architecture has AllowedValues")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(allowed, ["arm64", "x86_64"]);
+    let global = t.0["Globals"]["Function"]["Architectures"]
+        .as_sequence()
+        .expect("Globals.Function.Architectures is a list");
+    let targets: Vec<Option<&str>> = global
+        .iter()
+        .map(|value| match value {
+            Value::Tagged(tagged) => ref_target(tagged),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(targets, [Some("Architecture")]);
+    for function in ["WebhookFunction", "WorkerFunction"] {
+        assert!(
+            t.resource(function)["Architectures"].is_null(),
+            "{function} overrides the Architecture parameter"
         );
     }
 }

@@ -107,7 +107,12 @@ pub async fn emulator() -> Emulator {
 
 /// The table as `template.yaml` declares it: string key `pk`, TTL on `expires_at`.
 async fn create_table(client: &aws_sdk_dynamodb::Client) -> String {
-    let name = format!("{}-updates", run_id());
+    create_table_named(client, &format!("{}-updates", run_id())).await
+}
+
+/// A table named `name` as `template.yaml` declares it; creating one that exists is fine.
+pub async fn create_table_named(client: &aws_sdk_dynamodb::Client, name: &str) -> String {
+    let name = name.to_owned();
     let created = client
         .create_table()
         .table_name(&name)

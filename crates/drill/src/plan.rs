@@ -1,0 +1,176 @@
+//! The traffic of a scenario: Bot-API-shaped updates over many chats, each with what the echo bot
+//! must make of it, and the poison bodies mixed in.
+
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use serde_json::{json, Value};
+
+/// What the pipeline must make of one update.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Expect {
+    /// One reply (`echo {id}: {text}`), in its chat's order.
+    Reply,
+    /// One reply at most, sent at most once (`/once …`).
+    ReplyAtMostOnce,
+    /// Dead-lettered, and no reply.
+    Dead,
+    /// No reply and no dead letter: the recipient left (403), settled as `recipient_gone`.
+    Gone,
+}
+
+/// One planned update.
+#[derive(Clone, Debug)]
+pub struct Planned {
+    /// Its `update_id`.
+    pub update_id: i64,
+    /// The private chat (and user) it comes from.
+    pub chat: i64,
+    /// The message text.
+    pub text: String,
+    /// What must become of it.
+    pub expect: Expect,
+}
+
+impl Planned {
+    /// The update as Telegram posts it.
+    pub fn body(&self) -> String {
+        message(self.update_id, self.chat, &self.text).to_string()
+    }
+}
+
+/// A text message from user `chat` in their private chat with the bot, as Telegram sends it.
+pub fn message(update_id: i64, chat: i64, text: &str) -> Value {
+    let user = json!({ "id": chat, "is_bot": false, "first_name": format!("User {chat}") });
+    json!({
+        "update_id": update_id,
+        "message": {
+            "message_id": update_id % 1_000_000,
+            "from": user,
+            "chat": { "id": chat, "first_name": format!("User {chat}"), "type": "private" },
+            "date": 1_767_607_200 + update_id % 100_000,
+            "text": text,
+        }
+    })
+}
+
+/// A scenario's traffic.
+#[derive(Clone, Debug, Default)]
+pub struct Plan {
+    /// Updates in update-id order.
+    pub updates: Vec<Planned>,
+    /// Bodies that are not updates, posted among them; each must be answered 200 and
+    /// dead-lettered.
+    pub poison: Vec<String>,
+}
+
+impl Plan {
+    /// `count` ordinary updates over `chats` chats, update ids from `first_id` in the order a
+    /// seeded shuffle interleaves the chats (each chat's own updates stay in id order).
+    pub fn ordinary(count: usize, chats: i64, first_id: i64, seed: u64) -> Plan {
+        let chats = chats.max(1);
+        let mut slots: Vec<i64> = (0..count).map(|i| 1 + (i as i64 % chats)).collect();
+        slots.shuffle(&mut StdRng::seed_from_u64(seed));
+        let mut per_chat = std::collections::HashMap::<i64, u32>::new();
+        let updates = slots
+            .into_iter()
+            .enumerate()
+            .map(|(i, chat)| {
+                let n = per_chat.entry(chat).or_default();
+                *n += 1;
+                Planned {
+                    update_id: first_id + i as i64,
+                    chat,
+                    text: format!("c{chat} m{n}"),
+                    expect: Expect::Reply,
+                }
+            })
+            .collect();
+        Plan {
+            updates,
+            poison: Vec::new(),
+        }
+    }
+
+    /// The update with this id.
+    pub fn get(&self, update_id: i64) -> Option<&Planned> {
+        self.updates
+            .binary_search_by_key(&update_id, |p| p.update_id)
+            .ok()
+            .map(|i| &self.updates[i])
+    }
+
+    /// Every chat, in ascending order.
+    pub fn chats(&self) -> Vec<i64> {
+        let mut chats: Vec<i64> = self.updates.iter().map(|p| p.chat).collect();
+        chats.sort_unstable();
+        chats.dedup();
+        chats
+    }
+
+    /// Rewrites the updates of `chat` with `f`.
+    pub fn edit_chat(&mut self, chat: i64, mut f: impl FnMut(usize, &mut Planned)) {
+        for (k, planned) in self
+            .updates
+            .iter_mut()
+            .filter(|p| p.chat == chat)
+            .enumerate()
+        {
+            f(k, planned);
+        }
+    }
+}
+
+/// `count` distinct bodies a webhook must treat as poison: not JSON, JSON that is not an update,
+/// an update id of the wrong type, a message without a chat.
+pub fn poison_bodies(count: usize) -> Vec<String> {
+    (0..count)
+        .map(|i| match i % 4 {
+            0 => format!("not json {i}"),
+            1 => format!(r#"{{"update_id":"x{i}"}}"#),
+            2 => format!(r#"[{i}, {{"update_id": 1}}]"#),
+            _ => format!(
+                r#"{{"update_id":{},"message":{{"text":"no chat {i}"}}}}"#,
+                -1 - i as i64
+            ),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ordinary_traffic_keeps_each_chats_updates_in_id_order_and_is_the_same_for_a_seed() {
+        let plan = Plan::ordinary(100, 7, 1000, 42);
+        assert_eq!(plan.updates.len(), 100);
+        assert_eq!(plan.chats().len(), 7);
+        for chat in plan.chats() {
+            let texts: Vec<&str> = plan
+                .updates
+                .iter()
+                .filter(|p| p.chat == chat)
+                .map(|p| p.text.as_str())
+                .collect();
+            assert_eq!(texts[0], format!("c{chat} m1"));
+        }
+        let again = Plan::ordinary(100, 7, 1000, 42);
+        let chats = |p: &Plan| p.updates.iter().map(|u| u.chat).collect::<Vec<_>>();
+        assert_eq!(chats(&plan), chats(&again));
+        assert_ne!(chats(&plan), chats(&Plan::ordinary(100, 7, 1000, 43)));
+    }
+
+    #[test]
+    fn poison_bodies_are_distinct_and_none_is_an_update() {
+        let bodies = poison_bodies(8);
+        let distinct: std::collections::BTreeSet<_> = bodies.iter().collect();
+        assert_eq!(distinct.len(), 8);
+        for body in &bodies {
+            assert!(
+                tgq_core::envelope::Envelope::parse(body.as_bytes()).is_err(),
+                "{body}"
+            );
+        }
+    }
+}

@@ -1,0 +1,90 @@
+//! The drill's table: one row per scenario and target, and every missed requirement below it.
+
+use std::fmt::Write as _;
+
+use crate::tally::Row;
+
+/// The table as text.
+pub fn table(rows: &[Row]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<3} {:<18} {:<8} {:>5} {:>5} {:>5} {:>5} {:>4} {:>5} {:>9} {:>5} {:>5} {:>5} {:>6} {:>7}  result",
+        "#", "scenario", "target", "sent", "ack", "once", "twice", "lost", "order", "dead e/u", "uncrt", "limit", "fence", "drain", ""
+    );
+    for row in rows {
+        let fenced = row
+            .fenced_writes
+            .map_or("n/a".to_owned(), |n| n.to_string());
+        let result = if row.passed() { "PASS" } else { "FAIL" };
+        let _ = writeln!(
+            out,
+            "{:<3} {:<18} {:<8} {:>5} {:>5} {:>5} {:>5} {:>4} {:>5} {:>9} {:>5} {:>5} {:>5} {:>6.1}s {:>1} {result}",
+            row.scenario,
+            row.name,
+            row.target,
+            row.sent,
+            row.acknowledged,
+            row.processed_once,
+            row.processed_twice,
+            row.lost,
+            row.order_violations,
+            format!("{}/{}", row.dead_expected, row.dead_unexpected),
+            row.uncertain_sends,
+            row.telegram_limit_violations,
+            fenced,
+            row.drain_secs,
+            "",
+        );
+    }
+    let failed: Vec<&Row> = rows.iter().filter(|r| !r.passed()).collect();
+    if !failed.is_empty() {
+        let _ = writeln!(out, "\nmissed:");
+        for row in failed {
+            for check in row.checks.iter().filter(|c| !c.met) {
+                let _ = writeln!(
+                    out,
+                    "  #{} {} ({}): {} — {}",
+                    row.scenario, row.name, row.target, check.required, check.observed
+                );
+            }
+            if let Some(waits) = &row.waits_for {
+                let _ = writeln!(out, "    waits for {waits}");
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tally::Check;
+
+    #[test]
+    fn a_failed_row_lists_what_it_missed_and_what_it_waits_for() {
+        let row = Row {
+            scenario: 7,
+            name: "flood-wait".into(),
+            target: "local".into(),
+            sent: 10,
+            acknowledged: 10,
+            processed_once: 10,
+            processed_twice: 0,
+            lost: 0,
+            order_violations: 0,
+            dead_expected: 0,
+            dead_unexpected: 0,
+            uncertain_sends: 0,
+            telegram_limit_violations: 4,
+            fenced_writes: None,
+            drain_secs: 1.5,
+            checks: vec![Check::new("0 Telegram limit violations", false, "4")],
+            waits_for: Some("issue 8 §6".into()),
+        };
+        let text = table(&[row]);
+        assert!(text.contains("FAIL"), "{text}");
+        assert!(text.contains("0 Telegram limit violations — 4"), "{text}");
+        assert!(text.contains("waits for issue 8 §6"), "{text}");
+    }
+}

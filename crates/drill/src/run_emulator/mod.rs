@@ -1,0 +1,600 @@
+//! Each scenario against the emulator: the real `webhook` and `worker` binaries as runtime
+//! processes under `cargo lambda watch`, moto behind a fault-injecting proxy per function, the
+//! drill's event source mapping, and the fake Bot API — counted from the outside as on local mode.
+
+mod esm;
+mod lambda;
+mod proxy;
+mod stack;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+use tgq_e2e::functions::{WEBHOOK, WORKER};
+use tgq_fake_telegram::{FakeConfig, FakeTelegram, Fault, Limits, Scope, Times};
+use tokio::sync::Mutex;
+
+use crate::plan::{poison_bodies, Plan};
+use crate::poster::{Posted, Poster};
+use crate::progress::ScenarioProgress;
+use crate::run_local::{
+    at_most_once_plan, chats, first_id, no_limit_violations, no_unexpected_dead, permanent_checks,
+    permanent_plan, stale_checks, telegram_trouble, uncertain_checks, wait_for_calls,
+};
+use crate::scenario::Scenario;
+use crate::tally::{Check, Reported, Row, Tally};
+use crate::{Options, SECRET};
+use esm::Esm;
+use lambda::Lambda;
+use proxy::{AwsFault, Proxy, Service};
+use stack::DrillStack;
+
+/// The bot id of the drilled functions.
+const BOT_ID: &str = "drill";
+/// The queue's visibility timeout in the drill's mapping: the invocation timeout plus 10 s, as in
+/// local mode (the template's 6 × 60 s would make every crash scenario wait six minutes; the order
+/// of events is the same).
+const VISIBILITY: Duration = Duration::from_secs(70);
+/// How long the mapping waits for an invocation: the worker's timeout plus the runtime's margin.
+const INVOCATION_TIMEOUT: Duration = Duration::from_secs(65);
+/// How long a scenario may take to drain before what is missing counts as lost.
+const DRAIN_LIMIT: Duration = Duration::from_secs(300);
+
+/// What stays up across scenarios: `cargo lambda watch` and the AWS SDK configuration.
+pub struct Emulator {
+    lambda: Mutex<Lambda>,
+    sdk: aws_config::SdkConfig,
+    endpoint: String,
+}
+
+impl Emulator {
+    /// Checks for moto and cargo-lambda, builds the functions and starts `cargo lambda watch`.
+    pub async fn start(options: &Options) -> anyhow::Result<Emulator> {
+        let endpoint = match std::env::var("AWS_ENDPOINT_URL") {
+            Ok(url) if !url.is_empty() => url,
+            _ => bail!(
+                "AWS_ENDPOINT_URL is not set: the emulator target needs moto. Start \
+                 `.venv/bin/moto_server -H 127.0.0.1 -p 5099` and export \
+                 AWS_ENDPOINT_URL=http://127.0.0.1:5099 AWS_ACCESS_KEY_ID=testing \
+                 AWS_SECRET_ACCESS_KEY=testing AWS_REGION=us-east-1"
+            ),
+        };
+        let logs = options.work.join("emulator-logs");
+        std::fs::create_dir_all(&logs)?;
+        let lambda = Lambda::start(&options.exe, &logs).await?;
+        Ok(Emulator {
+            lambda: Mutex::new(lambda),
+            sdk: tgq_e2e::emulator::sdk_config().await,
+            endpoint,
+        })
+    }
+}
+
+struct Run<'a> {
+    em: &'a Emulator,
+    fake: FakeTelegram,
+    stack: DrillStack,
+    sqs: aws_sdk_sqs::Client,
+    webhook_proxy: Proxy,
+    worker_proxy: Proxy,
+    worker_vars: BTreeMap<String, String>,
+    worker_log: String,
+    esm: Option<Esm>,
+    poster: Poster,
+    plan: Plan,
+    progress: ScenarioProgress,
+}
+
+impl<'a> Run<'a> {
+    async fn start(
+        s: &Scenario,
+        o: &Options,
+        em: &'a Emulator,
+        plan: Plan,
+        limits: bool,
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Run<'a>> {
+        let fake = FakeTelegram::start_with(FakeConfig {
+            limits: limits.then(Limits::default),
+            ..FakeConfig::default()
+        })
+        .await?;
+        let stack = DrillStack::create(&em.sdk, &format!("{:02}", s.number)).await?;
+        let sqs = aws_sdk_sqs::Client::new(&em.sdk);
+        let webhook_proxy = Proxy::start(&em.endpoint).await?;
+        let worker_proxy = Proxy::start(&em.endpoint).await?;
+        let mut vars: BTreeMap<String, String> = [
+            ("TGQ_BOT_ID", BOT_ID.to_owned()),
+            ("TGQ_WEBHOOK_SECRET", SECRET.to_owned()),
+            ("TGQ_TABLE", stack.table.clone()),
+            ("TGQ_QUEUE_URL", stack.queue_url.clone()),
+            ("TGQ_DLQ_URL", stack.dlq_url.clone()),
+            ("TGQ_HANDLER", "echo".to_owned()),
+            ("TELEGRAM_BOT_TOKEN", fake.token().to_owned()),
+            ("TELEGRAM_API_URL", fake.url()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+        vars.extend(env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
+        let mut webhook_vars = vars.clone();
+        webhook_vars.insert("AWS_ENDPOINT_URL".into(), webhook_proxy.url());
+        let mut worker_vars = vars;
+        worker_vars.insert("AWS_ENDPOINT_URL".into(), worker_proxy.url());
+        let worker_log = format!("{:02}-{}-worker", s.number, s.name);
+        let (webhook_url, invoke_url) = {
+            let mut lambda = em.lambda.lock().await;
+            lambda.kill_all(WEBHOOK);
+            lambda.kill_all(WORKER);
+            lambda.spawn(
+                WEBHOOK,
+                &webhook_vars,
+                &format!("{:02}-{}-webhook", s.number, s.name),
+            )?;
+            lambda.spawn(WORKER, &worker_vars, &worker_log)?;
+            lambda.wait_answering(WEBHOOK).await?;
+            lambda.wait_answering(WORKER).await?;
+            (lambda.function_url(WEBHOOK), lambda.invoke_url(WORKER))
+        };
+        let esm = Esm::start(
+            sqs.clone(),
+            stack.clone(),
+            invoke_url,
+            VISIBILITY,
+            INVOCATION_TIMEOUT,
+        );
+        let poster = Poster::new(webhook_url, SECRET, Duration::from_secs(300));
+        let progress = o.progress.scenario(s, "emulator", &plan, &poster, &fake);
+        Ok(Run {
+            em,
+            fake,
+            stack,
+            sqs,
+            webhook_proxy,
+            worker_proxy,
+            worker_vars,
+            worker_log,
+            esm: Some(esm),
+            poster,
+            plan,
+            progress,
+        })
+    }
+
+    fn send(&self, copies: usize) -> tokio::task::JoinHandle<()> {
+        let (poster, plan) = (self.poster.clone(), self.plan.clone());
+        tokio::spawn(async move { poster.send(&plan, copies).await })
+    }
+
+    async fn acknowledged(&self, n: usize) {
+        while self.poster.posted().acknowledged.len() < n {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn drain(&self, sending: tokio::task::JoinHandle<()>) -> anyhow::Result<Duration> {
+        sending.await?;
+        let started = Instant::now();
+        while started.elapsed() < DRAIN_LIMIT {
+            let depth = tgq_e2e::emulator::queue_depth(&self.sqs, &self.stack.queue_url).await?;
+            if depth.is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        Ok(started.elapsed())
+    }
+
+    /// A new worker process (a new container), with the scenario's configuration.
+    async fn new_worker(&self) -> anyhow::Result<u32> {
+        let mut lambda = self.em.lambda.lock().await;
+        lambda.spawn(WORKER, &self.worker_vars, &self.worker_log)
+    }
+
+    async fn newest_worker(&self) -> anyhow::Result<u32> {
+        let lambda = self.em.lambda.lock().await;
+        lambda
+            .newest(WORKER)
+            .ok_or_else(|| anyhow::anyhow!("no worker runs"))
+    }
+
+    async fn kill_worker(&self, pid: u32) {
+        self.em.lambda.lock().await.kill(WORKER, pid);
+    }
+
+    /// What the worker itself reports: fenced writes and uncertain sends, counted from its log.
+    async fn reported(&self) -> Reported {
+        let log = self.em.lambda.lock().await.log_text(&self.worker_log);
+        let fenced = log
+            .lines()
+            .filter(|l| l.to_lowercase().contains("fenced"))
+            .count() as u64;
+        let uncertain: u64 = log
+            .lines()
+            .filter(|l| l.contains("\"_aws\""))
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter_map(|v| v["uncertain_sends"].as_u64())
+            .sum();
+        Reported {
+            fenced: (fenced > 0).then_some(fenced),
+            uncertain: (uncertain > 0).then_some(uncertain),
+            resent: Reported::resent_in_log(&log),
+        }
+    }
+
+    async fn finish(
+        mut self,
+        s: &Scenario,
+        drain: Duration,
+        extra: impl FnOnce(&Tally, &Reported, &Posted) -> Vec<Check>,
+    ) -> anyhow::Result<Row> {
+        let breaches = self.esm.as_ref().map_or(0, Esm::fifo_breaches);
+        let failed_invocations = self.esm.as_ref().map_or(0, |esm| {
+            esm.stats
+                .failed_invocations
+                .load(std::sync::atomic::Ordering::SeqCst)
+        });
+        if let Some(esm) = self.esm.take() {
+            esm.stop();
+        }
+        let letters = self.stack.dead_letters(&self.sqs).await?;
+        let reported = self.reported().await;
+        let posted = self.poster.posted();
+        let tally = Tally::count(
+            &self.plan,
+            &posted,
+            &self.fake.calls(),
+            &self.fake.violations(),
+            &letters,
+            &reported.resent,
+        );
+        let mut checks = tally.base_checks();
+        for check in checks.iter_mut().filter(|c| c.required == "0 out of order") {
+            check.observed.push_str(&format!(
+                "; moto handed out {breaches} deliveries out of FIFO order; \
+                 {failed_invocations} invocations failed or timed out"
+            ));
+        }
+        checks.push(Check::new(
+            "every update acknowledged",
+            posted.given_up.is_empty(),
+            format!("{} given up by Telegram", posted.given_up.len()),
+        ));
+        checks.extend(extra(&tally, &reported, &posted));
+        self.progress.done();
+        {
+            let mut lambda = self.em.lambda.lock().await;
+            lambda.kill_all(WEBHOOK);
+            lambda.kill_all(WORKER);
+        }
+        self.fake.clone().shutdown().await;
+        Ok(tally.row(s.number, s.name, "emulator", &reported, drain, checks))
+    }
+}
+
+/// Runs one scenario on the emulator.
+pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row> {
+    let plan = Plan::ordinary(o.updates, chats(o), first_id(s), o.seed);
+    match s.number {
+        1 => {
+            let run = Run::start(s, o, em, plan, false, &[]).await?;
+            let sending = run.send(3);
+            let drain = run.drain(sending).await?;
+            run.finish(s, drain, |t, _, _| vec![no_unexpected_dead(t)])
+                .await
+        }
+        2 => worker_killed(s, o, em, plan).await,
+        3 => {
+            aws_fault(
+                s,
+                o,
+                em,
+                plan,
+                Side::Webhook,
+                &[
+                    (Service::Dynamo, AwsFault::Unavailable),
+                    (Service::Sqs, AwsFault::Unavailable),
+                ],
+                Duration::from_secs(10),
+            )
+            .await
+        }
+        4 => misconfigured(s, o, em, plan).await,
+        5 => {
+            aws_fault(
+                s,
+                o,
+                em,
+                plan,
+                Side::Worker,
+                &[(Service::Dynamo, AwsFault::Throttled)],
+                Duration::from_secs(120),
+            )
+            .await
+        }
+        6 => failing_head(s, o, em, plan).await,
+        7 => {
+            let run = Run::start(s, o, em, plan, true, &[]).await?;
+            let sending = run.send(1);
+            run.acknowledged(run.plan.updates.len() / 5).await;
+            run.fake
+                .inject(Fault::RetryAfter(3), Scope::Global, Times::Always);
+            tokio::time::sleep(Duration::from_secs(20)).await;
+            run.fake.clear_faults();
+            let drain = run.drain(sending).await?;
+            run.finish(s, drain, |t, _, _| {
+                vec![no_unexpected_dead(t), no_limit_violations(t)]
+            })
+            .await
+        }
+        8 => {
+            let run = Run::start(s, o, em, plan, false, &[]).await?;
+            let sending = run.send(1);
+            run.acknowledged(run.plan.updates.len() / 5).await;
+            telegram_trouble(&run.fake, Duration::from_secs(30), Duration::from_secs(3)).await;
+            let drain = run.drain(sending).await?;
+            run.finish(s, drain, |t, _, _| vec![no_unexpected_dead(t)])
+                .await
+        }
+        9 => {
+            let mut plan = plan;
+            let (gone, faults) = permanent_plan(&mut plan);
+            let run = Run::start(s, o, em, plan, false, &[]).await?;
+            for (fault, chat) in faults {
+                let times = if fault == Fault::BadRequest {
+                    Times::Once
+                } else {
+                    Times::Always
+                };
+                run.fake.inject(fault, Scope::Chat(chat), times);
+            }
+            let sending = run.send(1);
+            let drain = run.drain(sending).await?;
+            run.finish(s, drain, move |t, _, _| permanent_checks(t, gone.len()))
+                .await
+        }
+        10 => {
+            let mut plan = plan;
+            plan.poison = poison_bodies((plan.updates.len() / 10).max(4));
+            let count = plan.poison.len() as u64;
+            let run = Run::start(s, o, em, plan, false, &[]).await?;
+            let sending = run.send(1);
+            let drain = run.drain(sending).await?;
+            run.finish(s, drain, move |t, _, posted| {
+                vec![
+                    no_unexpected_dead(t),
+                    Check::new(
+                        "every poison body answered 200 and dead-lettered",
+                        posted.poison_acknowledged == count && t.poison_lettered == count,
+                        format!(
+                            "{count} poison bodies: {} answered 2xx, {} dead-lettered",
+                            posted.poison_acknowledged, t.poison_lettered
+                        ),
+                    ),
+                ]
+            })
+            .await
+        }
+        11 => crash_after_send(s, o, em, plan).await,
+        12 => stale_worker(s, o, em, plan).await,
+        14 => {
+            let run = Run::start(s, o, em, plan, true, &[]).await?;
+            run.fake
+                .inject(Fault::ServerError(502), Scope::Global, Times::Always);
+            let sending = run.send(1);
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            run.fake.clear_faults();
+            let drain = run.drain(sending).await?;
+            run.finish(s, drain, |t, _, _| {
+                vec![no_unexpected_dead(t), no_limit_violations(t)]
+            })
+            .await
+        }
+        n => bail!("scenario {n} does not apply to the emulator"),
+    }
+}
+
+/// Which function's AWS calls a fault hits.
+#[derive(Clone, Copy)]
+enum Side {
+    Webhook,
+    Worker,
+}
+
+async fn aws_fault(
+    s: &Scenario,
+    o: &Options,
+    em: &Emulator,
+    plan: Plan,
+    side: Side,
+    faults: &[(Service, AwsFault)],
+    window: Duration,
+) -> anyhow::Result<Row> {
+    let run = Run::start(s, o, em, plan, false, &[]).await?;
+    let sending = run.send(1);
+    run.acknowledged(run.plan.updates.len() / 4).await;
+    let proxy = match side {
+        Side::Webhook => &run.webhook_proxy,
+        Side::Worker => &run.worker_proxy,
+    };
+    run.poster.mark(true);
+    for (service, fault) in faults {
+        proxy.set(*service, Some(*fault));
+    }
+    tokio::time::sleep(window).await;
+    for (service, _) in faults {
+        proxy.set(*service, None);
+    }
+    run.poster.mark(false);
+    let refused = proxy.refused();
+    let drain = run.drain(sending).await?;
+    run.finish(s, drain, move |t, _, posted| {
+        let mut checks = vec![
+            no_unexpected_dead(t),
+            Check::new(
+                "the fault was met",
+                refused.0 + refused.1 > 0,
+                format!(
+                    "AWS calls refused: {} DynamoDB, {} SQS",
+                    refused.0, refused.1
+                ),
+            ),
+        ];
+        if let Side::Webhook = side {
+            checks.push(Check::new(
+                "the webhook answered 5xx while it could not store (Telegram retried)",
+                posted.during_fault.keys().any(|s| *s >= 500),
+                format!("answers during the fault: {:?}", posted.during_fault),
+            ));
+        }
+        checks
+    })
+    .await
+}
+
+async fn misconfigured(
+    s: &Scenario,
+    o: &Options,
+    em: &Emulator,
+    plan: Plan,
+) -> anyhow::Result<Row> {
+    let run = Run::start(s, o, em, plan, false, &[]).await?;
+    let sending = run.send(1);
+    run.acknowledged(run.plan.updates.len() / 4).await;
+    run.poster.mark(true);
+    // A wrong TGQ_TABLE for 30 s, then an IAM edit that denies the table for 30 s.
+    run.webhook_proxy
+        .set(Service::Dynamo, Some(AwsFault::NotFound));
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    run.webhook_proxy
+        .set(Service::Dynamo, Some(AwsFault::AccessDenied));
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    run.webhook_proxy.set(Service::Dynamo, None);
+    run.poster.mark(false);
+    let drain = run.drain(sending).await?;
+    run.finish(s, drain, |t, _, posted| {
+        let answers: u64 = posted.during_fault.values().sum();
+        let only_503 = posted.during_fault.keys().all(|s| *s == 503);
+        vec![
+            no_unexpected_dead(t),
+            Check::new(
+                "every answer 503 while misconfigured",
+                answers > 0 && only_503,
+                format!("answers during the fault: {:?}", posted.during_fault),
+            ),
+        ]
+    })
+    .await
+}
+
+async fn worker_killed(
+    s: &Scenario,
+    o: &Options,
+    em: &Emulator,
+    mut plan: Plan,
+) -> anyhow::Result<Row> {
+    for planned in plan.updates.iter_mut().step_by(3) {
+        planned.text = format!("/slow 300 {}", planned.text);
+    }
+    let run = Run::start(s, o, em, plan, false, &[]).await?;
+    let sending = run.send(1);
+    run.acknowledged(run.plan.updates.len() / 3).await;
+    // Lambda ends a container whose invocation ran past its timeout; the next invocation gets a
+    // new one.
+    let pid = run.newest_worker().await?;
+    run.kill_worker(pid).await;
+    run.new_worker().await?;
+    let drain = run.drain(sending).await?;
+    run.finish(s, drain, |t, _, _| vec![no_unexpected_dead(t)])
+        .await
+}
+
+async fn failing_head(
+    s: &Scenario,
+    o: &Options,
+    em: &Emulator,
+    mut plan: Plan,
+) -> anyhow::Result<Row> {
+    let chat = plan.chats()[0];
+    plan.edit_chat(chat, |k, p| {
+        if k < 5 {
+            p.text = format!("/fail transient {k}");
+            p.expect = crate::plan::Expect::Dead;
+        }
+    });
+    let env = [
+        ("TGQ_BACKOFF_BASE_MS", "100"),
+        ("TGQ_BACKOFF_CAP_MS", "400"),
+    ];
+    let run = Run::start(s, o, em, plan, false, &env).await?;
+    let max_receive_count = run.stack.max_receive_count;
+    let sending = run.send(1);
+    let drain = run.drain(sending).await?;
+    run.finish(s, drain, move |t, _, _| {
+        vec![
+            no_unexpected_dead(t),
+            Check::new(
+                "the 5 failing heads dead-lettered by tgq once their budget was spent (not moved by the redrive), the good ones after them processed",
+                t.dead_missing == 0 && t.lost == 0 && t.dead_by_redrive == 0,
+                format!(
+                    "chat {chat}; {} of the heads moved by the redrive after {max_receive_count} receives (template.yaml)",
+                    t.dead_by_redrive
+                ),
+            ),
+        ]
+    })
+    .await
+}
+
+async fn crash_after_send(
+    s: &Scenario,
+    o: &Options,
+    em: &Emulator,
+    mut plan: Plan,
+) -> anyhow::Result<Row> {
+    let chats = at_most_once_plan(&mut plan);
+    let run = Run::start(s, o, em, plan, false, &[]).await?;
+    for &chat in &chats {
+        run.fake.inject(
+            Fault::Timeout(Duration::from_secs(8)),
+            Scope::Chat(chat),
+            Times::Once,
+        );
+    }
+    let sending = run.send(1);
+    wait_for_calls(&run.fake, &chats[..1], Duration::from_secs(120)).await?;
+    let pid = run.newest_worker().await?;
+    run.kill_worker(pid).await;
+    run.new_worker().await?;
+    let drain = run.drain(sending).await?;
+    run.finish(s, drain, |t, r, _| uncertain_checks(t, r)).await
+}
+
+async fn stale_worker(
+    s: &Scenario,
+    o: &Options,
+    em: &Emulator,
+    mut plan: Plan,
+) -> anyhow::Result<Row> {
+    let slow: Vec<i64> = plan.chats().into_iter().take(4).collect();
+    for &chat in &slow {
+        plan.edit_chat(chat, |k, p| {
+            if k == 1 {
+                p.text = format!("/slow 5000 {}", p.text);
+            }
+        });
+    }
+    let run = Run::start(s, o, em, plan, false, &[]).await?;
+    let sending = run.send(1);
+    run.acknowledged(run.plan.updates.len() / 2).await;
+    let frozen = run.newest_worker().await?;
+    crate::local::signal(frozen, libc::SIGSTOP)?;
+    // A new container takes the next invocations; the frozen one's batch comes back after its
+    // visibility, and its leases have run out by then.
+    run.new_worker().await?;
+    tokio::time::sleep(Duration::from_secs(100)).await;
+    crate::local::signal(frozen, libc::SIGCONT)?;
+    let drain = run.drain(sending).await?;
+    run.finish(s, drain, |t, r, _| stale_checks(t, r)).await
+}

@@ -1,0 +1,215 @@
+//! A fault-injecting proxy between a function and the AWS emulator: the function's
+//! `AWS_ENDPOINT_URL` points here, every request is passed on to moto unchanged — unless a fault
+//! is set for its service, in which case it is answered the way AWS answers that fault. No product
+//! hook: the function cannot tell it from AWS having a bad day.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use axum::body::{to_bytes, Body};
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+use tokio::net::TcpListener;
+
+/// The AWS services tgq calls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Service {
+    /// DynamoDB (`X-Amz-Target: DynamoDB_20120810.*`).
+    Dynamo,
+    /// SQS (`X-Amz-Target: AmazonSQS.*`).
+    Sqs,
+}
+
+/// How a service answers while the fault is set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AwsFault {
+    /// 503 ServiceUnavailable: the endpoint cannot be reached or is down.
+    Unavailable,
+    /// DynamoDB `ProvisionedThroughputExceededException` / SQS `RequestThrottled` (400).
+    Throttled,
+    /// `AccessDeniedException` (400): an IAM policy that does not allow the call.
+    AccessDenied,
+    /// DynamoDB `ResourceNotFoundException` / SQS `QueueDoesNotExist` (400): a wrong table or
+    /// queue name, or another region.
+    NotFound,
+}
+
+#[derive(Default)]
+struct Faults {
+    dynamo: Option<AwsFault>,
+    sqs: Option<AwsFault>,
+    /// Requests answered with a fault, per service.
+    refused: [u64; 2],
+}
+
+/// A running proxy.
+#[derive(Clone)]
+pub struct Proxy {
+    addr: SocketAddr,
+    faults: Arc<Mutex<Faults>>,
+}
+
+#[derive(Clone)]
+struct Shared {
+    upstream: String,
+    http: reqwest::Client,
+    faults: Arc<Mutex<Faults>>,
+}
+
+impl Proxy {
+    /// Starts a proxy on a free loopback port passing requests to `upstream` (moto).
+    pub async fn start(upstream: &str) -> anyhow::Result<Proxy> {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
+        let addr = listener.local_addr()?;
+        let faults = Arc::new(Mutex::new(Faults::default()));
+        let shared = Shared {
+            upstream: upstream.trim_end_matches('/').to_owned(),
+            http: reqwest::Client::new(),
+            faults: faults.clone(),
+        };
+        let app = Router::new().fallback(forward).with_state(shared);
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Ok(Proxy { addr, faults })
+    }
+
+    /// The URL to give the function as `AWS_ENDPOINT_URL`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Sets (or with `None` clears) the fault of `service`.
+    pub fn set(&self, service: Service, fault: Option<AwsFault>) {
+        let mut faults = self.faults.lock().unwrap_or_else(PoisonError::into_inner);
+        match service {
+            Service::Dynamo => faults.dynamo = fault,
+            Service::Sqs => faults.sqs = fault,
+        }
+    }
+
+    /// Requests answered with a fault so far, (DynamoDB, SQS).
+    pub fn refused(&self) -> (u64, u64) {
+        let faults = self.faults.lock().unwrap_or_else(PoisonError::into_inner);
+        (faults.refused[0], faults.refused[1])
+    }
+}
+
+fn service_of(headers: &HeaderMap) -> Option<Service> {
+    let target = headers.get("x-amz-target")?.to_str().ok()?;
+    if target.starts_with("DynamoDB_") {
+        Some(Service::Dynamo)
+    } else if target.starts_with("AmazonSQS") {
+        Some(Service::Sqs)
+    } else {
+        None
+    }
+}
+
+async fn forward(State(shared): State<Shared>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let service = service_of(&parts.headers);
+    let fault = {
+        let mut faults = shared.faults.lock().unwrap_or_else(PoisonError::into_inner);
+        let fault = match service {
+            Some(Service::Dynamo) => faults.dynamo,
+            Some(Service::Sqs) => faults.sqs,
+            None => None,
+        };
+        if let (Some(_), Some(service)) = (fault, service) {
+            faults.refused[service as usize] += 1;
+        }
+        fault
+    };
+    if let (Some(fault), Some(service)) = (fault, service) {
+        return refusal(service, fault);
+    }
+    let Ok(bytes) = to_bytes(body, 16 * 1024 * 1024).await else {
+        return StatusCode::BAD_REQUEST.into_response();
+    };
+    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let mut upstream = shared
+        .http
+        .request(parts.method.clone(), format!("{}{path}", shared.upstream))
+        .body(bytes);
+    for (name, value) in &parts.headers {
+        if name != "host" && name != "content-length" {
+            upstream = upstream.header(name, value);
+        }
+    }
+    match upstream.send().await {
+        Ok(answer) => {
+            let status = answer.status();
+            let headers = answer.headers().clone();
+            let body = answer.bytes().await.unwrap_or_default();
+            let mut response = Response::new(Body::from(body));
+            *response.status_mut() = status;
+            for (name, value) in &headers {
+                if name != "content-length" && name != "transfer-encoding" {
+                    response.headers_mut().insert(name, value.clone());
+                }
+            }
+            response
+        }
+        Err(_) => StatusCode::BAD_GATEWAY.into_response(),
+    }
+}
+
+/// The answer AWS gives for `fault` in the JSON protocol both services speak.
+fn refusal(service: Service, fault: AwsFault) -> Response {
+    let (status, kind, query_code, message) = match (service, fault) {
+        (_, AwsFault::Unavailable) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "com.amazonaws.dynamodb.v20120810#ServiceUnavailable",
+            "ServiceUnavailable",
+            "Service Unavailable",
+        ),
+        (Service::Dynamo, AwsFault::Throttled) => (
+            StatusCode::BAD_REQUEST,
+            "com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException",
+            "",
+            "The level of configured provisioned throughput for the table was exceeded.",
+        ),
+        (Service::Sqs, AwsFault::Throttled) => (
+            StatusCode::BAD_REQUEST,
+            "com.amazonaws.sqs#RequestThrottled",
+            "AWS.SimpleQueueService.RequestThrottled;Sender",
+            "Request is throttled.",
+        ),
+        (_, AwsFault::AccessDenied) => (
+            StatusCode::BAD_REQUEST,
+            "com.amazon.coral.service#AccessDeniedException",
+            "AccessDenied;Sender",
+            "User: arn:aws:sts::123456789012:assumed-role/tgq/drill is not authorized to perform this action",
+        ),
+        (Service::Dynamo, AwsFault::NotFound) => (
+            StatusCode::BAD_REQUEST,
+            "com.amazonaws.dynamodb.v20120810#ResourceNotFoundException",
+            "",
+            "Requested resource not found",
+        ),
+        (Service::Sqs, AwsFault::NotFound) => (
+            StatusCode::BAD_REQUEST,
+            "com.amazonaws.sqs#QueueDoesNotExist",
+            "AWS.SimpleQueueService.NonExistentQueue;Sender",
+            "The specified queue does not exist.",
+        ),
+    };
+    let kind = match (service, fault) {
+        (Service::Sqs, AwsFault::Unavailable) => "com.amazonaws.sqs#ServiceUnavailable",
+        _ => kind,
+    };
+    let body = serde_json::json!({ "__type": kind, "message": message }).to_string();
+    let mut response = (status, body).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        "content-type",
+        HeaderValue::from_static("application/x-amz-json-1.0"),
+    );
+    if !query_code.is_empty() {
+        headers.insert("x-amzn-query-error", HeaderValue::from_static(query_code));
+    }
+    response
+}

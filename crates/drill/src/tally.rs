@@ -1,0 +1,569 @@
+//! Counting from the outside: what Telegram (the fake Bot API) received, what the webhook answered,
+//! and what the dead-letter queue holds, per planned update — and the figures of one table row.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Duration;
+
+use serde::Serialize;
+use tgq_fake_telegram::{RecordedCall, Violations};
+
+use crate::plan::{Expect, Plan};
+use crate::poster::Posted;
+
+/// A dead letter as the drill reads it from either target.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Letter {
+    /// The update id, when the body had one.
+    pub update_id: Option<i64>,
+    /// Why it is dead (`poison`, `permanent_error`, `attempt_budget_spent`, `max_receive_count`…).
+    pub reason: String,
+    /// Handler runs spent on it, as the letter says.
+    pub attempts: u32,
+    /// The body as received.
+    pub body: String,
+}
+
+/// What the target itself reports beyond the outside counts, when it reports it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Reported {
+    /// Late writes of stale runs refused (fencing).
+    pub fenced: Option<u64>,
+    /// At-most-once sends tgq counted as uncertain.
+    pub uncertain: Option<u64>,
+    /// Updates whose at-least-once send tgq says it repeated after an unknown outcome (its log:
+    /// "action has an unknown outcome; sending it again"): a crash or timeout between the send and
+    /// the record of its result, which the fake cannot see when its answer was written before the
+    /// crash.
+    pub resent: BTreeSet<i64>,
+}
+
+impl Reported {
+    /// The update ids of tgq's "sending it again" log lines, JSON (`"update_id":N`) or text
+    /// (`update_id=N`).
+    pub fn resent_in_log(log: &str) -> BTreeSet<i64> {
+        log.lines()
+            .filter(|line| line.contains("unknown outcome; sending it again"))
+            .filter_map(|line| {
+                ["\"update_id\":", "update_id="].iter().find_map(|key| {
+                    let at = line.find(key)? + key.len();
+                    let digits: String = line[at..]
+                        .chars()
+                        .take_while(char::is_ascii_digit)
+                        .collect();
+                    digits.parse().ok()
+                })
+            })
+            .collect()
+    }
+}
+
+/// One required figure and whether the run met it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Check {
+    /// What is required, in words.
+    pub required: String,
+    /// Whether the run met it.
+    pub met: bool,
+    /// What the run showed.
+    pub observed: String,
+}
+
+impl Check {
+    /// A check of `observed` against `required`.
+    pub fn new(required: impl Into<String>, met: bool, observed: impl Into<String>) -> Check {
+        Check {
+            required: required.into(),
+            met,
+            observed: observed.into(),
+        }
+    }
+}
+
+/// One row of the drill's table.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Row {
+    /// Scenario number.
+    pub scenario: u8,
+    /// Its short name.
+    pub name: String,
+    /// `local` or `emulator`.
+    pub target: String,
+    /// Updates posted (distinct).
+    pub sent: u64,
+    /// Updates answered 2xx.
+    pub acknowledged: u64,
+    /// Updates whose effect reached Telegram exactly once.
+    pub processed_once: u64,
+    /// Updates whose effect reached Telegram more than once, not explained by a call whose
+    /// answer was lost (at-most-once updates: any second time).
+    pub processed_twice: u64,
+    /// Acknowledged updates with neither their effect nor a dead letter.
+    pub lost: u64,
+    /// Replies that came after a reply to a later update of the same chat.
+    pub order_violations: u64,
+    /// Dead letters the scenario expects (poison, permanent errors, spent budgets).
+    pub dead_expected: u64,
+    /// Dead letters it does not.
+    pub dead_unexpected: u64,
+    /// Sends whose outcome the sender could not know (the call took effect, its answer never
+    /// came back): re-sent at least once, or left alone at most once.
+    pub uncertain_sends: u64,
+    /// Sends earlier than a `retry_after` allowed, plus sends over Telegram's rate limits.
+    pub telegram_limit_violations: u64,
+    /// Late writes of stale runs refused, as tgq reports them (`None`: it reports no such count).
+    pub fenced_writes: Option<u64>,
+    /// From the end of the fault (or of sending) until everything settled.
+    pub drain_secs: f64,
+    /// Every required figure and whether it was met.
+    pub checks: Vec<Check>,
+    /// What the scenario waits for while it fails, if known.
+    pub waits_for: Option<String>,
+}
+
+impl Row {
+    /// Whether every required figure was met.
+    pub fn passed(&self) -> bool {
+        self.checks.iter().all(|check| check.met)
+    }
+}
+
+/// The outside counts of one run.
+#[derive(Clone, Debug, Default)]
+pub struct Tally {
+    /// Updates posted.
+    pub sent: u64,
+    /// Updates acknowledged.
+    pub acknowledged: u64,
+    /// Effect exactly once.
+    pub once: u64,
+    /// Effect more than once, unexplained.
+    pub twice: u64,
+    /// Acknowledged, no effect, no letter.
+    pub lost: u64,
+    /// Which updates were lost.
+    pub lost_ids: Vec<i64>,
+    /// Which were processed twice.
+    pub twice_ids: Vec<i64>,
+    /// Replies out of their chat's order.
+    pub order_violations: u64,
+    /// Expected dead letters found.
+    pub dead_expected: u64,
+    /// Dead letters not expected, by reason.
+    pub dead_unexpected: BTreeMap<String, u64>,
+    /// Expected dead letters missing.
+    pub dead_missing: u64,
+    /// Expected dead letters whose letter says more than one handler run.
+    pub dead_after_retries: u64,
+    /// Expected dead letters the queue's redrive moved (`max_receive_count`) before tgq gave up on
+    /// them: dead for the wrong reason, untried or tried too few times.
+    pub dead_by_redrive: u64,
+    /// Distinct poison bodies found in the dead letters.
+    pub poison_lettered: u64,
+    /// Uncertain sends.
+    pub uncertain: u64,
+    /// Limit violations at the fake.
+    pub limit_violations: u64,
+    /// Updates whose reply was delivered although the plan expects none (dead, gone).
+    pub unexpected_effects: u64,
+    /// Repeats explained by tgq's own report of a send repeated after an unknown outcome.
+    pub resent_by_tgq: u64,
+}
+
+impl Tally {
+    /// Counts `plan` against what was posted, what the fake received and the dead letters.
+    pub fn count(
+        plan: &Plan,
+        posted: &Posted,
+        calls: &[RecordedCall],
+        violations: &Violations,
+        letters: &[Letter],
+        resent: &BTreeSet<i64>,
+    ) -> Tally {
+        let mut tally = Tally {
+            sent: plan.updates.len() as u64,
+            acknowledged: posted.acknowledged.len() as u64,
+            limit_violations: violations.early_sends + violations.over_limit,
+            ..Tally::default()
+        };
+        let replies = echo_replies(calls);
+        let lettered: HashMap<i64, &Letter> = letters
+            .iter()
+            .filter_map(|l| l.update_id.map(|id| (id, l)))
+            .collect();
+        for planned in &plan.updates {
+            let id = planned.update_id;
+            let delivered = replies.get(&id).map_or(&[][..], Vec::as_slice);
+            let letter = lettered.get(&id);
+            let acknowledged = posted.acknowledged.contains_key(&id);
+            let unanswered_before_last = delivered
+                .iter()
+                .take(delivered.len().saturating_sub(1))
+                .all(|seq| violations.unanswered.contains(seq));
+            match planned.expect {
+                Expect::Reply | Expect::ReplyAtMostOnce => {
+                    let at_most_once = planned.expect == Expect::ReplyAtMostOnce;
+                    match delivered.len() {
+                        0 if letter.is_some() => {}
+                        0 if acknowledged => {
+                            tally.lost += 1;
+                            tally.lost_ids.push(id);
+                        }
+                        0 => {}
+                        1 => {
+                            tally.once += 1;
+                            if violations.unanswered.contains(&delivered[0]) {
+                                tally.uncertain += 1;
+                            }
+                        }
+                        _ if !at_most_once && unanswered_before_last => {
+                            tally.once += 1;
+                            tally.uncertain += delivered.len() as u64 - 1;
+                        }
+                        2 if !at_most_once && resent.contains(&id) => {
+                            tally.once += 1;
+                            tally.uncertain += 1;
+                            tally.resent_by_tgq += 1;
+                        }
+                        _ => {
+                            tally.twice += 1;
+                            tally.twice_ids.push(id);
+                        }
+                    }
+                }
+                Expect::Dead => {
+                    if !delivered.is_empty() {
+                        tally.unexpected_effects += 1;
+                    }
+                    match letter {
+                        Some(letter) => {
+                            tally.dead_expected += 1;
+                            if letter.attempts > 1 && letter.reason == "permanent_error" {
+                                tally.dead_after_retries += 1;
+                            }
+                            if letter.reason == "max_receive_count" {
+                                tally.dead_by_redrive += 1;
+                            }
+                        }
+                        None if acknowledged => tally.dead_missing += 1,
+                        None => {}
+                    }
+                }
+                Expect::Gone => {
+                    if !delivered.is_empty() {
+                        tally.unexpected_effects += 1;
+                    }
+                }
+            }
+            if let Some(letter) = letter {
+                if !matches!(planned.expect, Expect::Dead) {
+                    *tally
+                        .dead_unexpected
+                        .entry(letter.reason.clone())
+                        .or_default() += 1;
+                }
+            }
+        }
+        let poison: BTreeSet<&str> = plan.poison.iter().map(String::as_str).collect();
+        let lettered_poison: BTreeSet<&str> = letters
+            .iter()
+            .filter(|l| l.update_id.is_none() || l.reason == "poison")
+            .map(|l| l.body.as_str())
+            .collect();
+        tally.poison_lettered = poison.intersection(&lettered_poison).count() as u64;
+        for letter in letters.iter().filter(|l| l.update_id.is_none()) {
+            if !poison.contains(letter.body.as_str()) {
+                *tally
+                    .dead_unexpected
+                    .entry(letter.reason.clone())
+                    .or_default() += 1;
+            }
+        }
+        tally.dead_expected += tally.poison_lettered;
+        tally.order_violations = order_violations(plan, calls);
+        tally
+    }
+
+    /// Dead letters the scenario did not expect.
+    pub fn unexpected_dead(&self) -> u64 {
+        self.dead_unexpected.values().sum()
+    }
+
+    /// The checks every scenario requires: nothing lost, nothing twice, each chat in order.
+    pub fn base_checks(&self) -> Vec<Check> {
+        let ids = |ids: &[i64]| {
+            let shown: Vec<String> = ids.iter().take(8).map(ToString::to_string).collect();
+            match ids.len() {
+                0 => String::new(),
+                n if n > 8 => format!(" (e.g. {} …)", shown.join(", ")),
+                _ => format!(" ({})", shown.join(", ")),
+            }
+        };
+        vec![
+            Check::new(
+                "0 lost",
+                self.lost == 0 && self.dead_missing == 0,
+                format!(
+                    "{} lost{}, {} expected dead letters missing",
+                    self.lost,
+                    ids(&self.lost_ids),
+                    self.dead_missing
+                ),
+            ),
+            Check::new(
+                "0 processed twice",
+                self.twice == 0,
+                format!(
+                    "{} twice{}; {} repeats after an unknown outcome tgq reported, counted uncertain",
+                    self.twice,
+                    ids(&self.twice_ids),
+                    self.resent_by_tgq
+                ),
+            ),
+            Check::new(
+                "0 out of order",
+                self.order_violations == 0,
+                format!("{} order violations", self.order_violations),
+            ),
+        ]
+    }
+
+    /// A row from these counts.
+    pub fn row(
+        &self,
+        scenario: u8,
+        name: &str,
+        target: &str,
+        reported: &Reported,
+        drain: Duration,
+        checks: Vec<Check>,
+    ) -> Row {
+        Row {
+            scenario,
+            name: name.to_owned(),
+            target: target.to_owned(),
+            sent: self.sent,
+            acknowledged: self.acknowledged,
+            processed_once: self.once,
+            processed_twice: self.twice,
+            lost: self.lost + self.dead_missing,
+            order_violations: self.order_violations,
+            dead_expected: self.dead_expected,
+            dead_unexpected: self.unexpected_dead(),
+            uncertain_sends: self.uncertain,
+            telegram_limit_violations: self.limit_violations,
+            fenced_writes: reported.fenced,
+            drain_secs: drain.as_secs_f64(),
+            checks,
+            waits_for: None,
+        }
+    }
+}
+
+/// The update id an echo reply names: `echo {update_id}: …`.
+pub fn echo_update_id(text: &str) -> Option<i64> {
+    text.strip_prefix("echo ")?.split(':').next()?.parse().ok()
+}
+
+/// Delivered echo replies by update id: the seq of each delivery, in arrival order.
+fn echo_replies(calls: &[RecordedCall]) -> HashMap<i64, Vec<u64>> {
+    let mut replies: HashMap<i64, Vec<u64>> = HashMap::new();
+    for call in calls
+        .iter()
+        .filter(|c| c.is_delivered() && c.method == "sendMessage")
+    {
+        if let Some(id) = call.params["text"].as_str().and_then(echo_update_id) {
+            replies.entry(id).or_default().push(call.seq);
+        }
+    }
+    replies
+}
+
+/// Per chat, replies whose update comes before one already answered in that chat (first
+/// deliveries only: a re-send is counted as twice, not as out of order).
+fn order_violations(plan: &Plan, calls: &[RecordedCall]) -> u64 {
+    let mut seen: BTreeSet<i64> = BTreeSet::new();
+    let mut latest: HashMap<i64, i64> = HashMap::new();
+    let mut violations = 0;
+    for call in calls
+        .iter()
+        .filter(|c| c.is_delivered() && c.method == "sendMessage")
+    {
+        let Some(id) = call.params["text"].as_str().and_then(echo_update_id) else {
+            continue;
+        };
+        let Some(planned) = plan.get(id) else {
+            continue;
+        };
+        if !seen.insert(id) {
+            continue;
+        }
+        let last = latest.entry(planned.chat).or_insert(i64::MIN);
+        if id < *last {
+            violations += 1;
+        } else {
+            *last = id;
+        }
+    }
+    violations
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::plan::Planned;
+
+    fn call(seq: u64, chat: i64, text: &str) -> RecordedCall {
+        RecordedCall {
+            seq,
+            method: "sendMessage".into(),
+            chat_id: Some(chat),
+            params: json!({ "chat_id": chat, "text": text }),
+            status: 200,
+            message_id: Some(seq as i64),
+            at: Instant::now(),
+        }
+    }
+
+    fn plan(updates: &[(i64, i64, Expect)]) -> Plan {
+        Plan {
+            updates: updates
+                .iter()
+                .map(|&(update_id, chat, expect)| Planned {
+                    update_id,
+                    chat,
+                    text: "t".into(),
+                    expect,
+                })
+                .collect(),
+            poison: vec!["junk".into()],
+        }
+    }
+
+    fn acknowledged(ids: &[i64]) -> Posted {
+        Posted {
+            acknowledged: ids.iter().map(|&id| (id, Instant::now())).collect(),
+            ..Posted::default()
+        }
+    }
+
+    #[test]
+    fn a_reply_missing_is_lost_a_repeat_is_twice_and_an_overtaking_reply_is_out_of_order() {
+        let plan = plan(&[
+            (1, 10, Expect::Reply),
+            (2, 10, Expect::Reply),
+            (3, 10, Expect::Reply),
+            (4, 20, Expect::Reply),
+        ]);
+        let calls = [
+            call(1, 10, "echo 2: t"),
+            call(2, 10, "echo 1: t"),
+            call(3, 10, "echo 2: t"),
+            call(4, 20, "echo 4: t"),
+        ];
+        let tally = Tally::count(
+            &plan,
+            &acknowledged(&[1, 2, 3, 4]),
+            &calls,
+            &Violations::default(),
+            &[],
+            &BTreeSet::new(),
+        );
+        assert_eq!((tally.once, tally.twice, tally.lost), (2, 1, 1));
+        assert_eq!(tally.lost_ids, vec![3]);
+        assert_eq!(tally.order_violations, 1);
+        assert!(!tally.base_checks().iter().all(|c| c.met));
+    }
+
+    #[test]
+    fn a_repeat_after_an_unanswered_call_is_uncertain_but_at_most_once_it_is_twice() {
+        let plan = plan(&[(1, 10, Expect::Reply), (2, 11, Expect::ReplyAtMostOnce)]);
+        let calls = [
+            call(1, 10, "echo 1: t"),
+            call(2, 10, "echo 1: t"),
+            call(3, 11, "echo 2: t"),
+            call(4, 11, "echo 2: t"),
+        ];
+        let violations = Violations {
+            unanswered: BTreeSet::from([1, 3]),
+            ..Violations::default()
+        };
+        let tally = Tally::count(
+            &plan,
+            &acknowledged(&[1, 2]),
+            &calls,
+            &violations,
+            &[],
+            &BTreeSet::new(),
+        );
+        assert_eq!((tally.once, tally.twice, tally.uncertain), (1, 1, 1));
+        assert_eq!(tally.twice_ids, vec![2]);
+    }
+
+    #[test]
+    fn dead_letters_are_expected_only_where_the_plan_says_and_poison_is_matched_by_body() {
+        let plan = plan(&[
+            (1, 10, Expect::Dead),
+            (2, 10, Expect::Reply),
+            (3, 11, Expect::Gone),
+        ]);
+        let letter = |id: Option<i64>, reason: &str, body: &str| Letter {
+            update_id: id,
+            reason: reason.into(),
+            attempts: 1,
+            body: body.into(),
+        };
+        let letters = [
+            letter(Some(1), "permanent_error", ""),
+            letter(Some(3), "permanent_error", ""),
+            letter(None, "poison", "junk"),
+        ];
+        let calls = [call(1, 10, "echo 2: t")];
+        let tally = Tally::count(
+            &plan,
+            &acknowledged(&[1, 2, 3]),
+            &calls,
+            &Violations::default(),
+            &letters,
+            &BTreeSet::new(),
+        );
+        assert_eq!(tally.dead_expected, 2, "update 1 and the poison body");
+        assert_eq!(tally.unexpected_dead(), 1, "the recipient who left");
+        assert_eq!(tally.poison_lettered, 1);
+        assert_eq!(tally.lost, 0);
+    }
+
+    #[test]
+    fn a_repeat_tgq_reports_as_resent_after_an_unknown_outcome_is_uncertain_not_twice() {
+        let plan = plan(&[(1, 10, Expect::Reply), (2, 11, Expect::Reply)]);
+        let calls = [
+            call(1, 10, "echo 1: t"),
+            call(2, 10, "echo 1: t"),
+            call(3, 11, "echo 2: t"),
+            call(4, 11, "echo 2: t"),
+        ];
+        let log = r#"{"fields":{"message":"action has an unknown outcome; sending it again"},"span":{"update_id":1}}
+WARN process_record{update_id=7}: tgq_core::context: action has an unknown outcome; sending it again"#;
+        let resent = Reported::resent_in_log(log);
+        assert_eq!(resent, BTreeSet::from([1, 7]));
+        let tally = Tally::count(
+            &plan,
+            &acknowledged(&[1, 2]),
+            &calls,
+            &Violations::default(),
+            &[],
+            &resent,
+        );
+        assert_eq!((tally.once, tally.twice, tally.uncertain), (1, 1, 1));
+        assert_eq!(tally.twice_ids, vec![2]);
+    }
+
+    #[test]
+    fn echo_replies_name_their_update() {
+        assert_eq!(echo_update_id("echo 17: hi: there"), Some(17));
+        assert_eq!(echo_update_id("You said: hi"), None);
+    }
+}
