@@ -75,8 +75,8 @@ async fn dead_letters_are_listed_shown_replayed_purged_and_audited_through_the_r
     let data_dir = dir.path().to_str().unwrap();
     let mut local = start(dir.path(), &fake);
     local.wait_ready().await;
-    // Chat 7 has blocked the bot for its first two updates; chat 8's goes through.
-    fake.inject(Fault::Blocked, Scope::Chat(7), Times::N(2));
+    // Telegram refuses chat 7's first two replies for good (a bad request); chat 8's goes through.
+    fake.inject(Fault::BadRequest, Scope::Chat(7), Times::N(2));
     for (update_id, chat) in [(1, 7), (2, 7), (3, 8)] {
         post(&local, update_id, chat).await;
     }
@@ -121,7 +121,7 @@ async fn dead_letters_are_listed_shown_replayed_purged_and_audited_through_the_r
         "the replayed updates ran, in their chat's order"
     );
 
-    fake.inject(Fault::Blocked, Scope::Chat(9), Times::Once);
+    fake.inject(Fault::BadRequest, Scope::Chat(9), Times::Once);
     post(&local, 4, 9).await;
     local
         .wait_settled(Duration::from_secs(20), |s| s["stats"]["dead"] == 1)
@@ -162,7 +162,7 @@ async fn a_replay_on_the_stopped_store_runs_when_local_starts_again() {
     let data_dir = dir.path().to_str().unwrap();
     let mut local = start(dir.path(), &fake);
     local.wait_ready().await;
-    fake.inject(Fault::Blocked, Scope::Chat(7), Times::Once);
+    fake.inject(Fault::BadRequest, Scope::Chat(7), Times::Once);
     post(&local, 1, 7).await;
     local
         .wait_settled(Duration::from_secs(20), |s| s["stats"]["dead"] == 1)

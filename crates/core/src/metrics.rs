@@ -38,6 +38,9 @@ pub const PROCESSED: &str = "Processed";
 pub const RETRIED: &str = "Retried";
 /// An update given up on and sent to the dead-letter queue; by [`REASON`].
 pub const DEAD_LETTERED: &str = "DeadLettered";
+/// A run that ended because its recipient is gone (blocked the bot, deleted their account): `DONE`,
+/// not a dead letter.
+pub const RECIPIENT_GONE: &str = "RecipientGone";
 /// A run that lost its lease to another run and stopped.
 pub const FENCED: &str = "Fenced";
 /// An at-most-once send whose earlier outcome was unknown, not sent again: to reconcile.
@@ -50,7 +53,7 @@ pub const END_TO_END_LATENCY_MS: &str = "EndToEndLatencyMs";
 pub const HANDLER_DURATION_MS: &str = "HandlerDurationMs";
 
 /// Every counter, for recorders and dashboards that list them.
-pub const COUNTERS: [&str; 11] = [
+pub const COUNTERS: [&str; 12] = [
     RECEIVED,
     DUPLICATE,
     REQUEUED,
@@ -60,6 +63,7 @@ pub const COUNTERS: [&str; 11] = [
     PROCESSED,
     RETRIED,
     DEAD_LETTERED,
+    RECIPIENT_GONE,
     FENCED,
     UNCERTAIN_SEND,
 ];
@@ -118,6 +122,7 @@ pub fn batch(report: &BatchReport) {
             RecordOutcome::DeadLettered(reason) => {
                 counter!(DEAD_LETTERED, REASON => reason.as_str()).increment(1);
             }
+            RecordOutcome::RecipientGone(_) => counter!(RECIPIENT_GONE).increment(1),
             RecordOutcome::Fenced => counter!(FENCED).increment(1),
             _ => {}
         }

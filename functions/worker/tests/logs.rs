@@ -157,10 +157,10 @@ async fn worker_paths(fake: &FakeTelegram) {
         },
         Arc::new(EchoBot),
     );
-    // Chat 10 goes through; 20 gets a 502 (retry); 30 has blocked the bot (dead letter); 40's
+    // Chat 10 goes through; 20 gets a 502 (retry); 30 is refused as a bad request (dead letter); 40's
     // answer comes too late (a send failure whose outcome is unknown), then is sent again.
     fake.inject(Fault::ServerError(502), Scope::Chat(20), Times::Once);
-    fake.inject(Fault::Blocked, Scope::Chat(30), Times::Once);
+    fake.inject(Fault::BadRequest, Scope::Chat(30), Times::Once);
     fake.inject(
         Fault::Timeout(Duration::from_secs(1)),
         Scope::Chat(40),

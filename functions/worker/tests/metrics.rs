@@ -183,13 +183,15 @@ async fn worker_outcomes() {
         },
         Arc::new(EchoBot),
     );
-    // Chat 111111111: its first update fails with a 502 (the second waits behind it); chat
-    // 222222222 has blocked the bot for its first update; the group's two updates go through.
+    // Chat 111111111: its first update fails with a 502 (the second waits behind it). Chat
+    // 222222222: Telegram refuses its first reply as a bad request (a dead letter), and the user
+    // has blocked the bot by the second (recipient gone).
     fake.inject(
         Fault::ServerError(502),
         Scope::Chat(111_111_111),
         Times::Once,
     );
+    fake.inject(Fault::BadRequest, Scope::Chat(222_222_222), Times::Once);
     fake.inject(Fault::Blocked, Scope::Chat(222_222_222), Times::Once);
     let mut context = Context::default();
     context.deadline = SystemClock.now().plus(Duration::from_secs(60)).0;
@@ -216,7 +218,8 @@ async fn both_functions_emit_every_outcome_as_embedded_metric_format_lines() {
         ("Poison", &[], 1.0),
         ("IngestUnavailable", &[("Cause", "misconfigured")], 1.0),
         ("IngestUnavailable", &[("Cause", "unavailable")], 2.0),
-        ("Processed", &[], 3.0),
+        ("Processed", &[], 2.0),
+        ("RecipientGone", &[], 1.0),
         ("Retried", &[("ErrorClass", "transient")], 1.0),
         ("DeadLettered", &[("Reason", "permanent_error")], 1.0),
     ] {
@@ -227,5 +230,5 @@ async fn both_functions_emit_every_outcome_as_embedded_metric_format_lines() {
         );
     }
     assert_eq!(emitted.values("HandlerDurationMs"), 5.0, "{emitted:#?}");
-    assert_eq!(emitted.values("EndToEndLatencyMs"), 3.0, "{emitted:#?}");
+    assert_eq!(emitted.values("EndToEndLatencyMs"), 2.0, "{emitted:#?}");
 }

@@ -68,9 +68,9 @@ async fn a_dead_letter_moved_back_by_an_operator_runs_again_and_the_worker_logs_
     let dynamo = aws_sdk_dynamodb::Client::new(&config);
     let stack = Stack::create(&config, "redrive").await.unwrap();
     let fake = FakeTelegram::start().await.unwrap();
-    // Chat 7 has blocked the bot, for its first update only: it is dead-lettered, and once the
-    // operator moves it back it goes through.
-    fake.inject(Fault::Blocked, Scope::Chat(7), Times::Once);
+    // Telegram refuses chat 7's first reply as a bad request (permanent): the update is
+    // dead-lettered, and once the operator moves it back it goes through.
+    fake.inject(Fault::BadRequest, Scope::Chat(7), Times::Once);
     let vars = [
         ("TGQ_BOT_ID", BOT_ID.to_owned()),
         ("TGQ_WEBHOOK_SECRET", SECRET.to_owned()),
