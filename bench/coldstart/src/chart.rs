@@ -45,36 +45,44 @@ struct Panel {
     title: &'static str,
     unit: &'static str,
     log: bool,
-    value: fn(&Figures) -> f64,
+    value: fn(Function, &Figures) -> f64,
 }
 
-const PANELS: [Panel; 3] = [
+const PANELS: [Panel; 4] = [
     Panel {
         title: "exec → first /next (config, clients, SSM)",
         unit: "ms",
         log: true,
-        value: |figures| figures.to_next_ms.median,
+        value: |_, figures| figures.to_next_ms.median,
     },
     Panel {
         title: "exec → first answer",
         unit: "ms",
         log: true,
-        value: |figures| figures.to_answer_ms.median,
+        value: |_, figures| figures.to_answer_ms.median,
     },
     Panel {
         title: "peak RSS",
         unit: "MiB",
         log: false,
-        value: |figures| figures.peak_rss_mib.median,
+        value: |_, figures| figures.peak_rss_mib.median,
+    },
+    Panel {
+        title: "Lambda $ per million updates, arm64",
+        unit: "$",
+        log: false,
+        value: crate::cost::lambda_arm64_per_million,
     },
 ];
 
 /// Draws the chart of `results` into a PNG at `path`.
 pub fn draw(results: &Results, runs: usize, path: &Path) -> anyhow::Result<()> {
     load_font()?;
-    let root = BitMapBackend::new(path, (1500, 560)).into_drawing_area();
+    let root = BitMapBackend::new(path, (2000, 560)).into_drawing_area();
     root.fill(&WHITE)?;
-    let title = format!("Lambda cold start on a fake Runtime API, median of {runs} runs");
+    let title = format!(
+        "Cold start on a fake Lambda Runtime API and Lambda cost per million updates, median of {runs} runs"
+    );
     let root = root.titled(&title, (FONT, 24))?;
     let panels = root.split_evenly((1, PANELS.len()));
     for (index, (panel, area)) in PANELS.iter().zip(&panels).enumerate() {
@@ -91,7 +99,10 @@ fn draw_panel(
     area: &DrawingArea<BitMapBackend<'_>, Shift>,
     legend: bool,
 ) -> anyhow::Result<()> {
-    let highest = results.values().map(panel.value).fold(1.0_f64, f64::max);
+    let highest = results
+        .iter()
+        .map(|((function, _), figures)| (panel.value)(*function, figures))
+        .fold(0.0_f64, f64::max);
     let mut builder = ChartBuilder::on(area);
     builder
         .caption(panel.title, (FONT, 17))
@@ -109,14 +120,16 @@ fn draw_panel(
                 let function = Function::ALL[function_index];
                 let figures = results.get(&(function, *implementation))?;
                 let left = function_index as f64 + 0.1 + slot as f64 * width;
-                Some((*implementation, left, (panel.value)(figures)))
+                Some((*implementation, left, (panel.value)(function, figures)))
             })
     };
     let label = |value: f64| {
         if value >= 100.0 {
             format!("{value:.0}")
-        } else {
+        } else if value >= 10.0 {
             format!("{value:.1}")
+        } else {
+            format!("{value:.2}")
         }
     };
     let x_label = |x: &f64| {

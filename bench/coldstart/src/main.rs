@@ -6,11 +6,13 @@
 //! here a fake one on loopback — with the configuration `template.yaml` gives it and its secret
 //! read from a fake SSM on loopback. The bench times exec → its first `GET …/invocation/next`
 //! (configuration read, SDK clients built, secret fetched), exec → its answer to the first event,
-//! and reads its peak RSS; then prints medians and ratios, checks the targets and draws a PNG.
+//! and reads its peak RSS; then prints medians and ratios, checks the targets, prices a million
+//! updates on each implementation (`cost`) and draws a PNG.
 //! Run it after `scripts/package`: `cargo run --release -p tgq-coldstart`. `docs/PERFORMANCE.md`
 //! explains the figures.
 
 mod chart;
+mod cost;
 mod equivalents;
 mod report;
 mod subjects;
@@ -161,6 +163,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .map(|(key, samples)| (*key, Figures::of(samples)))
         .collect();
     println!("{}", report::render(&results, args.runs, args.markdown));
+    println!("{}", cost::render(&results));
     println!("fake SSM answered {} GetParameter calls", ssm.calls());
     chart::draw(&results, args.runs, &chart)?;
     println!("chart: {}", chart.display());

@@ -44,8 +44,6 @@ const LEASE_EXPIRED: &str =
 const IS_DEAD: &str = "#status = :dead";
 /// The record never finished: waiting, backing off, or claimed by a run that died.
 const UNFINISHED: &str = "#status IN (:received, :queued, :retrying)";
-/// Only a freshly stored record becomes queued; a worker may already have moved it further.
-const STILL_RECEIVED: &str = "#status = :received";
 /// The run that writes still holds the lease: the record is PROCESSING with the attempt number the
 /// run's claim set (its fencing token). A run that outlived its lease fails this.
 const HELD_BY_RUN: &str = "#status = :processing AND attempts = :token";
@@ -311,24 +309,6 @@ impl UpdateStore for DynamoStore {
                 Some(None) => Err(no_old_item(PUT)),
                 None => Err(port_error(PUT, err)),
             },
-        }
-    }
-
-    async fn mark_queued(&self, key: &RecordKey) -> Result<(), PortError> {
-        let result = self
-            .update(key)
-            .update_expression("SET #status = :queued")
-            .condition_expression(STILL_RECEIVED)
-            .expression_attribute_names("#status", item::STATUS)
-            .expression_attribute_values(":queued", string(Status::Queued.as_str()))
-            .expression_attribute_values(":received", string(Status::Received.as_str()))
-            .send()
-            .await;
-        match result {
-            // Any later status, or no record at all, stays as it is.
-            Err(err) if update_condition_failed(&err).is_some() => Ok(()),
-            Err(err) => Err(port_error(UPDATE, err)),
-            Ok(_) => Ok(()),
         }
     }
 }

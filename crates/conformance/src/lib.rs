@@ -58,7 +58,6 @@ macro_rules! conformance_tests {
     ($make:expr) => {
         $crate::conformance_tests!(@each $make;
             a_new_update_is_stored_and_a_repeat_reports_its_status,
-            mark_queued_moves_only_a_received_record,
             an_expired_record_counts_as_absent,
             a_claim_counts_the_run_and_holds_a_lease_until_it_expires,
             a_finished_record_is_never_claimed_again,
@@ -173,10 +172,10 @@ pub async fn a_new_update_is_stored_and_a_repeat_reports_its_status(a: Adapters)
         a.store.insert(&r, now()).await.unwrap(),
         Inserted::Exists(Status::Received)
     );
-    a.store.mark_queued(&r.key).await.unwrap();
+    claim(&a, &r, now(), Duration::from_secs(30)).await;
     assert_eq!(
         a.store.insert(&r, now()).await.unwrap(),
-        Inserted::Exists(Status::Queued)
+        Inserted::Exists(Status::Processing)
     );
 }
 
@@ -210,22 +209,6 @@ fn burial() -> Burial {
         error: "Telegram answered 403: Forbidden: bot was blocked by the user".into(),
         attempts: 1,
     }
-}
-
-/// `mark_queued` never moves a record backwards.
-pub async fn mark_queued_moves_only_a_received_record(a: Adapters) {
-    let r = record(&fresh_key(), "1");
-    a.store.insert(&r, now()).await.unwrap();
-    let run = claim(&a, &r, now(), Duration::from_secs(30)).await;
-    a.ledger
-        .settle(&run.lease, &Settlement::DONE, &[])
-        .await
-        .unwrap();
-    a.store.mark_queued(&r.key).await.unwrap();
-    assert_eq!(
-        a.reader.get(&r.key, now()).await.unwrap().unwrap().status,
-        Status::Done
-    );
 }
 
 /// Readers ignore expired records even before the store deletes them.
@@ -1090,20 +1073,19 @@ pub async fn a_reset_under_the_dead_rule_leaves_an_unfinished_record_and_an_expi
 ) {
     let r = record(&fresh_key(), "2");
     a.store.insert(&r, now()).await.unwrap();
-    a.store.mark_queued(&r.key).await.unwrap();
     assert_eq!(
         a.reset
             .reset(&reset_request(&r.key, ResetRule::Dead))
             .await
             .unwrap(),
-        Reset::Refused(Status::Queued)
+        Reset::Refused(Status::Received)
     );
     assert_eq!(
         a.reset
             .reset(&reset_request(&r.key, ResetRule::DeadOrUnfinished))
             .await
             .unwrap(),
-        Reset::Restarted(Status::Queued),
+        Reset::Restarted(Status::Received),
         "the queue's redrive moves unfinished updates too"
     );
 

@@ -287,12 +287,11 @@ impl Webhook {
                     Inserted::Exists(Status::Received) => Ingested::Requeued,
                     Inserted::Exists(status) => return Ok(Ingested::Duplicate(status)),
                 };
+                // No write after the send: the record stays RECEIVED until the worker claims it,
+                // and a repeat of a RECEIVED update is sent again, which is harmless (the queue
+                // drops it as a duplicate within five minutes; after that the claim finds the
+                // record finished, or runs it once) — docs/ARCHITECTURE.md §3.
                 queue.enqueue(&message).await?;
-                // The update is durable in the queue now; a failed status write only costs a
-                // harmless resend later.
-                if let Err(error) = store.mark_queued(key).await {
-                    warn!(error = %error_chain(&error), "update enqueued but not marked QUEUED");
-                }
                 Ok(outcome)
             }
         }

@@ -14,15 +14,12 @@ use crate::ids::{GroupKey, MessageGroupId, RecordKey, StateKey};
 use crate::record::{ActionIntent, ActionOutcome, ActionRecord, Status, Timestamp, UpdateRecord};
 use crate::state::{StateWrite, StoredState};
 
-/// What the webhook may do to records: create one, and mark it queued. It cannot delete.
+/// What the webhook may do to records: create one. It cannot change or delete one.
 #[async_trait]
 pub trait UpdateStore: Send + Sync {
     /// Stores `record` unless an unexpired record with its key exists (DynamoDB: a conditional put
     /// returning the old item on failure, so a duplicate costs no second read).
     async fn insert(&self, record: &UpdateRecord, now: Timestamp) -> Result<Inserted, PortError>;
-
-    /// Moves a record from `RECEIVED` to `QUEUED` once its enqueue is confirmed; any later status stays.
-    async fn mark_queued(&self, key: &RecordKey) -> Result<(), PortError>;
 }
 
 /// The outcome of [`UpdateStore::insert`].

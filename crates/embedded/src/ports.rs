@@ -53,13 +53,6 @@ impl UpdateStore for EmbeddedStore {
             .run("store insert", move |tx| tx.insert(&record, now))
             .await
     }
-
-    async fn mark_queued(&self, key: &RecordKey) -> Result<(), PortError> {
-        let key = key.clone();
-        self.writer
-            .run("store mark_queued", move |tx| tx.mark_queued(&key))
-            .await
-    }
 }
 
 #[async_trait]

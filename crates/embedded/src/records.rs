@@ -120,19 +120,6 @@ impl Tx<'_> {
         Ok(Inserted::New)
     }
 
-    /// Moves a `RECEIVED` record to `QUEUED`; any other status stays.
-    pub(crate) fn mark_queued(&mut self, key: &RecordKey) -> Result<(), OpError> {
-        let Some(mut record) = self.load_record(key)? else {
-            return Ok(());
-        };
-        if record.status != Status::Received {
-            return Ok(());
-        }
-        record.status = Status::Queued;
-        let expiry = record.expires_at;
-        self.put_record(&record, Some(expiry))
-    }
-
     /// Takes the lease and counts a run; creates the record from the message when it is missing.
     pub(crate) fn claim(&mut self, request: &ClaimRequest) -> Result<Claim, OpError> {
         let stored = self.load_record(&request.key)?;

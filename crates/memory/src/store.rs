@@ -102,16 +102,6 @@ impl UpdateStore for MemoryStore {
             }
         }
     }
-
-    async fn mark_queued(&self, key: &RecordKey) -> Result<(), PortError> {
-        self.outage.check("store mark_queued")?;
-        if let Some(record) = self.tables.lock().records.get_mut(key) {
-            if record.status == Status::Received {
-                record.status = Status::Queued;
-            }
-        }
-        Ok(())
-    }
 }
 
 #[async_trait]

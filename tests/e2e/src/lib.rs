@@ -11,5 +11,6 @@ pub mod cargo;
 pub mod emulator;
 pub mod esm;
 pub mod functions;
+pub mod proxy;
 pub mod telegram;
 pub mod template;

@@ -4,7 +4,6 @@
 
 mod esm;
 mod lambda;
-mod proxy;
 mod stack;
 
 use std::collections::BTreeMap;
@@ -27,8 +26,8 @@ use crate::tally::{Check, Reported, Row, Tally};
 use crate::{Options, SECRET};
 use esm::Esm;
 use lambda::Lambda;
-use proxy::{AwsFault, Proxy, Service};
 use stack::DrillStack;
+use tgq_e2e::proxy::{AwsFault, Proxy, Service};
 
 /// The bot id of the drilled functions.
 const BOT_ID: &str = "drill";

@@ -1,8 +1,10 @@
-//! A fault-injecting proxy between a function and the AWS emulator: the function's
-//! `AWS_ENDPOINT_URL` points here, every request is passed on to moto unchanged — unless a fault
-//! is set for its service, in which case it is answered the way AWS answers that fault. No product
-//! hook: the function cannot tell it from AWS having a bad day.
+//! A counting, fault-injecting proxy between a function and the AWS emulator: the function's
+//! `AWS_ENDPOINT_URL` points here, every request is counted by its operation and passed on to moto
+//! unchanged — unless a fault is set for its service, in which case it is answered the way AWS
+//! answers that fault. No product hook: the function cannot tell it from AWS having a bad day, and
+//! the counts are what AWS would bill.
 
+use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -42,6 +44,73 @@ struct Faults {
     sqs: Option<AwsFault>,
     /// Requests answered with a fault, per service.
     refused: [u64; 2],
+    /// Every request, by its `X-Amz-Target` (`DynamoDB_20120810.PutItem`, `AmazonSQS.SendMessage`).
+    requests: BTreeMap<String, u64>,
+}
+
+/// Requests a proxy saw, by operation: what a function asked of AWS.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Requests(pub BTreeMap<String, u64>);
+
+impl Requests {
+    /// DynamoDB operations that write (each billed in write units).
+    pub const DYNAMO_WRITES: [&'static str; 5] = [
+        "PutItem",
+        "UpdateItem",
+        "DeleteItem",
+        "TransactWriteItems",
+        "BatchWriteItem",
+    ];
+    /// DynamoDB operations that read.
+    pub const DYNAMO_READS: [&'static str; 5] = [
+        "GetItem",
+        "Query",
+        "Scan",
+        "BatchGetItem",
+        "TransactGetItems",
+    ];
+
+    /// Requests of one operation of DynamoDB (`"PutItem"`).
+    pub fn dynamo(&self, operation: &str) -> u64 {
+        self.of(&format!("DynamoDB_20120810.{operation}"))
+    }
+
+    /// Requests of one operation of SQS (`"SendMessage"`).
+    pub fn sqs(&self, operation: &str) -> u64 {
+        self.of(&format!("AmazonSQS.{operation}"))
+    }
+
+    /// DynamoDB requests that write.
+    pub fn dynamo_writes(&self) -> u64 {
+        Self::DYNAMO_WRITES.iter().map(|op| self.dynamo(op)).sum()
+    }
+
+    /// DynamoDB requests that read.
+    pub fn dynamo_reads(&self) -> u64 {
+        Self::DYNAMO_READS.iter().map(|op| self.dynamo(op)).sum()
+    }
+
+    /// Every SQS request.
+    pub fn sqs_total(&self) -> u64 {
+        self.prefixed("AmazonSQS.")
+    }
+
+    /// Every DynamoDB request.
+    pub fn dynamo_total(&self) -> u64 {
+        self.prefixed("DynamoDB_20120810.")
+    }
+
+    fn of(&self, target: &str) -> u64 {
+        self.0.get(target).copied().unwrap_or(0)
+    }
+
+    fn prefixed(&self, prefix: &str) -> u64 {
+        self.0
+            .iter()
+            .filter(|(target, _)| target.starts_with(prefix))
+            .map(|(_, n)| n)
+            .sum()
+    }
 }
 
 /// A running proxy.
@@ -90,6 +159,18 @@ impl Proxy {
         }
     }
 
+    /// The requests seen since the proxy started or was last [`take_requests`](Self::take_requests).
+    pub fn requests(&self) -> Requests {
+        let faults = self.faults.lock().unwrap_or_else(PoisonError::into_inner);
+        Requests(faults.requests.clone())
+    }
+
+    /// The requests seen so far, starting the count again from zero.
+    pub fn take_requests(&self) -> Requests {
+        let mut faults = self.faults.lock().unwrap_or_else(PoisonError::into_inner);
+        Requests(std::mem::take(&mut faults.requests))
+    }
+
     /// Requests answered with a fault so far, (DynamoDB, SQS).
     pub fn refused(&self) -> (u64, u64) {
         let faults = self.faults.lock().unwrap_or_else(PoisonError::into_inner);
@@ -113,6 +194,13 @@ async fn forward(State(shared): State<Shared>, request: Request) -> Response {
     let service = service_of(&parts.headers);
     let fault = {
         let mut faults = shared.faults.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(target) = parts
+            .headers
+            .get("x-amz-target")
+            .and_then(|t| t.to_str().ok())
+        {
+            *faults.requests.entry(target.to_owned()).or_default() += 1;
+        }
         let fault = match service {
             Some(Service::Dynamo) => faults.dynamo,
             Some(Service::Sqs) => faults.sqs,
