@@ -35,7 +35,7 @@ pub struct Scenario {
     pub local: bool,
     /// Whether it applies to the emulator.
     pub emulator: bool,
-    /// What it waits for while it fails on the current code (issue 8's points), if anything.
+    /// What it waits for while it fails on the current code (an open issue), if anything.
     pub waits_for: Option<&'static str>,
 }
 
@@ -65,7 +65,7 @@ pub const SCENARIOS: [Scenario; 16] = [
         what: "the worker killed mid-batch (SIGKILL of tgq local; the worker process killed as Lambda does past its timeout)",
         local: true,
         emulator: true,
-        waits_for: Some("issue 8 §8 (local: instant recovery after a kill)"),
+        waits_for: None,
     },
     Scenario {
         number: 3,
@@ -73,7 +73,7 @@ pub const SCENARIOS: [Scenario; 16] = [
         what: "the store or the queue unreachable at the webhook for 10 s (local: its filesystem full), Telegram-style retries",
         local: true,
         emulator: true,
-        waits_for: Some("issue 8 §8 (local: /readyz and recovery after a failed commit)"),
+        waits_for: None,
     },
     Scenario {
         number: 4,
@@ -81,7 +81,7 @@ pub const SCENARIOS: [Scenario; 16] = [
         what: "the stack misconfigured for 60 s (table missing / access denied): every answer 503, nothing dead-lettered",
         local: false,
         emulator: true,
-        waits_for: Some("issue 8 §1 (a misconfigured stack answers 503, never poison)"),
+        waits_for: None,
     },
     Scenario {
         number: 5,
@@ -89,7 +89,7 @@ pub const SCENARIOS: [Scenario; 16] = [
         what: "DynamoDB throttling at the worker for 2 minutes: nothing moved to the DLQ by SQS untried",
         local: false,
         emulator: true,
-        waits_for: Some("issue 8 §2 (maxReceiveCount 1000; a failed claim backs off)"),
+        waits_for: None,
     },
     Scenario {
         number: 6,
@@ -97,7 +97,7 @@ pub const SCENARIOS: [Scenario; 16] = [
         what: "a chat whose first 5 updates each fail until their budget is spent, then 5 good ones",
         local: true,
         emulator: true,
-        waits_for: Some("issue 8 §2 (the receive count is a crash-loop net, not a budget)"),
+        waits_for: None,
     },
     Scenario {
         number: 7,
@@ -105,7 +105,7 @@ pub const SCENARIOS: [Scenario; 16] = [
         what: "a Telegram 429 storm with retry_after: no send earlier than allowed, nothing dead-lettered",
         local: true,
         emulator: true,
-        waits_for: Some("issue 8 §6 (flood waits pause every send of the bot)"),
+        waits_for: None,
     },
     Scenario {
         number: 8,
@@ -121,7 +121,7 @@ pub const SCENARIOS: [Scenario; 16] = [
         what: "400s and handler permanent errors dead-lettered at once; 403 blocked / deactivated settle as recipient_gone",
         local: true,
         emulator: true,
-        waits_for: Some("recipient_gone (issue 16; not in issue 8)"),
+        waits_for: None,
     },
     Scenario {
         number: 10,
@@ -137,7 +137,7 @@ pub const SCENARIOS: [Scenario; 16] = [
         what: "a crash after an at-most-once send and before its result is recorded: counted uncertain, never sent twice",
         local: true,
         emulator: true,
-        waits_for: Some("issue 8 §4 (uncertain sends stored and counted)"),
+        waits_for: None,
     },
     Scenario {
         number: 12,
@@ -145,7 +145,7 @@ pub const SCENARIOS: [Scenario; 16] = [
         what: "one run frozen past its lease (SIGSTOP/SIGCONT) while another takes over: late writes refused and counted",
         local: true,
         emulator: true,
-        waits_for: Some("issue 8 §3 (fencing of stale workers)"),
+        waits_for: None,
     },
     Scenario {
         number: 13,
@@ -153,7 +153,7 @@ pub const SCENARIOS: [Scenario; 16] = [
         what: "tgq local killed with SIGKILL every few seconds under load, and restarted",
         local: true,
         emulator: false,
-        waits_for: Some("issue 8 §8 (local: instant recovery after a kill)"),
+        waits_for: None,
     },
     Scenario {
         number: 14,
@@ -161,7 +161,7 @@ pub const SCENARIOS: [Scenario; 16] = [
         what: "after a 60 s Telegram outage the backlog drains without breaking Telegram's limits",
         local: true,
         emulator: true,
-        waits_for: Some("issue 8 §6 (a per-bot limiter paces sends)"),
+        waits_for: None,
     },
     Scenario {
         number: 15,
@@ -169,7 +169,7 @@ pub const SCENARIOS: [Scenario; 16] = [
         what: "tgq local's disk fills up: 5xx so Telegram retries, /readyz says why, recovers by itself",
         local: true,
         emulator: false,
-        waits_for: Some("issue 8 §8 (/readyz on a store that cannot commit)"),
+        waits_for: None,
     },
     Scenario {
         number: 16,
