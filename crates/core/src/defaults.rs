@@ -24,6 +24,9 @@ pub const AWS_OPERATION_TIMEOUT: Duration = Duration::from_secs(5);
 /// before the deadline, and no record starts with less left. It covers one Telegram call in flight
 /// and one store write (settling the run).
 pub const DEADLINE_MARGIN: Duration = Duration::from_secs(15);
+/// How long a settle or a visibility change the store or queue refused as unavailable is retried
+/// within the run, before the message is left to come back (docs/ARCHITECTURE.md §4).
+pub const STORE_PATIENCE: Duration = Duration::from_secs(20);
 /// The worker Lambda's timeout in `template.yaml`; the queue's visibility timeout must be ≥ 6× this.
 pub const WORKER_TIMEOUT: Duration = Duration::from_secs(60);
 /// SQS's largest `maxReceiveCount`, the updates queue's redrive setting: receives are a crash-loop

@@ -44,6 +44,9 @@ pub struct WorkerSettings {
     pub max_receive_count: u32,
     /// What becomes of an update whose recipient is gone (`TGQ_DEAD_LETTER_GONE_RECIPIENTS`).
     pub gone_recipients: GoneRecipients,
+    /// How long a settle or a visibility change refused as unavailable is retried within the
+    /// invocation (and never past its deadline) before it is given up.
+    pub store_patience: Duration,
 }
 
 impl Default for WorkerSettings {
@@ -54,6 +57,7 @@ impl Default for WorkerSettings {
             record_ttl: defaults::RECORD_TTL,
             max_receive_count: defaults::MAX_RECEIVE_COUNT,
             gone_recipients: GoneRecipients::default(),
+            store_patience: defaults::STORE_PATIENCE,
         }
     }
 }
@@ -452,6 +456,7 @@ impl Worker {
             key,
             group,
             claimed: &claimed,
+            deadline,
         };
         let outcome = match result {
             Ok(()) => {
@@ -549,6 +554,7 @@ impl Worker {
             key,
             group,
             claimed,
+            deadline,
         } = run;
         if !summary.uncertain.is_empty() {
             warn!(
@@ -556,12 +562,17 @@ impl Worker {
                 "at-most-once actions with unknown outcome were not made again; marked uncertain"
             );
         }
-        match self
-            .ports
-            .ledger
-            .settle(&claimed.lease, &settlement, &unwritten)
-            .await
-        {
+        // A settle refused as unavailable is tried again for a while: the handler's work is done,
+        // and letting the message come back would run it again (its last send's outcome would be
+        // unknown, so that send would be repeated).
+        let settled = self
+            .patiently("settle", deadline, || {
+                self.ports
+                    .ledger
+                    .settle(&claimed.lease, &settlement, &unwritten)
+            })
+            .await;
+        match settled {
             Ok(()) => {
                 match &done {
                     RecordOutcome::RecipientGone(gone) => {
@@ -799,15 +810,56 @@ impl Worker {
         RecordOutcome::StoreUnavailable(delay)
     }
 
+    /// Runs `write` until it succeeds, fails other than as unavailable, or the store's patience (or
+    /// the time to `deadline`, less a second to answer) would be exceeded by the next wait; waits
+    /// double from 100 ms up to 2 s.
+    async fn patiently<T, F, Fut>(
+        &self,
+        what: &str,
+        deadline: Timestamp,
+        mut write: F,
+    ) -> Result<T, PortError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, PortError>>,
+    {
+        const FIRST_WAIT: Duration = Duration::from_millis(100);
+        const LONGEST_WAIT: Duration = Duration::from_secs(2);
+        const TO_ANSWER: Duration = Duration::from_secs(1);
+        let started = std::time::Instant::now();
+        let mut wait = FIRST_WAIT;
+        loop {
+            match write().await {
+                Err(error @ PortError::Unavailable { .. }) => {
+                    let left = deadline.since(self.ports.clock.now());
+                    if started.elapsed() + wait > self.settings.store_patience
+                        || wait + TO_ANSWER > left
+                    {
+                        return Err(error);
+                    }
+                    warn!(error = %error_chain(&error), retry_in_ms = wait.as_millis() as u64, "{what} unavailable; trying again");
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(LONGEST_WAIT);
+                }
+                other => return other,
+            }
+        }
+    }
+
     /// Makes the message visible again after `after`, never past SQS's ceiling; returns the delay
-    /// asked for.
+    /// asked for. A change refused as unavailable is tried again for a while (within the store's
+    /// patience): left as it is, the message would come back only after the queue's whole
+    /// visibility timeout.
     async fn show_again(&self, record: &QueueRecord, after: Duration) -> Duration {
         let now = self.ports.clock.now();
         let after = within_visibility_ceiling(after, record.first_received_at, now);
+        let deadline = now.plus(self.settings.store_patience + Duration::from_secs(1));
         if let Err(e) = self
-            .ports
-            .visibility
-            .change_visibility(&record.receipt, after)
+            .patiently("visibility change", deadline, || {
+                self.ports
+                    .visibility
+                    .change_visibility(&record.receipt, after)
+            })
             .await
         {
             // The message still comes back, after the queue's own visibility timeout.
@@ -824,6 +876,7 @@ struct Run<'a> {
     key: &'a RecordKey,
     group: &'a GroupKey,
     claimed: &'a Claimed,
+    deadline: Timestamp,
 }
 
 /// How a handler run ended, with what its context gathered for the settle.

@@ -161,7 +161,16 @@ fn rig() -> Rig {
     rig_with(RateLimits::UNLIMITED)
 }
 
+/// A rig whose worker retries a refused settle or visibility change for up to 5 s.
+fn patient_rig() -> Rig {
+    rig_full(RateLimits::UNLIMITED, Duration::from_secs(5))
+}
+
 fn rig_with(limits: RateLimits) -> Rig {
+    rig_full(limits, Duration::ZERO)
+}
+
+fn rig_full(limits: RateLimits, store_patience: Duration) -> Rig {
     let store = Arc::new(MemoryStore::new());
     let dead = Arc::new(MemoryDeadLetters::new());
     let api = Arc::new(RecordingBotApi::new());
@@ -188,6 +197,7 @@ fn rig_with(limits: RateLimits) -> Rig {
         record_ttl: Duration::from_secs(7 * 86_400),
         max_receive_count: 1000,
         gone_recipients: GoneRecipients::Settle,
+        store_patience,
     };
     Rig {
         worker: Worker::new(settings, ports, bot.clone()),
@@ -870,6 +880,43 @@ async fn a_misconfigured_store_never_buries_an_update() {
         ));
     }
     assert!(rig.dead.letters().is_empty());
+}
+
+#[tokio::test]
+async fn a_done_write_refused_for_a_moment_is_tried_again_in_the_run_and_the_reply_is_sent_once() {
+    let rig = patient_rig();
+    rig.store
+        .outage
+        .fail_only_times("store settle", Fault::Unavailable, 3);
+    let report = rig.run(&[update(1, 10)]).await;
+    assert!(
+        matches!(outcome(&report, 0), RecordOutcome::Done(_)),
+        "{report:?}"
+    );
+    assert!(report.failed_message_ids().is_empty(), "acknowledged");
+    assert_eq!(rig.status(1).await, Status::Done);
+    assert_eq!(rig.api.sent_texts(), ["reply to 1"], "not run again");
+}
+
+#[tokio::test]
+async fn a_visibility_change_refused_for_a_moment_is_tried_again_so_the_message_returns_on_time() {
+    let rig = patient_rig();
+    rig.store
+        .outage
+        .fail_only("store claim", Fault::Unavailable);
+    rig.visibility
+        .outage
+        .fail_only_times("visibility change", Fault::Unavailable, 2);
+    let report = rig.run(&[update(1, 10)]).await;
+    assert!(matches!(
+        outcome(&report, 0),
+        RecordOutcome::StoreUnavailable(_)
+    ));
+    let asked = rig
+        .visibility
+        .last_for("rcpt-1")
+        .expect("the backoff reached the queue after the refusals");
+    assert!(asked < Duration::from_secs(60), "{asked:?}");
 }
 
 #[tokio::test]

@@ -32,9 +32,15 @@ pub struct Harness {
 }
 
 impl Harness {
-    /// A worker for `handler` of `bot_id`, sending to `api` (the one the handler was built with).
+    /// A worker for `handler` of `bot_id`, sending to `api` (the one the handler was built with),
+    /// with the default settings but no patience with the store: a store the test takes down
+    /// stays down for the run, so the test sees what happens when a write is given up.
     pub fn new(bot_id: BotId, handler: Arc<dyn Handler>, api: Arc<RecordingBotApi>) -> Self {
-        Self::with_settings(bot_id, handler, api, WorkerSettings::default())
+        let settings = WorkerSettings {
+            store_patience: std::time::Duration::ZERO,
+            ..WorkerSettings::default()
+        };
+        Self::with_settings(bot_id, handler, api, settings)
     }
 
     /// As [`Harness::new`], with these worker settings.

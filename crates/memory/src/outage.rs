@@ -18,6 +18,8 @@ struct Injected {
     fault: Fault,
     /// Only this operation fails (its name as the adapter reports it); every one when `None`.
     only: Option<&'static str>,
+    /// How many more calls fail before the adapter heals by itself; until healed when `None`.
+    left: Option<u32>,
 }
 
 /// A switch that makes an adapter fail its calls while it is on.
@@ -30,12 +32,17 @@ impl Outage {
         *self.0.lock() = down.then_some(Injected {
             fault: Fault::Unavailable,
             only: None,
+            left: None,
         });
     }
 
     /// Makes every call fail with `fault`.
     pub fn fail(&self, fault: Fault) {
-        *self.0.lock() = Some(Injected { fault, only: None });
+        *self.0.lock() = Some(Injected {
+            fault,
+            only: None,
+            left: None,
+        });
     }
 
     /// Makes only the operation `what` (e.g. `"store settle"`) fail with `fault`.
@@ -43,15 +50,37 @@ impl Outage {
         *self.0.lock() = Some(Injected {
             fault,
             only: Some(what),
+            left: None,
+        });
+    }
+
+    /// Makes only the next `times` calls of the operation `what` fail with `fault`: a store that
+    /// is down for a moment.
+    pub fn fail_only_times(&self, what: &'static str, fault: Fault, times: u32) {
+        *self.0.lock() = (times > 0).then_some(Injected {
+            fault,
+            only: Some(what),
+            left: Some(times),
         });
     }
 
     pub(crate) fn check(&self, what: &'static str) -> Result<(), PortError> {
-        let Some(injected) = *self.0.lock() else {
+        let mut slot = self.0.lock();
+        let Some(injected) = slot.as_mut() else {
             return Ok(());
         };
         if injected.only.is_some_and(|only| only != what) {
             return Ok(());
+        }
+        let injected = *injected;
+        match injected.left {
+            Some(1) => *slot = None,
+            Some(n) => {
+                if let Some(current) = slot.as_mut() {
+                    current.left = Some(n - 1);
+                }
+            }
+            None => {}
         }
         Err(match injected.fault {
             Fault::Unavailable => PortError::unavailable(what, "injected outage"),

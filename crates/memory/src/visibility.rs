@@ -7,11 +7,15 @@ use parking_lot::Mutex;
 use tgq_core::ports::{ReceiptHandle, Visibility};
 use tgq_core::PortError;
 
+use crate::outage::Outage;
+
 /// A [`tgq_core::ports::Visibility`] that only records what it was asked; for worker tests fed by
 /// Lambda events, where there is no queue to change.
 #[derive(Default)]
 pub struct RecordingVisibility {
     changes: Mutex<Vec<(ReceiptHandle, Duration)>>,
+    /// Makes changes fail (`"visibility change"`); a failed change is not recorded.
+    pub outage: Outage,
 }
 
 impl RecordingVisibility {
@@ -43,6 +47,7 @@ impl Visibility for RecordingVisibility {
         receipt: &ReceiptHandle,
         after: Duration,
     ) -> Result<(), PortError> {
+        self.outage.check("visibility change")?;
         self.changes.lock().push((receipt.clone(), after));
         Ok(())
     }
