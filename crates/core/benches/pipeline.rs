@@ -102,6 +102,7 @@ fn process_batch(c: &mut Criterion) {
         record_ttl: Duration::from_secs(3600),
         max_receive_count: 1000,
         gone_recipients: GoneRecipients::Settle,
+        store_patience: Duration::ZERO,
     };
     let worker = Worker::new(settings, ports, Arc::new(NoOpBot));
     let batch = || -> Vec<QueueRecord> {
