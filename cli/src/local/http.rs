@@ -46,6 +46,28 @@ pub struct App {
     pub shutdown: Shutdown,
     /// Renders what the use cases counted.
     pub metrics: PrometheusHandle,
+    /// Where the store lives: /readyz checks the space left on its filesystem.
+    pub data_dir: std::path::PathBuf,
+}
+
+/// Below this much free space on the store's filesystem, /readyz answers 503: the next commit that
+/// needs the file to grow would fail.
+const MIN_FREE_BYTES: u64 = 4 * 1024 * 1024;
+
+/// The bytes an unprivileged process may still write on the filesystem holding `dir`.
+fn free_bytes(dir: &std::path::Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    let mut stat = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `path` is a NUL-terminated string and `stat` is written by statvfs before it is read.
+    let answered = unsafe { libc::statvfs(path.as_ptr(), stat.as_mut_ptr()) };
+    if answered != 0 {
+        return None;
+    }
+    // SAFETY: statvfs answered 0, so it filled `stat`.
+    let stat = unsafe { stat.assume_init() };
+    #[allow(clippy::useless_conversion)] // the field types differ between targets
+    Some(u64::from(stat.f_bavail).saturating_mul(u64::from(stat.f_frsize)))
 }
 
 /// Every route of `tgq local`. The admin routes sit behind one access check, so a new one cannot
@@ -156,6 +178,15 @@ async fn readyz(State(app): State<App>) -> Response {
     let running = app.loops.running();
     if running < app.expected_loops {
         let text = format!("{running} of {} worker loops running", app.expected_loops);
+        return answer(StatusCode::SERVICE_UNAVAILABLE, Value::from(text));
+    }
+    // A full disk says so before a commit fails on it: a small commit may still fit in the
+    // file's free pages while the next one that needs it to grow cannot.
+    if let Some(free) = free_bytes(&app.data_dir).filter(|free| *free < MIN_FREE_BYTES) {
+        let text = format!(
+            "the disk holding {} is full: {free} bytes free",
+            app.data_dir.display()
+        );
         return answer(StatusCode::SERVICE_UNAVAILABLE, Value::from(text));
     }
     // After a failed commit (a full disk, an fsync error) the store is not ready until a commit

@@ -216,6 +216,7 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
         expected_loops: loop_settings.loops,
         shutdown: shutdown.clone(),
         metrics,
+        data_dir: data.path().to_owned(),
     };
     let server_shutdown = shutdown.clone();
     tasks.spawn(async move {

@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use tgq_core::clock::Clock;
 use tgq_core::error::error_chain;
-use tgq_core::ports::QueueConsumer;
+use tgq_core::ports::{QueueConsumer, ReceiptHandle};
 use tgq_core::worker::Worker;
+use tgq_core::{defaults, PortError};
 use tgq_embedded::EmbeddedStore;
 use tracing::{info, warn};
 
@@ -55,6 +56,25 @@ impl LoopStats {
     /// Loops currently running.
     pub fn running(&self) -> usize {
         self.running.load(Ordering::SeqCst)
+    }
+}
+
+/// Deletes a finished message, trying again while the store says it is unavailable (a full disk
+/// for a moment), for up to [`defaults::STORE_PATIENCE`]: a message left undeleted holds its whole
+/// chat until its visibility timeout ends, as the worker's settle does (docs/ARCHITECTURE.md §4).
+async fn delete_patiently(store: &EmbeddedStore, receipt: &ReceiptHandle) -> Result<(), PortError> {
+    let started = std::time::Instant::now();
+    let mut wait = Duration::from_millis(100);
+    loop {
+        match store.delete(receipt).await {
+            Err(PortError::Unavailable { .. })
+                if started.elapsed() + wait <= defaults::STORE_PATIENCE =>
+            {
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(2));
+            }
+            other => return other,
+        }
     }
 }
 
@@ -103,8 +123,9 @@ pub async fn run(
         };
         let failed: HashSet<String> = report.failed_message_ids().into_iter().collect();
         for record in records.iter().filter(|r| !failed.contains(&r.message_id)) {
-            if let Err(error) = store.delete(&record.receipt).await {
-                // It is redelivered, found DONE or DEAD, and acknowledged without running again.
+            if let Err(error) = delete_patiently(&store, &record.receipt).await {
+                // It is redelivered after its visibility timeout, found DONE or DEAD, and
+                // acknowledged without running again; its chat waits until then.
                 warn!(worker_loop = id, message_id = %record.message_id, error = %error_chain(&error), "delete failed");
             }
         }
