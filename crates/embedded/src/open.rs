@@ -11,8 +11,8 @@ use tgq_core::clock::{Clock, SystemClock};
 use crate::handle::{DbHandle, Health};
 use crate::queue::QueueIndex;
 use crate::schema::{
-    seq, DEAD, DEDUP, META, OUTBOX, QUEUE, RECORDS, RECORD_EXPIRY, SCHEMA_1_SEQUENCES,
-    SCHEMA_VERSION,
+    seq, DEAD, DEDUP, META, OUTBOX, POLLER_LEASES, QUEUE, RECORDS, RECORD_EXPIRY,
+    SCHEMA_1_SEQUENCES, SCHEMA_VERSION, UPGRADABLE_FROM,
 };
 use crate::writer::{Settings, Writer};
 use crate::{EmbeddedStore, StoreError, FILE_NAME};
@@ -170,6 +170,7 @@ fn prepare(db: &Database, path: &Path) -> Result<(), StoreError> {
     txn.open_table(DEDUP)?;
     txn.open_table(DEAD)?;
     txn.open_table(OUTBOX)?;
+    txn.open_table(POLLER_LEASES)?;
     {
         let mut meta = txn.open_table(META)?;
         let found = meta.get(seq::SCHEMA)?.map(|v| v.value());
@@ -178,6 +179,10 @@ fn prepare(db: &Database, path: &Path) -> Result<(), StoreError> {
                 meta.insert(seq::SCHEMA, SCHEMA_VERSION)?;
             }
             Some(version) if version == SCHEMA_VERSION => {}
+            // Version 4 only added a table, created above: nothing stored changes meaning.
+            Some(UPGRADABLE_FROM) => {
+                meta.insert(seq::SCHEMA, SCHEMA_VERSION)?;
+            }
             Some(found) => {
                 return Err(StoreError::Schema {
                     path: path.to_owned(),

@@ -21,7 +21,11 @@ use tgq_core::record::{ActionRecord, Status, Timestamp, UpdateRecord};
 /// instead of eight, and each table a commit touches costs it pages to copy, checksum and write.
 /// Version 3 records actions with their delivery and a compact outcome, the runs' fencing and
 /// throttling, and the burial of a dead record; dead letters name their reason from a closed set.
-pub(crate) const SCHEMA_VERSION: u64 = 3;
+/// Version 4 adds the pollers' leases and their offset checkpoints; a version 3 file is upgraded
+/// in place when it is opened, as nothing it holds changes meaning.
+pub(crate) const SCHEMA_VERSION: u64 = 4;
+/// The one earlier version a file is upgraded from.
+pub(crate) const UPGRADABLE_FROM: u64 = 3;
 
 /// Update records by `RecordKey::pk()`: framed `StoredRecord` + payload.
 pub(crate) const RECORDS: TableDefinition<&str, &[u8]> = TableDefinition::new("records");
@@ -38,6 +42,10 @@ pub(crate) const DEDUP: TableDefinition<(u64, &str), ()> = TableDefinition::new(
 pub(crate) const DEAD: TableDefinition<u64, &[u8]> = TableDefinition::new("dead_letters");
 /// The offline outbox by entry id: `StoredOutboxEntry` JSON.
 pub(crate) const OUTBOX: TableDefinition<u64, &[u8]> = TableDefinition::new("outbox");
+/// The pollers' leases by bot id: `StoredLease` JSON (docs/ARCHITECTURE.md §10). Kept for good: the
+/// token must keep growing, and the offset checkpoint is what a new leader resumes from.
+pub(crate) const POLLER_LEASES: TableDefinition<&str, &[u8]> =
+    TableDefinition::new("poller_leases");
 /// Named numbers: the schema version, the next values of the id sequences, and the durable totals.
 pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 /// Where schema 1 kept its version (and sequences), to recognise a file of that layout.
