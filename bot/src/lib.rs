@@ -1,15 +1,19 @@
 //! The example bot — the one place a bot author edits. It greets `/start` with a button that counts
-//! its presses, lists its commands on `/help`, shouts `/shout text` back in capitals and echoes any
-//! other text.
+//! its presses, lists its commands on `/help`, shouts `/shout text` back in capitals, rolls a die on
+//! `/roll` keeping the chat's score, and echoes any other text.
 //!
 //! [`build`] is the one seam: the worker Lambda and `tgq local` call it once per process and run
 //! what it returns. Rename the bot, give it state or clients, change every word: nothing outside
 //! this crate names its type, and the test suite asserts the built-in echo bot's replies, not these.
 //!
 //! Every call to Telegram goes through `ctx.send(..)` with a teloxide-core payload: tgq records it, so
-//! when an update is retried, replies that were already sent are not sent twice.
+//! when an update is retried, replies that were already sent are not sent twice. Anything else with
+//! an effect or a result worth keeping (here the die roll) runs in `ctx.step(..)`, recorded the same
+//! way; and what the bot remembers per chat is its state (`ctx.state`, `ctx.set_state`), written
+//! with the update's completion, exactly once.
 
 use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
 use teloxide::utils::command::BotCommands;
 use teloxide_core::payloads::{
     AnswerCallbackQuery, AnswerCallbackQuerySetters, SendMessage, SendMessageSetters,
@@ -18,6 +22,7 @@ use teloxide_core::types::{
     CallbackQuery, InlineKeyboardButton, InlineKeyboardMarkup, Message, Update, UpdateKind,
 };
 use tgq_core::error::BoxError;
+use tgq_core::state::ChatState;
 use tgq_core::{BotConfig, Context, Handler, HandlerError};
 use tgq_router::{ParseError, Route, Router};
 
@@ -38,6 +43,23 @@ pub enum Command {
     Help,
     /// Repeats the text after it in capitals.
     Shout(String),
+    /// Rolls a die; the chat keeps the score.
+    Roll,
+}
+
+/// What the bot remembers per chat: its die rolls. tgq keeps it with the chat and writes it when
+/// an update finishes, so a retried update never counts a roll twice. Change `FORMAT` whenever
+/// old values would no longer read as this type.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Score {
+    /// Rolls so far.
+    pub rolls: u32,
+    /// Their sum.
+    pub total: u32,
+}
+
+impl ChatState for Score {
+    const FORMAT: &'static str = "example.score/v1";
 }
 
 /// What the bot's buttons carry: `pressed:N`, the presses so far.
@@ -77,6 +99,7 @@ impl Handler for ExampleBot {
             Route::Command(Command::Shout(text), message) => {
                 reply(message, text.to_uppercase(), ctx).await
             }
+            Route::Command(Command::Roll, message) => roll(message, ctx).await,
             Route::BadCommand(error, message) => {
                 reply(message, bad_command_reply(&error), ctx).await
             }
@@ -106,6 +129,26 @@ async fn start(message: &Message, ctx: &mut Context<'_>) -> Result<(), HandlerEr
     .reply_markup(counter(0));
     ctx.send(greeting).await?;
     Ok(())
+}
+
+async fn roll(message: &Message, ctx: &mut Context<'_>) -> Result<(), HandlerError> {
+    // A step: rolled once and recorded, so a retry of this update shows the same number. A payment
+    // or an LLM call goes in a step the same way.
+    let rolled: u8 = ctx
+        .step("roll", || async { Ok(rand::random_range(1..=6)) })
+        .await?;
+    let mut score = ctx.state::<Score>()?.unwrap_or_default();
+    score.rolls += 1;
+    score.total += u32::from(rolled);
+    ctx.set_state(&score)?;
+    let text = match score.rolls {
+        1 => format!("You rolled {rolled}. The first roll in this chat."),
+        n => format!(
+            "You rolled {rolled}. {n} rolls in this chat, {} in all.",
+            score.total
+        ),
+    };
+    reply(message, text, ctx).await
 }
 
 /// The counting button, after `presses` presses.
@@ -153,7 +196,9 @@ mod tests {
 
     use serde_json::{json, Value};
     use tgq_core::config::Vars;
-    use tgq_core::ids::BotId;
+    use tgq_core::ids::{BotId, GroupKey, RecordKey, StateKey, UpdateId};
+    use tgq_core::record::{ActionResult, ActionState};
+    use tgq_core::telegram::TelegramError;
     use tgq_core::worker::RecordOutcome;
     use tgq_memory::{Harness, RecordedCall, RecordingBotApi};
 
@@ -161,9 +206,8 @@ mod tests {
 
     const CHAT: i64 = 4242;
 
-    /// Builds the bot with `vars` and runs `updates` through a worker, in one batch; returns the
-    /// Bot API calls it made.
-    async fn run(vars: &[(&str, &str)], updates: &[Value]) -> Vec<RecordedCall> {
+    /// The bot built with `vars`, behind a worker on in-memory adapters.
+    async fn harness(vars: &[(&str, &str)]) -> Harness {
         let api = Arc::new(RecordingBotApi::new());
         let config = BotConfig {
             bot_id: BotId::new("example").unwrap(),
@@ -171,12 +215,35 @@ mod tests {
             api: api.clone(),
         };
         let bot = build(&config).await.unwrap();
-        let harness = Harness::new(config.bot_id, Arc::new(bot), api.clone());
+        Harness::new(config.bot_id, Arc::new(bot), api)
+    }
+
+    /// Builds the bot with `vars` and runs `updates` through a worker, in one batch; returns the
+    /// Bot API calls it made.
+    async fn run(vars: &[(&str, &str)], updates: &[Value]) -> Vec<RecordedCall> {
+        let harness = harness(vars).await;
         let report = harness.run(updates).await;
         for (_, outcome) in &report.outcomes {
             assert!(matches!(outcome, RecordOutcome::Done(_)), "{outcome:?}");
         }
-        api.calls()
+        harness.api.calls()
+    }
+
+    /// The chat's score as the store keeps it.
+    fn score(harness: &Harness) -> Option<Score> {
+        let key = StateKey::new(
+            BotId::new("example").unwrap(),
+            GroupKey::new(CHAT.to_string()),
+        );
+        let stored = harness.store.state(&key)?;
+        assert_eq!(stored.format, Score::FORMAT);
+        Some(serde_json::from_str(&stored.json).unwrap())
+    }
+
+    /// The number in "You rolled N."
+    fn rolled(text: &str) -> u32 {
+        let rest = text.strip_prefix("You rolled ").expect(text);
+        rest[..1].parse().unwrap()
     }
 
     fn text(update_id: i64, text: &str) -> Value {
@@ -284,6 +351,66 @@ mod tests {
         assert_eq!(texts(&calls), ["HI"]);
         let calls = run(&[], &addressed).await;
         assert!(calls.is_empty(), "{calls:?}");
+    }
+
+    #[tokio::test]
+    async fn roll_rolls_a_die_and_the_chat_keeps_the_score() {
+        let harness = harness(&[]).await;
+        let report = harness
+            .run(&[text(1, "/roll"), text(2, "/roll"), text(3, "/roll")])
+            .await;
+        assert!(report.failed_message_ids().is_empty(), "{report:?}");
+        let calls = harness.api.calls();
+        let said = texts(&calls);
+        let numbers: Vec<u32> = said.iter().map(|t| rolled(t)).collect();
+        assert!(numbers.iter().all(|n| (1..=6).contains(n)), "{said:?}");
+        assert!(
+            said[0].ends_with("The first roll in this chat."),
+            "{said:?}"
+        );
+        let total: u32 = numbers.iter().sum();
+        assert!(
+            said[2].ends_with(&format!("3 rolls in this chat, {total} in all.")),
+            "{said:?}"
+        );
+        assert_eq!(score(&harness), Some(Score { rolls: 3, total }));
+    }
+
+    #[tokio::test]
+    async fn a_retried_roll_shows_the_same_number_and_counts_once() {
+        let harness = harness(&[]).await;
+        harness.api.fail_next([TelegramError::Api {
+            code: 502,
+            description: "Bad Gateway".into(),
+        }]);
+        let first = harness.run(&[text(1, "/roll")]).await;
+        assert!(matches!(first.outcomes[0].1, RecordOutcome::Retrying(..)));
+        assert_eq!(score(&harness), None, "the failed run counted nothing");
+        let retry = harness.run(&[text(1, "/roll")]).await;
+        assert!(matches!(retry.outcomes[0].1, RecordOutcome::Done(_)));
+
+        let key = RecordKey::new(BotId::new("example").unwrap(), UpdateId(1));
+        let recorded = harness.store.record(&key).unwrap().actions[&1]
+            .state
+            .clone();
+        let ActionState::Succeeded(ActionResult::Json { json }) = recorded else {
+            panic!("the roll is recorded: {recorded:?}")
+        };
+        let calls = harness.api.calls();
+        let said = texts(&calls);
+        assert_eq!(said.len(), 1, "{said:?}");
+        assert_eq!(
+            rolled(said[0]).to_string(),
+            json,
+            "the number the first run rolled"
+        );
+        assert_eq!(
+            score(&harness),
+            Some(Score {
+                rolls: 1,
+                total: rolled(said[0])
+            })
+        );
     }
 
     #[tokio::test]

@@ -22,7 +22,8 @@ Faults (--fault, repeatable, used in the order given; a fault for a call's chat 
   KIND[,chat=ID][,times=N|always]        default: any chat, once
   KIND: 500, 502, 503, 504 (server errors), 429:SECS (Too Many Requests, retry after SECS),
         timeout:MS (answer after MS, the call still happens), blocked (403 bot was blocked),
-        chat-not-found (400), migrate:NEW_CHAT_ID (400, group upgraded), unauthorized (401)
+        deactivated (403 user is deactivated), chat-not-found (400),
+        migrate:NEW_CHAT_ID (400, group upgraded), unauthorized (401)
   e.g. --fault 502,chat=42,times=2 --fault 429:3 --fault blocked,chat=7
 
 Point a bot at it:
@@ -102,13 +103,14 @@ fn fault_kind(kind: &str) -> Result<Fault, String> {
             u64::try_from(number(ms)?).map_err(|_| format!("{kind}: milliseconds out of range"))?,
         )),
         ("blocked", None) => Fault::Blocked,
+        ("deactivated", None) => Fault::Deactivated,
         ("chat-not-found", None) => Fault::ChatNotFound,
         ("migrate", Some(chat)) => Fault::MigrateToChat(number(chat)?),
         ("unauthorized", None) => Fault::Unauthorized,
         _ => {
             return Err(format!(
                 "{kind:?} is not a fault: 500, 502, 503, 504, 429:SECS, timeout:MS, blocked, \
-                 chat-not-found, migrate:CHAT_ID or unauthorized"
+                 deactivated, chat-not-found, migrate:CHAT_ID or unauthorized"
             ))
         }
     };
@@ -252,6 +254,7 @@ mod tests {
             }
         );
         assert_eq!(fault_spec("blocked").unwrap().fault, Fault::Blocked);
+        assert_eq!(fault_spec("deactivated").unwrap().fault, Fault::Deactivated);
         assert_eq!(
             fault_spec("timeout:1500").unwrap().fault,
             Fault::Timeout(Duration::from_millis(1500))

@@ -120,6 +120,50 @@ async fn a_bot_polls_the_fake_through_its_faults_and_answers_every_queued_update
     assert!(printed.contains("queued for getUpdates"), "{printed}");
 }
 
+/// Runs `tgq local --poll` on the fixtures against a fake where Ada (chat 111111111) has blocked
+/// the bot, until every update is finished; returns the status counters.
+async fn counters_with_ada_gone(envs: &[(&str, &str)]) -> serde_json::Value {
+    let fake = Fake::start(&[
+        "--updates",
+        &events_updates(),
+        "--fault",
+        "blocked,chat=111111111,times=always",
+    ]);
+    let mut all = vec![
+        ("TELEGRAM_API_URL", fake.url.as_str()),
+        ("TELEGRAM_BOT_TOKEN", DEFAULT_TOKEN),
+    ];
+    all.extend_from_slice(envs);
+    let dir = tempfile::tempdir().unwrap();
+    let mut local = Local::start(dir.path(), &all, &["--poll"]);
+    local.wait_ready().await;
+    let fixtures = update_fixture_count() as u64;
+    let finished = |s: &serde_json::Value| {
+        let count = |name: &str| s["counters"][name].as_u64().unwrap_or(0);
+        count("processed") + count("recipient_gone") + count("dead_lettered") == fixtures
+    };
+    let status = local
+        .wait_settled(Duration::from_secs(60), |s| finished(s))
+        .await;
+    assert!(local.terminate().await.success());
+    status["counters"].clone()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_user_who_blocked_the_bot_is_counted_as_recipient_gone_and_dead_lettered_only_when_asked()
+{
+    let settled = counters_with_ada_gone(&[]).await;
+    assert!(settled["recipient_gone"].as_u64() >= Some(1), "{settled}");
+    assert_eq!(settled["dead_lettered"], 0, "{settled}");
+
+    let dead = counters_with_ada_gone(&[("TGQ_DEAD_LETTER_GONE_RECIPIENTS", "true")]).await;
+    assert_eq!(dead["recipient_gone"], 0, "{dead}");
+    assert_eq!(
+        dead["dead_lettered"], settled["recipient_gone"],
+        "the same updates, dead-lettered: {dead}"
+    );
+}
+
 #[test]
 fn a_fault_that_does_not_parse_is_a_usage_error() {
     let (status, _, stderr) = run(&[], &["fake-telegram", "--fault", "418,chat=1"]);

@@ -51,6 +51,8 @@ Environment (the same variables as the Lambda functions):
   TGQ_WEBHOOK_SECRET     the webhook secret; unset: generated once, kept in <data-dir>/webhook-secret
   TGQ_MAX_BODY_BYTES     the largest webhook body accepted (default 1048576)
   TGQ_MAX_ATTEMPTS, TGQ_BACKOFF_BASE_MS, TGQ_BACKOFF_CAP_MS   the retry budget and backoff
+  TGQ_DEAD_LETTER_GONE_RECIPIENTS=true   dead-letter updates whose user blocked the bot or left
+                         (default: settle them DONE as recipient_gone, counted in `tgq status`)
   TGQ_RECORD_TTL_SECS    how long records and outbox entries are kept (default 604800, 7 days)
   TGQ_PURGE_INTERVAL_SECS  how often retention removes what outlived it (default 300)
   TGQ_ADMIN_TOKEN        lets non-loopback clients read /admin/* with `Authorization: Bearer …`

@@ -48,6 +48,7 @@ pub fn status(view: &StatusView, source: Source) {
         ("processed", counters.processed),
         ("retried", counters.retried),
         ("dead-lettered", counters.dead_lettered),
+        ("recipient gone", counters.recipient_gone),
         (
             "re-sent after unknown outcome",
             counters.resent_after_unknown_outcome,

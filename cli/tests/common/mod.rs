@@ -21,7 +21,7 @@ use tgq_embedded::{EmbeddedStore, StoreOptions};
 use tgq_fake_telegram::FakeTelegram;
 
 /// Variables of the developer's shell that would change what `tgq` does.
-const INHERITED: [&str; 17] = [
+const INHERITED: [&str; 18] = [
     "TELEGRAM_BOT_TOKEN",
     "TELEGRAM_BOT_TOKEN_PARAM",
     "TELEGRAM_API_URL",
@@ -33,6 +33,7 @@ const INHERITED: [&str; 17] = [
     "TGQ_MAX_ATTEMPTS",
     "TGQ_BACKOFF_BASE_MS",
     "TGQ_BACKOFF_CAP_MS",
+    "TGQ_DEAD_LETTER_GONE_RECIPIENTS",
     "TGQ_ADMIN_TOKEN",
     "TGQ_RECORD_TTL_SECS",
     "TGQ_PURGE_INTERVAL_SECS",

@@ -1,4 +1,6 @@
-//! The update records in DynamoDB: one item per update, every state change one conditional write.
+//! The update records in DynamoDB: one item per update, every state change one conditional write;
+//! and the group states, one item per group in the same table, each written in one transaction with
+//! the `DONE` settle of the update that changed it.
 
 use std::collections::HashMap;
 
@@ -6,19 +8,24 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::config::http::HttpResponse;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::primitives::Blob;
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
-use tgq_core::ids::RecordKey;
+use aws_sdk_dynamodb::types::{
+    AttributeValue, CancellationReason, Put, ReturnValue, ReturnValuesOnConditionCheckFailure,
+    TransactWriteItem, Update,
+};
+use tgq_core::ids::{RecordKey, StateKey};
 use tgq_core::ports::{
     Claim, ClaimRequest, Claimed, Final, Inserted, Lease, RecordReader, Settlement, UpdateLedger,
     UpdateStore,
 };
 use tgq_core::record::{ActionIntent, ActionOutcome, Status, Timestamp, UpdateRecord};
+use tgq_core::state::{StateWrite, StoredState};
 use tgq_core::PortError;
 
-use crate::error::port_error;
+use crate::error::{cancellation_kind, port_error, Kind};
 use crate::item::{self, expiry_secs, number, string, Item};
 
 // The parts conditions are built from, each true of the stored item (Powertools' style).
@@ -37,6 +44,11 @@ const STILL_RECEIVED: &str = "#status = :received";
 /// The run that writes still holds the lease: the record is PROCESSING with the attempt number the
 /// run's claim set (its fencing token). A run that outlived its lease fails this.
 const HELD_BY_RUN: &str = "#status = :processing AND attempts = :token";
+
+/// No state was ever written for the group: the run read none.
+const NO_STATE: &str = "attribute_not_exists(pk)";
+/// The group's state is still the version the run read: nobody wrote it since.
+const STATE_UNCHANGED: &str = "#version = :read";
 
 /// A new record may be written where no live one is: the key is free or its record expired.
 fn key_is_free() -> String {
@@ -64,6 +76,7 @@ const CLAIM_ROUNDS: usize = 3;
 const PUT: &str = "DynamoDB PutItem";
 const UPDATE: &str = "DynamoDB UpdateItem";
 const GET: &str = "DynamoDB GetItem";
+const TRANSACT: &str = "DynamoDB TransactWriteItems";
 
 /// The update records in one DynamoDB table with the string partition key `pk`: the webhook's
 /// [`UpdateStore`], the worker's [`UpdateLedger`] and the operations' [`RecordReader`].
@@ -174,6 +187,8 @@ impl DynamoStore {
                 throttled: 0,
                 first_attempt_at: request.now,
                 resumed: false,
+                // The caller adds the group's state, read before the claim.
+                state: None,
             }))),
             Err(err) if put_condition_failed(&err).is_some() => Ok(None),
             Err(err) => Err(port_error(PUT, err)),
@@ -224,6 +239,8 @@ fn claimed_from(old: &Item, request: &ClaimRequest) -> Result<Claimed, item::Ite
         throttled: if existed { old.throttled()? } else { 0 },
         first_attempt_at: old.first_attempt_at()?.unwrap_or(request.now),
         resumed: existed && old.status()? == Status::Processing,
+        // The caller adds the group's state, read before the claim.
+        state: None,
     })
 }
 
@@ -299,14 +316,21 @@ impl UpdateStore for DynamoStore {
 #[async_trait]
 impl UpdateLedger for DynamoStore {
     async fn claim(&self, request: &ClaimRequest) -> Result<Claim, PortError> {
+        // No DynamoDB call both takes the lease and reads another item, so the state is a second,
+        // strongly consistent read — made first, so that a failed read costs no attempt and holds
+        // no lease. It cannot be stale: the queue hands out one message of a group at a time, and
+        // the group's previous update settled (and wrote its state) before its message was
+        // deleted; a writer from elsewhere is caught by the settle's version condition.
+        let state = self.read_state(&request.state_key()).await?;
         for _ in 0..CLAIM_ROUNDS {
-            match self.claim_in_place(request).await? {
-                InPlace::Decided(claim) => return Ok(claim),
-                InPlace::Expired => {
-                    if let Some(claim) = self.recreate(request).await? {
-                        return Ok(claim);
-                    }
-                }
+            let decided = match self.claim_in_place(request).await? {
+                InPlace::Decided(claim) => Some(claim),
+                InPlace::Expired => self.recreate(request).await?,
+            };
+            match decided {
+                Some(Claim::Run(claimed)) => return Ok(Claim::Run(Claimed { state, ..claimed })),
+                Some(claim) => return Ok(claim),
+                None => {}
             }
         }
         Err(PortError::unavailable(
@@ -327,6 +351,17 @@ impl UpdateLedger for DynamoStore {
         self.write_run(write).await
     }
 
+    async fn record_outcomes(
+        &self,
+        lease: &Lease,
+        outcomes: &[ActionOutcome],
+    ) -> Result<(), PortError> {
+        if outcomes.is_empty() {
+            return Ok(());
+        }
+        self.write_run(RunWrite::new(lease, outcomes)).await
+    }
+
     async fn settle(
         &self,
         lease: &Lease,
@@ -337,7 +372,8 @@ impl UpdateLedger for DynamoStore {
             .set("#status", ":settled", string(settlement.status().as_str()))
             .remove("lease_until");
         write = match settlement {
-            Settlement::Done => write.remove("last_error"),
+            Settlement::Done { .. } => write.remove("last_error"),
+            Settlement::RecipientGone { error } => write.set("last_error", ":error", string(error)),
             Settlement::Retrying { error, throttled } => {
                 let write = write.set("last_error", ":error", string(error));
                 match throttled {
@@ -350,7 +386,10 @@ impl UpdateLedger for DynamoStore {
                 .set("last_error", ":error", string(&burial.error))
                 .set("burial", ":burial", item::burial(burial)),
         };
-        self.write_run(write).await
+        match settlement.state() {
+            Some(state) => self.write_run_with_state(write, state).await,
+            None => self.write_run(write).await,
+        }
     }
 }
 
@@ -428,6 +467,19 @@ impl RunWrite {
         self
     }
 
+    /// Why the write's condition failed, from the item as it was (when returned):
+    /// [`PortError::Fenced`] when the run no longer holds the lease, a rejection when it does (an
+    /// outcome without its intent).
+    fn refusal(&self, old: Option<&Item>, what: &'static str) -> PortError {
+        let still_held = old.is_some_and(|old| {
+            old.status().ok() == Some(Status::Processing) && old.attempts().ok() == Some(self.token)
+        });
+        if still_held {
+            return PortError::rejected(what, "an outcome without its intent");
+        }
+        PortError::fenced(what)
+    }
+
     fn update_expression(&self) -> String {
         let mut clauses = Vec::new();
         for (keyword, parts, separator) in [
@@ -463,14 +515,121 @@ impl DynamoStore {
         let Some(old) = update_condition_failed(&err) else {
             return Err(port_error(UPDATE, err));
         };
-        let still_held = old.is_some_and(|old| {
-            old.status().ok() == Some(Status::Processing)
-                && old.attempts().ok() == Some(write.token)
-        });
-        if still_held {
-            return Err(PortError::rejected(UPDATE, "an outcome without its intent"));
+        Err(write.refusal(old.as_ref(), UPDATE))
+    }
+
+    /// Runs a fenced settle and the group's new state in one transaction: the record's update
+    /// (fenced as [`DynamoStore::write_run`]) and a put of the state item, conditional on the
+    /// version the run read. Either both are written or neither.
+    async fn write_run_with_state(
+        &self,
+        write: RunWrite,
+        state: &StateWrite,
+    ) -> Result<(), PortError> {
+        let build = |e: aws_sdk_dynamodb::error::BuildError| PortError::rejected(TRANSACT, e);
+        let record = Update::builder()
+            .table_name(&self.table)
+            .set_key(Some(item::key(&write.key)))
+            .update_expression(write.update_expression())
+            .condition_expression(write.conditions.join(" AND "))
+            .set_expression_attribute_names(Some(write.names.clone()))
+            .set_expression_attribute_values(Some(write.values.clone()))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
+            .map_err(build)?;
+        let new_state = StoredState {
+            format: state.format.clone(),
+            json: state.json.clone(),
+            version: state.read_version + 1,
+        };
+        let mut put = Put::builder()
+            .table_name(&self.table)
+            .set_item(Some(item::state_item(&state.key, &new_state)))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        put = match state.read_version {
+            0 => put.condition_expression(NO_STATE),
+            read => put
+                .condition_expression(STATE_UNCHANGED)
+                .expression_attribute_names("#version", item::VERSION)
+                .expression_attribute_values(":read", number(read)),
+        };
+        let result = self
+            .client
+            .transact_write_items()
+            .transact_items(TransactWriteItem::builder().update(record).build())
+            .transact_items(
+                TransactWriteItem::builder()
+                    .put(put.build().map_err(build)?)
+                    .build(),
+            )
+            .send()
+            .await;
+        let err = match result {
+            Ok(_) => return Ok(()),
+            Err(err) => err,
+        };
+        let reasons = match err.as_service_error() {
+            Some(TransactWriteItemsError::TransactionCanceledException(cancelled)) => {
+                cancelled.cancellation_reasons().to_vec()
+            }
+            _ => return Err(port_error(TRANSACT, err)),
+        };
+        // One reason per item, in order: the record's, then the state's ("None" where it passed).
+        let condition_failed = |reason: Option<&CancellationReason>| {
+            reason.and_then(|r| r.code()) == Some("ConditionalCheckFailed")
+        };
+        if condition_failed(reasons.first()) {
+            let old = reasons[0].item().map(|old| Item(old.clone()));
+            return Err(write.refusal(old.as_ref(), TRANSACT));
         }
-        Err(PortError::fenced(UPDATE))
+        if condition_failed(reasons.get(1)) {
+            let found = reasons[1]
+                .item()
+                .map(|old| Item(old.clone()).state())
+                .transpose()
+                .map_err(|e| PortError::rejected(TRANSACT, e))?;
+            return Err(PortError::Conflict {
+                what: TRANSACT,
+                found: found.map_or(0, |s| s.version),
+                read: state.read_version,
+            });
+        }
+        let failed = reasons
+            .iter()
+            .find(|r| r.code().is_some_and(|code| code != "None"));
+        let (code, message) = failed.map_or((None, None), |r| (r.code(), r.message()));
+        Err(match cancellation_kind(code, message) {
+            Kind::Unavailable => PortError::unavailable(TRANSACT, err),
+            Kind::Misconfigured => PortError::misconfigured(TRANSACT, err),
+            Kind::TooLarge => PortError::too_large(TRANSACT, err),
+            Kind::Rejected => PortError::rejected(TRANSACT, err),
+        })
+    }
+
+    /// The state of a group, if one was ever written.
+    async fn read_state(&self, key: &StateKey) -> Result<Option<StoredState>, PortError> {
+        self.read_item(item::state_key(key))
+            .await?
+            .map(|found| found.state())
+            .transpose()
+            .map_err(|e| PortError::rejected(GET, e))
+    }
+
+    /// The item with this key, if any, by a strongly consistent read.
+    async fn read_item(
+        &self,
+        key: HashMap<String, AttributeValue>,
+    ) -> Result<Option<Item>, PortError> {
+        let output = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(key))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| port_error(GET, e))?;
+        Ok(output.item.map(Item))
     }
 }
 
@@ -481,19 +640,9 @@ impl RecordReader for DynamoStore {
         key: &RecordKey,
         now: Timestamp,
     ) -> Result<Option<UpdateRecord>, PortError> {
-        let output = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .set_key(Some(item::key(key)))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| port_error(GET, e))?;
-        let Some(found) = output.item else {
+        let Some(found) = self.read_item(item::key(key)).await? else {
             return Ok(None);
         };
-        let found = Item(found);
         if found
             .is_expired(now)
             .map_err(|e| PortError::rejected(GET, e))?

@@ -107,6 +107,25 @@ impl Failure<'_> {
     }
 }
 
+/// Sorts the reason DynamoDB gives for cancelling a transaction's item (`CancellationReason`),
+/// other than a failed condition, which the caller reads itself: throttling and a conflicting
+/// transaction on the same item may pass; an item over the size limit never will; anything else is
+/// a request this version got wrong.
+pub(crate) fn cancellation_kind(code: Option<&str>, message: Option<&str>) -> Kind {
+    match code {
+        Some(
+            "TransactionConflict"
+            | "ThrottlingError"
+            | "ProvisionedThroughputExceeded"
+            | "RequestLimitExceeded",
+        ) => Kind::Unavailable,
+        Some("ValidationError") if message.is_some_and(|m| m.contains("Item size")) => {
+            Kind::TooLarge
+        }
+        _ => Kind::Rejected,
+    }
+}
+
 /// Reads what went wrong from an SDK error.
 pub(crate) fn failure<E: ProvideErrorMetadata>(err: &SdkError<E, HttpResponse>) -> Failure<'_> {
     match err {
@@ -179,6 +198,34 @@ mod tests {
                 "{code}"
             );
         }
+    }
+
+    #[test]
+    fn a_transaction_cancelled_by_throttling_or_a_conflict_is_retried_and_oversize_is_too_large() {
+        for code in [
+            "TransactionConflict",
+            "ThrottlingError",
+            "ProvisionedThroughputExceeded",
+            "RequestLimitExceeded",
+        ] {
+            assert_eq!(
+                cancellation_kind(Some(code), None),
+                Kind::Unavailable,
+                "{code}"
+            );
+        }
+        assert_eq!(
+            cancellation_kind(
+                Some("ValidationError"),
+                Some("Item size has exceeded the maximum allowed size")
+            ),
+            Kind::TooLarge
+        );
+        assert_eq!(
+            cancellation_kind(Some("ValidationError"), Some("bad expression")),
+            Kind::Rejected
+        );
+        assert_eq!(cancellation_kind(None, None), Kind::Rejected);
     }
 
     #[test]

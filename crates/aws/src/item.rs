@@ -7,8 +7,9 @@ use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::AttributeValue;
 use bytes::Bytes;
 use tgq_core::dead::Burial;
-use tgq_core::ids::{BotId, GroupKey, RecordKey, UpdateId};
+use tgq_core::ids::{BotId, GroupKey, RecordKey, StateKey, UpdateId};
 use tgq_core::record::{ActionIntent, ActionRecord, ActionState, Status, Timestamp, UpdateRecord};
+use tgq_core::state::StoredState;
 
 /// The partition key, `{bot_id}#{update_id}` (S).
 pub(crate) const PK: &str = "pk";
@@ -36,6 +37,12 @@ pub(crate) const THROTTLED: &str = "throttled";
 pub(crate) const FIRST_ATTEMPT_AT: &str = "first_attempt_at";
 /// Why a DEAD record was given up on (M: reason, class, error, attempts; absent otherwise).
 pub(crate) const BURIAL: &str = "burial";
+/// In a group state's item: the format tag of its value (S).
+pub(crate) const FORMAT: &str = "format";
+/// In a group state's item: the value as JSON (S).
+pub(crate) const VALUE: &str = "value";
+/// In a group state's item: how many times it was written (N).
+pub(crate) const VERSION: &str = "version";
 /// Inside an action: the Bot API method (S).
 pub(crate) const METHOD: &str = "method";
 /// Inside an action: `at_least_once` or `at_most_once` (S).
@@ -89,6 +96,33 @@ pub(crate) fn string(s: impl Into<String>) -> AttributeValue {
 /// The key of a record, ready for `GetItem` and `UpdateItem`.
 pub(crate) fn key(key: &RecordKey) -> HashMap<String, AttributeValue> {
     HashMap::from([(PK.to_owned(), string(key.pk()))])
+}
+
+/// The key of a group's state item, `{bot_id}#state#{group}`: in the records' table, with no TTL
+/// attribute, so it is kept until the bot changes it.
+pub(crate) fn state_key(key: &StateKey) -> HashMap<String, AttributeValue> {
+    HashMap::from([(PK.to_owned(), string(key.pk()))])
+}
+
+/// A group state's item.
+pub(crate) fn state_item(key: &StateKey, state: &StoredState) -> HashMap<String, AttributeValue> {
+    HashMap::from([
+        (PK.to_owned(), string(key.pk())),
+        (FORMAT.to_owned(), string(&state.format)),
+        (VALUE.to_owned(), string(&state.json)),
+        (VERSION.to_owned(), number(state.version)),
+    ])
+}
+
+impl Item {
+    /// The group state this item holds.
+    pub(crate) fn state(&self) -> Result<StoredState, ItemError> {
+        Ok(StoredState {
+            format: self.str(FORMAT)?.to_owned(),
+            json: self.str(VALUE)?.to_owned(),
+            version: self.u64(VERSION)?,
+        })
+    }
 }
 
 /// An action whose intent is recorded and whose outcome is not yet known.
@@ -491,6 +525,21 @@ mod tests {
             UpdateRecord::try_from(&item).unwrap_err(),
             malformed(ATTEMPTS, "a whole number")
         );
+    }
+
+    #[test]
+    fn a_state_survives_the_round_trip_through_its_item_keyed_apart_from_records() {
+        let key = StateKey::new(BotId::new("demo").unwrap(), GroupKey::new("user:7"));
+        let state = StoredState {
+            format: "cart/v1".into(),
+            json: r#"{"items":["é"]}"#.into(),
+            version: 3,
+        };
+        let item = Item(state_item(&key, &state));
+        assert_eq!(item.0[PK], string("demo#state#user:7"));
+        assert_eq!(item.0[VERSION], number(3));
+        assert!(!item.0.contains_key(EXPIRES_AT), "states do not expire");
+        assert_eq!(item.state().unwrap(), state);
     }
 
     #[test]

@@ -123,6 +123,7 @@ async fn an_expired_record_is_claimed_afresh_without_its_old_runs_or_actions() {
             throttled: 0,
             first_attempt_at: now,
             resumed: false,
+            state: None,
         })
     );
     let stored = e.store.get(&key, now).await.unwrap().expect("re-created");
@@ -180,7 +181,7 @@ async fn a_run_writing_to_a_record_it_holds_no_lease_on_is_fenced() {
     };
     let err = e
         .store
-        .settle(&lease, &tgq_core::ports::Settlement::Done, &[])
+        .settle(&lease, &tgq_core::ports::Settlement::DONE, &[])
         .await
         .unwrap_err();
     assert!(matches!(err, PortError::Fenced { .. }), "{err:?}");

@@ -9,7 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tgq_core::clock::{Clock, SystemClock};
 use tgq_core::dead::{Burial, DeadReason, FailureClass};
-use tgq_core::ids::{BotId, GroupKey, RecordKey, UpdateId};
+use tgq_core::ids::{BotId, GroupKey, RecordKey, StateKey, UpdateId};
 use tgq_core::ports::{
     Claim, ClaimRequest, Claimed, DeadLetter, DeadLetterReader, DeadLetters, Final, Inserted,
     OutgoingMessage, QueueConsumer, RecordReader, Settlement, UpdateLedger, UpdateQueue,
@@ -19,6 +19,7 @@ use tgq_core::record::{
     ActionIntent, ActionOutcome, ActionResult, ActionState, Delivery, Status, Timestamp,
     UpdateRecord,
 };
+use tgq_core::state::{StateWrite, StoredState};
 use tgq_core::PortError;
 
 pub mod lease;
@@ -70,6 +71,10 @@ macro_rules! conformance_tests {
             a_claim_after_a_run_died_holding_the_lease_says_so,
             a_record_over_the_item_size_limit_is_refused_as_too_large,
             a_message_received_max_receive_count_times_is_redriven_untried,
+            a_claim_returns_the_state_its_group_s_last_done_settle_wrote,
+            a_state_write_from_a_stale_read_is_a_conflict_and_writes_nothing,
+            outcomes_written_at_once_come_back_with_the_next_claim_and_are_fenced,
+            a_recipient_gone_settle_is_done_and_keeps_why,
         );
     };
     (@each $make:expr; $($name:ident),* $(,)?) => {
@@ -203,7 +208,7 @@ pub async fn mark_queued_moves_only_a_received_record(a: Adapters) {
     a.store.insert(&r, now()).await.unwrap();
     let run = claim(&a, &r, now(), Duration::from_secs(30)).await;
     a.ledger
-        .settle(&run.lease, &Settlement::Done, &[])
+        .settle(&run.lease, &Settlement::DONE, &[])
         .await
         .unwrap();
     a.store.mark_queued(&r.key).await.unwrap();
@@ -266,7 +271,7 @@ pub async fn a_claim_counts_the_run_and_holds_a_lease_until_it_expires(a: Adapte
 /// burial, so its letter can be sent again.
 pub async fn a_finished_record_is_never_claimed_again(a: Adapters) {
     for (settlement, expected) in [
-        (Settlement::Done, Final::Done),
+        (Settlement::DONE, Final::Done),
         (Settlement::Dead(burial()), Final::Dead(Some(burial()))),
     ] {
         let r = record(&fresh_key(), "1");
@@ -450,7 +455,7 @@ pub async fn a_run_whose_lease_was_taken_over_can_no_longer_write(a: Adapters) {
             )
             .await,
         a.ledger
-            .settle(&stale.lease, &Settlement::Done, std::slice::from_ref(&done))
+            .settle(&stale.lease, &Settlement::DONE, std::slice::from_ref(&done))
             .await,
         a.ledger.settle(&stale.lease, &retrying("late"), &[]).await,
         a.ledger
@@ -464,7 +469,7 @@ pub async fn a_run_whose_lease_was_taken_over_can_no_longer_write(a: Adapters) {
         );
     }
     a.ledger
-        .settle(&fresh.lease, &Settlement::Done, &[done])
+        .settle(&fresh.lease, &Settlement::DONE, &[done])
         .await
         .unwrap();
     let stored = a.reader.get(&r.key, now()).await.unwrap().unwrap();
@@ -479,7 +484,7 @@ pub async fn a_run_whose_lease_was_taken_over_can_no_longer_write(a: Adapters) {
         ActionState::Succeeded(ActionResult::True)
     );
     assert!(matches!(
-        a.ledger.settle(&stale.lease, &Settlement::Done, &[]).await,
+        a.ledger.settle(&stale.lease, &Settlement::DONE, &[]).await,
         Err(PortError::Fenced { .. })
     ));
 }
@@ -496,7 +501,7 @@ pub async fn an_outcome_is_never_attached_to_an_action_without_its_intent(a: Ada
     };
     let settled = a
         .ledger
-        .settle(&run.lease, &Settlement::Done, &[orphan])
+        .settle(&run.lease, &Settlement::DONE, &[orphan])
         .await;
     assert!(
         matches!(settled, Err(PortError::Rejected { .. })),
@@ -641,6 +646,196 @@ pub async fn a_message_received_max_receive_count_times_is_redriven_untried(a: A
             .ok()
             .map(|e| e.update_id)
     );
+}
+
+/// A `DONE` settle that writes its group's state, read at `read_version`.
+fn done_with(group: &GroupKey, json: &str, read_version: u64) -> Settlement {
+    Settlement::Done {
+        state: Some(StateWrite {
+            key: StateKey::new(bot(), group.clone()),
+            format: "conf/v1".into(),
+            json: json.into(),
+            read_version,
+        }),
+    }
+}
+
+fn stored(json: &str, version: u64) -> Option<StoredState> {
+    Some(StoredState {
+        format: "conf/v1".into(),
+        json: json.into(),
+        version,
+    })
+}
+
+/// The state of a group comes with every claim of its updates, as the group's last `DONE` settle
+/// wrote it; other settles and other groups leave it alone.
+pub async fn a_claim_returns_the_state_its_group_s_last_done_settle_wrote(a: Adapters) {
+    let group = fresh_group("s");
+    let first = record(&fresh_key(), group.as_str());
+    let run = claim(&a, &first, now(), Duration::from_secs(30)).await;
+    assert_eq!(run.state, None, "no state was ever written");
+    a.ledger
+        .settle(&run.lease, &done_with(&group, r#"{"n":1,"é":"ü"}"#, 0), &[])
+        .await
+        .unwrap();
+
+    let second = record(&fresh_key(), group.as_str());
+    let run = claim(&a, &second, now(), Duration::from_secs(30)).await;
+    assert_eq!(run.state, stored(r#"{"n":1,"é":"ü"}"#, 1));
+    a.ledger
+        .settle(&run.lease, &retrying("x"), &[])
+        .await
+        .unwrap();
+    let run = claim(&a, &second, now(), Duration::from_secs(30)).await;
+    assert_eq!(
+        run.state,
+        stored(r#"{"n":1,"é":"ü"}"#, 1),
+        "a retry changes nothing"
+    );
+    a.ledger
+        .settle(&run.lease, &done_with(&group, r#"{"n":2}"#, 1), &[])
+        .await
+        .unwrap();
+
+    let third = record(&fresh_key(), group.as_str());
+    let run = claim(&a, &third, now(), Duration::from_secs(30)).await;
+    assert_eq!(run.state, stored(r#"{"n":2}"#, 2));
+    let elsewhere = record(&fresh_key(), fresh_group("t").as_str());
+    let run = claim(&a, &elsewhere, now(), Duration::from_secs(30)).await;
+    assert_eq!(run.state, None, "each group has its own state");
+}
+
+/// A settle whose state write starts from a version that is no longer stored is refused as a
+/// conflict and writes nothing — neither the state nor the record; a stale lease is refused as
+/// fenced first.
+pub async fn a_state_write_from_a_stale_read_is_a_conflict_and_writes_nothing(a: Adapters) {
+    let group = fresh_group("c");
+    let (one, two) = (
+        record(&fresh_key(), group.as_str()),
+        record(&fresh_key(), group.as_str()),
+    );
+    let t0 = now();
+    let first = claim(&a, &one, t0, Duration::from_secs(30)).await;
+    let second = claim(&a, &two, t0, Duration::from_secs(30)).await;
+    a.ledger
+        .record_intent(
+            &second.lease,
+            &intent(1, "sendMessage", Delivery::AtLeastOnce),
+            &[],
+        )
+        .await
+        .unwrap();
+    a.ledger
+        .settle(&first.lease, &done_with(&group, r#"{"by":1}"#, 0), &[])
+        .await
+        .unwrap();
+    let sent = ActionOutcome {
+        seq: 1,
+        state: ActionState::Succeeded(ActionResult::True),
+    };
+    let refused = a
+        .ledger
+        .settle(
+            &second.lease,
+            &done_with(&group, r#"{"by":2}"#, 0),
+            std::slice::from_ref(&sent),
+        )
+        .await;
+    assert!(
+        matches!(refused, Err(PortError::Conflict { .. })),
+        "{refused:?}"
+    );
+    let unchanged = a.reader.get(&two.key, now()).await.unwrap().unwrap();
+    assert_eq!(
+        unchanged.status,
+        Status::Processing,
+        "the record is unchanged"
+    );
+    assert_eq!(unchanged.actions[&1].state, ActionState::Pending);
+
+    // The run may still settle otherwise; a stale lease is fenced before its state is looked at.
+    a.ledger
+        .settle(&second.lease, &retrying("conflict"), &[sent])
+        .await
+        .unwrap();
+    let stale = a
+        .ledger
+        .settle(&second.lease, &done_with(&group, r#"{"by":2}"#, 0), &[])
+        .await;
+    assert!(matches!(stale, Err(PortError::Fenced { .. })), "{stale:?}");
+    let third = record(&fresh_key(), group.as_str());
+    let run = claim(&a, &third, now(), Duration::from_secs(30)).await;
+    assert_eq!(run.state, stored(r#"{"by":1}"#, 1));
+}
+
+/// Outcomes written at once (a step's result) are on the record for the next claim, and a run that
+/// lost its lease cannot write them.
+pub async fn outcomes_written_at_once_come_back_with_the_next_claim_and_are_fenced(a: Adapters) {
+    let r = record(&fresh_key(), "1");
+    a.store.insert(&r, now()).await.unwrap();
+    let t0 = now();
+    let run = claim(&a, &r, t0, Duration::from_secs(1)).await;
+    a.ledger
+        .record_intent(
+            &run.lease,
+            &intent(1, "step:charge", Delivery::AtMostOnce),
+            &[],
+        )
+        .await
+        .unwrap();
+    let charged = ActionOutcome {
+        seq: 1,
+        state: ActionState::Succeeded(ActionResult::Json {
+            json: r#"{"id":"ch_1"}"#.into(),
+        }),
+    };
+    a.ledger
+        .record_outcomes(&run.lease, std::slice::from_ref(&charged))
+        .await
+        .unwrap();
+    let next = claim(
+        &a,
+        &r,
+        t0.plus(Duration::from_secs(2)),
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(next.actions[&1].method, "step:charge");
+    assert_eq!(next.actions[&1].state, charged.state);
+    let late = a.ledger.record_outcomes(&run.lease, &[charged]).await;
+    assert!(matches!(late, Err(PortError::Fenced { .. })), "{late:?}");
+}
+
+/// A run whose recipient is gone settles `DONE`, keeping Telegram's answer as its last error: a
+/// redelivery is acknowledged without running.
+pub async fn a_recipient_gone_settle_is_done_and_keeps_why(a: Adapters) {
+    let r = record(&fresh_key(), "1");
+    a.store.insert(&r, now()).await.unwrap();
+    let run = claim(&a, &r, now(), Duration::from_secs(30)).await;
+    let gone = Settlement::RecipientGone {
+        error: "Telegram answered 403: Forbidden: user is deactivated".into(),
+    };
+    a.ledger.settle(&run.lease, &gone, &[]).await.unwrap();
+    let stored = a.reader.get(&r.key, now()).await.unwrap().unwrap();
+    assert_eq!(
+        (
+            stored.status,
+            stored.last_error.as_deref(),
+            stored.lease_until
+        ),
+        (
+            Status::Done,
+            Some("Telegram answered 403: Forbidden: user is deactivated"),
+            None
+        )
+    );
+    let again = a
+        .ledger
+        .claim(&claim_request(&r, now(), Duration::from_secs(30)))
+        .await
+        .unwrap();
+    assert_eq!(again, Claim::AlreadyFinal(Final::Done));
 }
 
 /// FIFO groups: while one message of a group is in flight, the group delivers nothing else.

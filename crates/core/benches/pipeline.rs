@@ -16,7 +16,7 @@ use tgq_core::ingest::{Ingest, Webhook, WebhookPorts, WebhookSettings};
 use tgq_core::pacer::{Pacer, RateLimits};
 use tgq_core::policy::RetryPolicy;
 use tgq_core::ports::{QueueRecord, ReceiptHandle};
-use tgq_core::worker::{Worker, WorkerPorts, WorkerSettings};
+use tgq_core::worker::{GoneRecipients, Worker, WorkerPorts, WorkerSettings};
 use tgq_core::{Context, Handler, HandlerError};
 use tgq_memory::{
     MemoryDeadLetters, MemoryQueue, MemoryStore, RecordingBotApi, RecordingVisibility,
@@ -98,6 +98,7 @@ fn process_batch(c: &mut Criterion) {
         deadline_margin: Duration::from_secs(5),
         record_ttl: Duration::from_secs(3600),
         max_receive_count: 1000,
+        gone_recipients: GoneRecipients::Settle,
     };
     let worker = Worker::new(settings, ports, Arc::new(NoOpBot));
     let batch = || -> Vec<QueueRecord> {

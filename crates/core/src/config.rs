@@ -12,6 +12,7 @@ use crate::handler::HandlerChoice;
 use crate::ids::BotId;
 use crate::pacer::RateLimits;
 use crate::policy::RetryPolicy;
+use crate::worker::GoneRecipients;
 
 /// A missing or malformed variable. Never carries a secret's value.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -251,6 +252,21 @@ impl Vars {
         })
     }
 
+    /// `TGQ_DEAD_LETTER_GONE_RECIPIENTS`: `true` dead-letters updates whose recipient is gone
+    /// (blocked the bot, deleted their account); unset or `false` settles them `DONE` as
+    /// `recipient_gone`.
+    pub fn gone_recipients(&self) -> Result<GoneRecipients, ConfigError> {
+        match self.get("TGQ_DEAD_LETTER_GONE_RECIPIENTS") {
+            None => Ok(GoneRecipients::default()),
+            Some("false") => Ok(GoneRecipients::Settle),
+            Some("true") => Ok(GoneRecipients::DeadLetter),
+            Some(_) => Err(ConfigError::Malformed {
+                name: "TGQ_DEAD_LETTER_GONE_RECIPIENTS",
+                expected: "`true` or `false`",
+            }),
+        }
+    }
+
     /// `TGQ_MAX_ATTEMPTS`, `TGQ_BACKOFF_BASE_MS`, `TGQ_BACKOFF_CAP_MS`, `TGQ_MAX_RETRY_AGE_SECS`.
     pub fn retry_policy(&self) -> Result<RetryPolicy, ConfigError> {
         let default = RetryPolicy::default();
@@ -354,6 +370,26 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("TGQ_RATE_PER_SECOND"));
+    }
+
+    #[test]
+    fn gone_recipients_settle_unless_told_to_dead_letter() {
+        let read = |value: &'static str| {
+            Vars::from_pairs([("TGQ_DEAD_LETTER_GONE_RECIPIENTS", value)]).gone_recipients()
+        };
+        assert_eq!(
+            Vars::default().gone_recipients(),
+            Ok(GoneRecipients::Settle)
+        );
+        assert_eq!(read("false"), Ok(GoneRecipients::Settle));
+        assert_eq!(read("true"), Ok(GoneRecipients::DeadLetter));
+        assert_eq!(
+            read("yes"),
+            Err(ConfigError::Malformed {
+                name: "TGQ_DEAD_LETTER_GONE_RECIPIENTS",
+                expected: "`true` or `false`",
+            })
+        );
     }
 
     #[test]

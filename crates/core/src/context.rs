@@ -1,13 +1,18 @@
-//! The handler's view of one update run: typed Bot API calls that are recorded so that a retry never
-//! repeats a send that already happened (docs/ARCHITECTURE.md §5), paced to
-//! Telegram's limits.
+//! The handler's view of one update run (docs/ARCHITECTURE.md §5): typed Bot API calls and steps
+//! (side effects outside Telegram) that are recorded so that a retry never repeats one that already
+//! happened, Bot API calls paced to Telegram's limits, and the chat's state.
 //!
-//! Each call is an action at a position (`seq`) of the run. Its intent is written before the call,
-//! fenced by the run's lease; its outcome is kept compactly and written with the run's next write
-//! (the next intent, or the settle), unless the Bot API records it itself in the same commit as the
-//! send (the offline outbox).
+//! Each call or step is an action at a position (`seq`) of the run. Its intent is written before
+//! it, fenced by the run's lease. A call's outcome is kept compactly and written with the run's next
+//! write (the next intent, or the settle), unless the Bot API records it itself in the same commit
+//! as the send (the offline outbox); a step's outcome is written at once, because a step is what
+//! must not be repeated and the handler may go on for a long while before its next write.
+//!
+//! The chat's state comes with the claim; a new state is kept here and written by the `DONE`
+//! settle, in the same conditional write.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
@@ -19,13 +24,16 @@ use tracing::warn;
 
 use crate::clock::Clock;
 use crate::defaults;
+use crate::error::error_chain;
 use crate::handler::HandlerError;
-use crate::ids::{GroupKey, RecordKey};
+use crate::ids::{GroupKey, RecordKey, StateKey};
 use crate::pacer::Pacer;
 use crate::ports::{Lease, UpdateLedger};
 use crate::record::{
     ActionIntent, ActionOutcome, ActionRecord, ActionResult, ActionState, Delivery, Timestamp,
+    MAX_STEP_RESULT_BYTES,
 };
+use crate::state::{self, ChatState, StateWrite, StoredState};
 use crate::telegram::{
     chat_id_of, method_name, offline_result, sends_a_message, ActionRef, ApiCall, BotApi,
     CallError, TelegramError,
@@ -33,6 +41,12 @@ use crate::telegram::{
 
 /// How many times one action is sent again inside a run after a short flood wait.
 const INLINE_RETRIES: u32 = 2;
+
+/// What a step's recorded method starts with: `step:{name}`.
+const STEP_PREFIX: &str = "step:";
+
+/// The longest step name: it is stored with every step's record.
+pub const MAX_STEP_NAME_BYTES: usize = 64;
 
 /// What a run's context is made of; built by the worker for each claimed update.
 pub struct RunParts<'a> {
@@ -42,6 +56,8 @@ pub struct RunParts<'a> {
     pub group: &'a GroupKey,
     /// What earlier runs recorded, by sequence number.
     pub recorded: &'a BTreeMap<u32, ActionRecord>,
+    /// The group's state as the claim read it.
+    pub state: Option<&'a StoredState>,
     /// Where intents go.
     pub ledger: &'a dyn UpdateLedger,
     /// Where calls go.
@@ -60,18 +76,21 @@ pub struct Context<'a> {
     next_seq: u32,
     /// Outcomes known but not yet written: they go with the next intent or the settle.
     unwritten: Vec<ActionOutcome>,
+    /// The state the handler set in this run, for the settle: its format tag and JSON.
+    new_state: Option<(&'static str, String)>,
     summary: ActionSummary,
 }
 
 /// What a run's context saw, reported by the worker.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ActionSummary {
-    /// Actions answered from an earlier run's recorded result instead of being sent.
+    /// Actions (calls and steps) answered from an earlier run's recorded result instead of being
+    /// made again.
     pub replayed: u32,
-    /// At-most-once actions whose outcome is unknown; not re-sent, marked uncertain on the record.
+    /// At-most-once actions whose outcome is unknown; not made again, marked uncertain on the record.
     pub uncertain: Vec<ActionIntent>,
-    /// At-least-once actions an earlier run left with an unknown outcome, sent again: each may have
-    /// reached Telegram twice.
+    /// At-least-once actions an earlier run left with an unknown outcome, made again: each may have
+    /// happened twice.
     pub resent_after_unknown_outcome: u32,
     /// Positions where the handler made another call than the earlier run did.
     pub diverged: Vec<u32>,
@@ -79,14 +98,24 @@ pub struct ActionSummary {
     pub paced: Duration,
 }
 
-/// What is known about an action before it is sent.
+/// What is known about an action before it is made.
 enum Before {
     /// Nothing: a new action.
     Fresh,
-    /// Sent earlier and certainly not taken (a refusal), or never sent: send it.
+    /// Made earlier and certainly not taken (a refusal), or never made: make it.
     NotTaken,
-    /// Sent earlier with an unknown outcome: sending again may repeat it.
+    /// Made earlier with an unknown outcome: making it again may repeat it.
     Unknown,
+}
+
+/// What an earlier run left at an action's position.
+enum Recalled {
+    /// Its recorded result: returned instead of acting again.
+    Result(ActionResult),
+    /// Act, knowing this much.
+    Act(Before),
+    /// At most once and its outcome unknown: not made again, marked uncertain.
+    Uncertain,
 }
 
 impl<'a> Context<'a> {
@@ -96,6 +125,7 @@ impl<'a> Context<'a> {
             run,
             next_seq: 0,
             unwritten: Vec::new(),
+            new_state: None,
             summary: ActionSummary::default(),
         }
     }
@@ -143,6 +173,87 @@ impl<'a> Context<'a> {
         self.act(payload, Delivery::AtMostOnce).await
     }
 
+    /// The chat's state (per user for updates without a chat: the update's group), as the last
+    /// finished update of the group left it, or as this run set it; `None` when none was ever set.
+    /// A value stored under another format tag than `T`'s is refused, naming both
+    /// ([`state::StateError::WrongFormat`]).
+    pub fn state<T: ChatState>(&self) -> Result<Option<T>, HandlerError> {
+        let (format, json) = match (&self.new_state, self.run.state) {
+            (Some((format, json)), _) => (*format, json.as_str()),
+            (None, Some(stored)) => (stored.format.as_str(), stored.json.as_str()),
+            (None, None) => return Ok(None),
+        };
+        Ok(Some(state::decode(format, json)?))
+    }
+
+    /// The format tag of the chat's state (this run's, else the stored one): a handler that
+    /// changed its state type reads an old value with the old type and converts it.
+    pub fn state_format(&self) -> Option<&str> {
+        match (&self.new_state, self.run.state) {
+            (Some((format, _)), _) => Some(format),
+            (None, Some(stored)) => Some(&stored.format),
+            (None, None) => None,
+        }
+    }
+
+    /// Sets the chat's new state. It is written only when the handler finishes, in the same
+    /// conditional write that settles the update `DONE`: a run that fails changes nothing, and a
+    /// finished update never runs again, so the change is applied exactly once. Over
+    /// [`state::MAX_STATE_BYTES`] as JSON it is refused.
+    pub fn set_state<T: ChatState>(&mut self, value: &T) -> Result<(), HandlerError> {
+        self.new_state = Some((T::FORMAT, state::encode(value)?));
+        Ok(())
+    }
+
+    /// The state to write with the `DONE` settle, if the handler set one.
+    pub fn take_state_write(&mut self) -> Option<StateWrite> {
+        let (format, json) = self.new_state.take()?;
+        Some(StateWrite {
+            key: StateKey::new(self.run.lease.key.bot_id.clone(), self.run.group.clone()),
+            format: format.to_owned(),
+            json,
+            read_version: self.run.state.map_or(0, |s| s.version),
+        })
+    }
+
+    /// Runs a side effect outside Telegram at least once — a payment, a database write, an LLM
+    /// call — and records its result (`Ok`, as JSON up to [`MAX_STEP_RESULT_BYTES`]) at once. On a
+    /// retry of the update a recorded result is returned and `run` is not called again. If an
+    /// earlier run died during the step (its outcome unknown), `run` is called again: make it
+    /// idempotent, or use [`Context::step_at_most_once`]. An `Err` from `run` means the step did
+    /// not take effect: it is returned, and a retry runs the step again.
+    ///
+    /// Steps are matched to earlier runs by position and name, like calls: keep their order.
+    pub async fn step<T, F, Fut>(&mut self, name: &str, run: F) -> Result<T, HandlerError>
+    where
+        T: Serialize + DeserializeOwned,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, HandlerError>>,
+    {
+        match self.run_step(name, Delivery::AtLeastOnce, run).await? {
+            Some(value) => Ok(value),
+            None => Err(HandlerError::permanent(
+                "an at-least-once step was reported uncertain",
+            )),
+        }
+    }
+
+    /// Runs a side effect at most once: as [`Context::step`], except that if an earlier run died
+    /// during the step (its outcome unknown), `run` is not called again, `None` is returned, and
+    /// the step is marked uncertain on the record for someone to reconcile.
+    pub async fn step_at_most_once<T, F, Fut>(
+        &mut self,
+        name: &str,
+        run: F,
+    ) -> Result<Option<T>, HandlerError>
+    where
+        T: Serialize + DeserializeOwned,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, HandlerError>>,
+    {
+        self.run_step(name, Delivery::AtMostOnce, run).await
+    }
+
     /// What this run did, for the worker's report.
     pub fn summary(&self) -> ActionSummary {
         self.summary.clone()
@@ -168,57 +279,22 @@ impl<'a> Context<'a> {
         let mut params = serde_json::to_value(&payload).map_err(|e| {
             HandlerError::permanent(format!("{method} payload does not serialize: {e}"))
         })?;
-        let before = match self.run.recorded.get(&seq) {
-            None => Before::Fresh,
-            Some(earlier) if earlier.method != method => {
-                // The handler took another path than last time: the earlier record says nothing
-                // about this call, which is recorded anew at this position.
-                warn!(seq, recorded = %earlier.method, now = %method, "the handler's calls differ from the earlier run's at this position");
-                self.summary.diverged.push(seq);
-                Before::Fresh
+        let before = match self.recall(seq, &method, delivery, self.run.api.records_outcomes()) {
+            Recalled::Result(result) => {
+                let value = result.replay(&params).ok_or_else(|| {
+                    HandlerError::permanent(format!(
+                        "the result of {method} at position {seq} was too large to keep, so it cannot be replayed"
+                    ))
+                })?;
+                return decode::<P::Output>(&method, value).map(Some);
             }
-            Some(earlier) => match &earlier.state {
-                ActionState::Succeeded(result) => {
-                    self.summary.replayed += 1;
-                    let value = result.replay(&params).ok_or_else(|| {
-                        HandlerError::permanent(format!(
-                            "the result of {method} at position {seq} was too large to keep, so it cannot be replayed"
-                        ))
-                    })?;
-                    return decode::<P::Output>(&method, value).map(Some);
-                }
-                ActionState::Failed { .. } => Before::NotTaken,
-                // An outbox that records outcomes in the send's own commit leaves nothing unknown.
-                ActionState::Pending if self.run.api.records_outcomes() => Before::NotTaken,
-                ActionState::Pending | ActionState::Uncertain
-                    if delivery == Delivery::AtMostOnce
-                        || earlier.delivery == Delivery::AtMostOnce =>
-                {
-                    warn!(seq, method = %method, "at-most-once action has an unknown outcome; not sent again");
-                    let intent = self.intent(seq, &method, delivery);
-                    self.unwritten.push(ActionOutcome {
-                        seq,
-                        state: ActionState::Uncertain,
-                    });
-                    self.summary.uncertain.push(intent);
-                    return Ok(None);
-                }
-                ActionState::Pending | ActionState::Uncertain => {
-                    warn!(seq, method = %method, "action has an unknown outcome; sending it again");
-                    self.summary.resent_after_unknown_outcome += 1;
-                    Before::Unknown
-                }
-            },
+            Recalled::Uncertain => return Ok(None),
+            Recalled::Act(before) => before,
         };
         let chat = sends_a_message(&method)
             .then(|| params.get("chat_id").and_then(chat_id_of))
             .flatten();
-        let intent = self.intent(seq, &method, delivery);
-        let outcomes = std::mem::take(&mut self.unwritten);
-        self.run
-            .ledger
-            .record_intent(self.run.lease, &intent, &outcomes)
-            .await?;
+        self.write_intent(seq, &method, delivery).await?;
         let mut retries = 0;
         loop {
             // Paced after the intent, right before the call: nothing slow comes between the slot
@@ -261,7 +337,11 @@ impl<'a> Context<'a> {
                         });
                     }
                     let TelegramError::RetryAfter(wait) = e else {
-                        return Err(e.into());
+                        let recipient = params.get("chat_id").and_then(chat_id_of);
+                        return Err(match e.recipient_gone(recipient) {
+                            Some(gone) => HandlerError::RecipientGone { gone, error: e },
+                            None => e.into(),
+                        });
                     };
                     self.run
                         .pacer
@@ -274,6 +354,160 @@ impl<'a> Context<'a> {
                     retries += 1;
                 }
             }
+        }
+    }
+
+    /// Looks up what earlier runs recorded at `seq` for an action `method` about to be made.
+    /// `recorded_with_call`: the action's outcome is recorded in the same commit as the action
+    /// itself (the offline outbox), so a bare intent means it never happened.
+    fn recall(
+        &mut self,
+        seq: u32,
+        method: &str,
+        delivery: Delivery,
+        recorded_with_call: bool,
+    ) -> Recalled {
+        let earlier = match self.run.recorded.get(&seq) {
+            None => return Recalled::Act(Before::Fresh),
+            Some(earlier) if earlier.method != method => {
+                // The handler took another path than last time: the earlier record says nothing
+                // about this action, which is recorded anew at this position.
+                warn!(seq, recorded = %earlier.method, now = %method, "the handler's actions differ from the earlier run's at this position");
+                self.summary.diverged.push(seq);
+                return Recalled::Act(Before::Fresh);
+            }
+            Some(earlier) => earlier,
+        };
+        match &earlier.state {
+            ActionState::Succeeded(result) => {
+                self.summary.replayed += 1;
+                Recalled::Result(result.clone())
+            }
+            ActionState::Failed { .. } => Recalled::Act(Before::NotTaken),
+            ActionState::Pending if recorded_with_call => Recalled::Act(Before::NotTaken),
+            ActionState::Pending | ActionState::Uncertain
+                if delivery == Delivery::AtMostOnce || earlier.delivery == Delivery::AtMostOnce =>
+            {
+                warn!(seq, method = %method, "at-most-once action has an unknown outcome; not made again");
+                let intent = self.intent(seq, method, delivery);
+                self.unwritten.push(ActionOutcome {
+                    seq,
+                    state: ActionState::Uncertain,
+                });
+                self.summary.uncertain.push(intent);
+                Recalled::Uncertain
+            }
+            ActionState::Pending | ActionState::Uncertain => {
+                warn!(seq, method = %method, "action has an unknown outcome; making it again");
+                self.summary.resent_after_unknown_outcome += 1;
+                Recalled::Act(Before::Unknown)
+            }
+        }
+    }
+
+    /// Writes an action's intent, with the outcomes not yet written. When the write fails the
+    /// outcomes are kept for the settle, which may still succeed.
+    async fn write_intent(
+        &mut self,
+        seq: u32,
+        method: &str,
+        delivery: Delivery,
+    ) -> Result<(), HandlerError> {
+        let intent = self.intent(seq, method, delivery);
+        let outcomes = std::mem::take(&mut self.unwritten);
+        let written = self
+            .run
+            .ledger
+            .record_intent(self.run.lease, &intent, &outcomes)
+            .await;
+        if written.is_err() {
+            self.unwritten = outcomes;
+        }
+        Ok(written?)
+    }
+
+    /// Writes the outcomes known so far at once; kept for the settle when the write fails.
+    async fn write_outcomes(&mut self) -> Result<(), HandlerError> {
+        let outcomes = std::mem::take(&mut self.unwritten);
+        let written = self
+            .run
+            .ledger
+            .record_outcomes(self.run.lease, &outcomes)
+            .await;
+        if written.is_err() {
+            self.unwritten = outcomes;
+        }
+        Ok(written?)
+    }
+
+    async fn run_step<T, F, Fut>(
+        &mut self,
+        name: &str,
+        delivery: Delivery,
+        run: F,
+    ) -> Result<Option<T>, HandlerError>
+    where
+        T: Serialize + DeserializeOwned,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, HandlerError>>,
+    {
+        if name.is_empty() || name.len() > MAX_STEP_NAME_BYTES {
+            return Err(HandlerError::permanent(format!(
+                "a step needs a name of 1 to {MAX_STEP_NAME_BYTES} bytes"
+            )));
+        }
+        self.next_seq += 1;
+        let seq = self.next_seq;
+        let method = format!("{STEP_PREFIX}{name}");
+        match self.recall(seq, &method, delivery, false) {
+            Recalled::Result(ActionResult::Json { json }) => {
+                // The type changed since the step ran: retrying cannot make the result readable.
+                return serde_json::from_str(&json).map(Some).map_err(|e| {
+                    HandlerError::permanent(format!(
+                        "the recorded result of {method} does not decode: {e}"
+                    ))
+                });
+            }
+            Recalled::Result(_) => {
+                return Err(HandlerError::permanent(format!(
+                    "the result of {method} at position {seq} was too large to keep, so it cannot be replayed"
+                )))
+            }
+            Recalled::Uncertain => return Ok(None),
+            Recalled::Act(_) => {}
+        }
+        self.write_intent(seq, &method, delivery).await?;
+        let value = match run().await {
+            Ok(value) => value,
+            Err(error) => {
+                // The step says it did not take effect: a retry runs it again.
+                let failed = error_chain(&error);
+                self.unwritten.push(ActionOutcome {
+                    seq,
+                    state: ActionState::failed(0, &failed),
+                });
+                return Err(error);
+            }
+        };
+        let json = serde_json::to_string(&value).ok();
+        let kept = json.filter(|json| json.len() <= MAX_STEP_RESULT_BYTES);
+        let result = match &kept {
+            Some(json) => ActionResult::Json { json: json.clone() },
+            None => ActionResult::NotKept,
+        };
+        self.unwritten.push(ActionOutcome {
+            seq,
+            state: ActionState::Succeeded(result),
+        });
+        // At once: until this write, a crash would have the step run again (or reported uncertain).
+        self.write_outcomes().await?;
+        match kept {
+            Some(_) => Ok(Some(value)),
+            // It happened and is recorded as done, so it is never run again; but a retry could not
+            // give its result back, which is the bot's mistake to fix.
+            None => Err(HandlerError::permanent(format!(
+                "the result of {method} does not fit in {MAX_STEP_RESULT_BYTES} bytes of JSON: return an id, not the whole object"
+            ))),
         }
     }
 

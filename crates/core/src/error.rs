@@ -67,6 +67,19 @@ pub enum PortError {
         /// The operation that was refused.
         what: &'static str,
     },
+    /// Another writer changed the group's state after this run read it (docs/ARCHITECTURE.md §5):
+    /// the run's settle wrote nothing, and a retry runs the handler again on the new state. The
+    /// queue runs one update of a group at a time, so this means a second writer (another
+    /// deployment on the same table and bot id, a hand edit) rather than a race of tgq's own.
+    #[error("{what} was refused: the state is at version {found}, the run read version {read}")]
+    Conflict {
+        /// The operation that was refused.
+        what: &'static str,
+        /// The version stored now.
+        found: u64,
+        /// The version the run read.
+        read: u64,
+    },
     /// The request or the stored data is not what this version expects (a validation error, an
     /// unreadable item, an unknown stored status): a bug or a foreign writer, not the update's fault.
     #[error("{what} was rejected")]
@@ -124,6 +137,7 @@ impl PortError {
             PortError::Misconfigured { .. } => "misconfigured",
             PortError::TooLarge { .. } => "too_large",
             PortError::Fenced { .. } => "fenced",
+            PortError::Conflict { .. } => "conflict",
             PortError::Rejected { .. } => "rejected",
         }
     }

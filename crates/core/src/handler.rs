@@ -10,7 +10,8 @@ use crate::config::Vars;
 use crate::context::Context;
 use crate::error::{ErrorClass, PortError};
 use crate::ids::BotId;
-use crate::telegram::{BotApi, TelegramError};
+use crate::state::StateError;
+use crate::telegram::{BotApi, Gone, TelegramError};
 
 /// The bot: the one thing a bot author writes.
 #[async_trait]
@@ -47,6 +48,22 @@ pub enum HandlerError {
     /// A Bot API call failed; its class follows Telegram's answer.
     #[error(transparent)]
     Telegram(#[from] TelegramError),
+    /// A Bot API call's recipient is gone for good ([`TelegramError::recipient_gone`]): by default
+    /// the update settles `DONE` as `recipient_gone` instead of being dead-lettered
+    /// (`TGQ_DEAD_LETTER_GONE_RECIPIENTS`). A handler that writes to several chats can match it
+    /// ([`HandlerError::recipient_gone`]) and go on with the others.
+    #[error("the recipient is gone ({gone}): {error}")]
+    RecipientGone {
+        /// Why.
+        gone: Gone,
+        /// Telegram's answer.
+        #[source]
+        error: TelegramError,
+    },
+    /// The chat's state could not be read or written as the handler asked (a changed type, a value
+    /// over the size limit): a mistake retrying cannot fix.
+    #[error(transparent)]
+    State(#[from] StateError),
     /// The store could not record an action (or refused it: see [`PortError`]).
     #[error("recording an outbound action failed")]
     Store(#[from] PortError),
@@ -79,6 +96,14 @@ impl HandlerError {
         HandlerError::Permanent(reason.into())
     }
 
+    /// Why the recipient of a call is gone, if that is what failed.
+    pub fn recipient_gone(&self) -> Option<Gone> {
+        match self {
+            HandlerError::RecipientGone { gone, .. } => Some(*gone),
+            _ => None,
+        }
+    }
+
     /// Whether the run stopped because another run took its lease over: not a failure of this
     /// update, and nothing more may be written or sent for it by this run.
     pub fn is_fenced(&self) -> bool {
@@ -89,6 +114,8 @@ impl HandlerError {
     pub fn class(&self) -> ErrorClass {
         match self {
             HandlerError::Telegram(e) => e.class(),
+            // Dead-lettered as permanent only when TGQ_DEAD_LETTER_GONE_RECIPIENTS asks for it.
+            HandlerError::RecipientGone { .. } | HandlerError::State(_) => ErrorClass::Permanent,
             // The record cannot hold what the run did: every retry would end the same way.
             HandlerError::Store(PortError::TooLarge { .. }) => ErrorClass::Permanent,
             // Any other store failure loses nothing if the run is retried; a misconfigured stack

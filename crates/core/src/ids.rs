@@ -110,6 +110,30 @@ impl fmt::Display for RecordKey {
     }
 }
 
+/// The key of one group's state (docs/ARCHITECTURE.md §5): `{bot_id}#state#{group key}`. The
+/// group is the state's scope because it is the unit the queue serialises: two runs of one group
+/// never overlap, so a read-modify-write of its state is serial.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StateKey {
+    /// The bot the state belongs to.
+    pub bot_id: BotId,
+    /// The group whose updates share it.
+    pub group: GroupKey,
+}
+
+impl StateKey {
+    /// The state of one group of one bot.
+    pub fn new(bot_id: BotId, group: GroupKey) -> Self {
+        Self { bot_id, group }
+    }
+
+    /// The DynamoDB partition key, `{bot_id}#state#{group}`: never an update's key, whose second
+    /// part is all digits.
+    pub fn pk(&self) -> String {
+        format!("{}#state#{}", self.bot_id, self.group)
+    }
+}
+
 /// The SQS `MessageGroupId`: `{bot_id}:{group key}`, so one bot's busy chat never holds back another bot.
 #[derive(
     Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,

@@ -10,8 +10,9 @@ use bytes::Bytes;
 use crate::dead::Burial;
 pub use crate::dead::DeadLetter;
 use crate::error::PortError;
-use crate::ids::{GroupKey, MessageGroupId, RecordKey};
+use crate::ids::{GroupKey, MessageGroupId, RecordKey, StateKey};
 use crate::record::{ActionIntent, ActionOutcome, ActionRecord, Status, Timestamp, UpdateRecord};
+use crate::state::{StateWrite, StoredState};
 
 /// What the webhook may do to records: create one, and mark it queued. It cannot delete.
 #[async_trait]
@@ -52,13 +53,15 @@ impl Lease {
     }
 }
 
-/// What the worker may do to records: claim, record actions, settle — every write after the claim
-/// fenced by the claim's [`Lease`].
+/// What the worker may do to records and group states: claim, record actions, settle — every write
+/// after the claim fenced by the claim's [`Lease`].
 #[async_trait]
 pub trait UpdateLedger: Send + Sync {
     /// Takes the lease on an update and counts one more handler run, in one conditional write.
     /// Succeeds from `RECEIVED`, `QUEUED`, `RETRYING`, from `PROCESSING` whose lease expired, and when
     /// no record exists (it is created from the queue message: the queue is the source of truth then).
+    /// A claim that runs returns the update's group state as the last `DONE` settle of the group
+    /// left it.
     async fn claim(&self, request: &ClaimRequest) -> Result<Claim, PortError>;
 
     /// Records that an outbound action is about to be sent, together with the outcomes of earlier
@@ -70,8 +73,19 @@ pub trait UpdateLedger: Send + Sync {
         outcomes: &[ActionOutcome],
     ) -> Result<(), PortError>;
 
+    /// Writes outcomes at once instead of with the run's next write: a step's result must be
+    /// durable before the handler goes on (docs/ARCHITECTURE.md §5); [`PortError::Fenced`] when
+    /// the lease is gone.
+    async fn record_outcomes(
+        &self,
+        lease: &Lease,
+        outcomes: &[ActionOutcome],
+    ) -> Result<(), PortError>;
+
     /// Records how a handler run ended, with the outcomes not yet written, and releases the lease;
-    /// [`PortError::Fenced`] when the lease is gone.
+    /// a `DONE` settle writes the group's new state in the same conditional write. Refused with
+    /// [`PortError::Fenced`] when the lease is gone (checked first), [`PortError::Conflict`] when
+    /// the state changed since the claim read it; a refused settle writes nothing.
     async fn settle(
         &self,
         lease: &Lease,
@@ -98,10 +112,20 @@ pub struct ClaimRequest {
 }
 
 impl ClaimRequest {
+    /// The key of the state of the update's group.
+    pub fn state_key(&self) -> StateKey {
+        StateKey::new(self.key.bot_id.clone(), self.group.clone())
+    }
+
     /// The claim rule applied to the stored record, for adapters that read and write a record under
     /// one lock or transaction (DynamoDB states the same rule as a condition expression). Returns the
-    /// decision and, when the claim runs, the record to store.
-    pub fn apply(&self, stored: Option<UpdateRecord>) -> (Claim, Option<UpdateRecord>) {
+    /// decision (with the group's `state` when the claim runs) and, when the claim runs, the record
+    /// to store.
+    pub fn apply(
+        &self,
+        stored: Option<UpdateRecord>,
+        state: Option<StoredState>,
+    ) -> (Claim, Option<UpdateRecord>) {
         let mut record = match stored {
             Some(record) if !record.is_expired(self.now) => record,
             // The queue is the source of truth when the record is missing (or expired).
@@ -142,6 +166,7 @@ impl ClaimRequest {
             throttled: record.throttled,
             first_attempt_at,
             resumed,
+            state,
         };
         (Claim::Run(claimed), Some(record))
     }
@@ -180,6 +205,8 @@ pub struct Claimed {
     pub first_attempt_at: Timestamp,
     /// The previous run died holding the lease (a crash, a timeout, out of memory).
     pub resumed: bool,
+    /// The state of the update's group, as the group's last `DONE` settle wrote it.
+    pub state: Option<StoredState>,
 }
 
 impl Claimed {
@@ -193,8 +220,20 @@ impl Claimed {
 /// How a handler run ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Settlement {
-    /// The handler finished.
-    Done,
+    /// The handler finished; `state` is its group's new state when the run changed it, written in
+    /// the same conditional write.
+    Done {
+        /// The group's new state, if the run set one.
+        state: Option<StateWrite>,
+    },
+    /// The handler's recipient is gone — the user blocked the bot, deleted their account, or the
+    /// private chat no longer exists (docs/ARCHITECTURE.md §4): nothing is left to do, so the
+    /// update is `DONE`, counted apart, and not dead-lettered. A state change is not written: the
+    /// handler did not finish.
+    RecipientGone {
+        /// Telegram's answer, without message text.
+        error: String,
+    },
     /// A failure worth retrying; another run follows after a backoff.
     Retrying {
         /// Description of the failure, without message text.
@@ -207,22 +246,35 @@ pub enum Settlement {
 }
 
 impl Settlement {
+    /// A finished run that changed no state.
+    pub const DONE: Settlement = Settlement::Done { state: None };
+
     /// The status the record ends in.
     pub fn status(&self) -> Status {
         match self {
-            Settlement::Done => Status::Done,
+            Settlement::Done { .. } | Settlement::RecipientGone { .. } => Status::Done,
             Settlement::Retrying { .. } => Status::Retrying,
             Settlement::Dead(_) => Status::Dead,
         }
     }
 
+    /// The group state this settle writes.
+    pub fn state(&self) -> Option<&StateWrite> {
+        match self {
+            Settlement::Done { state } => state.as_ref(),
+            _ => None,
+        }
+    }
+
     /// Ends the run on a record, for adapters that hold the whole record: its status, the lease
-    /// released, the failure kept (none once done), a throttled run refunded.
+    /// released, the failure kept (none once done; the recipient's departure for a gone one), a
+    /// throttled run refunded. The state is the adapter's to write ([`settled`]).
     pub fn apply(&self, record: &mut UpdateRecord) {
         record.status = self.status();
         record.lease_until = None;
         match self {
-            Settlement::Done => record.last_error = None,
+            Settlement::Done { .. } => record.last_error = None,
+            Settlement::RecipientGone { error } => record.last_error = Some(error.clone()),
             Settlement::Retrying { error, throttled } => {
                 record.last_error = Some(error.clone());
                 if *throttled {
@@ -259,6 +311,26 @@ pub fn fenced_write(
     write(&mut record);
     within_item_limit(&record, what)?;
     Ok(record)
+}
+
+/// Applies a settle to a record and a group state an adapter holds whole: the lease checked first
+/// ([`fenced_write`]), then the state's version ([`StateWrite::apply`]). Returns the record to store
+/// and, when the settle writes one, the new state; a refusal means nothing may be written.
+pub fn settled(
+    stored: Option<&UpdateRecord>,
+    state: Option<&StoredState>,
+    lease: &Lease,
+    settlement: &Settlement,
+    outcomes: &[ActionOutcome],
+) -> Result<(UpdateRecord, Option<StoredState>), PortError> {
+    let record = fenced_write(stored, lease, outcomes, "store settle", |record| {
+        settlement.apply(record)
+    })?;
+    let state = settlement
+        .state()
+        .map(|write| write.apply(state))
+        .transpose()?;
+    Ok((record, state))
 }
 
 /// Refuses a record DynamoDB would refuse for its size, for the stores that hold records in process.

@@ -291,6 +291,12 @@ pub const DESCRIPTION_BYTES: usize = 200;
 /// A small result that is none of the known shapes is kept whole up to this size.
 pub const SMALL_RESULT_BYTES: usize = 1024;
 
+/// The most a step's result may take as JSON (docs/ARCHITECTURE.md §5): room for an id, a
+/// receipt, or an LLM's answer the length of one Telegram message, while a record keeps room for
+/// many steps below DynamoDB's 400 KB item limit. Every later write of the run pays for the
+/// record's whole size, so keep step results small.
+pub const MAX_STEP_RESULT_BYTES: usize = 16 * 1024;
+
 impl ActionState {
     /// The refusal of a call, its description cut to [`DESCRIPTION_BYTES`].
     pub fn failed(code: u16, description: &str) -> Self {
@@ -333,6 +339,11 @@ pub enum ActionResult {
     },
     /// Any other result up to [`SMALL_RESULT_BYTES`], kept as JSON (an invite link, a number).
     Small {
+        /// The result's JSON.
+        json: String,
+    },
+    /// A step's result (`ctx.step`), kept as JSON up to [`MAX_STEP_RESULT_BYTES`].
+    Json {
         /// The result's JSON.
         json: String,
     },
@@ -410,7 +421,9 @@ impl ActionResult {
             ActionResult::MessageId { message_id } => {
                 serde_json::json!({ "message_id": message_id })
             }
-            ActionResult::Small { json } => serde_json::from_str(json).ok()?,
+            ActionResult::Small { json } | ActionResult::Json { json } => {
+                serde_json::from_str(json).ok()?
+            }
             ActionResult::NotKept => return None,
         })
     }
@@ -420,7 +433,7 @@ impl ActionResult {
             ActionResult::True | ActionResult::NotKept | ActionResult::MessageId { .. } => 16,
             ActionResult::Message { .. } => 32,
             ActionResult::Messages { message_ids, .. } => 16 + 12 * message_ids.len(),
-            ActionResult::Small { json } => json.len(),
+            ActionResult::Small { json } | ActionResult::Json { json } => json.len(),
         }
     }
 }

@@ -151,6 +151,27 @@ impl TelegramError {
         }
     }
 
+    /// Whether the answer says the call's recipient is gone for good: the user blocked the bot or
+    /// deleted their account, or the private chat no longer exists. `chat_id` is the chat the call
+    /// addressed: "chat not found" means a departed user only for a private chat (a positive id);
+    /// for a group or channel it is more likely a mistake worth a dead letter. The one place this
+    /// is decided (docs/ARCHITECTURE.md §4).
+    pub fn recipient_gone(&self, chat_id: Option<i64>) -> Option<Gone> {
+        let TelegramError::Api { code, description } = self else {
+            return None;
+        };
+        let description = description.to_ascii_lowercase();
+        let private_chat = chat_id.is_some_and(|id| id > 0);
+        match code {
+            403 if description.contains("bot was blocked by the user") => Some(Gone::BlockedTheBot),
+            403 if description.contains("user is deactivated") => Some(Gone::Deactivated),
+            400 if private_chat && description.contains("chat not found") => {
+                Some(Gone::PrivateChatNotFound)
+            }
+            _ => None,
+        }
+    }
+
     /// Whether this answer to a call sent again after an unknown outcome proves that the first send
     /// took effect: the edit is already there, the message already deleted, the button already
     /// answered.
@@ -170,6 +191,34 @@ impl TelegramError {
             _ => return false,
         };
         description.contains(proof)
+    }
+}
+
+/// Why a call's recipient can no longer be reached: the user left, which is nobody's failure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Gone {
+    /// 403 `Forbidden: bot was blocked by the user`.
+    BlockedTheBot,
+    /// 403 `Forbidden: user is deactivated`: the account was deleted.
+    Deactivated,
+    /// 400 `Bad Request: chat not found` for a private chat.
+    PrivateChatNotFound,
+}
+
+impl Gone {
+    /// The logged name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Gone::BlockedTheBot => "blocked_the_bot",
+            Gone::Deactivated => "deactivated",
+            Gone::PrivateChatNotFound => "private_chat_not_found",
+        }
+    }
+}
+
+impl std::fmt::Display for Gone {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -307,6 +356,50 @@ mod tests {
         );
         assert!(!bad("Bad Request: chat not found").proves_earlier_send("sendMessage"));
         assert!(!bad("Bad Request: query is too old").proves_earlier_send("sendMessage"));
+    }
+
+    #[test]
+    fn a_user_who_blocked_the_bot_or_left_is_a_gone_recipient_and_nothing_else_is() {
+        let answer = |code: u16, d: &str| TelegramError::Api {
+            code,
+            description: d.into(),
+        };
+        let user = Some(42);
+        let group = Some(-100_123);
+        assert_eq!(
+            answer(403, "Forbidden: bot was blocked by the user").recipient_gone(user),
+            Some(Gone::BlockedTheBot)
+        );
+        assert_eq!(
+            answer(403, "Forbidden: user is deactivated").recipient_gone(user),
+            Some(Gone::Deactivated)
+        );
+        assert_eq!(
+            answer(400, "Bad Request: chat not found").recipient_gone(user),
+            Some(Gone::PrivateChatNotFound)
+        );
+        for (error, chat) in [
+            // A group or channel that is not found is more likely a wrong id: a dead letter.
+            (answer(400, "Bad Request: chat not found"), group),
+            (answer(400, "Bad Request: chat not found"), None),
+            (
+                answer(403, "Forbidden: bot was kicked from the group chat"),
+                group,
+            ),
+            (
+                answer(
+                    403,
+                    "Forbidden: bot can't initiate conversation with a user",
+                ),
+                user,
+            ),
+            (answer(400, "Bad Request: message text is empty"), user),
+            (answer(401, "Unauthorized"), user),
+            (TelegramError::Timeout, user),
+            (TelegramError::InvalidResponse { status: 403 }, user),
+        ] {
+            assert_eq!(error.recipient_gone(chat), None, "{error:?} to {chat:?}");
+        }
     }
 
     #[test]

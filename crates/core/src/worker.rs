@@ -26,7 +26,8 @@ use crate::ports::{
     Visibility,
 };
 use crate::record::{ActionOutcome, Timestamp};
-use crate::telegram::BotApi;
+use crate::state::StateWrite;
+use crate::telegram::{BotApi, Gone};
 
 /// The worker's settings.
 #[derive(Clone, Debug)]
@@ -40,6 +41,8 @@ pub struct WorkerSettings {
     pub record_ttl: Duration,
     /// The updates queue's redrive `maxReceiveCount`: a record received nearly this often is logged.
     pub max_receive_count: u32,
+    /// What becomes of an update whose recipient is gone (`TGQ_DEAD_LETTER_GONE_RECIPIENTS`).
+    pub gone_recipients: GoneRecipients,
 }
 
 impl Default for WorkerSettings {
@@ -49,8 +52,22 @@ impl Default for WorkerSettings {
             deadline_margin: defaults::DEADLINE_MARGIN,
             record_ttl: defaults::RECORD_TTL,
             max_receive_count: defaults::MAX_RECEIVE_COUNT,
+            gone_recipients: GoneRecipients::default(),
         }
     }
+}
+
+/// What becomes of an update whose handler met a recipient who is gone — blocked the bot,
+/// deleted their account, a private chat not found (docs/ARCHITECTURE.md §4).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum GoneRecipients {
+    /// Settled `DONE` with the outcome `recipient_gone`, counted, acknowledged, not dead-lettered:
+    /// a user who blocked the bot should not page anyone.
+    #[default]
+    Settle,
+    /// Dead-lettered as a permanent failure, like any other 403 or 400
+    /// (`TGQ_DEAD_LETTER_GONE_RECIPIENTS=true`).
+    DeadLetter,
 }
 
 /// The ports the worker uses; built once per cold start.
@@ -75,6 +92,9 @@ pub struct WorkerPorts {
 pub enum RecordOutcome {
     /// The handler finished; the message is acknowledged.
     Done(ActionSummary),
+    /// The handler met a recipient who is gone; settled `DONE` as `recipient_gone` and
+    /// acknowledged, not dead-lettered.
+    RecipientGone(Gone),
     /// Already `DONE` or `DEAD`: acknowledged without running.
     AlreadyFinal,
     /// Failed (or was paced by Telegram); visible again after the delay.
@@ -100,7 +120,10 @@ impl RecordOutcome {
     pub fn is_failure(&self) -> bool {
         !matches!(
             self,
-            RecordOutcome::Done(_) | RecordOutcome::AlreadyFinal | RecordOutcome::DeadLettered(_)
+            RecordOutcome::Done(_)
+                | RecordOutcome::RecipientGone(_)
+                | RecordOutcome::AlreadyFinal
+                | RecordOutcome::DeadLettered(_)
         )
     }
 }
@@ -124,7 +147,7 @@ impl BatchReport {
             .collect()
     }
 
-    /// At-least-once sends the batch repeated after an unknown outcome.
+    /// At-least-once actions (sends and steps) the batch made again after an unknown outcome.
     pub fn resent_after_unknown_outcome(&self) -> u64 {
         self.runs
             .iter()
@@ -382,18 +405,42 @@ impl Worker {
                 .await;
             return (outcome, None);
         }
-        let (result, summary, unwritten) =
-            self.run_handler(record, group, &claimed, deadline).await;
+        let RunEnd {
+            result,
+            summary,
+            unwritten,
+            state,
+        } = self.run_handler(record, group, &claimed, deadline).await;
+        let run = Run {
+            record,
+            key,
+            group,
+            claimed: &claimed,
+        };
         let outcome = match result {
-            Ok(()) => self.finish(record, &claimed, &summary, unwritten).await,
+            Ok(()) => {
+                let done = RecordOutcome::Done(summary.clone());
+                self.finish(run, &summary, Settlement::Done { state }, done, unwritten)
+                    .await
+            }
             Err(error) if error.is_fenced() => {
                 warn!(error = %error_chain(&error), "fenced: another run took the lease over; this run stops");
                 RecordOutcome::Fenced
             }
-            Err(error) => {
-                self.fail(record, key, group, &claimed, error, unwritten)
-                    .await
-            }
+            Err(error) => match error.recipient_gone() {
+                Some(gone) if self.settings.gone_recipients == GoneRecipients::Settle => {
+                    let settlement = Settlement::RecipientGone {
+                        error: error_chain(&error),
+                    };
+                    let gone = RecordOutcome::RecipientGone(gone);
+                    self.finish(run, &summary, settlement, gone, unwritten)
+                        .await
+                }
+                _ => {
+                    self.fail(record, key, group, &claimed, error, unwritten)
+                        .await
+                }
+            },
         };
         (outcome, Some(summary))
     }
@@ -404,12 +451,17 @@ impl Worker {
         group: &GroupKey,
         claimed: &Claimed,
         deadline: Timestamp,
-    ) -> (Result<(), HandlerError>, ActionSummary, Vec<ActionOutcome>) {
+    ) -> RunEnd {
         let update: Update = match serde_json::from_slice(&record.body) {
             Ok(update) => update,
             Err(e) => {
                 let error = HandlerError::permanent(format!("update does not decode: {e}"));
-                return (Err(error), ActionSummary::default(), Vec::new());
+                return RunEnd {
+                    result: Err(error),
+                    summary: ActionSummary::default(),
+                    unwritten: Vec::new(),
+                    state: None,
+                };
             }
         };
         let cutoff = Timestamp(deadline.0.saturating_sub(
@@ -419,6 +471,7 @@ impl Worker {
             lease: &claimed.lease,
             group,
             recorded: &claimed.actions,
+            state: claimed.state.as_ref(),
             ledger: &*self.ports.ledger,
             api: &*self.ports.api,
             pacer: &self.ports.pacer,
@@ -432,37 +485,65 @@ impl Worker {
             Ok(Err(panic)) => Err(HandlerError::Panicked(panic_message(&panic))),
             Err(_) => Err(HandlerError::Deadline),
         };
-        let summary = ctx.summary();
-        let unwritten = ctx.take_unwritten();
-        (result, summary, unwritten)
+        RunEnd {
+            summary: ctx.summary(),
+            unwritten: ctx.take_unwritten(),
+            state: ctx.take_state_write(),
+            result,
+        }
     }
 
+    /// Settles a run that ends `DONE` — finished (with its state), or its recipient gone — and
+    /// returns `done` once that is recorded.
     async fn finish(
         &self,
-        record: &QueueRecord,
-        claimed: &Claimed,
+        run: Run<'_>,
         summary: &ActionSummary,
+        settlement: Settlement,
+        done: RecordOutcome,
         unwritten: Vec<ActionOutcome>,
     ) -> RecordOutcome {
+        let Run {
+            record,
+            key,
+            group,
+            claimed,
+        } = run;
         if !summary.uncertain.is_empty() {
             warn!(
                 uncertain = summary.uncertain.len(),
-                "at-most-once actions with unknown outcome were not sent again; marked uncertain"
+                "at-most-once actions with unknown outcome were not made again; marked uncertain"
             );
         }
         match self
             .ports
             .ledger
-            .settle(&claimed.lease, &Settlement::Done, &unwritten)
+            .settle(&claimed.lease, &settlement, &unwritten)
             .await
         {
             Ok(()) => {
-                info!(attempt = claimed.lease.token, "processed");
-                RecordOutcome::Done(summary.clone())
+                match &done {
+                    RecordOutcome::RecipientGone(gone) => {
+                        info!(
+                            attempt = claimed.lease.token,
+                            gone = gone.as_str(),
+                            "the recipient is gone; settled DONE as recipient_gone"
+                        )
+                    }
+                    _ => info!(attempt = claimed.lease.token, "processed"),
+                }
+                done
             }
             Err(PortError::Fenced { .. }) => {
                 warn!("fenced: the handler finished, but another run holds the lease now; leaving it the update");
                 RecordOutcome::Fenced
+            }
+            Err(e @ PortError::Conflict { .. }) => {
+                // Someone else wrote the chat's state since the claim read it: nothing of this
+                // settle was written, and the next run handles the update on the new state.
+                let error = HandlerError::Store(e);
+                self.fail(record, key, group, claimed, error, unwritten)
+                    .await
             }
             Err(e) => {
                 // The message comes back; the next run replays what is recorded and settles again.
@@ -644,6 +725,25 @@ impl Worker {
         }
         after
     }
+}
+
+/// The record a run belongs to, as the settling steps need it.
+#[derive(Clone, Copy)]
+struct Run<'a> {
+    record: &'a QueueRecord,
+    key: &'a RecordKey,
+    group: &'a GroupKey,
+    claimed: &'a Claimed,
+}
+
+/// How a handler run ended, with what its context gathered for the settle.
+struct RunEnd {
+    result: Result<(), HandlerError>,
+    summary: ActionSummary,
+    /// Outcomes not yet written.
+    unwritten: Vec<ActionOutcome>,
+    /// The group's new state, if the handler set one.
+    state: Option<StateWrite>,
 }
 
 /// Reads the bot, group and update id a message belongs to; an unreadable message becomes a

@@ -20,7 +20,9 @@ use tgq_core::ports::{
 };
 use tgq_core::record::{ActionResult, ActionState, Status, Timestamp};
 use tgq_core::telegram::TelegramError;
-use tgq_core::worker::{BatchReport, RecordOutcome, Worker, WorkerPorts, WorkerSettings};
+use tgq_core::worker::{
+    BatchReport, GoneRecipients, RecordOutcome, Worker, WorkerPorts, WorkerSettings,
+};
 use tgq_core::{Context, ErrorClass, Handler, HandlerError};
 use tgq_memory::{Fault, MemoryDeadLetters, MemoryStore, RecordingBotApi, RecordingVisibility};
 
@@ -45,6 +47,8 @@ enum Step {
     Hang,
     /// Another run takes the update over (its lease ran out), then this one tries to reply.
     LoseLeaseThenReply,
+    /// Replies, then the store refuses to record intents, then replies again.
+    ReplyThenIntentsRefused,
 }
 
 /// Replies `reply to {update_id}` in the update's chat, or does what the script says for that update.
@@ -112,6 +116,13 @@ impl Handler for ScriptedBot {
                 tokio::time::sleep(Duration::from_secs(24 * 3600)).await;
                 Ok(())
             }
+            Step::ReplyThenIntentsRefused => {
+                ctx.send(reply).await?;
+                self.store
+                    .outage
+                    .fail_only("store record_intent", Fault::Unavailable);
+                ctx.send(SendMessage::new(chat, "second")).await.map(drop)
+            }
             Step::LoseLeaseThenReply => {
                 self.clock.advance(Duration::from_secs(61));
                 let now = self.clock.now();
@@ -174,6 +185,7 @@ fn rig_with(limits: RateLimits) -> Rig {
         deadline_margin: Duration::from_secs(5),
         record_ttl: Duration::from_secs(7 * 86_400),
         max_receive_count: 1000,
+        gone_recipients: GoneRecipients::Settle,
     };
     Rig {
         worker: Worker::new(settings, ports, bot.clone()),
@@ -392,8 +404,8 @@ async fn sends_are_paced_to_telegram_s_limits_per_chat() {
 async fn a_permanent_error_is_dead_lettered_on_the_first_attempt() {
     let rig = rig();
     rig.api.fail_next([TelegramError::Api {
-        code: 403,
-        description: "Forbidden: bot was blocked by the user".into(),
+        code: 400,
+        description: "Bad Request: message text is empty".into(),
     }]);
     let report = rig.run(&[update(1, 10), update(2, 10)]).await;
     assert_eq!(
@@ -488,6 +500,31 @@ async fn a_retry_after_a_partial_run_does_not_repeat_sent_actions() {
     };
     assert_eq!(summary.replayed, 1);
     assert_eq!(rig.api.sent_texts(), ["reply to 1"]);
+}
+
+#[tokio::test]
+async fn outcomes_an_intent_write_could_not_carry_are_written_by_the_settle() {
+    let rig = rig();
+    rig.bot
+        .on(1, [Step::ReplyThenIntentsRefused, Step::Replies(2)]);
+    let report = rig.run(&[update(1, 10)]).await;
+    assert!(
+        matches!(
+            outcome(&report, 0),
+            RecordOutcome::Retrying(_, ErrorClass::Transient)
+        ),
+        "{report:?}"
+    );
+    assert!(
+        matches!(rig.action_state(1, 1), ActionState::Succeeded(_)),
+        "the first reply's result went with the settle: {:?}",
+        rig.action_state(1, 1)
+    );
+    rig.store.outage.set(false);
+    let report = rig.run(&[update(1, 10)]).await;
+    assert!(matches!(outcome(&report, 0), RecordOutcome::Done(_)));
+    assert_eq!(report.resent_after_unknown_outcome(), 0);
+    assert_eq!(rig.api.sent_texts(), ["reply to 1", "reply 1"]);
 }
 
 #[tokio::test]
@@ -939,7 +976,7 @@ async fn the_lease_of_a_claimed_run_is_its_fencing_token() {
     // The record is DONE: no run holds it any more, not even the one that finished it.
     let refused = rig
         .store
-        .settle(&stale, &tgq_core::ports::Settlement::Done, &[])
+        .settle(&stale, &tgq_core::ports::Settlement::DONE, &[])
         .await;
     assert!(matches!(refused, Err(tgq_core::PortError::Fenced { .. })));
 }

@@ -67,8 +67,8 @@ pub struct Counters {
     pub retried: u64,
     /// Updates settled `DEAD`, plus messages redriven after `max_receive_count` receives.
     pub dead_lettered: u64,
-    /// At-least-once sends repeated because an earlier run recorded their intent but no result:
-    /// each may have reached Telegram twice (counted by the worker loop through
+    /// At-least-once actions (sends and steps) made again because an earlier run recorded their
+    /// intent but no result: each may have happened twice (counted by the worker loop through
     /// [`EmbeddedStore::count_resent`]).
     pub resent_after_unknown_outcome: u64,
     /// At-most-once actions not sent again because an earlier run left their outcome unknown:
@@ -78,6 +78,10 @@ pub struct Counters {
     /// Writes refused because their run's lease had been taken over by another run.
     #[serde(default)]
     pub fenced_writes: u64,
+    /// Updates settled `DONE` because their recipient is gone (blocked the bot, deleted their
+    /// account, private chat not found), not dead-lettered; not counted in `processed`.
+    #[serde(default)]
+    pub recipient_gone: u64,
 }
 
 impl Counters {
@@ -95,6 +99,7 @@ impl Counters {
                 .saturating_sub(earlier.resent_after_unknown_outcome),
             uncertain_sends: self.uncertain_sends.saturating_sub(earlier.uncertain_sends),
             fenced_writes: self.fenced_writes.saturating_sub(earlier.fenced_writes),
+            recipient_gone: self.recipient_gone.saturating_sub(earlier.recipient_gone),
         }
     }
 }
@@ -161,6 +166,7 @@ impl EmbeddedStore {
             resent_after_unknown_outcome: get(counter::RESENT)?,
             uncertain_sends: get(counter::UNCERTAIN)?,
             fenced_writes: get(counter::FENCED)?,
+            recipient_gone: get(counter::RECIPIENT_GONE)?,
         })
     }
 

@@ -12,7 +12,7 @@ use crate::handle::{DbHandle, Health};
 use crate::queue::QueueIndex;
 use crate::schema::{
     seq, DEAD, DEDUP, META, OUTBOX, POLLER_LEASES, QUEUE, RECORDS, RECORD_EXPIRY,
-    SCHEMA_1_SEQUENCES, SCHEMA_VERSION, UPGRADABLE_FROM,
+    SCHEMA_1_SEQUENCES, SCHEMA_VERSION, STATES, UPGRADABLE_FROM,
 };
 use crate::writer::{Settings, Writer};
 use crate::{EmbeddedStore, StoreError, FILE_NAME};
@@ -145,7 +145,8 @@ fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {
     }
 }
 
-/// Creates the tables of a new file and checks the schema of an existing one.
+/// Creates the tables of a new file, checks the schema of an existing one, and upgrades a file of
+/// the one earlier layout that only lacks tables.
 fn prepare(db: &Database, path: &Path) -> Result<(), StoreError> {
     let mut txn = db.begin_write()?;
     txn.set_durability(Durability::Immediate)?;
@@ -170,6 +171,7 @@ fn prepare(db: &Database, path: &Path) -> Result<(), StoreError> {
     txn.open_table(DEDUP)?;
     txn.open_table(DEAD)?;
     txn.open_table(OUTBOX)?;
+    txn.open_table(STATES)?;
     txn.open_table(POLLER_LEASES)?;
     {
         let mut meta = txn.open_table(META)?;
@@ -179,8 +181,9 @@ fn prepare(db: &Database, path: &Path) -> Result<(), StoreError> {
                 meta.insert(seq::SCHEMA, SCHEMA_VERSION)?;
             }
             Some(version) if version == SCHEMA_VERSION => {}
-            // Version 4 only added a table, created above: nothing stored changes meaning.
-            Some(UPGRADABLE_FROM) => {
+            // Versions 4 and 5 only added tables (created above) and new kinds of values: a file
+            // of version 3 or 4 lacks tables, and nothing it holds changes meaning.
+            Some(version) if UPGRADABLE_FROM.contains(&version) => {
                 meta.insert(seq::SCHEMA, SCHEMA_VERSION)?;
             }
             Some(found) => {

@@ -111,6 +111,19 @@ impl UpdateLedger for EmbeddedStore {
             .await
     }
 
+    async fn record_outcomes(
+        &self,
+        lease: &Lease,
+        outcomes: &[ActionOutcome],
+    ) -> Result<(), PortError> {
+        let (lease, outcomes) = (lease.clone(), outcomes.to_vec());
+        self.writer
+            .run("store record_outcomes", move |tx| {
+                tx.record_outcomes(&lease, &outcomes)
+            })
+            .await
+    }
+
     async fn settle(
         &self,
         lease: &Lease,

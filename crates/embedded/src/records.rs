@@ -4,16 +4,17 @@
 
 use redb::ReadableTable;
 use tgq_core::dead::{DeadLetter, DeadReason};
-use tgq_core::ids::RecordKey;
+use tgq_core::ids::{RecordKey, StateKey};
 use tgq_core::ports::{
-    fenced_write, within_item_limit, Claim, ClaimRequest, Inserted, Lease, Settlement,
+    fenced_write, settled, within_item_limit, Claim, ClaimRequest, Inserted, Lease, Settlement,
 };
 use tgq_core::record::{ActionIntent, ActionOutcome, ActionState, Status, Timestamp, UpdateRecord};
+use tgq_core::state::StoredState;
 use tgq_core::PortError;
 
 use crate::schema::{
-    counter, decode_record, encode_letter, encode_record, StoredOutboxEntry, DEAD, META, OUTBOX,
-    RECORDS, RECORD_EXPIRY,
+    counter, decode_record, decode_state, encode_letter, encode_record, encode_state,
+    StoredOutboxEntry, DEAD, META, OUTBOX, RECORDS, RECORD_EXPIRY, STATES,
 };
 use crate::writer::{OpError, Tx};
 
@@ -45,6 +46,15 @@ impl Tx<'_> {
             expiry.insert((record.expires_at.0, pk.as_str()), ())?;
         }
         Ok(())
+    }
+
+    /// The state of a group, if one was ever written.
+    fn load_state(&self, key: &StateKey) -> Result<Option<StoredState>, OpError> {
+        let states = self.table(STATES)?;
+        let Some(value) = states.get(key.pk().as_str())? else {
+            return Ok(None);
+        };
+        Ok(Some(decode_state(value.value())?))
     }
 
     /// Adds one to a durable counter.
@@ -126,8 +136,9 @@ impl Tx<'_> {
     /// Takes the lease and counts a run; creates the record from the message when it is missing.
     pub(crate) fn claim(&mut self, request: &ClaimRequest) -> Result<Claim, OpError> {
         let stored = self.load_record(&request.key)?;
+        let state = self.load_state(&request.state_key())?;
         let previous_expiry = stored.as_ref().map(|r| r.expires_at);
-        let (claim, updated) = request.apply(stored);
+        let (claim, updated) = request.apply(stored, state);
         if let Some(record) = updated {
             within_item_limit(&record, "store claim").map_err(OpError::Refused)?;
             self.put_record(&record, previous_expiry)?;
@@ -145,14 +156,30 @@ impl Tx<'_> {
         change: impl FnOnce(&mut UpdateRecord),
     ) -> Result<UpdateRecord, OpError> {
         let stored = self.load_record(&lease.key)?;
-        let updated = match fenced_write(stored.as_ref(), lease, outcomes, what, change) {
-            Ok(updated) => updated,
+        let updated = fenced_write(stored.as_ref(), lease, outcomes, what, change);
+        let updated = self.refused_or(updated)?;
+        self.put_run(&updated, outcomes)?;
+        Ok(updated)
+    }
+
+    /// A run's write checked and ready, or its refusal, counted when it is the lease's.
+    fn refused_or<T>(&mut self, checked: Result<T, PortError>) -> Result<T, OpError> {
+        match checked {
+            Ok(checked) => Ok(checked),
             Err(refused @ PortError::Fenced { .. }) => {
                 self.bump(counter::FENCED)?;
-                return Err(OpError::Refused(refused));
+                Err(OpError::Refused(refused))
             }
-            Err(refused) => return Err(OpError::Refused(refused)),
-        };
+            Err(refused) => Err(OpError::Refused(refused)),
+        }
+    }
+
+    /// Stores a record a run's write changed, counting the outcomes marked uncertain.
+    fn put_run(
+        &mut self,
+        updated: &UpdateRecord,
+        outcomes: &[ActionOutcome],
+    ) -> Result<(), OpError> {
         let uncertain = outcomes
             .iter()
             .filter(|o| o.state == ActionState::Uncertain)
@@ -161,8 +188,7 @@ impl Tx<'_> {
             self.add(counter::UNCERTAIN, uncertain as u64)?;
         }
         let expiry = updated.expires_at;
-        self.put_record(&updated, Some(expiry))?;
-        Ok(updated)
+        self.put_record(updated, Some(expiry))
     }
 
     /// Records an outbound action's intent, with the outcomes not yet written.
@@ -178,18 +204,41 @@ impl Tx<'_> {
         Ok(())
     }
 
-    /// Records how a run ended and releases the lease.
+    /// Writes outcomes of a run at once.
+    pub(crate) fn record_outcomes(
+        &mut self,
+        lease: &Lease,
+        outcomes: &[ActionOutcome],
+    ) -> Result<(), OpError> {
+        self.write_run(lease, outcomes, "store record_outcomes", |_| {})?;
+        Ok(())
+    }
+
+    /// Records how a run ended and releases the lease; a `DONE` settle writes the group's new state
+    /// with it. Both are checked before either is written.
     pub(crate) fn settle(
         &mut self,
         lease: &Lease,
         settlement: &Settlement,
         outcomes: &[ActionOutcome],
     ) -> Result<(), OpError> {
-        self.write_run(lease, outcomes, "store settle", |record| {
-            settlement.apply(record)
-        })?;
+        let stored = self.load_record(&lease.key)?;
+        let state_key = settlement.state().map(|write| write.key.clone());
+        let state = match &state_key {
+            Some(key) => self.load_state(key)?,
+            None => None,
+        };
+        let checked = settled(stored.as_ref(), state.as_ref(), lease, settlement, outcomes);
+        let (record, state) = self.refused_or(checked)?;
+        self.put_run(&record, outcomes)?;
+        if let (Some(key), Some(state)) = (state_key, state) {
+            let value = encode_state(&state).map_err(|e| OpError::Fatal(e.to_string()))?;
+            self.table_mut(STATES)?
+                .insert(key.pk().as_str(), value.as_slice())?;
+        }
         self.bump(match settlement {
-            Settlement::Done => counter::PROCESSED,
+            Settlement::Done { .. } => counter::PROCESSED,
+            Settlement::RecipientGone { .. } => counter::RECIPIENT_GONE,
             Settlement::Retrying { .. } => counter::RETRIED,
             Settlement::Dead(_) => counter::DEAD_LETTERED,
         })

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use tgq_core::dead::{Burial, DeadLetter};
 use tgq_core::ids::{BotId, GroupKey, RecordKey, UpdateId};
 use tgq_core::record::{ActionRecord, Status, Timestamp, UpdateRecord};
+use tgq_core::state::StoredState;
 
 /// The layout version written into a new database; a file with another version is refused.
 ///
@@ -21,17 +22,21 @@ use tgq_core::record::{ActionRecord, Status, Timestamp, UpdateRecord};
 /// instead of eight, and each table a commit touches costs it pages to copy, checksum and write.
 /// Version 3 records actions with their delivery and a compact outcome, the runs' fencing and
 /// throttling, and the burial of a dead record; dead letters name their reason from a closed set.
-/// Version 4 adds the pollers' leases and their offset checkpoints; a version 3 file is upgraded
-/// in place when it is opened, as nothing it holds changes meaning.
-pub(crate) const SCHEMA_VERSION: u64 = 4;
-/// The one earlier version a file is upgraded from.
-pub(crate) const UPGRADABLE_FROM: u64 = 3;
+/// Version 4 adds the group states and steps' JSON results. Version 5 adds the pollers' leases and
+/// their offset checkpoints. A file of version 3 or 4 is upgraded in place when it is opened: it
+/// only lacks tables, and nothing it holds changes meaning.
+pub(crate) const SCHEMA_VERSION: u64 = 5;
+/// The earlier versions a file is upgraded from in place.
+pub(crate) const UPGRADABLE_FROM: [u64; 2] = [3, 4];
 
 /// Update records by `RecordKey::pk()`: framed `StoredRecord` + payload.
 pub(crate) const RECORDS: TableDefinition<&str, &[u8]> = TableDefinition::new("records");
 /// `(expires_at, pk)` for every record, so retention finds expired records without a scan.
 pub(crate) const RECORD_EXPIRY: TableDefinition<(u64, &str), ()> =
     TableDefinition::new("record_expiry");
+/// Group states by `StateKey::pk()`: framed `StoredStateMeta` + the value's JSON. Kept until the
+/// bot changes them; retention does not touch them.
+pub(crate) const STATES: TableDefinition<&str, &[u8]> = TableDefinition::new("states");
 /// Queue messages by send sequence: framed `QueuedMessage` + body (the state is rewritten on every
 /// receive; the body comes along, which costs less than a second table in every commit).
 pub(crate) const QUEUE: TableDefinition<u64, &[u8]> = TableDefinition::new("queue");
@@ -74,6 +79,7 @@ pub(crate) mod counter {
     pub(crate) const RESENT: &str = "count.resent_after_unknown_outcome";
     pub(crate) const UNCERTAIN: &str = "count.uncertain_sends";
     pub(crate) const FENCED: &str = "count.fenced_writes";
+    pub(crate) const RECIPIENT_GONE: &str = "count.recipient_gone";
 }
 
 /// A stored value that cannot be read back.
@@ -201,6 +207,32 @@ pub(crate) fn decode_record(value: &[u8]) -> Result<UpdateRecord, CodecError> {
         actions: meta.actions,
         burial: meta.burial.map(Burial::try_from).transpose()?,
         expires_at: Timestamp(meta.expires_at),
+    })
+}
+
+/// A group state's fields besides its JSON.
+#[derive(Serialize, Deserialize)]
+struct StoredStateMeta {
+    format: String,
+    version: u64,
+}
+
+/// The stored form of a group state.
+pub(crate) fn encode_state(state: &StoredState) -> Result<Vec<u8>, CodecError> {
+    let meta = StoredStateMeta {
+        format: state.format.clone(),
+        version: state.version,
+    };
+    frame(&meta, state.json.as_bytes())
+}
+
+/// A group state read back.
+pub(crate) fn decode_state(value: &[u8]) -> Result<StoredState, CodecError> {
+    let (meta, json) = unframe::<StoredStateMeta>(value)?;
+    Ok(StoredState {
+        format: meta.format,
+        json: String::from_utf8(json.to_vec()).map_err(invalid)?,
+        version: meta.version,
     })
 }
 

@@ -11,7 +11,7 @@ use serde_json::json;
 use tgq_core::bot_api::types::Message;
 use tgq_core::clock::{Clock, ManualClock, SystemClock};
 use tgq_core::dead::{Burial, DeadReason, FailureClass};
-use tgq_core::ids::{BotId, GroupKey, RecordKey, UpdateId};
+use tgq_core::ids::{BotId, GroupKey, RecordKey, StateKey, UpdateId};
 use tgq_core::ports::{
     AtomicIngest, Claim, ClaimRequest, DeadLetter, DeadLetters, Inserted, Lease, OutgoingMessage,
     QueueConsumer, QueueRecord, RecordReader, Settlement, UpdateLedger, UpdateQueue, UpdateStore,
@@ -20,6 +20,7 @@ use tgq_core::ports::{
 use tgq_core::record::{
     ActionIntent, ActionResult, ActionState, Delivery, Timestamp, UpdateRecord,
 };
+use tgq_core::state::StateWrite;
 use tgq_core::telegram::{ActionRef, ApiCall, BotApi, CallError};
 use tgq_core::PortError;
 use tgq_embedded::{
@@ -455,7 +456,7 @@ async fn purge_removes_expired_records_and_old_outbox_entries() {
     store.insert(&short, START).await.unwrap();
     store.insert(&long, START).await.unwrap();
     let lease = lease_of(&store, &short, START).await;
-    store.settle(&lease, &Settlement::Done, &[]).await.unwrap();
+    store.settle(&lease, &Settlement::DONE, &[]).await.unwrap();
     let api = OfflineBotApi::new(store.clone());
     send(&api, "sendMessage", json!({"chat_id": 1, "text": "old"})).await;
     clock.advance(Duration::from_secs(2 * 3600));
@@ -511,6 +512,92 @@ async fn a_store_of_the_first_layout_is_refused_with_its_version() {
         Err(other) => panic!("expected a schema error, got {other:?}"),
         Ok(_) => panic!("a store of the first layout was opened"),
     }
+}
+
+#[tokio::test]
+async fn a_store_of_the_previous_layout_is_upgraded_in_place_keeping_its_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::at(START);
+    let kept = record(1, START, DAY);
+    let store = open(dir.path(), &clock, 30);
+    store.insert(&kept, START).await.unwrap();
+    drop(store);
+    let meta = redb::TableDefinition::<&str, u64>::new("meta");
+    {
+        // What version 3 wrote: no states table, no poller leases, its version in `meta`.
+        let db = redb::Database::create(dir.path().join(FILE_NAME)).unwrap();
+        let txn = db.begin_write().unwrap();
+        for table in ["states", "poller_leases"] {
+            assert!(txn
+                .delete_table(redb::TableDefinition::<&str, &[u8]>::new(table))
+                .unwrap());
+        }
+        txn.open_table(meta).unwrap().insert("schema", 3).unwrap();
+        txn.commit().unwrap();
+    }
+    let store = open(dir.path(), &clock, 30);
+    assert!(store.get(&kept.key, START).await.unwrap().is_some());
+    let lease = lease_of(&store, &kept, START).await;
+    let done = Settlement::Done {
+        state: Some(StateWrite {
+            key: StateKey::new(bot(), kept.group.clone()),
+            format: "tally/v1".into(),
+            json: r#"{"count":1}"#.into(),
+            read_version: 0,
+        }),
+    };
+    store.settle(&lease, &done, &[]).await.unwrap();
+    let next = record(2, START, DAY);
+    let Claim::Run(claimed) = store.claim(&claim_request(&next, START)).await.unwrap() else {
+        panic!("the next update runs");
+    };
+    assert_eq!(claimed.state.map(|s| s.version), Some(1));
+    drop(store);
+    let db = redb::Database::create(dir.path().join(FILE_NAME)).unwrap();
+    let read = redb::ReadableDatabase::begin_read(&db).unwrap();
+    let version = read
+        .open_table(meta)
+        .unwrap()
+        .get("schema")
+        .unwrap()
+        .unwrap()
+        .value();
+    assert_eq!(version, 5);
+}
+
+#[tokio::test]
+async fn a_store_of_version_4_is_upgraded_in_place_and_its_poller_lease_works() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::at(START);
+    let kept = record(1, START, DAY);
+    let store = open(dir.path(), &clock, 30);
+    store.insert(&kept, START).await.unwrap();
+    drop(store);
+    {
+        // What version 4 wrote: everything but the poller leases.
+        let db = redb::Database::create(dir.path().join(FILE_NAME)).unwrap();
+        let txn = db.begin_write().unwrap();
+        assert!(txn
+            .delete_table(redb::TableDefinition::<&str, &[u8]>::new("poller_leases"))
+            .unwrap());
+        txn.open_table(redb::TableDefinition::<&str, u64>::new("meta"))
+            .unwrap()
+            .insert("schema", 4)
+            .unwrap();
+        txn.commit().unwrap();
+    }
+    let store = open(dir.path(), &clock, 30);
+    assert!(store.get(&kept.key, START).await.unwrap().is_some());
+    let lease = store.poller_lease(&bot());
+    let holder = tgq_core::leadership::HolderId::new("upgraded").unwrap();
+    let acquired =
+        tgq_core::leadership::PollerLease::acquire(&lease, &holder, START, Duration::from_secs(15))
+            .await
+            .unwrap();
+    assert!(
+        matches!(acquired, tgq_core::leadership::Acquired::Won(ref won) if won.term.token == 1),
+        "{acquired:?}"
+    );
 }
 
 #[tokio::test]
@@ -671,9 +758,9 @@ async fn counters_total_what_happened_and_survive_a_reopen() {
     };
     store.settle(&lease, &retrying, &[]).await.unwrap();
     let lease = lease_of(&store, &retried, START).await;
-    store.settle(&lease, &Settlement::Done, &[]).await.unwrap();
+    store.settle(&lease, &Settlement::DONE, &[]).await.unwrap();
     assert!(matches!(
-        store.settle(&lease, &Settlement::Done, &[]).await,
+        store.settle(&lease, &Settlement::DONE, &[]).await,
         Err(PortError::Fenced { .. })
     ));
     let dead = record(2, START, DAY);
@@ -689,6 +776,13 @@ async fn counters_total_what_happened_and_survive_a_reopen() {
         .settle(&lease, &Settlement::Dead(burial), &[])
         .await
         .unwrap();
+    let gone = record(3, START, DAY);
+    store.insert(&gone, START).await.unwrap();
+    let lease = lease_of(&store, &gone, START).await;
+    let blocked = Settlement::RecipientGone {
+        error: "Telegram answered 403: Forbidden: bot was blocked by the user".into(),
+    };
+    store.settle(&lease, &blocked, &[]).await.unwrap();
     store
         .dead_letter(&letter(Some(2), DeadReason::Permanent))
         .await
@@ -703,7 +797,7 @@ async fn counters_total_what_happened_and_survive_a_reopen() {
     assert_eq!(
         store.counters().unwrap(),
         Counters {
-            received: 2,
+            received: 3,
             duplicates: 1,
             poison: 1,
             processed: 1,
@@ -712,6 +806,7 @@ async fn counters_total_what_happened_and_survive_a_reopen() {
             resent_after_unknown_outcome: 0,
             uncertain_sends: 0,
             fenced_writes: 1,
+            recipient_gone: 1,
         }
     );
     assert_eq!(store.dead_letters(10).unwrap().len(), 2);
@@ -788,7 +883,7 @@ async fn a_refused_operation_does_not_fail_the_others_committed_with_it() {
         token: 1,
     };
     let refused = store
-        .settle(&lease, &Settlement::Done, &[])
+        .settle(&lease, &Settlement::DONE, &[])
         .await
         .expect_err("settling a record the run holds no lease on is refused");
     assert!(matches!(refused, PortError::Fenced { .. }), "{refused:?}");
@@ -856,7 +951,7 @@ async fn a_burst_of_updates_is_processed_once_each_in_chat_order() {
                             .lock()
                             .unwrap()
                             .push((m.group_id.as_str().to_owned(), id));
-                        store.settle(&lease, &Settlement::Done, &[]).await.unwrap();
+                        store.settle(&lease, &Settlement::DONE, &[]).await.unwrap();
                         store.delete(&m.receipt).await.unwrap();
                     }
                 }

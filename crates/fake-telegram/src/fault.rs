@@ -15,14 +15,14 @@ pub enum Fault {
     Timeout(Duration),
     /// 403 `Forbidden: bot was blocked by the user`.
     Blocked,
+    /// 403 `Forbidden: user is deactivated` (the account was deleted).
+    Deactivated,
     /// 400 `Bad Request: chat not found`.
     ChatNotFound,
     /// 400 `Bad Request: group chat was upgraded to a supergroup chat` naming the new chat id.
     MigrateToChat(i64),
     /// 401 `Unauthorized`.
     Unauthorized,
-    /// 403 `Forbidden: user is deactivated`.
-    Deactivated,
     /// 400 `Bad Request: message text is empty` (a request Telegram can never accept).
     BadRequest,
 }
@@ -42,10 +42,10 @@ impl Fault {
             Self::ServerError(code) => ApiError::server_error(code),
             Self::Timeout(delay) => return Effect::Delay(delay),
             Self::Blocked => ApiError::blocked(),
+            Self::Deactivated => ApiError::deactivated(),
             Self::ChatNotFound => ApiError::chat_not_found(),
             Self::MigrateToChat(chat_id) => ApiError::migrated(chat_id),
             Self::Unauthorized => ApiError::unauthorized(),
-            Self::Deactivated => ApiError::deactivated(),
             Self::BadRequest => ApiError::bad_request("message text is empty"),
         };
         Effect::Refuse(error)

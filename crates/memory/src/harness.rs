@@ -34,11 +34,21 @@ pub struct Harness {
 impl Harness {
     /// A worker for `handler` of `bot_id`, sending to `api` (the one the handler was built with).
     pub fn new(bot_id: BotId, handler: Arc<dyn Handler>, api: Arc<RecordingBotApi>) -> Self {
+        Self::with_settings(bot_id, handler, api, WorkerSettings::default())
+    }
+
+    /// As [`Harness::new`], with these worker settings.
+    pub fn with_settings(
+        bot_id: BotId,
+        handler: Arc<dyn Handler>,
+        api: Arc<RecordingBotApi>,
+        settings: WorkerSettings,
+    ) -> Self {
         let store = Arc::new(MemoryStore::new());
         let dead = Arc::new(MemoryDeadLetters::new());
         let clock = ManualClock::at(Timestamp(1_800_000_000_000));
         let worker = Worker::new(
-            WorkerSettings::default(),
+            settings,
             WorkerPorts {
                 ledger: store.clone(),
                 visibility: Arc::new(RecordingVisibility::new()),

@@ -1,15 +1,18 @@
-//! The record store: the webhook's, the worker's and the operations' ports over one map.
+//! The record store: the webhook's, the worker's and the operations' ports over two maps — the
+//! update records and the group states — under one lock, so a settle and its state write are one
+//! change.
 
 use std::collections::HashMap;
 
 use async_trait::async_trait;
 use parking_lot::Mutex;
-use tgq_core::ids::RecordKey;
+use tgq_core::ids::{RecordKey, StateKey};
 use tgq_core::ports::{
-    fenced_write, within_item_limit, Claim, ClaimRequest, Inserted, Lease, RecordReader,
+    fenced_write, settled, within_item_limit, Claim, ClaimRequest, Inserted, Lease, RecordReader,
     Settlement, UpdateLedger, UpdateStore,
 };
 use tgq_core::record::{ActionIntent, ActionOutcome, Status, Timestamp, UpdateRecord};
+use tgq_core::state::StoredState;
 use tgq_core::PortError;
 
 use crate::Outage;
@@ -17,9 +20,15 @@ use crate::Outage;
 /// The record store: [`UpdateStore`], [`UpdateLedger`] and [`RecordReader`] over a map.
 #[derive(Default)]
 pub struct MemoryStore {
-    records: Mutex<HashMap<RecordKey, UpdateRecord>>,
+    tables: Mutex<Tables>,
     /// Fails calls while on.
     pub outage: Outage,
+}
+
+#[derive(Default)]
+struct Tables {
+    records: HashMap<RecordKey, UpdateRecord>,
+    states: HashMap<StateKey, StoredState>,
 }
 
 impl MemoryStore {
@@ -30,19 +39,29 @@ impl MemoryStore {
 
     /// A copy of a record, expired or not.
     pub fn record(&self, key: &RecordKey) -> Option<UpdateRecord> {
-        self.records.lock().get(key).cloned()
+        self.tables.lock().records.get(key).cloned()
+    }
+
+    /// A copy of a group's state.
+    pub fn state(&self, key: &StateKey) -> Option<StoredState> {
+        self.tables.lock().states.get(key).cloned()
+    }
+
+    /// Overwrites a group's state, to stage another writer.
+    pub fn put_state(&self, key: StateKey, state: StoredState) {
+        self.tables.lock().states.insert(key, state);
     }
 
     /// Overwrites a record's status, to stage a crash between two writes.
     pub fn set_status(&self, key: &RecordKey, status: Status) {
-        if let Some(record) = self.records.lock().get_mut(key) {
+        if let Some(record) = self.tables.lock().records.get_mut(key) {
             record.status = status;
         }
     }
 
     /// How many records there are.
     pub fn len(&self) -> usize {
-        self.records.lock().len()
+        self.tables.lock().records.len()
     }
 
     /// Whether the store is empty.
@@ -59,7 +78,7 @@ impl MemoryStore {
         change: impl FnOnce(&mut UpdateRecord),
     ) -> Result<(), PortError> {
         self.outage.check(what)?;
-        let mut records = self.records.lock();
+        let records = &mut self.tables.lock().records;
         let updated = fenced_write(records.get(&lease.key), lease, outcomes, what, change)?;
         records.insert(lease.key.clone(), updated);
         Ok(())
@@ -71,7 +90,7 @@ impl UpdateStore for MemoryStore {
     async fn insert(&self, record: &UpdateRecord, now: Timestamp) -> Result<Inserted, PortError> {
         self.outage.check("store insert")?;
         within_item_limit(record, "store insert")?;
-        let mut records = self.records.lock();
+        let records = &mut self.tables.lock().records;
         match records.get(&record.key) {
             Some(existing) if !existing.is_expired(now) => Ok(Inserted::Exists(existing.status)),
             _ => {
@@ -83,7 +102,7 @@ impl UpdateStore for MemoryStore {
 
     async fn mark_queued(&self, key: &RecordKey) -> Result<(), PortError> {
         self.outage.check("store mark_queued")?;
-        if let Some(record) = self.records.lock().get_mut(key) {
+        if let Some(record) = self.tables.lock().records.get_mut(key) {
             if record.status == Status::Received {
                 record.status = Status::Queued;
             }
@@ -96,11 +115,12 @@ impl UpdateStore for MemoryStore {
 impl UpdateLedger for MemoryStore {
     async fn claim(&self, request: &ClaimRequest) -> Result<Claim, PortError> {
         self.outage.check("store claim")?;
-        let mut records = self.records.lock();
-        let (claim, updated) = request.apply(records.get(&request.key).cloned());
+        let tables = &mut *self.tables.lock();
+        let state = tables.states.get(&request.state_key()).cloned();
+        let (claim, updated) = request.apply(tables.records.get(&request.key).cloned(), state);
         if let Some(record) = updated {
             within_item_limit(&record, "store claim")?;
-            records.insert(request.key.clone(), record);
+            tables.records.insert(request.key.clone(), record);
         }
         Ok(claim)
     }
@@ -116,15 +136,36 @@ impl UpdateLedger for MemoryStore {
         })
     }
 
+    async fn record_outcomes(
+        &self,
+        lease: &Lease,
+        outcomes: &[ActionOutcome],
+    ) -> Result<(), PortError> {
+        self.write(lease, outcomes, "store record_outcomes", |_| {})
+    }
+
     async fn settle(
         &self,
         lease: &Lease,
         settlement: &Settlement,
         outcomes: &[ActionOutcome],
     ) -> Result<(), PortError> {
-        self.write(lease, outcomes, "store settle", |record| {
-            settlement.apply(record)
-        })
+        self.outage.check("store settle")?;
+        let tables = &mut *self.tables.lock();
+        let state_key = settlement.state().map(|write| write.key.clone());
+        let stored = state_key.as_ref().and_then(|key| tables.states.get(key));
+        let (record, state) = settled(
+            tables.records.get(&lease.key),
+            stored,
+            lease,
+            settlement,
+            outcomes,
+        )?;
+        tables.records.insert(lease.key.clone(), record);
+        if let (Some(key), Some(state)) = (state_key, state) {
+            tables.states.insert(key, state);
+        }
+        Ok(())
     }
 }
 
@@ -137,8 +178,9 @@ impl RecordReader for MemoryStore {
     ) -> Result<Option<UpdateRecord>, PortError> {
         self.outage.check("store get")?;
         Ok(self
-            .records
+            .tables
             .lock()
+            .records
             .get(key)
             .filter(|r| !r.is_expired(now))
             .cloned())

@@ -50,6 +50,7 @@ impl WorkerConfig {
                 deadline_margin: defaults::DEADLINE_MARGIN,
                 record_ttl: vars.record_ttl()?,
                 max_receive_count: vars.max_receive_count()?,
+                gone_recipients: vars.gone_recipients()?,
             },
             rate_limits: vars.rate_limits()?,
             bot_id: vars.bot_id()?,

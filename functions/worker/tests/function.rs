@@ -10,7 +10,9 @@ use tgq_core::clock::{Clock, SystemClock};
 use tgq_core::config::Vars;
 use tgq_core::dead::DeadReason;
 use tgq_core::echo::{reply_text, EchoBot};
+use tgq_core::ids::{BotId, RecordKey, UpdateId};
 use tgq_core::pacer::{Pacer, RateLimits};
+use tgq_core::record::Status;
 use tgq_core::worker::{Worker, WorkerPorts};
 use tgq_fake_telegram::{FakeTelegram, Fault, Scope, Times};
 use tgq_memory::{MemoryDeadLetters, MemoryStore, RecordingVisibility};
@@ -23,19 +25,27 @@ const REDELIVERY: &str = include_str!("../../../events/sqs/redelivery.json");
 struct Rig {
     worker: Worker,
     fake: FakeTelegram,
+    store: Arc<MemoryStore>,
     dead: Arc<MemoryDeadLetters>,
     visibility: Arc<RecordingVisibility>,
 }
 
 async fn rig() -> Rig {
+    rig_with(&[]).await
+}
+
+/// A worker configured from the environment the template gives it, plus `more`.
+async fn rig_with(more: &[(&str, &str)]) -> Rig {
     let fake = FakeTelegram::start().await.unwrap();
-    let vars = Vars::from_pairs([
+    let mut vars = vec![
         ("TELEGRAM_BOT_TOKEN", fake.token()),
         ("TGQ_BOT_ID", "demo"),
         ("TGQ_TABLE", "t"),
         ("TGQ_QUEUE_URL", "q"),
         ("TGQ_DLQ_URL", "d"),
-    ]);
+    ];
+    vars.extend_from_slice(more);
+    let vars = Vars::from_pairs(vars);
     let config = WorkerConfig::from_vars(&vars).unwrap();
     let store = Arc::new(MemoryStore::new());
     let dead = Arc::new(MemoryDeadLetters::new());
@@ -47,7 +57,7 @@ async fn rig() -> Rig {
     )
     .unwrap();
     let ports = WorkerPorts {
-        ledger: store,
+        ledger: store.clone(),
         visibility: visibility.clone(),
         dead: dead.clone(),
         api: Arc::new(api),
@@ -57,6 +67,7 @@ async fn rig() -> Rig {
     Rig {
         worker: Worker::new(config.settings, ports, Arc::new(EchoBot)),
         fake,
+        store,
         dead,
         visibility,
     }
@@ -153,8 +164,25 @@ async fn a_redelivered_record_that_already_finished_sends_nothing_again() {
 }
 
 #[tokio::test]
-async fn a_blocked_bot_dead_letters_the_update_and_acknowledges_it() {
+async fn a_user_who_blocked_the_bot_is_settled_done_and_acknowledged_without_a_dead_letter() {
     let rig = rig().await;
+    rig.fake
+        .inject(Fault::Blocked, Scope::Chat(222_222_222), Times::Once);
+    let response = handle(&rig.worker, lambda_event(BATCH)).await.unwrap();
+    assert!(response.batch_item_failures.is_empty());
+    assert!(rig.dead.letters().is_empty(), "nobody is paged");
+    let key = RecordKey::new(BotId::new("demo").unwrap(), UpdateId(500_000_103));
+    let record = rig.store.record(&key).expect("the blocked update's record");
+    assert_eq!(record.status, Status::Done);
+    assert!(
+        record.last_error.unwrap().contains("bot was blocked"),
+        "the record says why"
+    );
+}
+
+#[tokio::test]
+async fn with_gone_recipients_dead_lettered_a_blocked_bot_dead_letters_the_update() {
+    let rig = rig_with(&[("TGQ_DEAD_LETTER_GONE_RECIPIENTS", "true")]).await;
     rig.fake
         .inject(Fault::Blocked, Scope::Chat(222_222_222), Times::Once);
     let response = handle(&rig.worker, lambda_event(BATCH)).await.unwrap();

@@ -1,7 +1,8 @@
 //! The whole pipeline end to end: the real `webhook` and `worker` binaries under `cargo lambda watch`,
 //! moto (through `AWS_ENDPOINT_URL`), the fake Bot API, and the harness playing Telegram and the SQS
-//! event source mapping — with one poller, with two pollers and two worker instances, and with a
-//! worker killed in the middle of a batch.
+//! event source mapping — with one poller (users who blocked the bot dead-lettered), with two
+//! pollers and two worker instances (users who blocked the bot settled as `recipient_gone`, the
+//! default), and with a worker killed in the middle of a batch.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -103,9 +104,10 @@ fn schedule(count: usize) -> Vec<usize> {
 }
 
 /// Faults for the first calls to some chats, transient ones the worker must retry through and
-/// permanent ones that dead-letter exactly the first update of each chat in [`BLOCKED_ONCE`]; and a
-/// user who has blocked the bot for good, so every update of [`BLOCKED_FOR_GOOD`] is dead-lettered
-/// and the dead-letter queue holds ten letters in that one message group.
+/// blocks that meet exactly the first update of each chat in [`BLOCKED_ONCE`]; and a user who has
+/// blocked the bot for good, so every update of [`BLOCKED_FOR_GOOD`] meets a block (dead-lettered,
+/// the dead-letter queue then holding ten letters in that one message group, or settled as
+/// `recipient_gone`).
 fn inject_faults(telegram: &FakeTelegram) {
     telegram.inject(Fault::ServerError(500), Scope::Chat(3), Times::N(2));
     telegram.inject(Fault::ServerError(502), Scope::Chat(6), Times::Once);
@@ -128,9 +130,9 @@ const INJECTED_5XX: usize = 2 + 1 + 3 + 1;
 /// The 429 answers injected above (the rate limits add their own).
 const INJECTED_429: usize = 1 + 2 + 1;
 
-/// The updates that end in the dead-letter queue: every one of the chat that blocked the bot, the
-/// first of each chat blocked once.
-fn dead_updates(planned: &[Planned]) -> BTreeSet<i64> {
+/// The updates whose reply meets a block: every one of the chat that blocked the bot, the first of
+/// each chat blocked once.
+fn blocked_updates(planned: &[Planned]) -> BTreeSet<i64> {
     planned
         .iter()
         .filter(|p| p.chat == BLOCKED_FOR_GOOD || (BLOCKED_ONCE.contains(&p.chat) && p.k == 0))
@@ -138,15 +140,24 @@ fn dead_updates(planned: &[Planned]) -> BTreeSet<i64> {
         .collect()
 }
 
+/// What the worker does with an update whose user blocked the bot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Blocked {
+    /// `TGQ_DEAD_LETTER_GONE_RECIPIENTS=true`: a dead letter.
+    DeadLettered,
+    /// The default: `DONE` as `recipient_gone`, no letter.
+    Settled,
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_hundred_updates_over_twenty_chats_are_processed_once_in_order_despite_faults() {
-    let (mapping_stats, _) = run_the_pipeline("pipeline", 1).await;
+    let (mapping_stats, _) = run_the_pipeline("pipeline", 1, Blocked::DeadLettered).await;
     assert_eq!(mapping_stats.most_concurrent_invocations, 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_pollers_and_two_worker_instances_still_process_each_update_once_in_chat_order() {
-    let (mapping_stats, logs) = run_the_pipeline("pollers", 2).await;
+    let (mapping_stats, logs) = run_the_pipeline("pollers", 2, Blocked::Settled).await;
     assert_eq!(
         mapping_stats.most_concurrent_invocations, 2,
         "the two pollers had invocations running at the same time: {mapping_stats:?}"
@@ -167,6 +178,7 @@ async fn two_pollers_and_two_worker_instances_still_process_each_update_once_in_
 async fn run_the_pipeline(
     purpose: &str,
     pollers: usize,
+    blocked_updates_are: Blocked,
 ) -> (tgq_e2e::esm::MappingStats, std::path::PathBuf) {
     let started = Instant::now();
     let config = emulator::sdk_config().await;
@@ -180,7 +192,11 @@ async fn run_the_pipeline(
     .await
     .unwrap();
     inject_faults(&fake);
-    let functions = Functions::start(&[WEBHOOK, WORKER], &function_vars(&stack, Some(&fake))).await;
+    let mut vars = function_vars(&stack, Some(&fake));
+    if blocked_updates_are == Blocked::DeadLettered {
+        vars.insert("TGQ_DEAD_LETTER_GONE_RECIPIENTS".into(), "true".into());
+    }
+    let functions = Functions::start(&[WEBHOOK, WORKER], &vars).await;
     for _ in 1..pollers {
         functions.start_instance(WORKER).await.unwrap();
     }
@@ -218,14 +234,18 @@ async fn run_the_pipeline(
         );
     }
     let processed = started.elapsed();
-    let dead = dead_updates(&planned);
+    let blocked = blocked_updates(&planned);
+    let dead = match blocked_updates_are {
+        Blocked::DeadLettered => blocked.clone(),
+        Blocked::Settled => BTreeSet::new(),
+    };
 
-    // Every update that was not dead-lettered got exactly one reply, in its chat's update order.
+    // Every update that met no block got exactly one reply, in its chat's update order.
     for chat in 1..=CHATS {
         let replies = replies_to(&fake, chat);
         let expected: Vec<String> = planned
             .iter()
-            .filter(|p| p.chat == chat && !dead.contains(&p.update_id))
+            .filter(|p| p.chat == chat && !blocked.contains(&p.update_id))
             .map(Planned::reply)
             .collect();
         assert_eq!(
@@ -237,8 +257,9 @@ async fn run_the_pipeline(
         );
     }
 
-    // The dead-letter queue, read to the end, holds exactly the blocked updates, each as received,
-    // with its reason, and each chat's letters in update order.
+    // The dead-letter queue, read to the end, holds exactly the blocked updates when they are
+    // dead-lettered (none otherwise), each as received, with its reason, and each chat's letters
+    // in update order.
     let letters = drain(&sqs, &stack.dlq_url).await.unwrap();
     let lettered: BTreeMap<i64, &ReadMessage> = letters
         .iter()
@@ -264,7 +285,7 @@ async fn run_the_pipeline(
         .collect();
     let update_order: Vec<i64> = planned
         .iter()
-        .filter(|p| p.chat == BLOCKED_FOR_GOOD)
+        .filter(|p| p.chat == BLOCKED_FOR_GOOD && dead.contains(&p.update_id))
         .map(|p| p.update_id)
         .collect();
     assert_eq!(
@@ -272,7 +293,8 @@ async fn run_the_pipeline(
         "the letters of one chat, in the order the queue handed them out"
     );
 
-    // DynamoDB agrees: DONE for every update, DEAD for the dead-lettered ones.
+    // DynamoDB agrees: DONE for every update (the blocked ones too, unless dead-lettered), DEAD
+    // for the dead-lettered ones.
     for planned in &planned {
         let status = record_status(&dynamo, &stack.table, BOT_ID, planned.update_id)
             .await
@@ -301,7 +323,7 @@ async fn run_the_pipeline(
     let calls = fake.calls();
     let answered = |wanted: fn(u16) -> bool| calls.iter().filter(|c| wanted(c.status)).count();
     assert_eq!(answered(|s| s >= 500), INJECTED_5XX);
-    assert_eq!(answered(|s| s == 403), dead.len());
+    assert_eq!(answered(|s| s == 403), blocked.len());
     let too_many = answered(|s| s == 429);
     assert!(too_many >= INJECTED_429, "429s answered: {too_many}");
 
@@ -323,7 +345,7 @@ async fn run_the_pipeline(
         }
     }
     assert!(
-        processed_lines >= planned.len() - dead.len(),
+        processed_lines >= planned.len() - blocked.len(),
         "{processed_lines} info lines saying `processed` in {}",
         functions.logs().display()
     );

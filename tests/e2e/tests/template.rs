@@ -3,8 +3,10 @@
 
 use serde_yaml::value::TaggedValue;
 use serde_yaml::Value;
+use tgq_core::config::Vars;
 use tgq_core::defaults;
 use tgq_core::ids::BotId;
+use tgq_core::worker::GoneRecipients;
 
 const TEMPLATE: &str = include_str!("../../../template.yaml");
 
@@ -106,6 +108,34 @@ fn the_attempt_budget_is_the_code_default_and_the_worker_receives_it() {
     assert_eq!(max_attempts, u64::from(defaults::MAX_ATTEMPTS));
     let given = &t.resource("WorkerFunction")["Environment"]["Variables"]["TGQ_MAX_ATTEMPTS"];
     assert_eq!(t.number(given), Some(max_attempts));
+}
+
+#[test]
+fn gone_recipients_settle_by_default_and_the_worker_receives_the_setting() {
+    let t = Template::load();
+    let parameter = &t.0["Parameters"]["DeadLetterGoneRecipients"];
+    let read = |value: &Value| {
+        let text = value.as_str().expect("a string value");
+        Vars::from_pairs([("TGQ_DEAD_LETTER_GONE_RECIPIENTS", text)]).gone_recipients()
+    };
+    assert_eq!(
+        read(&parameter["Default"]),
+        Ok(GoneRecipients::default()),
+        "the template's default is the code's"
+    );
+    let allowed = parameter["AllowedValues"]
+        .as_sequence()
+        .expect("AllowedValues");
+    assert_eq!(allowed.len(), 2);
+    for value in allowed {
+        assert!(read(value).is_ok(), "{value:?} is a value the worker reads");
+    }
+    let given = &t.resource("WorkerFunction")["Environment"]["Variables"]
+        ["TGQ_DEAD_LETTER_GONE_RECIPIENTS"];
+    let Value::Tagged(tagged) = given else {
+        panic!("the worker gets the parameter: {given:?}")
+    };
+    assert_eq!(ref_target(tagged), Some("DeadLetterGoneRecipients"));
 }
 
 #[test]
