@@ -10,6 +10,7 @@ mod fake_telegram;
 mod local;
 mod logging;
 mod ops;
+mod poll;
 mod views;
 
 use std::process::ExitCode;
@@ -35,6 +36,8 @@ struct Cli {
 enum Command {
     /// Run the whole pipeline in one process: webhook endpoint, worker loops and an embedded store.
     Local(local::LocalArgs),
+    /// Poll Telegram (getUpdates) into the AWS pipeline; several may run, one polls at a time.
+    Poll(poll::PollArgs),
     /// Show queue depths, oldest pending age, dead letters, outbox size and counters.
     Status(ops::StatusArgs),
     /// List the Bot API calls the offline outbox accepted (no TELEGRAM_BOT_TOKEN).
@@ -97,6 +100,7 @@ fn main() -> ExitCode {
     // only what went wrong.
     let level = match &cli.command {
         Command::Local(args) if !args.is_demo() => "info",
+        Command::Poll(_) => "info",
         _ => "warn",
     };
     logging::init(level);
@@ -116,6 +120,7 @@ fn main() -> ExitCode {
     let outcome = runtime.block_on(async {
         match cli.command {
             Command::Local(args) => local::run(args).await,
+            Command::Poll(args) => poll::run(args).await,
             Command::Status(args) => ops::status(args).await,
             Command::Backup(args) => ops::backup(args).await,
             Command::Outbox(args) => ops::outbox(args).await,

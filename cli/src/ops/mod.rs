@@ -31,6 +31,10 @@ pub struct StoreArgs {
 pub struct StatusArgs {
     #[command(flatten)]
     store: StoreArgs,
+    /// Show a running `tgq poll` instead (its health address, e.g. 127.0.0.1:8081): leader or
+    /// standby, the lease's token and remaining time, the offset.
+    #[arg(long, value_name = "HOST:PORT")]
+    poller: Option<String>,
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
@@ -110,6 +114,15 @@ pub async fn backup(args: BackupArgs) -> anyhow::Result<()> {
 
 /// `tgq status`.
 pub async fn status(args: StatusArgs) -> anyhow::Result<()> {
+    if let Some(addr) = &args.poller {
+        let view = crate::poll::fetch_status(addr).await?;
+        if args.json {
+            outln!("{}", serde_json::to_string_pretty(&view)?);
+        } else {
+            crate::poll::render(&view);
+        }
+        return Ok(());
+    }
     let (view, source) = client::read(&args.store.data_dir, "/admin/status", |store| {
         StatusView::read(store, SystemClock.now())
     })

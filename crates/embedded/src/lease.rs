@@ -109,14 +109,16 @@ impl Tx<'_> {
     /// Releases every poller lease still held: only the process that holds the store's lock calls
     /// this, at start, so no poller of an earlier process can be alive.
     pub(crate) fn release_poller_leases(&mut self, now: Timestamp) -> Result<u64, OpError> {
+        // Read first, write after: the table cannot be open for reading while it is written.
         let mut held = Vec::new();
         for entry in self.table(POLLER_LEASES)?.iter()? {
-            let (bot, _) = entry?;
+            let (bot, value) = entry?;
             let bot = BotId::new(bot.value()).map_err(|e| OpError::Rejected(e.to_string()))?;
-            if let Some(state) = self.load_lease(&bot)? {
-                if state.holder.is_some() {
-                    held.push((bot, state));
-                }
+            let stored: StoredLease =
+                serde_json::from_slice(value.value()).map_err(CodecError::from)?;
+            let state = LeaseState::try_from(stored)?;
+            if state.holder.is_some() {
+                held.push((bot, state));
             }
         }
         for (bot, state) in &mut held {

@@ -1017,3 +1017,40 @@ async fn insert_queued_stores_the_record_as_queued_with_its_message_in_one_commi
     assert_eq!(again, Inserted::Exists(tgq_core::record::Status::Queued));
     assert_eq!(store.counters().unwrap().duplicates, 1);
 }
+
+#[tokio::test]
+async fn a_restart_releases_the_poller_lease_the_previous_process_held_keeping_its_checkpoint() {
+    use tgq_core::leadership::{Acquired, HolderId, PollerLease};
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::at(START);
+    let ttl = Duration::from_secs(15);
+    let store = open(dir.path(), &clock, 30);
+    let lease = store.poller_lease(&bot());
+    let Acquired::Won(won) = lease
+        .acquire(&HolderId::new("before").unwrap(), START, ttl)
+        .await
+        .unwrap()
+    else {
+        panic!("a fresh lease is won");
+    };
+    lease.checkpoint(&won.term, 9).await.unwrap();
+    drop(lease);
+    drop(store);
+    let store = open(dir.path(), &clock, 30);
+    let recovered = store.recover().await.unwrap();
+    assert_eq!(recovered.poller_leases, 1);
+    let lease = store.poller_lease(&bot());
+    match lease
+        .acquire(&HolderId::new("after").unwrap(), START, ttl)
+        .await
+        .unwrap()
+    {
+        Acquired::Won(won) => {
+            assert_eq!(
+                (won.term.token, won.offset, won.took_over),
+                (2, Some(9), None)
+            );
+        }
+        Acquired::Held(holding) => panic!("the earlier process's lease is still held: {holding:?}"),
+    }
+}
