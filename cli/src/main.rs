@@ -78,6 +78,9 @@ fn local_runtime_threads() -> Option<usize> {
 /// the table, and fails when a required figure was missed.
 async fn drill(args: tgq_drill::DrillArgs) -> anyhow::Result<()> {
     let exe = std::env::current_exe()?;
+    if args.scenarios == ["failover"] {
+        return failover_drill(&args, exe).await;
+    }
     let rows = tgq_drill::run(&args, exe).await?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
@@ -90,6 +93,26 @@ async fn drill(args: tgq_drill::DrillArgs) -> anyhow::Result<()> {
             "{missed} of {} scenario runs missed a required figure",
             rows.len()
         );
+    }
+    Ok(())
+}
+
+/// `tgq drill failover`: prints the figures, and fails when a target was missed (takeover ≤ 20 s,
+/// with the default 15 s TTL: TTL + 5 s; nothing lost or twice; no overlapping polls).
+async fn failover_drill(
+    args: &tgq_drill::DrillArgs,
+    exe: std::path::PathBuf,
+) -> anyhow::Result<()> {
+    let report = tgq_drill::run_failover(args, exe).await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.table());
+    }
+    let limit = std::time::Duration::from_secs(args.lease_ttl_secs + 5);
+    let missed = report.missed(limit);
+    if !missed.is_empty() {
+        anyhow::bail!("the failover drill missed: {}", missed.join("; "));
     }
     Ok(())
 }

@@ -50,7 +50,7 @@ pub struct PollArgs {
     #[arg(long, env = "TGQ_DLQ_URL", value_name = "URL")]
     dlq_url: String,
     /// Where `/healthz`, `/readyz` and `/status` are served.
-    #[arg(long, default_value = "127.0.0.1:8081", value_name = "HOST:PORT")]
+    #[arg(long, default_value = "127.0.0.1:8090", value_name = "HOST:PORT")]
     health_addr: String,
     /// This poller's id among the contenders; default `{host}:{pid}:{random}`.
     #[arg(long, value_name = "ID")]
@@ -97,9 +97,7 @@ impl TimingArgs {
             cooldown: Duration::from_secs(self.lease_cooldown_secs),
             ..LeaseTiming::default()
         };
-        timing
-            .check()
-            .map_err(|reason| crate::config::UsageError(reason))?;
+        timing.check().map_err(|reason| anyhow::anyhow!(reason))?;
         Ok(timing)
     }
 }
@@ -170,7 +168,7 @@ fn polling_webhook_settings(vars: &Vars, bot_id: &BotId) -> anyhow::Result<Webho
 /// The given id, or one generated from the host name.
 pub fn holder_id(given: Option<&str>) -> anyhow::Result<HolderId> {
     match given {
-        Some(id) => Ok(HolderId::new(id).map_err(|e| crate::config::UsageError(e.to_string()))?),
+        Some(id) => Ok(HolderId::new(id)?),
         None => {
             let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
                 .or_else(|_| std::env::var("HOSTNAME"))

@@ -31,7 +31,7 @@ pub struct StoreArgs {
 pub struct StatusArgs {
     #[command(flatten)]
     store: StoreArgs,
-    /// Show a running `tgq poll` instead (its health address, e.g. 127.0.0.1:8081): leader or
+    /// Show a running `tgq poll` instead (its health address, e.g. 127.0.0.1:8090): leader or
     /// standby, the lease's token and remaining time, the offset.
     #[arg(long, value_name = "HOST:PORT")]
     poller: Option<String>,
