@@ -200,7 +200,7 @@ pub fn load_or_create_secret(path: &Path) -> anyhow::Result<(SecretString, bool)
 }
 
 /// Telegram accepts only these secrets; a bad one would make `setWebhook` fail later.
-fn check_secret(secret: &str, origin: &str) -> anyhow::Result<()> {
+pub fn check_secret(secret: &str, origin: &str) -> anyhow::Result<()> {
     let valid = (1..=256).contains(&secret.len())
         && secret
             .bytes()

@@ -38,16 +38,18 @@ enum Command {
     Local(local::LocalArgs),
     /// Poll Telegram (getUpdates) into the AWS pipeline; several may run, one polls at a time.
     Poll(poll::PollArgs),
-    /// Show queue depths, oldest pending age, dead letters, outbox size and counters.
+    /// Show queue depths, oldest message age, dead letters, and locally the outbox and counters;
+    /// on AWS (--stack) also the webhook's pending updates and the alarms.
     Status(ops::StatusArgs),
     /// List the Bot API calls the offline outbox accepted (no TELEGRAM_BOT_TOKEN).
     Outbox(ops::OutboxArgs),
     /// Write a consistent copy of the local store to a file, while `tgq local` runs or not.
     Backup(ops::BackupArgs),
-    /// Inspect the dead letters of the local store.
+    /// List, show, replay and purge dead letters, on AWS (--stack) or locally, every replay and
+    /// purge audited.
     Dlq {
         #[command(subcommand)]
-        command: ops::DlqCommand,
+        command: ops::dlq::DlqCommand,
     },
     /// Break the pipeline on purpose and count what happened (docs/RELIABILITY.md).
     Drill(tgq_drill::DrillArgs),
@@ -140,6 +142,11 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // Which subcommand's usage line a usage error shows.
+    let usage_of = match &cli.command {
+        Command::Poll(_) => "poll",
+        _ => "local",
+    };
     let outcome = runtime.block_on(async {
         match cli.command {
             Command::Local(args) => local::run(args).await,
@@ -147,7 +154,7 @@ fn main() -> ExitCode {
             Command::Status(args) => ops::status(args).await,
             Command::Backup(args) => ops::backup(args).await,
             Command::Outbox(args) => ops::outbox(args).await,
-            Command::Dlq { command } => ops::dlq(command).await,
+            Command::Dlq { command } => ops::dlq::run(command).await,
             Command::Webhook { command } => ops::webhook::run(command).await,
             Command::FakeTelegram(args) => fake_telegram::run(args).await,
             Command::Drill(args) => drill(args).await,
@@ -161,7 +168,7 @@ fn main() -> ExitCode {
                 let mut command = Cli::command();
                 command.build();
                 let local = command
-                    .find_subcommand_mut("local")
+                    .find_subcommand_mut(usage_of)
                     .cloned()
                     .unwrap_or(command);
                 local

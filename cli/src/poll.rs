@@ -21,7 +21,7 @@ use secrecy::SecretString;
 use serde::{Deserialize, Serialize};
 use tgq_aws::{DynamoPollerLease, DynamoStore, SqsQueue};
 use tgq_core::clock::{Clock, SystemClock};
-use tgq_core::config::{AwsResources, Vars};
+use tgq_core::config::{SecretSource, Vars};
 use tgq_core::defaults;
 use tgq_core::ids::BotId;
 use tgq_core::ingest::{Ingest, Webhook, WebhookPorts, WebhookSettings};
@@ -34,21 +34,31 @@ use tgq_telegram::HttpBotApi;
 use tokio::net::TcpListener;
 use tracing::info;
 
+use crate::config::UsageError;
 use crate::local::shutdown::Shutdown;
+use crate::ops::target::Deployment;
 
 /// `tgq poll`.
 #[derive(Debug, Args)]
 pub struct PollArgs {
-    /// The stack's DynamoDB table (template output TableName).
-    #[arg(long, env = "TGQ_TABLE", value_name = "NAME")]
-    table: String,
-    /// The stack's updates FIFO queue (template output UpdatesQueueUrl).
-    #[arg(long, env = "TGQ_QUEUE_URL", value_name = "URL")]
-    queue_url: String,
-    /// The stack's dead-letter FIFO queue (template output DeadLetterQueueUrl): poison updates go
-    /// there, as from the webhook.
-    #[arg(long, env = "TGQ_DLQ_URL", value_name = "URL")]
-    dlq_url: String,
+    /// A deployed stack: the table, the queues, the token's parameter and the Bot API URL come from
+    /// its CloudFormation outputs.
+    #[arg(long, env = "TGQ_STACK", value_name = "NAME", conflicts_with_all = ["table", "queue_url", "dlq_url"])]
+    stack: Option<String>,
+    /// The stack's DynamoDB table (output TableName), with --queue-url and --dlq-url instead of
+    /// --stack.
+    #[arg(long, env = "TGQ_TABLE", value_name = "NAME", requires_all = ["queue_url", "dlq_url"])]
+    table: Option<String>,
+    /// The stack's updates FIFO queue (output UpdatesQueueUrl).
+    #[arg(long, env = "TGQ_QUEUE_URL", value_name = "URL", requires_all = ["table", "dlq_url"])]
+    queue_url: Option<String>,
+    /// The stack's dead-letter FIFO queue (output DeadLetterQueueUrl): poison updates go there, as
+    /// from the webhook.
+    #[arg(long, env = "TGQ_DLQ_URL", value_name = "URL", requires_all = ["table", "queue_url"])]
+    dlq_url: Option<String>,
+    /// The AWS region of the stack [default: AWS_REGION, or the profile's].
+    #[arg(long, value_name = "REGION")]
+    region: Option<String>,
     /// Where `/healthz`, `/readyz` and `/status` are served.
     #[arg(long, default_value = "127.0.0.1:8090", value_name = "HOST:PORT")]
     health_addr: String,
@@ -57,6 +67,37 @@ pub struct PollArgs {
     id: Option<String>,
     #[command(flatten)]
     timing: TimingArgs,
+}
+
+impl PollArgs {
+    /// The deployment to poll into: the named stack's outputs (the operations commands' resolver),
+    /// or the resources given one by one.
+    async fn deployment(&self) -> anyhow::Result<Deployment> {
+        if let (Some(table), Some(queue_url), Some(dlq_url)) =
+            (&self.table, &self.queue_url, &self.dlq_url)
+        {
+            return Ok(Deployment {
+                stack: None,
+                sdk: tgq_aws::aws_config_in(self.region.clone()).await,
+                table: table.clone(),
+                queue_url: queue_url.clone(),
+                dlq_url: dlq_url.clone(),
+                webhook_url: None,
+                token_parameter: None,
+                secret_parameter: None,
+                telegram_api_url: None,
+            });
+        }
+        match &self.stack {
+            Some(stack) => Deployment::of_stack(stack, self.region.clone()).await,
+            None => Err(UsageError(
+                "tgq poll needs a deployment: --stack NAME, or --table, --queue-url and --dlq-url \
+                 (or TGQ_STACK, or TGQ_TABLE, TGQ_QUEUE_URL and TGQ_DLQ_URL)"
+                    .into(),
+            )
+            .into()),
+        }
+    }
 }
 
 /// The lease's timing: defaults TTL 15 s, renewal every 5 s, cooldown 30 s.
@@ -107,41 +148,50 @@ pub async fn run(args: PollArgs) -> anyhow::Result<()> {
     let vars = Vars::from_env();
     let bot_id = vars.bot_id()?;
     let timing = args.timing.timing()?;
-    let resources = AwsResources {
-        table: args.table.clone(),
-        queue_url: args.queue_url.clone(),
-        dlq_url: args.dlq_url.clone(),
-    };
     let holder = holder_id(args.id.as_deref())?;
+    let deployment = args.deployment().await?;
     let listener = TcpListener::bind(&args.health_addr)
         .await
         .with_context(|| format!("cannot listen on {} (--health-addr)", args.health_addr))?;
-    let sdk = tgq_aws::aws_config().await;
-    let token_source = vars.bot_token().context(
-        "tgq poll needs TELEGRAM_BOT_TOKEN (or TELEGRAM_BOT_TOKEN_PARAM): it asks Telegram for the bot's updates",
-    )?;
-    let token = tgq_aws::resolve_secret(&aws_sdk_ssm::Client::new(&sdk), token_source).await?;
-    let api = HttpBotApi::new(
-        &vars.telegram_api_url()?,
-        token,
-        POLL_TIMEOUT + defaults::TELEGRAM_TIMEOUT,
-    )?;
-    let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
-    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let sdk = &deployment.sdk;
+    // The token: TELEGRAM_BOT_TOKEN(_PARAM), else the stack's parameter.
+    let token_source = vars
+        .bot_token()
+        .or_else(|| {
+            deployment
+                .token_parameter
+                .clone()
+                .map(SecretSource::Parameter)
+        })
+        .context(
+            "tgq poll needs TELEGRAM_BOT_TOKEN (or TELEGRAM_BOT_TOKEN_PARAM, or --stack with a \
+             token parameter): it asks Telegram for the bot's updates",
+        )?;
+    let token = tgq_aws::resolve_secret(&aws_sdk_ssm::Client::new(sdk), token_source).await?;
+    let api_url = match (
+        std::env::var_os("TELEGRAM_API_URL"),
+        &deployment.telegram_api_url,
+    ) {
+        (None, Some(url)) => url.trim_end_matches('/').to_owned(),
+        _ => vars.telegram_api_url()?,
+    };
+    let api = HttpBotApi::new(&api_url, token, POLL_TIMEOUT + defaults::TELEGRAM_TIMEOUT)?;
+    let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
+    let sqs = aws_sdk_sqs::Client::new(sdk);
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let webhook = Webhook::new(
         polling_webhook_settings(&vars, &bot_id)?,
         WebhookPorts {
             ingest: Ingest::PutThenSend {
-                store: Arc::new(DynamoStore::new(dynamodb.clone(), &resources.table)),
-                queue: Arc::new(SqsQueue::new(sqs.clone(), &resources.queue_url)),
+                store: Arc::new(DynamoStore::new(dynamodb.clone(), &deployment.table)),
+                queue: Arc::new(SqsQueue::new(sqs.clone(), &deployment.queue_url)),
             },
-            dead: Arc::new(SqsQueue::new(sqs, &resources.dlq_url)),
+            dead: Arc::new(SqsQueue::new(sqs, &deployment.dlq_url)),
             clock: clock.clone(),
         },
     );
-    let lease = Arc::new(DynamoPollerLease::new(dynamodb, &resources.table, &bot_id));
-    info!(bot_id = %bot_id, table = %resources.table, holder = %holder, health = %listener.local_addr()?, "tgq poll starting");
+    let lease = Arc::new(DynamoPollerLease::new(dynamodb, &deployment.table, &bot_id));
+    info!(bot_id = %bot_id, table = %deployment.table, holder = %holder, health = %listener.local_addr()?, "tgq poll starting");
     serve(
         listener,
         Arc::new(api),

@@ -150,6 +150,10 @@ fn every_subcommand_explains_itself_with_help() {
         &["outbox", "--help"],
         &["dlq", "--help"],
         &["dlq", "list", "--help"],
+        &["dlq", "show", "--help"],
+        &["dlq", "replay", "--help"],
+        &["dlq", "purge", "--help"],
+        &["dlq", "audit", "--help"],
         &["webhook", "--help"],
         &["webhook", "set", "--help"],
         &["webhook", "info", "--help"],
@@ -220,4 +224,47 @@ fn webhook_commands_need_a_token() {
     let (status, _, stderr) = run(&[], &["webhook", "info"]);
     assert!(!status.success());
     assert!(stderr.contains("TELEGRAM_BOT_TOKEN"), "{stderr}");
+}
+
+/// The value of one sample line of the Prometheus text format, `name{labels} value`.
+fn sample(text: &str, name: &str, labels: &str) -> Option<f64> {
+    let prefix = format!("{name}{{{labels}}} ");
+    text.lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .and_then(|value| value.trim().parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn local_mode_serves_the_same_counters_at_metrics_in_the_prometheus_text_format() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut local = Local::start(dir.path(), &[("TGQ_WEBHOOK_SECRET", SECRET)], &[]);
+    local.wait_ready().await;
+    feed(&local, 3).await;
+    let response = reqwest::get(local.url("/metrics")).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(response.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/plain"));
+    let text = response.text().await.unwrap();
+    let bot = r#"BotId="local""#;
+    for (name, expected) in [
+        ("Received", 3.0),
+        ("Enqueued", 3.0),
+        ("Poison", 1.0),
+        ("Processed", 3.0),
+    ] {
+        assert_eq!(sample(&text, name, bot), Some(expected), "{name} in {text}");
+    }
+    assert_eq!(
+        sample(&text, "HandlerDurationMs_count", bot),
+        Some(3.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample(&text, "EndToEndLatencyMs_count", bot),
+        Some(3.0),
+        "{text}"
+    );
+    assert!(local.terminate().await.success());
 }

@@ -1,17 +1,19 @@
 //! The HTTP face of `tgq local` (axum): `POST /webhook` answered exactly as the webhook Lambda
-//! answers, `GET /healthz` and `GET /readyz` for supervisors, and admin routes that read the store.
+//! answers, `GET /healthz` and `GET /readyz` for supervisors, `GET /metrics` for Prometheus, and
+//! admin routes that read the store.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{ConnectInfo, Query, Request, State};
+use axum::extract::{ConnectInfo, Json, Query, Request, State};
 use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
 use axum::Router;
 use http_body_util::LengthLimitError;
+use metrics_exporter_prometheus::PrometheusHandle;
 use secrecy::SecretString;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -22,8 +24,8 @@ use tgq_embedded::EmbeddedStore;
 use super::admin;
 use super::shutdown::Shutdown;
 use super::worker_loop::LoopStats;
-use crate::ops::DEFAULT_LIMIT;
-use crate::views::{self, StatusView};
+use crate::ops::{dlq, DEFAULT_LIMIT};
+use crate::views::{self, ActRequest, ReportView, StatusView};
 
 /// What the routes share.
 #[derive(Clone)]
@@ -42,6 +44,8 @@ pub struct App {
     pub expected_loops: usize,
     /// Set once the process is stopping.
     pub shutdown: Shutdown,
+    /// Renders what the use cases counted.
+    pub metrics: PrometheusHandle,
 }
 
 /// Every route of `tgq local`. The admin routes sit behind one access check, so a new one cannot
@@ -51,9 +55,17 @@ pub fn router(app: App) -> Router {
         .route("/status", get(admin_status))
         .route("/outbox", get(admin_outbox))
         .route("/dlq", get(admin_dlq))
+        .route("/dlq/letter", get(admin_dlq_letter))
+        .route("/dlq/replay", post(admin_dlq_replay))
+        .route("/dlq/purge", post(admin_dlq_purge))
+        .route("/audit", get(admin_audit))
         .route("/backup", post(admin_backup))
         .route_layer(middleware::from_fn_with_state(app.clone(), admin_only));
+    let metrics = Router::new()
+        .route("/metrics", get(metrics))
+        .route_layer(middleware::from_fn_with_state(app.clone(), admin_only));
     Router::new()
+        .merge(metrics)
         .route("/webhook", any(webhook))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
@@ -157,6 +169,18 @@ async fn readyz(State(app): State<App>) -> Response {
     answer(StatusCode::OK, Value::from("ready"))
 }
 
+/// `GET /metrics`: the counters and histograms of `tgq_core::metrics`, in the Prometheus text
+/// format, for the same clients as the admin routes (a scraper on another host presents the admin
+/// token as a bearer token).
+async fn metrics(State(app): State<App>) -> Response {
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        app.metrics.render(),
+    )
+        .into_response()
+}
+
 /// `?limit=N` on the admin list routes.
 #[derive(Debug, Deserialize)]
 struct Limit {
@@ -191,7 +215,78 @@ async fn admin_outbox(State(app): State<App>, Query(query): Query<Limit>) -> Res
 /// `GET /admin/dlq?limit=N`: what `tgq dlq list --json` prints.
 async fn admin_dlq(State(app): State<App>, Query(query): Query<Limit>) -> Response {
     let limit = query.limit.unwrap_or(DEFAULT_LIMIT);
-    admin_read(&app, move |store| views::dead_letters(store, limit)).await
+    let listed = match operator(&app, String::new()) {
+        Ok(operator) => dlq::list_letters(&operator, limit).await,
+        Err(error) => Err(error),
+    };
+    admin_answer(listed)
+}
+
+/// `?id=…` of `GET /admin/dlq/letter`.
+#[derive(Debug, Deserialize)]
+struct LetterId {
+    id: String,
+}
+
+/// `GET /admin/dlq/letter?id=…`: what `tgq dlq show --json` prints (`null` when there is none).
+async fn admin_dlq_letter(State(app): State<App>, Query(query): Query<LetterId>) -> Response {
+    let shown = match operator(&app, String::new()) {
+        Ok(operator) => dlq::show_letter(&operator, &query.id).await,
+        Err(error) => Err(error),
+    };
+    admin_answer(shown)
+}
+
+/// `POST /admin/dlq/replay`: `tgq dlq replay` run by this instance, which holds the store.
+async fn admin_dlq_replay(State(app): State<App>, Json(request): Json<ActRequest>) -> Response {
+    let report = match operator(&app, request.principal.clone()) {
+        Ok(operator) => {
+            let report = operator
+                .replay(&request.selection(), request.dry_run, &|_| {})
+                .await;
+            Ok(ReportView::of(&report, request.dry_run))
+        }
+        Err(error) => Err(error),
+    };
+    admin_answer(report)
+}
+
+/// `POST /admin/dlq/purge`: `tgq dlq purge` run by this instance.
+async fn admin_dlq_purge(State(app): State<App>, Json(request): Json<ActRequest>) -> Response {
+    let report = match operator(&app, request.principal.clone()) {
+        Ok(operator) => {
+            let report = operator.purge(&request.selection(), &|_| {}).await;
+            Ok(ReportView::of(&report, false))
+        }
+        Err(error) => Err(error),
+    };
+    admin_answer(report)
+}
+
+/// `GET /admin/audit?limit=N`: what `tgq dlq audit --json` prints.
+async fn admin_audit(State(app): State<App>, Query(query): Query<Limit>) -> Response {
+    let limit = query.limit.unwrap_or(DEFAULT_LIMIT);
+    admin_answer(dlq::audit_entries(app.store.as_ref(), limit).await)
+}
+
+/// The operator's use cases on this instance's store, acting for `principal`.
+fn operator(app: &App, principal: String) -> anyhow::Result<tgq_core::operate::Operator> {
+    dlq::local_operator(&app.store, principal)
+}
+
+/// Answers with a view, or 503 with the error.
+fn admin_answer<T: serde::Serialize>(view: anyhow::Result<T>) -> Response {
+    match view.map(serde_json::to_value) {
+        Ok(Ok(value)) => answer(StatusCode::OK, value),
+        Ok(Err(error)) => answer(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            Value::from(format!("the view does not serialize: {error}")),
+        ),
+        Err(error) => answer(
+            StatusCode::SERVICE_UNAVAILABLE,
+            Value::from(format!("{error:#}")),
+        ),
+    }
 }
 
 /// `?to=FILE` on the backup route.

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Args;
+use metrics_exporter_prometheus::PrometheusBuilder;
 use tgq_core::clock::{Clock, SystemClock};
 use tgq_core::config::Vars;
 use tgq_core::defaults;
@@ -169,6 +170,13 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
     let addr_file = data.path().join(ADDR_FILE);
     write_addr_file(&addr_file, addr)?;
 
+    // What the use cases count, served at /metrics in the Prometheus text format.
+    let metrics = PrometheusBuilder::new()
+        .add_global_label(tgq_core::metrics::BOT_ID, settings.bot_id.to_string())
+        .install_recorder()
+        .context("installing the metrics recorder")?;
+    tgq_core::metrics::describe();
+
     let shutdown = Shutdown::new();
     shutdown.on_signals()?;
     let loop_settings = LoopSettings::default();
@@ -207,6 +215,7 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
         loops,
         expected_loops: loop_settings.loops,
         shutdown: shutdown.clone(),
+        metrics,
     };
     let server_shutdown = shutdown.clone();
     tasks.spawn(async move {
@@ -382,6 +391,8 @@ fn worker(
             api,
             pacer: pacer.clone(),
             clock: clock.clone(),
+            reset: store.clone(),
+            audit: store.clone(),
         },
         handler,
     )
@@ -470,7 +481,7 @@ fn print_banner(
         settings.bot_id,
         data.path().display()
     );
-    outln!("  listening  {base}  (/webhook, /healthz, /readyz, /admin/status, /admin/outbox, /admin/dlq)");
+    outln!("  listening  {base}  (/webhook, /healthz, /readyz, /metrics, /admin/status, /admin/outbox, /admin/dlq)");
     outln!("  secret     {secret} (header X-Telegram-Bot-Api-Secret-Token)");
     let bot = match settings.handler {
         HandlerChoice::Bot => "the bot in bot/",

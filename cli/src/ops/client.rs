@@ -1,8 +1,10 @@
 //! Reaching local mode's store from a `tgq` command: directly when it is free, else through the
-//! running `tgq local` that holds it, at the loopback address it wrote to `<data-dir>/local.addr`.
+//! running `tgq local` that holds it, at the loopback address it wrote to `<data-dir>/local.addr`,
+//! whose admin routes serve the same views and run the same use cases.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
@@ -20,6 +22,39 @@ pub enum Source {
     Store,
     /// Answered by the running `tgq local` at this address.
     Running(SocketAddr),
+}
+
+/// Local mode's store: opened by this command, or held by the running `tgq local` at an address.
+pub enum Local {
+    /// Opened here; `tgq local` is not running.
+    Store(Arc<EmbeddedStore>),
+    /// Held by the running `tgq local` at this address.
+    Running(SocketAddr),
+}
+
+/// Opens the store in `data_dir`, or finds the running `tgq local` that holds it.
+pub async fn open(data_dir: &Path) -> anyhow::Result<Local> {
+    if !data_dir.join(tgq_embedded::FILE_NAME).exists() {
+        bail!(
+            "there is no tgq store in {}: run `tgq local` first, or pass --data-dir (or --stack \
+             for a deployment on AWS)",
+            data_dir.display()
+        );
+    }
+    let dir = data_dir.to_owned();
+    let opened =
+        tokio::task::spawn_blocking(move || EmbeddedStore::open(&dir, StoreOptions::default()))
+            .await?;
+    match opened {
+        Ok(store) => Ok(Local::Store(store)),
+        Err(StoreError::AlreadyOpen { .. }) => Ok(Local::Running(running_addr(data_dir)?)),
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// Closes a store this command opened, off the async threads (its writer thread is joined).
+pub async fn close(store: Arc<EmbeddedStore>) {
+    let _ = tokio::task::spawn_blocking(move || drop(store)).await;
 }
 
 /// Reads a view through the store when it is free, else through the running instance's admin
@@ -44,30 +79,15 @@ where
     T: DeserializeOwned + Send + 'static,
     F: FnOnce(&EmbeddedStore) -> anyhow::Result<T> + Send + 'static,
 {
-    if !data_dir.join(tgq_embedded::FILE_NAME).exists() {
-        bail!(
-            "there is no tgq store in {}: run `tgq local` first, or pass --data-dir",
-            data_dir.display()
-        );
-    }
-    let dir = data_dir.to_owned();
-    let opened =
-        tokio::task::spawn_blocking(move || EmbeddedStore::open(&dir, StoreOptions::default()))
-            .await?;
-    match opened {
-        Ok(store) => {
+    match open(data_dir).await? {
+        Local::Store(store) => {
             let value = tokio::task::spawn_blocking(move || direct(&store)).await??;
             Ok((value, Source::Store))
         }
-        Err(StoreError::AlreadyOpen { .. }) => {
-            let addr = running_addr(data_dir)?;
-            let value = call(addr, method, route).await?;
-            let view = serde_json::from_value(value).with_context(|| {
-                format!("the running tgq local at {addr} answered {route} with another shape (is it another version of tgq?)")
-            })?;
-            Ok((view, Source::Running(addr)))
+        Local::Running(addr) => {
+            let request = client()?.request(method, format!("http://{addr}{route}"));
+            Ok((view(addr, route, request).await?, Source::Running(addr)))
         }
-        Err(error) => Err(error.into()),
     }
 }
 
@@ -99,13 +119,35 @@ pub fn loopback(addr: SocketAddr) -> SocketAddr {
     SocketAddr::new(ip, addr.port())
 }
 
-/// Calls an admin route and unwraps its `{"ok", "result"}` answer.
-async fn call(addr: SocketAddr, method: Method, route: &str) -> anyhow::Result<Value> {
-    let client = reqwest::Client::builder()
+/// GETs an admin route of the running instance and reads its view.
+pub async fn get<T: DeserializeOwned>(addr: SocketAddr, route: &str) -> anyhow::Result<T> {
+    let request = client()?.get(format!("http://{addr}{route}"));
+    view(addr, route, request).await
+}
+
+/// POSTs `body` to an admin route of the running instance and reads its view.
+pub async fn post<T: DeserializeOwned>(
+    addr: SocketAddr,
+    route: &str,
+    body: &impl serde::Serialize,
+) -> anyhow::Result<T> {
+    let request = client()?.post(format!("http://{addr}{route}")).json(body);
+    view(addr, route, request).await
+}
+
+fn client() -> anyhow::Result<reqwest::Client> {
+    Ok(reqwest::Client::builder()
         // A backup of a large store takes a while; reads answer at once.
         .timeout(Duration::from_secs(600))
-        .build()?;
-    let mut request = client.request(method, format!("http://{addr}{route}"));
+        .build()?)
+}
+
+/// Sends an admin request and unwraps its `{"ok", "result"}` answer into a view.
+async fn view<T: DeserializeOwned>(
+    addr: SocketAddr,
+    route: &str,
+    mut request: reqwest::RequestBuilder,
+) -> anyhow::Result<T> {
     if let Ok(token) = std::env::var("TGQ_ADMIN_TOKEN") {
         if !token.is_empty() {
             request = request.bearer_auth(token);
@@ -127,7 +169,9 @@ async fn call(addr: SocketAddr, method: Method, route: &str) -> anyhow::Result<V
         };
         bail!("the running tgq local at {addr} answered {status}: {text}");
     }
-    Ok(result)
+    serde_json::from_value(result).with_context(|| {
+        format!("the running tgq local at {addr} answered {route} with another shape (is it another version of tgq?)")
+    })
 }
 
 #[cfg(test)]

@@ -1,13 +1,17 @@
-//! The operations commands: `tgq status`, `tgq outbox`, `tgq dlq list` (local mode's store, directly
-//! or through the running instance, see `client`) and `tgq webhook` (the bot's webhook at Telegram).
+//! The operations commands: `tgq status` and `tgq dlq` (a deployment on AWS, see `target`, or local
+//! mode's store, directly or through the running instance, see `client`), `tgq outbox` and
+//! `tgq backup` (local mode) and `tgq webhook` (the bot's webhook at Telegram).
 
+mod aws_status;
 mod client;
+pub mod dlq;
 pub mod render;
+pub mod target;
 pub mod webhook;
 
 use std::path::PathBuf;
 
-use clap::{Args, Subcommand};
+use clap::Args;
 use tgq_core::clock::{Clock as _, SystemClock};
 
 pub use client::loopback;
@@ -30,10 +34,10 @@ pub struct StoreArgs {
 #[derive(Debug, Args)]
 pub struct StatusArgs {
     #[command(flatten)]
-    store: StoreArgs,
+    target: target::TargetArgs,
     /// Show a running `tgq poll` instead (its health address, e.g. 127.0.0.1:8090): leader or
     /// standby, the lease's token and remaining time, the offset.
-    #[arg(long, value_name = "HOST:PORT")]
+    #[arg(long, value_name = "HOST:PORT", conflicts_with = "stack")]
     poller: Option<String>,
     /// Print JSON instead of text.
     #[arg(long)]
@@ -49,26 +53,6 @@ pub struct OutboxArgs {
     #[arg(long)]
     json: bool,
     /// Show at most this many entries, oldest first.
-    #[arg(long, value_name = "N", default_value_t = DEFAULT_LIMIT)]
-    limit: usize,
-}
-
-/// `tgq dlq …`.
-#[derive(Debug, Subcommand)]
-pub enum DlqCommand {
-    /// List dead letters, oldest first, leaving them in place.
-    List(DlqListArgs),
-}
-
-/// `tgq dlq list`.
-#[derive(Debug, Args)]
-pub struct DlqListArgs {
-    #[command(flatten)]
-    store: StoreArgs,
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    json: bool,
-    /// Show at most this many letters, oldest first.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_LIMIT)]
     limit: usize,
 }
@@ -123,7 +107,18 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<()> {
         }
         return Ok(());
     }
-    let (view, source) = client::read(&args.store.data_dir, "/admin/status", |store| {
+    let data_dir = match args.target.resolve().await? {
+        target::Target::Local(data_dir) => data_dir,
+        target::Target::Aws(deployment) => {
+            let view = aws_status::read(&deployment).await?;
+            match args.json {
+                true => outln!("{}", serde_json::to_string_pretty(&view)?),
+                false => aws_status::render(&view),
+            }
+            return Ok(());
+        }
+    };
+    let (view, source) = client::read(&data_dir, "/admin/status", |store| {
         StatusView::read(store, SystemClock.now())
     })
     .await?;
@@ -147,23 +142,6 @@ pub async fn outbox(args: OutboxArgs) -> anyhow::Result<()> {
         outln!("{}", serde_json::to_string_pretty(&entries)?);
     } else {
         render::outbox(&entries);
-    }
-    Ok(())
-}
-
-/// `tgq dlq …`.
-pub async fn dlq(command: DlqCommand) -> anyhow::Result<()> {
-    let DlqCommand::List(args) = command;
-    let limit = args.limit;
-    let route = format!("/admin/dlq?limit={limit}");
-    let (letters, _) = client::read(&args.store.data_dir, &route, move |store| {
-        views::dead_letters(store, limit)
-    })
-    .await?;
-    if args.json {
-        outln!("{}", serde_json::to_string_pretty(&letters)?);
-    } else {
-        render::dead_letters(&letters);
     }
     Ok(())
 }

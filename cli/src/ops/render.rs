@@ -5,7 +5,7 @@ use std::time::Duration;
 use tgq_embedded::OutboxEntry;
 
 use super::client::Source;
-use crate::views::{DeadLetterView, StatusView};
+use crate::views::{AuditView, LetterView, ReportView, StatusView};
 
 /// `tgq backup` as text.
 pub fn backup(backup: &tgq_embedded::Backup, source: Source) {
@@ -90,30 +90,126 @@ pub fn outbox(entries: &[OutboxEntry]) {
 }
 
 /// `tgq dlq list` as a table.
-pub fn dead_letters(letters: &[DeadLetterView]) {
+pub fn dead_letters(letters: &[LetterView]) {
     if letters.is_empty() {
         outln!("No dead letters.");
         return;
     }
     outln!(
-        "{:>11}  {:<16}  {:<22}  {:<10}  {:>8}  ERROR",
+        "{:<38}  {:>11}  {:<16}  {:<28}  {:<12}  {:>8}  {:>10}  ERROR",
+        "ID",
         "UPDATE",
         "GROUP",
         "REASON",
         "CLASS",
-        "ATTEMPTS"
+        "ATTEMPTS",
+        "AGE"
     );
     for letter in letters {
         outln!(
-            "{:>11}  {:<16}  {:<22}  {:<10}  {:>8}  {}",
+            "{:<38}  {:>11}  {:<16}  {:<28}  {:<12}  {:>8}  {:>10}  {}",
+            letter.id,
             dash(letter.update_id),
             letter.group.as_deref().unwrap_or("-"),
-            letter.reason,
+            one_line(&letter.reason_text, 28),
             letter.error_class,
             letter.attempts,
+            letter.age_ms.map_or_else(
+                || "-".to_owned(),
+                |ms| human_duration(Duration::from_millis(ms))
+            ),
             one_line(&letter.error, 80),
         );
     }
+}
+
+/// `tgq dlq show` as text: every field, then the update's body.
+pub fn letter(letter: &LetterView) {
+    outln!("id             {}", letter.id);
+    outln!("bot            {}", letter.bot_id);
+    outln!("update         {}", dash(letter.update_id));
+    outln!("group          {}", letter.group.as_deref().unwrap_or("-"));
+    outln!("reason         {} ({})", letter.reason_text, letter.reason);
+    outln!("error class    {}", letter.error_class);
+    outln!("error          {}", letter.error);
+    outln!("attempts       {}", letter.attempts);
+    if let Some(at) = letter.sent_at {
+        let age = letter
+            .age_ms
+            .map(|ms| format!(" ({} ago)", human_duration(Duration::from_millis(ms))))
+            .unwrap_or_default();
+        outln!("dead-lettered  {}{age}", utc(at));
+    }
+    outln!("body");
+    outln!("{}", letter.body.as_deref().unwrap_or(""));
+}
+
+/// What a replay or purge did, then a table of what it could not do and why.
+pub fn report(report: &ReportView, done: &str) {
+    let verb = if report.dry_run {
+        format!("would be {done} (dry run: nothing was changed)")
+    } else {
+        done.to_owned()
+    };
+    outln!("{} letter(s) {verb}.", report.acted.len());
+    for acted in &report.acted {
+        outln!(
+            "  {}  update {}: {}",
+            acted.id,
+            dash(acted.update_id),
+            acted.detail
+        );
+    }
+    if report.skipped.is_empty() {
+        return;
+    }
+    outln!();
+    outln!("Could not be {done}:");
+    outln!("{:<38}  {:>11}  WHY", "ID", "UPDATE");
+    for skipped in &report.skipped {
+        outln!(
+            "{:<38}  {:>11}  {}",
+            skipped.id,
+            dash(skipped.update_id),
+            skipped.detail
+        );
+    }
+}
+
+/// `tgq dlq audit` as a table.
+pub fn audit(entries: &[AuditView]) {
+    if entries.is_empty() {
+        outln!("No audit entries.");
+        return;
+    }
+    outln!(
+        "{:<24}  {:<8}  {:>11}  {:<40}  OUTCOME",
+        "AT (UTC)",
+        "ACTION",
+        "UPDATE",
+        "PRINCIPAL"
+    );
+    for entry in entries {
+        outln!(
+            "{:<24}  {:<8}  {:>11}  {:<40}  {}",
+            utc(entry.at),
+            entry.action,
+            dash(entry.update_id),
+            one_line(&entry.principal, 40),
+            one_line(&entry.outcome, 100),
+        );
+    }
+}
+
+/// An epoch time in milliseconds as `2026-12-01 03:04:05 UTC`.
+pub fn utc(ms: u64) -> String {
+    i64::try_from(ms)
+        .ok()
+        .and_then(chrono::DateTime::from_timestamp_millis)
+        .map_or_else(
+            || ms.to_string(),
+            |at| at.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
+        )
 }
 
 /// A table cell, `-` when absent.

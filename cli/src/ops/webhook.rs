@@ -1,19 +1,27 @@
-//! `tgq webhook set <url> | info | delete`: the bot's webhook at Telegram, through teloxide-core's
-//! typed payloads. Needs TELEGRAM_BOT_TOKEN (and honours TELEGRAM_API_URL).
+//! `tgq webhook set [<url>] [--stack NAME] | info | delete`: the bot's webhook at Telegram, through
+//! teloxide-core's typed payloads. Needs TELEGRAM_BOT_TOKEN (or, with --stack, the stack's token
+//! parameter) and honours TELEGRAM_API_URL.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::bail;
+use anyhow::{bail, Context as _};
 use clap::{Args, Subcommand};
-use secrecy::ExposeSecret as _;
+use secrecy::{ExposeSecret as _, SecretString};
 use teloxide_core::payloads::{
     DeleteWebhook, DeleteWebhookSetters as _, GetWebhookInfo, SetWebhook, SetWebhookSetters as _,
 };
-use tgq_core::config::Vars;
-use tgq_core::telegram::TelegramError;
+use teloxide_core::types::AllowedUpdate;
+use tgq_core::config::{SecretSource, Vars};
+use tgq_core::echo::EchoBot;
+use tgq_core::handler::{HandlerChoice, EVERY_UPDATE_KIND};
+use tgq_core::ids::BotId;
+use tgq_core::telegram::{ApiCall, BotApi, CallError, TelegramError};
+use tgq_core::{BotConfig, Handler};
 use tgq_telegram::HttpBotApi;
 
+use super::target::Deployment;
 use crate::config::{self, SecretOrigin, DEFAULT_DATA_DIR};
 
 /// How long one call to Telegram may take.
@@ -36,13 +44,30 @@ pub enum WebhookCommand {
 /// `tgq webhook set`.
 #[derive(Debug, Args)]
 pub struct SetArgs {
-    /// The public HTTPS URL Telegram should POST updates to (port 443, 80, 88 or 8443).
-    #[arg(value_parser = webhook_url)]
-    url: reqwest::Url,
+    /// The public HTTPS URL Telegram should POST updates to (port 443, 80, 88 or 8443); with
+    /// --stack, the stack's WebhookUrl output when left out.
+    #[arg(value_parser = webhook_url, required_unless_present = "stack")]
+    url: Option<reqwest::Url>,
+    /// A deployed stack: the URL, the webhook secret (its SSM parameter) and, without
+    /// TELEGRAM_BOT_TOKEN, the bot token (its SSM parameter) come from its outputs.
+    #[arg(long, value_name = "NAME", conflicts_with = "data_dir")]
+    stack: Option<String>,
+    /// The AWS region of the stack [default: AWS_REGION, or the profile's].
+    #[arg(long, value_name = "REGION", requires = "stack")]
+    region: Option<String>,
     /// Where the generated webhook secret is kept when TGQ_WEBHOOK_SECRET is unset (the same
     /// directory `tgq local` uses, so both agree on the secret).
-    #[arg(long, value_name = "DIR", default_value = DEFAULT_DATA_DIR)]
-    data_dir: PathBuf,
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// The update kinds Telegram should send, comma-separated (e.g. message,callback_query)
+    /// [default: every kind the bot's handler declares it handles, including chat_member,
+    /// message_reaction and message_reaction_count, which Telegram leaves out unless asked].
+    #[arg(long, value_name = "KINDS", value_delimiter = ',', value_parser = update_kind)]
+    allowed_updates: Option<Vec<AllowedUpdate>>,
+    /// How many connections Telegram may open to the webhook at once (1-100; Telegram's default
+    /// is 40).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(1..=100))]
+    max_connections: Option<u8>,
     /// Drop the updates Telegram is holding for the bot.
     #[arg(long)]
     drop_pending_updates: bool,
@@ -67,6 +92,9 @@ pub struct DeleteArgs {
 /// Runs one `tgq webhook` subcommand.
 pub async fn run(command: WebhookCommand) -> anyhow::Result<()> {
     let vars = Vars::from_env();
+    if let WebhookCommand::Set(args) = command {
+        return set(args, &vars).await;
+    }
     let Some(token) = config::bot_token(&vars)? else {
         bail!(
             "`tgq webhook` talks to Telegram for the bot: set TELEGRAM_BOT_TOKEN (from @BotFather)"
@@ -74,20 +102,7 @@ pub async fn run(command: WebhookCommand) -> anyhow::Result<()> {
     };
     let api = HttpBotApi::new(&vars.telegram_api_url()?, token, TIMEOUT)?;
     match command {
-        WebhookCommand::Set(args) => {
-            let url = args.url;
-            let (secret, origin) = config::webhook_secret(&vars, &args.data_dir)?;
-            let payload = SetWebhook::new(url.clone())
-                .secret_token(secret.expose_secret())
-                .drop_pending_updates(args.drop_pending_updates);
-            tgq_telegram::call(&api, &payload).await.map_err(explain)?;
-            let from = match origin {
-                SecretOrigin::Environment => "TGQ_WEBHOOK_SECRET".to_owned(),
-                SecretOrigin::File { path, .. } => path.display().to_string(),
-            };
-            outln!("Webhook set: Telegram now POSTs updates to {url}");
-            outln!("with the secret from {from} in the X-Telegram-Bot-Api-Secret-Token header.");
-        }
+        WebhookCommand::Set(_) => unreachable!("handled above"),
         WebhookCommand::Info(args) => {
             let info = tgq_telegram::call(&api, &GetWebhookInfo::new())
                 .await
@@ -96,26 +111,7 @@ pub async fn run(command: WebhookCommand) -> anyhow::Result<()> {
                 outln!("{}", serde_json::to_string_pretty(&info)?);
                 return Ok(());
             }
-            match &info.url {
-                Some(url) => outln!("url                   {url}"),
-                None => outln!(
-                    "url                   none: updates wait for getUpdates (`tgq local --poll`)"
-                ),
-            }
-            outln!("pending updates       {}", info.pending_update_count);
-            if let Some(max) = info.max_connections {
-                outln!("max connections       {max}");
-            }
-            if let Some(ip) = info.ip_address {
-                outln!("ip address            {ip}");
-            }
-            if let Some(message) = &info.last_error_message {
-                let when = info
-                    .last_error_date
-                    .map(|d| format!("(at {d})"))
-                    .unwrap_or_default();
-                outln!("last error            {message} {when}");
-            }
+            print_info(&info);
         }
         WebhookCommand::Delete(args) => {
             let payload = DeleteWebhook::new().drop_pending_updates(args.drop_pending_updates);
@@ -124,6 +120,232 @@ pub async fn run(command: WebhookCommand) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// What `setWebhook` is called with, every part checked before Telegram is asked.
+struct Setting {
+    url: reqwest::Url,
+    secret: SecretString,
+    secret_from: String,
+    token: SecretString,
+    api_url: String,
+    allowed_updates: Vec<AllowedUpdate>,
+}
+
+/// `tgq webhook set`: checks every argument, sets the webhook, and confirms it with
+/// getWebhookInfo.
+async fn set(args: SetArgs, vars: &Vars) -> anyhow::Result<()> {
+    let setting = match &args.stack {
+        Some(stack) => from_stack(&args, stack, vars).await?,
+        None => from_environment(&args, vars).await?,
+    };
+    let api = HttpBotApi::new(&setting.api_url, setting.token.clone(), TIMEOUT)?;
+    let mut payload = SetWebhook::new(setting.url.clone())
+        .secret_token(setting.secret.expose_secret())
+        .allowed_updates(setting.allowed_updates.clone())
+        .drop_pending_updates(args.drop_pending_updates);
+    if let Some(max) = args.max_connections {
+        payload = payload.max_connections(max);
+    }
+    tgq_telegram::call(&api, &payload).await.map_err(explain)?;
+    let info = tgq_telegram::call(&api, &GetWebhookInfo::new())
+        .await
+        .map_err(explain)
+        .context("the webhook was set, but getWebhookInfo could not confirm it")?;
+    if info.url.as_ref().map(reqwest::Url::as_str) != Some(setting.url.as_str()) {
+        bail!(
+            "Telegram accepted setWebhook but getWebhookInfo reports {:?}, not {}",
+            info.url.as_ref().map(reqwest::Url::as_str),
+            setting.url
+        );
+    }
+    outln!("Webhook set: Telegram now POSTs updates to {}", setting.url);
+    outln!(
+        "with the secret from {} in the X-Telegram-Bot-Api-Secret-Token header.",
+        setting.secret_from
+    );
+    print_info(&info);
+    Ok(())
+}
+
+/// The setting from the environment and the local data directory (`tgq local` behind a proxy).
+async fn from_environment(args: &SetArgs, vars: &Vars) -> anyhow::Result<Setting> {
+    let Some(url) = args.url.clone() else {
+        bail!("give the webhook URL, or --stack NAME to read it from a deployed stack");
+    };
+    let Some(token) = config::bot_token(vars)? else {
+        bail!(
+            "`tgq webhook` talks to Telegram for the bot: set TELEGRAM_BOT_TOKEN (from @BotFather)"
+        );
+    };
+    let data_dir = args
+        .data_dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR));
+    let (secret, origin) = config::webhook_secret(vars, &data_dir)?;
+    let secret_from = match origin {
+        SecretOrigin::Environment => "TGQ_WEBHOOK_SECRET".to_owned(),
+        SecretOrigin::File { path, .. } => path.display().to_string(),
+    };
+    Ok(Setting {
+        url,
+        secret,
+        secret_from,
+        token,
+        api_url: vars.telegram_api_url()?,
+        allowed_updates: allowed_updates(args, vars).await?,
+    })
+}
+
+/// The setting from a deployed stack: its WebhookUrl output, its secret parameter, and its token
+/// parameter unless TELEGRAM_BOT_TOKEN is set.
+async fn from_stack(args: &SetArgs, stack: &str, vars: &Vars) -> anyhow::Result<Setting> {
+    let deployment = Deployment::of_stack(stack, args.region.clone()).await?;
+    let url = match (&args.url, &deployment.webhook_url) {
+        (Some(url), _) => url.clone(),
+        (None, Some(url)) => webhook_url(url).map_err(|e| {
+            anyhow::anyhow!("the stack's WebhookUrl output {url} is not a webhook URL: {e}")
+        })?,
+        (None, None) => bail!("the stack {stack} has no WebhookUrl output: give the URL"),
+    };
+    let ssm = aws_sdk_ssm::Client::new(&deployment.sdk);
+    let Some(secret_parameter) = deployment.secret_parameter.clone() else {
+        bail!("the stack {stack} has no WebhookSecretParameterName output");
+    };
+    let secret =
+        tgq_aws::resolve_secret(&ssm, SecretSource::Parameter(secret_parameter.clone())).await?;
+    config::check_secret(secret.expose_secret(), &secret_parameter)?;
+    let token = match (vars.bot_token(), &deployment.token_parameter) {
+        (Some(SecretSource::Value(token)), _) => token,
+        (_, Some(name)) => {
+            tgq_aws::resolve_secret(&ssm, SecretSource::Parameter(name.clone())).await?
+        }
+        _ => bail!(
+            "no bot token: set TELEGRAM_BOT_TOKEN, or deploy a stack with a BotTokenParameterName \
+             output"
+        ),
+    };
+    check_token(token.expose_secret())?;
+    let api_url = match (vars.get("TELEGRAM_API_URL"), &deployment.telegram_api_url) {
+        (Some(url), _) => url.to_owned(),
+        (None, Some(url)) => url.clone(),
+        (None, None) => vars.telegram_api_url()?,
+    };
+    Ok(Setting {
+        url,
+        secret,
+        secret_from: format!("the SSM parameter {secret_parameter}"),
+        token,
+        api_url,
+        allowed_updates: allowed_updates(args, vars).await?,
+    })
+}
+
+/// `--allowed-updates`, or every kind the bot's handler declares.
+async fn allowed_updates(args: &SetArgs, vars: &Vars) -> anyhow::Result<Vec<AllowedUpdate>> {
+    if let Some(kinds) = &args.allowed_updates {
+        return Ok(kinds.clone());
+    }
+    let handler: Arc<dyn Handler> = match vars.handler()? {
+        HandlerChoice::Echo => Arc::new(EchoBot),
+        HandlerChoice::Bot => {
+            let config = BotConfig {
+                bot_id: match vars.get("TGQ_BOT_ID") {
+                    Some(_) => vars.bot_id()?,
+                    None => BotId::new(config::LOCAL_BOT_ID)?,
+                },
+                vars: vars.clone(),
+                api: Arc::new(NoCalls),
+            };
+            let bot = tgq_bot::build(&config)
+                .await
+                .map_err(|error| anyhow::anyhow!(error))
+                .context(
+                    "the bot in bot/ could not be built to ask which updates it handles; name \
+                     them with --allowed-updates",
+                )?;
+            Arc::new(bot)
+        }
+    };
+    Ok(handler.update_kinds())
+}
+
+/// The Bot API the bot is built with to ask for its update kinds: it is not running, so it makes
+/// no call.
+struct NoCalls;
+
+#[async_trait::async_trait]
+impl BotApi for NoCalls {
+    async fn call(&self, call: &ApiCall<'_>) -> Result<serde_json::Value, CallError> {
+        Err(TelegramError::Network(format!(
+            "{} was not sent: `tgq webhook set` only asks the bot which updates it handles",
+            call.method
+        ))
+        .into())
+    }
+}
+
+/// A bot token's shape, `123456789:AA…`: checked before it is sent anywhere.
+fn check_token(token: &str) -> anyhow::Result<()> {
+    let valid = token.split_once(':').is_some_and(|(id, key)| {
+        !id.is_empty()
+            && id.bytes().all(|b| b.is_ascii_digit())
+            && !key.is_empty()
+            && key
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    });
+    if !valid {
+        bail!("the bot token does not look like one from @BotFather (digits, ':', then letters)");
+    }
+    Ok(())
+}
+
+/// One `--allowed-updates` kind, as the Bot API spells it.
+fn update_kind(text: &str) -> Result<AllowedUpdate, String> {
+    serde_json::from_value(serde_json::Value::String(text.trim().to_owned())).map_err(|_| {
+        let known: Vec<String> = EVERY_UPDATE_KIND
+            .iter()
+            .filter_map(|kind| serde_json::to_value(kind).ok())
+            .filter_map(|value| value.as_str().map(str::to_owned))
+            .collect();
+        format!(
+            "{text:?} is not an update kind; the kinds are {}",
+            known.join(", ")
+        )
+    })
+}
+
+/// getWebhookInfo as text.
+fn print_info(info: &teloxide_core::types::WebhookInfo) {
+    match &info.url {
+        Some(url) => outln!("url                   {url}"),
+        None => {
+            outln!("url                   none: updates wait for getUpdates (`tgq local --poll`)")
+        }
+    }
+    outln!("pending updates       {}", info.pending_update_count);
+    if let Some(max) = info.max_connections {
+        outln!("max connections       {max}");
+    }
+    if let Some(kinds) = &info.allowed_updates {
+        let names: Vec<String> = kinds
+            .iter()
+            .filter_map(|kind| serde_json::to_value(kind).ok())
+            .filter_map(|value| value.as_str().map(str::to_owned))
+            .collect();
+        outln!("allowed updates       {}", names.join(", "));
+    }
+    if let Some(ip) = info.ip_address {
+        outln!("ip address            {ip}");
+    }
+    if let Some(message) = &info.last_error_message {
+        let when = info
+            .last_error_date
+            .map(|d| format!("(at {d})"))
+            .unwrap_or_default();
+        outln!("last error            {message} {when}");
+    }
 }
 
 /// A URL Telegram accepts for a webhook: HTTPS, on one of its ports. Checked when the command line

@@ -16,10 +16,11 @@ use aws_sdk_dynamodb::types::{
     AttributeValue, CancellationReason, Put, ReturnValue, ReturnValuesOnConditionCheckFailure,
     TransactWriteItem, Update,
 };
+use tgq_core::audit::{newest, AuditEntry, AuditLog, AuditReader};
 use tgq_core::ids::{RecordKey, StateKey};
 use tgq_core::ports::{
-    Claim, ClaimRequest, Claimed, Final, Inserted, Lease, RecordReader, Settlement, UpdateLedger,
-    UpdateStore,
+    Claim, ClaimRequest, Claimed, Final, Inserted, Lease, RecordReader, Reset, ResetRequest,
+    ResetRule, Settlement, UpdateLedger, UpdateReset, UpdateStore,
 };
 use tgq_core::record::{ActionIntent, ActionOutcome, Status, Timestamp, UpdateRecord};
 use tgq_core::state::{StateWrite, StoredState};
@@ -39,6 +40,10 @@ const CLAIMABLE_STATUS: &str = "#status IN (:received, :queued, :retrying)";
 /// The worker holding the lease died or ran out of time, so the lease may be taken over.
 const LEASE_EXPIRED: &str =
     "(#status = :processing AND (attribute_not_exists(lease_until) OR lease_until <= :now))";
+/// The record was given up on.
+const IS_DEAD: &str = "#status = :dead";
+/// The record never finished: waiting, backing off, or claimed by a run that died.
+const UNFINISHED: &str = "#status IN (:received, :queued, :retrying)";
 /// Only a freshly stored record becomes queued; a worker may already have moved it further.
 const STILL_RECEIVED: &str = "#status = :received";
 /// The run that writes still holds the lease: the record is PROCESSING with the attempt number the
@@ -73,7 +78,16 @@ const CLAIM_UPDATE: &str = "SET #status = :processing, lease_until = :lease, \
 /// How often a claim retries after losing a race to re-create an expired record.
 const CLAIM_ROUNDS: usize = 3;
 
+/// Restarts a record for a replay ([`tgq_core::record::UpdateRecord::restart`]): every earlier run
+/// refunded, the time budget, lease and burial gone; `attempts` keeps counting (fencing).
+const RESTART_UPDATE: &str = "SET #status = :queued, throttled = attempts \
+     REMOVE first_attempt_at, lease_until, burial";
+
+/// The prefix of audit entries' keys; update records' keys start with a bot id, which has no `#`.
+const AUDIT_PREFIX: &str = "audit#";
+
 const PUT: &str = "DynamoDB PutItem";
+const SCAN: &str = "DynamoDB Scan";
 const UPDATE: &str = "DynamoDB UpdateItem";
 const GET: &str = "DynamoDB GetItem";
 const TRANSACT: &str = "DynamoDB TransactWriteItems";
@@ -179,6 +193,7 @@ impl DynamoStore {
             .await;
         match result {
             Ok(_) => Ok(Some(Claim::Run(Claimed {
+                received_at: request.now,
                 lease: Lease {
                     key: request.key.clone(),
                     token: record.attempts,
@@ -239,6 +254,11 @@ fn claimed_from(old: &Item, request: &ClaimRequest) -> Result<Claimed, item::Ite
         throttled: if existed { old.throttled()? } else { 0 },
         first_attempt_at: old.first_attempt_at()?.unwrap_or(request.now),
         resumed: existed && old.status()? == Status::Processing,
+        received_at: if existed {
+            old.received_at()?
+        } else {
+            request.now
+        },
         // The caller adds the group's state, read before the claim.
         state: None,
     })
@@ -652,5 +672,120 @@ impl RecordReader for DynamoStore {
         UpdateRecord::try_from(&found)
             .map(Some)
             .map_err(|e| PortError::rejected(GET, e))
+    }
+}
+
+/// Which records a reset may restart, as a condition: a live record that the rule allows.
+fn restartable(rule: ResetRule) -> String {
+    match rule {
+        ResetRule::Dead => format!("NOT ({EXPIRED}) AND {IS_DEAD}"),
+        ResetRule::DeadOrUnfinished => {
+            format!("NOT ({EXPIRED}) AND ({IS_DEAD} OR {UNFINISHED} OR {LEASE_EXPIRED})")
+        }
+    }
+}
+
+#[async_trait]
+impl UpdateReset for DynamoStore {
+    async fn reset(&self, request: &ResetRequest) -> Result<Reset, PortError> {
+        let result = self
+            .update(&request.key)
+            .update_expression(RESTART_UPDATE)
+            .condition_expression(restartable(request.rule))
+            .expression_attribute_names("#status", item::STATUS)
+            .set_expression_attribute_values(Some(reset_values(request)))
+            .return_values(ReturnValue::AllOld)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        let unreadable = |e: item::ItemError| PortError::rejected(UPDATE, e);
+        match result {
+            Ok(output) => {
+                let old = Item(output.attributes.unwrap_or_default());
+                Ok(Reset::Restarted(old.status().map_err(unreadable)?))
+            }
+            Err(err) => match update_condition_failed(&err) {
+                Some(None) => Ok(Reset::Absent),
+                Some(Some(old)) if old.is_expired(request.now).map_err(unreadable)? => {
+                    Ok(Reset::Absent)
+                }
+                Some(Some(old)) => Ok(Reset::Refused(old.status().map_err(unreadable)?)),
+                None => Err(port_error(UPDATE, err)),
+            },
+        }
+    }
+}
+
+/// Every value the reset's condition and update name (the rule picks among them).
+fn reset_values(request: &ResetRequest) -> HashMap<String, AttributeValue> {
+    let mut values = HashMap::from([
+        (":dead".to_owned(), string(Status::Dead.as_str())),
+        (":queued".to_owned(), string(Status::Queued.as_str())),
+        (":now_secs".to_owned(), number(request.now.as_secs())),
+    ]);
+    if request.rule == ResetRule::DeadOrUnfinished {
+        values.extend([
+            (":received".to_owned(), string(Status::Received.as_str())),
+            (":retrying".to_owned(), string(Status::Retrying.as_str())),
+            (
+                ":processing".to_owned(),
+                string(Status::Processing.as_str()),
+            ),
+            (":now".to_owned(), number(request.now.0)),
+        ]);
+    }
+    values
+}
+
+#[async_trait]
+impl AuditLog for DynamoStore {
+    async fn append(&self, entry: &AuditEntry) -> Result<(), PortError> {
+        let pk = format!(
+            "{AUDIT_PREFIX}{}#{:020}#{:08x}",
+            entry.bot_id,
+            entry.at.0,
+            rand::random::<u32>()
+        );
+        self.client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item::audit_item(pk, entry)))
+            .condition_expression(NOT_EXISTS)
+            .send()
+            .await
+            .map_err(|e| port_error(PUT, e))?;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl AuditReader for DynamoStore {
+    /// Scans the table for audit entries (keys starting with `audit#`): an operator's command, which
+    /// reads the whole table once; the functions never call it.
+    async fn recent(&self, max: usize, now: Timestamp) -> Result<Vec<AuditEntry>, PortError> {
+        let mut entries = Vec::new();
+        let mut start: Option<HashMap<String, AttributeValue>> = None;
+        loop {
+            let output = self
+                .client
+                .scan()
+                .table_name(&self.table)
+                .filter_expression("begins_with(pk, :audit)")
+                .expression_attribute_values(":audit", string(AUDIT_PREFIX))
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|e| port_error(SCAN, e))?;
+            for found in output.items.unwrap_or_default() {
+                let entry =
+                    item::audit_entry(&Item(found)).map_err(|e| PortError::rejected(SCAN, e))?;
+                entries.push(entry);
+            }
+            match output.last_evaluated_key {
+                Some(key) if !key.is_empty() => start = Some(key),
+                _ => break,
+            }
+        }
+        Ok(newest(entries, max, now))
     }
 }

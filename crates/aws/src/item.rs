@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::AttributeValue;
 use bytes::Bytes;
+use tgq_core::audit::AuditEntry;
 use tgq_core::dead::Burial;
 use tgq_core::ids::{BotId, GroupKey, RecordKey, StateKey, UpdateId};
 use tgq_core::record::{ActionIntent, ActionRecord, ActionState, Status, Timestamp, UpdateRecord};
@@ -208,6 +209,11 @@ impl Item {
         Ok(self.expires_at()? <= now)
     }
 
+    /// When the webhook (or a claim that created the record) stored it.
+    pub(crate) fn received_at(&self) -> Result<Timestamp, ItemError> {
+        Ok(Timestamp(self.u64(RECEIVED_AT)?))
+    }
+
     /// Handler runs so far.
     pub(crate) fn attempts(&self) -> Result<u32, ItemError> {
         u32::try_from(self.u64(ATTEMPTS)?).map_err(|_| malformed(ATTEMPTS, "a 32-bit count"))
@@ -381,6 +387,62 @@ impl TryFrom<&Item> for UpdateRecord {
             expires_at: item.expires_at()?,
         })
     }
+}
+
+// The attributes of an audit entry, an item of its own in the records' table (key `audit#…`).
+const AT: &str = "at";
+const PRINCIPAL: &str = "principal";
+const ACTION: &str = "action";
+const BOT_ID: &str = "bot_id";
+const UPDATE_ID: &str = "update_id";
+const LETTER_ID: &str = "letter_id";
+const OUTCOME: &str = "outcome";
+
+/// The item of an audit entry under `pk`, expiring with the records (TTL on `expires_at`).
+pub(crate) fn audit_item(pk: String, entry: &AuditEntry) -> HashMap<String, AttributeValue> {
+    let mut item = HashMap::from([
+        (PK.to_owned(), string(pk)),
+        (AT.to_owned(), number(entry.at.0)),
+        (PRINCIPAL.to_owned(), string(&entry.principal)),
+        (ACTION.to_owned(), string(entry.action.as_str())),
+        (BOT_ID.to_owned(), string(entry.bot_id.as_str())),
+        (OUTCOME.to_owned(), string(&entry.outcome)),
+        (EXPIRES_AT.to_owned(), expiry_secs(entry.expires_at)),
+    ]);
+    if let Some(update_id) = entry.update_id {
+        item.insert(UPDATE_ID.to_owned(), number(update_id.0));
+    }
+    if let Some(letter_id) = &entry.letter_id {
+        item.insert(LETTER_ID.to_owned(), string(letter_id));
+    }
+    item
+}
+
+/// An audit entry read back.
+pub(crate) fn audit_entry(item: &Item) -> Result<AuditEntry, ItemError> {
+    let update_id = match item.0.get(UPDATE_ID) {
+        None => None,
+        Some(value) => Some(UpdateId(
+            value
+                .as_n()
+                .ok()
+                .and_then(|n| n.parse().ok())
+                .ok_or_else(|| malformed(UPDATE_ID, "a whole number"))?,
+        )),
+    };
+    Ok(AuditEntry {
+        at: Timestamp(item.u64(AT)?),
+        principal: item.str(PRINCIPAL)?.to_owned(),
+        action: item
+            .str(ACTION)?
+            .parse()
+            .map_err(|_| malformed(ACTION, "a known action"))?,
+        bot_id: BotId::new(item.str(BOT_ID)?).map_err(|_| malformed(BOT_ID, "a bot id"))?,
+        update_id,
+        letter_id: item.optional_str(LETTER_ID)?,
+        outcome: item.str(OUTCOME)?.to_owned(),
+        expires_at: item.expires_at()?,
+    })
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 
 use aws_sdk_sqs::types::{Message, MessageAttributeValue, MessageSystemAttributeName};
 use bytes::Bytes;
+use tgq_core::dead::DeadLetterMarks;
 use tgq_core::ids::{BotId, GroupKey, MessageGroupId, UpdateId};
 use tgq_core::ports::DeadLetter;
 use tgq_core::PortError;
@@ -97,6 +98,30 @@ pub(crate) fn letter_attributes(
         attribute("Number", &letter.attempts.to_string())?,
     );
     Ok(attributes)
+}
+
+/// The dead-letter marks of a message on the updates queue, read through `attribute` (a message
+/// attribute's string value by name): present when the message is one of tgq's letters moved back
+/// from the dead-letter queue, which keeps a message's attributes.
+pub fn dead_letter_marks<'a>(
+    attribute: impl Fn(&str) -> Option<&'a str>,
+) -> Option<DeadLetterMarks> {
+    attribute(BOT_ID)?;
+    let reason = attribute(REASON)?.parse().ok()?;
+    let attempts = attribute(ATTEMPTS)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    Some(DeadLetterMarks { reason, attempts })
+}
+
+/// The marks of a received SQS message, if it is a letter moved back.
+pub(crate) fn message_marks(message: &Message) -> Option<DeadLetterMarks> {
+    let attributes = message.message_attributes.as_ref()?;
+    dead_letter_marks(|name| {
+        attributes
+            .get(name)
+            .and_then(MessageAttributeValue::string_value)
+    })
 }
 
 /// Rebuilds the letter a message carries. A message without tgq's attributes was moved here by the
@@ -217,6 +242,24 @@ mod tests {
         assert_eq!(attributes[ATTEMPTS].string_value(), Some("2"));
         assert!(!attributes.contains_key(ERROR));
         assert_eq!(dead_letter(&delivered(&sent)).unwrap(), sent);
+    }
+
+    #[test]
+    fn a_letter_moved_back_to_the_updates_queue_is_known_by_its_attributes() {
+        let sent = letter(b"{\"update_id\":17}");
+        assert_eq!(
+            message_marks(&delivered(&sent)),
+            Some(DeadLetterMarks {
+                reason: DeadReason::Permanent,
+                attempts: 2
+            })
+        );
+        let update = Message::builder().message_id("m-9").body("{}").build();
+        assert_eq!(
+            message_marks(&update),
+            None,
+            "an update sent by the webhook"
+        );
     }
 
     #[test]

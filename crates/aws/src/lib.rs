@@ -2,7 +2,7 @@
 //! table ([`DynamoPollerLease`]), the updates queue and the dead-letter queue on SQS FIFO
 //! ([`SqsQueue`]), secrets from SSM Parameter Store
 //! ([`resolve_secret`]), and what both functions set up the same way: the client configuration
-//! ([`aws_config`]) and their logs ([`init_logging`]). Every SDK type stays
+//! ([`aws_config`]), their logs ([`init_logging`]) and their metrics ([`init_metrics`]). Every SDK type stays
 //! inside this crate: the ports speak only `tgq_core` types, and [`PortError`](tgq_core::PortError)
 //! says whether a failure is worth retrying.
 
@@ -12,6 +12,7 @@ mod item;
 mod lease;
 mod letter;
 mod logging;
+mod metrics;
 mod secret;
 mod sqs;
 
@@ -25,7 +26,9 @@ use aws_smithy_runtime_api::client::http::SharedHttpClient;
 
 pub use dynamo::DynamoStore;
 pub use lease::DynamoPollerLease;
-pub use logging::{init_logging, log_filter, DEFAULT_LOG_FILTER};
+pub use letter::dead_letter_marks;
+pub use logging::{init_logging, json_logs, log_filter, DEFAULT_LOG_FILTER};
+pub use metrics::init_metrics;
 pub use secret::{resolve_secret, SecretError};
 pub use sqs::SqsQueue;
 
@@ -62,10 +65,18 @@ fn timeouts(extra: Duration) -> TimeoutConfig {
 /// from the environment, `AWS_ENDPOINT_URL` honoured (moto, LocalStack), short timeouts (connect 1 s,
 /// attempt 2 s, call 5 s), the standard retry mode with at most 3 attempts, and [`https_client`].
 pub async fn aws_config() -> SdkConfig {
-    aws_config::defaults(BehaviorVersion::latest())
+    aws_config_in(None).await
+}
+
+/// [`aws_config`] in `region` when one is given (the `tgq` command's `--region`), else the
+/// environment's (`AWS_REGION`, the profile).
+pub async fn aws_config_in(region: Option<String>) -> SdkConfig {
+    let mut loader = aws_config::defaults(BehaviorVersion::latest())
         .http_client(https_client())
         .timeout_config(timeouts(Duration::ZERO))
-        .retry_config(RetryConfig::standard().with_max_attempts(MAX_ATTEMPTS))
-        .load()
-        .await
+        .retry_config(RetryConfig::standard().with_max_attempts(MAX_ATTEMPTS));
+    if let Some(region) = region {
+        loader = loader.region(aws_config::Region::new(region));
+    }
+    loader.load().await
 }

@@ -4,25 +4,29 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use aws_sdk_sqs::types::{Message, MessageSystemAttributeName};
+use aws_sdk_sqs::types::{Message, MessageSystemAttributeName, QueueAttributeName};
 use bytes::Bytes;
 use tgq_core::defaults::MAX_VISIBILITY;
-use tgq_core::ids::MessageGroupId;
+use tgq_core::ids::{BotId, MessageGroupId};
 use tgq_core::ports::{
-    DeadLetter, DeadLetterReader, DeadLetters, OutgoingMessage, QueueConsumer, QueueRecord,
-    ReceiptHandle, UpdateQueue, Visibility,
+    DeadLetter, DeadLetterReader, DeadLetterStore, DeadLetters, HeldLetter, LetterHandle,
+    OutgoingMessage, QueueConsumer, QueueRecord, ReceiptHandle, UpdateQueue, Visibility,
 };
 use tgq_core::record::Timestamp;
 use tgq_core::PortError;
 
 use crate::error::port_error;
-use crate::letter::{dead_letter, encode_body, letter_attributes};
+use crate::letter::{dead_letter, encode_body, letter_attributes, message_marks};
 use crate::timeouts;
 
 pub(crate) const SEND: &str = "SQS SendMessage";
 pub(crate) const RECEIVE: &str = "SQS ReceiveMessage";
 const DELETE: &str = "SQS DeleteMessage";
 const CHANGE_VISIBILITY: &str = "SQS ChangeMessageVisibility";
+const ATTRIBUTES: &str = "SQS GetQueueAttributes";
+
+/// How long each of `hold`'s receives waits: a short poll may miss messages that are there.
+const HOLD_WAIT: Duration = Duration::from_secs(1);
 
 /// SQS hands out at most this many messages per receive.
 const MAX_BATCH: usize = 10;
@@ -117,6 +121,7 @@ fn queue_record(message: Message) -> Result<QueueRecord, PortError> {
     )
     .and_then(|ms| ms.parse().ok())
     .map(Timestamp);
+    let dead_letter = message_marks(&message);
     Ok(QueueRecord {
         message_id: message.message_id.ok_or_else(|| missing("MessageId"))?,
         receipt: ReceiptHandle(
@@ -128,6 +133,7 @@ fn queue_record(message: Message) -> Result<QueueRecord, PortError> {
         group_id: MessageGroupId::from_raw(group_id),
         receive_count,
         first_received_at,
+        dead_letter,
     })
 }
 
@@ -271,6 +277,93 @@ impl DeadLetterReader for SqsQueue {
     }
 }
 
+impl SqsQueue {
+    /// A queue attribute as a number (0 when SQS leaves it out).
+    async fn count_attributes(&self, names: &[QueueAttributeName]) -> Result<u64, PortError> {
+        let output = self
+            .client
+            .get_queue_attributes()
+            .queue_url(&self.url)
+            .set_attribute_names(Some(names.to_vec()))
+            .send()
+            .await
+            .map_err(|e| port_error(ATTRIBUTES, e))?;
+        let attributes = output.attributes.unwrap_or_default();
+        Ok(names
+            .iter()
+            .filter_map(|name| attributes.get(name)?.parse::<u64>().ok())
+            .sum())
+    }
+
+    /// Messages ready to be received, and messages in flight (received and not deleted, or hidden
+    /// by a visibility change), as SQS approximates them.
+    pub async fn depth_by_state(&self) -> Result<(u64, u64), PortError> {
+        let visible = self
+            .count_attributes(&[
+                QueueAttributeName::ApproximateNumberOfMessages,
+                QueueAttributeName::ApproximateNumberOfMessagesDelayed,
+            ])
+            .await?;
+        let in_flight = self
+            .count_attributes(&[QueueAttributeName::ApproximateNumberOfMessagesNotVisible])
+            .await?;
+        Ok((visible, in_flight))
+    }
+}
+
+/// A received dead letter as the operator holds it. A message whose attributes cannot be read is
+/// still shown (and can be purged), as a poison letter saying why.
+fn held_letter(message: Message) -> Result<HeldLetter, PortError> {
+    let missing = |what: &str| PortError::rejected(RECEIVE, format!("a message without {what}"));
+    let letter = dead_letter(&message).unwrap_or_else(|error| {
+        DeadLetter::unreadable(
+            BotId::unknown(),
+            bytes::Bytes::from(message.body.clone().unwrap_or_default()),
+            format!("its dead-letter attributes cannot be read: {error}"),
+        )
+    });
+    let sent_at = system_attribute(&message, &MessageSystemAttributeName::SentTimestamp)
+        .and_then(|ms| ms.parse().ok())
+        .map(Timestamp);
+    Ok(HeldLetter {
+        id: message.message_id.ok_or_else(|| missing("MessageId"))?,
+        handle: LetterHandle(
+            message
+                .receipt_handle
+                .ok_or_else(|| missing("ReceiptHandle"))?,
+        ),
+        sent_at,
+        letter,
+    })
+}
+
+#[async_trait]
+impl DeadLetterStore for SqsQueue {
+    /// Receives letters hidden for `hold`: SQS itself keeps them from other receivers until then.
+    async fn hold(&self, max: usize, hold: Duration) -> Result<Vec<HeldLetter>, PortError> {
+        if max == 0 {
+            return Ok(Vec::new());
+        }
+        let mut messages = self.receive_messages(max, hold, HOLD_WAIT).await?;
+        messages.sort_by_key(sent_at);
+        messages.into_iter().map(held_letter).collect()
+    }
+
+    async fn release(&self, handle: &LetterHandle) -> Result<(), PortError> {
+        self.change_visibility(&ReceiptHandle(handle.0.clone()), Duration::ZERO)
+            .await
+    }
+
+    async fn remove(&self, handle: &LetterHandle) -> Result<(), PortError> {
+        self.delete(&ReceiptHandle(handle.0.clone())).await
+    }
+
+    async fn depth(&self) -> Result<u64, PortError> {
+        let (visible, in_flight) = self.depth_by_state().await?;
+        Ok(visible + in_flight)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -305,6 +398,7 @@ mod tests {
                 group_id: MessageGroupId::from_raw("demo:5"),
                 receive_count: 2,
                 first_received_at: None,
+                dead_letter: None,
             }
         );
     }

@@ -123,6 +123,7 @@ async fn an_expired_record_is_claimed_afresh_without_its_old_runs_or_actions() {
             throttled: 0,
             first_attempt_at: now,
             resumed: false,
+            received_at: now,
             state: None,
         })
     );

@@ -83,7 +83,9 @@ async fn a_missing_table_answers_503_buries_nothing_and_the_retry_goes_through_o
     let worker = Worker::new(
         WorkerSettings::default(),
         WorkerPorts {
-            ledger: store,
+            ledger: store.clone(),
+            reset: store.clone(),
+            audit: store,
             visibility: e.queue.clone(),
             dead: e.dlq.clone(),
             api: api.clone(),

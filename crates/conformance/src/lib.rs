@@ -7,13 +7,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use tgq_core::audit::{AuditAction, AuditEntry, AuditLog, AuditReader};
 use tgq_core::clock::{Clock, SystemClock};
 use tgq_core::dead::{Burial, DeadReason, FailureClass};
 use tgq_core::ids::{BotId, GroupKey, RecordKey, StateKey, UpdateId};
 use tgq_core::ports::{
-    Claim, ClaimRequest, Claimed, DeadLetter, DeadLetterReader, DeadLetters, Final, Inserted,
-    OutgoingMessage, QueueConsumer, RecordReader, Settlement, UpdateLedger, UpdateQueue,
-    UpdateStore,
+    Claim, ClaimRequest, Claimed, DeadLetter, DeadLetterReader, DeadLetterStore, DeadLetters,
+    Final, Inserted, OutgoingMessage, QueueConsumer, RecordReader, Reset, ResetRequest, ResetRule,
+    Settlement, UpdateLedger, UpdateQueue, UpdateReset, UpdateStore,
 };
 use tgq_core::record::{
     ActionIntent, ActionOutcome, ActionResult, ActionState, Delivery, Status, Timestamp,
@@ -43,6 +44,14 @@ pub struct Adapters {
     pub dead_reader: Arc<dyn DeadLetterReader>,
     /// The updates queue's redrive limit (`maxReceiveCount`); small, so a test can reach it.
     pub max_receive_count: u32,
+    /// The operator's record port.
+    pub reset: Arc<dyn UpdateReset>,
+    /// The audit trail, append side.
+    pub audit: Arc<dyn AuditLog>,
+    /// The audit trail, read side.
+    pub audit_reader: Arc<dyn AuditReader>,
+    /// The dead-letter queue, operator side.
+    pub dead_store: Arc<dyn DeadLetterStore>,
 }
 
 /// Expands to one `#[tokio::test]` per conformance body, each built from `$make` (an async
@@ -71,6 +80,10 @@ macro_rules! conformance_tests {
             a_claim_after_a_run_died_holding_the_lease_says_so,
             a_record_over_the_item_size_limit_is_refused_as_too_large,
             a_message_received_max_receive_count_times_is_redriven_untried,
+            a_reset_restarts_a_dead_record_with_a_fresh_budget_and_leaves_a_finished_one,
+            a_reset_under_the_dead_rule_leaves_an_unfinished_record_and_an_expired_one_is_absent,
+            audit_entries_come_back_newest_first_without_the_expired_ones,
+            a_held_letter_is_hidden_until_released_and_a_removed_one_is_gone,
             a_claim_returns_the_state_its_group_s_last_done_settle_wrote,
             a_state_write_from_a_stale_read_is_a_conflict_and_writes_nothing,
             outcomes_written_at_once_come_back_with_the_next_claim_and_are_fenced,
@@ -990,4 +1003,213 @@ pub async fn a_dead_letter_keeps_its_bytes_and_reasons(a: Adapters) {
         "letter not found among {} letters",
         letters.len()
     );
+}
+
+fn reset_request(key: &RecordKey, rule: ResetRule) -> ResetRequest {
+    ResetRequest {
+        key: key.clone(),
+        now: now(),
+        rule,
+    }
+}
+
+/// An operator's replay restarts a DEAD record with a fresh budget, keeping its recorded actions
+/// and counting its runs on (the next run's fencing token is new); once the update has run again
+/// and finished, a second replay is refused.
+pub async fn a_reset_restarts_a_dead_record_with_a_fresh_budget_and_leaves_a_finished_one(
+    a: Adapters,
+) {
+    let r = record(&fresh_key(), "1");
+    a.store.insert(&r, now()).await.unwrap();
+    let first = claim(&a, &r, now(), Duration::from_secs(30)).await;
+    a.ledger
+        .record_intent(
+            &first.lease,
+            &intent(1, "sendMessage", Delivery::AtLeastOnce),
+            &[],
+        )
+        .await
+        .unwrap();
+    let sent = ActionOutcome {
+        seq: 1,
+        state: ActionState::Succeeded(ActionResult::True),
+    };
+    a.ledger
+        .settle(&first.lease, &Settlement::Dead(burial()), &[sent])
+        .await
+        .unwrap();
+
+    let replay = reset_request(&r.key, ResetRule::DeadOrUnfinished);
+    assert_eq!(
+        a.reset.reset(&replay).await.unwrap(),
+        Reset::Restarted(Status::Dead)
+    );
+    let restarted = a.reader.get(&r.key, now()).await.unwrap().unwrap();
+    assert_eq!(
+        (
+            restarted.status,
+            restarted.attempts,
+            restarted.throttled,
+            restarted.lease_until,
+            restarted.first_attempt_at,
+            restarted.burial,
+        ),
+        (Status::Queued, 1, 1, None, None, None)
+    );
+    let again = claim(&a, &r, now(), Duration::from_secs(30)).await;
+    assert_eq!(again.lease.token, 2, "the fencing token keeps counting");
+    assert_eq!(again.attempts_spent(), 1, "a fresh budget");
+    assert!(
+        again.actions.contains_key(&1),
+        "a completed send is kept, so the replay does not repeat it"
+    );
+    assert_eq!(
+        a.reset.reset(&replay).await.unwrap(),
+        Reset::Refused(Status::Processing),
+        "a run holds the lease"
+    );
+    a.ledger
+        .settle(&again.lease, &Settlement::DONE, &[])
+        .await
+        .unwrap();
+    assert_eq!(
+        a.reset.reset(&replay).await.unwrap(),
+        Reset::Refused(Status::Done),
+        "replaying a finished update would run it twice"
+    );
+    assert_eq!(
+        a.reset
+            .reset(&reset_request(&fresh_key(), ResetRule::DeadOrUnfinished))
+            .await
+            .unwrap(),
+        Reset::Absent
+    );
+}
+
+/// A redrive through the SQS console restarts only a DEAD record, so a later delivery of the same
+/// message does not refund the budget again; an expired record counts as absent.
+pub async fn a_reset_under_the_dead_rule_leaves_an_unfinished_record_and_an_expired_one_is_absent(
+    a: Adapters,
+) {
+    let r = record(&fresh_key(), "2");
+    a.store.insert(&r, now()).await.unwrap();
+    a.store.mark_queued(&r.key).await.unwrap();
+    assert_eq!(
+        a.reset
+            .reset(&reset_request(&r.key, ResetRule::Dead))
+            .await
+            .unwrap(),
+        Reset::Refused(Status::Queued)
+    );
+    assert_eq!(
+        a.reset
+            .reset(&reset_request(&r.key, ResetRule::DeadOrUnfinished))
+            .await
+            .unwrap(),
+        Reset::Restarted(Status::Queued),
+        "the queue's redrive moves unfinished updates too"
+    );
+
+    let key = fresh_key();
+    let long_ago = Timestamp(now().0 - 3 * 86_400_000);
+    let old = UpdateRecord::received(
+        key.clone(),
+        GroupKey::new("3"),
+        Bytes::from_static(b"{}"),
+        long_ago,
+        DAY,
+    );
+    a.store.insert(&old, long_ago).await.unwrap();
+    assert_eq!(
+        a.reset
+            .reset(&reset_request(&key, ResetRule::DeadOrUnfinished))
+            .await
+            .unwrap(),
+        Reset::Absent
+    );
+}
+
+/// The audit trail gives entries back newest first, every field kept, and leaves out expired ones.
+pub async fn audit_entries_come_back_newest_first_without_the_expired_ones(a: Adapters) {
+    let principal = format!(
+        "arn:aws:iam::123456789012:user/conf-{}",
+        fresh_key().update_id
+    );
+    let t = now();
+    let entry = |at: u64, action, expires_at: Timestamp| AuditEntry {
+        at: Timestamp(t.0 - 10_000 + at),
+        principal: principal.clone(),
+        action,
+        bot_id: bot(),
+        update_id: Some(UpdateId(i64::try_from(at).unwrap())),
+        letter_id: Some(format!("letter-{at}")),
+        outcome: format!("outcome {at}"),
+        expires_at,
+    };
+    let written = [
+        entry(1, AuditAction::Replay, t.plus(DAY)),
+        entry(2, AuditAction::Purge, t.plus(DAY)),
+        entry(3, AuditAction::Redrive, t.plus(DAY)),
+        entry(4, AuditAction::Replay, Timestamp(t.0 - 1000)),
+    ];
+    for e in &written {
+        a.audit.append(e).await.unwrap();
+    }
+    let ours: Vec<AuditEntry> = a
+        .audit_reader
+        .recent(10_000, t)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.principal == principal)
+        .collect();
+    let expected: Vec<AuditEntry> = written[..3].iter().rev().cloned().collect();
+    // The TTL attribute keeps whole seconds.
+    let seconds = |mut e: AuditEntry| {
+        e.expires_at = Timestamp(e.expires_at.as_secs() * 1000);
+        e
+    };
+    assert_eq!(
+        ours.into_iter().map(seconds).collect::<Vec<_>>(),
+        expected.into_iter().map(seconds).collect::<Vec<_>>()
+    );
+}
+
+/// An operator's hold hides letters from the next hold until they are released; a removed letter
+/// is gone for good.
+pub async fn a_held_letter_is_hidden_until_released_and_a_removed_one_is_gone(a: Adapters) {
+    let letter = |n: i64| DeadLetter {
+        bot_id: bot(),
+        update_id: Some(UpdateId(n)),
+        group: Some(fresh_group("held")),
+        body: Bytes::from(format!("{{\"update_id\":{n}}}")),
+        reason: DeadReason::BudgetSpent,
+        error_class: FailureClass::Transient,
+        error: "Telegram answered 502".into(),
+        attempts: 8,
+    };
+    let (first, second) = (
+        letter(fresh_key().update_id.0),
+        letter(fresh_key().update_id.0),
+    );
+    a.dead.dead_letter(&first).await.unwrap();
+    a.dead.dead_letter(&second).await.unwrap();
+    let hold = Duration::from_secs(60);
+
+    let held = a.dead_store.hold(10, hold).await.unwrap();
+    let letters: Vec<&DeadLetter> = held.iter().map(|h| &h.letter).collect();
+    assert_eq!(letters, [&first, &second]);
+    assert!(
+        a.dead_store.hold(10, hold).await.unwrap().is_empty(),
+        "held letters are hidden from the next hold"
+    );
+    a.dead_store.remove(&held[1].handle).await.unwrap();
+    a.dead_store.release(&held[0].handle).await.unwrap();
+    let again = a.dead_store.hold(10, hold).await.unwrap();
+    assert_eq!(
+        again.iter().map(|h| (&h.id, &h.letter)).collect::<Vec<_>>(),
+        [(&held[0].id, &first)],
+        "the released letter is back under its id; the removed one is gone"
+    );
+    a.dead_store.release(&again[0].handle).await.unwrap();
 }

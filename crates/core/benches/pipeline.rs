@@ -85,13 +85,16 @@ fn process_batch(c: &mut Criterion) {
         .enable_all()
         .build()
         .unwrap();
+    let store = Arc::new(MemoryStore::new());
     let ports = WorkerPorts {
-        ledger: Arc::new(MemoryStore::new()),
+        ledger: store.clone(),
         visibility: Arc::new(RecordingVisibility::new()),
         dead: Arc::new(MemoryDeadLetters::new()),
         api: Arc::new(RecordingBotApi::new()),
         pacer: Arc::new(Pacer::new(RateLimits::UNLIMITED)),
         clock: Arc::new(SystemClock),
+        reset: store.clone(),
+        audit: store,
     };
     let settings = WorkerSettings {
         retry: RetryPolicy::default(),
@@ -112,6 +115,7 @@ fn process_batch(c: &mut Criterion) {
                     group_id: MessageGroupId::from_raw(format!("bench:{}", i % 3)),
                     receive_count: 1,
                     first_received_at: None,
+                    dead_letter: None,
                 }
             })
             .collect()

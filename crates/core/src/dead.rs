@@ -41,6 +41,31 @@ impl DeadReason {
     }
 }
 
+impl DeadReason {
+    /// The reason in words, for `tgq dlq list`.
+    pub fn describe(self) -> &'static str {
+        match self {
+            DeadReason::Poison => "poison (not an update)",
+            DeadReason::Permanent => "permanent error",
+            DeadReason::BudgetSpent => "attempt budget spent",
+            DeadReason::ThrottledTooLong => "throttled too long",
+            DeadReason::Redriven => "redriven by SQS after too many receives without a run",
+            DeadReason::TooLarge => "too large to store",
+        }
+    }
+}
+
+/// What a message on the updates queue carries when it is one of tgq's dead letters moved back by
+/// an operator (the SQS console's "start DLQ redrive"): the attributes its letter was sent with.
+/// The worker takes such a message as an operator's replay (docs/ARCHITECTURE.md §8).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeadLetterMarks {
+    /// Why it had been dead-lettered.
+    pub reason: DeadReason,
+    /// Handler runs it had spent.
+    pub attempts: u32,
+}
+
 /// What kind of failure buried an update.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum FailureClass {

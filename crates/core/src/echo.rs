@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use teloxide_core::payloads::{AnswerCallbackQuery, SendMessage};
-use teloxide_core::types::{Message, Update, UpdateKind};
+use teloxide_core::types::{AllowedUpdate, Message, Update, UpdateKind};
 
 use crate::context::Context;
 use crate::handler::{Handler, HandlerError};
@@ -31,6 +31,16 @@ pub fn reply_text(update_id: i64, text: &str) -> String {
 
 #[async_trait]
 impl Handler for EchoBot {
+    fn update_kinds(&self) -> Vec<AllowedUpdate> {
+        vec![
+            AllowedUpdate::Message,
+            AllowedUpdate::EditedMessage,
+            AllowedUpdate::ChannelPost,
+            AllowedUpdate::EditedChannelPost,
+            AllowedUpdate::CallbackQuery,
+        ]
+    }
+
     async fn handle(&self, update: Update, ctx: &mut Context<'_>) -> Result<(), HandlerError> {
         let update_id = i64::from(update.id.0);
         match update.kind {

@@ -130,6 +130,15 @@ impl PortError {
         }
     }
 
+    /// Every name [`PortError::cause`] gives, for the alarm that sums `IngestUnavailable` over them.
+    pub const CAUSES: [&'static str; 5] = [
+        "unavailable",
+        "misconfigured",
+        "too_large",
+        "fenced",
+        "rejected",
+    ];
+
     /// The short name of the failure, for logs and metrics (`IngestUnavailable` carries it).
     pub fn cause(&self) -> &'static str {
         match self {
@@ -153,4 +162,22 @@ pub fn error_chain(error: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_cause_is_listed_in_causes() {
+        let errors = [
+            PortError::unavailable("x", "e"),
+            PortError::misconfigured("x", "e"),
+            PortError::too_large("x", "e"),
+            PortError::fenced("x"),
+            PortError::rejected("x", "e"),
+        ];
+        let causes: Vec<&str> = errors.iter().map(PortError::cause).collect();
+        assert_eq!(causes, PortError::CAUSES);
+    }
 }

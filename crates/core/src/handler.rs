@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use teloxide_core::types::Update;
+use teloxide_core::types::{AllowedUpdate, Update};
 
 use crate::config::Vars;
 use crate::context::Context;
@@ -18,7 +18,41 @@ use crate::telegram::{BotApi, Gone, TelegramError};
 pub trait Handler: Send + Sync {
     /// Handles one update. Send through `ctx` so that retries never repeat a completed send.
     async fn handle(&self, update: Update, ctx: &mut Context<'_>) -> Result<(), HandlerError>;
+
+    /// The kinds of update the bot handles: what `tgq webhook set` asks Telegram for
+    /// (`allowed_updates`). Every kind unless the bot says otherwise — including `chat_member`,
+    /// `message_reaction` and `message_reaction_count`, which Telegram leaves out unless asked.
+    fn update_kinds(&self) -> Vec<AllowedUpdate> {
+        EVERY_UPDATE_KIND.to_vec()
+    }
 }
+
+/// Every kind of update the Bot API delivers.
+pub const EVERY_UPDATE_KIND: [AllowedUpdate; 23] = [
+    AllowedUpdate::Message,
+    AllowedUpdate::EditedMessage,
+    AllowedUpdate::ChannelPost,
+    AllowedUpdate::EditedChannelPost,
+    AllowedUpdate::BusinessConnection,
+    AllowedUpdate::BusinessMessage,
+    AllowedUpdate::EditedBusinessMessage,
+    AllowedUpdate::DeletedBusinessMessages,
+    AllowedUpdate::MessageReaction,
+    AllowedUpdate::MessageReactionCount,
+    AllowedUpdate::InlineQuery,
+    AllowedUpdate::ChosenInlineResult,
+    AllowedUpdate::CallbackQuery,
+    AllowedUpdate::ShippingQuery,
+    AllowedUpdate::PreCheckoutQuery,
+    AllowedUpdate::PurchasedPaidMedia,
+    AllowedUpdate::Poll,
+    AllowedUpdate::PollAnswer,
+    AllowedUpdate::MyChatMember,
+    AllowedUpdate::ChatMember,
+    AllowedUpdate::ChatJoinRequest,
+    AllowedUpdate::ChatBoost,
+    AllowedUpdate::RemovedChatBoost,
+];
 
 /// What a bot is built from, once per process (per Lambda container): its id, the environment
 /// (the bot's own settings live there, e.g. a backend URL), and the Bot API for calls that are not

@@ -208,9 +208,16 @@ impl Webhook {
         presented.is_some_and(|p| bool::from(p.ct_eq(expected)))
     }
 
-    /// Stores and enqueues an admitted body (docs/ARCHITECTURE.md §3, steps 3–6).
+    /// Stores and enqueues an admitted body (docs/ARCHITECTURE.md §3, steps 3–6), and counts how
+    /// it ended ([`crate::metrics`]).
     #[instrument(skip_all, fields(bot_id = %self.settings.bot_id, update_id, group))]
     pub async fn ingest(&self, body: Bytes) -> Result<Ingested, Refused> {
+        let outcome = self.make_durable(body).await;
+        crate::metrics::ingested(&outcome);
+        outcome
+    }
+
+    async fn make_durable(&self, body: Bytes) -> Result<Ingested, Refused> {
         let limit = self.settings.max_body_bytes;
         if body.len() > limit {
             return Err(Refused::PayloadTooLarge {

@@ -1,6 +1,7 @@
 //! tgq's core: the update envelope and its keys, the policies, the ports, and the two use cases —
 //! [`ingest::Webhook`] and [`worker::Worker`] (docs/ARCHITECTURE.md §3, §4). No AWS type appears here.
 
+pub mod audit;
 pub mod clock;
 pub mod config;
 pub mod context;
@@ -14,6 +15,8 @@ pub mod handler;
 pub mod ids;
 pub mod ingest;
 pub mod leadership;
+pub mod metrics;
+pub mod operate;
 pub mod pacer;
 pub mod policy;
 pub mod poller;

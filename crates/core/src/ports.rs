@@ -7,8 +7,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 
-use crate::dead::Burial;
 pub use crate::dead::DeadLetter;
+use crate::dead::{Burial, DeadLetterMarks};
 use crate::error::PortError;
 use crate::ids::{GroupKey, MessageGroupId, RecordKey, StateKey};
 use crate::record::{ActionIntent, ActionOutcome, ActionRecord, Status, Timestamp, UpdateRecord};
@@ -158,6 +158,7 @@ impl ClaimRequest {
         record.lease_until = Some(self.lease_until);
         let first_attempt_at = *record.first_attempt_at.get_or_insert(self.now);
         let claimed = Claimed {
+            received_at: record.received_at,
             lease: Lease {
                 key: self.key.clone(),
                 token: record.attempts,
@@ -205,6 +206,8 @@ pub struct Claimed {
     pub first_attempt_at: Timestamp,
     /// The previous run died holding the lease (a crash, a timeout, out of memory).
     pub resumed: bool,
+    /// When the update was stored: its end-to-end latency counts from here.
+    pub received_at: Timestamp,
     /// The state of the update's group, as the group's last `DONE` settle wrote it.
     pub state: Option<StoredState>,
 }
@@ -421,6 +424,9 @@ pub struct QueueRecord {
     pub receive_count: u32,
     /// When the queue first delivered it: SQS's 12-hour visibility ceiling counts from here.
     pub first_received_at: Option<Timestamp>,
+    /// tgq's dead-letter attributes, when the message is a dead letter an operator moved back to
+    /// the updates queue (the SQS console's redrive): the worker then resets its record first.
+    pub dead_letter: Option<DeadLetterMarks>,
 }
 
 /// What the worker may do to a message it holds: hide it for a while (backoff) or show it at once.
@@ -461,4 +467,117 @@ pub trait DeadLetters: Send + Sync {
 pub trait DeadLetterReader: Send + Sync {
     /// Up to `max` letters, oldest first, left on the queue.
     async fn peek(&self, max: usize) -> Result<Vec<DeadLetter>, PortError>;
+}
+
+// The operator's ports (docs/ARCHITECTURE.md §8): what `tgq dlq` does to records and letters, and
+// what the worker needs to take an operator's redrive through the SQS console as a replay.
+
+/// Which records a reset may restart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResetRule {
+    /// Only a `DEAD` record: a dead letter an operator moved back to the updates queue. A later
+    /// delivery of that same message finds the record restarted (or finished) and leaves it be, so
+    /// its budget is refunded once, not at every retry.
+    Dead,
+    /// A `DEAD` record, or one that never finished (`RECEIVED`, `QUEUED`, `RETRYING`, `PROCESSING`
+    /// whose lease ended): an operator's replay of a letter, which the queue's own redrive may have
+    /// moved there without a run.
+    DeadOrUnfinished,
+}
+
+/// An operator's request to restart an update's record (see [`UpdateRecord::restart`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResetRequest {
+    /// The update.
+    pub key: RecordKey,
+    /// The current time: an expired record counts as absent, and a lease that ends before it has
+    /// ended.
+    pub now: Timestamp,
+    /// Which records may be restarted.
+    pub rule: ResetRule,
+}
+
+/// The outcome of [`UpdateReset::reset`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reset {
+    /// The record was restarted from this status.
+    Restarted(Status),
+    /// There is no live record (never stored, or expired): the next claim creates it from the queue
+    /// message, with a fresh budget.
+    Absent,
+    /// The record is in this status and the rule leaves it: `DONE` (the update ran since, so a
+    /// replay would run it twice), `PROCESSING` under a live lease, or not `DEAD` under
+    /// [`ResetRule::Dead`].
+    Refused(Status),
+}
+
+impl ResetRequest {
+    /// The reset rule applied to the stored record, for adapters that read and write a record under
+    /// one lock or transaction (DynamoDB states the same rule as a condition expression). Returns
+    /// the decision and, when the record is restarted, the record to store.
+    pub fn apply(&self, stored: Option<UpdateRecord>) -> (Reset, Option<UpdateRecord>) {
+        let mut record = match stored {
+            Some(record) if !record.is_expired(self.now) => record,
+            _ => return (Reset::Absent, None),
+        };
+        let status = record.status;
+        let restartable = match (self.rule, status) {
+            (_, Status::Dead) => true,
+            (ResetRule::Dead, _) | (_, Status::Done) => false,
+            (ResetRule::DeadOrUnfinished, Status::Processing) => {
+                record.lease_until.is_none_or(|until| until <= self.now)
+            }
+            (ResetRule::DeadOrUnfinished, _) => true,
+        };
+        if !restartable {
+            return (Reset::Refused(status), None);
+        }
+        record.restart();
+        (Reset::Restarted(status), Some(record))
+    }
+}
+
+/// Restarts records for an operator's replay. Only the operator's tool, and the worker for a
+/// redrive an operator started in the SQS console, use it; on DynamoDB it is one conditional
+/// `UpdateItem`, which the worker's role already has.
+#[async_trait]
+pub trait UpdateReset: Send + Sync {
+    /// Restarts the record if the request's rule allows it, in one conditional write.
+    async fn reset(&self, request: &ResetRequest) -> Result<Reset, PortError>;
+}
+
+/// The dead-letter queue's handle on a letter an operator holds.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct LetterHandle(pub String);
+
+/// A dead letter an operator holds: out of sight of other operators' holds until it is released,
+/// removed, or the hold ends.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeldLetter {
+    /// The letter's id in the queue (SQS's message id; the embedded store's sequence number).
+    pub id: String,
+    /// The handle to release or remove it by.
+    pub handle: LetterHandle,
+    /// When it was dead-lettered, when the queue says.
+    pub sent_at: Option<Timestamp>,
+    /// The letter.
+    pub letter: DeadLetter,
+}
+
+/// What an operator may do to the dead-letter queue: hold letters to look at them or act on them,
+/// release them, remove them.
+#[async_trait]
+pub trait DeadLetterStore: Send + Sync {
+    /// Holds up to `max` letters that nobody holds, oldest first, for at most `hold`. A FIFO queue
+    /// gives at most the first ten letters of a chat until those are removed.
+    async fn hold(&self, max: usize, hold: Duration) -> Result<Vec<HeldLetter>, PortError>;
+
+    /// Ends a hold: the letter is visible again.
+    async fn release(&self, handle: &LetterHandle) -> Result<(), PortError>;
+
+    /// Deletes a held letter.
+    async fn remove(&self, handle: &LetterHandle) -> Result<(), PortError>;
+
+    /// About how many letters the queue holds, held ones included.
+    async fn depth(&self) -> Result<u64, PortError>;
 }

@@ -118,8 +118,8 @@ pub struct UpdateRecord {
     pub received_at: Timestamp,
     /// Handler runs so far (not queue receives); the current run's number is its fencing token.
     pub attempts: u32,
-    /// Runs that ended rate-limited by Telegram: pacing, not failures, so not counted against the
-    /// attempt budget.
+    /// Runs not counted against the attempt budget: those that ended rate-limited by Telegram
+    /// (pacing, not failures), and every run before an operator's replay (a fresh budget).
     pub throttled: u32,
     /// When the first run started: the time budget of a throttled update counts from here.
     pub first_attempt_at: Option<Timestamp>,
@@ -164,6 +164,19 @@ impl UpdateRecord {
     /// Whether readers must treat the record as gone (DynamoDB deletes expired items only eventually).
     pub fn is_expired(&self, now: Timestamp) -> bool {
         self.expires_at <= now
+    }
+
+    /// Makes the record wait for a run with a fresh budget, as an operator's replay does: `QUEUED`,
+    /// every earlier run refunded, the time budget restarted, no lease, no burial. `attempts` keeps
+    /// counting, so the fencing token of the next run is one no earlier run had, and a later burial
+    /// is a new letter with its own dedup id. Recorded actions stay: a send that completed is not
+    /// repeated by the replay.
+    pub fn restart(&mut self) {
+        self.status = Status::Queued;
+        self.throttled = self.attempts;
+        self.first_attempt_at = None;
+        self.lease_until = None;
+        self.burial = None;
     }
 
     /// Records an outbound action's intent, with no outcome yet, for adapters that hold the whole

@@ -11,9 +11,10 @@ use futures::FutureExt;
 use teloxide_core::types::Update;
 use tracing::{error, info, instrument, warn, Span};
 
+use crate::audit::{AuditAction, AuditEntry, AuditLog};
 use crate::clock::Clock;
 use crate::context::{ActionSummary, Context, RunParts};
-use crate::dead::{Burial, DeadLetter, DeadReason, FailureClass};
+use crate::dead::{Burial, DeadLetter, DeadLetterMarks, DeadReason, FailureClass};
 use crate::defaults;
 use crate::envelope::Envelope;
 use crate::error::{error_chain, ErrorClass, PortError};
@@ -22,8 +23,8 @@ use crate::ids::{BotId, GroupKey, MessageGroupId, RecordKey};
 use crate::pacer::Pacer;
 use crate::policy::{within_visibility_ceiling, FailedRun, Jitter, RetryPolicy, Verdict};
 use crate::ports::{
-    Claim, ClaimRequest, Claimed, DeadLetters, Final, QueueRecord, Settlement, UpdateLedger,
-    Visibility,
+    Claim, ClaimRequest, Claimed, DeadLetters, Final, QueueRecord, Reset, ResetRequest, ResetRule,
+    Settlement, UpdateLedger, UpdateReset, Visibility,
 };
 use crate::record::{ActionOutcome, Timestamp};
 use crate::state::StateWrite;
@@ -85,7 +86,28 @@ pub struct WorkerPorts {
     pub pacer: Arc<Pacer>,
     /// Tells the time.
     pub clock: Arc<dyn Clock>,
+    /// Restarts the record of a dead letter an operator moved back to the queue (the SQS
+    /// console's redrive); a conditional write the worker's role already may do.
+    pub reset: Arc<dyn UpdateReset>,
+    /// Where such a redrive is audited.
+    pub audit: Arc<dyn AuditLog>,
 }
+
+/// Who an audit entry names for a dead letter moved back to the updates queue outside tgq.
+pub const REDRIVE_PRINCIPAL: &str = "SQS redrive (dead-letter queue to updates queue)";
+
+/// How long one handler run took and, for an update it finished, how long after the update was
+/// received.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RunTiming {
+    /// The handler's run, settling excluded.
+    pub handler: Duration,
+    /// From the update's arrival to its `DONE`, for a run that finished it.
+    pub end_to_end: Option<Duration>,
+}
+
+/// A handler run's summary and timing, as a batch collects them.
+type RunReport = (ActionSummary, RunTiming);
 
 /// How one record of a batch ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -135,6 +157,8 @@ pub struct BatchReport {
     pub outcomes: Vec<(String, RecordOutcome)>,
     /// What the handler runs of the batch did, finished or not.
     pub runs: Vec<ActionSummary>,
+    /// How long each of those runs took, in the same order.
+    pub timings: Vec<RunTiming>,
 }
 
 impl BatchReport {
@@ -189,7 +213,7 @@ impl<'r> Step<'r> {
 
 /// What processing a record in a pass came to.
 enum Processed {
-    Outcome(RecordOutcome, Option<ActionSummary>),
+    Outcome(RecordOutcome, Option<RunReport>),
     /// Its previous run died: held back until the other groups of the batch ran.
     Deferred(Box<Resumed>),
 }
@@ -211,7 +235,7 @@ impl Worker {
     /// kills its invocation must not hold the other chats back by a visibility timeout per crash.
     pub async fn process_batch(&self, records: &[QueueRecord], deadline: Timestamp) -> BatchReport {
         let mut outcomes: Vec<Option<RecordOutcome>> = vec![None; records.len()];
-        let mut runs = Vec::new();
+        let mut runs: Vec<RunReport> = Vec::new();
         let mut failed: HashSet<&MessageGroupId> = HashSet::new();
         let mut held: HashSet<&MessageGroupId> = HashSet::new();
         let mut later: Vec<(usize, Step<'_>)> = Vec::new();
@@ -251,7 +275,8 @@ impl Worker {
                 outcomes[index] = Some(outcome);
             }
         }
-        BatchReport {
+        let (runs, timings): (Vec<ActionSummary>, Vec<RunTiming>) = runs.into_iter().unzip();
+        let report = BatchReport {
             outcomes: records
                 .iter()
                 .zip(outcomes)
@@ -263,7 +288,10 @@ impl Worker {
                 })
                 .collect(),
             runs,
-        }
+            timings,
+        };
+        crate::metrics::batch(&report);
+        report
     }
 
     /// One record in one pass: the deadline and its group's failures first, then the record.
@@ -301,7 +329,7 @@ impl Worker {
         }
     }
 
-    #[instrument(skip_all, fields(message_id = %record.message_id, update_id, group, attempt))]
+    #[instrument(skip_all, fields(message_id = %record.message_id, bot_id, update_id, group, attempt))]
     async fn process_record(
         &self,
         record: &QueueRecord,
@@ -316,9 +344,15 @@ impl Worker {
             }
         };
         Span::current()
+            .record("bot_id", key.bot_id.as_str())
             .record("update_id", key.update_id.0)
             .record("group", group.as_str());
         self.warn_near_redrive(record);
+        if let Some(marks) = record.dead_letter {
+            if let Err(outcome) = self.accept_redrive(record, &key, marks).await {
+                return Processed::Outcome(outcome, None);
+            }
+        }
         let now = self.ports.clock.now();
         let request = ClaimRequest {
             key: key.clone(),
@@ -386,7 +420,7 @@ impl Worker {
         group: &GroupKey,
         claimed: Claimed,
         deadline: Timestamp,
-    ) -> (RecordOutcome, Option<ActionSummary>) {
+    ) -> (RecordOutcome, Option<RunReport>) {
         Span::current().record("attempt", claimed.lease.token);
         let spent = claimed.attempts_spent();
         if spent > self.settings.retry.max_attempts {
@@ -405,12 +439,14 @@ impl Worker {
                 .await;
             return (outcome, None);
         }
+        let started = self.ports.clock.now();
         let RunEnd {
             result,
             summary,
             unwritten,
             state,
         } = self.run_handler(record, group, &claimed, deadline).await;
+        let ended = self.ports.clock.now();
         let run = Run {
             record,
             key,
@@ -442,7 +478,12 @@ impl Worker {
                 }
             },
         };
-        (outcome, Some(summary))
+        let timing = RunTiming {
+            handler: ended.since(started),
+            end_to_end: matches!(outcome, RecordOutcome::Done(_))
+                .then(|| self.ports.clock.now().since(claimed.received_at)),
+        };
+        (outcome, Some((summary, timing)))
     }
 
     async fn run_handler(
@@ -682,6 +723,55 @@ impl Worker {
                 self.store_unavailable(record, record.receive_count).await
             }
         }
+    }
+
+    /// A dead letter an operator moved back to the updates queue outside tgq (the SQS console's
+    /// redrive) is an operator's replay: its `DEAD` record is restarted with a fresh budget and the
+    /// redrive audited, so the claim that follows runs it instead of acknowledging it unseen. A
+    /// record in any other state is left as it is (a later delivery of the same message, or an
+    /// update that ran since). `Err` is the outcome when the store could not be asked.
+    async fn accept_redrive(
+        &self,
+        record: &QueueRecord,
+        key: &RecordKey,
+        marks: DeadLetterMarks,
+    ) -> Result<(), RecordOutcome> {
+        let now = self.ports.clock.now();
+        let request = ResetRequest {
+            key: key.clone(),
+            now,
+            rule: ResetRule::Dead,
+        };
+        let outcome = match self.ports.reset.reset(&request).await {
+            Ok(Reset::Restarted(from)) => {
+                format!("record restarted from {from} with a fresh budget; the update runs again")
+            }
+            Ok(Reset::Absent) => "no live record; the update runs from the message".to_owned(),
+            Ok(Reset::Refused(_)) => return Ok(()),
+            Err(e) => {
+                warn!(error = %error_chain(&e), "the redriven letter's record could not be restarted; backing off");
+                return Err(self.store_unavailable(record, record.receive_count).await);
+            }
+        };
+        info!(
+            reason = marks.reason.as_str(),
+            attempts = marks.attempts,
+            "a dead letter was moved back to the updates queue: {outcome}"
+        );
+        let entry = AuditEntry {
+            at: now,
+            principal: REDRIVE_PRINCIPAL.to_owned(),
+            action: AuditAction::Redrive,
+            bot_id: key.bot_id.clone(),
+            update_id: Some(key.update_id),
+            letter_id: Some(record.message_id.clone()),
+            outcome,
+            expires_at: now.plus(self.settings.record_ttl),
+        };
+        if let Err(e) = self.ports.audit.append(&entry).await {
+            warn!(error = %error_chain(&e), "the redrive could not be audited");
+        }
+        Ok(())
     }
 
     /// SQS moves a message received `maxReceiveCount` times to the dead-letter queue whether it ran

@@ -179,6 +179,8 @@ fn rig_with(limits: RateLimits) -> Rig {
         api: api.clone(),
         pacer: Arc::new(Pacer::new(limits)),
         clock: Arc::new(clock.clone()),
+        reset: store.clone(),
+        audit: store.clone(),
     };
     let settings = WorkerSettings {
         retry: RetryPolicy::default(),
@@ -214,6 +216,7 @@ fn update(update_id: i64, chat: i64) -> QueueRecord {
         group_id: MessageGroupId::from_raw(format!("demo:{chat}")),
         receive_count: 1,
         first_received_at: None,
+        dead_letter: None,
     }
 }
 

@@ -358,7 +358,11 @@ pub fn run(seed: u64, count: u64) -> Vec<Violation> {
         };
         let before = harness.traces();
         let answered = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            runtime.block_on(tgq_webhook::handle(&harness.webhook, request))
+            runtime.block_on(tgq_webhook::handle(
+                &harness.webhook,
+                &tgq_webhook::AllowedSources::default(),
+                request,
+            ))
         }));
         let after = harness.traces();
         let mut broke = |what: String| {

@@ -222,19 +222,22 @@ impl LocalTgq {
         Ok((status, answer.text().await.unwrap_or_default()))
     }
 
-    /// Every dead letter.
+    /// Every dead letter, each with its body (the list leaves bodies out; `show` has them).
     pub async fn dead_letters(&self) -> anyhow::Result<Vec<Letter>> {
-        let letters = self.admin("/admin/dlq?limit=1000000").await?;
-        let letters = letters.as_array().context("/admin/dlq is not a list")?;
-        Ok(letters
-            .iter()
-            .map(|l| Letter {
+        let listed = self.admin("/admin/dlq?limit=1000000").await?;
+        let listed = listed.as_array().context("/admin/dlq is not a list")?;
+        let mut letters = Vec::with_capacity(listed.len());
+        for l in listed {
+            let id = l["id"].as_str().context("a listed letter without an id")?;
+            let shown = self.admin(&format!("/admin/dlq/letter?id={id}")).await?;
+            letters.push(Letter {
                 update_id: l["update_id"].as_i64(),
                 reason: l["reason"].as_str().unwrap_or_default().to_owned(),
                 attempts: l["attempts"].as_u64().unwrap_or(0) as u32,
-                body: l["body"].as_str().unwrap_or_default().to_owned(),
-            })
-            .collect())
+                body: shown["body"].as_str().unwrap_or_default().to_owned(),
+            });
+        }
+        Ok(letters)
     }
 
     /// Whether nothing is pending or in flight.

@@ -14,7 +14,7 @@ use redb::{
 use serde::{Deserialize, Serialize};
 
 use crate::schema::{
-    DEAD, DEDUP, META, OUTBOX, POLLER_LEASES, QUEUE, RECORDS, RECORD_EXPIRY, STATES,
+    AUDIT, DEAD, DEDUP, META, OUTBOX, POLLER_LEASES, QUEUE, RECORDS, RECORD_EXPIRY, STATES,
 };
 use crate::{EmbeddedStore, StoreError};
 
@@ -81,6 +81,7 @@ fn write_copy(read: &ReadTransaction, path: &Path) -> Result<u64, StoreError> {
         + copy_table(read, &write, DEDUP)?
         + copy_table(read, &write, DEAD)?
         + copy_table(read, &write, OUTBOX)?
+        + copy_table(read, &write, AUDIT)?
         + copy_table(read, &write, STATES)?
         + copy_table(read, &write, POLLER_LEASES)?
         + copy_table(read, &write, META)?;

@@ -26,6 +26,7 @@ mod inspect;
 mod lease;
 mod offline;
 mod open;
+mod operate;
 mod ports;
 mod queue;
 mod records;
@@ -54,6 +55,8 @@ pub struct EmbeddedStore {
     writer: Writer,
     db: Arc<DbHandle>,
     health: Arc<Health>,
+    /// Dead letters an operator holds in this process, until when (`DeadLetterStore::hold`).
+    holds: std::sync::Mutex<std::collections::HashMap<u64, std::time::Instant>>,
     ttl: Duration,
     clock: Arc<dyn Clock>,
 }

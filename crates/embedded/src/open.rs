@@ -11,7 +11,7 @@ use tgq_core::clock::{Clock, SystemClock};
 use crate::handle::{DbHandle, Health};
 use crate::queue::QueueIndex;
 use crate::schema::{
-    seq, DEAD, DEDUP, META, OUTBOX, POLLER_LEASES, QUEUE, RECORDS, RECORD_EXPIRY,
+    seq, AUDIT, DEAD, DEDUP, META, OUTBOX, POLLER_LEASES, QUEUE, RECORDS, RECORD_EXPIRY,
     SCHEMA_1_SEQUENCES, SCHEMA_VERSION, STATES, UPGRADABLE_FROM,
 };
 use crate::writer::{Settings, Writer};
@@ -78,6 +78,7 @@ impl EmbeddedStore {
         Ok(Arc::new(EmbeddedStore {
             writer,
             db,
+            holds: Default::default(),
             health,
             ttl: options.ttl,
             clock: options.clock,
@@ -171,6 +172,7 @@ fn prepare(db: &Database, path: &Path) -> Result<(), StoreError> {
     txn.open_table(DEDUP)?;
     txn.open_table(DEAD)?;
     txn.open_table(OUTBOX)?;
+    txn.open_table(AUDIT)?;
     txn.open_table(STATES)?;
     txn.open_table(POLLER_LEASES)?;
     {

@@ -208,6 +208,7 @@ impl Tx<'_> {
                 group_id: message.group.clone(),
                 receive_count: message.receive_count,
                 first_received_at: message.first_received_at,
+                dead_letter: None,
             });
             self.queue.delivered.insert(seq);
         }
@@ -225,7 +226,8 @@ impl Tx<'_> {
         };
         let error = fifo::redrive_error(self.settings.max_receive_count);
         let letter = DeadLetter::redriven(Some(&message.group), body, error);
-        let value = encode_letter(&letter).map_err(|e| OpError::Fatal(e.to_string()))?;
+        let value = encode_letter(&letter, self.settings.clock.now())
+            .map_err(|e| OpError::Fatal(e.to_string()))?;
         let id = self.next_in(seq::DEAD)?;
         self.table_mut(DEAD)?.insert(id, value.as_slice())?;
         self.bump(counter::DEAD_LETTERED)

@@ -265,7 +265,7 @@ impl Tx<'_> {
 
     /// Appends a letter to the dead letters.
     pub(crate) fn dead_letter(&mut self, letter: &DeadLetter) -> Result<(), OpError> {
-        let value = encode_letter(letter)?;
+        let value = encode_letter(letter, self.settings.clock.now())?;
         let id = self.next_in(crate::schema::seq::DEAD)?;
         self.table_mut(DEAD)?.insert(id, value.as_slice())?;
         // Handler failures are counted when the record is settled DEAD; poison never reaches a record.

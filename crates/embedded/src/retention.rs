@@ -16,6 +16,9 @@ pub struct Purged {
     pub records: u64,
     /// Outbox entries older than the store's TTL.
     pub outbox: u64,
+    /// Audit entries past their `expires_at`.
+    #[serde(default)]
+    pub audit: u64,
 }
 
 impl EmbeddedStore {
@@ -28,7 +31,12 @@ impl EmbeddedStore {
             .run("retention purge", move |tx| {
                 let records = tx.purge_records(now)?;
                 let outbox = tx.purge_outbox(|at| at.plus(ttl) <= now)?;
-                Ok(Purged { records, outbox })
+                let audit = tx.purge_audit(now)?;
+                Ok(Purged {
+                    records,
+                    outbox,
+                    audit,
+                })
             })
             .await
     }

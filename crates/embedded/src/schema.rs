@@ -47,6 +47,9 @@ pub(crate) const DEDUP: TableDefinition<(u64, &str), ()> = TableDefinition::new(
 pub(crate) const DEAD: TableDefinition<u64, &[u8]> = TableDefinition::new("dead_letters");
 /// The offline outbox by entry id: `StoredOutboxEntry` JSON.
 pub(crate) const OUTBOX: TableDefinition<u64, &[u8]> = TableDefinition::new("outbox");
+/// The audit trail of operators' actions on dead letters, in time order: `StoredAuditEntry` JSON.
+/// Opening a file creates the table when it is missing (it came after schema 3 was released).
+pub(crate) const AUDIT: TableDefinition<u64, &[u8]> = TableDefinition::new("audit");
 /// The pollers' leases by bot id: `StoredLease` JSON (docs/ARCHITECTURE.md §10). Kept for good: the
 /// token must keep growing, and the offset checkpoint is what a new leader resumes from.
 pub(crate) const POLLER_LEASES: TableDefinition<&str, &[u8]> =
@@ -66,6 +69,8 @@ pub(crate) mod seq {
     pub(crate) const DEAD: &str = "seq.dead";
     /// Outbox entry ids (also the offline message ids, so they never repeat).
     pub(crate) const OUTBOX: &str = "seq.outbox";
+    /// Audit entry order.
+    pub(crate) const AUDIT: &str = "seq.audit";
 }
 
 /// Counter names in [`META`].
@@ -246,10 +251,16 @@ struct StoredLetter {
     error_class: String,
     error: String,
     attempts: u32,
+    /// When the letter arrived, in milliseconds (absent in letters of earlier versions).
+    #[serde(default)]
+    sent_at: Option<u64>,
 }
 
-/// The stored form of a dead letter.
-pub(crate) fn encode_letter(letter: &DeadLetter) -> Result<Vec<u8>, CodecError> {
+/// The stored form of a dead letter that arrived at `sent_at`.
+pub(crate) fn encode_letter(
+    letter: &DeadLetter,
+    sent_at: Timestamp,
+) -> Result<Vec<u8>, CodecError> {
     let meta = StoredLetter {
         bot_id: letter.bot_id.as_str().to_owned(),
         update_id: letter.update_id.map(|id| id.0),
@@ -258,14 +269,23 @@ pub(crate) fn encode_letter(letter: &DeadLetter) -> Result<Vec<u8>, CodecError> 
         error_class: letter.error_class.as_str().to_owned(),
         error: letter.error.clone(),
         attempts: letter.attempts,
+        sent_at: Some(sent_at.0),
     };
     frame(&meta, &letter.body)
 }
 
 /// A dead letter read back.
 pub(crate) fn decode_letter(value: &[u8]) -> Result<DeadLetter, CodecError> {
+    decode_letter_sent(value).map(|(letter, _)| letter)
+}
+
+/// A dead letter read back, with when it arrived when the store knows.
+pub(crate) fn decode_letter_sent(
+    value: &[u8],
+) -> Result<(DeadLetter, Option<Timestamp>), CodecError> {
     let (meta, body) = unframe::<StoredLetter>(value)?;
-    Ok(DeadLetter {
+    let sent_at = meta.sent_at.map(Timestamp);
+    let letter = DeadLetter {
         bot_id: BotId::new(meta.bot_id).map_err(invalid)?,
         update_id: meta.update_id.map(UpdateId),
         group: meta.group.map(GroupKey::new),
@@ -274,7 +294,8 @@ pub(crate) fn decode_letter(value: &[u8]) -> Result<DeadLetter, CodecError> {
         error_class: meta.error_class.parse().map_err(invalid)?,
         error: meta.error,
         attempts: meta.attempts,
-    })
+    };
+    Ok((letter, sent_at))
 }
 
 /// One offline Bot API call as the outbox keeps it; the id is the table key.

@@ -20,8 +20,12 @@ async fn adapters() -> Adapters {
         queue: store.clone(),
         consumer: store.clone(),
         dead: store.clone(),
-        dead_reader: store,
+        dead_reader: store.clone(),
         max_receive_count: MAX_RECEIVE_COUNT,
+        reset: store.clone(),
+        audit: store.clone(),
+        audit_reader: store.clone(),
+        dead_store: store,
     }
 }
 

@@ -466,7 +466,8 @@ async fn purge_removes_expired_records_and_old_outbox_entries() {
         store.purge_expired(clock.now()).await.unwrap(),
         Purged {
             records: 1,
-            outbox: 0
+            outbox: 0,
+            audit: 0
         }
     );
     clock.advance(DAY - Duration::from_secs(3600));
@@ -474,7 +475,8 @@ async fn purge_removes_expired_records_and_old_outbox_entries() {
         store.purge_expired(clock.now()).await.unwrap(),
         Purged {
             records: 0,
-            outbox: 1
+            outbox: 1,
+            audit: 0
         },
         "the outbox keeps entries for the store's TTL (one day here)"
     );

@@ -56,6 +56,8 @@ impl Harness {
                 api: api.clone(),
                 pacer: Arc::new(Pacer::new(RateLimits::UNLIMITED)),
                 clock: Arc::new(clock.clone()),
+                reset: store.clone(),
+                audit: store.clone(),
             },
             handler,
         );
@@ -92,6 +94,7 @@ impl Harness {
             group_id: group,
             receive_count: 1,
             first_received_at: None,
+            dead_letter: None,
         }
     }
 }

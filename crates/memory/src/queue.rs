@@ -112,6 +112,7 @@ impl MemoryQueue {
                 group_id: message.state.group.clone(),
                 receive_count: message.state.receive_count,
                 first_received_at: message.state.first_received_at,
+                dead_letter: None,
             });
         }
         let moved: Vec<Message> = plan

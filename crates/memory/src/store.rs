@@ -6,10 +6,11 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 use parking_lot::Mutex;
+use tgq_core::audit::{newest, AuditEntry, AuditLog, AuditReader};
 use tgq_core::ids::{RecordKey, StateKey};
 use tgq_core::ports::{
     fenced_write, settled, within_item_limit, Claim, ClaimRequest, Inserted, Lease, RecordReader,
-    Settlement, UpdateLedger, UpdateStore,
+    Reset, ResetRequest, Settlement, UpdateLedger, UpdateReset, UpdateStore,
 };
 use tgq_core::record::{ActionIntent, ActionOutcome, Status, Timestamp, UpdateRecord};
 use tgq_core::state::StoredState;
@@ -17,10 +18,12 @@ use tgq_core::PortError;
 
 use crate::Outage;
 
-/// The record store: [`UpdateStore`], [`UpdateLedger`] and [`RecordReader`] over a map.
+/// The record store: [`UpdateStore`], [`UpdateLedger`], [`UpdateReset`] and [`RecordReader`]
+/// over a map, and the audit trail beside it, as DynamoDB keeps it in the records' table.
 #[derive(Default)]
 pub struct MemoryStore {
     tables: Mutex<Tables>,
+    audit: Mutex<Vec<AuditEntry>>,
     /// Fails calls while on.
     pub outage: Outage,
 }
@@ -184,5 +187,35 @@ impl RecordReader for MemoryStore {
             .get(key)
             .filter(|r| !r.is_expired(now))
             .cloned())
+    }
+}
+
+#[async_trait]
+impl UpdateReset for MemoryStore {
+    async fn reset(&self, request: &ResetRequest) -> Result<Reset, PortError> {
+        self.outage.check("store reset")?;
+        let mut tables = self.tables.lock();
+        let (reset, updated) = request.apply(tables.records.get(&request.key).cloned());
+        if let Some(record) = updated {
+            tables.records.insert(request.key.clone(), record);
+        }
+        Ok(reset)
+    }
+}
+
+#[async_trait]
+impl AuditLog for MemoryStore {
+    async fn append(&self, entry: &AuditEntry) -> Result<(), PortError> {
+        self.outage.check("audit append")?;
+        self.audit.lock().push(entry.clone());
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl AuditReader for MemoryStore {
+    async fn recent(&self, max: usize, now: Timestamp) -> Result<Vec<AuditEntry>, PortError> {
+        self.outage.check("audit read")?;
+        Ok(newest(self.audit.lock().clone(), max, now))
     }
 }

@@ -17,12 +17,16 @@ async fn adapters() -> Adapters {
     Adapters {
         store: store.clone(),
         ledger: store.clone(),
-        reader: store,
+        reader: store.clone(),
         queue: queue.clone(),
         consumer: queue,
         dead: dead.clone(),
-        dead_reader: dead,
+        dead_reader: dead.clone(),
         max_receive_count: MAX_RECEIVE_COUNT,
+        reset: store.clone(),
+        audit: store.clone(),
+        audit_reader: store,
+        dead_store: dead,
     }
 }
 

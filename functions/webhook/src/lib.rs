@@ -4,11 +4,16 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use lambda_http::{Body, Request, Response};
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+use lambda_http::request::RequestContext;
+use lambda_http::{Body, Request, RequestExt as _, Response};
 use secrecy::SecretString;
 use tgq_core::config::{AwsResources, ConfigError, SecretSource, Vars};
 use tgq_core::ids::BotId;
 use tgq_core::ingest::{Answer, RequestHead, Webhook, SECRET_HEADER};
+use tracing::Instrument as _;
 
 /// The webhook's configuration, read once per cold start.
 #[derive(Clone, Debug)]
@@ -23,6 +28,8 @@ pub struct WebhookConfig {
     pub record_ttl: Duration,
     /// `TGQ_TABLE`, `TGQ_QUEUE_URL`, `TGQ_DLQ_URL`.
     pub resources: AwsResources,
+    /// `TGQ_ALLOWED_SOURCE_CIDRS`.
+    pub allowed_sources: AllowedSources,
 }
 
 impl WebhookConfig {
@@ -34,6 +41,7 @@ impl WebhookConfig {
             max_body_bytes: vars.max_body_bytes()?,
             record_ttl: vars.record_ttl()?,
             resources: vars.aws_resources()?,
+            allowed_sources: AllowedSources::from_vars(vars)?,
         })
     }
 
@@ -48,11 +56,83 @@ impl WebhookConfig {
     }
 }
 
-/// Answers one HTTP request. Every refusal is a status with a short reason; nothing is dropped silently.
+/// `TGQ_ALLOWED_SOURCE_CIDRS`: the source address ranges the webhook answers (Telegram publishes
+/// 149.154.160.0/20 and 91.108.4.0/22); none set answers every source. The address is the one the
+/// Function URL or HTTP API saw: behind a proxy (CloudFront, a load balancer) it is the proxy's.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AllowedSources(Vec<IpNet>);
+
+impl AllowedSources {
+    /// Reads `TGQ_ALLOWED_SOURCE_CIDRS` (comma-separated CIDR ranges; unset or empty: every source).
+    pub fn from_vars(vars: &Vars) -> Result<Self, ConfigError> {
+        let Some(text) = vars.get(SOURCES_VAR) else {
+            return Ok(Self::default());
+        };
+        text.split(',')
+            .map(str::trim)
+            .filter(|part| !part.is_empty())
+            .map(|part| {
+                part.parse::<IpNet>().map_err(|_| ConfigError::Malformed {
+                    name: SOURCES_VAR,
+                    expected: "comma-separated CIDR ranges, e.g. 149.154.160.0/20,91.108.4.0/22",
+                })
+            })
+            .collect::<Result<_, _>>()
+            .map(Self)
+    }
+
+    /// Whether a request from `source` is answered; an unknown source is only when no range is set.
+    pub fn admit(&self, source: Option<IpAddr>) -> bool {
+        match source {
+            _ if self.0.is_empty() => true,
+            Some(ip) => self.0.iter().any(|range| range.contains(&ip)),
+            None => false,
+        }
+    }
+}
+
+const SOURCES_VAR: &str = "TGQ_ALLOWED_SOURCE_CIDRS";
+
+/// The address the request came from, as the Function URL or HTTP API request context says.
+fn source_ip(request: &Request) -> Option<IpAddr> {
+    let source = match request.request_context_ref()? {
+        RequestContext::ApiGatewayV2(context) => context.http.source_ip.clone(),
+        RequestContext::ApiGatewayV1(context) => context.identity.source_ip.clone(),
+        _ => None,
+    };
+    source?.parse().ok()
+}
+
+/// Answers one HTTP request. A source outside `sources` is 403 before anything else is looked at;
+/// every refusal is a status with a short reason; nothing is dropped silently. Every log line of
+/// the request carries its Lambda request id.
 pub async fn handle(
     webhook: &Webhook,
+    sources: &AllowedSources,
     request: Request,
 ) -> Result<Response<Body>, lambda_http::Error> {
+    let request_id = request
+        .lambda_context_ref()
+        .map(|context| context.request_id.clone())
+        .unwrap_or_default();
+    let span = tracing::info_span!("request", request_id = %request_id);
+    let source = source_ip(&request);
+    if !sources.admit(source) {
+        let _entered = span.enter();
+        tracing::warn!(source = ?source, "request from outside TGQ_ALLOWED_SOURCE_CIDRS refused");
+        let body = serde_json::json!({
+            "ok": false,
+            "result": "forbidden: the request's source address is not allowed",
+        });
+        return Ok(Response::builder()
+            .status(403)
+            .header("content-type", "application/json")
+            .body(Body::from(body.to_string()))?);
+    }
+    answer(webhook, request).instrument(span).await
+}
+
+async fn answer(webhook: &Webhook, request: Request) -> Result<Response<Body>, lambda_http::Error> {
     let body = match request.body() {
         Body::Empty => Bytes::new(),
         Body::Text(text) => Bytes::copy_from_slice(text.as_bytes()),

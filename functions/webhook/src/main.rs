@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use lambda_http::{run, service_fn, Error, Request};
+use lambda_http::{Error, Request};
 use tgq_aws::{DynamoStore, SqsQueue};
 use tgq_core::clock::SystemClock;
 use tgq_core::config::Vars;
@@ -32,5 +32,10 @@ async fn main() -> Result<(), Error> {
         clock: Arc::new(SystemClock),
     };
     let webhook = Webhook::new(config.settings(secret), ports);
-    run(service_fn(|request: Request| handle(&webhook, request))).await
+    let metrics = tgq_aws::init_metrics(&config.bot_id)?;
+    // Flushes the invocation's metrics as EMF lines after each request.
+    metrics_cloudwatch_embedded::lambda::handler::run_http(metrics, |request: Request| {
+        handle(&webhook, &config.allowed_sources, request)
+    })
+    .await
 }

@@ -7,7 +7,7 @@ use tgq_core::clock::SystemClock;
 use tgq_core::config::Vars;
 use tgq_core::ingest::{Ingest, Webhook, WebhookPorts};
 use tgq_memory::{MemoryDeadLetters, MemoryQueue, MemoryStore};
-use tgq_webhook::{handle, WebhookConfig};
+use tgq_webhook::{handle, AllowedSources, WebhookConfig};
 
 struct Rig {
     webhook: Webhook,
@@ -51,7 +51,7 @@ fn rig() -> Rig {
 async fn invoke(rig: &Rig, event: &str) -> u16 {
     let request =
         lambda_http::request::from_str(event).expect("the fixture is a lambda_http event");
-    handle(&rig.webhook, request)
+    handle(&rig.webhook, &AllowedSources::default(), request)
         .await
         .unwrap()
         .status()
@@ -134,4 +134,34 @@ fn a_missing_variable_is_named_in_the_config_error() {
     ]))
     .unwrap_err();
     assert!(err.to_string().starts_with("TGQ_TABLE is not set"), "{err}");
+}
+
+/// The Function URL event `message.json` as if it came from `source`.
+fn from_source(source: &str) -> lambda_http::Request {
+    let event = event!("message.json").replace("149.154.167.220", source);
+    lambda_http::request::from_str(&event).expect("the fixture is a lambda_http event")
+}
+
+#[tokio::test]
+async fn with_allowed_source_ranges_any_other_source_is_answered_403_and_nothing_is_written() {
+    let rig = rig();
+    let vars = Vars::from_pairs([(
+        "TGQ_ALLOWED_SOURCE_CIDRS",
+        "149.154.160.0/20, 91.108.4.0/22",
+    )]);
+    let telegram = AllowedSources::from_vars(&vars).unwrap();
+    let refused = handle(&rig.webhook, &telegram, from_source("203.0.113.7"))
+        .await
+        .unwrap();
+    assert_eq!(refused.status().as_u16(), 403);
+    assert!(
+        rig.store.is_empty(),
+        "nothing is written for a refused source"
+    );
+    let accepted = handle(&rig.webhook, &telegram, from_source("149.154.167.220"))
+        .await
+        .unwrap();
+    assert_eq!(accepted.status().as_u16(), 200);
+    let malformed = Vars::from_pairs([("TGQ_ALLOWED_SOURCE_CIDRS", "149.154.160.0/40")]);
+    assert!(AllowedSources::from_vars(&malformed).is_err());
 }

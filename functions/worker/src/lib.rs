@@ -13,7 +13,7 @@ use tgq_core::pacer::RateLimits;
 use tgq_core::ports::{QueueRecord, ReceiptHandle};
 use tgq_core::record::Timestamp;
 use tgq_core::worker::{Worker, WorkerSettings};
-use tracing::warn;
+use tracing::{warn, Instrument as _};
 
 /// The worker's configuration, read once per cold start.
 #[derive(Clone, Debug)]
@@ -78,7 +78,12 @@ pub async fn handle(
         .map(queue_record)
         .collect::<Result<Vec<_>, _>>()?;
     let deadline = invocation_deadline(Timestamp(event.context.deadline), SystemClock.now());
-    let report = worker.process_batch(&records, deadline).await;
+    // Every log line of the invocation carries its Lambda request id.
+    let span = tracing::info_span!("invocation", request_id = %event.context.request_id);
+    let report = worker
+        .process_batch(&records, deadline)
+        .instrument(span)
+        .await;
     let mut response = SqsBatchResponse::default();
     response.batch_item_failures = report
         .failed_message_ids()
@@ -126,5 +131,12 @@ pub fn queue_record(message: SqsMessage) -> Result<QueueRecord, NamelessRecord> 
         first_received_at: attribute("ApproximateFirstReceiveTimestamp")
             .and_then(|ms| ms.parse().ok())
             .map(Timestamp),
+        // The event source mapping passes the message attributes a dead letter carries.
+        dead_letter: tgq_aws::dead_letter_marks(|name| {
+            message
+                .message_attributes
+                .get(name)
+                .and_then(|a| a.string_value.as_deref())
+        }),
     })
 }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use aws_lambda_events::event::sqs::SqsEvent;
-use lambda_runtime::{run, service_fn, Error, LambdaEvent};
+use lambda_runtime::{Error, LambdaEvent};
 use tgq_aws::{DynamoStore, SqsQueue};
 use tgq_core::clock::SystemClock;
 use tgq_core::config::Vars;
@@ -47,7 +47,7 @@ async fn main() -> Result<(), Error> {
         HandlerChoice::Echo => Arc::new(EchoBot),
     };
     let ports = WorkerPorts {
-        ledger: store,
+        ledger: store.clone(),
         visibility: Arc::new(SqsQueue::new(
             sqs.clone(),
             config.resources.queue_url.clone(),
@@ -56,11 +56,18 @@ async fn main() -> Result<(), Error> {
         api,
         pacer: Arc::new(Pacer::new(config.rate_limits)),
         clock: Arc::new(SystemClock),
+        reset: store.clone(),
+        audit: store,
     };
     let worker = Worker::new(config.settings.clone(), ports, handler);
     let worker = &worker;
-    run(service_fn(|event: LambdaEvent<SqsEvent>| async move {
-        handle(worker, event).await.map_err(Error::from)
-    }))
+    let metrics = tgq_aws::init_metrics(&config.bot_id)?;
+    // Flushes the invocation's metrics as EMF lines after each batch.
+    metrics_cloudwatch_embedded::lambda::handler::run(
+        metrics,
+        |event: LambdaEvent<SqsEvent>| async move {
+            handle(worker, event).await.map_err(Error::from)
+        },
+    )
     .await
 }

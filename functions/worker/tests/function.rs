@@ -63,6 +63,8 @@ async fn rig_with(more: &[(&str, &str)]) -> Rig {
         api: Arc::new(api),
         pacer: Arc::new(Pacer::new(RateLimits::default())),
         clock: Arc::new(SystemClock),
+        reset: store.clone(),
+        audit: store.clone(),
     };
     Rig {
         worker: Worker::new(config.settings, ports, Arc::new(EchoBot)),
@@ -220,4 +222,34 @@ async fn a_deadline_already_past_at_the_start_falls_back_to_the_worker_timeout()
         "the record ran instead of being returned"
     );
     assert!(!rig.fake.delivered().is_empty());
+}
+
+#[test]
+fn a_dead_letter_moved_back_to_the_queue_is_known_by_the_message_attributes_the_mapping_passes() {
+    let record = |attributes: serde_json::Value| {
+        let message: aws_lambda_events::event::sqs::SqsMessage =
+            serde_json::from_value(serde_json::json!({
+                "messageId": "m-1",
+                "receiptHandle": "r-1",
+                "body": "{}",
+                "attributes": {"MessageGroupId": "demo:5", "ApproximateReceiveCount": "1"},
+                "messageAttributes": attributes,
+            }))
+            .unwrap();
+        tgq_worker::queue_record(message).unwrap()
+    };
+    let text = |value: &str| serde_json::json!({"stringValue": value, "dataType": "String"});
+    let moved = record(serde_json::json!({
+        "bot_id": text("demo"),
+        "reason": text("attempt_budget_spent"),
+        "attempts": {"stringValue": "8", "dataType": "Number"},
+    }));
+    assert_eq!(
+        moved.dead_letter,
+        Some(tgq_core::dead::DeadLetterMarks {
+            reason: DeadReason::BudgetSpent,
+            attempts: 8
+        })
+    );
+    assert_eq!(record(serde_json::json!({})).dead_letter, None);
 }

@@ -75,14 +75,20 @@ mod futures_lite {
     pub type BoxedWait = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 }
 
-fn worker(
-    ledger: Arc<dyn tgq_core::ports::UpdateLedger>,
+fn worker<S>(
+    store: Arc<S>,
     visibility: Arc<dyn Visibility>,
     dead: Arc<dyn tgq_core::ports::DeadLetters>,
     api: Arc<RecordingBotApi>,
     clock: Arc<dyn Clock>,
     backoff: Duration,
-) -> Worker {
+) -> Worker
+where
+    S: tgq_core::ports::UpdateLedger
+        + tgq_core::ports::UpdateReset
+        + tgq_core::audit::AuditLog
+        + 'static,
+{
     let settings = WorkerSettings {
         retry: RetryPolicy {
             max_attempts: MAX_ATTEMPTS,
@@ -94,7 +100,9 @@ fn worker(
         ..WorkerSettings::default()
     };
     let ports = WorkerPorts {
-        ledger,
+        ledger: store.clone(),
+        reset: store.clone(),
+        audit: store,
         visibility,
         dead,
         api,

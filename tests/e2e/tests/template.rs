@@ -260,6 +260,200 @@ fn the_bot_id_parameter_accepts_exactly_the_ids_the_code_accepts() {
     );
 }
 
+/// An alarm's properties.
+fn alarm<'t>(t: &'t Template, name: &str) -> &'t Value {
+    let alarm = &t.0["Resources"][name];
+    assert_eq!(
+        alarm["Type"].as_str(),
+        Some("AWS::CloudWatch::Alarm"),
+        "{name} is an alarm"
+    );
+    &alarm["Properties"]
+}
+
+#[test]
+fn every_alarm_the_operating_guide_names_watches_its_metric() {
+    let t = Template::load();
+    for (name, namespace, metric) in [
+        ("WebhookErrorsAlarm", "AWS/Lambda", "Errors"),
+        ("WebhookUrl5xxAlarm", "AWS/Lambda", "Url5xxCount"),
+        ("WebhookHttpApi5xxAlarm", "AWS/ApiGateway", "5xx"),
+        ("WorkerErrorsAlarm", "AWS/Lambda", "Errors"),
+        ("WorkerThrottlesAlarm", "AWS/Lambda", "Throttles"),
+        ("WorkerDurationAlarm", "AWS/Lambda", "Duration"),
+        (
+            "DeadLetterQueueNotEmptyAlarm",
+            "AWS/SQS",
+            "ApproximateNumberOfMessagesVisible",
+        ),
+        (
+            "DeadLetterQueueOldestLetterAlarm",
+            "AWS/SQS",
+            "ApproximateAgeOfOldestMessage",
+        ),
+        (
+            "UpdatesQueueOldestMessageAlarm",
+            "AWS/SQS",
+            "ApproximateAgeOfOldestMessage",
+        ),
+    ] {
+        let alarm = alarm(&t, name);
+        assert_eq!(alarm["Namespace"].as_str(), Some(namespace), "{name}");
+        assert_eq!(alarm["MetricName"].as_str(), Some(metric), "{name}");
+        assert!(
+            !alarm["AlarmActions"].is_null() && !alarm["OKActions"].is_null(),
+            "{name} notifies"
+        );
+    }
+    let oldest = alarm(&t, "UpdatesQueueOldestMessageAlarm");
+    assert_eq!(t.number(&oldest["Threshold"]), Some(300));
+    assert_eq!(
+        t.0["Resources"]["AlarmEmailSubscription"]["Properties"]["Protocol"].as_str(),
+        Some("email")
+    );
+}
+
+#[test]
+fn the_worker_duration_alarm_fires_at_eighty_percent_of_its_timeout() {
+    let t = Template::load();
+    let threshold = t
+        .number(&alarm(&t, "WorkerDurationAlarm")["Threshold"])
+        .expect("a numeric threshold");
+    assert_eq!(
+        threshold,
+        t.function_timeout("WorkerFunction") * 1000 * 8 / 10
+    );
+}
+
+#[test]
+fn the_oldest_letter_alarm_fires_days_before_sqs_deletes_letters() {
+    let t = Template::load();
+    let threshold = t
+        .number(&alarm(&t, "DeadLetterQueueOldestLetterAlarm")["Threshold"])
+        .expect("a numeric threshold");
+    let retention = t
+        .number(&t.resource("DeadLetterQueue")["MessageRetentionPeriod"])
+        .unwrap();
+    assert_eq!(threshold, 10 * 86_400, "ten days");
+    assert!(
+        retention - threshold >= 3 * 86_400,
+        "{threshold} vs {retention}"
+    );
+}
+
+#[test]
+fn the_ingest_unavailable_alarm_sums_every_cause_the_webhook_reports_for_five_minutes() {
+    let t = Template::load();
+    let alarm = alarm(&t, "WebhookIngestUnavailableAlarm");
+    let queries = alarm["Metrics"].as_sequence().expect("metric math");
+    let mut causes = Vec::new();
+    for query in queries {
+        let metric = &query["MetricStat"]["Metric"];
+        if metric.is_null() {
+            continue;
+        }
+        assert_eq!(
+            metric["Namespace"].as_str(),
+            Some(tgq_core::metrics::NAMESPACE)
+        );
+        assert_eq!(
+            metric["MetricName"].as_str(),
+            Some(tgq_core::metrics::INGEST_UNAVAILABLE)
+        );
+        let dimensions = metric["Dimensions"].as_sequence().unwrap();
+        assert_eq!(
+            dimensions[0]["Name"].as_str(),
+            Some(tgq_core::metrics::BOT_ID)
+        );
+        assert_eq!(
+            dimensions[1]["Name"].as_str(),
+            Some(tgq_core::metrics::CAUSE)
+        );
+        causes.push(dimensions[1]["Value"].as_str().unwrap().to_owned());
+        assert_eq!(t.number(&query["MetricStat"]["Period"]), Some(60));
+    }
+    assert_eq!(causes, tgq_core::PortError::CAUSES);
+    let minutes = t.number(&alarm["EvaluationPeriods"]).unwrap();
+    assert_eq!(minutes, 5);
+    assert_eq!(t.number(&alarm["DatapointsToAlarm"]), Some(minutes));
+}
+
+#[test]
+fn the_webhook_cannot_read_the_bot_token_and_no_role_has_unused_actions() {
+    let t = Template::load();
+    let webhook = serde_yaml::to_string(&t.0["Resources"]["WebhookRole"]).unwrap();
+    assert!(webhook.contains("WebhookSecretParameterName"), "{webhook}");
+    assert!(!webhook.contains("BotTokenParameterName"), "{webhook}");
+    assert!(!TEMPLATE.contains("ConditionCheckItem"));
+    let worker = serde_yaml::to_string(&t.0["Resources"]["WorkerRole"]).unwrap();
+    assert!(worker.contains("BotTokenParameterName"));
+    assert!(!worker.contains("WebhookSecretParameterName"), "{worker}");
+}
+
+#[test]
+fn the_dashboard_shows_every_metric_the_functions_emit() {
+    let t = Template::load();
+    let body = match &t.resource("Dashboard")["DashboardBody"] {
+        Value::Tagged(tagged) if tagged.tag == "Sub" => tagged.value.as_str().unwrap().to_owned(),
+        other => panic!("DashboardBody is not a !Sub string: {other:?}"),
+    };
+    let widgets: serde_json::Value =
+        serde_json::from_str(&body).expect("the dashboard body is JSON");
+    let text = widgets.to_string();
+    for name in tgq_core::metrics::COUNTERS
+        .iter()
+        .chain(&tgq_core::metrics::HISTOGRAMS)
+    {
+        assert!(
+            text.contains(&format!("\"{name}\"")) || text.contains(&format!("\\\"{name}\\\"")),
+            "{name} is on the dashboard"
+        );
+    }
+    assert!(text.contains(&format!("{{{},BotId", tgq_core::metrics::NAMESPACE)));
+}
+
+#[test]
+fn the_stack_outputs_what_the_tgq_command_reads() {
+    let t = Template::load();
+    // `tgq status|dlq|webhook set --stack` (cli/src/ops/target.rs) read these outputs.
+    for output in [
+        "TableName",
+        "UpdatesQueueUrl",
+        "DeadLetterQueueUrl",
+        "WebhookUrl",
+        "BotTokenParameterName",
+        "WebhookSecretParameterName",
+        "TelegramApiUrl",
+    ] {
+        assert!(
+            !t.0["Outputs"][output]["Value"].is_null(),
+            "output {output}"
+        );
+    }
+}
+
+#[test]
+fn samconfig_tags_the_stack_and_overrides_every_parameter() {
+    const SAMCONFIG: &str = include_str!("../../../samconfig.toml");
+    let deploy = SAMCONFIG
+        .split("[default.deploy.parameters]")
+        .nth(1)
+        .and_then(|rest| rest.split("\n[").next())
+        .expect("a deploy section");
+    assert!(
+        deploy.lines().any(|line| line.starts_with("tags = \"app=")),
+        "{deploy}"
+    );
+    let t = Template::load();
+    for (name, _) in t.0["Parameters"].as_mapping().unwrap() {
+        let name = name.as_str().unwrap();
+        assert!(
+            deploy.contains(&format!("{name}=\\\"")),
+            "parameter_overrides names {name}"
+        );
+    }
+}
+
 #[test]
 fn both_functions_run_on_the_architecture_parameter_which_defaults_to_arm64() {
     let t = Template::load();

@@ -51,6 +51,10 @@ impl Emulator {
             dead: self.dlq.clone(),
             dead_reader: self.dlq.clone(),
             max_receive_count: MAX_RECEIVE_COUNT,
+            reset: self.store.clone(),
+            audit: self.store.clone(),
+            audit_reader: self.store.clone(),
+            dead_store: self.dlq.clone(),
         }
     }
 }

@@ -1,0 +1,191 @@
+//! What an operations command acts on: a deployed stack on AWS (`--stack NAME`, resolved from its
+//! CloudFormation outputs, or `--table/--queue-url/--dlq-url`), or local mode's data directory
+//! (neither given). The standard AWS credential chain, `AWS_REGION`/`--region` and
+//! `AWS_ENDPOINT_URL` apply.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{bail, Context as _};
+use aws_config::SdkConfig;
+use clap::Args;
+use tgq_aws::{DynamoStore, SqsQueue};
+
+use crate::config::DEFAULT_DATA_DIR;
+
+/// Where an operations command acts.
+#[derive(Clone, Debug, Args)]
+pub struct TargetArgs {
+    /// The data directory of `tgq local`, used when no AWS stack or resources are named.
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_DATA_DIR)]
+    pub data_dir: PathBuf,
+    /// A deployed stack: the table, the queues and the parameter names come from its
+    /// CloudFormation outputs.
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["table", "queue_url", "dlq_url"])]
+    pub stack: Option<String>,
+    /// The DynamoDB table of a deployment (with --queue-url and --dlq-url, instead of --stack).
+    #[arg(long, value_name = "NAME", requires_all = ["queue_url", "dlq_url"])]
+    pub table: Option<String>,
+    /// The updates queue's URL (with --table and --dlq-url).
+    #[arg(long, value_name = "URL", requires_all = ["table", "dlq_url"])]
+    pub queue_url: Option<String>,
+    /// The dead-letter queue's URL (with --table and --queue-url).
+    #[arg(long, value_name = "URL", requires_all = ["table", "queue_url"])]
+    pub dlq_url: Option<String>,
+    /// The AWS region of the stack [default: AWS_REGION, or the profile's].
+    #[arg(long, value_name = "REGION")]
+    pub region: Option<String>,
+}
+
+/// What a command acts on.
+pub enum Target {
+    /// Local mode's store in this data directory.
+    Local(PathBuf),
+    /// A deployment on AWS.
+    Aws(Box<Deployment>),
+}
+
+/// A deployment's resources and settings, as far as the command was told or the stack says.
+pub struct Deployment {
+    /// The stack, when named.
+    pub stack: Option<String>,
+    /// The client configuration (credentials, region, endpoint).
+    pub sdk: SdkConfig,
+    /// `TableName`.
+    pub table: String,
+    /// `UpdatesQueueUrl`.
+    pub queue_url: String,
+    /// `DeadLetterQueueUrl`.
+    pub dlq_url: String,
+    /// `WebhookUrl`.
+    pub webhook_url: Option<String>,
+    /// `BotTokenParameterName`.
+    pub token_parameter: Option<String>,
+    /// `WebhookSecretParameterName`.
+    pub secret_parameter: Option<String>,
+    /// `TelegramApiUrl`.
+    pub telegram_api_url: Option<String>,
+}
+
+impl TargetArgs {
+    /// Resolves the target: reads the stack's outputs when a stack is named.
+    pub async fn resolve(&self) -> anyhow::Result<Target> {
+        if let (Some(table), Some(queue_url), Some(dlq_url)) =
+            (&self.table, &self.queue_url, &self.dlq_url)
+        {
+            return Ok(Target::Aws(Box::new(Deployment {
+                stack: None,
+                sdk: tgq_aws::aws_config_in(self.region.clone()).await,
+                table: table.clone(),
+                queue_url: queue_url.clone(),
+                dlq_url: dlq_url.clone(),
+                webhook_url: None,
+                token_parameter: None,
+                secret_parameter: None,
+                telegram_api_url: None,
+            })));
+        }
+        match &self.stack {
+            Some(stack) => Ok(Target::Aws(Box::new(
+                Deployment::of_stack(stack, self.region.clone()).await?,
+            ))),
+            None => Ok(Target::Local(self.data_dir.clone())),
+        }
+    }
+}
+
+impl Deployment {
+    /// Reads a stack's outputs.
+    pub async fn of_stack(stack: &str, region: Option<String>) -> anyhow::Result<Self> {
+        let sdk = tgq_aws::aws_config_in(region).await;
+        let client = aws_sdk_cloudformation::Client::new(&sdk);
+        let described = client
+            .describe_stacks()
+            .stack_name(stack)
+            .send()
+            .await
+            .map_err(|e| anyhow::anyhow!(aws_sdk_cloudformation::error::DisplayErrorContext(e)))
+            .with_context(|| {
+                format!(
+                    "cannot read the stack {stack} (check its name, the region and your credentials)"
+                )
+            })?;
+        let Some(found) = described.stacks.unwrap_or_default().into_iter().next() else {
+            bail!("there is no stack {stack}");
+        };
+        let outputs = found.outputs.unwrap_or_default();
+        let output = |key: &str| {
+            outputs
+                .iter()
+                .find(|o| o.output_key.as_deref() == Some(key))
+                .and_then(|o| o.output_value.clone())
+                .filter(|v| !v.is_empty())
+        };
+        let required = |key: &str| {
+            output(key).with_context(|| {
+                format!("the stack {stack} has no output {key}: is it a tgq stack?")
+            })
+        };
+        Ok(Self {
+            stack: Some(stack.to_owned()),
+            table: required("TableName")?,
+            queue_url: required("UpdatesQueueUrl")?,
+            dlq_url: required("DeadLetterQueueUrl")?,
+            webhook_url: output("WebhookUrl"),
+            token_parameter: output("BotTokenParameterName"),
+            secret_parameter: output("WebhookSecretParameterName"),
+            telegram_api_url: output("TelegramApiUrl"),
+            sdk,
+        })
+    }
+
+    /// The record store on the deployment's table.
+    pub fn store(&self) -> Arc<DynamoStore> {
+        Arc::new(DynamoStore::new(
+            aws_sdk_dynamodb::Client::new(&self.sdk),
+            self.table.clone(),
+        ))
+    }
+
+    /// The updates queue.
+    pub fn queue(&self) -> Arc<SqsQueue> {
+        Arc::new(SqsQueue::new(
+            aws_sdk_sqs::Client::new(&self.sdk),
+            self.queue_url.clone(),
+        ))
+    }
+
+    /// The dead-letter queue.
+    pub fn dlq(&self) -> Arc<SqsQueue> {
+        Arc::new(SqsQueue::new(
+            aws_sdk_sqs::Client::new(&self.sdk),
+            self.dlq_url.clone(),
+        ))
+    }
+
+    /// Who the caller is, for the audit trail: the ARN of its IAM identity.
+    pub async fn principal(&self) -> anyhow::Result<String> {
+        let identity = aws_sdk_sts::Client::new(&self.sdk)
+            .get_caller_identity()
+            .send()
+            .await
+            .map_err(|e| anyhow::anyhow!(aws_sdk_sts::error::DisplayErrorContext(e)))
+            .context("cannot tell who you are (sts:GetCallerIdentity) for the audit trail")?;
+        identity
+            .arn
+            .context("sts:GetCallerIdentity returned no ARN")
+    }
+}
+
+/// How long audit entries are kept: as long as records (`TGQ_RECORD_TTL_SECS`, 7 days).
+pub fn audit_ttl() -> anyhow::Result<std::time::Duration> {
+    Ok(tgq_core::config::Vars::from_env().record_ttl()?)
+}
+
+/// Who runs a local command, for the audit trail.
+pub fn local_principal() -> String {
+    let user = std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .unwrap_or_else(|_| "unknown".to_owned());
+    format!("local user {user}")
+}

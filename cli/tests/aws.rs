@@ -1,0 +1,571 @@
+//! `tgq dlq`, `tgq status`, `tgq webhook set` and `tgq poll --stack` against a deployment on moto: the table and queues
+//! created as `template.yaml` declares them, and a CloudFormation stack whose outputs name them as
+//! a tgq stack's do. Fails, naming the fix, without `AWS_ENDPOINT_URL` (scripts/test starts moto).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_sqs::types::MessageSystemAttributeName;
+use bytes::Bytes;
+use common::{message_update, run};
+use serde_json::{json, Value};
+use tgq_aws::{DynamoStore, SqsQueue};
+use tgq_core::clock::{Clock as _, SystemClock};
+use tgq_core::dead::{Burial, DeadReason, FailureClass};
+use tgq_core::ids::{BotId, GroupKey, RecordKey, UpdateId};
+use tgq_core::ports::{
+    Claim, ClaimRequest, DeadLetter, DeadLetters as _, RecordReader as _, Settlement,
+    UpdateLedger as _, UpdateStore as _,
+};
+use tgq_core::record::{Status, UpdateRecord};
+use tgq_e2e::emulator::{self, Stack};
+use tgq_fake_telegram::FakeTelegram;
+
+/// moto's identity for every caller.
+const MOTO_PRINCIPAL: &str = "arn:aws:sts::123456789012:user/moto";
+
+/// A deployment on moto and the stack that names it.
+struct Deployed {
+    name: String,
+    resources: Stack,
+    store: Arc<DynamoStore>,
+    dlq: Arc<SqsQueue>,
+    sqs: aws_sdk_sqs::Client,
+    sdk: aws_config::SdkConfig,
+}
+
+/// Creates the resources and a stack whose outputs name them, with the SSM parameters a tgq stack
+/// names (the bot token, the webhook secret) and `outputs` on top.
+async fn deploy(purpose: &str, token: &str, outputs: &[(&str, &str)]) -> Deployed {
+    deploy_as(None, purpose, token, outputs).await
+}
+
+/// [`deploy`] under the stack name `name` (a stack of that name left by an earlier run is deleted
+/// first), or one unique to the test.
+async fn deploy_as(
+    name: Option<&str>,
+    purpose: &str,
+    token: &str,
+    outputs: &[(&str, &str)],
+) -> Deployed {
+    let sdk = emulator::sdk_config().await;
+    let resources = Stack::create(&sdk, purpose)
+        .await
+        .expect("resources on moto");
+    let name = match name {
+        Some(name) => {
+            let stacks = aws_sdk_cloudformation::Client::new(&sdk);
+            let _ = stacks.delete_stack().stack_name(name).send().await;
+            name.to_owned()
+        }
+        None => resources.table.replace("tgq-e2e-", "ops-"),
+    };
+    let mut template_outputs = serde_json::Map::new();
+    for (key, value) in [
+        ("TableName", resources.table.as_str()),
+        ("UpdatesQueueUrl", resources.queue_url.as_str()),
+        ("DeadLetterQueueUrl", resources.dlq_url.as_str()),
+    ]
+    .iter()
+    .chain(outputs)
+    {
+        template_outputs.insert((*key).to_owned(), json!({ "Value": value }));
+    }
+    template_outputs.insert(
+        "BotTokenParameterName".into(),
+        json!({ "Value": { "Ref": "BotToken" } }),
+    );
+    template_outputs.insert(
+        "WebhookSecretParameterName".into(),
+        json!({ "Value": { "Ref": "WebhookSecret" } }),
+    );
+    let template = json!({
+        "Resources": {
+            "BotToken": {"Type": "AWS::SSM::Parameter", "Properties": {
+                "Name": format!("/{name}/bot-token"), "Type": "String", "Value": token}},
+            "WebhookSecret": {"Type": "AWS::SSM::Parameter", "Properties": {
+                "Name": format!("/{name}/webhook-secret"), "Type": "String",
+                "Value": "stack-webhook-secret"}},
+        },
+        "Outputs": template_outputs,
+    });
+    aws_sdk_cloudformation::Client::new(&sdk)
+        .create_stack()
+        .stack_name(&name)
+        .template_body(template.to_string())
+        .send()
+        .await
+        .expect("a stack on moto");
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    Deployed {
+        store: Arc::new(DynamoStore::new(
+            aws_sdk_dynamodb::Client::new(&sdk),
+            resources.table.clone(),
+        )),
+        dlq: Arc::new(SqsQueue::new(sqs.clone(), resources.dlq_url.clone())),
+        name,
+        resources,
+        sqs,
+        sdk,
+    }
+}
+
+fn key(update_id: i64) -> RecordKey {
+    RecordKey::new(BotId::new("demo").unwrap(), UpdateId(update_id))
+}
+
+impl Deployed {
+    /// Buries an update as the worker does: its record DEAD, its letter on the dead-letter queue.
+    async fn bury(&self, update_id: i64, chat: i64) {
+        let now = SystemClock.now();
+        let body = Bytes::from(message_update(update_id, chat, "a dead update").to_string());
+        let group = GroupKey::new(chat.to_string());
+        let record = UpdateRecord::received(
+            key(update_id),
+            group.clone(),
+            body.clone(),
+            now,
+            Duration::from_secs(86_400),
+        );
+        self.store.insert(&record, now).await.unwrap();
+        let request = ClaimRequest {
+            key: key(update_id),
+            group: group.clone(),
+            payload: body.clone(),
+            now,
+            lease_until: now.plus(Duration::from_secs(60)),
+            expires_at: now.plus(Duration::from_secs(86_400)),
+        };
+        let Claim::Run(claimed) = self.store.claim(&request).await.unwrap() else {
+            panic!("the claim runs");
+        };
+        let burial = Burial {
+            reason: DeadReason::Permanent,
+            class: FailureClass::Permanent,
+            error: "Telegram answered 403: Forbidden: bot was blocked by the user".into(),
+            attempts: 1,
+        };
+        self.store
+            .settle(&claimed.lease, &Settlement::Dead(burial.clone()), &[])
+            .await
+            .unwrap();
+        let letter = DeadLetter::for_update(&key(update_id), &group, body, &burial);
+        self.dlq.dead_letter(&letter).await.unwrap();
+    }
+
+    /// `tgq ARGS --stack NAME`, expected to succeed, its stdout.
+    fn tgq(&self, envs: &[(&str, &str)], args: &[&str]) -> String {
+        let mut all = args.to_vec();
+        all.extend(["--stack", self.name.as_str()]);
+        let (status, stdout, stderr) = run(envs, &all);
+        assert!(status.success(), "{all:?}: {stderr}\n{stdout}");
+        stdout
+    }
+
+    fn json(&self, args: &[&str]) -> Value {
+        let mut all = args.to_vec();
+        all.push("--json");
+        let stdout = self.tgq(&[], &all);
+        serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{all:?}: {e}: {stdout}"))
+    }
+
+    async fn status(&self, update_id: i64) -> Option<Status> {
+        self.store
+            .get(&key(update_id), SystemClock.now())
+            .await
+            .unwrap()
+            .map(|r| r.status)
+    }
+}
+
+fn ids_by_update(letters: &Value) -> BTreeMap<i64, String> {
+    letters
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (
+                l["update_id"].as_i64().unwrap(),
+                l["id"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn dead_letters_on_aws_are_listed_shown_replayed_purged_and_audited() {
+    let d = deploy("dlq", "123456:unused", &[]).await;
+    d.bury(1, 7).await;
+    d.bury(2, 7).await;
+    d.bury(3, 8).await;
+
+    let letters = d.json(&["dlq", "list"]);
+    let ids = ids_by_update(&letters);
+    assert_eq!(
+        ids.keys().copied().collect::<Vec<_>>(),
+        [1, 2, 3],
+        "{letters}"
+    );
+    assert_eq!(letters[0]["reason"], "permanent_error", "{letters}");
+    assert!(letters[0]["age_ms"].is_u64(), "{letters}");
+    assert!(letters[0].get("body").is_none(), "the body only with show");
+
+    let shown = d.tgq(&[], &["dlq", "show", &ids[&3]]);
+    assert!(shown.contains("a dead update"), "{shown}");
+    assert!(shown.contains("permanent error"), "{shown}");
+
+    let report = d.json(&["dlq", "replay", &ids[&1], &ids[&2]]);
+    assert_eq!(report["acted"].as_array().unwrap().len(), 2, "{report}");
+    assert_eq!(d.status(1).await, Some(Status::Queued));
+    let output = d
+        .sqs
+        .receive_message()
+        .queue_url(&d.resources.queue_url)
+        .max_number_of_messages(10)
+        .wait_time_seconds(1)
+        .message_system_attribute_names(MessageSystemAttributeName::All)
+        .send()
+        .await
+        .unwrap();
+    let sent: Vec<(String, String)> = output
+        .messages
+        .unwrap_or_default()
+        .iter()
+        .map(|m| {
+            let attributes = m.attributes.clone().unwrap_or_default();
+            (
+                attributes[&MessageSystemAttributeName::MessageGroupId].clone(),
+                attributes[&MessageSystemAttributeName::MessageDeduplicationId].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(sent.len(), 2, "{sent:?}");
+    assert_eq!(sent[0].0, "demo:7");
+    assert!(
+        sent[0].1.starts_with("demo:1:replay:"),
+        "a new dedup id: {sent:?}"
+    );
+    assert!(sent[1].1.starts_with("demo:2:replay:"), "{sent:?}");
+    assert_eq!(ids_by_update(&d.json(&["dlq", "list"])).len(), 1);
+
+    let (refused, _, stderr) = run(&[], &["dlq", "purge", "--all", "--stack", &d.name]);
+    assert!(!refused.success());
+    assert!(stderr.contains("--yes"), "{stderr}");
+    let purged = d.json(&["dlq", "purge", "--all", "--yes"]);
+    assert_eq!(purged["acted"][0]["update_id"], 3, "{purged}");
+    assert!(d.json(&["dlq", "list"]).as_array().unwrap().is_empty());
+
+    let audit = d.json(&["dlq", "audit"]);
+    let entries: Vec<(&str, i64, &str)> = audit
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["action"].as_str().unwrap(),
+                e["update_id"].as_i64().unwrap(),
+                e["principal"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        entries.len(),
+        3,
+        "newest first: the purge, then the two replays: {audit}"
+    );
+    assert_eq!(entries[0], ("purge", 3, MOTO_PRINCIPAL));
+    assert!(entries[1..]
+        .iter()
+        .all(|(action, _, who)| *action == "replay" && *who == MOTO_PRINCIPAL));
+
+    let (status, stdout, stderr) = run(
+        &[],
+        &[
+            "dlq",
+            "list",
+            "--json",
+            "--table",
+            &d.resources.table,
+            "--queue-url",
+            &d.resources.queue_url,
+            "--dlq-url",
+            &d.resources.dlq_url,
+        ],
+    );
+    assert!(status.success(), "{stderr}");
+    assert_eq!(
+        stdout.trim(),
+        "[]",
+        "explicit resources name the same queue"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn status_on_aws_shows_the_queues_the_alarms_and_the_webhook_through_the_stack() {
+    let fake = FakeTelegram::start().await.unwrap();
+    fake.set_webhook_url(Some("https://hook.example.com/webhook".into()));
+    let d = deploy(
+        "status",
+        fake.token(),
+        &[("TelegramApiUrl", fake.url().as_str())],
+    )
+    .await;
+    d.bury(1, 7).await;
+    for n in 0..2 {
+        d.sqs
+            .send_message()
+            .queue_url(&d.resources.queue_url)
+            .message_body(message_update(100 + n, 9, "waiting").to_string())
+            .message_group_id("demo:9")
+            .message_deduplication_id(format!("demo:{}", 100 + n))
+            .send()
+            .await
+            .unwrap();
+    }
+    aws_sdk_cloudwatch::Client::new(&d.sdk)
+        .put_metric_alarm()
+        .alarm_name(format!("{}-dlq-not-empty", d.name))
+        .namespace("AWS/SQS")
+        .metric_name("ApproximateNumberOfMessagesVisible")
+        .statistic(aws_sdk_cloudwatch::types::Statistic::Maximum)
+        .period(60)
+        .evaluation_periods(1)
+        .threshold(0.0)
+        .comparison_operator(aws_sdk_cloudwatch::types::ComparisonOperator::GreaterThanThreshold)
+        .send()
+        .await
+        .unwrap();
+
+    let status = d.json(&["status"]);
+    assert_eq!(status["queue"]["visible"], 2, "{status}");
+    assert_eq!(status["dead_letters"]["visible"], 1, "{status}");
+    assert_eq!(
+        status["webhook"]["url"], "https://hook.example.com/webhook",
+        "{status}"
+    );
+    assert_eq!(status["webhook"]["pending_update_count"], 0, "{status}");
+    assert_eq!(
+        status["alarms"][0]["name"],
+        format!("{}-dlq-not-empty", d.name),
+        "{status}"
+    );
+    let text = d.tgq(&[], &["status"]);
+    for part in [
+        "2 visible",
+        "dead letters   1",
+        "https://hook.example.com/webhook",
+        "dlq-not-empty",
+    ] {
+        assert!(text.contains(part), "{part} in {text}");
+    }
+    assert!(!text.contains(fake.token()), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn webhook_set_with_a_stack_takes_the_url_secret_and_token_from_it_and_checks_first() {
+    let fake = FakeTelegram::start().await.unwrap();
+    let url = "https://abc123.lambda-url.us-east-1.on.aws/";
+    let d = deploy(
+        "hook",
+        fake.token(),
+        &[("WebhookUrl", url), ("TelegramApiUrl", fake.url().as_str())],
+    )
+    .await;
+
+    let (refused, _, stderr) = run(
+        &[],
+        &[
+            "webhook",
+            "set",
+            "--stack",
+            &d.name,
+            "--allowed-updates",
+            "message,bogus_kind",
+        ],
+    );
+    assert_eq!(refused.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("bogus_kind"), "{stderr}");
+    let (refused, _, stderr) = run(
+        &[],
+        &[
+            "webhook",
+            "set",
+            "--stack",
+            &d.name,
+            "--max-connections",
+            "101",
+        ],
+    );
+    assert_eq!(refused.code(), Some(2), "{stderr}");
+    assert!(
+        fake.calls().is_empty(),
+        "a bad argument is refused before Telegram is asked"
+    );
+
+    let said = d.tgq(&[], &["webhook", "set", "--max-connections", "10"]);
+    assert!(said.contains(url), "{said}");
+    let set = fake
+        .calls()
+        .into_iter()
+        .find(|c| c.method == "setWebhook")
+        .expect("setWebhook was called");
+    assert_eq!(set.params["url"], url);
+    assert_eq!(set.params["secret_token"], "stack-webhook-secret");
+    assert_eq!(set.params["max_connections"], 10);
+    assert_eq!(
+        set.params["allowed_updates"],
+        json!([
+            "message",
+            "edited_message",
+            "channel_post",
+            "edited_channel_post",
+            "callback_query"
+        ]),
+        "the echo bot's kinds (TGQ_HANDLER=echo)"
+    );
+    assert!(
+        fake.calls().iter().any(|c| c.method == "getWebhookInfo"),
+        "confirmed with getWebhookInfo"
+    );
+    assert!(!said.contains("stack-webhook-secret") && !said.contains(fake.token()));
+}
+
+/// The `tgq` lines of README's "Operating tgq" section, in order, each split into its arguments
+/// (comments dropped).
+fn operating_guide_commands() -> Vec<Vec<String>> {
+    const README: &str = include_str!("../../README.md");
+    let section = README
+        .split("\n## Operating tgq\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .expect("README has an \"Operating tgq\" section");
+    let mut in_code = false;
+    let mut commands = Vec::new();
+    for line in section.lines() {
+        if line.starts_with("```") {
+            in_code = !in_code;
+            continue;
+        }
+        let Some(command) = line.strip_prefix("tgq ").filter(|_| in_code) else {
+            continue;
+        };
+        let command = command.split(" #").next().unwrap_or(command);
+        commands.push(command.split_whitespace().map(str::to_owned).collect());
+    }
+    commands
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_operating_guide_runs_as_written_against_moto() {
+    let fake = FakeTelegram::start().await.unwrap();
+    let api_url = fake.url();
+    let d = deploy_as(
+        Some("tgq"),
+        "guide",
+        fake.token(),
+        &[
+            ("WebhookUrl", "https://guide.lambda-url.us-east-1.on.aws/"),
+            ("TelegramApiUrl", api_url.as_str()),
+        ],
+    )
+    .await;
+    d.bury(1, 7).await;
+    d.bury(2, 8).await;
+    let envs = [
+        ("TELEGRAM_BOT_TOKEN", fake.token()),
+        ("TELEGRAM_API_URL", api_url.as_str()),
+    ];
+    let mut ran = Vec::new();
+    let mut next_update = 3;
+    for command in operating_guide_commands() {
+        let mut args = command;
+        if args.iter().any(|a| a == "ID") {
+            // The guide's ID is a letter `tgq dlq list` names; bury one when none is left.
+            let mut letters = d.json(&["dlq", "list"]);
+            if letters.as_array().unwrap().is_empty() {
+                d.bury(next_update, 9).await;
+                next_update += 1;
+                letters = d.json(&["dlq", "list"]);
+            }
+            let id = letters[0]["id"].as_str().unwrap().to_owned();
+            args = args
+                .into_iter()
+                .map(|a| if a == "ID" { id.clone() } else { a })
+                .collect();
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (status, stdout, stderr) = run(&envs, &args);
+        assert!(status.success(), "tgq {args:?}: {stderr}\n{stdout}");
+        ran.push(args.join(" "));
+    }
+    for expected in [
+        "webhook set",
+        "status --stack",
+        "dlq list",
+        "dlq show",
+        "dlq replay",
+        "dlq audit",
+        "dlq purge",
+        "webhook delete",
+    ] {
+        assert!(
+            ran.iter().any(|r| r.starts_with(expected)),
+            "the guide runs `tgq {expected}`: {ran:?}"
+        );
+    }
+    assert!(
+        fake.calls().iter().any(|c| c.method == "setWebhook"),
+        "the guide's webhook set reached Telegram"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn poll_with_a_stack_takes_the_table_queues_token_and_bot_api_from_it() {
+    let fake = FakeTelegram::start().await.unwrap();
+    let d = deploy(
+        "pollstack",
+        fake.token(),
+        &[("TelegramApiUrl", fake.url().as_str())],
+    )
+    .await;
+    let health = format!("127.0.0.1:{}", common::free_port());
+    // No TELEGRAM_BOT_TOKEN, no TELEGRAM_API_URL, no table or queue: all from the stack.
+    let mut poller = common::tgq(&[("TGQ_BOT_ID", "stacked")])
+        .args(["poll", "--stack", &d.name, "--health-addr", &health])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("tgq poll starts");
+    fake.push_updates([message_update(1, 7, "one"), message_update(2, 8, "two")]);
+    let started = std::time::Instant::now();
+    while fake.pending_updates() > 0 {
+        if started.elapsed() > Duration::from_secs(30) || poller.try_wait().unwrap().is_some() {
+            let _ = poller.kill();
+            let output = poller.wait_with_output().unwrap();
+            panic!(
+                "tgq poll --stack did not confirm the updates: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let status: Value = reqwest::get(format!("http://{health}/status"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (status["role"].clone(), status["offset"].clone()),
+        (json!("leader"), json!(3))
+    );
+    let _ = poller.kill();
+    let _ = poller.wait();
+    let queued = emulator::drain(&d.sqs, &d.resources.queue_url)
+        .await
+        .unwrap();
+    assert_eq!(queued.len(), 2);
+}

@@ -1,0 +1,148 @@
+//! What the two use cases count (docs/ARCHITECTURE.md §8), through the `metrics` facade: the
+//! Lambdas install a recorder that prints CloudWatch embedded-metric-format lines (namespace
+//! [`NAMESPACE`], dimension [`BOT_ID`]), `tgq local` one that serves the Prometheus text format at
+//! `/metrics`. Each use case hands its result here once ([`ingested`], [`batch`]); nothing else in
+//! the code counts, and without a recorder nothing is counted.
+
+use metrics::{counter, describe_counter, describe_histogram, histogram, Unit};
+
+use crate::ingest::{Ingested, Refused};
+use crate::worker::{BatchReport, RecordOutcome};
+
+/// The CloudWatch namespace of every metric.
+pub const NAMESPACE: &str = "tgq";
+/// The dimension every metric carries: the bot's id.
+pub const BOT_ID: &str = "BotId";
+/// The label of [`INGEST_UNAVAILABLE`]: [`crate::PortError::cause`].
+pub const CAUSE: &str = "Cause";
+/// The label of [`RETRIED`]: [`crate::ErrorClass::as_str`].
+pub const ERROR_CLASS: &str = "ErrorClass";
+/// The label of [`DEAD_LETTERED`]: [`crate::dead::DeadReason::as_str`].
+pub const REASON: &str = "Reason";
+
+/// A new update stored by the webhook.
+pub const RECEIVED: &str = "Received";
+/// An update the webhook had already stored and enqueued.
+pub const DUPLICATE: &str = "Duplicate";
+/// An update stored earlier whose enqueue was never confirmed, sent again.
+pub const REQUEUED: &str = "Requeued";
+/// A body that is not an update, dead-lettered by the webhook.
+pub const POISON: &str = "Poison";
+/// A webhook request answered 503 because the update could not be made durable; by [`CAUSE`].
+pub const INGEST_UNAVAILABLE: &str = "IngestUnavailable";
+/// An update sent to the updates queue by the webhook (new or requeued).
+pub const ENQUEUED: &str = "Enqueued";
+/// A handler run that finished its update.
+pub const PROCESSED: &str = "Processed";
+/// A handler run that failed and will be retried; by [`ERROR_CLASS`].
+pub const RETRIED: &str = "Retried";
+/// An update given up on and sent to the dead-letter queue; by [`REASON`].
+pub const DEAD_LETTERED: &str = "DeadLettered";
+/// A run that ended because its recipient is gone (blocked the bot, deleted their account): `DONE`,
+/// not a dead letter.
+pub const RECIPIENT_GONE: &str = "RecipientGone";
+/// A run that lost its lease to another run and stopped.
+pub const FENCED: &str = "Fenced";
+/// An at-most-once send whose earlier outcome was unknown, not sent again: to reconcile.
+pub const UNCERTAIN_SEND: &str = "UncertainSend";
+/// How long a run's sends waited for Telegram's pacing, in milliseconds.
+pub const THROTTLED_WAIT_MS: &str = "ThrottledWaitMs";
+/// From an update's arrival at the webhook to its `DONE`, in milliseconds.
+pub const END_TO_END_LATENCY_MS: &str = "EndToEndLatencyMs";
+/// How long a handler run took, in milliseconds.
+pub const HANDLER_DURATION_MS: &str = "HandlerDurationMs";
+
+/// Every counter, for recorders and dashboards that list them.
+pub const COUNTERS: [&str; 12] = [
+    RECEIVED,
+    DUPLICATE,
+    REQUEUED,
+    POISON,
+    INGEST_UNAVAILABLE,
+    ENQUEUED,
+    PROCESSED,
+    RETRIED,
+    DEAD_LETTERED,
+    RECIPIENT_GONE,
+    FENCED,
+    UNCERTAIN_SEND,
+];
+
+/// Every histogram, in milliseconds.
+pub const HISTOGRAMS: [&str; 3] = [
+    THROTTLED_WAIT_MS,
+    END_TO_END_LATENCY_MS,
+    HANDLER_DURATION_MS,
+];
+
+/// Tells the installed recorder each metric's unit and meaning; call once after installing it.
+pub fn describe() {
+    for name in COUNTERS {
+        describe_counter!(name, Unit::Count, name);
+    }
+    for name in HISTOGRAMS {
+        describe_histogram!(name, Unit::Milliseconds, name);
+    }
+}
+
+/// Counts how one webhook request that reached [`crate::ingest::Webhook::ingest`] ended.
+pub fn ingested(outcome: &Result<Ingested, Refused>) {
+    match outcome {
+        Ok(Ingested::Queued) => {
+            counter!(RECEIVED).increment(1);
+            counter!(ENQUEUED).increment(1);
+        }
+        Ok(Ingested::Requeued) => {
+            counter!(REQUEUED).increment(1);
+            counter!(ENQUEUED).increment(1);
+        }
+        Ok(Ingested::Duplicate(_)) => counter!(DUPLICATE).increment(1),
+        Ok(Ingested::Poison(_)) => counter!(POISON).increment(1),
+        Ok(Ingested::TooLarge) => {
+            let reason = crate::dead::DeadReason::TooLarge.as_str();
+            counter!(DEAD_LETTERED, REASON => reason).increment(1);
+        }
+        Err(Refused::Unavailable(error)) => {
+            counter!(INGEST_UNAVAILABLE, CAUSE => error.cause()).increment(1);
+        }
+        // Refusals of the request itself (a wrong secret, an oversized body) are answered before
+        // anything is stored; Lambda's and the endpoint's own metrics count them.
+        Err(_) => {}
+    }
+}
+
+/// Counts what one worker batch did.
+pub fn batch(report: &BatchReport) {
+    for (_, outcome) in &report.outcomes {
+        match outcome {
+            RecordOutcome::Done(_) => counter!(PROCESSED).increment(1),
+            RecordOutcome::Retrying(_, class) => {
+                counter!(RETRIED, ERROR_CLASS => class.as_str()).increment(1);
+            }
+            RecordOutcome::DeadLettered(reason) => {
+                counter!(DEAD_LETTERED, REASON => reason.as_str()).increment(1);
+            }
+            RecordOutcome::RecipientGone(_) => counter!(RECIPIENT_GONE).increment(1),
+            RecordOutcome::Fenced => counter!(FENCED).increment(1),
+            _ => {}
+        }
+    }
+    for run in &report.runs {
+        if !run.uncertain.is_empty() {
+            counter!(UNCERTAIN_SEND).increment(run.uncertain.len() as u64);
+        }
+        if !run.paced.is_zero() {
+            histogram!(THROTTLED_WAIT_MS).record(millis(run.paced));
+        }
+    }
+    for timing in &report.timings {
+        histogram!(HANDLER_DURATION_MS).record(millis(timing.handler));
+        if let Some(latency) = timing.end_to_end {
+            histogram!(END_TO_END_LATENCY_MS).record(millis(latency));
+        }
+    }
+}
+
+fn millis(d: std::time::Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}

@@ -1,0 +1,142 @@
+//! Operating the real functions on moto: a dead letter an operator moves back from the dead-letter
+//! queue (what the SQS console's redrive does) runs again and is audited, and the worker's log
+//! carries its metrics as embedded-metric-format lines.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use aws_sdk_sqs::types::{MessageAttributeValue, MessageSystemAttributeName};
+use serde_json::Value;
+use tgq_aws::DynamoStore;
+use tgq_core::audit::{AuditAction, AuditReader as _};
+use tgq_core::clock::{Clock as _, SystemClock};
+use tgq_core::echo::reply_text;
+use tgq_core::worker::REDRIVE_PRINCIPAL;
+use tgq_e2e::emulator::{self, drain, record_status, Stack};
+use tgq_e2e::esm::EventSourceMapping;
+use tgq_e2e::functions::{Functions, WEBHOOK, WORKER};
+use tgq_e2e::telegram::{text_update, Telegram};
+use tgq_fake_telegram::{FakeTelegram, Fault, Scope, Times};
+
+const BOT_ID: &str = "demo";
+const SECRET: &str = "tgq-example-secret";
+const DRAIN_LIMIT: Duration = Duration::from_secs(120);
+
+/// Moves every letter of the dead-letter queue back to the updates queue as SQS's message move
+/// task does: the same body, group and message attributes, a new message.
+async fn redrive(sqs: &aws_sdk_sqs::Client, stack: &Stack) -> usize {
+    let output = sqs
+        .receive_message()
+        .queue_url(&stack.dlq_url)
+        .max_number_of_messages(10)
+        .wait_time_seconds(1)
+        .message_system_attribute_names(MessageSystemAttributeName::All)
+        .message_attribute_names("All")
+        .send()
+        .await
+        .unwrap();
+    let messages = output.messages.unwrap_or_default();
+    for (n, message) in messages.iter().enumerate() {
+        let group = message.attributes.as_ref().unwrap()
+            [&MessageSystemAttributeName::MessageGroupId]
+            .clone();
+        let attributes: HashMap<String, MessageAttributeValue> =
+            message.message_attributes.clone().unwrap_or_default();
+        sqs.send_message()
+            .queue_url(&stack.queue_url)
+            .message_body(message.body.clone().unwrap())
+            .message_group_id(group)
+            .message_deduplication_id(format!("moved-{n}"))
+            .set_message_attributes(Some(attributes))
+            .send()
+            .await
+            .unwrap();
+        sqs.delete_message()
+            .queue_url(&stack.dlq_url)
+            .receipt_handle(message.receipt_handle.clone().unwrap())
+            .send()
+            .await
+            .unwrap();
+    }
+    messages.len()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_moved_back_by_an_operator_runs_again_and_the_worker_logs_its_metrics() {
+    let config = emulator::sdk_config().await;
+    let sqs = aws_sdk_sqs::Client::new(&config);
+    let dynamo = aws_sdk_dynamodb::Client::new(&config);
+    let stack = Stack::create(&config, "redrive").await.unwrap();
+    let fake = FakeTelegram::start().await.unwrap();
+    // Telegram refuses chat 7's first reply as a bad request (permanent): the update is
+    // dead-lettered, and once the operator moves it back it goes through.
+    fake.inject(Fault::BadRequest, Scope::Chat(7), Times::Once);
+    let vars = [
+        ("TGQ_BOT_ID", BOT_ID.to_owned()),
+        ("TGQ_WEBHOOK_SECRET", SECRET.to_owned()),
+        ("TGQ_TABLE", stack.table.clone()),
+        ("TGQ_QUEUE_URL", stack.queue_url.clone()),
+        ("TGQ_DLQ_URL", stack.dlq_url.clone()),
+        ("TGQ_HANDLER", "echo".to_owned()),
+        ("TELEGRAM_BOT_TOKEN", fake.token().to_owned()),
+        ("TELEGRAM_API_URL", fake.url()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    let functions = Functions::start(&[WEBHOOK, WORKER], &vars).await;
+    let telegram = Telegram::new(functions.function_url(WEBHOOK), SECRET);
+    for (update_id, chat) in [(900_000_001, 7), (900_000_002, 8)] {
+        let body = text_update(update_id, chat, 1, &format!("u{update_id}")).to_string();
+        assert!(telegram.deliver(&body).await.unwrap().is_empty());
+    }
+    let mapping = EventSourceMapping::new(sqs.clone(), stack.clone(), &functions);
+    mapping
+        .run_until_drained(|| true, DRAIN_LIMIT)
+        .await
+        .unwrap();
+    let status = |update_id| record_status(&dynamo, &stack.table, BOT_ID, update_id);
+    assert_eq!(status(900_000_001).await.unwrap().as_deref(), Some("DEAD"));
+
+    assert_eq!(redrive(&sqs, &stack).await, 1, "one letter moved back");
+    mapping
+        .run_until_drained(|| true, DRAIN_LIMIT)
+        .await
+        .unwrap();
+    assert_eq!(
+        status(900_000_001).await.unwrap().as_deref(),
+        Some("DONE"),
+        "the moved letter ran instead of being acknowledged unseen; logs: {}",
+        functions.logs().display()
+    );
+    let replies: Vec<String> = fake
+        .delivered_to(7)
+        .iter()
+        .map(|c| c.params["text"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(replies, [reply_text(900_000_001, "u900000001")]);
+    assert!(drain(&sqs, &stack.dlq_url).await.unwrap().is_empty());
+    let audit = DynamoStore::new(dynamo, stack.table.clone())
+        .recent(10, SystemClock.now())
+        .await
+        .unwrap();
+    assert_eq!(audit.len(), 1, "{audit:?}");
+    assert_eq!(
+        (audit[0].action, audit[0].principal.as_str()),
+        (AuditAction::Redrive, REDRIVE_PRINCIPAL)
+    );
+
+    // The worker's stdout (its CloudWatch log) carries the metrics as EMF lines.
+    let log = std::fs::read_to_string(functions.logs().join("worker.log")).unwrap();
+    let mut processed = 0.0;
+    let mut dead_lettered = 0.0;
+    for line in log.lines().filter(|l| l.starts_with(r#"{"_aws""#)) {
+        let doc: Value = serde_json::from_str(line).unwrap();
+        assert_eq!(doc["_aws"]["CloudWatchMetrics"][0]["Namespace"], "tgq");
+        assert_eq!(doc["BotId"], BOT_ID);
+        assert!(doc["RequestId"].is_string(), "{line}");
+        processed += doc["Processed"].as_f64().unwrap_or(0.0);
+        dead_lettered += doc["DeadLettered"].as_f64().unwrap_or(0.0);
+    }
+    assert_eq!((processed, dead_lettered), (2.0, 1.0), "{log}");
+}
