@@ -16,6 +16,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use clap::Args;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use rand::distr::{Alphanumeric, SampleString as _};
 use secrecy::SecretString;
 use serde::{Deserialize, Serialize};
@@ -191,17 +192,27 @@ pub async fn run(args: PollArgs) -> anyhow::Result<()> {
         },
     );
     let lease = Arc::new(DynamoPollerLease::new(dynamodb, &deployment.table, &bot_id));
+    // What the ingest use case and the poller count, served at /metrics (Prometheus text format).
+    let metrics = PrometheusBuilder::new()
+        .add_global_label(tgq_core::metrics::BOT_ID, bot_id.to_string())
+        .install_recorder()
+        .context("installing the metrics recorder")?;
+    tgq_core::metrics::describe();
     info!(bot_id = %bot_id, table = %deployment.table, holder = %holder, health = %listener.local_addr()?, "tgq poll starting");
-    serve(
-        listener,
-        Arc::new(api),
-        lease,
-        clock,
+    let poller = Poller::new(
+        PollerSettings {
+            holder,
+            timing,
+            poll_timeout: POLL_TIMEOUT,
+        },
+        PollerPorts {
+            api: Arc::new(api),
+            lease,
+            clock,
+        },
         webhook,
-        holder,
-        timing,
-    )
-    .await
+    );
+    serve(listener, poller, metrics).await
 }
 
 /// The webhook settings a poller ingests with: its secret is never asked for (polled updates are
@@ -228,30 +239,18 @@ pub fn holder_id(given: Option<&str>) -> anyhow::Result<HolderId> {
     }
 }
 
-/// Runs a poller and its health server until a signal; a second signal ends the process at once.
+/// Runs the poller and its health server until a signal; a second signal ends the process at once.
 async fn serve(
     listener: TcpListener,
-    api: Arc<dyn BotApi>,
-    lease: Arc<dyn PollerLease>,
-    clock: Arc<dyn Clock>,
-    webhook: Webhook,
-    holder: HolderId,
-    timing: LeaseTiming,
+    poller: Poller,
+    metrics: PrometheusHandle,
 ) -> anyhow::Result<()> {
     let shutdown = Shutdown::new();
     shutdown.on_signals()?;
-    let poller = Poller::new(
-        PollerSettings {
-            holder,
-            timing,
-            poll_timeout: POLL_TIMEOUT,
-        },
-        PollerPorts { api, lease, clock },
-        webhook,
-    );
     let health = Health {
         poller: poller.handle(),
         shutdown: shutdown.clone(),
+        metrics,
     };
     let server_shutdown = shutdown.clone();
     let server = tokio::spawn(async move {
@@ -273,15 +272,28 @@ pub struct Health {
     pub poller: PollerHandle,
     /// Set once the process is stopping.
     pub shutdown: Shutdown,
+    /// The counters, for `/metrics`.
+    pub metrics: PrometheusHandle,
 }
 
-/// `/healthz`, `/readyz` and `/status` of a poller.
+/// `/healthz`, `/readyz`, `/status` and `/metrics` of a poller.
 pub fn health_router(health: Health) -> Router {
     Router::new()
         .route("/healthz", get(|| async { json(StatusCode::OK, "alive") }))
         .route("/readyz", get(readyz))
         .route("/status", get(status))
+        .route("/metrics", get(metrics))
         .with_state(health)
+}
+
+/// The counters of `tgq_core::metrics` (ingest and poller), in the Prometheus text format.
+async fn metrics(State(health): State<Health>) -> Response {
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        health.metrics.render(),
+    )
+        .into_response()
 }
 
 fn json(status: StatusCode, body: impl Serialize) -> Response {

@@ -139,6 +139,16 @@ async fn of_two_pollers_one_leads_both_are_ready_and_a_sigterm_hands_the_lease_o
     .await;
     let (_, leader) = get(&first, "/status").await.expect("the leader answers");
     assert_eq!(leader["offset"], json!(6));
+    let metrics = reqwest::get(format!("http://{}/metrics", first.health))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(r#"Received{BotId="pollers"} 5"#),
+        "the ingest use case counts polled updates: {metrics}"
+    );
 
     // SIGTERM: the leader releases; the standby leads at its next look, well before a TTL.
     let stopped = Instant::now();

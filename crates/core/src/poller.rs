@@ -26,6 +26,7 @@ use crate::ingest::Webhook;
 use crate::leadership::{
     Acquired, HolderId, LeaseError, PollerLease, Term, COOLDOWN, LEASE_TTL, POLL_GUARD, RENEW_EVERY,
 };
+use crate::metrics;
 use crate::record::Timestamp;
 use crate::telegram::{ApiCall, BotApi, CallError, TelegramError};
 
@@ -33,6 +34,8 @@ use crate::telegram::{ApiCall, BotApi, CallError, TelegramError};
 pub const POLL_TIMEOUT: Duration = Duration::from_secs(25);
 /// The longest pause between failed polls.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// A renewal not answered within this is late: polling stops until it answers.
+const RENEWAL_LATE: Duration = Duration::from_secs(1);
 /// How long a poller waits before trying the store again after it could not reach it.
 const RETRY_STORE: Duration = Duration::from_secs(1);
 /// Standbys wake up to this much after the lease they saw ends, so they do not all ask at once.
@@ -470,10 +473,13 @@ impl Poller {
                     Some(took) if took.flapping => {
                         Counts::bump(&counts.takeovers);
                         Counts::bump(&counts.flapping);
+                        metrics::poller(metrics::POLLER_TAKEOVERS);
+                        metrics::poller(metrics::POLLER_FLAPPING);
                         warn!(alert = "poller_flapping", token = won.term.token, from = %took.from, from_token = took.from_token, "took over the poller lease less than a minute after the previous takeover: leadership is flapping (check the pollers' way to the store and to Telegram)");
                     }
                     Some(took) => {
                         Counts::bump(&counts.takeovers);
+                        metrics::poller(metrics::POLLER_TAKEOVERS);
                         warn!(token = won.term.token, from = %took.from, from_token = took.from_token, offset = ?won.offset, "took over the poller lease: the previous leader's lease lapsed");
                     }
                     None => {
@@ -543,9 +549,11 @@ impl Poller {
         view.lease_until = Some(term.term.until);
     }
 
-    /// Renews a held term. A refusal ends the term at once; a failure stops polling at once and
-    /// is retried until the term's end, after which the lease counts as lost. Returns the term
-    /// still held, if any, whether a newer leader overtook it, and when to act next.
+    /// Renews a held term. A refusal ends the term at once; a failure, or an answer later than
+    /// [`RENEWAL_LATE`], stops polling at once, and the renewal is retried until the term's end,
+    /// after which the lease counts as lost. Returns the term still held, if any, whether a newer
+    /// leader overtook it (then this poller cools down before contending again), and when to act
+    /// next.
     async fn renew(
         &self,
         mut term: ActiveTerm,
@@ -554,9 +562,25 @@ impl Poller {
         let timing = self.settings.timing;
         let sent = Instant::now();
         let now = self.ports.clock.now();
-        let renewal = self.ports.lease.renew(&term.term, now, timing.ttl);
+        let presented = term.term.clone();
+        let renewal = self.ports.lease.renew(&presented, now, timing.ttl);
+        tokio::pin!(renewal);
         let counts = &self.shared.counts;
-        let error = match tokio::time::timeout_at(term.expires, renewal).await {
+        let late_at = (sent + RENEWAL_LATE).min(term.expires);
+        let answer = match tokio::time::timeout_at(late_at, &mut renewal).await {
+            Ok(answer) => Ok(answer),
+            Err(_) => {
+                // A late renewal stops polling at once; its answer is awaited until the lease's end.
+                terms.send_replace(None);
+                self.set_role(Role::Suspended);
+                warn!(
+                    token = term.term.token,
+                    "renewing the poller lease is late; stopped polling until it answers"
+                );
+                tokio::time::timeout_at(term.expires, &mut renewal).await
+            }
+        };
+        let error = match answer {
             Ok(Ok(renewed)) => {
                 self.reached_store(true);
                 let resumed = self.shared.view.lock().role == Role::Suspended;
@@ -589,11 +613,15 @@ impl Poller {
         terms.send_replace(None);
         self.reached_store(false);
         Counts::bump(&counts.renewals_failed);
+        metrics::poller(metrics::POLLER_RENEWALS_FAILED);
         if Instant::now() >= term.expires {
             Counts::bump(&counts.leadership_lost);
             self.set_role(Role::Standby);
             warn!(token = term.term.token, error = %error, "the poller lease lapsed before a renewal got through; stopped polling");
-            return (None, false, Instant::now());
+            // This poller's way to the store failed it: it waits one renewal interval before
+            // contending, so that a standby (which wakes at the lease's end) leads if it can; once
+            // another holds the lease, this poller cools down (see `keep_lease`).
+            return (None, false, Instant::now() + timing.renew_every);
         }
         self.set_role(Role::Suspended);
         warn!(token = term.term.token, error = %error, "renewing the poller lease failed; stopped polling until a renewal succeeds");
@@ -713,6 +741,7 @@ impl Poller {
             Ok(()) => true,
             Err(LeaseError::Lost { token, current }) => {
                 Counts::bump(&self.shared.counts.checkpoints_refused);
+                metrics::poller(metrics::POLLER_CHECKPOINTS_REFUSED);
                 warn!(token, current = ?current, offset, "checkpoint refused: a newer leader holds the poller lease; this poller stops polling");
                 false
             }

@@ -147,6 +147,8 @@ impl BotApi for PollerApi {
 struct Link {
     lease: Arc<MemoryPollerLease>,
     cut: AtomicBool,
+    /// Renewals never answer while set (a store that hangs).
+    hang: AtomicBool,
 }
 
 impl Link {
@@ -171,6 +173,9 @@ impl PollerLease for Link {
     }
     async fn renew(&self, term: &Term, now: Timestamp, ttl: Duration) -> Result<Term, LeaseError> {
         self.check()?;
+        if self.hang.load(Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
         self.lease.renew(term, now, ttl).await
     }
     async fn checkpoint(&self, term: &Term, offset: i64) -> Result<(), LeaseError> {
@@ -256,6 +261,7 @@ impl Rig {
         let link = Arc::new(Link {
             lease: self.lease.clone(),
             cut: AtomicBool::new(false),
+            hang: AtomicBool::new(false),
         });
         let gate = Arc::new(Gate {
             queue: self.queue.clone(),
@@ -505,4 +511,50 @@ async fn a_shutdown_releases_the_lease_only_after_the_batch_in_flight_is_durable
     pass(Duration::from_secs(6)).await;
     assert_eq!(rig.role(standby), Role::Leader);
     assert_eq!(rig.lease_state().await.takeovers, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_renewal_that_never_answers_stops_polling_before_the_lease_could_end() {
+    let mut rig = Rig::new();
+    rig.start();
+    pass(Duration::from_secs(1)).await;
+    rig.start();
+    pass(Duration::from_secs(1)).await;
+    let term_end = rig.lease_state().await.until;
+    rig.members[0].link.hang.store(true, Ordering::SeqCst);
+    // The renewal at 5 s hangs; the lease (acquired at 0 s) ends at 15 s.
+    pass(Duration::from_secs(30)).await;
+    assert_eq!(rig.role(1), Role::Leader, "the standby took over");
+    assert_eq!(
+        rig.role(0),
+        Role::CoolingDown,
+        "a poller whose lease lapsed under it cools down instead of taking it straight back"
+    );
+    let last_end = rig
+        .telegram
+        .polls()
+        .iter()
+        .filter(|p| p.poller == 0)
+        .map(|p| p.ended.expect("ended"))
+        .max()
+        .expect("poller 0 polled");
+    let last_end = Timestamp(1_000_000_000).plus(last_end - rig.clock.start);
+    // The renewal is sent 5 s after the acquisition and late 1 s later: polling stops then, long
+    // before the lease's end.
+    let acquired_at = term_end.0 - TIMING.ttl.as_millis() as u64;
+    let late_at = acquired_at + (TIMING.renew_every + Duration::from_secs(1)).as_millis() as u64;
+    assert!(
+        last_end.0 <= late_at + 100,
+        "poller 0 polled until {last_end:?}; its renewal was late at {late_at} ms"
+    );
+    assert_eq!(rig.telegram.overlapping(), 0);
+    assert!(
+        rig.members[0]
+            .poller
+            .handle()
+            .status()
+            .counters
+            .renewals_failed
+            >= 1
+    );
 }
