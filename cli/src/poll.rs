@@ -87,6 +87,7 @@ impl PollArgs {
                 token_parameter: None,
                 secret_parameter: None,
                 telegram_api_url: None,
+                bot_id: None,
             });
         }
         match &self.stack {
@@ -147,10 +148,15 @@ impl TimingArgs {
 /// Runs `tgq poll` until SIGTERM/SIGINT.
 pub async fn run(args: PollArgs) -> anyhow::Result<()> {
     let vars = Vars::from_env();
-    let bot_id = vars.bot_id()?;
     let timing = args.timing.timing()?;
     let holder = holder_id(args.id.as_deref())?;
     let deployment = args.deployment().await?;
+    // TGQ_BOT_ID, else the stack's BotId output.
+    let bot_id = match (vars.get("TGQ_BOT_ID"), &deployment.bot_id) {
+        (None, Some(id)) => BotId::new(id.as_str())
+            .with_context(|| format!("the stack's BotId output {id:?} is not a bot id"))?,
+        _ => vars.bot_id()?,
+    };
     let listener = TcpListener::bind(&args.health_addr)
         .await
         .with_context(|| format!("cannot listen on {} (--health-addr)", args.health_addr))?;

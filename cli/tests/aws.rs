@@ -523,17 +523,22 @@ async fn the_operating_guide_runs_as_written_against_moto() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn poll_with_a_stack_takes_the_table_queues_token_and_bot_api_from_it() {
+async fn poll_with_a_stack_takes_bot_table_queues_token_and_bot_api_from_it_and_status_shows_the_lease(
+) {
     let fake = FakeTelegram::start().await.unwrap();
     let d = deploy(
         "pollstack",
         fake.token(),
-        &[("TelegramApiUrl", fake.url().as_str())],
+        &[
+            ("TelegramApiUrl", fake.url().as_str()),
+            ("BotId", "stacked"),
+        ],
     )
     .await;
     let health = format!("127.0.0.1:{}", common::free_port());
-    // No TELEGRAM_BOT_TOKEN, no TELEGRAM_API_URL, no table or queue: all from the stack.
-    let mut poller = common::tgq(&[("TGQ_BOT_ID", "stacked")])
+    // No TGQ_BOT_ID, no TELEGRAM_BOT_TOKEN, no TELEGRAM_API_URL, no table or queue: all from the
+    // stack.
+    let mut poller = common::tgq(&[])
         .args(["poll", "--stack", &d.name, "--health-addr", &health])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
@@ -561,6 +566,12 @@ async fn poll_with_a_stack_takes_the_table_queues_token_and_bot_api_from_it() {
     assert_eq!(
         (status["role"].clone(), status["offset"].clone()),
         (json!("leader"), json!(3))
+    );
+    // tgq status --stack shows the lease as the table holds it.
+    let shown = d.tgq(&[], &["status"]);
+    assert!(
+        shown.contains("poller lease   leader ") && shown.contains("token 1, offset 3"),
+        "{shown}"
     );
     let _ = poller.kill();
     let _ = poller.wait();
