@@ -10,6 +10,7 @@ mod fake_telegram;
 mod local;
 mod logging;
 mod ops;
+mod poll;
 mod views;
 
 use std::process::ExitCode;
@@ -35,6 +36,8 @@ struct Cli {
 enum Command {
     /// Run the whole pipeline in one process: webhook endpoint, worker loops and an embedded store.
     Local(local::LocalArgs),
+    /// Poll Telegram (getUpdates) into the AWS pipeline; several may run, one polls at a time.
+    Poll(poll::PollArgs),
     /// Show queue depths, oldest message age, dead letters, and locally the outbox and counters;
     /// on AWS (--stack) also the webhook's pending updates and the alarms.
     Status(ops::StatusArgs),
@@ -77,6 +80,9 @@ fn local_runtime_threads() -> Option<usize> {
 /// the table, and fails when a required figure was missed.
 async fn drill(args: tgq_drill::DrillArgs) -> anyhow::Result<()> {
     let exe = std::env::current_exe()?;
+    if args.scenarios == ["failover"] {
+        return failover_drill(&args, exe).await;
+    }
     let rows = tgq_drill::run(&args, exe).await?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
@@ -93,12 +99,33 @@ async fn drill(args: tgq_drill::DrillArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `tgq drill failover`: prints the figures, and fails when a target was missed (takeover ≤ 20 s,
+/// with the default 15 s TTL: TTL + 5 s; nothing lost or twice; no overlapping polls).
+async fn failover_drill(
+    args: &tgq_drill::DrillArgs,
+    exe: std::path::PathBuf,
+) -> anyhow::Result<()> {
+    let report = tgq_drill::run_failover(args, exe).await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.table());
+    }
+    let limit = std::time::Duration::from_secs(args.lease_ttl_secs + 5);
+    let missed = report.missed(limit);
+    if !missed.is_empty() {
+        anyhow::bail!("the failover drill missed: {}", missed.join("; "));
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // A server logs what it does; a one-shot command (and the demo, whose summary tells the story)
     // only what went wrong.
     let level = match &cli.command {
         Command::Local(args) if !args.is_demo() => "info",
+        Command::Poll(_) => "info",
         _ => "warn",
     };
     logging::init(level);
@@ -115,9 +142,15 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // Which subcommand's usage line a usage error shows.
+    let usage_of = match &cli.command {
+        Command::Poll(_) => "poll",
+        _ => "local",
+    };
     let outcome = runtime.block_on(async {
         match cli.command {
             Command::Local(args) => local::run(args).await,
+            Command::Poll(args) => poll::run(args).await,
             Command::Status(args) => ops::status(args).await,
             Command::Backup(args) => ops::backup(args).await,
             Command::Outbox(args) => ops::outbox(args).await,
@@ -135,7 +168,7 @@ fn main() -> ExitCode {
                 let mut command = Cli::command();
                 command.build();
                 let local = command
-                    .find_subcommand_mut("local")
+                    .find_subcommand_mut(usage_of)
                     .cloned()
                     .unwrap_or(command);
                 local

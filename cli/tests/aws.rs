@@ -1,4 +1,4 @@
-//! `tgq dlq`, `tgq status` and `tgq webhook set` against a deployment on moto: the table and queues
+//! `tgq dlq`, `tgq status`, `tgq webhook set` and `tgq poll --stack` against a deployment on moto: the table and queues
 //! created as `template.yaml` declares them, and a CloudFormation stack whose outputs name them as
 //! a tgq stack's do. Fails, naming the fix, without `AWS_ENDPOINT_URL` (scripts/test starts moto).
 
@@ -520,4 +520,63 @@ async fn the_operating_guide_runs_as_written_against_moto() {
         fake.calls().iter().any(|c| c.method == "setWebhook"),
         "the guide's webhook set reached Telegram"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn poll_with_a_stack_takes_bot_table_queues_token_and_bot_api_from_it_and_status_shows_the_lease(
+) {
+    let fake = FakeTelegram::start().await.unwrap();
+    let d = deploy(
+        "pollstack",
+        fake.token(),
+        &[
+            ("TelegramApiUrl", fake.url().as_str()),
+            ("BotId", "stacked"),
+        ],
+    )
+    .await;
+    let health = format!("127.0.0.1:{}", common::free_port());
+    // No TGQ_BOT_ID, no TELEGRAM_BOT_TOKEN, no TELEGRAM_API_URL, no table or queue: all from the
+    // stack.
+    let mut poller = common::tgq(&[])
+        .args(["poll", "--stack", &d.name, "--health-addr", &health])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("tgq poll starts");
+    fake.push_updates([message_update(1, 7, "one"), message_update(2, 8, "two")]);
+    let started = std::time::Instant::now();
+    while fake.pending_updates() > 0 {
+        if started.elapsed() > Duration::from_secs(30) || poller.try_wait().unwrap().is_some() {
+            let _ = poller.kill();
+            let output = poller.wait_with_output().unwrap();
+            panic!(
+                "tgq poll --stack did not confirm the updates: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let status: Value = reqwest::get(format!("http://{health}/status"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (status["role"].clone(), status["offset"].clone()),
+        (json!("leader"), json!(3))
+    );
+    // tgq status --stack shows the lease as the table holds it.
+    let shown = d.tgq(&[], &["status"]);
+    assert!(
+        shown.contains("poller lease   leader ") && shown.contains("token 1, offset 3"),
+        "{shown}"
+    );
+    let _ = poller.kill();
+    let _ = poller.wait();
+    let queued = emulator::drain(&d.sqs, &d.resources.queue_url)
+        .await
+        .unwrap();
+    assert_eq!(queued.len(), 2);
 }

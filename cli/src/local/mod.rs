@@ -37,8 +37,7 @@ mod data_dir;
 mod demo;
 mod fixtures;
 mod http;
-mod poll;
-mod shutdown;
+pub(crate) mod shutdown;
 mod worker_loop;
 
 /// `tgq local`.
@@ -158,10 +157,11 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
         .recover()
         .await
         .context("releasing what a previous run of tgq local held")?;
-    if recovered.messages + recovered.leases > 0 {
+    if recovered.messages + recovered.leases + recovered.poller_leases > 0 {
         info!(
             messages = recovered.messages,
             leases = recovered.leases,
+            poller_leases = recovered.poller_leases,
             "released what the previous run of tgq local still held"
         );
     }
@@ -235,10 +235,18 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
         let api = HttpBotApi::new(
             &settings.telegram_api_url,
             token,
-            poll::POLL_TIMEOUT + defaults::TELEGRAM_TIMEOUT,
+            tgq_core::poller::POLL_TIMEOUT + defaults::TELEGRAM_TIMEOUT,
         )?;
-        let (webhook, shutdown) = (webhook.clone(), shutdown.clone());
-        tasks.spawn(async move { poll::run(&api, &webhook, &shutdown).await });
+        // The same poller as `tgq poll`, on the embedded store's lease: a second `tgq local` cannot
+        // open the store, but the lease keeps the offset checkpoint with its token all the same.
+        let poller = crate::poll::local_poller(
+            Arc::new(api),
+            Arc::new(store.poller_lease(&settings.bot_id)),
+            clock.clone(),
+            webhook.clone(),
+        )?;
+        let stop = shutdown.subscribe();
+        tasks.spawn(async move { Ok(poller.run(stop).await?) });
     }
 
     print_banner(&args, &data, &settings, addr);

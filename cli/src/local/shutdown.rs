@@ -30,6 +30,11 @@ impl Shutdown {
         *self.sender.borrow()
     }
 
+    /// A receiver that turns `true` once shutdown is asked for.
+    pub fn subscribe(&self) -> watch::Receiver<bool> {
+        self.sender.subscribe()
+    }
+
     /// Resolves once shutdown is asked for.
     pub async fn wait(&self) {
         let mut receiver = self.sender.subscribe();

@@ -7,7 +7,11 @@ use aws_sdk_cloudwatch::primitives::DateTime;
 use aws_sdk_cloudwatch::types::{Dimension, Statistic};
 use serde::{Deserialize, Serialize};
 use teloxide_core::payloads::GetWebhookInfo;
+use tgq_aws::DynamoPollerLease;
+use tgq_core::clock::{Clock as _, SystemClock};
 use tgq_core::config::{SecretSource, Vars};
+use tgq_core::ids::BotId;
+use tgq_core::leadership::PollerLease as _;
 use tgq_telegram::HttpBotApi;
 
 use super::target::Deployment;
@@ -30,6 +34,27 @@ pub struct AwsStatusView {
     pub webhook: WebhookView,
     /// The stack's alarms (named `{stack}-…`), with their states.
     pub alarms: Vec<AlarmView>,
+    /// The pollers' lease of the bot (`tgq poll`), when the bot id is known (TGQ_BOT_ID or the
+    /// stack's BotId output) and a poller ever ran.
+    #[serde(default)]
+    pub poller_lease: Option<PollerLeaseView>,
+}
+
+/// The pollers' lease as the table holds it (docs/ARCHITECTURE.md §10).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PollerLeaseView {
+    /// The poller that leads; `None` once it released the lease or its lease ran out.
+    pub leader: Option<String>,
+    /// The fencing token of the last acquisition.
+    pub token: u64,
+    /// Milliseconds until the lease ends unless renewed; `None` when nobody leads.
+    pub remaining_ms: Option<u64>,
+    /// The offset checkpoint a new leader resumes from.
+    pub offset: Option<i64>,
+    /// Takeovers of a lapsed lease so far.
+    pub takeovers: u64,
+    /// Of those, within a minute of the previous one.
+    pub flaps: u64,
 }
 
 /// One queue's depth and age.
@@ -93,7 +118,35 @@ pub async fn read(deployment: &Deployment) -> anyhow::Result<AwsStatusView> {
         },
         webhook: webhook(deployment).await,
         alarms,
+        poller_lease: poller_lease(deployment).await?,
     })
+}
+
+/// The bot's poller lease, when the bot id is known and a poller ever ran.
+async fn poller_lease(deployment: &Deployment) -> anyhow::Result<Option<PollerLeaseView>> {
+    let vars = Vars::from_env();
+    let Some(bot) = vars.get("TGQ_BOT_ID").or(deployment.bot_id.as_deref()) else {
+        return Ok(None);
+    };
+    let bot = BotId::new(bot).map_err(|e| anyhow::anyhow!(e))?;
+    let lease = DynamoPollerLease::new(
+        aws_sdk_dynamodb::Client::new(&deployment.sdk),
+        &deployment.table,
+        &bot,
+    );
+    let Some(state) = lease.read().await? else {
+        return Ok(None);
+    };
+    let now = SystemClock.now();
+    let held = state.held_at(now);
+    Ok(Some(PollerLeaseView {
+        leader: held.as_ref().map(|h| h.holder.to_string()),
+        token: state.token,
+        remaining_ms: held.map(|h| h.until.0.saturating_sub(now.0)),
+        offset: state.offset,
+        takeovers: state.takeovers,
+        flaps: state.flaps,
+    }))
 }
 
 /// A queue's name: the last part of its URL.
@@ -240,6 +293,21 @@ pub fn render(view: &AwsStatusView) {
                 outln!("last error     {error}{when}");
             }
         }
+    }
+    if let Some(lease) = &view.poller_lease {
+        let leader = match (&lease.leader, lease.remaining_ms) {
+            (Some(leader), Some(ms)) => {
+                format!("leader {leader}, ends in {:.1} s", ms as f64 / 1000.0)
+            }
+            _ => "no leader".to_owned(),
+        };
+        outln!(
+            "poller lease   {leader}, token {}, offset {}, {} takeovers ({} flapping)",
+            lease.token,
+            lease.offset.map_or("-".to_owned(), |o| o.to_string()),
+            lease.takeovers,
+            lease.flaps
+        );
     }
     if view.alarms.is_empty() {
         return;

@@ -35,6 +35,10 @@ pub struct StoreArgs {
 pub struct StatusArgs {
     #[command(flatten)]
     target: target::TargetArgs,
+    /// Show a running `tgq poll` instead (its health address, e.g. 127.0.0.1:8090): leader or
+    /// standby, the lease's token and remaining time, the offset.
+    #[arg(long, value_name = "HOST:PORT", conflicts_with = "stack")]
+    poller: Option<String>,
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
@@ -94,6 +98,15 @@ pub async fn backup(args: BackupArgs) -> anyhow::Result<()> {
 
 /// `tgq status`.
 pub async fn status(args: StatusArgs) -> anyhow::Result<()> {
+    if let Some(addr) = &args.poller {
+        let view = crate::poll::fetch_status(addr).await?;
+        if args.json {
+            outln!("{}", serde_json::to_string_pretty(&view)?);
+        } else {
+            crate::poll::render(&view);
+        }
+        return Ok(());
+    }
     let data_dir = match args.target.resolve().await? {
         target::Target::Local(data_dir) => data_dir,
         target::Target::Aws(deployment) => {

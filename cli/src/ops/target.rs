@@ -65,6 +65,8 @@ pub struct Deployment {
     pub secret_parameter: Option<String>,
     /// `TelegramApiUrl`.
     pub telegram_api_url: Option<String>,
+    /// `BotId`.
+    pub bot_id: Option<String>,
 }
 
 impl TargetArgs {
@@ -83,6 +85,7 @@ impl TargetArgs {
                 token_parameter: None,
                 secret_parameter: None,
                 telegram_api_url: None,
+                bot_id: None,
             })));
         }
         match &self.stack {
@@ -135,6 +138,7 @@ impl Deployment {
             token_parameter: output("BotTokenParameterName"),
             secret_parameter: output("WebhookSecretParameterName"),
             telegram_api_url: output("TelegramApiUrl"),
+            bot_id: output("BotId"),
             sdk,
         })
     }

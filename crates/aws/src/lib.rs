@@ -1,5 +1,6 @@
-//! tgq's AWS adapters: update records in DynamoDB ([`DynamoStore`]), the updates queue and the
-//! dead-letter queue on SQS FIFO ([`SqsQueue`]), secrets from SSM Parameter Store
+//! tgq's AWS adapters: update records in DynamoDB ([`DynamoStore`]), the pollers' lease in the same
+//! table ([`DynamoPollerLease`]), the updates queue and the dead-letter queue on SQS FIFO
+//! ([`SqsQueue`]), secrets from SSM Parameter Store
 //! ([`resolve_secret`]), and what both functions set up the same way: the client configuration
 //! ([`aws_config`]), their logs ([`init_logging`]) and their metrics ([`init_metrics`]). Every SDK type stays
 //! inside this crate: the ports speak only `tgq_core` types, and [`PortError`](tgq_core::PortError)
@@ -8,6 +9,7 @@
 mod dynamo;
 mod error;
 mod item;
+mod lease;
 mod letter;
 mod logging;
 mod metrics;
@@ -23,6 +25,7 @@ use aws_smithy_http_client::tls;
 use aws_smithy_runtime_api::client::http::SharedHttpClient;
 
 pub use dynamo::DynamoStore;
+pub use lease::DynamoPollerLease;
 pub use letter::dead_letter_marks;
 pub use logging::{init_logging, json_logs, log_filter, DEFAULT_LOG_FILTER};
 pub use metrics::init_metrics;

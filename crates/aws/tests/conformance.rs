@@ -3,3 +3,5 @@
 mod common;
 
 tgq_conformance::conformance_tests!(async { common::emulator().await.adapters() });
+
+tgq_conformance::lease_conformance_tests!(common::poller_lease());

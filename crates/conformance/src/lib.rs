@@ -1,6 +1,7 @@
 //! The port conformance suite: one set of test bodies that every adapter (in-memory, embedded, AWS on
 //! an emulator) must pass. An adapter crate instantiates it with [`conformance_tests!`] and a factory
-//! giving fresh, empty adapters for each test.
+//! giving fresh, empty adapters for each test. The poller lease has its own bodies in [`lease`],
+//! instantiated with [`lease_conformance_tests!`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,6 +22,8 @@ use tgq_core::record::{
 };
 use tgq_core::state::{StateWrite, StoredState};
 use tgq_core::PortError;
+
+pub mod lease;
 
 /// Fresh adapters for one test; the same object may implement several ports.
 #[derive(Clone)]

@@ -52,6 +52,25 @@ pub const END_TO_END_LATENCY_MS: &str = "EndToEndLatencyMs";
 /// How long a handler run took, in milliseconds.
 pub const HANDLER_DURATION_MS: &str = "HandlerDurationMs";
 
+/// A poller took over a lease whose holder had not released it (docs/ARCHITECTURE.md §10).
+pub const POLLER_TAKEOVERS: &str = "PollerTakeovers";
+/// A takeover less than a minute after the previous one: leadership is flapping (also logged as an
+/// alert).
+pub const POLLER_FLAPPING: &str = "PollerFlapping";
+/// An offset checkpoint the lease refused because a newer leader held it.
+pub const POLLER_CHECKPOINTS_REFUSED: &str = "PollerCheckpointsRefused";
+/// A lease renewal that failed or did not answer before the lease's end.
+pub const POLLER_RENEWALS_FAILED: &str = "PollerRenewalsFailed";
+
+/// The pollers' counters: counted by `tgq poll` and `tgq local --poll`, not by the Lambdas, so not on
+/// the stack's dashboard.
+pub const POLLER_COUNTERS: [&str; 4] = [
+    POLLER_TAKEOVERS,
+    POLLER_FLAPPING,
+    POLLER_CHECKPOINTS_REFUSED,
+    POLLER_RENEWALS_FAILED,
+];
+
 /// Every counter, for recorders and dashboards that list them.
 pub const COUNTERS: [&str; 12] = [
     RECEIVED,
@@ -77,12 +96,17 @@ pub const HISTOGRAMS: [&str; 3] = [
 
 /// Tells the installed recorder each metric's unit and meaning; call once after installing it.
 pub fn describe() {
-    for name in COUNTERS {
+    for name in COUNTERS.into_iter().chain(POLLER_COUNTERS) {
         describe_counter!(name, Unit::Count, name);
     }
     for name in HISTOGRAMS {
         describe_histogram!(name, Unit::Milliseconds, name);
     }
+}
+
+/// Counts one event of a poller: one of [`POLLER_COUNTERS`].
+pub fn poller(name: &'static str) {
+    counter!(name).increment(1);
 }
 
 /// Counts how one webhook request that reached [`crate::ingest::Webhook::ingest`] ended.

@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 pub mod disk;
+pub mod failover;
 pub mod fuzz;
 pub mod local;
 pub mod plan;
@@ -38,6 +39,7 @@ Scenarios (number or name; all that apply to the target when none is given):
    5 throttled (emu.)   6 failing-head      7 flood-wait          8 telegram-5xx
    9 permanent-errors  10 poison           11 crash-after-send   12 stale-worker
   13 kill-loop (local) 14 recovery-drain   15 disk-full (local)  16 damaged-store (local)
+`tgq drill failover` runs three `tgq poll` processes on the emulator instead (docs/RELIABILITY.md).
 The emulator target needs AWS_ENDPOINT_URL (moto) and cargo-lambda, as scripts/test provides.
 Exit status 1 when a scenario missed a required figure.")]
 pub struct DrillArgs {
@@ -53,6 +55,18 @@ pub struct DrillArgs {
     /// Seed of the traffic's interleaving.
     #[arg(long, default_value_t = 16)]
     pub seed: u64,
+    /// `failover`: rounds of SIGKILL, then as many of SIGSTOP/SIGCONT.
+    #[arg(long, default_value_t = 10)]
+    pub rounds: usize,
+    /// `failover`: the pollers' lease TTL.
+    #[arg(long, default_value_t = 15, value_name = "SECS")]
+    pub lease_ttl_secs: u64,
+    /// `failover`: the pollers' renewal interval.
+    #[arg(long, default_value_t = 5, value_name = "SECS")]
+    pub lease_renew_secs: u64,
+    /// `failover`: how long a poller that lost the lease waits before contending again.
+    #[arg(long, default_value_t = 30, value_name = "SECS")]
+    pub lease_cooldown_secs: u64,
     /// Print the table as JSON.
     #[arg(long)]
     pub json: bool,
@@ -116,6 +130,28 @@ pub async fn run(args: &DrillArgs, exe: PathBuf) -> anyhow::Result<Vec<Row>> {
         },
     };
     run_scenarios(&selected, args.target, &options).await
+}
+
+/// `tgq drill failover`: the pollers' failover drill with the rounds and lease timing `args` give.
+pub async fn run_failover(
+    args: &DrillArgs,
+    exe: PathBuf,
+) -> anyhow::Result<failover::FailoverReport> {
+    let work = match &args.work_dir {
+        Some(dir) => dir.clone(),
+        None => std::env::temp_dir().join(format!("tgq-drill-failover-{}", std::process::id())),
+    };
+    let options = failover::FailoverOptions {
+        exe,
+        rounds: args.rounds.max(1),
+        ttl: std::time::Duration::from_secs(args.lease_ttl_secs),
+        renew_every: std::time::Duration::from_secs(args.lease_renew_secs),
+        cooldown: std::time::Duration::from_secs(args.lease_cooldown_secs),
+        work,
+        progress: !args.json,
+        seed: args.seed,
+    };
+    failover::run(&options).await
 }
 
 /// Runs `scenarios` on `target`, one after another; a scenario that could not run at all is a

@@ -13,7 +13,9 @@ use redb::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::schema::{DEAD, DEDUP, META, OUTBOX, QUEUE, RECORDS, RECORD_EXPIRY};
+use crate::schema::{
+    AUDIT, DEAD, DEDUP, META, OUTBOX, POLLER_LEASES, QUEUE, RECORDS, RECORD_EXPIRY, STATES,
+};
 use crate::{EmbeddedStore, StoreError};
 
 /// What a backup wrote.
@@ -79,6 +81,9 @@ fn write_copy(read: &ReadTransaction, path: &Path) -> Result<u64, StoreError> {
         + copy_table(read, &write, DEDUP)?
         + copy_table(read, &write, DEAD)?
         + copy_table(read, &write, OUTBOX)?
+        + copy_table(read, &write, AUDIT)?
+        + copy_table(read, &write, STATES)?
+        + copy_table(read, &write, POLLER_LEASES)?
         + copy_table(read, &write, META)?;
     write.commit()?;
     drop(db);

@@ -23,6 +23,7 @@ mod backup;
 mod error;
 mod handle;
 mod inspect;
+mod lease;
 mod offline;
 mod open;
 mod operate;
@@ -36,6 +37,7 @@ mod writer;
 pub use backup::Backup;
 pub use error::StoreError;
 pub use inspect::{Counters, OutboxEntry, StoreStats};
+pub use lease::EmbeddedPollerLease;
 pub use offline::OfflineBotApi;
 pub use open::StoreOptions;
 pub use retention::Purged;
@@ -66,14 +68,17 @@ pub struct Recovered {
     pub messages: u64,
     /// Runs of an earlier process still holding a record's lease, their leases expired.
     pub leases: u64,
+    /// Pollers' leases an earlier process still held, released.
+    pub poller_leases: u64,
 }
 
 impl EmbeddedStore {
-    /// Releases at once what runs of an earlier process still held: their messages become visible
-    /// and their records' leases end, so a restart resumes from its first second instead of after a
-    /// visibility timeout. Only the process that holds the store's lock may call it, before it
-    /// starts any run of its own (`tgq local` does, at start): no other run can then be alive. A
-    /// backoff the earlier process chose for a message is kept.
+    /// Releases at once what runs of an earlier process still held: their messages become visible,
+    /// their records' leases end and a poller lease they held is released, so a restart resumes
+    /// from its first second instead of after a visibility timeout or a lease's TTL. Only the
+    /// process that holds the store's lock may call it, before it starts any run of its own (`tgq
+    /// local` does, at start): no other run can then be alive. A backoff the earlier process chose
+    /// for a message is kept.
     pub async fn recover(&self) -> Result<Recovered, tgq_core::PortError> {
         let now = self.clock.now();
         self.writer
@@ -81,6 +86,7 @@ impl EmbeddedStore {
                 Ok(Recovered {
                     messages: tx.release_held(now)?,
                     leases: tx.release_leases(now)?,
+                    poller_leases: tx.release_poller_leases(now)?,
                 })
             })
             .await

@@ -11,8 +11,8 @@ use tgq_core::clock::{Clock, SystemClock};
 use crate::handle::{DbHandle, Health};
 use crate::queue::QueueIndex;
 use crate::schema::{
-    seq, AUDIT, DEAD, DEDUP, META, OUTBOX, QUEUE, RECORDS, RECORD_EXPIRY, SCHEMA_1_SEQUENCES,
-    SCHEMA_VERSION, STATES, UPGRADABLE_FROM,
+    seq, AUDIT, DEAD, DEDUP, META, OUTBOX, POLLER_LEASES, QUEUE, RECORDS, RECORD_EXPIRY,
+    SCHEMA_1_SEQUENCES, SCHEMA_VERSION, STATES, UPGRADABLE_FROM,
 };
 use crate::writer::{Settings, Writer};
 use crate::{EmbeddedStore, StoreError, FILE_NAME};
@@ -174,6 +174,7 @@ fn prepare(db: &Database, path: &Path) -> Result<(), StoreError> {
     txn.open_table(OUTBOX)?;
     txn.open_table(AUDIT)?;
     txn.open_table(STATES)?;
+    txn.open_table(POLLER_LEASES)?;
     {
         let mut meta = txn.open_table(META)?;
         let found = meta.get(seq::SCHEMA)?.map(|v| v.value());
@@ -182,8 +183,9 @@ fn prepare(db: &Database, path: &Path) -> Result<(), StoreError> {
                 meta.insert(seq::SCHEMA, SCHEMA_VERSION)?;
             }
             Some(version) if version == SCHEMA_VERSION => {}
-            // Version 4 only added the states table (created above) and new kinds of values.
-            Some(UPGRADABLE_FROM) => {
+            // Versions 4 and 5 only added tables (created above) and new kinds of values: a file
+            // of version 3 or 4 lacks tables, and nothing it holds changes meaning.
+            Some(version) if UPGRADABLE_FROM.contains(&version) => {
                 meta.insert(seq::SCHEMA, SCHEMA_VERSION)?;
             }
             Some(found) => {

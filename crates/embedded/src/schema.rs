@@ -22,11 +22,12 @@ use tgq_core::state::StoredState;
 /// instead of eight, and each table a commit touches costs it pages to copy, checksum and write.
 /// Version 3 records actions with their delivery and a compact outcome, the runs' fencing and
 /// throttling, and the burial of a dead record; dead letters name their reason from a closed set.
-/// Version 4 adds the group states and steps' JSON results; a version 3 file is upgraded in place
-/// when it is opened, as nothing it holds changes meaning.
-pub(crate) const SCHEMA_VERSION: u64 = 4;
-/// The one earlier version a file is upgraded from.
-pub(crate) const UPGRADABLE_FROM: u64 = 3;
+/// Version 4 adds the group states and steps' JSON results. Version 5 adds the pollers' leases and
+/// their offset checkpoints. A file of version 3 or 4 is upgraded in place when it is opened: it
+/// only lacks tables, and nothing it holds changes meaning.
+pub(crate) const SCHEMA_VERSION: u64 = 5;
+/// The earlier versions a file is upgraded from in place.
+pub(crate) const UPGRADABLE_FROM: [u64; 2] = [3, 4];
 
 /// Update records by `RecordKey::pk()`: framed `StoredRecord` + payload.
 pub(crate) const RECORDS: TableDefinition<&str, &[u8]> = TableDefinition::new("records");
@@ -49,6 +50,10 @@ pub(crate) const OUTBOX: TableDefinition<u64, &[u8]> = TableDefinition::new("out
 /// The audit trail of operators' actions on dead letters, in time order: `StoredAuditEntry` JSON.
 /// Opening a file creates the table when it is missing (it came after schema 3 was released).
 pub(crate) const AUDIT: TableDefinition<u64, &[u8]> = TableDefinition::new("audit");
+/// The pollers' leases by bot id: `StoredLease` JSON (docs/ARCHITECTURE.md §10). Kept for good: the
+/// token must keep growing, and the offset checkpoint is what a new leader resumes from.
+pub(crate) const POLLER_LEASES: TableDefinition<&str, &[u8]> =
+    TableDefinition::new("poller_leases");
 /// Named numbers: the schema version, the next values of the id sequences, and the durable totals.
 pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 /// Where schema 1 kept its version (and sequences), to recognise a file of that layout.

@@ -33,3 +33,13 @@ async fn adapters() -> Adapters {
 const MAX_RECEIVE_COUNT: u32 = 3;
 
 conformance_tests!(adapters());
+
+tgq_conformance::lease_conformance_tests!(async {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let store = EmbeddedStore::open(dir.path(), StoreOptions::default()).expect("open the store");
+    drop(dir);
+    let bot = tgq_core::ids::BotId::new("conf").expect("a valid bot id");
+    let lease: tgq_conformance::lease::LeaseUnderTest =
+        std::sync::Arc::new(store.poller_lease(&bot));
+    lease
+});

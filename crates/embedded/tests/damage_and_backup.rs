@@ -189,3 +189,52 @@ async fn a_backup_replaces_an_older_file_and_never_leaves_a_partial_one() {
     let restored = EmbeddedStore::open(restored_dir.path(), StoreOptions::default()).unwrap();
     assert_eq!(restored.stats(SystemClock.now()).unwrap().records, 10);
 }
+
+/// The names of the tables in a store file.
+fn tables_of(path: &Path) -> Vec<String> {
+    let db = redb::Database::open(path).unwrap();
+    let read = redb::ReadableDatabase::begin_read(&db).unwrap();
+    let mut names: Vec<String> = read
+        .list_tables()
+        .unwrap()
+        .map(|t| redb::TableHandle::name(&t).to_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[tokio::test]
+async fn a_backup_holds_every_table_of_the_store_and_the_poller_lease_with_its_checkpoint() {
+    use tgq_core::leadership::{Acquired, HolderId, PollerLease};
+    let dir = tempfile::tempdir().unwrap();
+    let store = EmbeddedStore::open(dir.path(), StoreOptions::default()).unwrap();
+    fill(&store, 1, 3).await;
+    let lease = store.poller_lease(&BotId::new("demo").unwrap());
+    let holder = HolderId::new("backed-up").unwrap();
+    let ttl = std::time::Duration::from_secs(15);
+    let Acquired::Won(won) = lease
+        .acquire(&holder, SystemClock.now(), ttl)
+        .await
+        .unwrap()
+    else {
+        panic!("a fresh lease is won");
+    };
+    lease.checkpoint(&won.term, 42).await.unwrap();
+    let backups = tempfile::tempdir().unwrap();
+    let to = backups.path().join("copy.redb");
+    store.backup_to(&to).unwrap();
+    drop(lease);
+    drop(store);
+    assert_eq!(tables_of(&to), tables_of(&dir.path().join(FILE_NAME)));
+
+    let restored_dir = tempfile::tempdir().unwrap();
+    std::fs::copy(&to, restored_dir.path().join(FILE_NAME)).unwrap();
+    let restored = EmbeddedStore::open(restored_dir.path(), StoreOptions::default()).unwrap();
+    let stored = restored
+        .poller_lease(&BotId::new("demo").unwrap())
+        .read()
+        .await
+        .unwrap()
+        .expect("the lease is in the backup");
+    assert_eq!((stored.token, stored.offset), (won.term.token, Some(42)));
+}

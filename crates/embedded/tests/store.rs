@@ -526,12 +526,14 @@ async fn a_store_of_the_previous_layout_is_upgraded_in_place_keeping_its_records
     drop(store);
     let meta = redb::TableDefinition::<&str, u64>::new("meta");
     {
-        // What version 3 wrote: no states table, its version in `meta`.
+        // What version 3 wrote: no states table, no poller leases, its version in `meta`.
         let db = redb::Database::create(dir.path().join(FILE_NAME)).unwrap();
         let txn = db.begin_write().unwrap();
-        assert!(txn
-            .delete_table(redb::TableDefinition::<&str, &[u8]>::new("states"))
-            .unwrap());
+        for table in ["states", "poller_leases"] {
+            assert!(txn
+                .delete_table(redb::TableDefinition::<&str, &[u8]>::new(table))
+                .unwrap());
+        }
         txn.open_table(meta).unwrap().insert("schema", 3).unwrap();
         txn.commit().unwrap();
     }
@@ -562,7 +564,42 @@ async fn a_store_of_the_previous_layout_is_upgraded_in_place_keeping_its_records
         .unwrap()
         .unwrap()
         .value();
-    assert_eq!(version, 4);
+    assert_eq!(version, 5);
+}
+
+#[tokio::test]
+async fn a_store_of_version_4_is_upgraded_in_place_and_its_poller_lease_works() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::at(START);
+    let kept = record(1, START, DAY);
+    let store = open(dir.path(), &clock, 30);
+    store.insert(&kept, START).await.unwrap();
+    drop(store);
+    {
+        // What version 4 wrote: everything but the poller leases.
+        let db = redb::Database::create(dir.path().join(FILE_NAME)).unwrap();
+        let txn = db.begin_write().unwrap();
+        assert!(txn
+            .delete_table(redb::TableDefinition::<&str, &[u8]>::new("poller_leases"))
+            .unwrap());
+        txn.open_table(redb::TableDefinition::<&str, u64>::new("meta"))
+            .unwrap()
+            .insert("schema", 4)
+            .unwrap();
+        txn.commit().unwrap();
+    }
+    let store = open(dir.path(), &clock, 30);
+    assert!(store.get(&kept.key, START).await.unwrap().is_some());
+    let lease = store.poller_lease(&bot());
+    let holder = tgq_core::leadership::HolderId::new("upgraded").unwrap();
+    let acquired =
+        tgq_core::leadership::PollerLease::acquire(&lease, &holder, START, Duration::from_secs(15))
+            .await
+            .unwrap();
+    assert!(
+        matches!(acquired, tgq_core::leadership::Acquired::Won(ref won) if won.term.token == 1),
+        "{acquired:?}"
+    );
 }
 
 #[tokio::test]
@@ -980,4 +1017,41 @@ async fn insert_queued_stores_the_record_as_queued_with_its_message_in_one_commi
     let again = store.insert_queued(&new, START, &m).await.unwrap();
     assert_eq!(again, Inserted::Exists(tgq_core::record::Status::Queued));
     assert_eq!(store.counters().unwrap().duplicates, 1);
+}
+
+#[tokio::test]
+async fn a_restart_releases_the_poller_lease_the_previous_process_held_keeping_its_checkpoint() {
+    use tgq_core::leadership::{Acquired, HolderId, PollerLease};
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::at(START);
+    let ttl = Duration::from_secs(15);
+    let store = open(dir.path(), &clock, 30);
+    let lease = store.poller_lease(&bot());
+    let Acquired::Won(won) = lease
+        .acquire(&HolderId::new("before").unwrap(), START, ttl)
+        .await
+        .unwrap()
+    else {
+        panic!("a fresh lease is won");
+    };
+    lease.checkpoint(&won.term, 9).await.unwrap();
+    drop(lease);
+    drop(store);
+    let store = open(dir.path(), &clock, 30);
+    let recovered = store.recover().await.unwrap();
+    assert_eq!(recovered.poller_leases, 1);
+    let lease = store.poller_lease(&bot());
+    match lease
+        .acquire(&HolderId::new("after").unwrap(), START, ttl)
+        .await
+        .unwrap()
+    {
+        Acquired::Won(won) => {
+            assert_eq!(
+                (won.term.token, won.offset, won.took_over),
+                (2, Some(9), None)
+            );
+        }
+        Acquired::Held(holding) => panic!("the earlier process's lease is still held: {holding:?}"),
+    }
 }

@@ -200,6 +200,12 @@ impl FakeTelegram {
         self.inner.shared.waiting_polls()
     }
 
+    /// How many `getUpdates` calls began while another was being answered (long polls included,
+    /// until answered or abandoned by their client): the count of two pollers polling at once.
+    pub fn overlapping_polls(&self) -> u64 {
+        self.inner.shared.overlapping_polls()
+    }
+
     /// Moves the fake's clock forward (see [`FakeClock`]): sends count against the rate limits as
     /// if `by` had passed.
     pub fn advance_clock(&self, by: Duration) {

@@ -1,7 +1,7 @@
 //! The HTTP side: routes `/bot{token}/{method}`, reads parameters, and holds answers back for
 //! timeouts and long polls.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -32,6 +32,10 @@ pub(crate) struct Shared {
     pushed: Notify,
     /// Long polls waiting for an update right now.
     waiting_polls: AtomicUsize,
+    /// `getUpdates` calls being answered right now, waiting or not.
+    active_polls: AtomicUsize,
+    /// `getUpdates` calls that began while another was being answered: two pollers at once.
+    overlapping_polls: AtomicU64,
     /// Turns `true` once the server should stop.
     closed: watch::Sender<bool>,
     clock: FakeClock,
@@ -48,6 +52,8 @@ impl Shared {
             state: Mutex::new(State::new(config)),
             pushed: Notify::new(),
             waiting_polls: AtomicUsize::new(0),
+            active_polls: AtomicUsize::new(0),
+            overlapping_polls: AtomicU64::new(0),
             closed: watch::Sender::new(false),
             clock: config.clock,
             started: Instant::now(),
@@ -70,6 +76,10 @@ impl Shared {
 
     pub(crate) fn waiting_polls(&self) -> usize {
         self.waiting_polls.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn overlapping_polls(&self) -> u64 {
+        self.overlapping_polls.load(Ordering::SeqCst)
     }
 
     /// The fake's memory. A test that panicked while holding it leaves nothing half-written worth
@@ -102,6 +112,12 @@ impl Shared {
 
     /// Answers `getUpdates` with the queued updates, waiting up to `wait` for the first one.
     async fn poll(&self, limit: usize, wait: Duration) -> Answer {
+        // A poll that begins while another is being answered overlaps it in time: Telegram would
+        // end one of the two with 409. The poll counts as active until answered or abandoned.
+        if self.active_polls.fetch_add(1, Ordering::SeqCst) > 0 {
+            self.overlapping_polls.fetch_add(1, Ordering::SeqCst);
+        }
+        let _active = Active(&self.active_polls);
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             // Registered before looking at the queue so that a push in between is not missed.
@@ -124,6 +140,15 @@ impl Shared {
                 () = self.closed() => return Answer::ok(Vec::<Value>::new().into()),
             }
         }
+    }
+}
+
+/// Uncounts one active poll when it is answered or dropped.
+struct Active<'a>(&'a AtomicUsize);
+
+impl Drop for Active<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

@@ -391,7 +391,10 @@ impl State {
             .int("limit")
             .map_or(MAX_UPDATES, |limit| limit.clamp(1, MAX_UPDATES));
         let wait = match params.int("timeout") {
-            Some(timeout) if timeout > 0 => self.long_poll_cap,
+            // The client's timeout is honoured, as Telegram does; the cap only shortens it.
+            Some(timeout) if timeout > 0 => self
+                .long_poll_cap
+                .min(Duration::from_secs(u64::try_from(timeout).unwrap_or(0))),
             _ => Duration::ZERO,
         };
         Reply::Poll {

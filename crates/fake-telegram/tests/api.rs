@@ -341,6 +341,47 @@ async fn get_updates_long_poll_gives_up_empty_at_its_cap_not_the_clients_timeout
 }
 
 #[tokio::test]
+async fn get_updates_long_poll_ends_at_the_clients_timeout_when_it_is_shorter_than_the_cap() {
+    let telegram = FakeTelegram::start_with(FakeConfig {
+        long_poll_cap: Duration::from_secs(120),
+        ..FakeConfig::default()
+    })
+    .await
+    .unwrap();
+    let started = Instant::now();
+    let (status, body) = call(&telegram, "getUpdates", json!({ "timeout": 1 })).await;
+    assert_eq!((status, body["result"].clone()), (200, json!([])));
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_secs(1) && waited < Duration::from_secs(30),
+        "{waited:?}"
+    );
+}
+
+#[tokio::test]
+async fn get_updates_calls_that_overlap_in_time_are_counted_and_calls_one_after_another_are_not() {
+    let telegram = FakeTelegram::start_with(FakeConfig {
+        long_poll_cap: Duration::from_secs(120),
+        ..FakeConfig::default()
+    })
+    .await
+    .unwrap();
+    call(&telegram, "getUpdates", json!({ "timeout": 0 })).await;
+    call(&telegram, "getUpdates", json!({ "timeout": 0 })).await;
+    assert_eq!(telegram.overlapping_polls(), 0);
+    let first = {
+        let telegram = telegram.clone();
+        tokio::spawn(async move { call(&telegram, "getUpdates", json!({ "timeout": 300 })).await })
+    };
+    wait_until("the first poll waits", || telegram.waiting_polls() == 1).await;
+    let (status, _) = call(&telegram, "getUpdates", json!({ "timeout": 0 })).await;
+    assert_eq!(status, 200);
+    assert_eq!(telegram.overlapping_polls(), 1);
+    telegram.push_update(json!({ "update_id": 1 }));
+    first.await.unwrap();
+}
+
+#[tokio::test]
 async fn an_unconfirmed_update_is_handed_out_again_and_stays_pending() {
     let telegram = FakeTelegram::start().await.unwrap();
     telegram.push_update(json!({ "update_id": 4 }));

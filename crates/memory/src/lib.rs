@@ -1,12 +1,13 @@
 //! In-memory adapters for every tgq port: the reference semantics for the conformance suite, and the
 //! fast fakes for unit tests and benchmarks. Each can be switched to "unavailable" to inject faults.
 //! One module per port: `store` (records), `queue` (the FIFO updates queue), `dead_letters`,
-//! `bot_api` (a recording Bot API) and `visibility` (a recording visibility port); `harness` runs a
-//! handler through the worker on them.
+//! `bot_api` (a recording Bot API), `visibility` (a recording visibility port) and `lease` (the
+//! pollers' lease); `harness` runs a handler through the worker on them.
 
 mod bot_api;
 mod dead_letters;
 mod harness;
+mod lease;
 mod outage;
 mod queue;
 mod store;
@@ -15,6 +16,7 @@ mod visibility;
 pub use bot_api::{RecordedCall, RecordingBotApi};
 pub use dead_letters::MemoryDeadLetters;
 pub use harness::Harness;
+pub use lease::MemoryPollerLease;
 pub use outage::{Fault, Outage};
 pub use queue::MemoryQueue;
 pub use store::MemoryStore;

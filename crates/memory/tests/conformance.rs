@@ -34,3 +34,9 @@ async fn adapters() -> Adapters {
 const MAX_RECEIVE_COUNT: u32 = 3;
 
 conformance_tests!(adapters());
+
+tgq_conformance::lease_conformance_tests!(async {
+    let lease: tgq_conformance::lease::LeaseUnderTest =
+        Arc::new(tgq_memory::MemoryPollerLease::new());
+    lease
+});

@@ -84,7 +84,6 @@ pub async fn emulator() -> Emulator {
     let dynamodb = aws_sdk_dynamodb::Client::new(&config);
     let sqs = aws_sdk_sqs::Client::new(&config);
 
-    static TABLE: OnceCell<String> = OnceCell::const_new();
     let table = TABLE.get_or_init(|| create_table(&dynamodb)).await;
     let store = Arc::new(DynamoStore::new(dynamodb.clone(), table.clone()));
 
@@ -104,6 +103,33 @@ pub async fn emulator() -> Emulator {
         ssm: aws_sdk_ssm::Client::new(&config),
     }
 }
+
+/// A fresh poller lease on the emulator's shared table: each call names a bot of its own, so the
+/// lease is one nobody has acquired.
+pub async fn poller_lease() -> tgq_conformance::lease::LeaseUnderTest {
+    static LEASES: AtomicU32 = AtomicU32::new(0);
+    let emulator = emulator_table().await;
+    let n = LEASES.fetch_add(1, Ordering::SeqCst);
+    let bot = tgq_core::ids::BotId::new(format!("lease{n}")).expect("a valid bot id");
+    Arc::new(tgq_aws::DynamoPollerLease::new(
+        emulator.0, emulator.1, &bot,
+    ))
+}
+
+/// A DynamoDB client on the emulator and the shared table, without the queues [`emulator`] makes.
+async fn emulator_table() -> (aws_sdk_dynamodb::Client, String) {
+    let endpoint = std::env::var("AWS_ENDPOINT_URL").unwrap_or_default();
+    assert!(
+        !endpoint.is_empty(),
+        "conformance tests need AWS_ENDPOINT_URL pointing at moto; run scripts/test"
+    );
+    let dynamodb = aws_sdk_dynamodb::Client::new(&aws_config().await);
+    let table = TABLE.get_or_init(|| create_table(&dynamodb)).await.clone();
+    (dynamodb, table)
+}
+
+/// The table every test of the process shares, created by the first that needs it.
+static TABLE: OnceCell<String> = OnceCell::const_new();
 
 /// The table as `template.yaml` declares it: string key `pk`, TTL on `expires_at`.
 async fn create_table(client: &aws_sdk_dynamodb::Client) -> String {
