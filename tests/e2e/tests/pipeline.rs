@@ -596,14 +596,15 @@ async fn webhook_function_url_answers_each_event_fixture() {
         assert_eq!(status, expected, "{name}: answered {body}");
     }
 
-    // The message is stored and queued; the refused requests wrote nothing.
+    // The message is stored (RECEIVED until a worker claims it) and queued once; the refused
+    // requests wrote nothing.
     let message: Value = serde_json::from_str(fixtures[0].1).unwrap();
     assert_eq!(
         record_status(&dynamo, &stack.table, BOT_ID, 500_000_001)
             .await
             .unwrap()
             .as_deref(),
-        Some("QUEUED")
+        Some("RECEIVED")
     );
     assert_eq!(item_count(&dynamo, &stack.table).await.unwrap(), 1);
     let queued = drain(&sqs, &stack.queue_url).await.unwrap();

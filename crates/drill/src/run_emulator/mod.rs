@@ -209,11 +209,13 @@ impl<'a> Run<'a> {
             .lines()
             .filter(|l| l.to_lowercase().contains("fenced"))
             .count() as u64;
+        // The worker's embedded-metric-format lines: each flush carries the invocation's counters.
         let uncertain: u64 = log
             .lines()
             .filter(|l| l.contains("\"_aws\""))
             .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .filter_map(|v| v["uncertain_sends"].as_u64())
+            .filter_map(|v| v[tgq_core::metrics::UNCERTAIN_SEND].as_f64())
+            .map(|n| n as u64)
             .sum();
         Reported {
             fenced: (fenced > 0).then_some(fenced),
@@ -461,16 +463,20 @@ async fn misconfigured(
     let run = Run::start(s, o, em, plan, false, &[]).await?;
     let sending = run.send(1);
     run.acknowledged(run.plan.updates.len() / 4).await;
-    run.poster.mark(true);
-    // A wrong TGQ_TABLE for 30 s, then an IAM edit that denies the table for 30 s.
+    // A wrong TGQ_TABLE for 30 s, then an IAM edit that denies the table for 30 s. The answers
+    // counted as "during the fault" are those of requests made wholly inside it: marked a moment
+    // after the fault is set (a request already past its put answers 200, rightly), unmarked before
+    // it is cleared.
     run.webhook_proxy
         .set(Service::Dynamo, Some(AwsFault::NotFound));
-    tokio::time::sleep(Duration::from_secs(30)).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    run.poster.mark(true);
+    tokio::time::sleep(Duration::from_secs(29)).await;
     run.webhook_proxy
         .set(Service::Dynamo, Some(AwsFault::AccessDenied));
     tokio::time::sleep(Duration::from_secs(30)).await;
-    run.webhook_proxy.set(Service::Dynamo, None);
     run.poster.mark(false);
+    run.webhook_proxy.set(Service::Dynamo, None);
     let drain = run.drain(sending).await?;
     run.finish(s, drain, |t, _, posted| {
         let answers: u64 = posted.during_fault.values().sum();
