@@ -56,6 +56,7 @@ Environment (the same variables as the Lambda functions):
                          (default: settle them DONE as recipient_gone, counted in `tgq status`)
   TGQ_RECORD_TTL_SECS    how long records and outbox entries are kept (default 604800, 7 days)
   TGQ_PURGE_INTERVAL_SECS  how often retention removes what outlived it (default 300)
+  TGQ_WORKER_LOOPS       worker loops running at once (default 64)
   TGQ_ADMIN_TOKEN        lets non-loopback clients read /admin/* with `Authorization: Bearer …`
   TGQ_LOG_FORMAT=json    JSON log lines on stderr (RUST_LOG sets the level)")]
 pub struct LocalArgs {
@@ -179,7 +180,10 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
 
     let shutdown = Shutdown::new();
     shutdown.on_signals()?;
-    let loop_settings = LoopSettings::default();
+    let loop_settings = LoopSettings {
+        loops: settings.worker_loops,
+        ..LoopSettings::default()
+    };
     let loops = Arc::new(LoopStats::default());
     let webhook = webhook(&settings, &store, &clock);
     let sends = Sends::new(&settings)?;

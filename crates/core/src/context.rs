@@ -294,19 +294,27 @@ impl<'a> Context<'a> {
         let chat = sends_a_message(&method)
             .then(|| params.get("chat_id").and_then(chat_id_of))
             .flatten();
-        self.write_intent(seq, &method, delivery).await?;
+        // A Bot API that records the action in the send's own commit (the offline outbox) needs
+        // no intent before it: until that commit nothing happened, after it the outcome is known.
+        // Then an action not sent leaves no trace, and no outcome may be written for it either.
+        let intent_written = !self.run.api.records_outcomes();
+        if intent_written {
+            self.write_intent(seq, &method, delivery).await?;
+        }
         let mut retries = 0;
         loop {
             // Paced after the intent, right before the call: nothing slow comes between the slot
             // and the send. Giving up here leaves the action certainly not sent.
             if let Err(paced) = self.pace(chat).await {
-                self.unwritten.push(ActionOutcome {
-                    seq,
-                    state: ActionState::failed(0, "held back by Telegram's pacing; not sent"),
-                });
+                if intent_written {
+                    self.unwritten.push(ActionOutcome {
+                        seq,
+                        state: ActionState::failed(0, "held back by Telegram's pacing; not sent"),
+                    });
+                }
                 return Err(paced);
             }
-            match self.call(seq, &method, &params).await {
+            match self.call(seq, &method, &params, delivery).await {
                 Ok(value) => return Ok(Some(self.succeeded(seq, &method, value)?)),
                 Err(CallError::Store(e)) => return Err(e.into()),
                 Err(CallError::Telegram(TelegramError::MigrateToChat(chat)))
@@ -329,7 +337,8 @@ impl<'a> Context<'a> {
                     return Ok(Some(self.succeeded(seq, &method, value)?));
                 }
                 Err(CallError::Telegram(e)) => {
-                    if e.is_definite() {
+                    let refused = intent_written && e.is_definite();
+                    if refused {
                         let (code, description) = e.code_and_description();
                         self.unwritten.push(ActionOutcome {
                             seq,
@@ -350,7 +359,9 @@ impl<'a> Context<'a> {
                         return Err(e.into());
                     }
                     // A short flood wait is sat out here: the action was refused, so it is sent again.
-                    self.unwritten.pop();
+                    if refused {
+                        self.unwritten.pop();
+                    }
                     retries += 1;
                 }
             }
@@ -519,13 +530,20 @@ impl<'a> Context<'a> {
         }
     }
 
-    async fn call(&self, seq: u32, method: &str, params: &Value) -> Result<Value, CallError> {
+    async fn call(
+        &self,
+        seq: u32,
+        method: &str,
+        params: &Value,
+        delivery: Delivery,
+    ) -> Result<Value, CallError> {
         let call = ApiCall {
             method,
             params,
             action: Some(ActionRef {
                 lease: self.run.lease,
                 seq,
+                delivery,
             }),
         };
         self.run.api.call(&call).await
