@@ -307,6 +307,7 @@ fn webhook(
             secret: settings.secret.clone(),
             max_body_bytes: settings.max_body_bytes,
             record_ttl: settings.record_ttl,
+            ack_callbacks: settings.worker.ack_callbacks,
         },
         WebhookPorts {
             // The store holds the queue too: a new update and its message take one commit.

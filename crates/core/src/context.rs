@@ -79,6 +79,8 @@ pub struct Context<'a> {
     /// The state the handler set in this run, for the settle: its format tag and JSON.
     new_state: Option<(&'static str, String)>,
     summary: ActionSummary,
+    /// The callback query the webhook already answered in its reply (`TGQ_ACK_CALLBACKS`).
+    acknowledged_callback: Option<String>,
 }
 
 /// What a run's context saw, reported by the worker.
@@ -127,6 +129,7 @@ impl<'a> Context<'a> {
             unwritten: Vec::new(),
             new_state: None,
             summary: ActionSummary::default(),
+            acknowledged_callback: None,
         }
     }
 
@@ -259,6 +262,13 @@ impl<'a> Context<'a> {
         self.summary.clone()
     }
 
+    /// Names the callback query the webhook answered in its reply (`TGQ_ACK_CALLBACKS`): the
+    /// handler's own `answerCallbackQuery` for it is recorded as succeeded without a call, since
+    /// Telegram would refuse a second answer ("query is too old").
+    pub(crate) fn acknowledged_by_webhook(&mut self, callback_query_id: Option<String>) {
+        self.acknowledged_callback = callback_query_id;
+    }
+
     /// Outcomes not yet written, handed to the settle.
     pub fn take_unwritten(&mut self) -> Vec<ActionOutcome> {
         std::mem::take(&mut self.unwritten)
@@ -291,6 +301,17 @@ impl<'a> Context<'a> {
             Recalled::Uncertain => return Ok(None),
             Recalled::Act(before) => before,
         };
+        if self.answered_by_webhook(&method, &params) {
+            // Its intent first, like any action; its outcome goes with the next write. Written
+            // even where the Bot API records its own calls: this one never reaches it.
+            self.write_intent(seq, &method, delivery).await?;
+            let answered = Value::Bool(true);
+            self.unwritten.push(ActionOutcome {
+                seq,
+                state: ActionState::Succeeded(ActionResult::of(&answered)),
+            });
+            return decode::<P::Output>(&method, answered).map(Some);
+        }
         let chat = sends_a_message(&method)
             .then(|| params.get("chat_id").and_then(chat_id_of))
             .flatten();
@@ -366,6 +387,15 @@ impl<'a> Context<'a> {
                 }
             }
         }
+    }
+
+    /// Whether this call answers the callback query the webhook already answered.
+    fn answered_by_webhook(&self, method: &str, params: &Value) -> bool {
+        let Some(acknowledged) = &self.acknowledged_callback else {
+            return false;
+        };
+        method == "answerCallbackQuery"
+            && params.get("callback_query_id").and_then(Value::as_str) == Some(acknowledged)
     }
 
     /// Looks up what earlier runs recorded at `seq` for an action `method` about to be made.

@@ -188,6 +188,7 @@ fn rig_with(limits: RateLimits) -> Rig {
         record_ttl: Duration::from_secs(7 * 86_400),
         max_receive_count: 1000,
         gone_recipients: GoneRecipients::Settle,
+        ack_callbacks: false,
     };
     Rig {
         worker: Worker::new(settings, ports, bot.clone()),

@@ -51,6 +51,7 @@ impl WorkerConfig {
                 record_ttl: vars.record_ttl()?,
                 max_receive_count: vars.max_receive_count()?,
                 gone_recipients: vars.gone_recipients()?,
+                ack_callbacks: vars.ack_callbacks()?,
             },
             rate_limits: vars.rate_limits()?,
             bot_id: vars.bot_id()?,
