@@ -218,6 +218,49 @@ pub async fn closed_loop(
     })
 }
 
+/// `clients` concurrent senders, each on its own connection, posting `total` updates between them
+/// as fast as they are acknowledged. The first error stops the run.
+pub async fn post_count(
+    target: &Target,
+    updates: &Arc<Updates>,
+    clients: usize,
+    total: u64,
+) -> anyhow::Result<ClosedLoop> {
+    let mut connections = Vec::with_capacity(clients);
+    for _ in 0..clients {
+        connections.push(Connection::open(target).await?);
+    }
+    let left = Arc::new(AtomicU64::new(total));
+    let start = Instant::now();
+    let mut senders = JoinSet::new();
+    for mut connection in connections {
+        let (updates, left) = (updates.clone(), left.clone());
+        senders.spawn(async move {
+            let mut latencies = Vec::new();
+            let take = |n: u64| n.checked_sub(1);
+            while left
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, take)
+                .is_ok()
+            {
+                let (id, chat) = updates.next();
+                let began = Instant::now();
+                connection.post(id, chat).await?;
+                latencies.push(began.elapsed());
+            }
+            anyhow::Ok(latencies)
+        });
+    }
+    let mut latencies = Vec::new();
+    while let Some(joined) = senders.join_next().await {
+        latencies.extend(joined??);
+    }
+    Ok(ClosedLoop {
+        accepted: latencies.len() as u64,
+        elapsed: start.elapsed(),
+        latencies,
+    })
+}
+
 /// One update of an open-loop run.
 #[derive(Clone, Copy, Debug)]
 pub struct Sent {

@@ -50,6 +50,9 @@ struct Args {
     /// the `tgq` next to this binary.
     #[arg(long, value_name = "PATH")]
     tgq: Option<PathBuf>,
+    /// Run only the drain phase (a backlog handled by the worker alone) and print its figures.
+    #[arg(long)]
+    drain_only: bool,
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -93,13 +96,20 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .prefix("run-")
         .tempdir_in(&parent)
         .with_context(|| format!("cannot create a directory in {}", parent.display()))?;
-    match measure(&tgq, run_dir.path(), &plan, args.quick, load_at_start).await {
-        Ok(report) => {
-            let text = match args.markdown {
+    let measured = match args.drain_only {
+        true => phases::drain(&tgq, run_dir.path(), &plan)
+            .await
+            .map(|drain| drain.summary()),
+        false => measure(&tgq, run_dir.path(), &plan, args.quick, load_at_start)
+            .await
+            .map(|report| match args.markdown {
                 true => report.markdown(),
                 false => report.text(),
-            };
-            print!("{text}");
+            }),
+    };
+    match measured {
+        Ok(text) => {
+            println!("{}", text.trim_end());
             Ok(())
         }
         Err(error) => {
@@ -159,6 +169,18 @@ async fn measure(
     let end_to_end = phases::replies(&pipeline_dir, e2e, plan).await?;
 
     eprintln!(
+        "no-op HTTP server: {} clients for {:?}…",
+        report::goal::INGEST_CLIENTS,
+        plan.ingest
+    );
+    let noop = phases::noop(tgq, run_dir, report::goal::INGEST_CLIENTS, plan).await?;
+    eprintln!(
+        "drain: a backlog of {} updates over {} chats…",
+        plan.drain_updates, plan.chats
+    );
+    let drain = phases::drain(tgq, run_dir, plan).await?;
+
+    eprintln!(
         "retention: {} updates/s for {:?}, TTL {:?}, purge every {:?}…",
         plan.retention_rate, plan.retention, plan.ttl, plan.purge_every
     );
@@ -169,6 +191,8 @@ async fn measure(
         quick,
         fsync,
         ingest,
+        noop,
+        drain,
         end_to_end,
         footprint,
         retention,

@@ -9,7 +9,9 @@ use tgq_embedded::{EmbeddedStore, StoreOptions};
 use tokio::time::Instant;
 
 use crate::load::{self, Sent, Target, Updates};
-use crate::report::{EndToEndFigures, Footprint, IngestFigures, RetentionFigures, Sample};
+use crate::report::{
+    DrainFigures, EndToEndFigures, Footprint, IngestFigures, NoopFigures, RetentionFigures, Sample,
+};
 use crate::server::{Server, Status};
 use crate::stats::Summary;
 use crate::system;
@@ -43,6 +45,8 @@ pub struct Plan {
     pub open_loop_clients: usize,
     /// How long the queue may take to drain after a phase.
     pub settle: Duration,
+    /// Updates in the backlog of the drain phase.
+    pub drain_updates: u64,
 }
 
 impl Plan {
@@ -62,6 +66,7 @@ impl Plan {
             purge_every: Duration::from_secs(5),
             open_loop_clients: 32,
             settle: Duration::from_secs(180),
+            drain_updates: 100_000,
         }
     }
 
@@ -73,6 +78,7 @@ impl Plan {
             e2e: Duration::from_secs(3),
             retention: Duration::from_secs(20),
             sample_every: Duration::from_secs(4),
+            drain_updates: 20_000,
             ..Self::full()
         }
     }
@@ -282,5 +288,75 @@ pub async fn retention(
         purge_every: plan.purge_every,
         samples,
         sent: sent.len() as u64,
+    })
+}
+
+/// The no-op HTTP/1.1 server (`tgq noop-http`: `tgq local`'s runtime, allocator and router, storing
+/// nothing) under the same closed-loop clients as the ingest phase: what HTTP alone allows here.
+pub async fn noop(
+    tgq: &Path,
+    run_dir: &Path,
+    clients: usize,
+    plan: &Plan,
+) -> anyhow::Result<NoopFigures> {
+    let server = Server::start_noop(tgq, &run_dir.join("noop"), &run_dir.join("noop.log")).await?;
+    let (server_cpu, bench_cpu) = (server.cpu_time(), own_cpu());
+    let updates = Arc::new(Updates::new(plan.chats));
+    let run = load::closed_loop(&target(&server), &updates, clients, plan.ingest).await;
+    let seconds = plan.ingest.as_secs_f64();
+    let server_cores = server.cpu_time().saturating_sub(server_cpu).as_secs_f64() / seconds;
+    let bench_cores = own_cpu().saturating_sub(bench_cpu).as_secs_f64() / seconds;
+    server.kill().await?;
+    let run = run?;
+    Ok(NoopFigures {
+        clients,
+        answered: run.accepted,
+        elapsed: run.elapsed,
+        latency: Summary::of_durations(&run.latencies),
+        server_cores,
+        bench_cores,
+    })
+}
+
+/// A backlog of `plan.drain_updates` updates over `plan.chats` chats, drained by the worker alone:
+/// the updates are posted to one `tgq local`, which is stopped (its in-flight batches finish) and
+/// started again on the same store, and the drain is timed from the first status of the new
+/// process to an empty queue — no ingest competes with the worker meanwhile.
+pub async fn drain(tgq: &Path, run_dir: &Path, plan: &Plan) -> anyhow::Result<DrainFigures> {
+    let data_dir = run_dir.join("drain");
+    let log = run_dir.join("drain.log");
+    let server = Server::start(tgq, &data_dir, &log, &[]).await?;
+    let updates = Arc::new(Updates::new(plan.chats));
+    load::post_count(&target(&server), &updates, 64, plan.drain_updates).await?;
+    server.stop().await?;
+    let server = Server::start(tgq, &data_dir, &run_dir.join("drain-2.log"), &[]).await?;
+    let (cpu, started) = (server.cpu_time(), Instant::now());
+    let first = server.status().await?;
+    let deadline = started + plan.settle;
+    let last = loop {
+        let status = server.status().await?;
+        if status.is_settled() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            anyhow::bail!(
+                "the backlog did not drain within {:?}: {status:?}",
+                plan.settle
+            );
+        }
+        // Often, so that the poll's granularity is a small part of the drain.
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let elapsed = started.elapsed();
+    let tgq_cores = server.cpu_time().saturating_sub(cpu).as_secs_f64() / elapsed.as_secs_f64();
+    server.stop().await?;
+    Ok(DrainFigures {
+        chats: plan.chats,
+        backlog: last.received.saturating_sub(first.processed),
+        drained: last.processed.saturating_sub(first.processed),
+        elapsed,
+        commits: last.commits.saturating_sub(first.commits),
+        operations: last.operations.saturating_sub(first.operations),
+        tgq_cores,
     })
 }

@@ -13,7 +13,8 @@ use tokio::time::Instant;
 
 use crate::system::{self, Memory};
 
-/// Variables of the caller's shell that would change what `tgq local` does.
+/// Variables of the caller's shell that would change what `tgq local` does. `TGQ_WORKER_LOOPS` is
+/// passed through, to compare loop counts.
 const INHERITED: [&str; 14] = [
     "TELEGRAM_BOT_TOKEN",
     "TELEGRAM_BOT_TOKEN_PARAM",
@@ -115,6 +116,11 @@ impl Server {
             // The built-in echo bot: one sendMessage per update, so the figures measure tgq and
             // stay comparable whatever the bot in bot/ does.
             .env("TGQ_HANDLER", "echo")
+            // Telegram's flood limits (30 sends/s per bot by default) pace the offline outbox too;
+            // the bench measures tgq, not them.
+            .env("TGQ_RATE_PER_SECOND", "0")
+            .env("TGQ_RATE_PER_CHAT_PER_SECOND", "0")
+            .env("TGQ_RATE_PER_GROUP_PER_MINUTE", "0")
             .stdin(Stdio::null())
             .stdout(log_file.try_clone()?)
             .stderr(log_file)
@@ -125,6 +131,34 @@ impl Server {
         for (name, value) in env {
             command.env(name, value);
         }
+        Self::spawn(command, tgq, data_dir, log, secret).await
+    }
+
+    /// Starts `tgq noop-http`, the no-op HTTP/1.1 server on `tgq local`'s runtime that answers every
+    /// webhook request at once and stores nothing; returns once it answers `/readyz`.
+    pub async fn start_noop(tgq: &Path, dir: &Path, log: &Path) -> anyhow::Result<Self> {
+        let log_file = std::fs::File::create(log)
+            .with_context(|| format!("cannot create {}", log.display()))?;
+        let mut command = Command::new(tgq);
+        command
+            .args(["noop-http", "--addr", "127.0.0.1:0", "--data-dir"])
+            .arg(dir)
+            .stdin(Stdio::null())
+            .stdout(log_file.try_clone()?)
+            .stderr(log_file)
+            .kill_on_drop(true);
+        Self::spawn(command, tgq, dir, log, String::new()).await
+    }
+
+    /// Runs `command` and waits until the address it writes to `<data_dir>/local.addr` answers
+    /// `/readyz` with 200.
+    async fn spawn(
+        mut command: Command,
+        tgq: &Path,
+        data_dir: &Path,
+        log: &Path,
+        secret: String,
+    ) -> anyhow::Result<Self> {
         let mut child = command
             .spawn()
             .with_context(|| format!("cannot run {}", tgq.display()))?;
@@ -136,14 +170,11 @@ impl Server {
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
             if let Some(status) = child.try_wait()? {
-                bail!(
-                    "tgq local exited during start ({status}); see {}",
-                    log.display()
-                );
+                bail!("tgq exited during start ({status}); see {}", log.display());
             }
             if Instant::now() > deadline {
                 bail!(
-                    "tgq local was not ready within {START_TIMEOUT:?}; see {}",
+                    "tgq was not ready within {START_TIMEOUT:?}; see {}",
                     log.display()
                 );
             }
@@ -248,5 +279,11 @@ impl Server {
                 bail!("tgq local did not stop within {STOP_TIMEOUT:?} of SIGTERM; killed")
             }
         }
+    }
+
+    /// Stops the process with SIGKILL (the no-op server has nothing to close).
+    pub async fn kill(mut self) -> anyhow::Result<()> {
+        self.child.kill().await?;
+        Ok(())
     }
 }

@@ -26,6 +26,11 @@ pub const SECRET_FILE: &str = "webhook-secret";
 pub const ADDR_FILE: &str = "local.addr";
 /// The data directory when `--data-dir` is not given.
 pub const DEFAULT_DATA_DIR: &str = "./.tgq";
+/// Worker loops when `TGQ_WORKER_LOOPS` is unset. Each loop handles its batch's records one after
+/// another, a few commits each; many loops let the writer put many of those in one commit
+/// (docs/PERFORMANCE.md, "Draining a backlog").
+pub const DEFAULT_WORKER_LOOPS: usize = 64;
+
 /// How often retention runs when `TGQ_PURGE_INTERVAL_SECS` is unset.
 pub const DEFAULT_PURGE_INTERVAL: Duration = Duration::from_secs(5 * 60);
 
@@ -76,6 +81,9 @@ pub struct LocalSettings {
     pub purge_every: Duration,
     /// `TGQ_HANDLER`: the bot in `bot/` or the built-in echo bot.
     pub handler: HandlerChoice,
+    /// `TGQ_WORKER_LOOPS`: worker loops running at once (the event source mapping's
+    /// MaximumConcurrency), local mode only.
+    pub worker_loops: usize,
 }
 
 impl LocalSettings {
@@ -99,6 +107,7 @@ impl LocalSettings {
                 max_receive_count: vars.max_receive_count()?,
                 gone_recipients: vars.gone_recipients()?,
                 store_patience: defaults::STORE_PATIENCE,
+                ack_callbacks: vars.ack_callbacks()?,
             },
             rate_limits: vars.rate_limits()?,
             token: bot_token(vars)?,
@@ -109,8 +118,22 @@ impl LocalSettings {
             record_ttl: vars.record_ttl()?,
             purge_every: purge_interval(vars)?,
             handler: vars.handler()?,
+            worker_loops: worker_loops(vars)?,
         })
     }
+}
+
+/// `TGQ_WORKER_LOOPS` (local mode only), default [`DEFAULT_WORKER_LOOPS`].
+fn worker_loops(vars: &Vars) -> Result<usize, ConfigError> {
+    let expected = "a whole number of loops from 1 to 1024";
+    let loops = vars.parsed("TGQ_WORKER_LOOPS", expected, DEFAULT_WORKER_LOOPS)?;
+    if !(1..=1024).contains(&loops) {
+        return Err(ConfigError::Malformed {
+            name: "TGQ_WORKER_LOOPS",
+            expected,
+        });
+    }
+    Ok(loops)
 }
 
 /// `TGQ_PURGE_INTERVAL_SECS` (local mode only), default 5 minutes.
@@ -268,6 +291,22 @@ mod tests {
             error.to_string().contains("TGQ_PURGE_INTERVAL_SECS"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn worker_loops_default_to_sixty_four_and_zero_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = ("TGQ_WEBHOOK_SECRET", "s3cret");
+        let settings = LocalSettings::from_vars(&Vars::from_pairs([secret]), dir.path()).unwrap();
+        assert_eq!(settings.worker_loops, 64);
+        let vars = Vars::from_pairs([secret, ("TGQ_WORKER_LOOPS", "8")]);
+        let settings = LocalSettings::from_vars(&vars, dir.path()).unwrap();
+        assert_eq!(settings.worker_loops, 8);
+        for bad in ["0", "many", "5000"] {
+            let vars = Vars::from_pairs([secret, ("TGQ_WORKER_LOOPS", bad)]);
+            let error = LocalSettings::from_vars(&vars, dir.path()).unwrap_err();
+            assert!(error.to_string().contains("TGQ_WORKER_LOOPS"), "{error}");
+        }
     }
 
     #[test]

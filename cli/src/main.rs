@@ -9,6 +9,7 @@ mod config;
 mod fake_telegram;
 mod local;
 mod logging;
+mod noop_http;
 mod ops;
 mod poll;
 mod views;
@@ -60,6 +61,9 @@ enum Command {
     },
     /// Serve a fake Telegram Bot API: try a bot without Telegram, inject faults, feed getUpdates.
     FakeTelegram(fake_telegram::FakeTelegramArgs),
+    /// For tgq-bench: answer every webhook request at once, storing nothing.
+    #[command(hide = true)]
+    NoopHttp(noop_http::NoopHttpArgs),
 }
 
 /// The async runtime's threads for `tgq local`: one per core but the one the store's writer thread
@@ -130,7 +134,8 @@ fn main() -> ExitCode {
     };
     logging::init(level);
     let mut builder = tokio::runtime::Builder::new_multi_thread();
-    if let Command::Local(_) = &cli.command {
+    // The no-op server the bench compares `tgq local` with runs on the same runtime.
+    if let Command::Local(_) | Command::NoopHttp(_) = &cli.command {
         if let Some(threads) = local_runtime_threads() {
             builder.worker_threads(threads);
         }
@@ -157,6 +162,7 @@ fn main() -> ExitCode {
             Command::Dlq { command } => ops::dlq::run(command).await,
             Command::Webhook { command } => ops::webhook::run(command).await,
             Command::FakeTelegram(args) => fake_telegram::run(args).await,
+            Command::NoopHttp(args) => noop_http::run(args).await,
             Command::Drill(args) => drill(args).await,
         }
     });

@@ -229,6 +229,8 @@ fn polling_webhook_settings(vars: &Vars, bot_id: &BotId) -> anyhow::Result<Webho
         secret: SecretString::from(Alphanumeric.sample_string(&mut rand::rng(), 32)),
         max_body_bytes: vars.max_body_bytes()?,
         record_ttl: vars.record_ttl()?,
+        // A polled update has no request to answer: the handler answers its callback queries.
+        ack_callbacks: false,
     })
 }
 

@@ -111,6 +111,46 @@ async fn an_accepted_update_is_answered_200_and_its_reply_lands_in_the_outbox() 
     );
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn with_ack_callbacks_a_callback_query_is_answered_in_the_reply_and_not_again_by_the_worker()
+{
+    let dir = tempfile::tempdir().unwrap();
+    let local = started(dir.path(), &[("TGQ_ACK_CALLBACKS", "true")]).await;
+    let body = include_str!("../../events/updates/callback_query.json");
+    let post = reqwest::Client::new()
+        .post(local.url("/webhook"))
+        .header(SECRET_HEADER, SECRET)
+        .body(body);
+    let (status, answer) = json(post.send().await.unwrap()).await;
+    assert_eq!(
+        (status, answer),
+        (
+            200,
+            serde_json::json!({"method": "answerCallbackQuery", "callback_query_id": "4382139112311411201"})
+        )
+    );
+    local
+        .wait_settled(Duration::from_secs(20), |s| s["counters"]["processed"] == 1)
+        .await;
+    let outbox: Value = reqwest::get(local.url("/admin/outbox"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let methods: Vec<&str> = outbox["result"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|entry| entry["method"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        methods,
+        ["sendMessage"],
+        "the echo bot's own answer to the query is not made again: {outbox}"
+    );
+}
+
 /// A client that sends `head`, then (if `chunks` is given) a chunked body one piece at a time,
 /// pausing between pieces, until the server answers; then the terminating chunk if it never did.
 /// Returns the whole answer, the body bytes sent before its head came, and whether the whole body

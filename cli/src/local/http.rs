@@ -108,7 +108,11 @@ fn answer(status: StatusCode, result: Value) -> Response {
 
 /// The webhook's answer, in the same shape as the Lambda's.
 fn webhook_answer(outcome: &Result<Ingested, Refused>) -> Response {
-    let answer = Answer::of(outcome);
+    respond(Answer::of(outcome))
+}
+
+/// An [`Answer`] as an HTTP response.
+fn respond(answer: Answer) -> Response {
     let status = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     (
         status,
@@ -140,15 +144,15 @@ async fn webhook(
         return webhook_answer(&Err(refused));
     }
     let limit = app.webhook.max_body_bytes();
-    let outcome = match axum::body::to_bytes(body, limit).await {
-        Ok(body) => app.webhook.ingest(body).await,
-        Err(error) if is_length_limit(&error) => Err(Refused::PayloadTooLarge {
+    let refused = match axum::body::to_bytes(body, limit).await {
+        Ok(body) => return respond(app.webhook.receive(body).await.answer()),
+        Err(error) if is_length_limit(&error) => Refused::PayloadTooLarge {
             size: limit + 1,
             limit,
-        }),
-        Err(_) => Err(Refused::UnreadableBody),
+        },
+        Err(_) => Refused::UnreadableBody,
     };
-    webhook_answer(&outcome)
+    webhook_answer(&Err(refused))
 }
 
 fn is_length_limit(error: &axum::Error) -> bool {

@@ -55,6 +55,7 @@ Environment (the same variables as the Lambda functions):
                          (default: settle them DONE as recipient_gone, counted in `tgq status`)
   TGQ_RECORD_TTL_SECS    how long records and outbox entries are kept (default 604800, 7 days)
   TGQ_PURGE_INTERVAL_SECS  how often retention removes what outlived it (default 300)
+  TGQ_WORKER_LOOPS       worker loops running at once (default 64)
   TGQ_ADMIN_TOKEN        lets non-loopback clients read /admin/* with `Authorization: Bearer …`
   TGQ_LOG_FORMAT=json    JSON log lines on stderr (RUST_LOG sets the level)")]
 pub struct LocalArgs {
@@ -141,7 +142,11 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
     };
     // Declared before the store, so that a temporary directory outlives it and goes last.
     let data = DataDir::choose(args.data_dir.clone(), args.demo)?;
-    let settings = LocalSettings::from_vars(&vars, data.path())?;
+    let mut settings = LocalSettings::from_vars(&vars, data.path())?;
+    if args.poll {
+        // Polled updates come with no request to answer: the handler answers its callback queries.
+        settings.worker.ack_callbacks = false;
+    }
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let data_dir = data.path().to_owned();
     let options = StoreOptions {
@@ -179,7 +184,10 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
 
     let shutdown = Shutdown::new();
     shutdown.on_signals()?;
-    let loop_settings = LoopSettings::default();
+    let loop_settings = LoopSettings {
+        loops: settings.worker_loops,
+        ..LoopSettings::default()
+    };
     let loops = Arc::new(LoopStats::default());
     let webhook = webhook(&settings, &store, &clock);
     let sends = Sends::new(&settings)?;
@@ -312,6 +320,7 @@ fn webhook(
             secret: settings.secret.clone(),
             max_body_bytes: settings.max_body_bytes,
             record_ttl: settings.record_ttl,
+            ack_callbacks: settings.worker.ack_callbacks,
         },
         WebhookPorts {
             // The store holds the queue too: a new update and its message take one commit.

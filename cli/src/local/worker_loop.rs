@@ -37,7 +37,7 @@ pub struct LoopSettings {
 impl Default for LoopSettings {
     fn default() -> Self {
         Self {
-            loops: 4,
+            loops: crate::config::DEFAULT_WORKER_LOOPS,
             batch_size: 10,
             wait: Duration::from_secs(1),
             budget: tgq_core::defaults::WORKER_TIMEOUT,
@@ -122,8 +122,14 @@ pub async fn run(
             continue;
         };
         let failed: HashSet<String> = report.failed_message_ids().into_iter().collect();
-        for record in records.iter().filter(|r| !failed.contains(&r.message_id)) {
-            if let Err(error) = delete_patiently(&store, &record.receipt).await {
+        // All at once: the writer commits them together, one commit for the batch instead of one
+        // per message (the records are settled already, so their order does not matter).
+        let done = records.iter().filter(|r| !failed.contains(&r.message_id));
+        let store = &store;
+        let deletes = done
+            .map(|record| async move { (record, delete_patiently(store, &record.receipt).await) });
+        for (record, deleted) in futures::future::join_all(deletes).await {
+            if let Err(error) = deleted {
                 // It is redelivered after its visibility timeout, found DONE or DEAD, and
                 // acknowledged without running again; its chat waits until then.
                 warn!(worker_loop = id, message_id = %record.message_id, error = %error_chain(&error), "delete failed");

@@ -35,6 +35,7 @@ async fn a_missing_table_answers_503_buries_nothing_and_the_retry_goes_through_o
             secret: SecretString::from(SECRET.to_owned()),
             max_body_bytes: 1 << 20,
             record_ttl: Duration::from_secs(3600),
+            ack_callbacks: false,
         },
         WebhookPorts {
             ingest: Ingest::PutThenSend {

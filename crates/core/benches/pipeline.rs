@@ -57,6 +57,7 @@ fn ingest(c: &mut Criterion) {
         secret: SecretString::from("s".to_owned()),
         max_body_bytes: 1 << 20,
         record_ttl: Duration::from_secs(3600),
+        ack_callbacks: false,
     };
     let webhook = Webhook::new(settings, ports);
     let mut group = c.benchmark_group("ingest");
@@ -103,6 +104,7 @@ fn process_batch(c: &mut Criterion) {
         max_receive_count: 1000,
         gone_recipients: GoneRecipients::Settle,
         store_patience: Duration::ZERO,
+        ack_callbacks: false,
     };
     let worker = Worker::new(settings, ports, Arc::new(NoOpBot));
     let batch = || -> Vec<QueueRecord> {

@@ -252,6 +252,20 @@ impl Vars {
         })
     }
 
+    /// `TGQ_ACK_CALLBACKS` (webhook, worker, local): `true` has the webhook answer a queued
+    /// callback query in its reply and the worker take the handler's own answer to it as done;
+    /// unset or `false`, the handler's answer is sent as any other call.
+    pub fn ack_callbacks(&self) -> Result<bool, ConfigError> {
+        match self.get("TGQ_ACK_CALLBACKS") {
+            None | Some("false") => Ok(false),
+            Some("true") => Ok(true),
+            Some(_) => Err(ConfigError::Malformed {
+                name: "TGQ_ACK_CALLBACKS",
+                expected: "`true` or `false`",
+            }),
+        }
+    }
+
     /// `TGQ_DEAD_LETTER_GONE_RECIPIENTS`: `true` dead-letters updates whose recipient is gone
     /// (blocked the bot, deleted their account); unset or `false` settles them `DONE` as
     /// `recipient_gone`.

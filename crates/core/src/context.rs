@@ -79,6 +79,8 @@ pub struct Context<'a> {
     /// The state the handler set in this run, for the settle: its format tag and JSON.
     new_state: Option<(&'static str, String)>,
     summary: ActionSummary,
+    /// The callback query the webhook already answered in its reply (`TGQ_ACK_CALLBACKS`).
+    acknowledged_callback: Option<String>,
 }
 
 /// What a run's context saw, reported by the worker.
@@ -127,6 +129,7 @@ impl<'a> Context<'a> {
             unwritten: Vec::new(),
             new_state: None,
             summary: ActionSummary::default(),
+            acknowledged_callback: None,
         }
     }
 
@@ -259,6 +262,13 @@ impl<'a> Context<'a> {
         self.summary.clone()
     }
 
+    /// Names the callback query the webhook answered in its reply (`TGQ_ACK_CALLBACKS`): the
+    /// handler's own `answerCallbackQuery` for it is recorded as succeeded without a call, since
+    /// Telegram would refuse a second answer ("query is too old").
+    pub(crate) fn acknowledged_by_webhook(&mut self, callback_query_id: Option<String>) {
+        self.acknowledged_callback = callback_query_id;
+    }
+
     /// Outcomes not yet written, handed to the settle.
     pub fn take_unwritten(&mut self) -> Vec<ActionOutcome> {
         std::mem::take(&mut self.unwritten)
@@ -291,22 +301,41 @@ impl<'a> Context<'a> {
             Recalled::Uncertain => return Ok(None),
             Recalled::Act(before) => before,
         };
+        if self.answered_by_webhook(&method, &params) {
+            // Its intent first, like any action; its outcome goes with the next write. Written
+            // even where the Bot API records its own calls: this one never reaches it.
+            self.write_intent(seq, &method, delivery).await?;
+            let answered = Value::Bool(true);
+            self.unwritten.push(ActionOutcome {
+                seq,
+                state: ActionState::Succeeded(ActionResult::of(&answered)),
+            });
+            return decode::<P::Output>(&method, answered).map(Some);
+        }
         let chat = sends_a_message(&method)
             .then(|| params.get("chat_id").and_then(chat_id_of))
             .flatten();
-        self.write_intent(seq, &method, delivery).await?;
+        // A Bot API that records the action in the send's own commit (the offline outbox) needs
+        // no intent before it: until that commit nothing happened, after it the outcome is known.
+        // Then an action not sent leaves no trace, and no outcome may be written for it either.
+        let intent_written = !self.run.api.records_outcomes();
+        if intent_written {
+            self.write_intent(seq, &method, delivery).await?;
+        }
         let mut retries = 0;
         loop {
             // Paced after the intent, right before the call: nothing slow comes between the slot
             // and the send. Giving up here leaves the action certainly not sent.
             if let Err(paced) = self.pace(chat).await {
-                self.unwritten.push(ActionOutcome {
-                    seq,
-                    state: ActionState::failed(0, "held back by Telegram's pacing; not sent"),
-                });
+                if intent_written {
+                    self.unwritten.push(ActionOutcome {
+                        seq,
+                        state: ActionState::failed(0, "held back by Telegram's pacing; not sent"),
+                    });
+                }
                 return Err(paced);
             }
-            match self.call(seq, &method, &params).await {
+            match self.call(seq, &method, &params, delivery).await {
                 Ok(value) => return Ok(Some(self.succeeded(seq, &method, value)?)),
                 Err(CallError::Store(e)) => return Err(e.into()),
                 Err(CallError::Telegram(TelegramError::MigrateToChat(chat)))
@@ -329,7 +358,8 @@ impl<'a> Context<'a> {
                     return Ok(Some(self.succeeded(seq, &method, value)?));
                 }
                 Err(CallError::Telegram(e)) => {
-                    if e.is_definite() {
+                    let refused = intent_written && e.is_definite();
+                    if refused {
                         let (code, description) = e.code_and_description();
                         self.unwritten.push(ActionOutcome {
                             seq,
@@ -350,11 +380,22 @@ impl<'a> Context<'a> {
                         return Err(e.into());
                     }
                     // A short flood wait is sat out here: the action was refused, so it is sent again.
-                    self.unwritten.pop();
+                    if refused {
+                        self.unwritten.pop();
+                    }
                     retries += 1;
                 }
             }
         }
+    }
+
+    /// Whether this call answers the callback query the webhook already answered.
+    fn answered_by_webhook(&self, method: &str, params: &Value) -> bool {
+        let Some(acknowledged) = &self.acknowledged_callback else {
+            return false;
+        };
+        method == "answerCallbackQuery"
+            && params.get("callback_query_id").and_then(Value::as_str) == Some(acknowledged)
     }
 
     /// Looks up what earlier runs recorded at `seq` for an action `method` about to be made.
@@ -519,13 +560,20 @@ impl<'a> Context<'a> {
         }
     }
 
-    async fn call(&self, seq: u32, method: &str, params: &Value) -> Result<Value, CallError> {
+    async fn call(
+        &self,
+        seq: u32,
+        method: &str,
+        params: &Value,
+        delivery: Delivery,
+    ) -> Result<Value, CallError> {
         let call = ApiCall {
             method,
             params,
             action: Some(ActionRef {
                 lease: self.run.lease,
                 seq,
+                delivery,
             }),
         };
         self.run.api.call(&call).await

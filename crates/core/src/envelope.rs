@@ -14,6 +14,8 @@ pub struct Envelope {
     pub group: GroupKey,
     /// The update kind (`message`, `callback_query`, …), or `unknown` when none is recognised.
     pub kind: String,
+    /// A callback query's id, which the webhook may answer in its reply (`TGQ_ACK_CALLBACKS`).
+    pub callback_query_id: Option<String>,
 }
 
 /// Why an authenticated body is not an Update; recorded with the raw bytes in the dead-letter store.
@@ -60,10 +62,14 @@ impl Envelope {
             Some(group) => group,
             None => return Ok(Self::unordered(update_id, kind)),
         };
+        let callback_query_id = (kind == "callback_query")
+            .then(|| body.get("id").and_then(Value::as_str).map(str::to_owned))
+            .flatten();
         Ok(Self {
             update_id,
             group,
             kind: kind.clone(),
+            callback_query_id,
         })
     }
 
@@ -73,6 +79,7 @@ impl Envelope {
             update_id,
             group: GroupKey::new(format!("update:{update_id}")),
             kind: kind.to_owned(),
+            callback_query_id: None,
         }
     }
 }

@@ -8,7 +8,11 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use secrecy::{ExposeSecret, SecretString};
+use serde_json::Value;
 use subtle::ConstantTimeEq;
+use teloxide_core::payloads::AnswerCallbackQuery;
+use teloxide_core::requests::Payload as _;
+use teloxide_core::types::CallbackQueryId;
 use tracing::{error, instrument, warn, Span};
 
 use crate::clock::Clock;
@@ -20,6 +24,7 @@ use crate::ports::{
     AtomicIngest, DeadLetters, Inserted, OutgoingMessage, UpdateQueue, UpdateStore,
 };
 use crate::record::{Status, Timestamp, UpdateRecord};
+use crate::telegram::method_name;
 
 /// The header Telegram sends the webhook secret in.
 pub const SECRET_HEADER: &str = "x-telegram-bot-api-secret-token";
@@ -124,6 +129,42 @@ impl Answer {
     }
 }
 
+/// A request's outcome and, when the webhook answers a callback query in its reply, the query.
+#[derive(Debug)]
+pub struct Reply {
+    /// How the request ended.
+    pub outcome: Result<Ingested, Refused>,
+    /// The callback query answered in the reply body (`TGQ_ACK_CALLBACKS`): set only for an
+    /// update that is stored and queued.
+    pub acknowledged_callback: Option<String>,
+}
+
+impl Reply {
+    /// The HTTP answer: for an acknowledged callback query, 200 with the Bot API call
+    /// `{"method": "answerCallbackQuery", "callback_query_id": …}` as the body, which Telegram
+    /// makes on the bot's behalf; otherwise [`Answer::of`] the outcome.
+    pub fn answer(&self) -> Answer {
+        let Some(id) = &self.acknowledged_callback else {
+            return Answer::of(&self.outcome);
+        };
+        let payload = AnswerCallbackQuery::new(CallbackQueryId(id.clone()));
+        let mut body = match serde_json::to_value(&payload) {
+            Ok(Value::Object(fields)) => fields,
+            // A payload of one string always serializes to an object; the plain answer is the
+            // safe fallback all the same (the worker's own answer would then come too late).
+            _ => return Answer::of(&self.outcome),
+        };
+        body.insert(
+            "method".into(),
+            Value::from(method_name(AnswerCallbackQuery::NAME)),
+        );
+        Answer {
+            status: 200,
+            body: Value::Object(body).to_string(),
+        }
+    }
+}
+
 /// The webhook's settings.
 #[derive(Clone, Debug)]
 pub struct WebhookSettings {
@@ -135,6 +176,9 @@ pub struct WebhookSettings {
     pub max_body_bytes: usize,
     /// How long records are kept.
     pub record_ttl: Duration,
+    /// `TGQ_ACK_CALLBACKS`: answer a callback query's request with `answerCallbackQuery` once the
+    /// update is durable, so the user's spinner stops within the webhook's own time.
+    pub ack_callbacks: bool,
 }
 
 /// How a new update is made durable, chosen when the webhook is built.
@@ -210,29 +254,54 @@ impl Webhook {
 
     /// Stores and enqueues an admitted body (docs/ARCHITECTURE.md §3, steps 3–6), and counts how
     /// it ended ([`crate::metrics`]).
-    #[instrument(skip_all, fields(bot_id = %self.settings.bot_id, update_id, group))]
     pub async fn ingest(&self, body: Bytes) -> Result<Ingested, Refused> {
-        let outcome = self.make_durable(body).await;
-        crate::metrics::ingested(&outcome);
-        outcome
+        self.receive(body).await.outcome
     }
 
-    async fn make_durable(&self, body: Bytes) -> Result<Ingested, Refused> {
+    /// As [`Webhook::ingest`], and decides whether the reply answers a callback query: with
+    /// `ack_callbacks`, an update that is stored and queued — new, sent again, or a duplicate of
+    /// one queued earlier (Telegram resends only what it saw no answer to, so the first reply's
+    /// answer may never have arrived) — and is a callback query. Never a refusal (503, 401, …),
+    /// poison or an update too large to store: those are not queued.
+    #[instrument(skip_all, fields(bot_id = %self.settings.bot_id, update_id, group))]
+    pub async fn receive(&self, body: Bytes) -> Reply {
+        let (outcome, callback_query_id) = self.make_durable(body).await;
+        crate::metrics::ingested(&outcome);
+        let durable = matches!(
+            outcome,
+            Ok(Ingested::Queued | Ingested::Requeued | Ingested::Duplicate(_))
+        );
+        let acknowledged_callback =
+            callback_query_id.filter(|_| self.settings.ack_callbacks && durable);
+        Reply {
+            outcome,
+            acknowledged_callback,
+        }
+    }
+
+    /// Makes the body durable; returns how that ended and, for a callback query, its id.
+    async fn make_durable(&self, body: Bytes) -> (Result<Ingested, Refused>, Option<String>) {
         let limit = self.settings.max_body_bytes;
         if body.len() > limit {
-            return Err(Refused::PayloadTooLarge {
+            let refused = Refused::PayloadTooLarge {
                 size: body.len(),
                 limit,
-            });
+            };
+            return (Err(refused), None);
         }
-        let envelope = match Envelope::parse(&body) {
+        let mut envelope = match Envelope::parse(&body) {
             Ok(envelope) => envelope,
             Err(poison) => {
                 let letter = DeadLetter::poison(self.settings.bot_id.clone(), body, &poison);
                 warn!(reason = %poison, "poison update dead-lettered");
-                return self.bury(&letter, Ingested::Poison(poison)).await;
+                return (self.bury(&letter, Ingested::Poison(poison)).await, None);
             }
         };
+        let callback_query_id = envelope.callback_query_id.take();
+        (self.store_envelope(envelope, body).await, callback_query_id)
+    }
+
+    async fn store_envelope(&self, envelope: Envelope, body: Bytes) -> Result<Ingested, Refused> {
         Span::current()
             .record("update_id", envelope.update_id.0)
             .record("group", envelope.group.as_str());

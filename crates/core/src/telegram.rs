@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 
 use crate::error::{ErrorClass, PortError};
 use crate::ports::Lease;
+use crate::record::Delivery;
 
 /// One Bot API call, and — when a handler's context makes it — the action it is.
 #[derive(Clone, Copy, Debug)]
@@ -38,6 +39,9 @@ pub struct ActionRef<'a> {
     pub lease: &'a Lease,
     /// The action's position in the run.
     pub seq: u32,
+    /// Whether the action may be made again when its outcome is unknown; a Bot API that records
+    /// outcomes itself records the intent with it.
+    pub delivery: Delivery,
 }
 
 /// Calls Bot API methods. The HTTP adapter lives in `tgq-telegram`; local mode has an offline outbox.
@@ -46,9 +50,9 @@ pub trait BotApi: Send + Sync {
     /// Calls a method and returns the answer's `result`.
     async fn call(&self, call: &ApiCall<'_>) -> Result<Value, CallError>;
 
-    /// Whether this Bot API records an action's outcome itself, in the same durable write as the
-    /// send (the offline outbox): then no action's outcome is ever unknown, and the context does
-    /// not write it again.
+    /// Whether this Bot API records an action itself — intent and outcome — in the same durable
+    /// write as the send (the offline outbox): then no action's outcome is ever unknown, and the
+    /// context writes neither a separate intent before the call nor the outcome after it.
     fn records_outcomes(&self) -> bool {
         false
     }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt;
-use teloxide_core::types::Update;
+use teloxide_core::types::{Update, UpdateKind};
 use tracing::{error, info, instrument, warn, Span};
 
 use crate::audit::{AuditAction, AuditEntry, AuditLog};
@@ -47,6 +47,9 @@ pub struct WorkerSettings {
     /// How long a settle or a visibility change refused as unavailable is retried within the
     /// invocation (and never past its deadline) before it is given up.
     pub store_patience: Duration,
+    /// `TGQ_ACK_CALLBACKS`: the webhook answered each queued callback query in its reply, so the
+    /// handler's own `answerCallbackQuery` for it is recorded as done without a call.
+    pub ack_callbacks: bool,
 }
 
 impl Default for WorkerSettings {
@@ -58,6 +61,7 @@ impl Default for WorkerSettings {
             max_receive_count: defaults::MAX_RECEIVE_COUNT,
             gone_recipients: GoneRecipients::default(),
             store_patience: defaults::STORE_PATIENCE,
+            ack_callbacks: false,
         }
     }
 }
@@ -524,6 +528,13 @@ impl Worker {
             clock: &*self.ports.clock,
             cutoff,
         });
+        let acknowledged_callback = match &update.kind {
+            UpdateKind::CallbackQuery(query) if self.settings.ack_callbacks => {
+                Some(query.id.0.clone())
+            }
+            _ => None,
+        };
+        ctx.acknowledged_by_webhook(acknowledged_callback);
         let budget = cutoff.since(self.ports.clock.now());
         let run = AssertUnwindSafe(self.handler.handle(update, &mut ctx)).catch_unwind();
         let result = match tokio::time::timeout(budget, run).await {

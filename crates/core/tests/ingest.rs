@@ -38,6 +38,7 @@ fn rig_with_limit(max_body_bytes: usize) -> Rig {
         secret: SecretString::from("tgq-example-secret".to_owned()),
         max_body_bytes,
         record_ttl: Duration::from_secs(3600),
+        ack_callbacks: false,
     };
     let ports = WebhookPorts {
         ingest: Ingest::PutThenSend {

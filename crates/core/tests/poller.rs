@@ -275,6 +275,7 @@ impl Rig {
                 secret: SecretString::from("unused-by-polling".to_owned()),
                 max_body_bytes: 1 << 20,
                 record_ttl: Duration::from_secs(3600),
+                ack_callbacks: false,
             },
             WebhookPorts {
                 ingest: Ingest::PutThenSend {

@@ -198,6 +198,7 @@ fn rig_full(limits: RateLimits, store_patience: Duration) -> Rig {
         max_receive_count: 1000,
         gone_recipients: GoneRecipients::Settle,
         store_patience,
+        ack_callbacks: false,
     };
     Rig {
         worker: Worker::new(settings, ports, bot.clone()),

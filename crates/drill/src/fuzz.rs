@@ -300,6 +300,7 @@ impl Harness {
                 secret: SecretString::from(SECRET.to_owned()),
                 max_body_bytes: LIMIT,
                 record_ttl: tgq_core::defaults::RECORD_TTL,
+                ack_callbacks: false,
             },
             WebhookPorts {
                 ingest: Ingest::PutThenSend {

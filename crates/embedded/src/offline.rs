@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde_json::Value;
-use tgq_core::record::{ActionOutcome, ActionResult, ActionState};
+use tgq_core::record::{ActionIntent, ActionOutcome, ActionResult, ActionState};
 use tgq_core::telegram::{chat_id_of, offline_result, ApiCall, BotApi, CallError};
 
 use crate::schema::StoredOutboxEntry;
@@ -31,7 +31,14 @@ impl BotApi for OfflineBotApi {
         let at = self.store.clock.now();
         let method = call.method.to_owned();
         let params = call.params.clone();
-        let action = call.action.map(|a| (a.lease.clone(), a.seq));
+        let action = call.action.map(|a| {
+            let intent = ActionIntent {
+                seq: a.seq,
+                method: call.method.to_owned(),
+                delivery: a.delivery,
+            };
+            (a.lease.clone(), intent)
+        });
         let result = self
             .store
             .writer
@@ -40,18 +47,22 @@ impl BotApi for OfflineBotApi {
                 let message_id = i64::try_from(id).unwrap_or(i64::MAX);
                 let unix_time = i64::try_from(at.as_secs()).unwrap_or(i64::MAX);
                 let result = offline_result(&method, &params, message_id, unix_time);
-                if let Some((lease, seq)) = &action {
-                    // Fenced like every write of the run: a stale run sends nothing.
+                if let Some((lease, intent)) = &action {
+                    // Fenced like every write of the run: a stale run sends nothing. The intent
+                    // and its outcome are written together (no separate intent commit before).
                     let outcome = ActionOutcome {
-                        seq: *seq,
+                        seq: intent.seq,
                         state: ActionState::Succeeded(ActionResult::of(&result)),
                     };
-                    tx.write_run(lease, &[outcome], "outbox append", |_| {})?;
+                    tx.write_run(lease, &[], "outbox append", |record| {
+                        record.note_intent(intent);
+                        record.note_outcome(&outcome);
+                    })?;
                 }
                 let entry = StoredOutboxEntry {
                     chat_id: params.get("chat_id").and_then(chat_id_of),
                     update_id: action.as_ref().map(|(lease, _)| lease.key.update_id.0),
-                    seq: action.as_ref().map(|(_, seq)| *seq),
+                    seq: action.as_ref().map(|(_, intent)| intent.seq),
                     method,
                     text: params
                         .get("text")

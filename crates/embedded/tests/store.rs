@@ -17,9 +17,7 @@ use tgq_core::ports::{
     QueueConsumer, QueueRecord, RecordReader, Settlement, UpdateLedger, UpdateQueue, UpdateStore,
     Visibility,
 };
-use tgq_core::record::{
-    ActionIntent, ActionResult, ActionState, Delivery, Timestamp, UpdateRecord,
-};
+use tgq_core::record::{ActionResult, ActionState, Delivery, Timestamp, UpdateRecord};
 use tgq_core::state::StateWrite;
 use tgq_core::telegram::{ActionRef, ApiCall, BotApi, CallError};
 use tgq_core::PortError;
@@ -682,19 +680,15 @@ async fn offline_sends_land_in_the_outbox_and_decode_as_messages() {
 }
 
 #[tokio::test]
-async fn an_offline_action_and_its_outcome_are_one_commit_naming_the_update_and_position() {
+async fn an_offline_action_its_intent_and_its_outcome_are_one_commit_naming_the_update_and_position(
+) {
     let dir = tempfile::tempdir().unwrap();
     let clock = ManualClock::at(START);
     let store = open(dir.path(), &clock, 30);
     let r = record(500, START, DAY);
     store.insert(&r, START).await.unwrap();
     let lease = lease_of(&store, &r, START).await;
-    let intent = ActionIntent {
-        seq: 2,
-        method: "sendMessage".into(),
-        delivery: Delivery::AtMostOnce,
-    };
-    store.record_intent(&lease, &intent, &[]).await.unwrap();
+    // No intent written before: the outbox's commit records it with the outcome.
     let api = OfflineBotApi::new(store.clone());
     assert!(api.records_outcomes());
     let params = json!({"chat_id": 7, "text": "x"});
@@ -704,6 +698,7 @@ async fn an_offline_action_and_its_outcome_are_one_commit_naming_the_update_and_
         action: Some(ActionRef {
             lease: &lease,
             seq: 2,
+            delivery: Delivery::AtMostOnce,
         }),
     };
     api.call(&call).await.unwrap();
@@ -717,6 +712,14 @@ async fn an_offline_action_and_its_outcome_are_one_commit_naming_the_update_and_
             message_id: i64::try_from(entry.id).unwrap()
         }),
         "the send's outcome is recorded with it: never unknown offline"
+    );
+    assert_eq!(
+        (
+            stored.actions[&2].method.as_str(),
+            stored.actions[&2].delivery
+        ),
+        ("sendMessage", Delivery::AtMostOnce),
+        "the intent is recorded in the same commit"
     );
 
     // A stale run's offline send is fenced like its other writes: nothing reaches the outbox.

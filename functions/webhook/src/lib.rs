@@ -30,6 +30,8 @@ pub struct WebhookConfig {
     pub resources: AwsResources,
     /// `TGQ_ALLOWED_SOURCE_CIDRS`.
     pub allowed_sources: AllowedSources,
+    /// `TGQ_ACK_CALLBACKS`.
+    pub ack_callbacks: bool,
 }
 
 impl WebhookConfig {
@@ -42,6 +44,7 @@ impl WebhookConfig {
             record_ttl: vars.record_ttl()?,
             resources: vars.aws_resources()?,
             allowed_sources: AllowedSources::from_vars(vars)?,
+            ack_callbacks: vars.ack_callbacks()?,
         })
     }
 
@@ -52,6 +55,7 @@ impl WebhookConfig {
             secret,
             max_body_bytes: self.max_body_bytes,
             record_ttl: self.record_ttl,
+            ack_callbacks: self.ack_callbacks,
         }
     }
 }
@@ -145,11 +149,10 @@ async fn answer(webhook: &Webhook, request: Request) -> Result<Response<Body>, l
         // Lambda hands over the whole body: its size is known, not only declared.
         declared_length: Some(body.len()),
     };
-    let outcome = match webhook.admit(&head) {
-        Ok(()) => webhook.ingest(body).await,
-        Err(refused) => Err(refused),
+    let answer = match webhook.admit(&head) {
+        Ok(()) => webhook.receive(body).await.answer(),
+        Err(refused) => Answer::of(&Err(refused)),
     };
-    let answer = Answer::of(&outcome);
     let response = Response::builder()
         .status(answer.status)
         .header("content-type", "application/json")

@@ -52,6 +52,7 @@ impl WorkerConfig {
                 max_receive_count: vars.max_receive_count()?,
                 gone_recipients: vars.gone_recipients()?,
                 store_patience: defaults::STORE_PATIENCE,
+                ack_callbacks: vars.ack_callbacks()?,
             },
             rate_limits: vars.rate_limits()?,
             bot_id: vars.bot_id()?,
