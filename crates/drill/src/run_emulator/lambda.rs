@@ -160,6 +160,14 @@ impl Lambda {
         Ok(pid)
     }
 
+    /// Every runtime process of `name`.
+    pub fn all(&self, name: &str) -> Vec<u32> {
+        self.functions
+            .get(name)
+            .map(|children| children.iter().map(Child::id).collect())
+            .unwrap_or_default()
+    }
+
     /// The newest runtime process of `name`.
     pub fn newest(&self, name: &str) -> Option<u32> {
         self.functions.get(name)?.last().map(Child::id)

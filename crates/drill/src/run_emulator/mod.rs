@@ -191,6 +191,10 @@ impl<'a> Run<'a> {
         lambda.spawn(WORKER, &self.worker_vars, &self.worker_log)
     }
 
+    async fn all_workers(&self) -> Vec<u32> {
+        self.em.lambda.lock().await.all(WORKER)
+    }
+
     async fn newest_worker(&self) -> anyhow::Result<u32> {
         let lambda = self.em.lambda.lock().await;
         lambda
@@ -592,14 +596,37 @@ async fn stale_worker(
     }
     let run = Run::start(s, o, em, plan, false, &[]).await?;
     let sending = run.send(1);
-    run.acknowledged(run.plan.updates.len() / 2).await;
-    let frozen = run.newest_worker().await?;
-    crate::local::signal(frozen, libc::SIGSTOP)?;
-    // A new container takes the next invocations; the frozen one's batch comes back after its
-    // visibility, and its leases have run out by then.
+    run.acknowledged(run.plan.updates.len() / 4).await;
+    // Freeze while a slow update runs: its chat's first update has its reply and the second (the
+    // slow one, 5 s in its handler) none yet. Every worker container is frozen, so whichever runs
+    // it is caught in the middle.
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(60) {
+        let running = slow.iter().any(|chat| {
+            run.fake
+                .delivered_to(*chat)
+                .iter()
+                .filter(|call| call.method == "sendMessage")
+                .count()
+                == 1
+        });
+        if running {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let frozen = run.all_workers().await;
+    for pid in &frozen {
+        crate::local::signal(*pid, libc::SIGSTOP)?;
+    }
+    // A new container takes the next invocations; the frozen ones' batches come back after their
+    // visibility, and their leases have run out by then.
     run.new_worker().await?;
     tokio::time::sleep(Duration::from_secs(100)).await;
-    crate::local::signal(frozen, libc::SIGCONT)?;
+    for pid in &frozen {
+        crate::local::signal(*pid, libc::SIGCONT)?;
+    }
     let drain = run.drain(sending).await?;
     run.finish(s, drain, |t, r, _| stale_checks(t, r)).await
 }
