@@ -114,13 +114,19 @@ async fn a_duplicate_of_a_queued_callback_query_is_answered_again() {
     // been lost. Answering a query twice is harmless; never answering it leaves the spinner on.
     let rig = rig(true);
     rig.post(CALLBACK).await;
+    // No worker has claimed it yet: sent again (the queue keeps one), and answered again.
     let again = rig.post(CALLBACK).await;
-    assert_eq!(
-        again.outcome.as_ref().unwrap(),
-        &Ingested::Duplicate(Status::Queued)
-    );
+    assert_eq!(again.outcome.as_ref().unwrap(), &Ingested::Requeued);
     assert_eq!(body_of(&again), (200, answer_callback_query()));
     assert_eq!(rig.queue.depth(), 1);
+    // A worker has it: a duplicate, answered all the same.
+    rig.store.set_status(&callback_key(), Status::Processing);
+    let later = rig.post(CALLBACK).await;
+    assert_eq!(
+        later.outcome.as_ref().unwrap(),
+        &Ingested::Duplicate(Status::Processing)
+    );
+    assert_eq!(body_of(&later), (200, answer_callback_query()));
 }
 
 #[tokio::test]
@@ -131,6 +137,10 @@ async fn poison_is_never_answered_as_a_callback_query() {
         .await;
     assert!(matches!(reply.outcome, Ok(Ingested::Poison(_))));
     assert_eq!(reply.acknowledged_callback, None);
+}
+
+fn callback_key() -> RecordKey {
+    RecordKey::new(BotId::new("demo").unwrap(), UpdateId(500_000_018))
 }
 
 fn callback_update() -> Value {
@@ -165,8 +175,7 @@ async fn the_worker_records_the_handler_s_answer_as_done_without_sending_it() {
         ["sendMessage"],
         "the echo bot's answerCallbackQuery is not sent: the webhook made it"
     );
-    let key = RecordKey::new(BotId::new("demo").unwrap(), UpdateId(500_000_018));
-    let record = harness.store.record(&key).unwrap();
+    let record = harness.store.record(&callback_key()).unwrap();
     let answered = &record.actions[&1];
     assert_eq!(answered.method, "answerCallbackQuery");
     assert_eq!(

@@ -84,14 +84,19 @@ async fn the_webhook_answers_a_callback_query_in_its_reply_and_the_worker_does_n
         body,
         json!({"method": "answerCallbackQuery", "callback_query_id": "cb-910000001"})
     );
+    // Answered only once the update is stored (RECEIVED until a worker claims it) and queued.
     assert_eq!(
         record_status(&dynamo, &stack.table, BOT_ID, 910_000_001)
             .await
             .unwrap()
             .as_deref(),
-        Some("QUEUED"),
-        "answered only once the update is stored and queued"
+        Some("RECEIVED"),
+        "stored before the answer"
     );
+    let depth = tgq_e2e::emulator::queue_depth(&sqs, &stack.queue_url)
+        .await
+        .unwrap();
+    assert!(!depth.is_empty(), "queued before the answer: {depth:?}");
     let (_, plain) = post(
         &http,
         &url,
