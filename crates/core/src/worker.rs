@@ -650,12 +650,21 @@ impl Worker {
             error: error_chain(&error),
             throttled,
         };
-        match self
+        // Patient too: a record left PROCESSING holds its chat until its lease ends, whenever its
+        // message comes back.
+        let patience = self
             .ports
-            .ledger
-            .settle(&claimed.lease, &settlement, &unwritten)
-            .await
-        {
+            .clock
+            .now()
+            .plus(self.settings.store_patience + Duration::from_secs(1));
+        let settled = self
+            .patiently("settle", patience, || {
+                self.ports
+                    .ledger
+                    .settle(&claimed.lease, &settlement, &unwritten)
+            })
+            .await;
+        match settled {
             Ok(()) => {}
             Err(PortError::Fenced { .. }) => return RecordOutcome::Fenced,
             // The run still counts; the record shows PROCESSING until its lease ends, then is claimed

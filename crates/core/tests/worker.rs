@@ -884,6 +884,23 @@ async fn a_misconfigured_store_never_buries_an_update() {
 }
 
 #[tokio::test]
+async fn a_retrying_write_refused_for_a_moment_is_tried_again_so_the_record_does_not_hold_its_lease(
+) {
+    let rig = patient_rig();
+    rig.bot.on(1, [Step::Fail(transient)]);
+    rig.store
+        .outage
+        .fail_only_times("store settle", Fault::Unavailable, 2);
+    let report = rig.run(&[update(1, 10)]).await;
+    assert!(
+        matches!(outcome(&report, 0), RecordOutcome::Retrying(..)),
+        "{report:?}"
+    );
+    // Left PROCESSING, the record would make its next delivery wait for the lease to end.
+    assert_eq!(rig.status(1).await, Status::Retrying);
+}
+
+#[tokio::test]
 async fn a_done_write_refused_for_a_moment_is_tried_again_in_the_run_and_the_reply_is_sent_once() {
     let rig = patient_rig();
     rig.store
