@@ -187,35 +187,9 @@ pub async fn closed_loop(
     clients: usize,
     duration: Duration,
 ) -> anyhow::Result<ClosedLoop> {
-    let mut connections = Vec::with_capacity(clients);
-    for _ in 0..clients {
-        connections.push(Connection::open(target).await?);
-    }
-    let start = Instant::now();
-    let deadline = start + duration;
-    let mut senders = JoinSet::new();
-    for mut connection in connections {
-        let updates = updates.clone();
-        senders.spawn(async move {
-            let mut latencies = Vec::new();
-            while Instant::now() < deadline {
-                let (id, chat) = updates.next();
-                let began = Instant::now();
-                connection.post(id, chat).await?;
-                latencies.push(began.elapsed());
-            }
-            anyhow::Ok(latencies)
-        });
-    }
-    let mut latencies = Vec::new();
-    while let Some(joined) = senders.join_next().await {
-        latencies.extend(joined??);
-    }
-    Ok(ClosedLoop {
-        accepted: latencies.len() as u64,
-        elapsed: start.elapsed(),
-        latencies,
-    })
+    let connections = connect(target, clients).await?;
+    let deadline = Instant::now() + duration;
+    post_while(connections, updates, move || Instant::now() < deadline).await
 }
 
 /// `clients` concurrent senders, each on its own connection, posting `total` updates between them
@@ -226,22 +200,38 @@ pub async fn post_count(
     clients: usize,
     total: u64,
 ) -> anyhow::Result<ClosedLoop> {
+    let connections = connect(target, clients).await?;
+    let left = Arc::new(AtomicU64::new(total));
+    let take = |n: u64| n.checked_sub(1);
+    post_while(connections, updates, move || {
+        left.fetch_update(Ordering::Relaxed, Ordering::Relaxed, take)
+            .is_ok()
+    })
+    .await
+}
+
+async fn connect(target: &Target, clients: usize) -> anyhow::Result<Vec<Connection>> {
     let mut connections = Vec::with_capacity(clients);
     for _ in 0..clients {
         connections.push(Connection::open(target).await?);
     }
-    let left = Arc::new(AtomicU64::new(total));
+    Ok(connections)
+}
+
+/// One sender per connection, each posting its next update as soon as the previous one is
+/// acknowledged while `more()` says so (asked before each post).
+async fn post_while(
+    connections: Vec<Connection>,
+    updates: &Arc<Updates>,
+    more: impl Fn() -> bool + Clone + Send + 'static,
+) -> anyhow::Result<ClosedLoop> {
     let start = Instant::now();
     let mut senders = JoinSet::new();
     for mut connection in connections {
-        let (updates, left) = (updates.clone(), left.clone());
+        let (updates, more) = (updates.clone(), more.clone());
         senders.spawn(async move {
             let mut latencies = Vec::new();
-            let take = |n: u64| n.checked_sub(1);
-            while left
-                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, take)
-                .is_ok()
-            {
+            while more() {
                 let (id, chat) = updates.next();
                 let began = Instant::now();
                 connection.post(id, chat).await?;

@@ -77,18 +77,9 @@ impl PollArgs {
         if let (Some(table), Some(queue_url), Some(dlq_url)) =
             (&self.table, &self.queue_url, &self.dlq_url)
         {
-            return Ok(Deployment {
-                stack: None,
-                sdk: tgq_aws::aws_config_in(self.region.clone()).await,
-                table: table.clone(),
-                queue_url: queue_url.clone(),
-                dlq_url: dlq_url.clone(),
-                webhook_url: None,
-                token_parameter: None,
-                secret_parameter: None,
-                telegram_api_url: None,
-                bot_id: None,
-            });
+            return Ok(
+                Deployment::of_resources(table, queue_url, dlq_url, self.region.clone()).await,
+            );
         }
         match &self.stack {
             Some(stack) => Deployment::of_stack(stack, self.region.clone()).await,

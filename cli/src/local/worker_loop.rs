@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use tgq_core::clock::Clock;
 use tgq_core::error::error_chain;
+use tgq_core::patience::patiently;
 use tgq_core::ports::{QueueConsumer, ReceiptHandle};
 use tgq_core::worker::Worker;
 use tgq_core::{defaults, PortError};
@@ -63,19 +64,13 @@ impl LoopStats {
 /// for a moment), for up to [`defaults::STORE_PATIENCE`]: a message left undeleted holds its whole
 /// chat until its visibility timeout ends, as the worker's settle does (docs/ARCHITECTURE.md §4).
 async fn delete_patiently(store: &EmbeddedStore, receipt: &ReceiptHandle) -> Result<(), PortError> {
-    let started = std::time::Instant::now();
-    let mut wait = Duration::from_millis(100);
-    loop {
-        match store.delete(receipt).await {
-            Err(PortError::Unavailable { .. })
-                if started.elapsed() + wait <= defaults::STORE_PATIENCE =>
-            {
-                tokio::time::sleep(wait).await;
-                wait = (wait * 2).min(Duration::from_secs(2));
-            }
-            other => return other,
-        }
-    }
+    patiently(
+        "delete",
+        defaults::STORE_PATIENCE,
+        || Duration::MAX,
+        || store.delete(receipt),
+    )
+    .await
 }
 
 /// Runs one loop until shutdown; the batch in hand is always finished first.

@@ -75,18 +75,9 @@ impl TargetArgs {
         if let (Some(table), Some(queue_url), Some(dlq_url)) =
             (&self.table, &self.queue_url, &self.dlq_url)
         {
-            return Ok(Target::Aws(Box::new(Deployment {
-                stack: None,
-                sdk: tgq_aws::aws_config_in(self.region.clone()).await,
-                table: table.clone(),
-                queue_url: queue_url.clone(),
-                dlq_url: dlq_url.clone(),
-                webhook_url: None,
-                token_parameter: None,
-                secret_parameter: None,
-                telegram_api_url: None,
-                bot_id: None,
-            })));
+            let deployment =
+                Deployment::of_resources(table, queue_url, dlq_url, self.region.clone()).await;
+            return Ok(Target::Aws(Box::new(deployment)));
         }
         match &self.stack {
             Some(stack) => Ok(Target::Aws(Box::new(
@@ -98,6 +89,27 @@ impl TargetArgs {
 }
 
 impl Deployment {
+    /// A deployment named by its resources alone (no stack, so nothing of its outputs).
+    pub async fn of_resources(
+        table: &str,
+        queue_url: &str,
+        dlq_url: &str,
+        region: Option<String>,
+    ) -> Deployment {
+        Deployment {
+            stack: None,
+            sdk: tgq_aws::aws_config_in(region).await,
+            table: table.to_owned(),
+            queue_url: queue_url.to_owned(),
+            dlq_url: dlq_url.to_owned(),
+            webhook_url: None,
+            token_parameter: None,
+            secret_parameter: None,
+            telegram_api_url: None,
+            bot_id: None,
+        }
+    }
+
     /// Reads a stack's outputs.
     pub async fn of_stack(stack: &str, region: Option<String>) -> anyhow::Result<Self> {
         let sdk = tgq_aws::aws_config_in(region).await;

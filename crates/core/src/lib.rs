@@ -18,6 +18,7 @@ pub mod leadership;
 pub mod metrics;
 pub mod operate;
 pub mod pacer;
+pub mod patience;
 pub mod policy;
 pub mod poller;
 pub mod ports;

@@ -21,6 +21,7 @@ use crate::error::{error_chain, ErrorClass, PortError};
 use crate::handler::{Handler, HandlerError};
 use crate::ids::{BotId, GroupKey, MessageGroupId, RecordKey};
 use crate::pacer::Pacer;
+use crate::patience::patiently;
 use crate::policy::{within_visibility_ceiling, FailedRun, Jitter, RetryPolicy, Verdict};
 use crate::ports::{
     Claim, ClaimRequest, Claimed, DeadLetters, Final, QueueRecord, Reset, ResetRequest, ResetRule,
@@ -830,40 +831,25 @@ impl Worker {
         RecordOutcome::StoreUnavailable(delay)
     }
 
-    /// Runs `write` until it succeeds, fails other than as unavailable, or the store's patience (or
-    /// the time to `deadline`, less a second to answer) would be exceeded by the next wait; waits
-    /// double from 100 ms up to 2 s.
+    /// [`patiently`] with the store's patience, and never closer than a second to `deadline`
+    /// (time to answer).
     async fn patiently<T, F, Fut>(
         &self,
         what: &str,
         deadline: Timestamp,
-        mut write: F,
+        write: F,
     ) -> Result<T, PortError>
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T, PortError>>,
     {
-        const FIRST_WAIT: Duration = Duration::from_millis(100);
-        const LONGEST_WAIT: Duration = Duration::from_secs(2);
         const TO_ANSWER: Duration = Duration::from_secs(1);
-        let started = std::time::Instant::now();
-        let mut wait = FIRST_WAIT;
-        loop {
-            match write().await {
-                Err(error @ PortError::Unavailable { .. }) => {
-                    let left = deadline.since(self.ports.clock.now());
-                    if started.elapsed() + wait > self.settings.store_patience
-                        || wait + TO_ANSWER > left
-                    {
-                        return Err(error);
-                    }
-                    warn!(error = %error_chain(&error), retry_in_ms = wait.as_millis() as u64, "{what} unavailable; trying again");
-                    tokio::time::sleep(wait).await;
-                    wait = (wait * 2).min(LONGEST_WAIT);
-                }
-                other => return other,
-            }
-        }
+        let left = || {
+            deadline
+                .since(self.ports.clock.now())
+                .saturating_sub(TO_ANSWER)
+        };
+        patiently(what, self.settings.store_patience, left, write).await
     }
 
     /// Makes the message visible again after `after`, never past SQS's ceiling; returns the delay

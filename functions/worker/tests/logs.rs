@@ -2,6 +2,8 @@
 //! carry the request id and the update's ids, and never the bot token, the webhook secret or message
 //! text. One test: the log subscriber is global to the process.
 
+mod common;
+
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -13,13 +15,9 @@ use secrecy::SecretString;
 use serde_json::Value;
 use tgq_core::clock::{Clock, SystemClock};
 use tgq_core::config::Vars;
-use tgq_core::echo::EchoBot;
 use tgq_core::ingest::{Ingest, Webhook, WebhookPorts, SECRET_HEADER};
-use tgq_core::pacer::{Pacer, RateLimits};
-use tgq_core::worker::{Worker, WorkerPorts};
 use tgq_fake_telegram::{FakeConfig, FakeTelegram, Fault, Scope, Times};
-use tgq_memory::{MemoryDeadLetters, MemoryQueue, MemoryStore, RecordingVisibility};
-use tgq_telegram::HttpBotApi;
+use tgq_memory::{MemoryDeadLetters, MemoryQueue, MemoryStore};
 use tracing_subscriber::EnvFilter;
 
 const TOKEN: &str = "987654:NEVER-LOGGED-bot-token";
@@ -135,28 +133,7 @@ async fn worker_paths(fake: &FakeTelegram) {
         ("TGQ_QUEUE_URL", "q"),
         ("TGQ_DLQ_URL", "d"),
     ]);
-    let config = tgq_worker::WorkerConfig::from_vars(&vars).unwrap();
-    let store = Arc::new(MemoryStore::new());
-    let api = HttpBotApi::new(
-        &fake.url(),
-        SecretString::from(TOKEN.to_owned()),
-        Duration::from_millis(500),
-    )
-    .unwrap();
-    let worker = Worker::new(
-        config.settings,
-        WorkerPorts {
-            ledger: store.clone(),
-            visibility: Arc::new(RecordingVisibility::new()),
-            dead: Arc::new(MemoryDeadLetters::new()),
-            api: Arc::new(api),
-            pacer: Arc::new(Pacer::new(RateLimits::UNLIMITED)),
-            clock: Arc::new(SystemClock),
-            reset: store.clone(),
-            audit: store,
-        },
-        Arc::new(EchoBot),
-    );
+    let worker = common::echo_worker(&vars, fake, Duration::from_millis(500));
     // Chat 10 goes through; 20 gets a 502 (retry); 30 is refused as a bad request (dead letter); 40's
     // answer comes too late (a send failure whose outcome is unknown), then is sent again.
     fake.inject(Fault::ServerError(502), Scope::Chat(20), Times::Once);

@@ -2,6 +2,8 @@
 //! batch driven through the functions' handlers, the recorder the functions install flushed, and
 //! its embedded-metric-format lines parsed. One test: the recorder is global to the process.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,18 +15,12 @@ use secrecy::SecretString;
 use serde_json::Value;
 use tgq_core::clock::{Clock, SystemClock};
 use tgq_core::config::Vars;
-use tgq_core::echo::EchoBot;
 use tgq_core::ids::{BotId, RecordKey, UpdateId};
 use tgq_core::ingest::{Ingest, Webhook, WebhookPorts, SECRET_HEADER};
-use tgq_core::pacer::{Pacer, RateLimits};
 use tgq_core::record::Status;
-use tgq_core::worker::{Worker, WorkerPorts};
 use tgq_fake_telegram::{FakeTelegram, Fault, Scope, Times};
-use tgq_memory::{
-    Fault as Outage, MemoryDeadLetters, MemoryQueue, MemoryStore, RecordingVisibility,
-};
-use tgq_telegram::HttpBotApi;
-use tgq_worker::{handle, WorkerConfig};
+use tgq_memory::{Fault as Outage, MemoryDeadLetters, MemoryQueue, MemoryStore};
+use tgq_worker::handle;
 
 const BATCH: &str = include_str!("../../../events/sqs/batch_three_groups.json");
 const SECRET: &str = "metrics-test-secret";
@@ -163,28 +159,7 @@ async fn worker_outcomes() {
         ("TGQ_QUEUE_URL", "q"),
         ("TGQ_DLQ_URL", "d"),
     ]);
-    let config = WorkerConfig::from_vars(&vars).unwrap();
-    let store = Arc::new(MemoryStore::new());
-    let api = HttpBotApi::new(
-        &fake.url(),
-        SecretString::from(fake.token().to_owned()),
-        Duration::from_secs(5),
-    )
-    .unwrap();
-    let worker = Worker::new(
-        config.settings,
-        WorkerPorts {
-            ledger: store.clone(),
-            visibility: Arc::new(RecordingVisibility::new()),
-            dead: Arc::new(MemoryDeadLetters::new()),
-            api: Arc::new(api),
-            pacer: Arc::new(Pacer::new(RateLimits::UNLIMITED)),
-            clock: Arc::new(SystemClock),
-            reset: store.clone(),
-            audit: store,
-        },
-        Arc::new(EchoBot),
-    );
+    let worker = common::echo_worker(&vars, &fake, Duration::from_secs(5));
     // Chat 111111111: its first update fails with a 502 (the second waits behind it). Chat
     // 222222222: Telegram refuses its first reply as a bad request (a dead letter), and the user
     // has blocked the bot by the second (recipient gone).

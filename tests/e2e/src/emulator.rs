@@ -1,7 +1,7 @@
 //! The AWS side of a test: a fresh DynamoDB table, the updates FIFO queue and its FIFO dead-letter
 //! queue, all on the emulator named by `AWS_ENDPOINT_URL`, under names no other test uses.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -56,6 +56,30 @@ pub struct Stack {
 }
 
 impl Stack {
+    /// The functions' configuration on this stack: bot `bot_id` with webhook secret `secret`, the
+    /// built-in echo bot (whose replies name their update whatever `bot/` says), and, when given,
+    /// the fake Bot API's token and URL. Tests add their own settings on top.
+    pub fn function_vars(
+        &self,
+        bot_id: &str,
+        secret: &str,
+        telegram: Option<&tgq_fake_telegram::FakeTelegram>,
+    ) -> BTreeMap<String, String> {
+        let mut vars = BTreeMap::from([
+            ("TGQ_BOT_ID".to_owned(), bot_id.to_owned()),
+            ("TGQ_WEBHOOK_SECRET".to_owned(), secret.to_owned()),
+            ("TGQ_TABLE".to_owned(), self.table.clone()),
+            ("TGQ_QUEUE_URL".to_owned(), self.queue_url.clone()),
+            ("TGQ_DLQ_URL".to_owned(), self.dlq_url.clone()),
+            ("TGQ_HANDLER".to_owned(), "echo".to_owned()),
+        ]);
+        if let Some(telegram) = telegram {
+            vars.insert("TELEGRAM_BOT_TOKEN".to_owned(), telegram.token().to_owned());
+            vars.insert("TELEGRAM_API_URL".to_owned(), telegram.url());
+        }
+        vars
+    }
+
     /// Creates a table keyed by `pk` and the two FIFO queues (explicit deduplication ids, as the
     /// webhook and the worker always send them), the updates queue redriving to the dead-letter
     /// queue after the receives `template.yaml` sets.

@@ -251,7 +251,10 @@ impl<'a> EventSourceMapping<'a> {
         });
 
         let mut event = SqsEvent::default();
-        event.records = messages.iter().map(|m| self.record(m)).collect();
+        event.records = messages
+            .iter()
+            .map(|m| lambda_record(m, &self.stack))
+            .collect();
         let invoked = self.invoke(&event, crash).await;
         self.count(|stats| stats.running -= 1);
         let response =
@@ -338,38 +341,38 @@ impl<'a> EventSourceMapping<'a> {
         }
         Ok(())
     }
+}
 
-    /// The record Lambda builds for a received message.
-    fn record(&self, message: &Message) -> SqsMessage {
-        let mut record = SqsMessage::default();
-        record.message_id = message.message_id.clone();
-        record.receipt_handle = message.receipt_handle.clone();
-        record.body = message.body.clone();
-        record.md5_of_body = message.md5_of_body.clone();
-        record.md5_of_message_attributes = message.md5_of_message_attributes.clone();
-        record.attributes = message
-            .attributes
-            .iter()
-            .flatten()
-            .map(|(name, value)| (name.as_str().to_owned(), value.clone()))
-            .collect();
-        // tgq's queues carry string attributes only; binary ones would need base64 here.
-        record.message_attributes = message
-            .message_attributes
-            .iter()
-            .flatten()
-            .map(|(name, value)| {
-                let mut attribute = SqsMessageAttribute::default();
-                attribute.string_value = value.string_value.clone();
-                attribute.data_type = Some(value.data_type.clone());
-                (name.clone(), attribute)
-            })
-            .collect();
-        record.event_source = Some("aws:sqs".into());
-        record.event_source_arn = Some(self.stack.queue_arn.clone());
-        record.aws_region = Some(self.stack.region.clone());
-        record
-    }
+/// The record Lambda builds for a message received from `stack`'s updates queue.
+pub fn lambda_record(message: &Message, stack: &Stack) -> SqsMessage {
+    let mut record = SqsMessage::default();
+    record.message_id = message.message_id.clone();
+    record.receipt_handle = message.receipt_handle.clone();
+    record.body = message.body.clone();
+    record.md5_of_body = message.md5_of_body.clone();
+    record.md5_of_message_attributes = message.md5_of_message_attributes.clone();
+    record.attributes = message
+        .attributes
+        .iter()
+        .flatten()
+        .map(|(name, value)| (name.as_str().to_owned(), value.clone()))
+        .collect();
+    // tgq's queues carry string attributes only; binary ones would need base64 here.
+    record.message_attributes = message
+        .message_attributes
+        .iter()
+        .flatten()
+        .map(|(name, value)| {
+            let mut attribute = SqsMessageAttribute::default();
+            attribute.string_value = value.string_value.clone();
+            attribute.data_type = Some(value.data_type.clone());
+            (name.clone(), attribute)
+        })
+        .collect();
+    record.event_source = Some("aws:sqs".into());
+    record.event_source_arn = Some(stack.queue_arn.clone());
+    record.aws_region = Some(stack.region.clone());
+    record
 }
 
 /// One message as the mapping received it.
@@ -389,7 +392,8 @@ pub struct Delivery {
 }
 
 impl Delivery {
-    fn of(message: &Message) -> anyhow::Result<Delivery> {
+    /// What the FIFO check needs of a received message.
+    pub fn of(message: &Message) -> anyhow::Result<Delivery> {
         let attribute = |name: MessageSystemAttributeName| {
             message
                 .attributes

@@ -18,20 +18,9 @@ const SECRET: &str = "tgq-example-secret";
 const DRAIN_LIMIT: Duration = Duration::from_secs(120);
 
 fn vars(stack: &Stack, fake: &FakeTelegram, ack_callbacks: bool) -> BTreeMap<String, String> {
-    [
-        ("TGQ_BOT_ID", BOT_ID.to_owned()),
-        ("TGQ_WEBHOOK_SECRET", SECRET.to_owned()),
-        ("TGQ_TABLE", stack.table.clone()),
-        ("TGQ_QUEUE_URL", stack.queue_url.clone()),
-        ("TGQ_DLQ_URL", stack.dlq_url.clone()),
-        ("TGQ_HANDLER", "echo".to_owned()),
-        ("TGQ_ACK_CALLBACKS", ack_callbacks.to_string()),
-        ("TELEGRAM_BOT_TOKEN", fake.token().to_owned()),
-        ("TELEGRAM_API_URL", fake.url()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v))
-    .collect()
+    let mut vars = stack.function_vars(BOT_ID, SECRET, Some(fake));
+    vars.insert("TGQ_ACK_CALLBACKS".into(), ack_callbacks.to_string());
+    vars
 }
 
 /// A button press in chat `chat`, as Telegram sends it.

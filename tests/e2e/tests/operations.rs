@@ -71,19 +71,7 @@ async fn a_dead_letter_moved_back_by_an_operator_runs_again_and_the_worker_logs_
     // Telegram refuses chat 7's first reply as a bad request (permanent): the update is
     // dead-lettered, and once the operator moves it back it goes through.
     fake.inject(Fault::BadRequest, Scope::Chat(7), Times::Once);
-    let vars = [
-        ("TGQ_BOT_ID", BOT_ID.to_owned()),
-        ("TGQ_WEBHOOK_SECRET", SECRET.to_owned()),
-        ("TGQ_TABLE", stack.table.clone()),
-        ("TGQ_QUEUE_URL", stack.queue_url.clone()),
-        ("TGQ_DLQ_URL", stack.dlq_url.clone()),
-        ("TGQ_HANDLER", "echo".to_owned()),
-        ("TELEGRAM_BOT_TOKEN", fake.token().to_owned()),
-        ("TELEGRAM_API_URL", fake.url()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v))
-    .collect();
+    let vars = stack.function_vars(BOT_ID, SECRET, Some(&fake));
     let functions = Functions::start(&[WEBHOOK, WORKER], &vars).await;
     let telegram = Telegram::new(functions.function_url(WEBHOOK), SECRET);
     for (update_id, chat) in [(900_000_001, 7), (900_000_002, 8)] {

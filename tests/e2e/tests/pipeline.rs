@@ -34,21 +34,10 @@ const DRAIN_LIMIT: Duration = Duration::from_secs(240);
 /// The functions' configuration: this test's table and queues, quick backoff for the retries, and
 /// the built-in echo bot, whose replies name their update whatever the bot in `bot/` says.
 fn function_vars(stack: &Stack, telegram: Option<&FakeTelegram>) -> BTreeMap<String, String> {
-    let mut vars = BTreeMap::from([
-        ("TGQ_BOT_ID", BOT_ID.to_owned()),
-        ("TGQ_WEBHOOK_SECRET", SECRET.to_owned()),
-        ("TGQ_TABLE", stack.table.clone()),
-        ("TGQ_QUEUE_URL", stack.queue_url.clone()),
-        ("TGQ_DLQ_URL", stack.dlq_url.clone()),
-        ("TGQ_BACKOFF_BASE_MS", "200".to_owned()),
-        ("TGQ_BACKOFF_CAP_MS", "1000".to_owned()),
-        ("TGQ_HANDLER", "echo".to_owned()),
-    ]);
-    if let Some(telegram) = telegram {
-        vars.insert("TELEGRAM_BOT_TOKEN", telegram.token().to_owned());
-        vars.insert("TELEGRAM_API_URL", telegram.url());
-    }
-    vars.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
+    let mut vars = stack.function_vars(BOT_ID, SECRET, telegram);
+    vars.insert("TGQ_BACKOFF_BASE_MS".into(), "200".into());
+    vars.insert("TGQ_BACKOFF_CAP_MS".into(), "1000".into());
+    vars
 }
 
 /// One planned update.

@@ -36,20 +36,8 @@ async fn an_update_with_one_reply_costs_at_most_four_dynamodb_writes_and_one_sqs
         .await
         .unwrap();
     let proxy = Proxy::start(&emulator::endpoint()).await.unwrap();
-    let vars: BTreeMap<String, String> = [
-        ("AWS_ENDPOINT_URL", proxy.url()),
-        ("TGQ_BOT_ID", BOT_ID.to_owned()),
-        ("TGQ_WEBHOOK_SECRET", SECRET.to_owned()),
-        ("TGQ_TABLE", stack.table.clone()),
-        ("TGQ_QUEUE_URL", stack.queue_url.clone()),
-        ("TGQ_DLQ_URL", stack.dlq_url.clone()),
-        ("TGQ_HANDLER", "echo".to_owned()),
-        ("TELEGRAM_BOT_TOKEN", fake.token().to_owned()),
-        ("TELEGRAM_API_URL", fake.url()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v))
-    .collect();
+    let mut vars = stack.function_vars(BOT_ID, SECRET, Some(&fake));
+    vars.insert("AWS_ENDPOINT_URL".into(), proxy.url());
     let functions = Functions::start(&[WEBHOOK, WORKER], &vars).await;
 
     // The webhook: every update posted once, as Telegram does when each answer is a 200.

@@ -12,9 +12,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage, SqsMessageAttribute};
+use aws_lambda_events::event::sqs::SqsEvent;
 use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, Message, MessageSystemAttributeName};
-use tgq_e2e::esm::{Delivery, DeliveryLog};
+use tgq_e2e::esm::{lambda_record, Delivery, DeliveryLog};
 use tokio::task::JoinHandle;
 
 use super::stack::DrillStack;
@@ -132,14 +132,20 @@ impl Poller {
         if messages.is_empty() {
             return Ok(());
         }
-        let deliveries: Vec<Delivery> = messages.iter().filter_map(delivery).collect();
+        let deliveries: Vec<Delivery> = messages
+            .iter()
+            .filter_map(|m| Delivery::of(m).ok())
+            .collect();
         let batch = self
             .log
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .deliver(&deliveries);
         let mut event = SqsEvent::default();
-        event.records = messages.iter().map(|m| self.record(m)).collect();
+        event.records = messages
+            .iter()
+            .map(|m| lambda_record(m, &self.stack))
+            .collect();
         let answer = self
             .http
             .post(&self.invoke_url)
@@ -197,55 +203,4 @@ impl Poller {
             .settle(batch, &deliveries, &failed);
         Ok(())
     }
-
-    /// The record Lambda builds for a received message.
-    fn record(&self, message: &Message) -> SqsMessage {
-        let mut record = SqsMessage::default();
-        record.message_id = message.message_id.clone();
-        record.receipt_handle = message.receipt_handle.clone();
-        record.body = message.body.clone();
-        record.md5_of_body = message.md5_of_body.clone();
-        record.attributes = message
-            .attributes
-            .iter()
-            .flatten()
-            .map(|(name, value)| (name.as_str().to_owned(), value.clone()))
-            .collect();
-        record.message_attributes = message
-            .message_attributes
-            .iter()
-            .flatten()
-            .map(|(name, value)| {
-                let mut attribute = SqsMessageAttribute::default();
-                attribute.string_value = value.string_value.clone();
-                attribute.data_type = Some(value.data_type.clone());
-                (name.clone(), attribute)
-            })
-            .collect();
-        record.event_source = Some("aws:sqs".into());
-        record.event_source_arn = Some(self.stack.queue_arn.clone());
-        record.aws_region = Some(self.stack.region.clone());
-        record
-    }
-}
-
-/// What the FIFO check needs of a message; `None` for a body without an update id.
-fn delivery(message: &Message) -> Option<Delivery> {
-    let attribute = |name: MessageSystemAttributeName| {
-        message
-            .attributes
-            .as_ref()
-            .and_then(|a| a.get(&name))
-            .cloned()
-    };
-    let body: serde_json::Value = serde_json::from_str(message.body.as_deref()?).ok()?;
-    Some(Delivery {
-        message_id: message.message_id.clone()?,
-        receipt: message.receipt_handle.clone()?,
-        group: attribute(MessageSystemAttributeName::MessageGroupId)?,
-        update_id: body["update_id"].as_i64()?,
-        receive_count: attribute(MessageSystemAttributeName::ApproximateReceiveCount)
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(0),
-    })
 }
