@@ -1,7 +1,7 @@
 //! tgq's AWS adapters: update records in DynamoDB ([`DynamoStore`]), the pollers' lease in the same
 //! table ([`DynamoPollerLease`]), the updates queue and the dead-letter queue on SQS FIFO
 //! ([`SqsQueue`]), secrets from SSM Parameter Store
-//! ([`resolve_secret`]), and what both functions set up the same way: the client configuration
+//! ([`resolve_secret`]), the bot registry under one SSM prefix ([`SsmRegistry`]), and what both functions set up the same way: the client configuration
 //! ([`aws_config`]), their logs ([`init_logging`]) and their metrics ([`init_metrics`]). Every SDK type stays
 //! inside this crate: the ports speak only `tgq_core` types, and [`PortError`](tgq_core::PortError)
 //! says whether a failure is worth retrying.
@@ -13,6 +13,7 @@ mod lease;
 mod letter;
 mod logging;
 mod metrics;
+mod registry;
 mod secret;
 mod sqs;
 
@@ -29,6 +30,7 @@ pub use lease::DynamoPollerLease;
 pub use letter::dead_letter_marks;
 pub use logging::{init_logging, json_logs, log_filter, DEFAULT_LOG_FILTER};
 pub use metrics::init_metrics;
+pub use registry::SsmRegistry;
 pub use secret::{resolve_secret, SecretError};
 pub use sqs::SqsQueue;
 

@@ -304,3 +304,104 @@ async fn a_missing_parameter_is_named_as_a_misconfiguration() {
         err.source
     );
 }
+
+/// A registry prefix no other test run uses.
+fn fresh_registry(e: &common::Emulator) -> tgq_aws::SsmRegistry {
+    let prefix = format!("/tgq/test-{}/bots/", fresh_key().update_id);
+    tgq_aws::SsmRegistry::new(
+        e.ssm.clone(),
+        tgq_core::registry::Layout::new(&prefix).expect("a valid prefix"),
+    )
+}
+
+fn registry_entry(id: &str, token: Option<&str>) -> tgq_core::registry::BotEntry {
+    tgq_core::registry::BotEntry {
+        id: BotId::new(id).expect("valid id"),
+        token: token.map(|t| SecretString::from(t.to_owned())),
+        secret: SecretString::from(format!("secret-of-{id}")),
+        handler: "echo".to_owned(),
+        allowed_updates: vec![teloxide_core::types::AllowedUpdate::CallbackQuery],
+    }
+}
+
+#[tokio::test]
+async fn bots_put_in_the_ssm_registry_are_read_back_decrypted_and_removed_whole() {
+    use tgq_core::registry::{BotSource as _, Field};
+    let e = emulator().await;
+    let registry = fresh_registry(&e);
+    registry
+        .put(&registry_entry("shop", Some("1:abc")))
+        .await
+        .unwrap();
+    registry
+        .put(&registry_entry("news", Some("2:def")))
+        .await
+        .unwrap();
+    let token = e
+        .ssm
+        .get_parameter()
+        .name(
+            registry
+                .layout()
+                .parameter(&BotId::new("shop").unwrap(), Field::Token),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        token.parameter.and_then(|p| p.r#type),
+        Some(ParameterType::SecureString),
+        "the token is a SecureString"
+    );
+
+    let bots = registry.load().await.unwrap();
+    let ids: Vec<&str> = bots.iter().map(|bot| bot.id.as_str()).collect();
+    assert_eq!(ids, ["news", "shop"]);
+    let shop = &bots[1];
+    assert_eq!(shop.token.as_ref().unwrap().expose_secret(), "1:abc");
+    assert_eq!(shop.secret.expose_secret(), "secret-of-shop");
+    assert_eq!(shop.handler, "echo");
+    assert_eq!(
+        shop.allowed_updates,
+        vec![teloxide_core::types::AllowedUpdate::CallbackQuery]
+    );
+
+    assert!(
+        registry
+            .put(&registry_entry("shop", Some("9:zzz")))
+            .await
+            .is_err(),
+        "a bot is never overwritten"
+    );
+    let shop_id = BotId::new("shop").unwrap();
+    assert!(registry.exists(&shop_id).await.unwrap());
+    registry.remove(&shop_id).await.unwrap();
+    assert!(!registry.exists(&shop_id).await.unwrap());
+    registry
+        .remove(&shop_id)
+        .await
+        .expect("removing twice is no error");
+    let left: Vec<String> = registry
+        .load()
+        .await
+        .unwrap()
+        .iter()
+        .map(|bot| bot.id.to_string())
+        .collect();
+    assert_eq!(left, ["news"]);
+}
+
+#[tokio::test]
+async fn more_bots_than_one_page_of_parameters_are_all_read() {
+    use tgq_core::registry::BotSource as _;
+    let e = emulator().await;
+    let registry = fresh_registry(&e);
+    // Three or four parameters per bot: twelve bots are several of SSM's pages of ten.
+    for n in 0..12 {
+        registry
+            .put(&registry_entry(&format!("bot{n:02}"), Some("1:a")))
+            .await
+            .unwrap();
+    }
+    assert_eq!(registry.load().await.unwrap().len(), 12);
+}

@@ -50,3 +50,6 @@ pub const RATE_PER_GROUP_PER_MINUTE: u32 = 20;
 pub const MAX_INLINE_WAIT: Duration = Duration::from_secs(5);
 /// The Telegram Bot API base URL used when `TELEGRAM_API_URL` is not set.
 pub const TELEGRAM_API_URL: &str = "https://api.telegram.org";
+/// How often the functions read the bot registry again: a bot added, changed or removed is picked
+/// up within this long (docs/ARCHITECTURE.md §11).
+pub const REGISTRY_REFRESH: Duration = Duration::from_secs(30);

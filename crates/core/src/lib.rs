@@ -23,6 +23,7 @@ pub mod policy;
 pub mod poller;
 pub mod ports;
 pub mod record;
+pub mod registry;
 pub mod state;
 pub mod telegram;
 pub mod worker;

@@ -20,6 +20,7 @@ use std::time::Duration;
 use tgq_core::clock::Clock;
 
 mod backup;
+mod bots_file;
 mod error;
 mod handle;
 mod inspect;
@@ -35,6 +36,7 @@ mod schema;
 mod writer;
 
 pub use backup::Backup;
+pub use bots_file::{BotsFile, BOTS_FILE};
 pub use error::StoreError;
 pub use inspect::{Counters, OutboxEntry, StoreStats};
 pub use lease::EmbeddedPollerLease;
