@@ -1,5 +1,5 @@
 //! `tgq`: runs a bot locally on an embedded durable store (`tgq local`, in `local/`) and operates it
-//! (`tgq status`, `tgq outbox`, `tgq dlq`, `tgq webhook`, in `ops/`). This file only parses the
+//! (`tgq status`, `tgq outbox`, `tgq dlq`, `tgq webhook`, `tgq bots`, in `ops/`). This file only parses the
 //! command line and hands over.
 
 #[macro_use]
@@ -54,6 +54,11 @@ enum Command {
     },
     /// Break the pipeline on purpose and count what happened (docs/RELIABILITY.md).
     Drill(tgq_drill::DrillArgs),
+    /// Add, list and remove the bots one stack (or one `tgq local`) hosts, each on /webhook/ID.
+    Bots {
+        #[command(subcommand)]
+        command: ops::bots::BotsCommand,
+    },
     /// Set, show or delete the bot's webhook at Telegram (needs TELEGRAM_BOT_TOKEN).
     Webhook {
         #[command(subcommand)]
@@ -161,6 +166,7 @@ fn main() -> ExitCode {
             Command::Outbox(args) => ops::outbox(args).await,
             Command::Dlq { command } => ops::dlq::run(command).await,
             Command::Webhook { command } => ops::webhook::run(command).await,
+            Command::Bots { command } => ops::bots::run(command).await,
             Command::FakeTelegram(args) => fake_telegram::run(args).await,
             Command::NoopHttp(args) => noop_http::run(args).await,
             Command::Drill(args) => drill(args).await,

@@ -580,3 +580,86 @@ async fn poll_with_a_stack_takes_bot_table_queues_token_and_bot_api_from_it_and_
         .unwrap();
     assert_eq!(queued.len(), 2);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bots_on_a_stack_live_in_ssm_under_its_prefix_and_get_the_stacks_webhook_url() {
+    let fake = FakeTelegram::start().await.unwrap();
+    let webhook_prefix = "https://abc123.lambda-url.us-east-1.on.aws/webhook/";
+    let sdk = emulator::sdk_config().await;
+    let prefix = format!("/tgq/bots-{}/bots/", SystemClock.now().0);
+    let d = deploy(
+        "bots",
+        fake.token(),
+        &[
+            ("BotsParameterPrefix", prefix.as_str()),
+            ("BotWebhookUrlPrefix", webhook_prefix),
+            ("TelegramApiUrl", fake.url().as_str()),
+        ],
+    )
+    .await;
+    let token = [("TELEGRAM_BOT_TOKEN", fake.token())];
+
+    let said = d.tgq(&token, &["bots", "add", "shop", "--handler", "echo"]);
+    assert!(
+        said.contains("shop") && !said.contains(fake.token()),
+        "{said}"
+    );
+    let ssm = aws_sdk_ssm::Client::new(&sdk);
+    let secret = ssm
+        .get_parameter()
+        .name(format!("{prefix}shop/secret"))
+        .with_decryption(true)
+        .send()
+        .await
+        .expect("the secret parameter")
+        .parameter
+        .unwrap();
+    assert_eq!(
+        secret.r#type,
+        Some(aws_sdk_ssm::types::ParameterType::SecureString)
+    );
+    let set = fake
+        .calls()
+        .into_iter()
+        .find(|c| c.method == "setWebhook")
+        .expect("setWebhook was called");
+    assert_eq!(set.params["url"], format!("{webhook_prefix}shop"));
+    assert_eq!(set.params["secret_token"], secret.value.unwrap().as_str());
+
+    let (refused, _, stderr) = run(
+        &token,
+        &[
+            "bots",
+            "add",
+            "shop",
+            "--handler",
+            "echo",
+            "--stack",
+            &d.name,
+        ],
+    );
+    assert_eq!(refused.code(), Some(1));
+    assert!(stderr.contains("already registered"), "{stderr}");
+
+    let listed: Value = serde_json::from_str(&d.tgq(&[], &["bots", "list", "--json"])).unwrap();
+    assert_eq!(listed["bots"][0]["id"], "shop");
+    assert_eq!(
+        listed["bots"][0]["webhook_url"],
+        format!("{webhook_prefix}shop")
+    );
+    assert_eq!(listed["queue"]["visible"], 0, "{listed}");
+
+    d.tgq(&[], &["bots", "remove", "shop"]);
+    let left = ssm
+        .get_parameters_by_path()
+        .path(&prefix)
+        .recursive(true)
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        left.parameters.unwrap_or_default().is_empty(),
+        "every parameter deleted"
+    );
+    assert!(fake.calls().iter().any(|c| c.method == "deleteWebhook"));
+}

@@ -3,6 +3,7 @@
 //! `tgq backup` (local mode) and `tgq webhook` (the bot's webhook at Telegram).
 
 mod aws_status;
+pub mod bots;
 mod client;
 pub mod dlq;
 pub mod render;

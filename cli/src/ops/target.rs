@@ -67,6 +67,10 @@ pub struct Deployment {
     pub telegram_api_url: Option<String>,
     /// `BotId`.
     pub bot_id: Option<String>,
+    /// `BotsParameterPrefix`: where the bot registry's SSM parameters live.
+    pub bots_parameter_prefix: Option<String>,
+    /// `BotWebhookUrlPrefix`: a registry bot's webhook URL is this followed by its id.
+    pub bot_webhook_url_prefix: Option<String>,
 }
 
 impl TargetArgs {
@@ -107,6 +111,8 @@ impl Deployment {
             secret_parameter: None,
             telegram_api_url: None,
             bot_id: None,
+            bots_parameter_prefix: None,
+            bot_webhook_url_prefix: None,
         }
     }
 
@@ -151,6 +157,8 @@ impl Deployment {
             secret_parameter: output("WebhookSecretParameterName"),
             telegram_api_url: output("TelegramApiUrl"),
             bot_id: output("BotId"),
+            bots_parameter_prefix: output("BotsParameterPrefix"),
+            bot_webhook_url_prefix: output("BotWebhookUrlPrefix"),
             sdk,
         })
     }

@@ -246,14 +246,24 @@ async fn allowed_updates(args: &SetArgs, vars: &Vars) -> anyhow::Result<Vec<Allo
     if let Some(kinds) = &args.allowed_updates {
         return Ok(kinds.clone());
     }
-    let handler: Arc<dyn Handler> = match vars.handler()? {
+    let bot_id = match vars.get("TGQ_BOT_ID") {
+        Some(_) => vars.bot_id()?,
+        None => BotId::new(config::LOCAL_BOT_ID)?,
+    };
+    handler_update_kinds(vars.handler()?, bot_id, vars).await
+}
+
+/// Every kind of update the handler `choice` declares, built for `bot_id` without making a call.
+pub(crate) async fn handler_update_kinds(
+    choice: HandlerChoice,
+    bot_id: BotId,
+    vars: &Vars,
+) -> anyhow::Result<Vec<AllowedUpdate>> {
+    let handler: Arc<dyn Handler> = match choice {
         HandlerChoice::Echo => Arc::new(EchoBot),
         HandlerChoice::Bot => {
             let config = BotConfig {
-                bot_id: match vars.get("TGQ_BOT_ID") {
-                    Some(_) => vars.bot_id()?,
-                    None => BotId::new(config::LOCAL_BOT_ID)?,
-                },
+                bot_id,
                 vars: vars.clone(),
                 api: Arc::new(NoCalls),
             };
@@ -286,7 +296,7 @@ impl BotApi for NoCalls {
 }
 
 /// A bot token's shape, `123456789:AA…`: checked before it is sent anywhere.
-fn check_token(token: &str) -> anyhow::Result<()> {
+pub(crate) fn check_token(token: &str) -> anyhow::Result<()> {
     let valid = token.split_once(':').is_some_and(|(id, key)| {
         !id.is_empty()
             && id.bytes().all(|b| b.is_ascii_digit())
@@ -302,7 +312,7 @@ fn check_token(token: &str) -> anyhow::Result<()> {
 }
 
 /// One `--allowed-updates` kind, as the Bot API spells it.
-fn update_kind(text: &str) -> Result<AllowedUpdate, String> {
+pub(crate) fn update_kind(text: &str) -> Result<AllowedUpdate, String> {
     serde_json::from_value(serde_json::Value::String(text.trim().to_owned())).map_err(|_| {
         let known: Vec<String> = EVERY_UPDATE_KIND
             .iter()
@@ -350,7 +360,7 @@ fn print_info(info: &teloxide_core::types::WebhookInfo) {
 
 /// A URL Telegram accepts for a webhook: HTTPS, on one of its ports. Checked when the command line
 /// is read, so a URL Telegram would refuse never reaches it.
-fn webhook_url(text: &str) -> Result<reqwest::Url, String> {
+pub(crate) fn webhook_url(text: &str) -> Result<reqwest::Url, String> {
     let url: reqwest::Url = text
         .parse()
         .map_err(|e| format!("not a URL ({e}); expected e.g. https://bot.example.com/webhook"))?;

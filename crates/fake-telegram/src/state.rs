@@ -234,6 +234,13 @@ impl State {
             Method::GetMe => Ok(objects::me(self.bot_id)),
             Method::SetWebhook => {
                 let url = params.str("url").filter(|url| !url.is_empty());
+                // Telegram resolves the webhook's host when it is set; `.invalid` never resolves
+                // (RFC 2606), which lets a test see setWebhook refused.
+                if url.is_some_and(unresolvable) {
+                    return Err(ApiError::bad_request(
+                        "bad webhook: Failed to resolve host: Name or service not known",
+                    ));
+                }
                 Ok(self.set_webhook(url, params))
             }
             Method::DeleteWebhook => Ok(self.set_webhook(None, params)),
@@ -402,6 +409,17 @@ impl State {
             wait,
         }
     }
+}
+
+/// Whether a webhook URL's host is under `.invalid`, which no resolver answers.
+fn unresolvable(url: &str) -> bool {
+    let host = url
+        .split_once("://")
+        .map_or(url, |(_, rest)| rest)
+        .split(['/', ':', '?'])
+        .next()
+        .unwrap_or_default();
+    host.ends_with(".invalid")
 }
 
 /// Real tokens start with the bot's user id; a token that does not is given id 1.
