@@ -2,9 +2,11 @@
 //! its presses, lists its commands on `/help`, shouts `/shout text` back in capitals, rolls a die on
 //! `/roll` keeping the chat's score, and echoes any other text.
 //!
-//! [`build`] is the one seam: the worker Lambda and `tgq local` call it once per process and run
-//! what it returns. Rename the bot, give it state or clients, change every word: nothing outside
-//! this crate names its type, and the test suite asserts the built-in echo bot's replies, not these.
+//! [`build`] is the one seam: the worker Lambda and `tgq local` call it once per process (and per
+//! bot, when a stack hosts several) and run what it returns; [`handlers`] names it, so that a
+//! stack's bot registry can pick it. Rename the bot, give it state or clients, change every word:
+//! nothing outside this crate names its type, and the test suite asserts the built-in echo bot's
+//! replies, not these.
 //!
 //! Every call to Telegram goes through `ctx.send(..)` with a teloxide-core payload: tgq records it, so
 //! when an update is retried, replies that were already sent are not sent twice. Anything else with
@@ -22,6 +24,7 @@ use teloxide_core::types::{
     CallbackQuery, InlineKeyboardButton, InlineKeyboardMarkup, Message, Update, UpdateKind,
 };
 use tgq_core::error::BoxError;
+use tgq_core::handler::HandlerRegistry;
 use tgq_core::state::ChatState;
 use tgq_core::{BotConfig, Context, Handler, HandlerError};
 use tgq_router::{ParseError, Route, Router};
@@ -69,8 +72,16 @@ pub enum Button {
     Pressed(u32),
 }
 
-/// Builds the bot, once per process: read the bot's own settings from `config.vars`, open its
-/// clients, and return the handler that runs every update.
+/// The handlers this crate offers, by name (docs/ARCHITECTURE.md §11): `example` is the bot
+/// below, the one `TGQ_HANDLER=bot` runs; `echo`, tgq's own, is always there. A stack hosting
+/// several bots names one of these for each of its bots (`tgq bots add --handler NAME` checks the
+/// name here): add a line per bot with other logic.
+pub fn handlers() -> HandlerRegistry {
+    HandlerRegistry::new().with("example", |config| async move { build(&config).await })
+}
+
+/// Builds the bot, once per process and bot: read the bot's own settings from `config.vars`, open
+/// its clients, and return the handler that runs every update.
 pub async fn build(config: &BotConfig) -> Result<impl Handler, BoxError> {
     let mut router = Router::new().button("pressed:", Button::Pressed);
     if let Some(username) = config.vars.get(USERNAME_VAR) {

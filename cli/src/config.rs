@@ -84,6 +84,8 @@ pub struct LocalSettings {
     /// `TGQ_WORKER_LOOPS`: worker loops running at once (the event source mapping's
     /// MaximumConcurrency), local mode only.
     pub worker_loops: usize,
+    /// `TGQ_REGISTRY_REFRESH_SECS`: how often `<data-dir>/bots.json` is read again.
+    pub registry_refresh: Duration,
 }
 
 impl LocalSettings {
@@ -119,6 +121,7 @@ impl LocalSettings {
             purge_every: purge_interval(vars)?,
             handler: vars.handler()?,
             worker_loops: worker_loops(vars)?,
+            registry_refresh: vars.registry_refresh()?,
         })
     }
 }

@@ -1,13 +1,14 @@
-//! The HTTP face of `tgq local` (axum): `POST /webhook` answered exactly as the webhook Lambda
-//! answers, `GET /healthz` and `GET /readyz` for supervisors, `GET /metrics` for Prometheus, and
-//! admin routes that read the store.
+//! The HTTP face of `tgq local` (axum): `POST /webhook` (the environment's bot) and `POST
+//! /webhook/{bot_id}` (a bot of `bots.json`) answered exactly as the webhook Lambda answers,
+//! `GET /healthz` and `GET /readyz` for supervisors, `GET /metrics` for Prometheus, and admin
+//! routes that read the store.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Json, Query, Request, State};
-use axum::http::{header, HeaderMap, Method, StatusCode};
+use axum::http::{header, HeaderMap, Method, StatusCode, Uri};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
@@ -18,7 +19,7 @@ use secrecy::SecretString;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tgq_core::clock::Clock;
-use tgq_core::ingest::{Answer, Ingested, Refused, RequestHead, Webhook, SECRET_HEADER};
+use tgq_core::ingest::{Answer, Ingested, Refused, RequestHead, Webhooks, SECRET_HEADER};
 use tgq_embedded::EmbeddedStore;
 
 use super::admin;
@@ -30,8 +31,8 @@ use crate::views::{self, ActRequest, ReportView, StatusView};
 /// What the routes share.
 #[derive(Clone)]
 pub struct App {
-    /// The webhook use case, as the Lambda runs it.
-    pub webhook: Webhook,
+    /// The webhook use case of every bot, as the Lambda runs it.
+    pub webhooks: Webhooks,
     /// The store the admin routes read.
     pub store: Arc<EmbeddedStore>,
     /// Tells the time for queue ages.
@@ -89,6 +90,7 @@ pub fn router(app: App) -> Router {
     Router::new()
         .merge(metrics)
         .route("/webhook", any(webhook))
+        .route("/webhook/{bot_id}", any(webhook))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .nest("/admin", admin)
@@ -122,15 +124,21 @@ fn respond(answer: Answer) -> Response {
         .into_response()
 }
 
-/// `POST /webhook`: the use case admits the request's head (405, 401, and 413 for a declared
-/// length) before a byte of the body is read; the body is read up to the limit (413 past it, even
-/// without a declared length); then the use case stores and enqueues it.
+/// `POST /webhook` and `POST /webhook/{bot_id}`: the path picks the bot (404 for none, before
+/// anything is read or written); its use case admits the request's head (405, 401, and 413 for a
+/// declared length) before a byte of the body is read; the body is read up to the limit (413 past
+/// it, even without a declared length); then the use case stores and enqueues it.
 async fn webhook(
     State(app): State<App>,
+    uri: Uri,
     method: Method,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
+    let webhook = match app.webhooks.route(uri.path()).await {
+        Ok(webhook) => webhook,
+        Err(refused) => return webhook_answer(&Err(refused)),
+    };
     let declared_length = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|value| value.to_str().ok())
@@ -140,12 +148,12 @@ async fn webhook(
         secret: headers.get(SECRET_HEADER).map(|value| value.as_bytes()),
         declared_length,
     };
-    if let Err(refused) = app.webhook.admit(&head) {
+    if let Err(refused) = webhook.admit(&head) {
         return webhook_answer(&Err(refused));
     }
-    let limit = app.webhook.max_body_bytes();
+    let limit = webhook.max_body_bytes();
     let refused = match axum::body::to_bytes(body, limit).await {
-        Ok(body) => return respond(app.webhook.receive(body).await.answer()),
+        Ok(body) => return respond(webhook.receive(body).await.answer()),
         Err(error) if is_length_limit(&error) => Refused::PayloadTooLarge {
             size: limit + 1,
             limit,

@@ -1,6 +1,8 @@
 //! `tgq local`: the whole pipeline in one process (docs/ARCHITECTURE.md §6) — the webhook
 //! endpoint, worker loops standing in for the SQS event source mapping, optional long polling,
 //! retention, and the embedded store behind every port, with the same use cases the Lambdas run.
+//! Besides the environment's bot (`/webhook`) it hosts the bots of `<data-dir>/bots.json`
+//! (`/webhook/{bot_id}`, docs/ARCHITECTURE.md §11), read again within the refresh interval.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -9,18 +11,19 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::Args;
 use metrics_exporter_prometheus::PrometheusBuilder;
+use tgq_core::bots::{BotRuntime, Connect, Fleet, RegistryBots};
 use tgq_core::clock::{Clock, SystemClock};
 use tgq_core::config::Vars;
 use tgq_core::defaults;
-use tgq_core::echo::EchoBot;
 use tgq_core::error::error_chain;
-use tgq_core::handler::HandlerChoice;
-use tgq_core::ingest::{Ingest, Webhook, WebhookPorts, WebhookSettings};
+use tgq_core::handler::{HandlerChoice, HandlerRegistry};
+use tgq_core::ingest::{Ingest, SharedSettings, WebhookPorts, Webhooks};
 use tgq_core::pacer::Pacer;
+use tgq_core::registry::Registry;
 use tgq_core::telegram::BotApi;
 use tgq_core::worker::{Worker, WorkerPorts};
-use tgq_core::{BotConfig, Handler};
-use tgq_embedded::{EmbeddedStore, OfflineBotApi, StoreOptions};
+use tgq_core::BotConfig;
+use tgq_embedded::{BotsFile, EmbeddedStore, OfflineBotApi, StoreOptions};
 use tgq_telegram::HttpBotApi;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
@@ -56,6 +59,8 @@ Environment (the same variables as the Lambda functions):
   TGQ_RECORD_TTL_SECS    how long records and outbox entries are kept (default 604800, 7 days)
   TGQ_PURGE_INTERVAL_SECS  how often retention removes what outlived it (default 300)
   TGQ_WORKER_LOOPS       worker loops running at once (default 64)
+  TGQ_REGISTRY_REFRESH_SECS  how often <data-dir>/bots.json (more bots, on /webhook/{bot_id}) is
+                         read again (default 30)
   TGQ_ADMIN_TOKEN        lets non-loopback clients read /admin/* with `Authorization: Bearer …`
   TGQ_LOG_FORMAT=json    JSON log lines on stderr (RUST_LOG sets the level)")]
 pub struct LocalArgs {
@@ -175,9 +180,9 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
     let addr_file = data.path().join(ADDR_FILE);
     write_addr_file(&addr_file, addr)?;
 
-    // What the use cases count, served at /metrics in the Prometheus text format.
+    // What the use cases count, served at /metrics in the Prometheus text format, each metric
+    // labelled with its bot.
     let metrics = PrometheusBuilder::new()
-        .add_global_label(tgq_core::metrics::BOT_ID, settings.bot_id.to_string())
         .install_recorder()
         .context("installing the metrics recorder")?;
     tgq_core::metrics::describe();
@@ -189,15 +194,19 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
         ..LoopSettings::default()
     };
     let loops = Arc::new(LoopStats::default());
-    let webhook = webhook(&settings, &store, &clock);
-    let sends = Sends::new(&settings)?;
-    let handler = handler(&settings, &vars, &sends, &store).await?;
+    // One registry for the webhook and the worker loops: read at most once per interval.
+    let registry = Arc::new(Registry::new(
+        Arc::new(BotsFile::in_dir(data.path())),
+        settings.registry_refresh,
+    ));
+    let webhooks = webhooks(&settings, &store, &clock, registry.clone());
+    let bots = Arc::new(bots(&settings, &vars, &store, registry).await?);
     // One pacer for every worker loop: Telegram's limits are per bot, not per loop.
     let pacer = Arc::new(Pacer::new(settings.rate_limits));
     let mut tasks: JoinSet<anyhow::Result<()>> = JoinSet::new();
 
     for id in 0..loop_settings.loops {
-        let worker = worker(&settings, &sends, &store, &clock, &pacer, handler.clone());
+        let worker = worker(&settings, &store, &clock, &pacer, bots.clone());
         let (store, clock, loops, shutdown) = (
             store.clone(),
             clock.clone(),
@@ -216,7 +225,7 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
         shutdown.clone(),
     ));
     let app = App {
-        webhook: webhook.clone(),
+        webhooks: webhooks.clone(),
         store: store.clone(),
         clock: clock.clone(),
         admin_token: settings.admin_token.clone(),
@@ -247,11 +256,16 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
         )?;
         // The same poller as `tgq poll`, on the embedded store's lease: a second `tgq local` cannot
         // open the store, but the lease keeps the offset checkpoint with its token all the same.
+        // It polls for the environment's bot; the registry's bots take webhooks.
+        let webhook = webhooks
+            .env()
+            .cloned()
+            .context("local mode always has the environment's bot")?;
         let poller = crate::poll::local_poller(
             Arc::new(api),
             Arc::new(store.poller_lease(&settings.bot_id)),
             clock.clone(),
-            webhook.clone(),
+            webhook,
         )?;
         let stop = shutdown.subscribe();
         tasks.spawn(async move { Ok(poller.run(stop).await?) });
@@ -298,7 +312,7 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
         }
     }
     remove_addr_file(&addr_file);
-    drop(webhook);
+    drop(webhooks);
     // The last handle: closing the store releases its file for the next `tgq` command.
     tokio::task::spawn_blocking(move || drop(store)).await?;
     info!("stopped");
@@ -308,103 +322,96 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
     }
 }
 
-/// The webhook use case on the embedded store.
-fn webhook(
+/// The webhooks on the embedded store: the environment's bot on `/webhook`, the registry's on
+/// `/webhook/{bot_id}`.
+fn webhooks(
     settings: &LocalSettings,
     store: &Arc<EmbeddedStore>,
     clock: &Arc<dyn Clock>,
-) -> Webhook {
-    Webhook::new(
-        WebhookSettings {
-            bot_id: settings.bot_id.clone(),
-            secret: settings.secret.clone(),
-            max_body_bytes: settings.max_body_bytes,
-            record_ttl: settings.record_ttl,
-            ack_callbacks: settings.worker.ack_callbacks,
-        },
-        WebhookPorts {
-            // The store holds the queue too: a new update and its message take one commit.
-            ingest: Ingest::Atomic(store.clone()),
-            dead: store.clone(),
-            clock: clock.clone(),
-        },
-    )
+    registry: Arc<Registry>,
+) -> Webhooks {
+    let shared = SharedSettings {
+        max_body_bytes: settings.max_body_bytes,
+        record_ttl: settings.record_ttl,
+        ack_callbacks: settings.worker.ack_callbacks,
+    };
+    let ports = WebhookPorts {
+        // The store holds the queue too: a new update and its message take one commit.
+        ingest: Ingest::Atomic(store.clone()),
+        dead: store.clone(),
+        clock: clock.clone(),
+    };
+    let env = (settings.bot_id.clone(), settings.secret.clone());
+    Webhooks::new(shared, ports, Some(env), Some(registry))
 }
 
-/// Where the bot's sends go: Telegram, or (without a token) the offline outbox.
-enum Sends {
-    Telegram(Arc<dyn BotApi>),
-    Offline,
+/// Where a bot's sends go: Telegram with its token, or (without one) the offline outbox, each
+/// entry naming its bot.
+fn telegram_or_outbox(
+    url: &str,
+    token: Option<&secrecy::SecretString>,
+    store: &Arc<EmbeddedStore>,
+) -> anyhow::Result<Arc<dyn BotApi>> {
+    Ok(match token {
+        Some(token) => Arc::new(HttpBotApi::new(
+            url,
+            token.clone(),
+            defaults::TELEGRAM_TIMEOUT,
+        )?),
+        // Each send names its update and position itself, and records its outcome in its commit.
+        None => Arc::new(OfflineBotApi::new(store.clone())),
+    })
 }
 
-impl Sends {
-    fn new(settings: &LocalSettings) -> anyhow::Result<Self> {
-        Ok(match &settings.token {
-            Some(token) => Sends::Telegram(Arc::new(HttpBotApi::new(
-                &settings.telegram_api_url,
-                token.clone(),
-                defaults::TELEGRAM_TIMEOUT,
-            )?)),
-            None => Sends::Offline,
-        })
-    }
-}
-
-/// The handler every worker loop runs: the bot in `bot/`, built once, or the built-in echo bot.
-async fn handler(
+/// The bots every worker loop runs: the environment's, with the handler `TGQ_HANDLER` picks,
+/// built once; and the bots of `bots.json`, each built when first met with its own handler and
+/// its own token (or the outbox).
+async fn bots(
     settings: &LocalSettings,
     vars: &Vars,
-    sends: &Sends,
     store: &Arc<EmbeddedStore>,
-) -> anyhow::Result<Arc<dyn Handler>> {
-    Ok(match settings.handler {
-        HandlerChoice::Echo => Arc::new(EchoBot),
-        HandlerChoice::Bot => {
-            let api: Arc<dyn BotApi> = match sends {
-                Sends::Telegram(api) => api.clone(),
-                Sends::Offline => Arc::new(OfflineBotApi::new(store.clone())),
-            };
-            let config = BotConfig {
-                bot_id: settings.bot_id.clone(),
-                vars: vars.clone(),
-                api,
-            };
-            let bot = tgq_bot::build(&config)
-                .await
-                .map_err(|error| anyhow::anyhow!(error))
-                .context("the bot in bot/ could not be built")?;
-            Arc::new(bot)
-        }
-    })
+    registry: Arc<Registry>,
+) -> anyhow::Result<Fleet> {
+    let handlers: HandlerRegistry = tgq_bot::handlers();
+    let api = telegram_or_outbox(&settings.telegram_api_url, settings.token.as_ref(), store)?;
+    let config = BotConfig {
+        bot_id: settings.bot_id.clone(),
+        vars: vars.clone(),
+        api: api.clone(),
+    };
+    let handler = handlers
+        .build(handlers.name_of(settings.handler), config)
+        .await
+        .context("the bot in bot/ could not be built")?;
+    let env = (settings.bot_id.clone(), BotRuntime { api, handler });
+    let (url, outbox) = (settings.telegram_api_url.clone(), store.clone());
+    let connect: Connect = Arc::new(move |bot| {
+        telegram_or_outbox(&url, bot.token.as_ref(), &outbox).map_err(Into::into)
+    });
+    let registry = RegistryBots::new(registry, handlers, connect, vars.clone());
+    Ok(Fleet::new(Some(env), Some(registry)))
 }
 
 /// The worker use case of one loop, on the embedded store.
 fn worker(
     settings: &LocalSettings,
-    sends: &Sends,
     store: &Arc<EmbeddedStore>,
     clock: &Arc<dyn Clock>,
     pacer: &Arc<Pacer>,
-    handler: Arc<dyn Handler>,
+    bots: Arc<Fleet>,
 ) -> Worker {
-    let api: Arc<dyn BotApi> = match sends {
-        Sends::Telegram(api) => api.clone(),
-        // Each send names its update and position itself, and records its outcome in its commit.
-        Sends::Offline => Arc::new(OfflineBotApi::new(store.clone())),
-    };
     Worker::new(
         settings.worker.clone(),
         WorkerPorts {
             ledger: store.clone(),
             visibility: store.clone(),
             dead: store.clone(),
-            api,
             pacer: pacer.clone(),
             clock: clock.clone(),
             reset: store.clone(),
             audit: store.clone(),
         },
-        handler,
+        bots,
     )
 }
 
@@ -491,7 +498,7 @@ fn print_banner(
         settings.bot_id,
         data.path().display()
     );
-    outln!("  listening  {base}  (/webhook, /healthz, /readyz, /metrics, /admin/status, /admin/outbox, /admin/dlq)");
+    outln!("  listening  {base}  (/webhook, /webhook/{{bot_id}} for the bots of bots.json, /healthz, /readyz, /metrics, /admin/status, /admin/outbox, /admin/dlq)");
     outln!("  secret     {secret} (header X-Telegram-Bot-Api-Secret-Token)");
     let bot = match settings.handler {
         HandlerChoice::Bot => "the bot in bot/",

@@ -10,6 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use secrecy::SecretString;
 use tgq_aws::DynamoStore;
+use tgq_core::bots::OneBot;
 use tgq_core::clock::{Clock, SystemClock};
 use tgq_core::echo::{reply_text, EchoBot};
 use tgq_core::ids::BotId;
@@ -89,11 +90,10 @@ async fn a_missing_table_answers_503_buries_nothing_and_the_retry_goes_through_o
             audit: store,
             visibility: e.queue.clone(),
             dead: e.dlq.clone(),
-            api: api.clone(),
             pacer: Arc::new(Pacer::new(RateLimits::UNLIMITED)),
             clock: Arc::new(SystemClock),
         },
-        Arc::new(EchoBot),
+        Arc::new(OneBot::new(api.clone(), Arc::new(EchoBot))),
     );
     let batch = e
         .queue

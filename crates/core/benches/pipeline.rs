@@ -10,6 +10,7 @@ use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use secrecy::SecretString;
 use teloxide_core::types::Update;
+use tgq_core::bots::OneBot;
 use tgq_core::clock::{Clock, SystemClock};
 use tgq_core::ids::{BotId, MessageGroupId};
 use tgq_core::ingest::{Ingest, Webhook, WebhookPorts, WebhookSettings};
@@ -91,7 +92,6 @@ fn process_batch(c: &mut Criterion) {
         ledger: store.clone(),
         visibility: Arc::new(RecordingVisibility::new()),
         dead: Arc::new(MemoryDeadLetters::new()),
-        api: Arc::new(RecordingBotApi::new()),
         pacer: Arc::new(Pacer::new(RateLimits::UNLIMITED)),
         clock: Arc::new(SystemClock),
         reset: store.clone(),
@@ -106,7 +106,8 @@ fn process_batch(c: &mut Criterion) {
         store_patience: Duration::ZERO,
         ack_callbacks: false,
     };
-    let worker = Worker::new(settings, ports, Arc::new(NoOpBot));
+    let bots = OneBot::new(Arc::new(RecordingBotApi::new()), Arc::new(NoOpBot));
+    let worker = Worker::new(settings, ports, Arc::new(bots));
     let batch = || -> Vec<QueueRecord> {
         (0..10)
             .map(|i| {

@@ -12,6 +12,7 @@ use crate::handler::HandlerChoice;
 use crate::ids::BotId;
 use crate::pacer::RateLimits;
 use crate::policy::RetryPolicy;
+use crate::registry::Layout;
 use crate::worker::GoneRecipients;
 
 /// A missing or malformed variable. Never carries a secret's value.
@@ -214,6 +215,34 @@ impl Vars {
     pub fn seconds(&self, name: &'static str, default: Duration) -> Result<Duration, ConfigError> {
         let secs = self.positive(name, "a whole number of seconds from 1", default.as_secs())?;
         Ok(Duration::from_secs(secs))
+    }
+
+    /// `TGQ_BOT_ID` if set: the bot of the environment, which a deployment hosting only
+    /// registry bots (docs/ARCHITECTURE.md §11) does without.
+    pub fn env_bot_id(&self) -> Result<Option<BotId>, ConfigError> {
+        match self.get("TGQ_BOT_ID") {
+            None => Ok(None),
+            Some(_) => self.bot_id().map(Some),
+        }
+    }
+
+    /// `TGQ_BOTS_PARAMETER_PREFIX`: where the bot registry lives in SSM (`/tgq/{stack}/bots/`);
+    /// unset, no registry bots.
+    pub fn bots_layout(&self) -> Result<Option<Layout>, ConfigError> {
+        match self.get("TGQ_BOTS_PARAMETER_PREFIX") {
+            None => Ok(None),
+            Some(prefix) => Layout::new(prefix)
+                .map(Some)
+                .map_err(|_| ConfigError::Malformed {
+                    name: "TGQ_BOTS_PARAMETER_PREFIX",
+                    expected: "an SSM path like /tgq/my-stack/bots/",
+                }),
+        }
+    }
+
+    /// `TGQ_REGISTRY_REFRESH_SECS`, default 30 s: how often the bot registry is read again.
+    pub fn registry_refresh(&self) -> Result<Duration, ConfigError> {
+        self.seconds("TGQ_REGISTRY_REFRESH_SECS", defaults::REGISTRY_REFRESH)
     }
 
     /// `TGQ_RECORD_TTL_SECS`, default 7 days: how long update records (and, in local mode, outbox

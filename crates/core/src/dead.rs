@@ -25,6 +25,11 @@ pub enum DeadReason {
     Redriven,
     /// The update or its record would exceed the store's item size limit.
     TooLarge,
+    /// Its bot is in neither the environment nor the bot registry (removed, or never added):
+    /// nothing could run it (docs/ARCHITECTURE.md §11).
+    UnknownBot,
+    /// Its bot names a handler the deployed `bot/` does not have (docs/ARCHITECTURE.md §11).
+    UnknownHandler,
 }
 
 impl DeadReason {
@@ -37,6 +42,8 @@ impl DeadReason {
             DeadReason::ThrottledTooLong => "throttled_too_long",
             DeadReason::Redriven => "max_receive_count",
             DeadReason::TooLarge => "too_large",
+            DeadReason::UnknownBot => "unknown_bot",
+            DeadReason::UnknownHandler => "unknown_handler",
         }
     }
 }
@@ -51,6 +58,8 @@ impl DeadReason {
             DeadReason::ThrottledTooLong => "throttled too long",
             DeadReason::Redriven => "redriven by SQS after too many receives without a run",
             DeadReason::TooLarge => "too large to store",
+            DeadReason::UnknownBot => "its bot is not in the registry",
+            DeadReason::UnknownHandler => "its bot's handler is not in bot/",
         }
     }
 }
@@ -141,7 +150,9 @@ from_stored!(
         DeadReason::BudgetSpent,
         DeadReason::ThrottledTooLong,
         DeadReason::Redriven,
-        DeadReason::TooLarge
+        DeadReason::TooLarge,
+        DeadReason::UnknownBot,
+        DeadReason::UnknownHandler
     ]
 );
 from_stored!(
@@ -291,6 +302,8 @@ mod tests {
             DeadReason::ThrottledTooLong,
             DeadReason::Redriven,
             DeadReason::TooLarge,
+            DeadReason::UnknownBot,
+            DeadReason::UnknownHandler,
         ] {
             assert_eq!(reason.as_str().parse::<DeadReason>(), Ok(reason));
         }

@@ -24,6 +24,7 @@ use crate::ports::{
     AtomicIngest, DeadLetters, Inserted, OutgoingMessage, UpdateQueue, UpdateStore,
 };
 use crate::record::{Status, Timestamp, UpdateRecord};
+use crate::registry::Registry;
 use crate::telegram::method_name;
 
 /// The header Telegram sends the webhook secret in.
@@ -77,6 +78,9 @@ pub enum Refused {
     /// The secret header is missing or wrong.
     #[error("missing or wrong secret token")]
     Unauthorized,
+    /// The path names no bot this deployment serves (docs/ARCHITECTURE.md §11).
+    #[error("not found: no bot is served at this path")]
+    NotFound,
     /// The body is larger than the configured limit.
     #[error("body of {size} bytes exceeds the limit of {limit} bytes")]
     PayloadTooLarge {
@@ -99,6 +103,7 @@ impl Refused {
         match self {
             Refused::MethodNotAllowed => 405,
             Refused::Unauthorized => 401,
+            Refused::NotFound => 404,
             Refused::PayloadTooLarge { .. } => 413,
             Refused::UnreadableBody => 400,
             Refused::Unavailable(_) => 503,
@@ -266,7 +271,7 @@ impl Webhook {
     #[instrument(skip_all, fields(bot_id = %self.settings.bot_id, update_id, group))]
     pub async fn receive(&self, body: Bytes) -> Reply {
         let (outcome, callback_query_id) = self.make_durable(body).await;
-        crate::metrics::ingested(&outcome);
+        crate::metrics::ingested(&self.settings.bot_id, &outcome);
         let durable = matches!(
             outcome,
             Ok(Ingested::Queued | Ingested::Requeued | Ingested::Duplicate(_))
@@ -375,6 +380,146 @@ impl Webhook {
                 error!(error = %error_chain(&error), "dead-letter send failed; answering 503 so Telegram retries");
                 Err(Refused::Unavailable(error))
             }
+        }
+    }
+}
+
+/// The path of the environment's bot, and the prefix of each registry bot's: `/webhook/{bot_id}`.
+pub const WEBHOOK_PATH: &str = "/webhook";
+
+/// The settings every bot's webhook shares.
+#[derive(Clone, Debug)]
+pub struct SharedSettings {
+    /// The largest body accepted.
+    pub max_body_bytes: usize,
+    /// How long records are kept.
+    pub record_ttl: Duration,
+    /// `TGQ_ACK_CALLBACKS`.
+    pub ack_callbacks: bool,
+}
+
+impl SharedSettings {
+    /// The webhook settings of one bot.
+    pub fn for_bot(&self, bot_id: BotId, secret: SecretString) -> WebhookSettings {
+        WebhookSettings {
+            bot_id,
+            secret,
+            max_body_bytes: self.max_body_bytes,
+            record_ttl: self.record_ttl,
+            ack_callbacks: self.ack_callbacks,
+        }
+    }
+}
+
+/// The webhooks of one deployment, by request path (docs/ARCHITECTURE.md §11): `/webhook/{bot_id}`
+/// is the registry's bot of that id, with its own secret; any other path is the environment's bot
+/// (`TGQ_BOT_ID`), as a single-bot deployment always served it. Both front ends (the Lambda, `tgq
+/// local`) route every request here before [`Webhook::admit`].
+#[derive(Clone)]
+pub struct Webhooks {
+    env: Option<Webhook>,
+    registry: Option<Arc<Registry>>,
+    shared: SharedSettings,
+    ports: WebhookPorts,
+}
+
+impl Webhooks {
+    /// The webhooks of the environment's bot (`env`: its id and secret), if any, and of the
+    /// registry's bots, if there is a registry.
+    pub fn new(
+        shared: SharedSettings,
+        ports: WebhookPorts,
+        env: Option<(BotId, SecretString)>,
+        registry: Option<Arc<Registry>>,
+    ) -> Self {
+        let env =
+            env.map(|(bot_id, secret)| Webhook::new(shared.for_bot(bot_id, secret), ports.clone()));
+        Self {
+            env,
+            registry,
+            shared,
+            ports,
+        }
+    }
+
+    /// A deployment of the one bot `webhook` serves on every path but `/webhook/{id}` (which
+    /// finds no bot): the single-bot webhook as it always was.
+    pub fn single(webhook: Webhook) -> Self {
+        let settings = webhook.settings();
+        let shared = SharedSettings {
+            max_body_bytes: settings.max_body_bytes,
+            record_ttl: settings.record_ttl,
+            ack_callbacks: settings.ack_callbacks,
+        };
+        Self {
+            ports: webhook.ports.clone(),
+            env: Some(webhook),
+            registry: None,
+            shared,
+        }
+    }
+
+    /// The environment's bot's webhook, if there is one (what long polling feeds).
+    pub fn env(&self) -> Option<&Webhook> {
+        self.env.as_ref()
+    }
+
+    /// The webhook a request to `path` is for. Nothing is written before this answers: a path
+    /// naming no bot is [`Refused::NotFound`], and a registry that cannot be read (and was never
+    /// read) is [`Refused::Unavailable`], a 503 that Telegram retries — never a 404, which would
+    /// lose the update.
+    pub async fn route(&self, path: &str) -> Result<Webhook, Refused> {
+        let Some(id) = registry_bot_in(path) else {
+            return self.env.clone().ok_or(Refused::NotFound);
+        };
+        let Ok(id) = BotId::new(id) else {
+            return Err(Refused::NotFound);
+        };
+        if let Some(env) = self.env.as_ref().filter(|env| env.settings.bot_id == id) {
+            return Ok(env.clone());
+        }
+        let Some(registry) = &self.registry else {
+            return Err(Refused::NotFound);
+        };
+        match registry.find(&id).await {
+            Ok(Some(bot)) => Ok(Webhook::new(
+                self.shared.for_bot(bot.id, bot.secret),
+                self.ports.clone(),
+            )),
+            Ok(None) => Err(Refused::NotFound),
+            Err(error) => {
+                error!(error = %error_chain(&error), cause = error.cause(), "the bot registry cannot be read; answering 503 so Telegram retries");
+                Err(Refused::Unavailable(error))
+            }
+        }
+    }
+}
+
+/// The bot id of a `/webhook/{bot_id}` path (a trailing `/` allowed), or `None` for any other path.
+fn registry_bot_in(path: &str) -> Option<&str> {
+    let rest = path.strip_prefix(WEBHOOK_PATH)?.strip_prefix('/')?;
+    let id = rest.strip_suffix('/').unwrap_or(rest);
+    (!id.is_empty()).then_some(id)
+}
+
+#[cfg(test)]
+mod routing_tests {
+    use super::registry_bot_in;
+
+    #[test]
+    fn only_a_path_below_webhook_names_a_registry_bot() {
+        assert_eq!(registry_bot_in("/webhook/shop"), Some("shop"));
+        assert_eq!(registry_bot_in("/webhook/shop/"), Some("shop"));
+        assert_eq!(registry_bot_in("/webhook/a/b"), Some("a/b"));
+        for other in [
+            "/",
+            "",
+            "/webhook",
+            "/webhook/",
+            "/webhookshop",
+            "/other/shop",
+        ] {
+            assert_eq!(registry_bot_in(other), None, "{other:?}");
         }
     }
 }

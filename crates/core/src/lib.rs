@@ -2,6 +2,7 @@
 //! [`ingest::Webhook`] and [`worker::Worker`] (docs/ARCHITECTURE.md §3, §4). No AWS type appears here.
 
 pub mod audit;
+pub mod bots;
 pub mod clock;
 pub mod config;
 pub mod context;

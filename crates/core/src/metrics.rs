@@ -1,17 +1,20 @@
 //! What the two use cases count (docs/ARCHITECTURE.md §8), through the `metrics` facade: the
 //! Lambdas install a recorder that prints CloudWatch embedded-metric-format lines (namespace
-//! [`NAMESPACE`], dimension [`BOT_ID`]), `tgq local` one that serves the Prometheus text format at
-//! `/metrics`. Each use case hands its result here once ([`ingested`], [`batch`]); nothing else in
-//! the code counts, and without a recorder nothing is counted.
+//! [`NAMESPACE`]), `tgq local` one that serves the Prometheus text format at `/metrics`. Every
+//! metric carries the label [`BOT_ID`] of the bot it counts (an EMF dimension on Lambda), so that
+//! the bots of one stack are counted apart (docs/ARCHITECTURE.md §11). Each use case hands its
+//! result here once ([`ingested`], [`batch`]); nothing else in the code counts, and without a
+//! recorder nothing is counted.
 
 use metrics::{counter, describe_counter, describe_histogram, histogram, Unit};
 
+use crate::ids::BotId;
 use crate::ingest::{Ingested, Refused};
 use crate::worker::{BatchReport, RecordOutcome};
 
 /// The CloudWatch namespace of every metric.
 pub const NAMESPACE: &str = "tgq";
-/// The dimension every metric carries: the bot's id.
+/// The label (EMF dimension) every metric carries: the id of the bot it counts.
 pub const BOT_ID: &str = "BotId";
 /// The label of [`INGEST_UNAVAILABLE`]: [`crate::PortError::cause`].
 pub const CAUSE: &str = "Cause";
@@ -104,30 +107,31 @@ pub fn describe() {
     }
 }
 
-/// Counts one event of a poller: one of [`POLLER_COUNTERS`].
-pub fn poller(name: &'static str) {
-    counter!(name).increment(1);
+/// Counts one event of `bot`'s poller: one of [`POLLER_COUNTERS`].
+pub fn poller(bot: &BotId, name: &'static str) {
+    counter!(name, BOT_ID => bot.to_string()).increment(1);
 }
 
-/// Counts how one webhook request that reached [`crate::ingest::Webhook::ingest`] ended.
-pub fn ingested(outcome: &Result<Ingested, Refused>) {
+/// Counts how one webhook request of `bot` that reached [`crate::ingest::Webhook::ingest`] ended.
+pub fn ingested(bot: &BotId, outcome: &Result<Ingested, Refused>) {
+    let bot = bot.to_string();
     match outcome {
         Ok(Ingested::Queued) => {
-            counter!(RECEIVED).increment(1);
-            counter!(ENQUEUED).increment(1);
+            counter!(RECEIVED, BOT_ID => bot.clone()).increment(1);
+            counter!(ENQUEUED, BOT_ID => bot).increment(1);
         }
         Ok(Ingested::Requeued) => {
-            counter!(REQUEUED).increment(1);
-            counter!(ENQUEUED).increment(1);
+            counter!(REQUEUED, BOT_ID => bot.clone()).increment(1);
+            counter!(ENQUEUED, BOT_ID => bot).increment(1);
         }
-        Ok(Ingested::Duplicate(_)) => counter!(DUPLICATE).increment(1),
-        Ok(Ingested::Poison(_)) => counter!(POISON).increment(1),
+        Ok(Ingested::Duplicate(_)) => counter!(DUPLICATE, BOT_ID => bot).increment(1),
+        Ok(Ingested::Poison(_)) => counter!(POISON, BOT_ID => bot).increment(1),
         Ok(Ingested::TooLarge) => {
             let reason = crate::dead::DeadReason::TooLarge.as_str();
-            counter!(DEAD_LETTERED, REASON => reason).increment(1);
+            counter!(DEAD_LETTERED, BOT_ID => bot, REASON => reason).increment(1);
         }
         Err(Refused::Unavailable(error)) => {
-            counter!(INGEST_UNAVAILABLE, CAUSE => error.cause()).increment(1);
+            counter!(INGEST_UNAVAILABLE, BOT_ID => bot, CAUSE => error.cause()).increment(1);
         }
         // Refusals of the request itself (a wrong secret, an oversized body) are answered before
         // anything is stored; Lambda's and the endpoint's own metrics count them.
@@ -135,34 +139,36 @@ pub fn ingested(outcome: &Result<Ingested, Refused>) {
     }
 }
 
-/// Counts what one worker batch did.
-pub fn batch(report: &BatchReport) {
+/// Counts what one bot's share of a worker batch did.
+pub fn batch(bot: &BotId, report: &BatchReport) {
+    let bot = bot.to_string();
     for (_, outcome) in &report.outcomes {
+        let bot = bot.clone();
         match outcome {
-            RecordOutcome::Done(_) => counter!(PROCESSED).increment(1),
+            RecordOutcome::Done(_) => counter!(PROCESSED, BOT_ID => bot).increment(1),
             RecordOutcome::Retrying(_, class) => {
-                counter!(RETRIED, ERROR_CLASS => class.as_str()).increment(1);
+                counter!(RETRIED, BOT_ID => bot, ERROR_CLASS => class.as_str()).increment(1);
             }
             RecordOutcome::DeadLettered(reason) => {
-                counter!(DEAD_LETTERED, REASON => reason.as_str()).increment(1);
+                counter!(DEAD_LETTERED, BOT_ID => bot, REASON => reason.as_str()).increment(1);
             }
-            RecordOutcome::RecipientGone(_) => counter!(RECIPIENT_GONE).increment(1),
-            RecordOutcome::Fenced => counter!(FENCED).increment(1),
+            RecordOutcome::RecipientGone(_) => counter!(RECIPIENT_GONE, BOT_ID => bot).increment(1),
+            RecordOutcome::Fenced => counter!(FENCED, BOT_ID => bot).increment(1),
             _ => {}
         }
     }
     for run in &report.runs {
         if !run.uncertain.is_empty() {
-            counter!(UNCERTAIN_SEND).increment(run.uncertain.len() as u64);
+            counter!(UNCERTAIN_SEND, BOT_ID => bot.clone()).increment(run.uncertain.len() as u64);
         }
         if !run.paced.is_zero() {
-            histogram!(THROTTLED_WAIT_MS).record(millis(run.paced));
+            histogram!(THROTTLED_WAIT_MS, BOT_ID => bot.clone()).record(millis(run.paced));
         }
     }
     for timing in &report.timings {
-        histogram!(HANDLER_DURATION_MS).record(millis(timing.handler));
+        histogram!(HANDLER_DURATION_MS, BOT_ID => bot.clone()).record(millis(timing.handler));
         if let Some(latency) = timing.end_to_end {
-            histogram!(END_TO_END_LATENCY_MS).record(millis(latency));
+            histogram!(END_TO_END_LATENCY_MS, BOT_ID => bot.clone()).record(millis(latency));
         }
     }
 }

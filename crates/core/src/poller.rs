@@ -473,13 +473,13 @@ impl Poller {
                     Some(took) if took.flapping => {
                         Counts::bump(&counts.takeovers);
                         Counts::bump(&counts.flapping);
-                        metrics::poller(metrics::POLLER_TAKEOVERS);
-                        metrics::poller(metrics::POLLER_FLAPPING);
+                        metrics::poller(&self.webhook.settings().bot_id, metrics::POLLER_TAKEOVERS);
+                        metrics::poller(&self.webhook.settings().bot_id, metrics::POLLER_FLAPPING);
                         warn!(alert = "poller_flapping", token = won.term.token, from = %took.from, from_token = took.from_token, "took over the poller lease less than a minute after the previous takeover: leadership is flapping (check the pollers' way to the store and to Telegram)");
                     }
                     Some(took) => {
                         Counts::bump(&counts.takeovers);
-                        metrics::poller(metrics::POLLER_TAKEOVERS);
+                        metrics::poller(&self.webhook.settings().bot_id, metrics::POLLER_TAKEOVERS);
                         warn!(token = won.term.token, from = %took.from, from_token = took.from_token, offset = ?won.offset, "took over the poller lease: the previous leader's lease lapsed");
                     }
                     None => {
@@ -613,7 +613,10 @@ impl Poller {
         terms.send_replace(None);
         self.reached_store(false);
         Counts::bump(&counts.renewals_failed);
-        metrics::poller(metrics::POLLER_RENEWALS_FAILED);
+        metrics::poller(
+            &self.webhook.settings().bot_id,
+            metrics::POLLER_RENEWALS_FAILED,
+        );
         if Instant::now() >= term.expires {
             Counts::bump(&counts.leadership_lost);
             self.set_role(Role::Standby);
@@ -741,7 +744,10 @@ impl Poller {
             Ok(()) => true,
             Err(LeaseError::Lost { token, current }) => {
                 Counts::bump(&self.shared.counts.checkpoints_refused);
-                metrics::poller(metrics::POLLER_CHECKPOINTS_REFUSED);
+                metrics::poller(
+                    &self.webhook.settings().bot_id,
+                    metrics::POLLER_CHECKPOINTS_REFUSED,
+                );
                 warn!(token, current = ?current, offset, "checkpoint refused: a newer leader holds the poller lease; this poller stops polling");
                 false
             }

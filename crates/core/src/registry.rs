@@ -244,15 +244,18 @@ pub type Bots = Arc<BTreeMap<BotId, BotEntry>>;
 pub struct Registry {
     source: Arc<dyn BotSource>,
     refresh: Duration,
+    miss_reread: Duration,
     cache: Mutex<Option<(Instant, Bots)>>,
 }
 
 impl Registry {
-    /// A registry reading `source` again at most every `refresh`.
+    /// A registry reading `source` again at most every `refresh`; a bot it does not know makes
+    /// it read again at most every [`defaults::REGISTRY_MISS_REREAD`] (or `refresh`, if shorter).
     pub fn new(source: Arc<dyn BotSource>, refresh: Duration) -> Self {
         Self {
             source,
             refresh,
+            miss_reread: refresh.min(defaults::REGISTRY_MISS_REREAD),
             cache: Mutex::new(None),
         }
     }
@@ -264,9 +267,14 @@ impl Registry {
 
     /// The bots, read again first when the last read is older than the refresh interval.
     pub async fn bots(&self) -> Result<Bots, PortError> {
+        self.read_if_older(self.refresh).await
+    }
+
+    /// The bots, read again first when the last read is older than `age`.
+    async fn read_if_older(&self, age: Duration) -> Result<Bots, PortError> {
         let mut cache = self.cache.lock().await;
         if let Some((read_at, bots)) = cache.as_ref() {
-            if read_at.elapsed() < self.refresh {
+            if read_at.elapsed() < age {
                 return Ok(bots.clone());
             }
         }
@@ -291,6 +299,18 @@ impl Registry {
                 None => Err(error),
             },
         }
+    }
+
+    /// The bot `id`. One the registry does not know makes it read again at once, unless it was
+    /// read within the last [`defaults::REGISTRY_MISS_REREAD`]: a bot `tgq bots add` just wrote
+    /// (whose webhook Telegram calls at once) is found, and a flood of unknown ids reads the
+    /// source once per interval at most. `Ok(None)`: no such bot; `Err`: the registry was never
+    /// read and cannot be now.
+    pub async fn find(&self, id: &BotId) -> Result<Option<BotEntry>, PortError> {
+        if let Some(entry) = self.bots().await?.get(id) {
+            return Ok(Some(entry.clone()));
+        }
+        Ok(self.read_if_older(self.miss_reread).await?.get(id).cloned())
     }
 
     /// One bot, or `None` when the registry (as last read) has no bot by that id.

@@ -12,13 +12,14 @@ use teloxide_core::types::{Update, UpdateKind};
 use tracing::{error, info, instrument, warn, Span};
 
 use crate::audit::{AuditAction, AuditEntry, AuditLog};
+use crate::bots::{BotDirectory, BotRuntime, Lookup};
 use crate::clock::Clock;
 use crate::context::{ActionSummary, Context, RunParts};
 use crate::dead::{Burial, DeadLetter, DeadLetterMarks, DeadReason, FailureClass};
 use crate::defaults;
 use crate::envelope::Envelope;
 use crate::error::{error_chain, ErrorClass, PortError};
-use crate::handler::{Handler, HandlerError};
+use crate::handler::HandlerError;
 use crate::ids::{BotId, GroupKey, MessageGroupId, RecordKey};
 use crate::pacer::Pacer;
 use crate::patience::patiently;
@@ -29,7 +30,7 @@ use crate::ports::{
 };
 use crate::record::{ActionOutcome, Timestamp};
 use crate::state::StateWrite;
-use crate::telegram::{BotApi, Gone};
+use crate::telegram::Gone;
 
 /// The worker's settings.
 #[derive(Clone, Debug)]
@@ -89,9 +90,8 @@ pub struct WorkerPorts {
     pub visibility: Arc<dyn Visibility>,
     /// Receives updates given up on.
     pub dead: Arc<dyn DeadLetters>,
-    /// The Bot API the handler's sends go to.
-    pub api: Arc<dyn BotApi>,
-    /// Telegram's pacing, shared by every run of the process.
+    /// Telegram's pacing, shared by every run of the process (and keyed by bot: one bot's pace
+    /// and flood waits hold back none of another's sends).
     pub pacer: Arc<Pacer>,
     /// Tells the time.
     pub clock: Arc<dyn Clock>,
@@ -194,7 +194,7 @@ impl BatchReport {
 pub struct Worker {
     settings: WorkerSettings,
     ports: WorkerPorts,
-    handler: Arc<dyn Handler>,
+    bots: Arc<dyn BotDirectory>,
 }
 
 /// Where a record is in its batch.
@@ -228,21 +228,80 @@ enum Processed {
 }
 
 impl Worker {
-    /// A worker running `handler` with these settings and ports.
-    pub fn new(settings: WorkerSettings, ports: WorkerPorts, handler: Arc<dyn Handler>) -> Self {
+    /// A worker with these settings and ports, running each record with the client and handler
+    /// `bots` has for the record's bot.
+    pub fn new(settings: WorkerSettings, ports: WorkerPorts, bots: Arc<dyn BotDirectory>) -> Self {
         Self {
             settings,
             ports,
-            handler,
+            bots,
         }
     }
 
-    /// Processes a batch in order. `deadline` is when the invocation ends.
+    /// Processes a batch. `deadline` is when the invocation ends.
+    ///
+    /// The batch is split by bot, and each bot's share runs in batch order, all shares at once
+    /// (docs/ARCHITECTURE.md §11): one bot's flood wait, slow backend or failures hold back
+    /// nothing of another's. Each share is counted under its own bot.
+    pub async fn process_batch(&self, records: &[QueueRecord], deadline: Timestamp) -> BatchReport {
+        let mut shares: Vec<(Option<BotId>, Vec<usize>)> = Vec::new();
+        for (index, record) in records.iter().enumerate() {
+            let bot = record.group_id.split().ok().map(|(bot, _)| bot);
+            match shares.iter_mut().find(|(known, _)| *known == bot) {
+                Some((_, indices)) => indices.push(index),
+                None => shares.push((bot, vec![index])),
+            }
+        }
+        let runs = shares.iter().map(|(bot, indices)| async move {
+            let lookup = match bot {
+                Some(bot) => self.bots.lookup(bot).await,
+                // Its message group id names no bot: the record is dead-lettered as unreadable
+                // before anything would run it.
+                None => Lookup::Refused(
+                    DeadReason::Poison,
+                    "the message group id names no bot".to_owned(),
+                ),
+            };
+            let share: Vec<&QueueRecord> = indices.iter().map(|&i| &records[i]).collect();
+            let report = self.process_share(&share, &lookup, deadline).await;
+            let unknown = BotId::unknown();
+            crate::metrics::batch(bot.as_ref().unwrap_or(&unknown), &report);
+            report
+        });
+        let reports = futures::future::join_all(runs).await;
+        let mut outcomes: Vec<Option<(String, RecordOutcome)>> = vec![None; records.len()];
+        let mut merged = BatchReport::default();
+        for ((_, indices), report) in shares.iter().zip(reports) {
+            for (&index, outcome) in indices.iter().zip(report.outcomes) {
+                outcomes[index] = Some(outcome);
+            }
+            merged.runs.extend(report.runs);
+            merged.timings.extend(report.timings);
+        }
+        merged.outcomes = records
+            .iter()
+            .zip(outcomes)
+            .map(|(record, outcome)| {
+                // Every record is in one share, which gives it an outcome; a hole would be a
+                // bug, and failing the record is the safe answer to it.
+                outcome
+                    .unwrap_or_else(|| (record.message_id.clone(), RecordOutcome::DeadlineReached))
+            })
+            .collect();
+        merged
+    }
+
+    /// Processes one bot's share of a batch in order, with what `bot` found for it.
     ///
     /// A record whose previous run died holding the lease (a crash, a timeout, out of memory) runs
-    /// after the other groups of the batch, with the records behind it in its group: a record that
+    /// after the other groups of the share, with the records behind it in its group: a record that
     /// kills its invocation must not hold the other chats back by a visibility timeout per crash.
-    pub async fn process_batch(&self, records: &[QueueRecord], deadline: Timestamp) -> BatchReport {
+    async fn process_share(
+        &self,
+        records: &[&QueueRecord],
+        bot: &Lookup,
+        deadline: Timestamp,
+    ) -> BatchReport {
         let mut outcomes: Vec<Option<RecordOutcome>> = vec![None; records.len()];
         let mut runs: Vec<RunReport> = Vec::new();
         let mut failed: HashSet<&MessageGroupId> = HashSet::new();
@@ -258,10 +317,10 @@ impl Worker {
                 later.push((index, step));
                 continue;
             }
-            match self.pass(step, deadline, &failed, true).await {
+            match self.pass(step, bot, deadline, &failed, true).await {
                 Processed::Deferred(resumed) => {
                     held.insert(group);
-                    later.push((index, Step::Resumed(&records[index], resumed)));
+                    later.push((index, Step::Resumed(records[index], resumed)));
                 }
                 Processed::Outcome(outcome, run) => {
                     if outcome.is_failure() {
@@ -275,7 +334,7 @@ impl Worker {
         for (index, step) in later {
             let group = &step.record().group_id;
             if let Processed::Outcome(outcome, run) =
-                self.pass(step, deadline, &failed, false).await
+                self.pass(step, bot, deadline, &failed, false).await
             {
                 if outcome.is_failure() {
                     failed.insert(group);
@@ -285,7 +344,7 @@ impl Worker {
             }
         }
         let (runs, timings): (Vec<ActionSummary>, Vec<RunTiming>) = runs.into_iter().unzip();
-        let report = BatchReport {
+        BatchReport {
             outcomes: records
                 .iter()
                 .zip(outcomes)
@@ -298,15 +357,14 @@ impl Worker {
                 .collect(),
             runs,
             timings,
-        };
-        crate::metrics::batch(&report);
-        report
+        }
     }
 
     /// One record in one pass: the deadline and its group's failures first, then the record.
     async fn pass(
         &self,
         step: Step<'_>,
+        bot: &Lookup,
         deadline: Timestamp,
         failed: &HashSet<&MessageGroupId>,
         may_defer: bool,
@@ -323,7 +381,7 @@ impl Worker {
             return Processed::Outcome(RecordOutcome::SkippedBehindFailure, None);
         }
         match step {
-            Step::Waiting(record) => self.process_record(record, deadline, may_defer).await,
+            Step::Waiting(record) => self.process_record(record, bot, deadline, may_defer).await,
             Step::Resumed(record, resumed) => {
                 let Resumed {
                     key,
@@ -331,7 +389,7 @@ impl Worker {
                     claimed,
                 } = *resumed;
                 let (outcome, run) = self
-                    .run_claimed(record, &key, &group, claimed, deadline)
+                    .run_claimed(record, bot, &key, &group, claimed, deadline)
                     .await;
                 Processed::Outcome(outcome, run)
             }
@@ -342,6 +400,7 @@ impl Worker {
     async fn process_record(
         &self,
         record: &QueueRecord,
+        bot: &Lookup,
         deadline: Timestamp,
         may_defer: bool,
     ) -> Processed {
@@ -357,6 +416,12 @@ impl Worker {
             .record("update_id", key.update_id.0)
             .record("group", group.as_str());
         self.warn_near_redrive(record);
+        if let Lookup::Unavailable(e) = bot {
+            // Nothing is wrong with the update: its bot cannot be looked up or built right now.
+            warn!(error = %error_chain(e), cause = e.cause(), "the record's bot is unavailable; backing off without spending an attempt");
+            let outcome = self.store_unavailable(record, record.receive_count).await;
+            return Processed::Outcome(outcome, None);
+        }
         if let Some(marks) = record.dead_letter {
             if let Err(outcome) = self.accept_redrive(record, &key, marks).await {
                 return Processed::Outcome(outcome, None);
@@ -382,7 +447,7 @@ impl Worker {
             }
             Ok(Claim::Run(claimed)) => {
                 let (outcome, run) = self
-                    .run_claimed(record, &key, &group, claimed, deadline)
+                    .run_claimed(record, bot, &key, &group, claimed, deadline)
                     .await;
                 return Processed::Outcome(outcome, run);
             }
@@ -421,16 +486,34 @@ impl Worker {
         Processed::Outcome(outcome, None)
     }
 
-    /// Runs the handler for a claimed record and settles the run.
+    /// Runs the bot's handler for a claimed record and settles the run; a record whose bot is
+    /// refused (unknown, or naming a handler `bot/` does not have) is dead-lettered instead.
     async fn run_claimed(
         &self,
         record: &QueueRecord,
+        bot: &Lookup,
         key: &RecordKey,
         group: &GroupKey,
         claimed: Claimed,
         deadline: Timestamp,
     ) -> (RecordOutcome, Option<RunReport>) {
         Span::current().record("attempt", claimed.lease.token);
+        let runtime = match bot {
+            Lookup::Found(runtime) => runtime,
+            Lookup::Refused(reason, why) => {
+                let error = HandlerError::permanent(why.clone());
+                let outcome = self
+                    .bury(record, key, group, &claimed, *reason, &error, Vec::new())
+                    .await;
+                return (outcome, None);
+            }
+            Lookup::Unavailable(e) => {
+                // Looked at before the claim; kept here so that no path runs without a bot.
+                warn!(error = %error_chain(e), "the record's bot is unavailable; backing off");
+                let outcome = self.store_unavailable(record, claimed.lease.token).await;
+                return (outcome, None);
+            }
+        };
         let spent = claimed.attempts_spent();
         if spent > self.settings.retry.max_attempts {
             // Earlier runs died without settling (crashes, timeouts); the budget is spent all the same.
@@ -454,7 +537,9 @@ impl Worker {
             summary,
             unwritten,
             state,
-        } = self.run_handler(record, group, &claimed, deadline).await;
+        } = self
+            .run_handler(record, runtime, group, &claimed, deadline)
+            .await;
         let ended = self.ports.clock.now();
         let run = Run {
             record,
@@ -499,6 +584,7 @@ impl Worker {
     async fn run_handler(
         &self,
         record: &QueueRecord,
+        runtime: &BotRuntime,
         group: &GroupKey,
         claimed: &Claimed,
         deadline: Timestamp,
@@ -524,7 +610,7 @@ impl Worker {
             recorded: &claimed.actions,
             state: claimed.state.as_ref(),
             ledger: &*self.ports.ledger,
-            api: &*self.ports.api,
+            api: &*runtime.api,
             pacer: &self.ports.pacer,
             clock: &*self.ports.clock,
             cutoff,
@@ -537,7 +623,7 @@ impl Worker {
         };
         ctx.acknowledged_by_webhook(acknowledged_callback);
         let budget = cutoff.since(self.ports.clock.now());
-        let run = AssertUnwindSafe(self.handler.handle(update, &mut ctx)).catch_unwind();
+        let run = AssertUnwindSafe(runtime.handler.handle(update, &mut ctx)).catch_unwind();
         let result = match tokio::time::timeout(budget, run).await {
             Ok(Ok(result)) => result,
             Ok(Err(panic)) => Err(HandlerError::Panicked(panic_message(&panic))),

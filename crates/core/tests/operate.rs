@@ -12,6 +12,7 @@ use bytes::Bytes;
 use teloxide_core::payloads::SendMessage;
 use teloxide_core::types::{Update, UpdateKind};
 use tgq_core::audit::{AuditAction, AuditReader};
+use tgq_core::bots::OneBot;
 use tgq_core::clock::{Clock, ManualClock};
 use tgq_core::dead::{DeadLetterMarks, DeadReason};
 use tgq_core::ids::{BotId, MessageGroupId, RecordKey, UpdateId};
@@ -80,13 +81,12 @@ fn rig() -> Rig {
             ledger: store.clone(),
             visibility: Arc::new(RecordingVisibility::new()),
             dead: dead.clone(),
-            api: api.clone(),
             pacer: Arc::new(Pacer::new(RateLimits::UNLIMITED)),
             clock: Arc::new(clock.clone()),
             reset: store.clone(),
             audit: store.clone(),
         },
-        bot.clone(),
+        Arc::new(OneBot::new(api.clone(), bot.clone())),
     );
     let operator = Operator::new(
         OperatorSettings {

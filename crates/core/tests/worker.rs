@@ -10,6 +10,7 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 use teloxide_core::payloads::{EditMessageText, SendMessage, SendPhoto};
 use teloxide_core::types::{InputFile, MessageId, Update, UpdateKind};
+use tgq_core::bots::OneBot;
 use tgq_core::clock::{Clock, ManualClock};
 use tgq_core::dead::{DeadReason, FailureClass};
 use tgq_core::ids::{BotId, GroupKey, MessageGroupId, RecordKey, UpdateId};
@@ -185,7 +186,6 @@ fn rig_full(limits: RateLimits, store_patience: Duration) -> Rig {
         ledger: store.clone(),
         visibility: visibility.clone(),
         dead: dead.clone(),
-        api: api.clone(),
         pacer: Arc::new(Pacer::new(limits)),
         clock: Arc::new(clock.clone()),
         reset: store.clone(),
@@ -201,7 +201,11 @@ fn rig_full(limits: RateLimits, store_patience: Duration) -> Rig {
         ack_callbacks: false,
     };
     Rig {
-        worker: Worker::new(settings, ports, bot.clone()),
+        worker: Worker::new(
+            settings,
+            ports,
+            Arc::new(OneBot::new(api.clone(), bot.clone())),
+        ),
         bot,
         store,
         dead,

@@ -21,7 +21,7 @@ use rand::{Rng, SeedableRng};
 use secrecy::SecretString;
 use tgq_core::clock::SystemClock;
 use tgq_core::ids::BotId;
-use tgq_core::ingest::{Ingest, Webhook, WebhookPorts, WebhookSettings, SECRET_HEADER};
+use tgq_core::ingest::{Ingest, Webhook, WebhookPorts, WebhookSettings, Webhooks, SECRET_HEADER};
 use tgq_memory::{MemoryDeadLetters, MemoryQueue, MemoryStore};
 
 /// The secret the fuzzed webhook expects.
@@ -283,7 +283,7 @@ impl Generator {
 
 /// The webhook under test and its adapters.
 struct Harness {
-    webhook: Webhook,
+    webhook: Webhooks,
     store: Arc<MemoryStore>,
     queue: Arc<MemoryQueue>,
     dead: Arc<MemoryDeadLetters>,
@@ -294,7 +294,7 @@ impl Harness {
         let store = Arc::new(MemoryStore::new());
         let queue = Arc::new(MemoryQueue::new(Arc::new(SystemClock)));
         let dead = Arc::new(MemoryDeadLetters::new());
-        let webhook = Webhook::new(
+        let webhook = Webhooks::single(Webhook::new(
             WebhookSettings {
                 bot_id: BotId::new("fuzz").expect("a valid bot id"),
                 secret: SecretString::from(SECRET.to_owned()),
@@ -310,7 +310,7 @@ impl Harness {
                 dead: dead.clone(),
                 clock: Arc::new(SystemClock),
             },
-        );
+        ));
         Harness {
             webhook,
             store,

@@ -419,6 +419,7 @@ mod tests {
     fn call(seq: u64, chat: i64, text: &str) -> RecordedCall {
         RecordedCall {
             seq,
+            token: tgq_fake_telegram::DEFAULT_TOKEN.into(),
             method: "sendMessage".into(),
             chat_id: Some(chat),
             params: json!({ "chat_id": chat, "text": text }),

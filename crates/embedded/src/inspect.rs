@@ -36,6 +36,8 @@ pub struct StoreStats {
 pub struct OutboxEntry {
     /// The outbox's id, also the `message_id` the offline answer gave.
     pub id: u64,
+    /// The bot whose handler made the call, when known: local mode's bots share one outbox.
+    pub bot_id: Option<String>,
     /// The chat the call addressed, when it named one.
     pub chat_id: Option<i64>,
     /// The update whose handler made the call, when known.
@@ -132,6 +134,7 @@ impl EmbeddedStore {
                 .map_err(StoreError::corrupt(format!("outbox entry {}", id.value())))?;
             entries.push(OutboxEntry {
                 id: id.value(),
+                bot_id: stored.bot_id,
                 chat_id: stored.chat_id,
                 update_id: stored.update_id,
                 seq: stored.seq,

@@ -60,6 +60,9 @@ impl BotApi for OfflineBotApi {
                     })?;
                 }
                 let entry = StoredOutboxEntry {
+                    bot_id: action
+                        .as_ref()
+                        .map(|(lease, _)| lease.key.bot_id.to_string()),
                     chat_id: params.get("chat_id").and_then(chat_id_of),
                     update_id: action.as_ref().map(|(lease, _)| lease.key.update_id.0),
                     seq: action.as_ref().map(|(_, intent)| intent.seq),

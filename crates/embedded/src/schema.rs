@@ -301,6 +301,9 @@ pub(crate) fn decode_letter_sent(
 /// One offline Bot API call as the outbox keeps it; the id is the table key.
 #[derive(Serialize, Deserialize)]
 pub(crate) struct StoredOutboxEntry {
+    /// The bot whose run made the call (absent in entries written before bots were told apart).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) bot_id: Option<String>,
     pub(crate) chat_id: Option<i64>,
     pub(crate) update_id: Option<i64>,
     pub(crate) seq: Option<u32>,

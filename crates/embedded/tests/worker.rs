@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use tgq_core::bots::OneBot;
 use tgq_core::clock::ManualClock;
 use tgq_core::echo::{reply_text, EchoBot};
 use tgq_core::ids::{BotId, GroupKey, RecordKey, UpdateId};
@@ -45,13 +46,15 @@ async fn an_offline_reply_costs_the_worker_three_writes_claim_send_and_settle() 
             ledger: store.clone(),
             visibility: store.clone(),
             dead: store.clone(),
-            api: Arc::new(OfflineBotApi::new(store.clone())),
             pacer: Arc::new(Pacer::new(RateLimits::UNLIMITED)),
             clock: Arc::new(clock.clone()),
             reset: store.clone(),
             audit: store.clone(),
         },
-        Arc::new(EchoBot),
+        Arc::new(OneBot::new(
+            Arc::new(OfflineBotApi::new(store.clone())),
+            Arc::new(EchoBot),
+        )),
     );
 
     let before = store.ops_committed();

@@ -119,6 +119,13 @@ impl FakeTelegram {
         &self.inner.shared.token
     }
 
+    /// Accepts calls with `token` as well as [`FakeTelegram::token`]: one fake for several bots,
+    /// each call recorded with its token ([`RecordedCall::token`]). The bots share the fake's
+    /// chats, faults and rate limits.
+    pub fn accept_token(&self, token: &str) {
+        self.inner.shared.state().accept_token(token);
+    }
+
     /// Every call in arrival order, refused ones included.
     pub fn calls(&self) -> Vec<RecordedCall> {
         self.inner.shared.state().calls().to_vec()

@@ -22,6 +22,8 @@ const MAX_UPDATES: i64 = 100;
 pub struct RecordedCall {
     /// Arrival order, starting at 1.
     pub seq: u64,
+    /// The bot token in the call's URL: which bot called, when the fake serves several.
+    pub token: String,
     /// The method name as the client spelled it in the URL.
     pub method: String,
     /// The numeric `chat_id` parameter; `None` when absent or given as `@username`.
@@ -117,7 +119,8 @@ struct Original {
 /// The fake's whole memory, behind the server's one lock.
 #[derive(Debug)]
 pub(crate) struct State {
-    token: String,
+    /// The tokens accepted: the configured one first, then any added for more bots.
+    tokens: Vec<String>,
     bot_id: i64,
     calls: Vec<RecordedCall>,
     pub(crate) faults: Faults,
@@ -133,7 +136,7 @@ pub(crate) struct State {
 impl State {
     pub(crate) fn new(config: &FakeConfig) -> Self {
         Self {
-            token: config.token.clone(),
+            tokens: vec![config.token.clone()],
             bot_id: bot_id(&config.token),
             calls: Vec::new(),
             faults: Faults::default(),
@@ -165,12 +168,20 @@ impl State {
             }
             Err(unreadable) => (Params::default(), Reply::Now(unreadable.into())),
         };
-        self.record(method, params, &reply, at);
+        self.record(token, method, params, &reply, at);
         reply
     }
 
+    /// Accepts calls with `token` too: the fake then plays Telegram for another bot as well,
+    /// recording each call's token. The bots share everything else (chats, faults, limits).
+    pub(crate) fn accept_token(&mut self, token: &str) {
+        if !self.tokens.iter().any(|known| known == token) {
+            self.tokens.push(token.to_owned());
+        }
+    }
+
     fn decide(&mut self, token: &str, method: &str, params: &Params, at: Instant) -> Reply {
-        if token != self.token {
+        if !self.tokens.iter().any(|known| known == token) {
             return Reply::Now(ApiError::unauthorized().into());
         }
         if method.eq_ignore_ascii_case("getUpdates") {
@@ -207,7 +218,7 @@ impl State {
         }
     }
 
-    fn record(&mut self, method: &str, params: Params, reply: &Reply, at: Instant) {
+    fn record(&mut self, token: &str, method: &str, params: Params, reply: &Reply, at: Instant) {
         let (status, message_id) = match reply {
             Reply::Now(answer) | Reply::Delayed(_, answer) => (
                 answer.status,
@@ -220,6 +231,7 @@ impl State {
         tracing::debug!(method, status, "fake telegram answered a call");
         self.calls.push(RecordedCall {
             seq: self.calls.len() as u64 + 1,
+            token: token.to_owned(),
             method: method.to_owned(),
             chat_id: params.chat().id(),
             params: params.into_value(),

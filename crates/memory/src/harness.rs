@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use serde_json::Value;
+use tgq_core::bots::OneBot;
 use tgq_core::clock::{Clock, ManualClock};
 use tgq_core::envelope::Envelope;
 use tgq_core::handler::Handler;
@@ -59,13 +60,12 @@ impl Harness {
                 ledger: store.clone(),
                 visibility: Arc::new(RecordingVisibility::new()),
                 dead: dead.clone(),
-                api: api.clone(),
                 pacer: Arc::new(Pacer::new(RateLimits::UNLIMITED)),
                 clock: Arc::new(clock.clone()),
                 reset: store.clone(),
                 audit: store.clone(),
             },
-            handler,
+            Arc::new(OneBot::new(api.clone(), handler)),
         );
         Self {
             worker,

@@ -1,10 +1,11 @@
 //! In-memory adapters for every tgq port: the reference semantics for the conformance suite, and the
 //! fast fakes for unit tests and benchmarks. Each can be switched to "unavailable" to inject faults.
 //! One module per port: `store` (records), `queue` (the FIFO updates queue), `dead_letters`,
-//! `bot_api` (a recording Bot API), `visibility` (a recording visibility port) and `lease` (the
+//! `bot_api` (a recording Bot API), `bots` (the bot registry), `visibility` (a recording visibility port) and `lease` (the
 //! pollers' lease); `harness` runs a handler through the worker on them.
 
 mod bot_api;
+mod bots;
 mod dead_letters;
 mod harness;
 mod lease;
@@ -14,6 +15,7 @@ mod store;
 mod visibility;
 
 pub use bot_api::{RecordedCall, RecordingBotApi};
+pub use bots::MemoryBots;
 pub use dead_letters::MemoryDeadLetters;
 pub use harness::Harness;
 pub use lease::MemoryPollerLease;

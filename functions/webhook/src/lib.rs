@@ -1,5 +1,7 @@
-//! The webhook Lambda's request handling: HTTP in (Function URL or HTTP API, via `lambda_http`), the
-//! [`Webhook`] use case, HTTP status out. Configuration and client construction live in `main.rs`.
+//! The webhook Lambda's request handling: HTTP in (Function URL or HTTP API, via `lambda_http`),
+//! routed by path to a bot's [`Webhook`] use case ([`Webhooks`]: `/webhook/{bot_id}` for a registry
+//! bot, any other path for the environment's bot), HTTP status out. Configuration and client
+//! construction live in `main.rs`.
 
 use std::time::Duration;
 
@@ -12,16 +14,23 @@ use lambda_http::{Body, Request, RequestExt as _, Response};
 use secrecy::SecretString;
 use tgq_core::config::{AwsResources, ConfigError, SecretSource, Vars};
 use tgq_core::ids::BotId;
-use tgq_core::ingest::{Answer, RequestHead, Webhook, SECRET_HEADER};
+use tgq_core::ingest::{
+    Answer, RequestHead, SharedSettings, Webhook, WebhookPorts, Webhooks, SECRET_HEADER,
+};
+use tgq_core::registry::{Layout, Registry};
 use tracing::Instrument as _;
 
 /// The webhook's configuration, read once per cold start.
 #[derive(Clone, Debug)]
 pub struct WebhookConfig {
-    /// `TGQ_BOT_ID`.
-    pub bot_id: BotId,
-    /// `TGQ_WEBHOOK_SECRET` or `TGQ_WEBHOOK_SECRET_PARAM`.
-    pub secret: SecretSource,
+    /// The environment's bot, served on every path but `/webhook/{bot_id}`: `TGQ_BOT_ID`, with
+    /// its secret from `TGQ_WEBHOOK_SECRET` or `TGQ_WEBHOOK_SECRET_PARAM`. `None`: the stack
+    /// hosts registry bots only.
+    pub env_bot: Option<(BotId, SecretSource)>,
+    /// `TGQ_BOTS_PARAMETER_PREFIX`: the bot registry's place in SSM, if there is one.
+    pub bots: Option<Layout>,
+    /// `TGQ_REGISTRY_REFRESH_SECS`: how often the registry is read again.
+    pub registry_refresh: Duration,
     /// `TGQ_MAX_BODY_BYTES`.
     pub max_body_bytes: usize,
     /// `TGQ_RECORD_TTL_SECS`: the records' `expires_at`, which DynamoDB's TTL acts on.
@@ -37,9 +46,21 @@ pub struct WebhookConfig {
 impl WebhookConfig {
     /// Reads and checks every variable, naming the first one that is missing or malformed.
     pub fn from_vars(vars: &Vars) -> Result<Self, ConfigError> {
+        let env_bot = match vars.env_bot_id()? {
+            Some(bot_id) => Some((bot_id, vars.webhook_secret()?)),
+            None => None,
+        };
+        let bots = vars.bots_layout()?;
+        if env_bot.is_none() && bots.is_none() {
+            return Err(ConfigError::Missing {
+                name: "TGQ_BOT_ID".into(),
+                hint: "a short id for the bot, e.g. `mybot` (or TGQ_BOTS_PARAMETER_PREFIX: the bot registry's SSM path)",
+            });
+        }
         Ok(Self {
-            bot_id: vars.bot_id()?,
-            secret: vars.webhook_secret()?,
+            env_bot,
+            bots,
+            registry_refresh: vars.registry_refresh()?,
             max_body_bytes: vars.max_body_bytes()?,
             record_ttl: vars.record_ttl()?,
             resources: vars.aws_resources()?,
@@ -48,15 +69,35 @@ impl WebhookConfig {
         })
     }
 
-    /// The use case's settings, once the secret is resolved.
-    pub fn settings(&self, secret: SecretString) -> tgq_core::ingest::WebhookSettings {
-        tgq_core::ingest::WebhookSettings {
-            bot_id: self.bot_id.clone(),
-            secret,
+    /// What every bot's webhook shares.
+    pub fn shared(&self) -> SharedSettings {
+        SharedSettings {
             max_body_bytes: self.max_body_bytes,
             record_ttl: self.record_ttl,
             ack_callbacks: self.ack_callbacks,
         }
+    }
+
+    /// The environment's bot's webhook settings, once its secret is resolved; `None` without one.
+    pub fn settings(&self, secret: SecretString) -> Option<tgq_core::ingest::WebhookSettings> {
+        let (bot_id, _) = self.env_bot.as_ref()?;
+        Some(self.shared().for_bot(bot_id.clone(), secret))
+    }
+
+    /// Every bot's webhook: the environment's bot (`env_secret`, resolved) and the bots of
+    /// `registry`.
+    pub fn webhooks(
+        &self,
+        ports: WebhookPorts,
+        env_secret: Option<SecretString>,
+        registry: Option<std::sync::Arc<Registry>>,
+    ) -> Webhooks {
+        let env = self
+            .env_bot
+            .as_ref()
+            .zip(env_secret)
+            .map(|((bot_id, _), secret)| (bot_id.clone(), secret));
+        Webhooks::new(self.shared(), ports, env, registry)
     }
 }
 
@@ -108,10 +149,11 @@ fn source_ip(request: &Request) -> Option<IpAddr> {
 }
 
 /// Answers one HTTP request. A source outside `sources` is 403 before anything else is looked at;
-/// every refusal is a status with a short reason; nothing is dropped silently. Every log line of
-/// the request carries its Lambda request id.
+/// then the path picks the bot (404 for none, before anything is written); every refusal is a
+/// status with a short reason; nothing is dropped silently. Every log line of the request carries
+/// its Lambda request id.
 pub async fn handle(
-    webhook: &Webhook,
+    webhooks: &Webhooks,
     sources: &AllowedSources,
     request: Request,
 ) -> Result<Response<Body>, lambda_http::Error> {
@@ -133,10 +175,26 @@ pub async fn handle(
             .header("content-type", "application/json")
             .body(Body::from(body.to_string()))?);
     }
-    answer(webhook, request).instrument(span).await
+    answer(webhooks, request).instrument(span).await
 }
 
-async fn answer(webhook: &Webhook, request: Request) -> Result<Response<Body>, lambda_http::Error> {
+async fn answer(
+    webhooks: &Webhooks,
+    request: Request,
+) -> Result<Response<Body>, lambda_http::Error> {
+    let answer = match webhooks.route(request.uri().path()).await {
+        Ok(webhook) => answer_for(&webhook, &request).await,
+        Err(refused) => Answer::of(&Err(refused)),
+    };
+    let response = Response::builder()
+        .status(answer.status)
+        .header("content-type", "application/json")
+        .body(Body::from(answer.body))?;
+    Ok(response)
+}
+
+/// The answer of one bot's webhook to the request.
+async fn answer_for(webhook: &Webhook, request: &Request) -> Answer {
     let body = match request.body() {
         Body::Empty => Bytes::new(),
         Body::Text(text) => Bytes::copy_from_slice(text.as_bytes()),
@@ -149,13 +207,8 @@ async fn answer(webhook: &Webhook, request: Request) -> Result<Response<Body>, l
         // Lambda hands over the whole body: its size is known, not only declared.
         declared_length: Some(body.len()),
     };
-    let answer = match webhook.admit(&head) {
+    match webhook.admit(&head) {
         Ok(()) => webhook.receive(body).await.answer(),
         Err(refused) => Answer::of(&Err(refused)),
-    };
-    let response = Response::builder()
-        .status(answer.status)
-        .header("content-type", "application/json")
-        .body(Body::from(answer.body))?;
-    Ok(response)
+    }
 }

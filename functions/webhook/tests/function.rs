@@ -1,30 +1,52 @@
 //! The webhook function fed with the Function URL and HTTP API events in `events/webhook/`.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use secrecy::SecretString;
 use tgq_core::clock::SystemClock;
 use tgq_core::config::Vars;
-use tgq_core::ingest::{Ingest, Webhook, WebhookPorts};
-use tgq_memory::{MemoryDeadLetters, MemoryQueue, MemoryStore};
+use tgq_core::ids::{BotId, RecordKey, UpdateId};
+use tgq_core::ingest::{Ingest, WebhookPorts, Webhooks};
+use tgq_core::registry::{BotEntry, Registry};
+use tgq_memory::{MemoryBots, MemoryDeadLetters, MemoryQueue, MemoryStore};
 use tgq_webhook::{handle, AllowedSources, WebhookConfig};
 
 struct Rig {
-    webhook: Webhook,
+    webhook: Webhooks,
     store: Arc<MemoryStore>,
     queue: Arc<MemoryQueue>,
     dead: Arc<MemoryDeadLetters>,
 }
 
 fn rig() -> Rig {
-    let vars = Vars::from_pairs([
-        ("TGQ_BOT_ID", "demo"),
-        ("TGQ_WEBHOOK_SECRET", "tgq-example-secret"),
+    rig_with(
+        &[
+            ("TGQ_BOT_ID", "demo"),
+            ("TGQ_WEBHOOK_SECRET", "tgq-example-secret"),
+        ],
+        None,
+    )
+}
+
+/// The webhook configured from `vars` (besides the stack's resources), the registry read from
+/// `bots` when there is one.
+fn rig_with(vars: &[(&str, &str)], bots: Option<Arc<MemoryBots>>) -> Rig {
+    let mut all = vec![
         ("TGQ_TABLE", "t"),
         ("TGQ_QUEUE_URL", "q"),
         ("TGQ_DLQ_URL", "d"),
-    ]);
-    let config = WebhookConfig::from_vars(&vars).unwrap();
+    ];
+    all.extend_from_slice(vars);
+    if bots.is_some() {
+        all.push(("TGQ_BOTS_PARAMETER_PREFIX", "/tgq/test/bots/"));
+    }
+    let config = WebhookConfig::from_vars(&Vars::from_pairs(all)).unwrap();
+    let registry = bots.map(|bots| Arc::new(Registry::new(bots, config.registry_refresh)));
+    let env_secret = config
+        .env_bot
+        .as_ref()
+        .map(|_| SecretString::from("tgq-example-secret".to_owned()));
     let store = Arc::new(MemoryStore::new());
     let queue = Arc::new(MemoryQueue::new(Arc::new(SystemClock)));
     let dead = Arc::new(MemoryDeadLetters::new());
@@ -36,10 +58,7 @@ fn rig() -> Rig {
         dead: dead.clone(),
         clock: Arc::new(SystemClock),
     };
-    let webhook = Webhook::new(
-        config.settings(SecretString::from("tgq-example-secret".to_owned())),
-        ports,
-    );
+    let webhook = config.webhooks(ports, env_secret, registry);
     Rig {
         webhook,
         store,
@@ -165,4 +184,201 @@ async fn with_allowed_source_ranges_any_other_source_is_answered_403_and_nothing
     assert_eq!(accepted.status().as_u16(), 200);
     let malformed = Vars::from_pairs([("TGQ_ALLOWED_SOURCE_CIDRS", "149.154.160.0/40")]);
     assert!(AllowedSources::from_vars(&malformed).is_err());
+}
+
+/// The secret of the registry bot `shop` in `events/webhook/registry_bot.json`.
+const SHOP_SECRET: &str = "shop-example-secret";
+
+fn bot(id: &str, secret: &str) -> BotEntry {
+    BotEntry {
+        id: BotId::new(id).unwrap(),
+        token: Some(SecretString::from(format!("{id}:TOKEN"))),
+        secret: SecretString::from(secret.to_owned()),
+        handler: "echo".to_owned(),
+        allowed_updates: Vec::new(),
+    }
+}
+
+/// The environment's bot `demo` and a registry holding `bots`, read again after `refresh_secs`.
+fn fleet_rig(bots: Vec<BotEntry>, refresh_secs: &str) -> (Rig, Arc<MemoryBots>) {
+    let registry = Arc::new(MemoryBots::new(bots));
+    let rig = rig_with(
+        &[
+            ("TGQ_BOT_ID", "demo"),
+            ("TGQ_WEBHOOK_SECRET", "tgq-example-secret"),
+            ("TGQ_REGISTRY_REFRESH_SECS", refresh_secs),
+        ],
+        Some(registry.clone()),
+    );
+    (rig, registry)
+}
+
+/// `event` sent to `path` with the secret `secret`.
+fn to_path(event: &str, path: &str, secret: &str) -> String {
+    let mut event: serde_json::Value = serde_json::from_str(event).unwrap();
+    event["rawPath"] = path.into();
+    event["requestContext"]["http"]["path"] = path.into();
+    event["headers"]["x-telegram-bot-api-secret-token"] = secret.into();
+    event.to_string()
+}
+
+fn key(bot: &str) -> RecordKey {
+    RecordKey::new(BotId::new(bot).unwrap(), UpdateId(500000001))
+}
+
+#[tokio::test]
+async fn a_registry_bot_s_update_is_stored_and_queued_under_its_own_id() {
+    let (rig, _) = fleet_rig(vec![bot("shop", SHOP_SECRET)], "30");
+    assert_eq!(invoke(&rig, event!("registry_bot.json")).await, 200);
+    let record = rig.store.record(&key("shop")).expect("stored under shop");
+    assert_eq!(record.group.as_str(), "111111111");
+    assert!(
+        rig.store.record(&key("demo")).is_none(),
+        "not under the environment's bot"
+    );
+    assert_eq!(rig.queue.depth(), 1);
+    // The same bot through the HTTP API's route POST /webhook/{bot_id}: a duplicate of it.
+    assert_eq!(
+        invoke(&rig, event!("http_api/registry_bot.json")).await,
+        200
+    );
+    assert_eq!(rig.store.len(), 1);
+}
+
+#[tokio::test]
+async fn the_environment_s_bot_keeps_every_path_but_a_registry_bot_s() {
+    let (rig, _) = fleet_rig(vec![bot("shop", SHOP_SECRET)], "30");
+    // The Function URL's root (what `tgq webhook set --stack` registers) and the HTTP API's /webhook.
+    assert_eq!(invoke(&rig, event!("message.json")).await, 200);
+    assert!(rig.store.record(&key("demo")).is_some());
+    assert_eq!(invoke(&rig, event!("http_api/message.json")).await, 200);
+    // /webhook/demo names the environment's bot too, with its own secret.
+    let demo = to_path(
+        event!("message.json"),
+        "/webhook/demo",
+        "tgq-example-secret",
+    );
+    assert_eq!(invoke(&rig, &demo).await, 200);
+    assert_eq!(rig.store.len(), 1, "one update, three deliveries");
+}
+
+#[tokio::test]
+async fn an_unknown_bot_id_is_404_and_nothing_is_written() {
+    let (rig, _) = fleet_rig(vec![bot("shop", SHOP_SECRET)], "30");
+    for path in ["/webhook/nobody", "/webhook/not%20an%20id", "/webhook/a/b"] {
+        let event = to_path(event!("message.json"), path, SHOP_SECRET);
+        assert_eq!(invoke(&rig, &event).await, 404, "{path}");
+    }
+    assert!(rig.store.is_empty());
+    assert_eq!(rig.queue.sends(), 0);
+    assert!(rig.dead.letters().is_empty());
+}
+
+#[tokio::test]
+async fn a_secret_valid_for_another_bot_is_401_and_nothing_is_written() {
+    let (rig, _) = fleet_rig(
+        vec![bot("shop", SHOP_SECRET), bot("news", "news-secret")],
+        "30",
+    );
+    // The environment's bot's secret on shop's path, news's secret on shop's path, shop's secret
+    // on the environment's bot's path.
+    let refused = [
+        to_path(
+            event!("message.json"),
+            "/webhook/shop",
+            "tgq-example-secret",
+        ),
+        to_path(event!("message.json"), "/webhook/shop", "news-secret"),
+        to_path(event!("message.json"), "/", SHOP_SECRET),
+    ];
+    for event in refused {
+        assert_eq!(invoke(&rig, &event).await, 401);
+    }
+    assert!(rig.store.is_empty());
+    assert_eq!(rig.queue.sends(), 0);
+}
+
+#[tokio::test]
+async fn without_an_environment_bot_every_path_but_a_registry_bot_s_is_404() {
+    let registry = Arc::new(MemoryBots::new([bot("shop", SHOP_SECRET)]));
+    let rig = rig_with(&[], Some(registry));
+    assert_eq!(invoke(&rig, event!("message.json")).await, 404);
+    assert_eq!(invoke(&rig, event!("http_api/message.json")).await, 404);
+    assert!(rig.store.is_empty());
+    assert_eq!(invoke(&rig, event!("registry_bot.json")).await, 200);
+    assert!(rig.store.record(&key("shop")).is_some());
+}
+
+#[test]
+fn a_webhook_needs_a_bot_of_its_own_or_a_registry() {
+    let err = WebhookConfig::from_vars(&Vars::from_pairs([
+        ("TGQ_TABLE", "t"),
+        ("TGQ_QUEUE_URL", "q"),
+        ("TGQ_DLQ_URL", "d"),
+    ]))
+    .unwrap_err();
+    assert!(
+        err.to_string().starts_with("TGQ_BOT_ID is not set"),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("TGQ_BOTS_PARAMETER_PREFIX"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn a_registry_never_read_is_503_so_telegram_retries_never_404() {
+    let (rig, registry) = fleet_rig(vec![bot("shop", SHOP_SECRET)], "30");
+    registry.outage.set(true);
+    assert_eq!(invoke(&rig, event!("registry_bot.json")).await, 503);
+    assert!(rig.store.is_empty());
+    assert_eq!(rig.queue.sends(), 0);
+    // The environment's bot needs no registry.
+    assert_eq!(invoke(&rig, event!("message.json")).await, 200);
+    registry.outage.set(false);
+    assert_eq!(invoke(&rig, event!("registry_bot.json")).await, 200);
+    // Once read, a failing registry keeps serving what it read.
+    registry.outage.set(true);
+    let repeat = to_path(
+        event!("duplicate_message.json"),
+        "/webhook/shop",
+        SHOP_SECRET,
+    );
+    assert_eq!(invoke(&rig, &repeat).await, 200);
+}
+
+#[tokio::test]
+async fn a_bot_just_added_is_found_within_seconds_and_unknown_ids_read_the_registry_seldom() {
+    let (rig, registry) = fleet_rig(Vec::new(), "30");
+    // A flood of unknown ids: one read, then nothing more within the miss interval.
+    for n in 0..50 {
+        let event = to_path(event!("message.json"), &format!("/webhook/x{n}"), "s");
+        assert_eq!(invoke(&rig, &event).await, 404);
+    }
+    assert_eq!(registry.reads(), 1);
+    registry.put(bot("shop", SHOP_SECRET));
+    // Long before the 30 s refresh, an id the last read did not know reads the registry again.
+    tokio::time::sleep(tgq_core::defaults::REGISTRY_MISS_REREAD + Duration::from_millis(100)).await;
+    assert_eq!(invoke(&rig, event!("registry_bot.json")).await, 200);
+    assert_eq!(registry.reads(), 2);
+}
+
+#[tokio::test]
+async fn a_changed_secret_and_a_removed_bot_are_picked_up_within_the_refresh_interval() {
+    let (rig, registry) = fleet_rig(vec![bot("shop", "old-secret")], "1");
+    assert_eq!(invoke(&rig, event!("registry_bot.json")).await, 401);
+    registry.put(bot("shop", SHOP_SECRET));
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_eq!(invoke(&rig, event!("registry_bot.json")).await, 200);
+    let old = to_path(event!("message.json"), "/webhook/shop", "old-secret");
+    assert_eq!(invoke(&rig, &old).await, 401);
+    registry.remove(&BotId::new("shop").unwrap());
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let repeat = to_path(
+        event!("duplicate_message.json"),
+        "/webhook/shop",
+        SHOP_SECRET,
+    );
+    assert_eq!(invoke(&rig, &repeat).await, 404);
 }

@@ -1,34 +1,48 @@
 //! The worker Lambda's event handling: the SQS event in, the [`Worker`] use case, `SqsBatchResponse`
-//! with partial batch failures out. Configuration and client construction live in `main.rs`.
+//! with partial batch failures out; and the bots it runs ([`WorkerConfig::fleet`]: the
+//! environment's bot and the registry's, each with its own token and handler). Client
+//! construction lives in `main.rs`.
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
 use bytes::Bytes;
 use lambda_runtime::LambdaEvent;
+use secrecy::SecretString;
+use tgq_core::bots::{BotRuntime, Connect, Fleet, RegistryBots};
 use tgq_core::clock::{Clock, SystemClock};
 use tgq_core::config::{AwsResources, ConfigError, SecretSource, Vars};
 use tgq_core::defaults;
-use tgq_core::handler::HandlerChoice;
+use tgq_core::error::BoxError;
+use tgq_core::handler::{BotConfig, HandlerChoice, HandlerRegistry};
 use tgq_core::ids::{BotId, MessageGroupId};
 use tgq_core::pacer::RateLimits;
 use tgq_core::ports::{QueueRecord, ReceiptHandle};
 use tgq_core::record::Timestamp;
+use tgq_core::registry::{BotSource, Layout, Registry};
+use tgq_core::telegram::BotApi;
 use tgq_core::worker::{Worker, WorkerSettings};
+use tgq_telegram::HttpBotApi;
 use tracing::{warn, Instrument as _};
 
 /// The worker's configuration, read once per cold start.
 #[derive(Clone, Debug)]
 pub struct WorkerConfig {
-    /// `TELEGRAM_BOT_TOKEN` or `TELEGRAM_BOT_TOKEN_PARAM`.
-    pub token: SecretSource,
+    /// The environment's bot: `TGQ_BOT_ID`, with its token from `TELEGRAM_BOT_TOKEN` or
+    /// `TELEGRAM_BOT_TOKEN_PARAM`. `None`: the stack hosts registry bots only.
+    pub env_bot: Option<(BotId, SecretSource)>,
+    /// `TGQ_BOTS_PARAMETER_PREFIX`: the bot registry's place in SSM, if there is one.
+    pub bots: Option<Layout>,
+    /// `TGQ_REGISTRY_REFRESH_SECS`: how often the registry is read again.
+    pub registry_refresh: Duration,
     /// `TELEGRAM_API_URL`.
     pub telegram_api_url: String,
     /// `TGQ_TABLE`, `TGQ_QUEUE_URL`, `TGQ_DLQ_URL`.
     pub resources: AwsResources,
     /// Attempt budget and backoff.
     pub settings: WorkerSettings,
-    /// `TGQ_BOT_ID`: the bot whose handler runs here.
-    pub bot_id: BotId,
-    /// `TGQ_HANDLER`: the bot in `bot/` or the built-in echo bot.
+    /// `TGQ_HANDLER`: the environment's bot's handler, the bot in `bot/` or the built-in echo bot.
     pub handler: HandlerChoice,
     /// `TGQ_RATE_*`: Telegram's flood limits, per bot and container.
     pub rate_limits: RateLimits,
@@ -37,12 +51,27 @@ pub struct WorkerConfig {
 impl WorkerConfig {
     /// Reads and checks every variable, naming the first one that is missing or malformed.
     pub fn from_vars(vars: &Vars) -> Result<Self, ConfigError> {
-        let token = vars.bot_token().ok_or(ConfigError::Missing {
-            name: "TELEGRAM_BOT_TOKEN".into(),
-            hint: "the bot token from @BotFather (or TELEGRAM_BOT_TOKEN_PARAM: an SSM parameter name)",
-        })?;
+        let bots = vars.bots_layout()?;
+        // Without a registry the environment's bot is the only one, so it must be complete; with
+        // one, the environment's bot is there only if TGQ_BOT_ID names it.
+        let env_bot = match (&bots, vars.env_bot_id()?) {
+            (Some(_), None) => None,
+            (_, bot_id) => {
+                let token = vars.bot_token().ok_or(ConfigError::Missing {
+                    name: "TELEGRAM_BOT_TOKEN".into(),
+                    hint: "the bot token from @BotFather (or TELEGRAM_BOT_TOKEN_PARAM: an SSM parameter name)",
+                })?;
+                let bot_id = match bot_id {
+                    Some(bot_id) => bot_id,
+                    None => vars.bot_id()?,
+                };
+                Some((bot_id, token))
+            }
+        };
         Ok(Self {
-            token,
+            env_bot,
+            bots,
+            registry_refresh: vars.registry_refresh()?,
             telegram_api_url: vars.telegram_api_url()?,
             resources: vars.aws_resources()?,
             settings: WorkerSettings {
@@ -55,10 +84,62 @@ impl WorkerConfig {
                 ack_callbacks: vars.ack_callbacks()?,
             },
             rate_limits: vars.rate_limits()?,
-            bot_id: vars.bot_id()?,
             handler: vars.handler()?,
         })
     }
+
+    /// The bots this worker runs: the environment's bot (its token resolved: `env_token`) with
+    /// the handler `TGQ_HANDLER` picks from `handlers`, and the bots `registry` lists, each with
+    /// its own token and the handler it names. `vars` are every handler's settings.
+    pub async fn fleet(
+        &self,
+        vars: &Vars,
+        handlers: HandlerRegistry,
+        env_token: Option<SecretString>,
+        registry: Option<Arc<dyn BotSource>>,
+    ) -> Result<Fleet, BoxError> {
+        let env = match self.env_bot.as_ref().zip(env_token) {
+            Some(((bot_id, _), token)) => {
+                let api: Arc<dyn BotApi> = Arc::new(HttpBotApi::new(
+                    &self.telegram_api_url,
+                    token,
+                    defaults::TELEGRAM_TIMEOUT,
+                )?);
+                let config = BotConfig {
+                    bot_id: bot_id.clone(),
+                    vars: vars.clone(),
+                    api: api.clone(),
+                };
+                let handler = handlers
+                    .build(handlers.name_of(self.handler), config)
+                    .await?;
+                Some((bot_id.clone(), BotRuntime { api, handler }))
+            }
+            None => None,
+        };
+        let registry = registry.map(|source| {
+            RegistryBots::new(
+                Arc::new(Registry::new(source, self.registry_refresh)),
+                handlers,
+                telegram_for(self.telegram_api_url.clone()),
+                vars.clone(),
+            )
+        });
+        Ok(Fleet::new(env, registry))
+    }
+}
+
+/// A registry bot's Bot API client on Lambda: its own token, at `url`. A bot without a token
+/// cannot send; its updates back off until `tgq bots add` is done with it.
+fn telegram_for(url: String) -> Connect {
+    Arc::new(move |bot| {
+        let token = bot
+            .token
+            .clone()
+            .ok_or("it has no token in the bot registry")?;
+        let api = HttpBotApi::new(&url, token, defaults::TELEGRAM_TIMEOUT)?;
+        Ok(Arc::new(api) as Arc<dyn BotApi>)
+    })
 }
 
 /// An event record without a `messageId`: its failure could never be reported alone.

@@ -1,20 +1,16 @@
-//! The worker Lambda: config, AWS clients and the Telegram client once per cold start, then one
-//! [`Worker`] for every SQS batch.
+//! The worker Lambda: config, AWS clients and every bot's Telegram client and handler once per cold
+//! start (a registry bot's when it is first met), then one [`Worker`] for every SQS batch.
 
 use std::sync::Arc;
 
 use aws_lambda_events::event::sqs::SqsEvent;
 use lambda_runtime::{Error, LambdaEvent};
-use tgq_aws::{DynamoStore, SqsQueue};
+use tgq_aws::{DynamoStore, SqsQueue, SsmRegistry};
 use tgq_core::clock::SystemClock;
 use tgq_core::config::Vars;
-use tgq_core::echo::EchoBot;
-use tgq_core::handler::HandlerChoice;
 use tgq_core::pacer::Pacer;
-use tgq_core::telegram::BotApi;
+use tgq_core::registry::BotSource;
 use tgq_core::worker::{Worker, WorkerPorts};
-use tgq_core::{BotConfig, Handler};
-use tgq_telegram::HttpBotApi;
 use tgq_worker::{handle, WorkerConfig};
 
 #[tokio::main(flavor = "current_thread")]
@@ -23,29 +19,23 @@ async fn main() -> Result<(), Error> {
     let vars = Vars::from_env();
     let config = WorkerConfig::from_vars(&vars)?;
     let sdk = tgq_aws::aws_config().await;
-    let token =
-        tgq_aws::resolve_secret(&aws_sdk_ssm::Client::new(&sdk), config.token.clone()).await?;
+    let ssm = aws_sdk_ssm::Client::new(&sdk);
+    let env_token = match &config.env_bot {
+        Some((_, token)) => Some(tgq_aws::resolve_secret(&ssm, token.clone()).await?),
+        None => None,
+    };
+    let registry = config
+        .bots
+        .clone()
+        .map(|layout| Arc::new(SsmRegistry::new(ssm.clone(), layout)) as Arc<dyn BotSource>);
+    let bots = config
+        .fleet(&vars, tgq_bot::handlers(), env_token, registry)
+        .await?;
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let store = Arc::new(DynamoStore::new(
         aws_sdk_dynamodb::Client::new(&sdk),
         config.resources.table.clone(),
     ));
-    let api: Arc<dyn BotApi> = Arc::new(HttpBotApi::new(
-        &config.telegram_api_url,
-        token,
-        tgq_core::defaults::TELEGRAM_TIMEOUT,
-    )?);
-    let handler: Arc<dyn Handler> = match config.handler {
-        HandlerChoice::Bot => {
-            let bot = BotConfig {
-                bot_id: config.bot_id.clone(),
-                vars,
-                api: api.clone(),
-            };
-            Arc::new(tgq_bot::build(&bot).await?)
-        }
-        HandlerChoice::Echo => Arc::new(EchoBot),
-    };
     let ports = WorkerPorts {
         ledger: store.clone(),
         visibility: Arc::new(SqsQueue::new(
@@ -53,15 +43,15 @@ async fn main() -> Result<(), Error> {
             config.resources.queue_url.clone(),
         )),
         dead: Arc::new(SqsQueue::new(sqs, config.resources.dlq_url.clone())),
-        api,
+        // Keyed by bot: each bot is paced to Telegram's limits on its own.
         pacer: Arc::new(Pacer::new(config.rate_limits)),
         clock: Arc::new(SystemClock),
         reset: store.clone(),
         audit: store,
     };
-    let worker = Worker::new(config.settings.clone(), ports, handler);
+    let worker = Worker::new(config.settings.clone(), ports, Arc::new(bots));
     let worker = &worker;
-    let metrics = tgq_aws::init_metrics(&config.bot_id)?;
+    let metrics = tgq_aws::init_metrics()?;
     // Flushes the invocation's metrics as EMF lines after each batch.
     metrics_cloudwatch_embedded::lambda::handler::run(
         metrics,

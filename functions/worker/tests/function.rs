@@ -6,6 +6,7 @@ use std::time::Duration;
 use aws_lambda_events::event::sqs::SqsEvent;
 use lambda_runtime::{Context, LambdaEvent};
 use secrecy::SecretString;
+use tgq_core::bots::OneBot;
 use tgq_core::clock::{Clock, SystemClock};
 use tgq_core::config::Vars;
 use tgq_core::dead::DeadReason;
@@ -60,14 +61,17 @@ async fn rig_with(more: &[(&str, &str)]) -> Rig {
         ledger: store.clone(),
         visibility: visibility.clone(),
         dead: dead.clone(),
-        api: Arc::new(api),
         pacer: Arc::new(Pacer::new(RateLimits::default())),
         clock: Arc::new(SystemClock),
         reset: store.clone(),
         audit: store.clone(),
     };
     Rig {
-        worker: Worker::new(config.settings, ports, Arc::new(EchoBot)),
+        worker: Worker::new(
+            config.settings,
+            ports,
+            Arc::new(OneBot::new(Arc::new(api), Arc::new(EchoBot))),
+        ),
         fake,
         store,
         dead,

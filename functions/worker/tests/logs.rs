@@ -15,7 +15,7 @@ use secrecy::SecretString;
 use serde_json::Value;
 use tgq_core::clock::{Clock, SystemClock};
 use tgq_core::config::Vars;
-use tgq_core::ingest::{Ingest, Webhook, WebhookPorts, SECRET_HEADER};
+use tgq_core::ingest::{Ingest, WebhookPorts, SECRET_HEADER};
 use tgq_fake_telegram::{FakeConfig, FakeTelegram, Fault, Scope, Times};
 use tgq_memory::{MemoryDeadLetters, MemoryQueue, MemoryStore};
 use tracing_subscriber::EnvFilter;
@@ -85,8 +85,7 @@ async fn webhook_paths() {
     ]);
     let config = tgq_webhook::WebhookConfig::from_vars(&vars).unwrap();
     let store = Arc::new(MemoryStore::new());
-    let webhook = Webhook::new(
-        config.settings(SecretString::from(SECRET.to_owned())),
+    let webhook = config.webhooks(
         WebhookPorts {
             ingest: Ingest::PutThenSend {
                 store: store.clone(),
@@ -95,6 +94,8 @@ async fn webhook_paths() {
             dead: Arc::new(MemoryDeadLetters::new()),
             clock: Arc::new(SystemClock),
         },
+        Some(SecretString::from(SECRET.to_owned())),
+        None,
     );
     let post = |secret: &str, body: String| {
         let mut context = Context::default();

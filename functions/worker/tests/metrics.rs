@@ -1,6 +1,8 @@
 //! Both functions' metrics as CloudWatch reads them: every outcome of the webhook and of a worker
 //! batch driven through the functions' handlers, the recorder the functions install flushed, and
-//! its embedded-metric-format lines parsed. One test: the recorder is global to the process.
+//! its embedded-metric-format lines parsed, each under the `BotId` of the bot it counts (the
+//! environment's `demo`, the registry's `shop`, and `ghost`, a bot nobody knows). One test: the
+//! recorder is global to the process.
 
 mod common;
 
@@ -15,17 +17,24 @@ use secrecy::SecretString;
 use serde_json::Value;
 use tgq_core::clock::{Clock, SystemClock};
 use tgq_core::config::Vars;
-use tgq_core::ids::{BotId, RecordKey, UpdateId};
-use tgq_core::ingest::{Ingest, Webhook, WebhookPorts, SECRET_HEADER};
+use tgq_core::handler::HandlerRegistry;
+use tgq_core::ids::{BotId, MessageGroupId, RecordKey, UpdateId};
+use tgq_core::ingest::{Ingest, WebhookPorts, SECRET_HEADER};
+use tgq_core::pacer::{Pacer, RateLimits};
+use tgq_core::ports::{QueueRecord, ReceiptHandle};
 use tgq_core::record::Status;
+use tgq_core::registry::{BotEntry, Registry};
+use tgq_core::worker::{Worker, WorkerPorts};
 use tgq_fake_telegram::{FakeTelegram, Fault, Scope, Times};
-use tgq_memory::{Fault as Outage, MemoryDeadLetters, MemoryQueue, MemoryStore};
+use tgq_memory::{
+    Fault as Outage, MemoryBots, MemoryDeadLetters, MemoryQueue, MemoryStore, RecordingVisibility,
+};
 use tgq_worker::handle;
 
 const BATCH: &str = include_str!("../../../events/sqs/batch_three_groups.json");
 const SECRET: &str = "metrics-test-secret";
 
-/// A metric as one EMF line reports it: its name and its labels besides `BotId`.
+/// A metric as one EMF line reports it: its name and its labels (`BotId` among them).
 type Series = (String, BTreeMap<String, String>);
 
 /// What the flushed lines report: each counter's total and each histogram's number of values.
@@ -43,7 +52,6 @@ impl Emitted {
             let doc: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
             let directive = &doc["_aws"]["CloudWatchMetrics"][0];
             assert_eq!(directive["Namespace"], "tgq", "{line}");
-            assert_eq!(doc["BotId"], "demo", "{line}");
             let dimensions: Vec<&str> = directive["Dimensions"][0]
                 .as_array()
                 .unwrap()
@@ -53,7 +61,6 @@ impl Emitted {
             assert!(dimensions.contains(&"BotId"), "{line}");
             let labels: BTreeMap<String, String> = dimensions
                 .iter()
-                .filter(|d| **d != "BotId")
                 .map(|d| ((*d).to_owned(), doc[*d].as_str().unwrap().to_owned()))
                 .collect();
             for metric in directive["Metrics"].as_array().unwrap() {
@@ -74,22 +81,27 @@ impl Emitted {
         emitted
     }
 
+    /// The counter `name` with `labels` (and `BotId` `demo` unless they name one).
     fn counter(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
         let key = (name.to_owned(), label_map(labels));
         self.counters.get(&key).copied().unwrap_or(0.0)
     }
 
-    fn values(&self, name: &str) -> f64 {
-        let key = (name.to_owned(), BTreeMap::new());
+    /// How many values the histogram `name` of `bot` received.
+    fn values(&self, name: &str, bot: &str) -> f64 {
+        let key = (name.to_owned(), label_map(&[("BotId", bot)]));
         self.histograms.get(&key).copied().unwrap_or(0.0)
     }
 }
 
 fn label_map(labels: &[(&str, &str)]) -> BTreeMap<String, String> {
-    labels
+    let mut map: BTreeMap<String, String> = labels
         .iter()
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect()
+        .collect();
+    map.entry("BotId".to_owned())
+        .or_insert_with(|| "demo".to_owned());
+    map
 }
 
 fn post(body: &str) -> lambda_http::Request {
@@ -116,8 +128,7 @@ async fn webhook_outcomes() {
         ("TGQ_DLQ_URL", "d"),
     ]);
     let config = tgq_webhook::WebhookConfig::from_vars(&vars).unwrap();
-    let webhook = Webhook::new(
-        config.settings(SecretString::from(SECRET.to_owned())),
+    let webhook = config.webhooks(
         WebhookPorts {
             ingest: Ingest::PutThenSend {
                 store: store.clone(),
@@ -126,6 +137,8 @@ async fn webhook_outcomes() {
             dead: Arc::new(MemoryDeadLetters::new()),
             clock: Arc::new(SystemClock),
         },
+        Some(SecretString::from(SECRET.to_owned())),
+        None,
     );
     let status = |request| async {
         let response = tgq_webhook::handle(&webhook, &Default::default(), request)
@@ -178,11 +191,106 @@ async fn worker_outcomes() {
         .unwrap();
 }
 
+/// A stack with the environment's bot `demo` and the registry bot `shop`: one update of shop
+/// through the webhook and the worker, and one of `ghost`, which no registry knows.
+async fn registry_outcomes() {
+    let fake = FakeTelegram::start().await.unwrap();
+    fake.accept_token("111:SHOP");
+    let url = fake.url();
+    let vars = Vars::from_pairs([
+        ("TELEGRAM_BOT_TOKEN", fake.token()),
+        ("TELEGRAM_API_URL", url.as_str()),
+        ("TGQ_BOT_ID", "demo"),
+        ("TGQ_WEBHOOK_SECRET", SECRET),
+        ("TGQ_HANDLER", "echo"),
+        ("TGQ_BOTS_PARAMETER_PREFIX", "/tgq/test/bots/"),
+        ("TGQ_TABLE", "t"),
+        ("TGQ_QUEUE_URL", "q"),
+        ("TGQ_DLQ_URL", "d"),
+    ]);
+    let shop = BotEntry {
+        id: BotId::new("shop").unwrap(),
+        token: Some(SecretString::from("111:SHOP".to_owned())),
+        secret: SecretString::from("shop-secret".to_owned()),
+        handler: "echo".to_owned(),
+        allowed_updates: Vec::new(),
+    };
+    let registry = Arc::new(MemoryBots::new([shop]));
+
+    let config = tgq_webhook::WebhookConfig::from_vars(&vars).unwrap();
+    let webhooks = config.webhooks(
+        WebhookPorts {
+            ingest: Ingest::PutThenSend {
+                store: Arc::new(MemoryStore::new()),
+                queue: Arc::new(MemoryQueue::new(Arc::new(SystemClock))),
+            },
+            dead: Arc::new(MemoryDeadLetters::new()),
+            clock: Arc::new(SystemClock),
+        },
+        Some(SecretString::from(SECRET.to_owned())),
+        Some(Arc::new(Registry::new(
+            registry.clone(),
+            config.registry_refresh,
+        ))),
+    );
+    let request = lambda_http::http::Request::builder()
+        .method("POST")
+        .uri("/webhook/shop")
+        .header(SECRET_HEADER, "shop-secret")
+        .body(Body::from(message(7)))
+        .unwrap();
+    let response = tgq_webhook::handle(&webhooks, &Default::default(), request)
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+
+    let config = tgq_worker::WorkerConfig::from_vars(&vars).unwrap();
+    let env_token = SecretString::from(fake.token().to_owned());
+    let fleet = config
+        .fleet(
+            &vars,
+            HandlerRegistry::new(),
+            Some(env_token),
+            Some(registry),
+        )
+        .await
+        .unwrap();
+    let store = Arc::new(MemoryStore::new());
+    let worker = Worker::new(
+        config.settings,
+        WorkerPorts {
+            ledger: store.clone(),
+            visibility: Arc::new(RecordingVisibility::new()),
+            dead: Arc::new(MemoryDeadLetters::new()),
+            pacer: Arc::new(Pacer::new(RateLimits::UNLIMITED)),
+            clock: Arc::new(SystemClock),
+            reset: store.clone(),
+            audit: store,
+        },
+        Arc::new(fleet),
+    );
+    let record = |bot: &str, update_id: i64| QueueRecord {
+        message_id: format!("m-{bot}"),
+        receipt: ReceiptHandle(format!("r-{bot}")),
+        body: message(update_id).into(),
+        group_id: MessageGroupId::from_raw(format!("{bot}:5")),
+        receive_count: 1,
+        first_received_at: None,
+        dead_letter: None,
+    };
+    let deadline = SystemClock.now().plus(Duration::from_secs(60));
+    let report = worker
+        .process_batch(&[record("shop", 7), record("ghost", 8)], deadline)
+        .await;
+    assert!(report.failed_message_ids().is_empty(), "{report:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn both_functions_emit_every_outcome_as_embedded_metric_format_lines() {
-    let collector = tgq_aws::init_metrics(&BotId::new("demo").unwrap()).unwrap();
+    let collector = tgq_aws::init_metrics().unwrap();
     webhook_outcomes().await;
     worker_outcomes().await;
+    registry_outcomes().await;
     let mut flushed = Vec::new();
     collector.flush(&mut flushed).unwrap();
     let emitted = Emitted::parse(&String::from_utf8(flushed).unwrap());
@@ -206,6 +314,36 @@ async fn both_functions_emit_every_outcome_as_embedded_metric_format_lines() {
             "{name} {labels:?} in {emitted:#?}"
         );
     }
-    assert_eq!(emitted.values("HandlerDurationMs"), 5.0, "{emitted:#?}");
-    assert_eq!(emitted.values("EndToEndLatencyMs"), 2.0, "{emitted:#?}");
+    assert_eq!(
+        emitted.values("HandlerDurationMs", "demo"),
+        5.0,
+        "{emitted:#?}"
+    );
+    assert_eq!(
+        emitted.values("EndToEndLatencyMs", "demo"),
+        2.0,
+        "{emitted:#?}"
+    );
+    // The registry's bots are counted apart, each under its own id.
+    for (name, labels, expected) in [
+        ("Received", &[("BotId", "shop")][..], 1.0),
+        ("Enqueued", &[("BotId", "shop")], 1.0),
+        ("Processed", &[("BotId", "shop")], 1.0),
+        (
+            "DeadLettered",
+            &[("BotId", "ghost"), ("Reason", "unknown_bot")],
+            1.0,
+        ),
+    ] {
+        assert_eq!(
+            emitted.counter(name, labels),
+            expected,
+            "{name} {labels:?} in {emitted:#?}"
+        );
+    }
+    assert_eq!(
+        emitted.values("EndToEndLatencyMs", "shop"),
+        1.0,
+        "{emitted:#?}"
+    );
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use tgq_aws::{DynamoStore, SqsQueue};
+use tgq_core::bots::OneBot;
 use tgq_core::clock::{Clock, ManualClock, SystemClock};
 use tgq_core::dead::DeadReason;
 use tgq_core::echo::{reply_text, EchoBot};
@@ -105,11 +106,14 @@ where
         audit: store,
         visibility,
         dead,
-        api,
         pacer: Arc::new(Pacer::new(RateLimits::UNLIMITED)),
         clock,
     };
-    Worker::new(settings, ports, Arc::new(EchoBot))
+    Worker::new(
+        settings,
+        ports,
+        Arc::new(OneBot::new(api, Arc::new(EchoBot))),
+    )
 }
 
 impl Scenario {

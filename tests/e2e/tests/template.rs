@@ -424,6 +424,9 @@ fn the_stack_outputs_what_the_tgq_command_reads() {
         "BotTokenParameterName",
         "WebhookSecretParameterName",
         "TelegramApiUrl",
+        // `tgq bots add|list|remove --stack` (docs/ARCHITECTURE.md §11).
+        "BotsParameterPrefix",
+        "BotWebhookUrlPrefix",
     ] {
         assert!(
             !t.0["Outputs"][output]["Value"].is_null(),
@@ -482,5 +485,72 @@ fn both_functions_run_on_the_architecture_parameter_which_defaults_to_arm64() {
             t.resource(function)["Architectures"].is_null(),
             "{function} overrides the Architecture parameter"
         );
+    }
+}
+
+/// The registry's prefix as the template resolves it: the parameter, or the default path.
+const DEFAULT_BOTS_PREFIX: &str = "/tgq/${AWS::StackName}/bots/";
+
+#[test]
+fn both_functions_read_the_bot_registry_the_stack_names_and_the_http_api_routes_each_bot() {
+    let t = Template::load();
+    let prefix = &t.0["Parameters"]["BotsParameterPrefix"];
+    assert_eq!(prefix["Default"].as_str(), Some(""));
+    let pattern = regex_lite(prefix["AllowedPattern"].as_str().unwrap());
+    for (text, accepted) in [
+        ("", true),
+        ("/tgq/prod/bots/", true),
+        ("/bots/", true),
+        ("/tgq/prod/bots", false),
+        ("tgq/bots/", false),
+        ("/a//b/", false),
+    ] {
+        assert_eq!(pattern(text), accepted, "{text:?}");
+        if accepted && !text.is_empty() {
+            tgq_core::registry::Layout::new(text).expect("the code accepts what the template does");
+        }
+    }
+    let resolved = serde_yaml::to_string(&t.0["Outputs"]["BotsParameterPrefix"]["Value"]).unwrap();
+    assert!(resolved.contains(DEFAULT_BOTS_PREFIX), "{resolved}");
+    for function in ["WebhookFunction", "WorkerFunction"] {
+        let env = &t.resource(function)["Environment"]["Variables"];
+        let value = serde_yaml::to_string(&env["TGQ_BOTS_PARAMETER_PREFIX"]).unwrap();
+        assert_eq!(
+            value, resolved,
+            "{function} reads the prefix the stack outputs"
+        );
+    }
+    for role in ["WebhookRole", "WorkerRole"] {
+        let policy = serde_yaml::to_string(&t.0["Resources"][role]).unwrap();
+        assert!(policy.contains("ssm:GetParametersByPath"), "{role}");
+        assert!(policy.contains(DEFAULT_BOTS_PREFIX), "{role}");
+    }
+    let route = t.resource("WebhookHttpApiBotRoute");
+    assert_eq!(route["RouteKey"].as_str(), Some("POST /webhook/{bot_id}"));
+    let urls = serde_yaml::to_string(&t.0["Outputs"]["BotWebhookUrlPrefix"]["Value"]).unwrap();
+    assert!(urls.contains("FunctionUrl}webhook/"), "{urls}");
+    assert!(urls.contains("ApiEndpoint}/webhook/"), "{urls}");
+}
+
+/// The template's `AllowedPattern` for the prefix, checked without a regex crate: empty, or
+/// `/`-separated segments of `[A-Za-z0-9_.-]+` between a leading and a trailing `/`.
+fn regex_lite(pattern: &str) -> impl Fn(&str) -> bool {
+    assert_eq!(
+        pattern, "^(|/[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*/)$",
+        "the pattern this check reads"
+    );
+    |text: &str| {
+        if text.is_empty() {
+            return true;
+        }
+        let Some(inner) = text.strip_prefix('/').and_then(|t| t.strip_suffix('/')) else {
+            return false;
+        };
+        inner.split('/').all(|segment| {
+            !segment.is_empty()
+                && segment
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
+        })
     }
 }

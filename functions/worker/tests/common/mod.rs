@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use secrecy::SecretString;
+use tgq_core::bots::OneBot;
 use tgq_core::clock::SystemClock;
 use tgq_core::config::Vars;
 use tgq_core::echo::EchoBot;
@@ -32,12 +33,11 @@ pub fn echo_worker(vars: &Vars, fake: &FakeTelegram, timeout: Duration) -> Worke
             ledger: store.clone(),
             visibility: Arc::new(RecordingVisibility::new()),
             dead: Arc::new(MemoryDeadLetters::new()),
-            api: Arc::new(api),
             pacer: Arc::new(Pacer::new(RateLimits::UNLIMITED)),
             clock: Arc::new(SystemClock),
             reset: store.clone(),
             audit: store,
         },
-        Arc::new(EchoBot),
+        Arc::new(OneBot::new(Arc::new(api), Arc::new(EchoBot))),
     )
 }
