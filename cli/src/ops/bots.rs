@@ -21,6 +21,7 @@ use teloxide_core::types::AllowedUpdate;
 use tgq_aws::SsmRegistry;
 use tgq_core::clock::{Clock as _, SystemClock};
 use tgq_core::config::Vars;
+use tgq_core::handler::HandlerChoice;
 use tgq_core::ids::BotId;
 use tgq_core::ports::DeadLetterReader as _;
 use tgq_core::registry::{BotEntry, Layout};
@@ -30,7 +31,7 @@ use tgq_telegram::HttpBotApi;
 
 use super::client::Local;
 use super::target::Deployment;
-use super::webhook::{check_token, update_kind, webhook_url};
+use super::webhook::{check_token, handler_update_kinds, update_kind, webhook_url};
 use crate::config::DEFAULT_DATA_DIR;
 use crate::views::{LetterView, StatusView};
 
@@ -74,9 +75,10 @@ pub struct AddArgs {
     id: BotId,
     #[command(flatten)]
     registry: RegistryArgs,
-    /// The handler that runs the bot's updates, by its name in bot/'s handler registry.
-    #[arg(long, value_name = "NAME", default_value = "example")]
-    handler: String,
+    /// The handler that runs the bot's updates, by its name in bot/'s handler registry
+    /// [default: the bot's own, the one TGQ_HANDLER=bot runs].
+    #[arg(long, value_name = "NAME")]
+    handler: Option<String>,
     /// The update kinds Telegram should send, comma-separated [default: the handler's].
     #[arg(long, value_name = "KINDS", value_delimiter = ',', value_parser = update_kind)]
     allowed_updates: Option<Vec<AllowedUpdate>>,
@@ -249,12 +251,17 @@ impl Registry {
 async fn add(args: AddArgs) -> anyhow::Result<()> {
     let vars = Vars::from_env();
     let id = args.id.clone();
-    let names = handler_names();
-    if !names.contains(&args.handler) {
+    let handlers = tgq_bot::handlers();
+    let handler = match &args.handler {
+        Some(name) => name.clone(),
+        None => handlers.name_of(HandlerChoice::Bot).to_owned(),
+    };
+    if !handlers.contains(&handler) {
         bail!(
-            "there is no handler {:?} in bot/'s handler registry; the handlers are {}",
-            args.handler,
-            names.join(", ")
+            "there is no handler {:?} in bot/'s handler registry (tgq_bot::handlers()); the \
+             handlers are {}",
+            handler,
+            handlers.names().join(", ")
         );
     }
     let token = match (crate::config::bot_token(&vars)?, args.offline) {
@@ -339,7 +346,7 @@ async fn add(args: AddArgs) -> anyhow::Result<()> {
         token,
         // Telegram's secret_token allows 1–256 of A–Z, a–z, 0–9, '_' and '-'.
         secret: SecretString::from(Alphanumeric.sample_string(&mut rand::rng(), 48)),
-        handler: args.handler.clone(),
+        handler: handler.clone(),
         allowed_updates: args.allowed_updates.clone().unwrap_or_default(),
     };
     registry.put(&entry).await.inspect_err(|_| {
@@ -348,7 +355,7 @@ async fn add(args: AddArgs) -> anyhow::Result<()> {
     if let (Some(api), Some(url)) = (api, url.as_ref()) {
         let kinds = match &args.allowed_updates {
             Some(kinds) => kinds.clone(),
-            None => handler_kinds(&args.handler, &id, &vars).await?,
+            None => handler_update_kinds(&handler, id.clone(), &vars).await?,
         };
         let mut payload = SetWebhook::new(url.clone())
             .secret_token(entry.secret.expose_secret())
@@ -368,7 +375,7 @@ async fn add(args: AddArgs) -> anyhow::Result<()> {
     outln!(
         "Bot {id} added to {} with handler {}.",
         registry.describe(),
-        args.handler
+        handler
     );
     match url {
         Some(url) => outln!("Telegram now POSTs its updates to {url} with its own secret."),
@@ -664,18 +671,4 @@ fn explain(error: TelegramError, id: &BotId) -> anyhow::Error {
         ),
         other => anyhow::anyhow!(other),
     }
-}
-
-/// The handler names bot/ offers.
-fn handler_names() -> Vec<String> {
-    vec!["example".to_owned(), "echo".to_owned()]
-}
-
-/// The update kinds the handler `name` declares, asked of it built for the bot `id`.
-async fn handler_kinds(name: &str, id: &BotId, vars: &Vars) -> anyhow::Result<Vec<AllowedUpdate>> {
-    let choice = match name {
-        "echo" => tgq_core::handler::HandlerChoice::Echo,
-        _ => tgq_core::handler::HandlerChoice::Bot,
-    };
-    super::webhook::handler_update_kinds(choice, id.clone(), vars).await
 }

@@ -14,11 +14,10 @@ use teloxide_core::payloads::{
 };
 use teloxide_core::types::AllowedUpdate;
 use tgq_core::config::{SecretSource, Vars};
-use tgq_core::echo::EchoBot;
-use tgq_core::handler::{HandlerChoice, EVERY_UPDATE_KIND};
+use tgq_core::handler::EVERY_UPDATE_KIND;
 use tgq_core::ids::BotId;
 use tgq_core::telegram::{ApiCall, BotApi, CallError, TelegramError};
-use tgq_core::{BotConfig, Handler};
+use tgq_core::BotConfig;
 use tgq_telegram::HttpBotApi;
 
 use super::target::Deployment;
@@ -250,33 +249,32 @@ async fn allowed_updates(args: &SetArgs, vars: &Vars) -> anyhow::Result<Vec<Allo
         Some(_) => vars.bot_id()?,
         None => BotId::new(config::LOCAL_BOT_ID)?,
     };
-    handler_update_kinds(vars.handler()?, bot_id, vars).await
+    let handlers = tgq_bot::handlers();
+    handler_update_kinds(handlers.name_of(vars.handler()?), bot_id, vars).await
 }
 
-/// Every kind of update the handler `choice` declares, built for `bot_id` without making a call.
+/// Every kind of update the handler `name` of bot/'s registry declares, asked of it built for
+/// `bot_id` with a Bot API that makes no call.
 pub(crate) async fn handler_update_kinds(
-    choice: HandlerChoice,
+    name: &str,
     bot_id: BotId,
     vars: &Vars,
 ) -> anyhow::Result<Vec<AllowedUpdate>> {
-    let handler: Arc<dyn Handler> = match choice {
-        HandlerChoice::Echo => Arc::new(EchoBot),
-        HandlerChoice::Bot => {
-            let config = BotConfig {
-                bot_id,
-                vars: vars.clone(),
-                api: Arc::new(NoCalls),
-            };
-            let bot = tgq_bot::build(&config)
-                .await
-                .map_err(|error| anyhow::anyhow!(error))
-                .context(
-                    "the bot in bot/ could not be built to ask which updates it handles; name \
-                     them with --allowed-updates",
-                )?;
-            Arc::new(bot)
-        }
+    let config = BotConfig {
+        bot_id,
+        vars: vars.clone(),
+        api: Arc::new(NoCalls),
     };
+    let handler = tgq_bot::handlers()
+        .build(name, config)
+        .await
+        .map_err(|error| anyhow::anyhow!(error))
+        .with_context(|| {
+            format!(
+                "the handler {name:?} could not be built to ask which updates it handles; name \
+                 them with --allowed-updates"
+            )
+        })?;
     Ok(handler.update_kinds())
 }
 
