@@ -110,6 +110,8 @@ impl LocalSettings {
                 gone_recipients: vars.gone_recipients()?,
                 store_patience: defaults::STORE_PATIENCE,
                 ack_callbacks: vars.ack_callbacks()?,
+                // One process, many loops: a loop waiting out a bot's pacing holds only itself.
+                max_inline_wait: defaults::MAX_INLINE_WAIT,
             },
             rate_limits: vars.rate_limits()?,
             token: bot_token(vars)?,

@@ -23,7 +23,6 @@ use tokio::time::Instant;
 use tracing::warn;
 
 use crate::clock::Clock;
-use crate::defaults;
 use crate::error::error_chain;
 use crate::handler::HandlerError;
 use crate::ids::{GroupKey, RecordKey, StateKey};
@@ -68,6 +67,10 @@ pub struct RunParts<'a> {
     pub clock: &'a dyn Clock,
     /// When the run must be over: waits for Telegram's pacing never reach past it.
     pub cutoff: Timestamp,
+    /// The longest one wait for Telegram's pacing may be ([`WorkerSettings::max_inline_wait`]).
+    ///
+    /// [`WorkerSettings::max_inline_wait`]: crate::worker::WorkerSettings::max_inline_wait
+    pub max_inline_wait: Duration,
 }
 
 /// Lent to the handler for one run of one update.
@@ -618,7 +621,7 @@ impl<'a> Context<'a> {
     /// How long a send may still wait inside this run.
     fn inline_wait_allowed(&self) -> Duration {
         let left = self.run.cutoff.since(self.run.clock.now());
-        left.min(defaults::MAX_INLINE_WAIT)
+        left.min(self.run.max_inline_wait)
     }
 }
 

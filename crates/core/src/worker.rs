@@ -52,6 +52,9 @@ pub struct WorkerSettings {
     /// `TGQ_ACK_CALLBACKS`: the webhook answered each queued callback query in its reply, so the
     /// handler's own `answerCallbackQuery` for it is recorded as done without a call.
     pub ack_callbacks: bool,
+    /// The longest a send waits inside a run for Telegram's pacing (the limiter, a flood wait);
+    /// a longer wait gives the update back to the queue for as long, spending no attempt.
+    pub max_inline_wait: Duration,
 }
 
 impl Default for WorkerSettings {
@@ -64,6 +67,7 @@ impl Default for WorkerSettings {
             gone_recipients: GoneRecipients::default(),
             store_patience: defaults::STORE_PATIENCE,
             ack_callbacks: false,
+            max_inline_wait: defaults::MAX_INLINE_WAIT,
         }
     }
 }
@@ -614,6 +618,7 @@ impl Worker {
             pacer: &self.ports.pacer,
             clock: &*self.ports.clock,
             cutoff,
+            max_inline_wait: self.settings.max_inline_wait,
         });
         let acknowledged_callback = match &update.kind {
             UpdateKind::CallbackQuery(query) if self.settings.ack_callbacks => {

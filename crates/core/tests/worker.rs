@@ -199,6 +199,7 @@ fn rig_full(limits: RateLimits, store_patience: Duration) -> Rig {
         gone_recipients: GoneRecipients::Settle,
         store_patience,
         ack_callbacks: false,
+        max_inline_wait: tgq_core::defaults::MAX_INLINE_WAIT,
     };
     Rig {
         worker: Worker::new(

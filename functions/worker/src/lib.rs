@@ -68,6 +68,11 @@ impl WorkerConfig {
                 Some((bot_id, token))
             }
         };
+        // One bot's pacing must not hold an invocation that carries other bots' updates.
+        let max_inline_wait = match &bots {
+            Some(_) => defaults::SHARED_INLINE_WAIT,
+            None => defaults::MAX_INLINE_WAIT,
+        };
         Ok(Self {
             env_bot,
             bots,
@@ -82,6 +87,7 @@ impl WorkerConfig {
                 gone_recipients: vars.gone_recipients()?,
                 store_patience: defaults::STORE_PATIENCE,
                 ack_callbacks: vars.ack_callbacks()?,
+                max_inline_wait,
             },
             rate_limits: vars.rate_limits()?,
             handler: vars.handler()?,

@@ -262,6 +262,53 @@ async fn a_flood_wait_of_one_bot_pauses_its_own_sends_and_nothing_of_another_s()
 }
 
 #[tokio::test]
+async fn a_short_flood_wait_gives_the_bot_s_updates_back_instead_of_holding_the_invocation() {
+    let rig = rig(
+        vec![
+            bot("shop", SHOP_TOKEN, "echo"),
+            bot("news", NEWS_TOKEN, "echo"),
+        ],
+        "30",
+    )
+    .await;
+    // A 3 s flood wait: a single-bot worker sits it out inside the run (up to 5 s); with a
+    // registry the invocation carries other bots' updates too, and the next invocation of the
+    // mapping waits for it, so shop's later updates go back to the queue for the 3 s instead.
+    rig.fake
+        .inject(Fault::RetryAfter(3), Scope::Chat(111), Times::Once);
+    let started = Instant::now();
+    let report = run(
+        &rig,
+        &[
+            record("shop", 1, 111),
+            record("shop", 2, 112),
+            record("news", 3, 222),
+        ],
+    )
+    .await;
+    let took = started.elapsed();
+    assert!(
+        matches!(
+            outcome(&report, "shop", 2),
+            RecordOutcome::Retrying(wait, ErrorClass::RateLimited(_)) if *wait >= Duration::from_secs(2)
+        ),
+        "{report:?}"
+    );
+    assert!(
+        rig.fake.delivered_to(112).is_empty(),
+        "not sent inside the run"
+    );
+    assert!(matches!(
+        outcome(&report, "news", 3),
+        RecordOutcome::Done(_)
+    ));
+    assert!(
+        took < Duration::from_secs(2),
+        "the invocation sat out shop's flood wait: {took:?}"
+    );
+}
+
+#[tokio::test]
 async fn a_slow_bot_holds_back_nothing_of_another_bot_in_the_same_batch() {
     let rig = rig(
         vec![
