@@ -231,6 +231,7 @@ impl LocalTgq {
             let id = l["id"].as_str().context("a listed letter without an id")?;
             let shown = self.admin(&format!("/admin/dlq/letter?id={id}")).await?;
             letters.push(Letter {
+                bot: l["bot_id"].as_str().map(str::to_owned),
                 update_id: l["update_id"].as_i64(),
                 reason: l["reason"].as_str().unwrap_or_default().to_owned(),
                 attempts: l["attempts"].as_u64().unwrap_or(0) as u32,

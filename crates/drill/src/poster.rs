@@ -119,6 +119,37 @@ impl Poster {
         while chats.join_next().await.is_some() {}
     }
 
+    /// Posts `plan`'s updates at a steady rate, one every `every` whatever the answers take (a
+    /// chat's next update still waits for its previous one to be acknowledged, as Telegram's do),
+    /// so that the time from acknowledgement to reply measures the pipeline, not a backlog.
+    /// Returns when every update was acknowledged or given up on.
+    pub async fn send_paced(&self, plan: &Plan, every: Duration) {
+        let gate = Arc::new(Semaphore::new(CONNECTIONS));
+        let mut previous: HashMap<i64, tokio::task::JoinHandle<()>> = HashMap::new();
+        let mut ticks = tokio::time::interval(every);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        for planned in &plan.updates {
+            ticks.tick().await;
+            let before = previous.remove(&planned.chat);
+            let (poster, gate, body, id) = (
+                self.clone(),
+                gate.clone(),
+                planned.body(),
+                planned.update_id,
+            );
+            let task = tokio::spawn(async move {
+                if let Some(before) = before {
+                    let _ = before.await;
+                }
+                poster.deliver(Some(id), &body, &gate).await;
+            });
+            previous.insert(planned.chat, task);
+        }
+        for (_, task) in previous {
+            let _ = task.await;
+        }
+    }
+
     /// Posts one body until a 2xx answers it or patience runs out.
     async fn deliver(&self, update_id: Option<i64>, body: &str, gate: &Semaphore) {
         let mut pause = FIRST_PAUSE;

@@ -13,6 +13,8 @@ use crate::poster::Posted;
 /// A dead letter as the drill reads it from either target.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Letter {
+    /// The bot it was addressed to, when the letter says.
+    pub bot: Option<String>,
     /// The update id, when the body had one.
     pub update_id: Option<i64>,
     /// Why it is dead (`poison`, `permanent_error`, `attempt_budget_spent`, `max_receive_count`…).
@@ -512,6 +514,7 @@ mod tests {
             (3, 11, Expect::Gone),
         ]);
         let letter = |id: Option<i64>, reason: &str, body: &str| Letter {
+            bot: None,
             update_id: id,
             reason: reason.into(),
             attempts: 1,

@@ -5,6 +5,7 @@
 mod esm;
 mod lambda;
 mod stack;
+mod two_bots;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -80,6 +81,8 @@ struct Run<'a> {
     worker_vars: BTreeMap<String, String>,
     worker_log: String,
     esm: Option<Esm>,
+    /// The webhook's function URL (ending with `/`).
+    webhook_url: String,
     poster: Poster,
     plan: Plan,
     progress: ScenarioProgress,
@@ -99,6 +102,18 @@ impl<'a> Run<'a> {
             ..FakeConfig::default()
         })
         .await?;
+        Run::start_with(s, o, em, plan, fake, env).await
+    }
+
+    /// [`Run::start`] with a fake Bot API the scenario set up.
+    async fn start_with(
+        s: &Scenario,
+        o: &Options,
+        em: &'a Emulator,
+        plan: Plan,
+        fake: FakeTelegram,
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Run<'a>> {
         let stack = DrillStack::create(&em.sdk, &format!("{:02}", s.number)).await?;
         let sqs = aws_sdk_sqs::Client::new(&em.sdk);
         let webhook_proxy = Proxy::start(&em.endpoint).await?;
@@ -143,7 +158,7 @@ impl<'a> Run<'a> {
             VISIBILITY,
             INVOCATION_TIMEOUT,
         );
-        let poster = Poster::new(webhook_url, SECRET, Duration::from_secs(300));
+        let poster = Poster::new(webhook_url.clone(), SECRET, Duration::from_secs(300));
         let progress = o.progress.scenario(s, "emulator", &plan, &poster, &fake);
         Ok(Run {
             em,
@@ -155,6 +170,7 @@ impl<'a> Run<'a> {
             worker_vars,
             worker_log,
             esm: Some(esm),
+            webhook_url,
             poster,
             plan,
             progress,
@@ -228,6 +244,13 @@ impl<'a> Run<'a> {
         }
     }
 
+    /// Stops the event source mapping: nothing more is delivered to the worker.
+    fn stop_mapping(&mut self) {
+        if let Some(esm) = self.esm.take() {
+            esm.stop();
+        }
+    }
+
     async fn finish(
         mut self,
         s: &Scenario,
@@ -240,9 +263,7 @@ impl<'a> Run<'a> {
                 .failed_invocations
                 .load(std::sync::atomic::Ordering::SeqCst)
         });
-        if let Some(esm) = self.esm.take() {
-            esm.stop();
-        }
+        self.stop_mapping();
         let letters = self.stack.dead_letters(&self.sqs).await?;
         let reported = self.reported().await;
         let posted = self.poster.posted();
@@ -267,6 +288,20 @@ impl<'a> Run<'a> {
             format!("{} given up by Telegram", posted.given_up.len()),
         ));
         checks.extend(extra(&tally, &reported, &posted));
+        self.finish_with(s, &tally, &reported, drain, checks).await
+    }
+
+    /// Ends the run with checks the scenario counted itself: the functions stopped, the fake shut
+    /// down, the row.
+    async fn finish_with(
+        mut self,
+        s: &Scenario,
+        tally: &Tally,
+        reported: &Reported,
+        drain: Duration,
+        checks: Vec<Check>,
+    ) -> anyhow::Result<Row> {
+        self.stop_mapping();
         self.progress.done();
         {
             let mut lambda = self.em.lambda.lock().await;
@@ -274,7 +309,7 @@ impl<'a> Run<'a> {
             lambda.kill_all(WORKER);
         }
         self.fake.clone().shutdown().await;
-        Ok(tally.row(s.number, s.name, "emulator", &reported, drain, checks))
+        Ok(tally.row(s.number, s.name, "emulator", reported, drain, checks))
     }
 }
 
@@ -383,6 +418,7 @@ pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row
         }
         11 => crash_after_send(s, o, em, plan).await,
         12 => stale_worker(s, o, em, plan).await,
+        17 => two_bots::run(s, o, em).await,
         14 => {
             let run = Run::start(s, o, em, plan, true, &[]).await?;
             run.fake

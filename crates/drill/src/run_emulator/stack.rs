@@ -78,6 +78,7 @@ impl DrillStack {
                             .and_then(|b| b["update_id"].as_i64())
                     });
                 letters.push(Letter {
+                    bot: attribute("bot_id"),
                     update_id,
                     reason: attribute("reason").unwrap_or_else(|| "max_receive_count".to_owned()),
                     attempts: attribute("attempts")
