@@ -189,9 +189,9 @@ pub async fn run(args: PollArgs) -> anyhow::Result<()> {
         },
     );
     let lease = Arc::new(DynamoPollerLease::new(dynamodb, &deployment.table, &bot_id));
-    // What the ingest use case and the poller count, served at /metrics (Prometheus text format).
+    // What the ingest use case and the poller count, served at /metrics (Prometheus text format),
+    // each metric labelled with its bot by tgq_core::metrics.
     let metrics = PrometheusBuilder::new()
-        .add_global_label(tgq_core::metrics::BOT_ID, bot_id.to_string())
         .install_recorder()
         .context("installing the metrics recorder")?;
     tgq_core::metrics::describe();

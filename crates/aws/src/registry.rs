@@ -1,9 +1,10 @@
 //! The bot registry in SSM Parameter Store (docs/ARCHITECTURE.md §11): one parameter per field
 //! under one prefix, the token and the secret as SecureStrings. The functions read it
-//! ([`BotSource`]); `tgq bots` writes and removes bots.
+//! ([`BotSource`]): the worker everything, the webhook every field but the tokens
+//! ([`SsmRegistry::without_tokens`]); `tgq bots` writes and removes bots.
 
 use async_trait::async_trait;
-use aws_sdk_ssm::types::ParameterType;
+use aws_sdk_ssm::types::{ParameterStringFilter, ParameterType};
 use secrecy::{ExposeSecret as _, SecretString};
 use tgq_core::ids::BotId;
 use tgq_core::registry::{format_allowed_updates, BotEntry, BotSource, Field, Layout, Parsed};
@@ -12,6 +13,12 @@ use tgq_core::PortError;
 use crate::error::port_error;
 
 const GET_PARAMETERS_BY_PATH: &str = "SSM GetParametersByPath";
+const DESCRIBE_PARAMETERS: &str = "SSM DescribeParameters";
+const GET_PARAMETERS: &str = "SSM GetParameters";
+/// The most names one GetParameters call takes.
+const GET_PARAMETERS_MAX: usize = 10;
+/// The most parameters one DescribeParameters page holds.
+const DESCRIBE_PAGE: i32 = 50;
 const PUT_PARAMETER: &str = "SSM PutParameter";
 const DELETE_PARAMETERS: &str = "SSM DeleteParameters";
 
@@ -20,12 +27,39 @@ const DELETE_PARAMETERS: &str = "SSM DeleteParameters";
 pub struct SsmRegistry {
     client: aws_sdk_ssm::Client,
     layout: Layout,
+    tokens: Tokens,
+}
+
+/// Whether [`BotSource::load`] reads the bots' tokens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Tokens {
+    /// Every field, in one recursive read of the prefix (`ssm:GetParametersByPath`).
+    Read,
+    /// Every field but the token: the names listed (`ssm:DescribeParameters`, names and types
+    /// only), then the other fields' values read by name (`ssm:GetParameters`), so that a role
+    /// allowed only those names never sees a token.
+    Left,
 }
 
 impl SsmRegistry {
-    /// The registry under `layout`'s prefix.
+    /// The registry under `layout`'s prefix, every field read (the worker, `tgq bots`).
     pub fn new(client: aws_sdk_ssm::Client, layout: Layout) -> Self {
-        Self { client, layout }
+        Self {
+            client,
+            layout,
+            tokens: Tokens::Read,
+        }
+    }
+
+    /// The registry under `layout`'s prefix as the webhook reads it: every bot's secret, handler
+    /// and allowed updates, never its token (its entries have none). `GetParametersByPath` would
+    /// return the tokens with the rest, since it is authorized against the path alone.
+    pub fn without_tokens(client: aws_sdk_ssm::Client, layout: Layout) -> Self {
+        Self {
+            client,
+            layout,
+            tokens: Tokens::Left,
+        }
     }
 
     /// Where the parameters live.
@@ -62,9 +96,74 @@ impl SsmRegistry {
 
     /// Everything under the prefix: complete bots and the incomplete ones, named.
     pub async fn read(&self) -> Result<Parsed, PortError> {
-        Ok(self
-            .layout
-            .parse(self.parameters(self.layout.prefix()).await?))
+        let parameters = match self.tokens {
+            Tokens::Read => self.parameters(self.layout.prefix()).await?,
+            Tokens::Left => self.parameters_but_tokens().await?,
+        };
+        Ok(self.layout.parse(parameters))
+    }
+
+    /// Every parameter under the prefix but the tokens, decrypted, by name.
+    async fn parameters_but_tokens(&self) -> Result<Vec<(String, SecretString)>, PortError> {
+        let token = format!("/{}", Field::Token.as_str());
+        let names: Vec<String> = self
+            .names()
+            .await?
+            .into_iter()
+            .filter(|name| !name.ends_with(&token))
+            .collect();
+        let mut found = Vec::with_capacity(names.len());
+        for chunk in names.chunks(GET_PARAMETERS_MAX) {
+            let output = self
+                .client
+                .get_parameters()
+                .set_names(Some(chunk.to_vec()))
+                .with_decryption(true)
+                .send()
+                .await
+                .map_err(|e| port_error(GET_PARAMETERS, e))?;
+            // A parameter deleted since it was listed is left out, as if listed a moment later.
+            for parameter in output.parameters.unwrap_or_default() {
+                if let (Some(name), Some(value)) = (parameter.name, parameter.value) {
+                    found.push((name, SecretString::from(value)));
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    /// The names of every parameter under the prefix, without their values.
+    async fn names(&self) -> Result<Vec<String>, PortError> {
+        let under_prefix = ParameterStringFilter::builder()
+            .key("Path")
+            .option("Recursive")
+            .values(self.layout.prefix().trim_end_matches('/'))
+            .build()
+            .map_err(|e| PortError::misconfigured(DESCRIBE_PARAMETERS, e))?;
+        let mut names = Vec::new();
+        let mut next_token = None;
+        loop {
+            let output = self
+                .client
+                .describe_parameters()
+                .parameter_filters(under_prefix.clone())
+                .max_results(DESCRIBE_PAGE)
+                .set_next_token(next_token)
+                .send()
+                .await
+                .map_err(|e| port_error(DESCRIBE_PARAMETERS, e))?;
+            names.extend(
+                output
+                    .parameters
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter_map(|parameter| parameter.name),
+            );
+            next_token = output.next_token;
+            if next_token.is_none() {
+                return Ok(names);
+            }
+        }
     }
 
     /// Whether any parameter of `bot` exists, complete or not.

@@ -405,3 +405,36 @@ async fn more_bots_than_one_page_of_parameters_are_all_read() {
     }
     assert_eq!(registry.load().await.unwrap().len(), 12);
 }
+
+#[tokio::test]
+async fn the_webhook_s_reading_of_the_registry_has_every_bot_but_never_a_token() {
+    use tgq_core::registry::BotSource as _;
+    let e = emulator().await;
+    let registry = fresh_registry(&e);
+    // Enough bots for several pages of names and several GetParameters calls of ten.
+    for n in 0..18 {
+        registry
+            .put(&registry_entry(
+                &format!("bot{n:02}"),
+                Some("1:secret-token"),
+            ))
+            .await
+            .unwrap();
+    }
+    let webhook = tgq_aws::SsmRegistry::without_tokens(e.ssm.clone(), registry.layout().clone());
+    let bots = webhook.load().await.unwrap();
+    assert_eq!(bots.len(), 18);
+    for bot in &bots {
+        assert!(bot.token.is_none(), "{} came with its token", bot.id);
+        assert_eq!(bot.secret.expose_secret(), format!("secret-of-{}", bot.id));
+        assert_eq!(bot.handler, "echo");
+        assert_eq!(
+            bot.allowed_updates,
+            vec![teloxide_core::types::AllowedUpdate::CallbackQuery]
+        );
+    }
+    assert!(
+        registry.load().await.unwrap()[0].token.is_some(),
+        "the worker's reading has the tokens"
+    );
+}

@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use parking_lot::Mutex;
 use secrecy::{ExposeSecret as _, SecretString};
-use tokio::sync::Mutex;
 use tracing::warn;
 
 use crate::config::Vars;
@@ -131,16 +131,21 @@ impl RegistryBots {
             }
             Err(error) => return Lookup::Unavailable(error),
         };
-        // One bot is built at a time: building is rare (once per bot and process, and after a
-        // change), and two batches of a new bot must not build it twice.
-        let mut built = self.built.lock().await;
-        if let Some(known) = built.get(bot).filter(|known| known.is_for(&entry)) {
+        if let Some(known) = self
+            .built
+            .lock()
+            .get(bot)
+            .filter(|known| known.is_for(&entry))
+        {
             return Lookup::Found(known.runtime.clone());
         }
+        // Built without the lock held: a bot whose handler takes long to build (it connects to
+        // its backend, say) must not hold back the lookups of the other bots. Two batches of a
+        // new bot may build it twice, once per process and change; the last one is kept.
         match self.build(&entry).await {
             Ok(runtime) => {
                 let runtime = Arc::new(runtime);
-                built.insert(
+                self.built.lock().insert(
                     bot.clone(),
                     Built {
                         token: entry.token.clone(),

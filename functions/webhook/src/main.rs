@@ -21,9 +21,10 @@ async fn main() -> Result<(), Error> {
         Some((_, secret)) => Some(tgq_aws::resolve_secret(&ssm, secret.clone()).await?),
         None => None,
     };
-    // Read at the first request that needs it, then again after each refresh interval.
+    // Read at the first request that needs it, then again after each refresh interval; the
+    // webhook reads every bot's secret, never its token.
     let registry = config.bots.clone().map(|layout| {
-        let source = Arc::new(SsmRegistry::new(ssm.clone(), layout));
+        let source = Arc::new(SsmRegistry::without_tokens(ssm.clone(), layout));
         Arc::new(Registry::new(source, config.registry_refresh))
     });
     let sqs = aws_sdk_sqs::Client::new(&sdk);

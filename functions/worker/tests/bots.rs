@@ -57,11 +57,16 @@ impl Handler for Slow {
 
 const SLOW: Duration = Duration::from_secs(3);
 
-/// The handlers of this test's `bot/`: the built-in echo, a broken one and a slow one.
+/// The handlers of this test's `bot/`: the built-in echo, a broken one, a slow one, and the echo
+/// bot behind a build that takes its time (it would connect to its backend).
 fn handlers() -> HandlerRegistry {
     HandlerRegistry::new()
         .with("broken", |_| async { Ok(Broken) })
         .with("slow", |_| async { Ok(Slow) })
+        .with("slow_to_build", |_| async {
+            tokio::time::sleep(SLOW).await;
+            Ok(tgq_core::echo::EchoBot)
+        })
 }
 
 fn bot(id: &str, token: &str, handler: &str) -> BotEntry {
@@ -332,6 +337,28 @@ async fn a_slow_bot_holds_back_nothing_of_another_bot_in_the_same_batch() {
 }
 
 #[tokio::test]
+async fn a_bot_slow_to_build_holds_back_no_other_bot_met_in_the_same_batch() {
+    let rig = rig(
+        vec![
+            bot("shop", SHOP_TOKEN, "slow_to_build"),
+            bot("news", NEWS_TOKEN, "echo"),
+        ],
+        "30",
+    )
+    .await;
+    let report = run(&rig, &[record("shop", 1, 111), record("news", 2, 222)]).await;
+    assert!(report.failed_message_ids().is_empty(), "{report:?}");
+    let shop = &rig.fake.delivered_to(111)[0];
+    let news = &rig.fake.delivered_to(222)[0];
+    assert!(
+        news.at + SLOW - Duration::from_millis(500) < shop.at,
+        "news waited for shop's handler to be built: news at {:?}, shop at {:?}",
+        news.at,
+        shop.at
+    );
+}
+
+#[tokio::test]
 async fn a_bot_failing_for_good_is_dead_lettered_and_another_bot_is_unaffected() {
     let rig = rig(
         vec![
@@ -423,7 +450,8 @@ async fn a_bot_naming_a_handler_bot_does_not_have_is_dead_lettered_as_unknown_ha
     let letter = &rig.dead.letters()[0];
     assert_eq!(letter.reason, DeadReason::UnknownHandler);
     assert!(
-        letter.error.contains("\"ecoh\"") && letter.error.contains("broken, slow, echo"),
+        letter.error.contains("\"ecoh\"")
+            && letter.error.contains("broken, slow, slow_to_build, echo"),
         "the letter names the handler and the ones there are: {}",
         letter.error
     );
