@@ -663,3 +663,134 @@ async fn bots_on_a_stack_live_in_ssm_under_its_prefix_and_get_the_stacks_webhook
     );
     assert!(fake.calls().iter().any(|c| c.method == "deleteWebhook"));
 }
+
+/// The code blocks of README's "Hosting several bots" section, in order, each a list of lines
+/// (comments dropped, blank lines skipped).
+fn several_bots_guide_blocks() -> Vec<Vec<String>> {
+    const README: &str = include_str!("../../README.md");
+    let section = README
+        .split("\n## Hosting several bots\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .expect("README has a \"Hosting several bots\" section");
+    let mut blocks = Vec::new();
+    let mut block: Option<Vec<String>> = None;
+    for line in section.lines() {
+        if line.starts_with("```") {
+            match block.take() {
+                Some(done) => blocks.push(done),
+                None => block = Some(Vec::new()),
+            }
+            continue;
+        }
+        let line = line.split(" #").next().unwrap_or(line).trim();
+        if let (Some(lines), false) = (block.as_mut(), line.is_empty()) {
+            lines.push(line.to_owned());
+        }
+    }
+    blocks
+}
+
+/// Runs one block of the guide: `export TELEGRAM_BOT_TOKEN=…` lines pick the next of `tokens`,
+/// `tgq …` lines run (with `--stack tgq` meaning `stack`) and must succeed.
+fn run_guide_block(
+    lines: &[String],
+    tokens: &mut impl Iterator<Item = String>,
+    api_url: &str,
+    stack: Option<&str>,
+    dir: &std::path::Path,
+) -> Vec<String> {
+    let mut token = String::new();
+    let mut ran = Vec::new();
+    for line in lines {
+        if line.starts_with("export TELEGRAM_BOT_TOKEN=") {
+            token = tokens.next().expect("a token for every export in the guide");
+            continue;
+        }
+        let Some(command) = line.strip_prefix("tgq ") else {
+            panic!("the guide's blocks hold only tgq commands and token exports: {line}");
+        };
+        let mut args: Vec<String> = command.split_whitespace().map(str::to_owned).collect();
+        if let (Some(stack), Some(at)) = (stack, args.iter().position(|a| a == "--stack")) {
+            args[at + 1] = stack.to_owned();
+        }
+        let mut envs = vec![("TELEGRAM_API_URL", api_url)];
+        if !token.is_empty() {
+            envs.push(("TELEGRAM_BOT_TOKEN", token.as_str()));
+        }
+        let output = common::tgq(&envs)
+            .args(&args)
+            .current_dir(dir)
+            .output()
+            .expect("tgq runs");
+        assert!(
+            output.status.success(),
+            "tgq {command}: {}{}",
+            String::from_utf8_lossy(&output.stderr),
+            String::from_utf8_lossy(&output.stdout)
+        );
+        ran.push(command.to_owned());
+    }
+    ran
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_several_bots_guide_runs_as_written_against_moto_and_locally() {
+    let fake = FakeTelegram::start().await.unwrap();
+    let second = "654321:guide-second-bot";
+    fake.accept_token(second);
+    let prefix = format!("/tgq/guide-{}/bots/", SystemClock.now().0);
+    let d = deploy(
+        "guide-bots",
+        fake.token(),
+        &[
+            ("BotsParameterPrefix", prefix.as_str()),
+            (
+                "BotWebhookUrlPrefix",
+                "https://guide.lambda-url.us-east-1.on.aws/webhook/",
+            ),
+            ("TelegramApiUrl", fake.url().as_str()),
+        ],
+    )
+    .await;
+    let blocks = several_bots_guide_blocks();
+    assert_eq!(blocks.len(), 2, "a stack block and a local block: {blocks:?}");
+    let dir = tempfile::tempdir().unwrap();
+    let mut tokens = [fake.token().to_owned(), second.to_owned()].into_iter();
+    let ran = run_guide_block(&blocks[0], &mut tokens, &fake.url(), Some(&d.name), dir.path());
+    for expected in ["bots add shop", "bots add news", "bots list", "bots remove news"] {
+        assert!(
+            ran.iter().any(|r| r.starts_with(expected)),
+            "the guide runs `tgq {expected}`: {ran:?}"
+        );
+    }
+    let listed: Value = serde_json::from_str(&d.tgq(&[], &["bots", "list", "--json"])).unwrap();
+    let ids: Vec<&str> = listed["bots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|bot| bot["id"].as_str())
+        .collect();
+    assert_eq!(ids, ["shop"], "news removed, shop kept");
+    let webhooks: Vec<String> = fake
+        .calls()
+        .into_iter()
+        .filter(|c| c.method == "setWebhook")
+        .map(|c| c.params["url"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(
+        webhooks,
+        [
+            "https://guide.lambda-url.us-east-1.on.aws/webhook/shop",
+            "https://guide.lambda-url.us-east-1.on.aws/webhook/news"
+        ]
+    );
+
+    let ran = run_guide_block(&blocks[1], &mut std::iter::empty(), &fake.url(), None, dir.path());
+    assert!(ran.iter().any(|r| r.starts_with("bots add shop --offline")), "{ran:?}");
+    let local: Value = serde_json::from_slice(
+        &std::fs::read(dir.path().join(".tgq").join("bots.json")).expect("the local registry"),
+    )
+    .unwrap();
+    assert_eq!(local["bots"][0]["id"], "shop");
+}

@@ -604,10 +604,11 @@ impl<'a> Context<'a> {
     async fn pace(&mut self, chat: Option<i64>) -> Result<(), HandlerError> {
         let bot = &self.run.lease.key.bot_id;
         loop {
-            let wait = self.run.pacer.reserve(bot, chat, Instant::now());
-            if wait > self.inline_wait_allowed() {
-                return Err(HandlerError::Paced(wait));
-            }
+            let allowed = self.inline_wait_allowed();
+            let wait = match self.run.pacer.reserve_within(bot, chat, Instant::now(), allowed) {
+                Ok(wait) => wait,
+                Err(wait) => return Err(HandlerError::Paced(wait)),
+            };
             if !wait.is_zero() {
                 tokio::time::sleep(wait).await;
                 self.summary.paced += wait;

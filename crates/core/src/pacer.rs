@@ -101,11 +101,28 @@ impl Pacer {
     /// when `chat` is given, any other call (only held by a pause) when not. Returns how long to
     /// wait before making the call.
     pub fn reserve(&self, bot: &BotId, chat: Option<i64>, now: Instant) -> Duration {
+        self.reserve_within(bot, chat, now, Duration::MAX)
+            .unwrap_or_else(|wait| wait)
+    }
+
+    /// [`Pacer::reserve`], when the slot comes within `within`. A later slot is not taken, and
+    /// its wait is the error: the caller gives the call up for now, and a slot it booked without
+    /// using it would push every later call of that chat back for nothing.
+    pub fn reserve_within(
+        &self,
+        bot: &BotId,
+        chat: Option<i64>,
+        now: Instant,
+        within: Duration,
+    ) -> Result<Duration, Duration> {
         let mut bots = self.bots.lock();
         let pace = bots.entry(bot.clone()).or_default();
         let mut at = pace.paused_until.map_or(now, |until| until.max(now));
         let Some(chat) = chat else {
-            return at - now;
+            return match at - now {
+                wait if wait > within => Err(wait),
+                wait => Ok(wait),
+            };
         };
         if let Some(limit) = self.limits.per_second {
             at = pace.overall.ready(at, limit, SECOND);
@@ -113,7 +130,6 @@ impl Pacer {
         if let Some(limit) = self.limits.per_chat_per_second {
             at = pace.chats.entry(chat).or_default().ready(at, limit, SECOND);
         }
-        // Negative ids are groups, supergroups and channels, which Telegram limits per minute.
         let group_limit = self.limits.per_group_per_minute.filter(|_| chat < 0);
         if let Some(limit) = group_limit {
             at = pace
@@ -121,6 +137,9 @@ impl Pacer {
                 .entry(chat)
                 .or_default()
                 .ready(at, limit, MINUTE);
+        }
+        if at - now > within {
+            return Err(at - now);
         }
         if let Some(limit) = self.limits.per_second {
             pace.overall.reserve(at, limit);
@@ -131,7 +150,7 @@ impl Pacer {
         if let Some(limit) = group_limit {
             pace.groups.entry(chat).or_default().reserve(at, limit);
         }
-        at - now
+        Ok(at - now)
     }
 
     /// How long every call of `bot` is still held by a flood wait.
@@ -170,6 +189,22 @@ mod tests {
             Duration::ZERO
         );
         assert_eq!(pacer.reserve(&bot("b"), Some(5), now), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_slot_too_far_off_is_not_taken_so_it_does_not_push_the_chat_back() {
+        let pacer = Pacer::new(RateLimits::default());
+        let now = Instant::now();
+        assert_eq!(pacer.reserve(&bot("a"), Some(5), now), Duration::ZERO);
+        let refused = pacer
+            .reserve_within(&bot("a"), Some(5), now, Duration::from_millis(250))
+            .unwrap_err();
+        assert!(refused >= SECOND, "{refused:?}");
+        // Given up, the slot stays free: the next call a second on needs no wait.
+        assert_eq!(
+            pacer.reserve_within(&bot("a"), Some(5), now + SECOND + SLACK, Duration::ZERO),
+            Ok(Duration::ZERO)
+        );
     }
 
     #[test]

@@ -426,6 +426,24 @@ impl Worker {
             let outcome = self.store_unavailable(record, record.receive_count).await;
             return Processed::Outcome(outcome, None);
         }
+        // A bot held by a flood wait longer than a run may sit out gets its update back for as
+        // long before anything is claimed: nothing is written, no attempt is spent, and with
+        // several bots the invocation is not kept busy by one bot's pause (ARCHITECTURE §11).
+        let paused = self
+            .ports
+            .pacer
+            .paused_for(&key.bot_id, tokio::time::Instant::now());
+        if paused > self.settings.max_inline_wait {
+            let class = ErrorClass::RateLimited(paused);
+            let delay = self
+                .show_again(record, paused + Duration::from_secs(1))
+                .await;
+            info!(
+                wait_ms = paused.as_millis() as u64,
+                "the bot is held by Telegram's flood wait; given back without a claim"
+            );
+            return Processed::Outcome(RecordOutcome::Retrying(delay, class), None);
+        }
         if let Some(marks) = record.dead_letter {
             if let Err(outcome) = self.accept_redrive(record, &key, marks).await {
                 return Processed::Outcome(outcome, None);

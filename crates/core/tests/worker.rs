@@ -360,6 +360,30 @@ async fn a_long_flood_wait_from_telegram_is_honoured_exactly_and_spends_no_attem
     );
 }
 
+#[tokio::test]
+async fn while_the_bot_is_held_by_a_long_flood_wait_its_next_updates_go_back_unclaimed() {
+    let rig = rig();
+    rig.api
+        .fail_next([TelegramError::RetryAfter(Duration::from_secs(17))]);
+    rig.run(&[update(1, 10)]).await;
+    let calls = rig.api.calls().len();
+    let report = rig.run(&[update(2, 20)]).await;
+    assert!(
+        matches!(
+            outcome(&report, 0),
+            RecordOutcome::Retrying(delay, ErrorClass::RateLimited(_)) if *delay >= Duration::from_secs(17)
+        ),
+        "{report:?}"
+    );
+    assert!(
+        rig.store.record(&key(2)).is_none(),
+        "nothing claimed, nothing written: {:?}",
+        rig.store.record(&key(2))
+    );
+    assert_eq!(rig.api.calls().len(), calls, "nothing sent");
+    assert!(rig.visibility.last_for("rcpt-2") >= Some(Duration::from_secs(17)));
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_short_flood_wait_is_sat_out_inside_the_run_and_holds_every_send_of_the_bot() {
     let rig = rig();

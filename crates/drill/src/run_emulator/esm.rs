@@ -19,8 +19,9 @@ use tokio::task::JoinHandle;
 
 use super::stack::DrillStack;
 
-/// Invocations at once (the mapping's `MaximumConcurrency`).
-const CONCURRENCY: usize = 2;
+/// Invocations at once (the mapping's `MaximumConcurrency`): SQS's smallest, so that every scenario
+/// meets the least concurrency a deployment can have.
+pub const CONCURRENCY: usize = 2;
 /// Records per invocation.
 const BATCH: i32 = 10;
 
@@ -50,12 +51,13 @@ impl Esm {
         invoke_url: String,
         visibility: Duration,
         invocation_timeout: Duration,
+        concurrency: usize,
     ) -> Esm {
         let stop = Arc::new(AtomicBool::new(false));
         let log = Arc::new(Mutex::new(DeliveryLog::default()));
         let stats = Arc::new(EsmStats::default());
         let http = reqwest::Client::new();
-        let tasks = (0..CONCURRENCY)
+        let tasks = (0..concurrency)
             .map(|_| {
                 let poller = Poller {
                     sqs: sqs.clone(),

@@ -102,7 +102,7 @@ impl<'a> Run<'a> {
             ..FakeConfig::default()
         })
         .await?;
-        Run::start_with(s, o, em, plan, fake, env).await
+        Run::start_with(s, o, em, plan, fake, env, esm::CONCURRENCY).await
     }
 
     /// [`Run::start`] with a fake Bot API the scenario set up.
@@ -113,6 +113,7 @@ impl<'a> Run<'a> {
         plan: Plan,
         fake: FakeTelegram,
         env: &[(&str, &str)],
+        concurrency: usize,
     ) -> anyhow::Result<Run<'a>> {
         let stack = DrillStack::create(&em.sdk, &format!("{:02}", s.number)).await?;
         let sqs = aws_sdk_sqs::Client::new(&em.sdk);
@@ -157,6 +158,7 @@ impl<'a> Run<'a> {
             invoke_url,
             VISIBILITY,
             INVOCATION_TIMEOUT,
+            concurrency,
         );
         let poster = Poster::new(webhook_url.clone(), SECRET, Duration::from_secs(300));
         let progress = o.progress.scenario(s, "emulator", &plan, &poster, &fake);

@@ -1,5 +1,6 @@
 //! Scenario 17, `two-bots` (emulator only): two bots of one stack's registry (docs/ARCHITECTURE.md
-//! §11), the real functions serving both. The quiet bot posts at a steady pace three times: alone,
+//! §11), the real functions serving both. The quiet bot posts at a steady pace four times: alone,
+//! beside the other bot posting as much while healthy (what its mere traffic costs on this machine),
 //! while the noisy bot's chats are in a 429 storm and failing for good, and alone again. The quiet
 //! bot's end-to-end latency (webhook 200 to its reply at Telegram) while the noisy one struggles
 //! must stay within 10 % of its solo median, and nothing may cross between the bots: no call with
@@ -34,13 +35,18 @@ const EVERY: Duration = Duration::from_millis(100);
 const QUIET_CHATS: i64 = 20;
 const NOISY_CHATS: i64 = 900_000;
 /// The first update id of each quiet phase and of the noisy bot.
+const CONTROL_FIRST: i64 = 50_001;
 const SHARED_FIRST: i64 = 100_001;
 const SOLO_AGAIN_FIRST: i64 = 200_001;
 const NOISY_FIRST: i64 = 500_001;
+const NOISY_HEALTHY_FIRST: i64 = 400_001;
 /// Each 429 of the storm asks for this many seconds; the worker pauses the noisy bot for as long.
 const STORM_RETRY_AFTER: u32 = 2;
 /// 429s per storm chat before the storm passes.
 const STORM_HITS: u32 = 10;
+/// The mapping's invocations at once: template.yaml's `WorkerMaxConcurrency` default, as a
+/// stack hosting several bots runs.
+const CONCURRENCY: usize = 5;
 /// The quiet bot's latency beside the noisy one, at most this times its solo median.
 const TOLERANCE: f64 = 1.10;
 
@@ -60,17 +66,18 @@ impl NoisyChats {
         }
     }
 
-    /// `count` updates over every chat in turn; the failing chats' are expected dead.
-    fn plan(&self, count: usize) -> Plan {
+    /// `count` updates from `first_id` over every chat in turn; with `failing`, the failing
+    /// chats' are expected dead.
+    fn plan(&self, count: usize, first_id: i64, failing: bool) -> Plan {
         let chats: Vec<i64> = [&self.storm[..], &self.failing, &self.calm].concat();
         let updates = (0..count)
             .map(|i| {
                 let chat = chats[i % chats.len()];
                 Planned {
-                    update_id: NOISY_FIRST + i as i64,
+                    update_id: first_id + i as i64,
                     chat,
                     text: format!("noisy c{chat} m{i}"),
-                    expect: match self.failing.contains(&chat) {
+                    expect: match failing && self.failing.contains(&chat) {
                         true => Expect::Dead,
                         false => Expect::Reply,
                     },
@@ -120,11 +127,13 @@ pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row
         Plan::default(),
         fake,
         &[("TGQ_BOTS_PARAMETER_PREFIX", prefix.as_str())],
+        CONCURRENCY,
     )
     .await?;
-    // A second container, so that the mapping's two invocations at once each have one, as on
-    // Lambda.
-    run.new_worker().await?;
+    // A container for each of the mapping's invocations at once, as on Lambda.
+    for _ in 1..CONCURRENCY {
+        run.new_worker().await?;
+    }
     let patience = Duration::from_secs(600);
     let quiet = Poster::new(
         format!("{}webhook/{QUIET}", run.webhook_url),
@@ -140,12 +149,25 @@ pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row
     let solo = Plan::ordinary(per_phase, QUIET_CHATS, 1, o.seed);
     let shared = Plan::ordinary(per_phase, QUIET_CHATS, SHARED_FIRST, o.seed + 1);
     let solo_again = Plan::ordinary(per_phase, QUIET_CHATS, SOLO_AGAIN_FIRST, o.seed + 2);
+    let control = Plan::ordinary(per_phase, QUIET_CHATS, CONTROL_FIRST, o.seed + 3);
     let chats = NoisyChats::new();
-    let noisy_plan = chats.plan(per_phase);
+    let noisy_healthy = chats.plan(per_phase, NOISY_HEALTHY_FIRST, false);
+    let noisy_plan = chats.plan(per_phase, NOISY_FIRST, true);
 
     // Alone.
     quiet.send_paced(&solo, EVERY).await;
     replied(&run.fake, &solo, &quiet_token).await?;
+
+    // Beside the other bot while it is healthy, at the same pace: what the other bot's mere
+    // traffic costs on this machine (one moto, two cores), to read the next phase against.
+    let healthy_sending = {
+        let (noisy, plan) = (noisy.clone(), noisy_healthy.clone());
+        tokio::spawn(async move { noisy.send_paced(&plan, EVERY).await })
+    };
+    quiet.send_paced(&control, EVERY).await;
+    replied(&run.fake, &control, &quiet_token).await?;
+    healthy_sending.await?;
+    replied(&run.fake, &noisy_healthy, NOISY_TOKEN).await?;
 
     // Beside the noisy bot: its storm chats answer 429 (which pauses every send of that bot), its
     // failing chats 400 (a permanent error: dead-lettered), its calm chats are served.
@@ -190,9 +212,14 @@ pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row
     let calls = run.fake.calls();
     let quiet_posted = quiet.posted();
     let latency = |plan: &Plan| latencies(plan, &quiet_posted, &calls, &quiet_token);
-    let mut solo_latencies = latency(&solo);
-    solo_latencies.extend(latency(&solo_again));
+    let first_solo = latency(&solo);
+    let second_solo = latency(&solo_again);
+    let (first_p50, second_p50) = (percentile(&first_solo, 0.5), percentile(&second_solo, 0.5));
+    let mut solo_latencies = first_solo;
+    solo_latencies.extend(second_solo);
     let shared_latencies = latency(&shared);
+    let control_latencies = latency(&control);
+    let control_p50 = percentile(&control_latencies, 0.5);
     let (solo_p50, solo_p95) = (
         percentile(&solo_latencies, 0.5),
         percentile(&solo_latencies, 0.95),
@@ -216,7 +243,7 @@ pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row
         .count();
 
     let mut everything = Plan::default();
-    for plan in [&solo, &shared, &solo_again, &noisy_plan] {
+    for plan in [&solo, &control, &shared, &solo_again, &noisy_healthy, &noisy_plan] {
         everything.updates.extend(plan.updates.iter().cloned());
     }
     everything.updates.sort_by_key(|p| p.update_id);
@@ -273,8 +300,10 @@ pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row
             ),
             !shared_latencies.is_empty() && shared_p50 <= solo_p50 * TOLERANCE,
             format!(
-                "alone p50 {solo_p50:.0} ms, p95 {solo_p95:.0} ms ({} replies); beside p50 \
-                 {shared_p50:.0} ms, p95 {shared_p95:.0} ms ({} replies): {:+.1} %",
+                "alone p50 {solo_p50:.0} ms, p95 {solo_p95:.0} ms ({} replies; p50 \
+                 {first_p50:.0} ms before, {second_p50:.0} ms after); beside p50 \
+                 {shared_p50:.0} ms, p95 {shared_p95:.0} ms ({} replies): {:+.1} %; beside it \
+                 while it was healthy, at the same pace: p50 {control_p50:.0} ms",
                 solo_latencies.len(),
                 shared_latencies.len(),
                 (shared_p50 / solo_p50 - 1.0) * 100.0
@@ -392,7 +421,7 @@ mod tests {
     #[test]
     fn the_noisy_plan_expects_its_failing_chats_dead_and_the_others_answered() {
         let chats = NoisyChats::new();
-        let plan = chats.plan(20);
+        let plan = chats.plan(20, NOISY_FIRST, true);
         assert!(plan.updates.iter().all(|p| p.chat > NOISY_CHATS));
         let dead: Vec<i64> = plan
             .updates
