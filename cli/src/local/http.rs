@@ -22,6 +22,7 @@ use tgq_core::ingest::{Answer, Ingested, Refused, RequestHead, Webhook, SECRET_H
 use tgq_embedded::EmbeddedStore;
 
 use super::admin;
+use super::share::LoopShare;
 use super::shutdown::Shutdown;
 use super::worker_loop::LoopStats;
 use crate::ops::{dlq, DEFAULT_LIMIT};
@@ -40,6 +41,8 @@ pub struct App {
     pub admin_token: Option<SecretString>,
     /// The worker loops' state.
     pub loops: Arc<LoopStats>,
+    /// Counts webhook requests, so that the worker loops yield to a busy webhook.
+    pub share: Arc<LoopShare>,
     /// How many worker loops should be running.
     pub expected_loops: usize,
     /// Set once the process is stopping.
@@ -131,6 +134,7 @@ async fn webhook(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
+    app.share.arrived();
     let declared_length = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|value| value.to_str().ok())

@@ -29,14 +29,16 @@ use tracing::{error, info, warn};
 use crate::config::{LocalSettings, SecretOrigin, UsageError, ADDR_FILE};
 use data_dir::DataDir;
 use http::App;
+use share::LoopShare;
 use shutdown::Shutdown;
-use worker_loop::{LoopSettings, LoopStats};
+use worker_loop::{LoopSettings, LoopStats, Loops};
 
 mod admin;
 mod data_dir;
 mod demo;
 mod fixtures;
 mod http;
+mod share;
 pub(crate) mod shutdown;
 mod worker_loop;
 
@@ -196,19 +198,30 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
     let pacer = Arc::new(Pacer::new(settings.rate_limits));
     let mut tasks: JoinSet<anyhow::Result<()>> = JoinSet::new();
 
+    let share = Arc::new(LoopShare::new(loop_settings.loops));
+    let shared = Loops {
+        settings: loop_settings,
+        store: store.clone(),
+        clock: clock.clone(),
+        stats: loops.clone(),
+        share: share.clone(),
+        shutdown: shutdown.clone(),
+    };
     for id in 0..loop_settings.loops {
         let worker = worker(&settings, &sends, &store, &clock, &pacer, handler.clone());
-        let (store, clock, loops, shutdown) = (
-            store.clone(),
-            clock.clone(),
-            loops.clone(),
-            shutdown.clone(),
-        );
+        let shared = shared.clone();
         tasks.spawn(async move {
-            worker_loop::run(id, loop_settings, store, worker, clock, loops, shutdown).await;
+            worker_loop::run(id, shared, worker).await;
             Ok(())
         });
     }
+    tasks.spawn({
+        let (share, shutdown) = (share.clone(), shutdown.clone());
+        async move {
+            share.run(shutdown).await;
+            Ok(())
+        }
+    });
     tasks.spawn(retention(
         store.clone(),
         clock.clone(),
@@ -221,6 +234,7 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
         clock: clock.clone(),
         admin_token: settings.admin_token.clone(),
         loops,
+        share,
         expected_loops: loop_settings.loops,
         shutdown: shutdown.clone(),
         metrics,
