@@ -57,7 +57,7 @@ Environment (the same variables as the Lambda functions):
                          (default: settle them DONE as recipient_gone, counted in `tgq status`)
   TGQ_RECORD_TTL_SECS    how long records and outbox entries are kept (default 604800, 7 days)
   TGQ_PURGE_INTERVAL_SECS  how often retention removes what outlived it (default 300)
-  TGQ_WORKER_LOOPS       worker loops running at once (default 64)
+  TGQ_WORKER_LOOPS       worker loops running at once (default 64; 4 take batches while the webhook is busy)
   TGQ_ADMIN_TOKEN        lets non-loopback clients read /admin/* with `Authorization: Bearer …`
   TGQ_LOG_FORMAT=json    JSON log lines on stderr (RUST_LOG sets the level)")]
 pub struct LocalArgs {
