@@ -704,7 +704,9 @@ fn run_guide_block(
     let mut ran = Vec::new();
     for line in lines {
         if line.starts_with("export TELEGRAM_BOT_TOKEN=") {
-            token = tokens.next().expect("a token for every export in the guide");
+            token = tokens
+                .next()
+                .expect("a token for every export in the guide");
             continue;
         }
         let Some(command) = line.strip_prefix("tgq ") else {
@@ -754,11 +756,26 @@ async fn the_several_bots_guide_runs_as_written_against_moto_and_locally() {
     )
     .await;
     let blocks = several_bots_guide_blocks();
-    assert_eq!(blocks.len(), 2, "a stack block and a local block: {blocks:?}");
+    assert_eq!(
+        blocks.len(),
+        2,
+        "a stack block and a local block: {blocks:?}"
+    );
     let dir = tempfile::tempdir().unwrap();
     let mut tokens = [fake.token().to_owned(), second.to_owned()].into_iter();
-    let ran = run_guide_block(&blocks[0], &mut tokens, &fake.url(), Some(&d.name), dir.path());
-    for expected in ["bots add shop", "bots add news", "bots list", "bots remove news"] {
+    let ran = run_guide_block(
+        &blocks[0],
+        &mut tokens,
+        &fake.url(),
+        Some(&d.name),
+        dir.path(),
+    );
+    for expected in [
+        "bots add shop",
+        "bots add news",
+        "bots list",
+        "bots remove news",
+    ] {
         assert!(
             ran.iter().any(|r| r.starts_with(expected)),
             "the guide runs `tgq {expected}`: {ran:?}"
@@ -786,8 +803,17 @@ async fn the_several_bots_guide_runs_as_written_against_moto_and_locally() {
         ]
     );
 
-    let ran = run_guide_block(&blocks[1], &mut std::iter::empty(), &fake.url(), None, dir.path());
-    assert!(ran.iter().any(|r| r.starts_with("bots add shop --offline")), "{ran:?}");
+    let ran = run_guide_block(
+        &blocks[1],
+        &mut std::iter::empty(),
+        &fake.url(),
+        None,
+        dir.path(),
+    );
+    assert!(
+        ran.iter().any(|r| r.starts_with("bots add shop --offline")),
+        "{ran:?}"
+    );
     let local: Value = serde_json::from_slice(
         &std::fs::read(dir.path().join(".tgq").join("bots.json")).expect("the local registry"),
     )

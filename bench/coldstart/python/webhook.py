@@ -18,8 +18,10 @@ dispatcher = Dispatcher()
 loop = asyncio.new_event_loop()
 
 
-@dispatcher.update()
-async def store_and_enqueue(update: Update):
+# An outer middleware sees every update; a handler registered with `dispatcher.update()` would not
+# run, since the Dispatcher's own update handler comes first and takes the update.
+@dispatcher.update.outer_middleware()
+async def store_and_enqueue(_handler, update: Update, _data):
     group = update.event.chat.id if getattr(update.event, "chat", None) else f"update:{update.update_id}"
     body = update.model_dump_json(exclude_none=True)
     config.dynamo.put_item(

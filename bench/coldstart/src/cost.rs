@@ -1,8 +1,9 @@
 //! Dollars per million updates for each implementation: Lambda on arm64 and x86_64, DynamoDB on
 //! demand and SQS FIFO. The inputs are the AWS requests one update costs (counted on the emulator
 //! and asserted by `tests/e2e/tests/requests.rs`), each implementation's memory size (from its peak
-//! RSS measured in this run), and its warm duration: its own time (measured in this run) plus the
-//! waits on AWS and Telegram, which are the same for every implementation and assumed below.
+//! RSS measured in this run), and its warm duration: its own time on a real update (measured in
+//! this run, against fakes that answer at once) plus the waits on AWS and Telegram, which are the
+//! same for every implementation and assumed below.
 //! `docs/PERFORMANCE.md` ("What an update costs") explains the model and its limits.
 
 use std::fmt::Write as _;
@@ -77,10 +78,10 @@ fn waits_ms(function: Function) -> f64 {
     }
 }
 
-/// A function's own time for an event, in milliseconds: its first answer less its first poll,
-/// measured here on events that make no AWS call (a refused webhook request, an empty batch).
+/// A function's own time for an update, in milliseconds: the median warm invocation of this run,
+/// on a real update against a fake AWS endpoint and a fake Bot API that answer at once.
 fn own_ms(figures: &Figures) -> f64 {
-    (figures.to_answer_ms.median - figures.to_next_ms.median).max(0.0)
+    figures.warm_ms.median
 }
 
 /// Lambda dollars per update for one function on one architecture.
@@ -174,7 +175,8 @@ pub fn render(results: &Results) -> String {
     let _ = writeln!(
         out,
         "Dollars per million updates (us-east-1 prices read 2026-12-01; {} update(s) per worker \
-         batch; waits assumed: DynamoDB {} ms, SQS {} ms, Telegram {} ms)\n",
+         batch; own time measured (warm invocations); waits assumed: DynamoDB {} ms, SQS {} ms, \
+         Telegram {} ms)\n",
         UPDATES_PER_BATCH,
         wait::DYNAMODB_MS,
         wait::SQS_MS,
@@ -211,11 +213,12 @@ mod tests {
     use super::*;
     use crate::report::Spread;
 
-    fn figures(to_next: f64, to_answer: f64, rss: f64) -> Figures {
+    fn figures(to_next: f64, warm: f64, rss: f64) -> Figures {
         Figures {
             to_next_ms: Spread::of([to_next]),
-            to_answer_ms: Spread::of([to_answer]),
+            to_answer_ms: Spread::of([to_next + 0.2]),
             peak_rss_mib: Spread::of([rss]),
+            warm_ms: Spread::of([warm]),
         }
     }
 
@@ -236,9 +239,18 @@ mod tests {
     #[test]
     fn the_webhook_at_128_mb_costs_its_request_and_its_billed_milliseconds() {
         // 13 ms of waits + 0.2 ms own → 14 ms billed at 0.125 GB.
-        let webhook = figures(6.0, 6.2, 9.0);
+        let webhook = figures(6.0, 0.2, 9.0);
         let expected = 0.20 + 0.014 * 0.125 * 0.000_013_333_4 * 1e6;
         let got = lambda_arm64_per_million(Function::Webhook, &webhook);
+        assert!((got - expected).abs() < 1e-9, "{got} vs {expected}");
+    }
+
+    #[test]
+    fn the_measured_warm_time_is_what_is_billed_beyond_the_waits() {
+        // 80 ms of waits + 3.4 ms own → 84 ms billed; the cold start's figures play no part.
+        let worker = figures(160.0, 3.4, 76.0);
+        let expected = 0.20 + 0.084 * 0.125 * 0.000_013_333_4 * 1e6;
+        let got = lambda_arm64_per_million(Function::Worker, &worker);
         assert!((got - expected).abs() < 1e-9, "{got} vs {expected}");
     }
 }

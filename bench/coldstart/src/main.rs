@@ -6,8 +6,11 @@
 //! here a fake one on loopback — with the configuration `template.yaml` gives it and its secret
 //! read from a fake SSM on loopback. The bench times exec → its first `GET …/invocation/next`
 //! (configuration read, SDK clients built, secret fetched), exec → its answer to the first event,
-//! and reads its peak RSS; then prints medians and ratios, checks the targets, prices a million
-//! updates on each implementation (`cost`) and draws a PNG.
+//! and reads its peak RSS. The first, unmeasured start of each also takes [`WARM_EVENTS`] real
+//! updates after its first event, against a fake AWS endpoint and a fake Bot API that answer at
+//! once: each warm invocation's time is the function's own. Then it prints medians and ratios,
+//! checks the targets, prices a million updates on each implementation (`cost`, from the warm
+//! times) and draws a PNG.
 //! Run it after `scripts/package`: `cargo run --release -p tgq-coldstart`. `docs/PERFORMANCE.md`
 //! explains the figures.
 
@@ -24,10 +27,14 @@ use std::process::ExitCode;
 use anyhow::{bail, Context as _};
 use clap::Parser;
 use tgq_artifact::{template_functions, workspace_root, BOOTSTRAP};
-use tgq_fake_lambda::{cold_start, FakeSsm, Invocation};
+use tgq_fake_lambda::{cold_start_then, ColdStart, FakeAws, Invocation};
+use tgq_fake_telegram::FakeTelegram;
 
 use crate::report::{Figures, Results, Samples};
-use crate::subjects::{Function, Programs, Subject};
+use crate::subjects::{Fakes, Function, Programs, Subject};
+
+/// Real updates each subject handles warm, after its first event, in its unmeasured first start.
+const WARM_EVENTS: u64 = 100;
 
 /// Cold start and memory of the packaged tgq functions against Node.js and Python equivalents.
 /// Run `scripts/package` first.
@@ -129,29 +136,52 @@ async fn run(args: Args) -> anyhow::Result<()> {
         }
     }
 
-    let ssm = FakeSsm::start(BTreeMap::from([
+    let telegram = FakeTelegram::start().await?;
+    let aws = FakeAws::start(BTreeMap::from([
         (
             subjects::WEBHOOK_SECRET_PARAM.to_owned(),
             subjects::WEBHOOK_SECRET.to_owned(),
         ),
         (
             subjects::BOT_TOKEN_PARAM.to_owned(),
-            subjects::BOT_TOKEN.to_owned(),
+            telegram.token().to_owned(),
         ),
     ]))
     .await?;
-    let subjects = subjects::subjects(&programs, &ssm.endpoint(), &logs);
+    let fakes = Fakes {
+        aws: &aws.endpoint(),
+        telegram: &telegram.url(),
+    };
+    let subjects = subjects::subjects(&programs, &fakes, &logs);
 
-    // One unmeasured start each, so every program is in the page cache, as a warm host's is.
-    for subject in &subjects {
-        measure(subject).await?;
-    }
     let mut samples: BTreeMap<_, Samples> = BTreeMap::new();
+    // One unmeasured start each, so every program is in the page cache, as a warm host's is; it
+    // takes the warm events too.
+    for subject in &subjects {
+        let (sent, called) = (telegram.delivered().len(), aws.calls());
+        let warm = measure(subject, WARM_EVENTS).await?;
+        let replies = telegram.delivered().len() - sent;
+        let what = format!("{} {}", subject.implementation, subject.function);
+        if subject.function == Function::Worker && replies as u64 != WARM_EVENTS {
+            bail!("{what} sent {replies} replies for {WARM_EVENTS} updates, not one each");
+        }
+        // Its secret at start, then the same requests per update as tgq's function: an
+        // equivalent that skipped its work would look fast.
+        let calls = aws.calls() - called;
+        let expected = 1 + subject.function.aws_calls_per_update() * WARM_EVENTS as usize;
+        if calls != expected {
+            bail!("{what} made {calls} AWS requests for {WARM_EVENTS} updates, not {expected}");
+        }
+        samples
+            .entry((subject.function, subject.implementation))
+            .or_default()
+            .push_warm(&warm);
+    }
     // Rounds interleave the subjects, so a slow moment of the machine is spread over all of them.
     for round in 1..=args.runs {
         eprintln!("round {round}/{}", args.runs);
         for subject in &subjects {
-            let cold = measure(subject).await?;
+            let cold = measure(subject, 0).await?;
             samples
                 .entry((subject.function, subject.implementation))
                 .or_default()
@@ -164,23 +194,34 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .collect();
     println!("{}", report::render(&results, args.runs, args.markdown));
     println!("{}", cost::render(&results));
-    println!("fake SSM answered {} GetParameter calls", ssm.calls());
+    println!(
+        "the fake AWS endpoint answered {} calls, the fake Bot API {}",
+        aws.calls(),
+        telegram.calls().len()
+    );
     chart::draw(&results, args.runs, &chart)?;
     println!("chart: {}", chart.display());
     Ok(())
 }
 
-/// One cold start of `subject`, which must give the expected answer.
-async fn measure(subject: &Subject) -> anyhow::Result<tgq_fake_lambda::ColdStart> {
+/// One cold start of `subject`, then `warm` real updates; every answer must be the expected one.
+async fn measure(subject: &Subject, warm: u64) -> anyhow::Result<ColdStart> {
     let what = format!("{} {}", subject.implementation, subject.function);
     let log = subject
         .launch
         .log
         .as_ref()
         .map_or("(none)".to_owned(), |log| log.display().to_string());
-    let cold = cold_start(&subject.launch, Invocation::new(subject.function.event()))
-        .await
-        .with_context(|| format!("{what} (log: {log})"))?;
+    let updates = (2..2 + warm)
+        .map(|n| Invocation::numbered(subject.function.warm_event(), n))
+        .collect();
+    let cold = cold_start_then(
+        &subject.launch,
+        Invocation::new(subject.function.event()),
+        updates,
+    )
+    .await
+    .with_context(|| format!("{what} (log: {log})"))?;
     let answer = cold.answer.json();
     if !subject.function.accepts(&answer) {
         bail!(
@@ -188,6 +229,11 @@ async fn measure(subject: &Subject) -> anyhow::Result<tgq_fake_lambda::ColdStart
             cold.answer.kind,
             subject.function.expected()
         );
+    }
+    for answer in cold.warm.iter().map(|warm| warm.answer.json()) {
+        if !subject.function.accepts_warm(&answer) {
+            bail!("{what} answered an update with {answer} (log: {log})");
+        }
     }
     Ok(cold)
 }

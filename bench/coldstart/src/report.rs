@@ -21,6 +21,8 @@ pub struct Samples {
     pub to_first_poll: Vec<Duration>,
     pub to_answer: Vec<Duration>,
     pub peak_rss_kib: Vec<u64>,
+    /// Warm invocations on real updates: hand-out → answer.
+    pub warm: Vec<Duration>,
 }
 
 impl Samples {
@@ -28,6 +30,10 @@ impl Samples {
         self.to_first_poll.push(cold.to_first_poll);
         self.to_answer.push(cold.to_answer);
         self.peak_rss_kib.push(cold.peak_rss_kib);
+    }
+
+    pub fn push_warm(&mut self, cold: &ColdStart) {
+        self.warm.extend(cold.warm.iter().map(|warm| warm.took));
     }
 }
 
@@ -66,6 +72,9 @@ pub struct Figures {
     pub to_next_ms: Spread,
     pub to_answer_ms: Spread,
     pub peak_rss_mib: Spread,
+    /// A warm invocation on a real update, against fakes that answer at once: the function's own
+    /// time (median and range of every warm invocation measured).
+    pub warm_ms: Spread,
 }
 
 impl Figures {
@@ -75,6 +84,7 @@ impl Figures {
             to_next_ms: millis(&samples.to_first_poll),
             to_answer_ms: millis(&samples.to_answer),
             peak_rss_mib: Spread::of(samples.peak_rss_kib.iter().map(|kib| *kib as f64 / 1024.0)),
+            warm_ms: millis(&samples.warm),
         }
     }
 }
@@ -108,25 +118,33 @@ pub fn render(results: &Results, runs: usize, markdown: bool) -> String {
         "exec → first answer, ms",
         "peak RSS, MiB",
         "/next vs tgq",
+        "warm invocation, ms",
+        "warm vs tgq",
     ];
     let mut rows = Vec::new();
     for ((function, implementation), figures) in results {
         let tgq = results.get(&(*function, Implementation::Tgq));
-        let ratio = tgq.map_or("–".to_owned(), |tgq| {
-            format!("{:.1} ×", figures.to_next_ms.median / tgq.to_next_ms.median)
-        });
+        let ratio = |of: fn(&Figures) -> f64| {
+            tgq.map_or("–".to_owned(), |tgq| {
+                format!("{:.1} ×", of(figures) / of(tgq))
+            })
+        };
         rows.push([
             function.to_string(),
             implementation.to_string(),
             spread(figures.to_next_ms, 1),
             spread(figures.to_answer_ms, 1),
             spread(figures.peak_rss_mib, 1),
-            ratio,
+            ratio(|figures| figures.to_next_ms.median),
+            spread(figures.warm_ms, 2),
+            ratio(|figures| figures.warm_ms.median),
         ]);
     }
     let _ = writeln!(
         out,
-        "Cold start on a fake Lambda Runtime API: median (min–max) of {runs} runs each\n"
+        "Cold start on a fake Lambda Runtime API: median (min–max) of {runs} runs each; a warm \
+         invocation (a real update against fakes that answer at once): median (min–max) of the \
+         warm events of the unmeasured first start\n"
     );
     if markdown {
         let _ = writeln!(out, "| {} |", header.join(" | "));
@@ -213,6 +231,7 @@ mod tests {
             to_next_ms: Spread::of([next]),
             to_answer_ms: Spread::of([next]),
             peak_rss_mib: Spread::of([rss]),
+            warm_ms: Spread::of([1.0]),
         };
         results.insert((Function::Webhook, Implementation::Tgq), figures(16.0, 8.0));
         results.insert(

@@ -8,11 +8,10 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tgq_fake_lambda::Launch;
 
-/// Parameter names and values the fake SSM serves.
+/// Parameter names and values the fake SSM serves (the bot token is the fake Bot API's).
 pub const WEBHOOK_SECRET_PARAM: &str = "/tgq/webhook-secret";
 pub const WEBHOOK_SECRET: &str = "tgq-example-secret";
 pub const BOT_TOKEN_PARAM: &str = "/tgq/bot-token";
-pub const BOT_TOKEN: &str = "7000000001:coldstart-bench-token";
 
 /// Who implements the functions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -75,6 +74,34 @@ impl Function {
         }
     }
 
+    /// The warm events, after the first: a real update, which each implementation stores and
+    /// enqueues (the webhook) or claims and answers with one reply (the worker), against the fake
+    /// AWS endpoint and the fake Bot API; both answer at once, so the time is the function's own.
+    pub fn warm_event(self) -> &'static str {
+        match self {
+            Function::Webhook => include_str!("../../../events/webhook/message.json"),
+            Function::Worker => include_str!("../../../events/sqs/single.json"),
+        }
+    }
+
+    /// The AWS requests each implementation makes for one warm event, as tgq's functions make
+    /// them (`tests/e2e/tests/requests.rs`): the webhook's put and send; the worker's claim, state
+    /// read, the reply's intent and the settle.
+    pub fn aws_calls_per_update(self) -> usize {
+        match self {
+            Function::Webhook => 2,
+            Function::Worker => 4,
+        }
+    }
+
+    /// Whether `answer` is the right one for [`Function::warm_event`].
+    pub fn accepts_warm(self, answer: &Value) -> bool {
+        match self {
+            Function::Webhook => answer["statusCode"] == json!(200),
+            Function::Worker => answer == &json!({"batchItemFailures": []}),
+        }
+    }
+
     /// The answer [`Function::accepts`], in words.
     pub fn expected(self) -> &'static str {
         match self {
@@ -108,9 +135,15 @@ pub struct Programs {
     pub python: Option<(PathBuf, PathBuf)>,
 }
 
+/// Where the subjects' calls go: the fake AWS endpoint and the fake Bot API.
+pub struct Fakes<'a> {
+    pub aws: &'a str,
+    pub telegram: &'a str,
+}
+
 /// Every subject, each configured the same way: the function's configuration as template.yaml gives
-/// it, secrets by SSM parameter name from `aws_endpoint`, logs into `logs`.
-pub fn subjects(programs: &Programs, aws_endpoint: &str, logs: &Path) -> Vec<Subject> {
+/// it, secrets by SSM parameter name from the fake AWS endpoint, logs into `logs`.
+pub fn subjects(programs: &Programs, fakes: &Fakes<'_>, logs: &Path) -> Vec<Subject> {
     let mut subjects = Vec::new();
     for implementation in Implementation::ALL {
         for function in Function::ALL {
@@ -139,7 +172,7 @@ pub fn subjects(programs: &Programs, aws_endpoint: &str, logs: &Path) -> Vec<Sub
             subjects.push(Subject {
                 implementation,
                 function,
-                launch: configure(launch, function, aws_endpoint, logs, implementation),
+                launch: configure(launch, function, fakes, logs, implementation),
             });
         }
     }
@@ -149,10 +182,11 @@ pub fn subjects(programs: &Programs, aws_endpoint: &str, logs: &Path) -> Vec<Sub
 fn configure(
     launch: Launch,
     function: Function,
-    aws: &str,
+    fakes: &Fakes<'_>,
     logs: &Path,
     implementation: Implementation,
 ) -> Launch {
+    let aws = fakes.aws;
     let mut launch = launch
         .env("AWS_ENDPOINT_URL", aws)
         .env("AWS_REGION", "us-east-1")
@@ -173,8 +207,13 @@ fn configure(
             "TGQ_DLQ_URL",
             format!("{aws}/123456789012/tgq-updates-dlq.fifo"),
         )
-        // The worker never calls Telegram for an empty batch; nothing listens here.
-        .env("TELEGRAM_API_URL", "http://127.0.0.1:9");
+        .env("TELEGRAM_API_URL", fakes.telegram)
+        // Every warm update is in the same chat: tgq's pacer would hold each reply a second
+        // (Telegram's per-chat limit), which the equivalents do not do; what is measured is the
+        // function's own time, so the pacer is off, as in the local-mode bench.
+        .env("TGQ_RATE_PER_SECOND", "0")
+        .env("TGQ_RATE_PER_CHAT_PER_SECOND", "0")
+        .env("TGQ_RATE_PER_GROUP_PER_MINUTE", "0");
     launch = match function {
         Function::Webhook => launch.env("TGQ_WEBHOOK_SECRET_PARAM", WEBHOOK_SECRET_PARAM),
         Function::Worker => launch.env("TELEGRAM_BOT_TOKEN_PARAM", BOT_TOKEN_PARAM),

@@ -23,6 +23,7 @@ use tgq_core::ingest::{Answer, Ingested, Refused, RequestHead, Webhooks, SECRET_
 use tgq_embedded::EmbeddedStore;
 
 use super::admin;
+use super::share::LoopShare;
 use super::shutdown::Shutdown;
 use super::worker_loop::LoopStats;
 use crate::ops::{dlq, DEFAULT_LIMIT};
@@ -41,6 +42,8 @@ pub struct App {
     pub admin_token: Option<SecretString>,
     /// The worker loops' state.
     pub loops: Arc<LoopStats>,
+    /// Counts webhook requests, so that the worker loops yield to a busy webhook.
+    pub share: Arc<LoopShare>,
     /// How many worker loops should be running.
     pub expected_loops: usize,
     /// Set once the process is stopping.
@@ -135,6 +138,7 @@ async fn webhook(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
+    app.share.arrived();
     let webhook = match app.webhooks.route(uri.path()).await {
         Ok(webhook) => webhook,
         Err(refused) => return webhook_answer(&Err(refused)),

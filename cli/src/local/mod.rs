@@ -32,14 +32,16 @@ use tracing::{error, info, warn};
 use crate::config::{LocalSettings, SecretOrigin, UsageError, ADDR_FILE};
 use data_dir::DataDir;
 use http::App;
+use share::LoopShare;
 use shutdown::Shutdown;
-use worker_loop::{LoopSettings, LoopStats};
+use worker_loop::{LoopSettings, LoopStats, Loops};
 
 mod admin;
 mod data_dir;
 mod demo;
 mod fixtures;
 mod http;
+mod share;
 pub(crate) mod shutdown;
 mod worker_loop;
 
@@ -58,7 +60,7 @@ Environment (the same variables as the Lambda functions):
                          (default: settle them DONE as recipient_gone, counted in `tgq status`)
   TGQ_RECORD_TTL_SECS    how long records and outbox entries are kept (default 604800, 7 days)
   TGQ_PURGE_INTERVAL_SECS  how often retention removes what outlived it (default 300)
-  TGQ_WORKER_LOOPS       worker loops running at once (default 64)
+  TGQ_WORKER_LOOPS       worker loops running at once (default 64; 4 take batches while the webhook is busy)
   TGQ_REGISTRY_REFRESH_SECS  how often <data-dir>/bots.json (more bots, on /webhook/{bot_id}) is
                          read again (default 30)
   TGQ_ADMIN_TOKEN        lets non-loopback clients read /admin/* with `Authorization: Bearer …`
@@ -205,19 +207,30 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
     let pacer = Arc::new(Pacer::new(settings.rate_limits));
     let mut tasks: JoinSet<anyhow::Result<()>> = JoinSet::new();
 
+    let share = Arc::new(LoopShare::new(loop_settings.loops));
+    let shared = Loops {
+        settings: loop_settings,
+        store: store.clone(),
+        clock: clock.clone(),
+        stats: loops.clone(),
+        share: share.clone(),
+        shutdown: shutdown.clone(),
+    };
     for id in 0..loop_settings.loops {
         let worker = worker(&settings, &store, &clock, &pacer, bots.clone());
-        let (store, clock, loops, shutdown) = (
-            store.clone(),
-            clock.clone(),
-            loops.clone(),
-            shutdown.clone(),
-        );
+        let shared = shared.clone();
         tasks.spawn(async move {
-            worker_loop::run(id, loop_settings, store, worker, clock, loops, shutdown).await;
+            worker_loop::run(id, shared, worker).await;
             Ok(())
         });
     }
+    tasks.spawn({
+        let (share, shutdown) = (share.clone(), shutdown.clone());
+        async move {
+            share.run(shutdown).await;
+            Ok(())
+        }
+    });
     tasks.spawn(retention(
         store.clone(),
         clock.clone(),
@@ -230,6 +243,7 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
         clock: clock.clone(),
         admin_token: settings.admin_token.clone(),
         loops,
+        share,
         expected_loops: loop_settings.loops,
         shutdown: shutdown.clone(),
         metrics,

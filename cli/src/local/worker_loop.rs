@@ -2,6 +2,7 @@
 //! it to the [`Worker`] use case with an invocation deadline, delete every message not reported as
 //! failed.
 //! Several loops run at once; the queue's message groups keep each chat in order between them.
+//! While the webhook is busy only a few of them receive ([`LoopShare`]).
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -17,6 +18,7 @@ use tgq_core::{defaults, PortError};
 use tgq_embedded::EmbeddedStore;
 use tracing::{info, warn};
 
+use super::share::LoopShare;
 use super::shutdown::Shutdown;
 
 /// How the loops receive and how long one "invocation" may take.
@@ -73,18 +75,40 @@ async fn delete_patiently(store: &EmbeddedStore, receipt: &ReceiptHandle) -> Res
     .await
 }
 
+/// What every loop shares.
+#[derive(Clone)]
+pub struct Loops {
+    /// How they receive.
+    pub settings: LoopSettings,
+    /// The store they receive from.
+    pub store: Arc<EmbeddedStore>,
+    /// Tells the time for deadlines.
+    pub clock: Arc<dyn Clock>,
+    /// How many run, for `/readyz`.
+    pub stats: Arc<LoopStats>,
+    /// How many may receive now.
+    pub share: Arc<LoopShare>,
+    /// Stops them.
+    pub shutdown: Shutdown,
+}
+
 /// Runs one loop until shutdown; the batch in hand is always finished first.
-pub async fn run(
-    id: usize,
-    settings: LoopSettings,
-    store: Arc<EmbeddedStore>,
-    worker: Worker,
-    clock: Arc<dyn Clock>,
-    stats: Arc<LoopStats>,
-    shutdown: Shutdown,
-) {
+pub async fn run(id: usize, loops: Loops, worker: Worker) {
+    let Loops {
+        settings,
+        store,
+        clock,
+        stats,
+        share,
+        shutdown,
+    } = loops;
     stats.running.fetch_add(1, Ordering::SeqCst);
     while !shutdown.is_triggered() {
+        // Past the share while the webhook is busy: wait, so ingest keeps the cores.
+        share.turn(id, &shutdown).await;
+        if shutdown.is_triggered() {
+            break;
+        }
         // Not cancelled on shutdown: a receive abandoned after it was committed would leave its
         // messages hidden until their visibility timeout. It waits one second at most.
         let records = match store

@@ -605,7 +605,11 @@ impl<'a> Context<'a> {
         let bot = &self.run.lease.key.bot_id;
         loop {
             let allowed = self.inline_wait_allowed();
-            let wait = match self.run.pacer.reserve_within(bot, chat, Instant::now(), allowed) {
+            let wait = match self
+                .run
+                .pacer
+                .reserve_within(bot, chat, Instant::now(), allowed)
+            {
                 Ok(wait) => wait,
                 Err(wait) => return Err(HandlerError::Paced(wait)),
             };

@@ -57,6 +57,15 @@ pub struct ColdStart {
     pub answer: Answer,
     /// The process's peak resident set (`ru_maxrss`), in KiB.
     pub peak_rss_kib: u64,
+    /// The invocations after the first ([`cold_start_then`]), in order.
+    pub warm: Vec<WarmAnswer>,
+}
+
+/// A warm invocation: what the function answered, and how long after the event was handed out.
+#[derive(Clone, Debug)]
+pub struct WarmAnswer {
+    pub took: Duration,
+    pub answer: Answer,
 }
 
 /// Why a cold start could not be measured.
@@ -83,7 +92,20 @@ pub enum LaunchError {
 /// Starts `launch` against a fresh [`FakeRuntime`] holding `invocation`, waits for its first
 /// answer, then kills it and reads its peak memory.
 pub async fn cold_start(launch: &Launch, invocation: Invocation) -> Result<ColdStart, LaunchError> {
-    let mut runtime = FakeRuntime::start(invocation)
+    cold_start_then(launch, invocation, Vec::new()).await
+}
+
+/// [`cold_start`], then the `warm` invocations one after another in the same process (each timed
+/// from its hand-out to its answer), before it is killed. `launch.timeout` is for them all.
+pub async fn cold_start_then(
+    launch: &Launch,
+    invocation: Invocation,
+    warm: Vec<Invocation>,
+) -> Result<ColdStart, LaunchError> {
+    let count = 1 + warm.len();
+    let mut invocations = vec![invocation];
+    invocations.extend(warm);
+    let mut runtime = FakeRuntime::start_all(invocations)
         .await
         .map_err(LaunchError::Runtime)?;
     let program = launch.program.display().to_string();
@@ -123,8 +145,8 @@ pub async fn cold_start(launch: &Launch, invocation: Invocation) -> Result<ColdS
     // `reap` below reaps the child; std's handle must not wait on it too.
     drop(child);
 
-    let (answer, gone) = tokio::select! {
-        answer = runtime.answer() => (Some(answer), false),
+    let (progress, gone) = tokio::select! {
+        progress = runtime.answered(count) => (Some(progress), false),
         _ = &mut exited => (None, true),
         _ = tokio::time::sleep(launch.timeout) => (None, false),
     };
@@ -134,7 +156,13 @@ pub async fn cold_start(launch: &Launch, invocation: Invocation) -> Result<ColdS
         let _ = exited.await;
     }
     let (status, peak_rss_kib) = reap(pid);
-    let Some(answer) = answer else {
+    // An init error ends the process's work: it stands for every answer.
+    let progress = progress.or_else(|| {
+        let progress = runtime.progress();
+        let failed = progress.answer.as_ref()?.kind == crate::runtime::AnswerKind::InitError;
+        failed.then_some(progress)
+    });
+    let Some(progress) = progress else {
         let polled = runtime.progress().first_poll.is_some();
         return Err(if gone {
             LaunchError::Exited { program, status }
@@ -146,12 +174,29 @@ pub async fn cold_start(launch: &Launch, invocation: Invocation) -> Result<ColdS
             }
         });
     };
-    let first_poll = runtime.progress().first_poll.unwrap_or(answer.at);
+    let Some(answer) = progress.answer.clone() else {
+        return Err(LaunchError::Exited { program, status });
+    };
+    let first_poll = progress.first_poll.unwrap_or(answer.at);
+    let warm = progress
+        .answers
+        .iter()
+        .zip(&progress.handed_out)
+        .skip(1)
+        .filter_map(|(answer, handed_out)| {
+            let answer = answer.clone()?;
+            Some(WarmAnswer {
+                took: answer.at.saturating_duration_since(*handed_out),
+                answer,
+            })
+        })
+        .collect();
     Ok(ColdStart {
         to_first_poll: first_poll.saturating_duration_since(started),
         to_answer: answer.at.saturating_duration_since(started),
         answer,
         peak_rss_kib,
+        warm,
     })
 }
 

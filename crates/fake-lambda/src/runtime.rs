@@ -1,7 +1,7 @@
-//! The fake Lambda Runtime API: one invocation, then silence.
+//! The fake Lambda Runtime API: its invocations one after another, then silence.
 
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -18,7 +18,7 @@ pub const RUNTIME_API_VERSION: &str = "/2018-06-01/runtime";
 /// The ARN the fake gives the invoked function.
 const FUNCTION_ARN: &str = "arn:aws:lambda:us-east-1:123456789012:function:tgq-fake";
 
-/// The one event the fake hands out.
+/// An event the fake hands out.
 #[derive(Clone, Debug)]
 pub struct Invocation {
     /// `Lambda-Runtime-Aws-Request-Id`; the answer must be posted under it.
@@ -36,6 +36,15 @@ impl Invocation {
             request_id: "00000000-0000-4000-8000-000000000001".to_owned(),
             payload: payload.into(),
             timeout: Duration::from_secs(60),
+        }
+    }
+
+    /// The same as [`Invocation::new`] under request id number `n` (1 is `new`'s), so that several
+    /// invocations of one process can be told apart.
+    pub fn numbered(payload: impl Into<Bytes>, n: u64) -> Invocation {
+        Invocation {
+            request_id: format!("00000000-0000-4000-8000-{n:012}"),
+            ..Invocation::new(payload)
         }
     }
 }
@@ -74,6 +83,18 @@ pub struct Progress {
     pub first_poll: Option<Instant>,
     /// Its first answer.
     pub answer: Option<Answer>,
+    /// When each invocation was handed out, in order.
+    pub handed_out: Vec<Instant>,
+    /// Its answer to each invocation, by the invocation's position (an init error counts as the
+    /// first one's).
+    pub answers: Vec<Option<Answer>>,
+}
+
+impl Progress {
+    /// How many invocations have their answer.
+    pub fn answered(&self) -> usize {
+        self.answers.iter().flatten().count()
+    }
 }
 
 /// A running fake Runtime API; it stops when dropped.
@@ -83,18 +104,27 @@ pub struct FakeRuntime {
 }
 
 struct Shared {
-    invocation: Invocation,
-    handed_out: AtomicBool,
+    invocations: Vec<Invocation>,
+    next: AtomicUsize,
     progress: watch::Sender<Progress>,
 }
 
 impl FakeRuntime {
     /// Starts the fake on `127.0.0.1` at a free port, holding `invocation` for the first poll.
     pub async fn start(invocation: Invocation) -> io::Result<FakeRuntime> {
-        let (progress, receiver) = watch::channel(Progress::default());
+        FakeRuntime::start_all(vec![invocation]).await
+    }
+
+    /// Starts the fake holding `invocations`: each poll gets the next (a function polls again once
+    /// it has answered), and the polls after the last wait for ever.
+    pub async fn start_all(invocations: Vec<Invocation>) -> io::Result<FakeRuntime> {
+        let (progress, receiver) = watch::channel(Progress {
+            answers: vec![None; invocations.len()],
+            ..Progress::default()
+        });
         let shared = Arc::new(Shared {
-            invocation,
-            handed_out: AtomicBool::new(false),
+            invocations,
+            next: AtomicUsize::new(0),
             progress,
         });
         let server = Server::start(move |request| route(Arc::clone(&shared), request)).await?;
@@ -138,6 +168,18 @@ impl FakeRuntime {
             None => std::future::pending().await,
         }
     }
+
+    /// Waits until `count` invocations have their answer.
+    pub async fn answered(&mut self, count: usize) -> Progress {
+        match self
+            .progress
+            .wait_for(|progress| progress.answered() >= count)
+            .await
+        {
+            Ok(progress) => progress.clone(),
+            Err(_) => std::future::pending().await,
+        }
+    }
 }
 
 async fn route(shared: Arc<Shared>, request: Request<Bytes>) -> Response<Full<Bytes>> {
@@ -159,7 +201,11 @@ async fn route(shared: Arc<Shared>, request: Request<Bytes>) -> Response<Full<By
             request.body(),
         ),
         (&Method::POST, ["init", "error"]) => {
-            let id = shared.invocation.request_id.clone();
+            let id = shared
+                .invocations
+                .first()
+                .map(|invocation| invocation.request_id.clone())
+                .unwrap_or_default();
             answer(&shared, &id, AnswerKind::InitError, arrived, request.body())
         }
         _ => not_found(),
@@ -172,11 +218,13 @@ async fn next(shared: &Shared, arrived: Instant) -> Response<Full<Bytes>> {
         progress.first_poll.get_or_insert(arrived);
         first
     });
-    if shared.handed_out.swap(true, Ordering::SeqCst) {
-        // Lambda freezes a function between events; the fake simply never sends a second one.
+    let Some(invocation) = shared
+        .invocations
+        .get(shared.next.fetch_add(1, Ordering::SeqCst))
+    else {
+        // Lambda freezes a function between events; the fake simply sends no more.
         return std::future::pending().await;
-    }
-    let invocation = &shared.invocation;
+    };
     let deadline = SystemTime::now() + invocation.timeout;
     let deadline_ms = deadline
         .duration_since(UNIX_EPOCH)
@@ -206,6 +254,9 @@ async fn next(shared: &Shared, arrived: Instant) -> Response<Full<Bytes>> {
             headers.insert(name, value);
         }
     }
+    shared.progress.send_modify(|progress| {
+        progress.handed_out.push(Instant::now());
+    });
     response
 }
 
@@ -216,22 +267,28 @@ fn answer(
     arrived: Instant,
     body: &Bytes,
 ) -> Response<Full<Bytes>> {
-    if id != shared.invocation.request_id {
+    let Some(index) = shared
+        .invocations
+        .iter()
+        .position(|invocation| invocation.request_id == id)
+    else {
         return respond(
             StatusCode::BAD_REQUEST,
             "application/json",
             r#"{"errorMessage":"unknown request id","errorType":"InvalidRequestID"}"#,
         );
-    }
+    };
     shared.progress.send_if_modified(|progress| {
-        if progress.answer.is_some() {
+        if progress.answers[index].is_some() {
             return false;
         }
-        progress.answer = Some(Answer {
+        let answer = Answer {
             at: arrived,
             kind,
             body: body.clone(),
-        });
+        };
+        progress.answer.get_or_insert_with(|| answer.clone());
+        progress.answers[index] = Some(answer);
         true
     });
     respond(
@@ -317,6 +374,58 @@ mod tests {
         .await;
         assert!(refused.starts_with("HTTP/1.1 400"), "{refused}");
         assert!(runtime.progress().answer.is_none());
+    }
+
+    #[tokio::test]
+    async fn invocations_are_handed_out_in_turn_and_answered_by_request_id() {
+        let mut runtime = FakeRuntime::start_all(vec![
+            Invocation::numbered("{\"n\":1}", 1),
+            Invocation::numbered("{\"n\":2}", 2),
+        ])
+        .await
+        .expect("start");
+        let api = runtime.api();
+        let poll = "GET /2018-06-01/runtime/invocation/next HTTP/1.1\r\nhost: x\r\n\r\n";
+        for n in 1..=2 {
+            let event = exchange(&api, poll.to_owned()).await;
+            let id = format!("00000000-0000-4000-8000-{n:012}");
+            assert!(
+                event.contains(&format!("lambda-runtime-aws-request-id: {id}")),
+                "{event}"
+            );
+            assert!(event.ends_with(&format!("{{\"n\":{n}}}")), "{event}");
+            let body = format!("{{\"answer\":{n}}}");
+            exchange(
+                &api,
+                format!(
+                    "POST /2018-06-01/runtime/invocation/{id}/response HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\n\r\n{body}",
+                    body.len()
+                ),
+            )
+            .await;
+        }
+        let third =
+            tokio::time::timeout(Duration::from_millis(200), exchange(&api, poll.to_owned())).await;
+        assert!(third.is_err(), "a third event was handed out: {third:?}");
+        let progress = runtime.answered(2).await;
+        assert_eq!(progress.handed_out.len(), 2);
+        let answers: Vec<_> = progress
+            .answers
+            .iter()
+            .flatten()
+            .map(Answer::json)
+            .collect();
+        assert_eq!(
+            answers,
+            [
+                serde_json::json!({"answer": 1}),
+                serde_json::json!({"answer": 2})
+            ]
+        );
+        assert_eq!(
+            runtime.answer().await.json(),
+            serde_json::json!({"answer": 1})
+        );
     }
 
     #[tokio::test]

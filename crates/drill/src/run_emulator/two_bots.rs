@@ -243,7 +243,14 @@ pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row
         .count();
 
     let mut everything = Plan::default();
-    for plan in [&solo, &control, &shared, &solo_again, &noisy_healthy, &noisy_plan] {
+    for plan in [
+        &solo,
+        &control,
+        &shared,
+        &solo_again,
+        &noisy_healthy,
+        &noisy_plan,
+    ] {
         everything.updates.extend(plan.updates.iter().cloned());
     }
     everything.updates.sort_by_key(|p| p.update_id);
