@@ -33,6 +33,16 @@ fn bots(
     (status.code().unwrap_or(-1), stdout, stderr)
 }
 
+/// `tgq bots add ID --handler echo --webhook-url URL` with `token`.
+fn add(fake: &FakeTelegram, token: &str, dir: &Path, id: &str, url: &str) -> (i32, String, String) {
+    bots(
+        fake,
+        Some(token),
+        dir,
+        &["add", id, "--handler", "echo", "--webhook-url", url],
+    )
+}
+
 fn registry(dir: &Path) -> Value {
     let text = std::fs::read(dir.join("bots.json")).unwrap_or_else(|_| b"{\"bots\": []}".to_vec());
     serde_json::from_slice(&text).expect("bots.json parses")
@@ -212,31 +222,16 @@ async fn a_bad_id_token_handler_or_duplicate_is_refused_by_name_before_anything_
         fake.calls()
     );
 
-    let (code, _, stderr) = bots(
-        &fake,
-        Some(&token),
-        dir.path(),
-        &["add", "shop", "--handler", "echo", "--webhook-url", URL],
-    );
+    let (code, _, stderr) = add(&fake, &token, dir.path(), "shop", URL);
     assert_eq!(code, 0, "{stderr}");
     let before = std::fs::read(dir.path().join("bots.json")).unwrap();
-    let (code, _, stderr) = bots(
-        &fake,
-        Some(&token),
-        dir.path(),
-        &["add", "shop", "--handler", "echo", "--webhook-url", URL],
-    );
+    let (code, _, stderr) = add(&fake, &token, dir.path(), "shop", URL);
     assert_eq!(code, 1);
     assert!(
         stderr.contains("already registered") && stderr.contains("shop"),
         "{stderr}"
     );
-    let (code, _, stderr) = bots(
-        &fake,
-        Some(&token),
-        dir.path(),
-        &["add", "shop2", "--handler", "echo", "--webhook-url", URL],
-    );
+    let (code, _, stderr) = add(&fake, &token, dir.path(), "shop2", URL);
     assert_eq!(code, 1);
     assert!(
         stderr.contains("already registered as shop"),
@@ -254,18 +249,12 @@ async fn a_webhook_telegram_refuses_takes_the_bot_out_again_so_the_same_add_can_
     let fake = FakeTelegram::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let token = fake.token().to_owned();
-    let (code, _, stderr) = bots(
+    let (code, _, stderr) = add(
         &fake,
-        Some(&token),
+        &token,
         dir.path(),
-        &[
-            "add",
-            "shop",
-            "--handler",
-            "echo",
-            "--webhook-url",
-            "https://nowhere.invalid/webhook/shop",
-        ],
+        "shop",
+        "https://nowhere.invalid/webhook/shop",
     );
     assert_eq!(code, 1);
     assert!(
@@ -276,12 +265,7 @@ async fn a_webhook_telegram_refuses_takes_the_bot_out_again_so_the_same_add_can_
         ids(dir.path()).is_empty(),
         "not left registered without a webhook"
     );
-    let (code, _, stderr) = bots(
-        &fake,
-        Some(&token),
-        dir.path(),
-        &["add", "shop", "--handler", "echo", "--webhook-url", URL],
-    );
+    let (code, _, stderr) = add(&fake, &token, dir.path(), "shop", URL);
     assert_eq!(code, 0, "{stderr}");
 }
 
@@ -290,12 +274,7 @@ async fn a_bot_removed_has_its_webhook_deleted_and_leaves_the_registry() {
     let fake = FakeTelegram::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let token = fake.token().to_owned();
-    let (code, _, stderr) = bots(
-        &fake,
-        Some(&token),
-        dir.path(),
-        &["add", "shop", "--handler", "echo", "--webhook-url", URL],
-    );
+    let (code, _, stderr) = add(&fake, &token, dir.path(), "shop", URL);
     assert_eq!(code, 0, "{stderr}");
     let (code, _, stderr) = bots(
         &fake,

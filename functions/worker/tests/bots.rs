@@ -313,11 +313,12 @@ async fn a_short_flood_wait_gives_the_bot_s_updates_back_instead_of_holding_the_
     );
 }
 
-#[tokio::test]
-async fn a_slow_bot_holds_back_nothing_of_another_bot_in_the_same_batch() {
+/// Runs shop (with `handler`, slow in some way) first and news (echo) second in one batch, and
+/// checks that news's reply went out while shop was still held up.
+async fn news_is_not_held_up_by_shop(handler: &str, by_what: &str) {
     let rig = rig(
         vec![
-            bot("shop", SHOP_TOKEN, "slow"),
+            bot("shop", SHOP_TOKEN, handler),
             bot("news", NEWS_TOKEN, "echo"),
         ],
         "30",
@@ -327,35 +328,23 @@ async fn a_slow_bot_holds_back_nothing_of_another_bot_in_the_same_batch() {
     assert!(report.failed_message_ids().is_empty(), "{report:?}");
     let shop = &rig.fake.delivered_to(111)[0];
     let news = &rig.fake.delivered_to(222)[0];
-    // Shop comes first in the batch, yet news's reply is out while shop's handler still sleeps.
+    // Shop comes first in the batch, yet news's reply is out while shop is still held up.
     assert!(
         news.at + SLOW - Duration::from_millis(500) < shop.at,
-        "news waited for shop: news at {:?}, shop at {:?}",
+        "news waited for shop's {by_what}: news at {:?}, shop at {:?}",
         news.at,
         shop.at
     );
 }
 
 #[tokio::test]
+async fn a_slow_bot_holds_back_nothing_of_another_bot_in_the_same_batch() {
+    news_is_not_held_up_by_shop("slow", "handler").await;
+}
+
+#[tokio::test]
 async fn a_bot_slow_to_build_holds_back_no_other_bot_met_in_the_same_batch() {
-    let rig = rig(
-        vec![
-            bot("shop", SHOP_TOKEN, "slow_to_build"),
-            bot("news", NEWS_TOKEN, "echo"),
-        ],
-        "30",
-    )
-    .await;
-    let report = run(&rig, &[record("shop", 1, 111), record("news", 2, 222)]).await;
-    assert!(report.failed_message_ids().is_empty(), "{report:?}");
-    let shop = &rig.fake.delivered_to(111)[0];
-    let news = &rig.fake.delivered_to(222)[0];
-    assert!(
-        news.at + SLOW - Duration::from_millis(500) < shop.at,
-        "news waited for shop's handler to be built: news at {:?}, shop at {:?}",
-        news.at,
-        shop.at
-    );
+    news_is_not_held_up_by_shop("slow_to_build", "handler to be built").await;
 }
 
 #[tokio::test]
