@@ -14,14 +14,11 @@ use tgq_core::bots::OneBot;
 use tgq_core::clock::{Clock, SystemClock};
 use tgq_core::ids::{BotId, MessageGroupId};
 use tgq_core::ingest::{Ingest, Webhook, WebhookPorts, WebhookSettings};
-use tgq_core::pacer::{Pacer, RateLimits};
 use tgq_core::policy::RetryPolicy;
 use tgq_core::ports::{QueueRecord, ReceiptHandle};
-use tgq_core::worker::{GoneRecipients, Worker, WorkerPorts, WorkerSettings};
+use tgq_core::worker::{GoneRecipients, Worker, WorkerSettings};
 use tgq_core::{Context, Handler, HandlerError};
-use tgq_memory::{
-    MemoryDeadLetters, MemoryQueue, MemoryStore, RecordingBotApi, RecordingVisibility,
-};
+use tgq_memory::{MemoryDeadLetters, MemoryQueue, MemoryStore, RecordingBotApi};
 
 static NEXT_ID: AtomicI64 = AtomicI64::new(1);
 
@@ -88,15 +85,11 @@ fn process_batch(c: &mut Criterion) {
         .build()
         .unwrap();
     let store = Arc::new(MemoryStore::new());
-    let ports = WorkerPorts {
-        ledger: store.clone(),
-        visibility: Arc::new(RecordingVisibility::new()),
-        dead: Arc::new(MemoryDeadLetters::new()),
-        pacer: Arc::new(Pacer::new(RateLimits::UNLIMITED)),
-        clock: Arc::new(SystemClock),
-        reset: store.clone(),
-        audit: store,
-    };
+    let ports = tgq_memory::worker_ports(
+        &store,
+        Arc::new(MemoryDeadLetters::new()),
+        Arc::new(SystemClock),
+    );
     let settings = WorkerSettings {
         retry: RetryPolicy::default(),
         deadline_margin: Duration::from_secs(5),

@@ -56,15 +56,7 @@ impl Harness {
         let clock = ManualClock::at(Timestamp(1_800_000_000_000));
         let worker = Worker::new(
             settings,
-            WorkerPorts {
-                ledger: store.clone(),
-                visibility: Arc::new(RecordingVisibility::new()),
-                dead: dead.clone(),
-                pacer: Arc::new(Pacer::new(RateLimits::UNLIMITED)),
-                clock: Arc::new(clock.clone()),
-                reset: store.clone(),
-                audit: store.clone(),
-            },
+            worker_ports(&store, dead.clone(), Arc::new(clock.clone())),
             Arc::new(OneBot::new(api.clone(), handler)),
         );
         Self {
@@ -102,5 +94,23 @@ impl Harness {
             first_received_at: None,
             dead_letter: None,
         }
+    }
+}
+
+/// The worker's ports on `store` and `dead`, telling time by `clock`: visibility changes recorded,
+/// Telegram's pacing unlimited (a test or bench asks for limits itself).
+pub fn worker_ports(
+    store: &Arc<MemoryStore>,
+    dead: Arc<MemoryDeadLetters>,
+    clock: Arc<dyn Clock>,
+) -> WorkerPorts {
+    WorkerPorts {
+        ledger: store.clone(),
+        visibility: Arc::new(RecordingVisibility::new()),
+        dead,
+        pacer: Arc::new(Pacer::new(RateLimits::UNLIMITED)),
+        clock,
+        reset: store.clone(),
+        audit: store.clone(),
     }
 }

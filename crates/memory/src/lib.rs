@@ -17,7 +17,7 @@ mod visibility;
 pub use bot_api::{RecordedCall, RecordingBotApi};
 pub use bots::MemoryBots;
 pub use dead_letters::MemoryDeadLetters;
-pub use harness::Harness;
+pub use harness::{worker_ports, Harness};
 pub use lease::MemoryPollerLease;
 pub use outage::{Fault, Outage};
 pub use queue::MemoryQueue;

@@ -15,14 +15,13 @@ use tgq_core::config::Vars;
 use tgq_core::dead::DeadReason;
 use tgq_core::handler::HandlerRegistry;
 use tgq_core::ids::{BotId, RecordKey, UpdateId};
-use tgq_core::pacer::{Pacer, RateLimits};
 use tgq_core::ports::QueueRecord;
 use tgq_core::record::Status;
 use tgq_core::registry::BotEntry;
-use tgq_core::worker::{BatchReport, RecordOutcome, Worker, WorkerPorts};
+use tgq_core::worker::{BatchReport, RecordOutcome, Worker};
 use tgq_core::{Context, ErrorClass, Handler, HandlerError};
 use tgq_fake_telegram::{FakeTelegram, Fault, Scope, Times};
-use tgq_memory::{MemoryBots, MemoryDeadLetters, MemoryStore, RecordingVisibility};
+use tgq_memory::{MemoryBots, MemoryDeadLetters, MemoryStore};
 use tgq_worker::WorkerConfig;
 
 const SHOP_TOKEN: &str = "111:SHOP";
@@ -115,15 +114,7 @@ async fn rig(bots: Vec<BotEntry>, refresh_secs: &str) -> Rig {
         .unwrap();
     let store = Arc::new(MemoryStore::new());
     let dead = Arc::new(MemoryDeadLetters::new());
-    let ports = WorkerPorts {
-        ledger: store.clone(),
-        visibility: Arc::new(RecordingVisibility::new()),
-        dead: dead.clone(),
-        pacer: Arc::new(Pacer::new(RateLimits::UNLIMITED)),
-        clock: Arc::new(SystemClock),
-        reset: store.clone(),
-        audit: store.clone(),
-    };
+    let ports = tgq_memory::worker_ports(&store, dead.clone(), Arc::new(SystemClock));
     Rig {
         worker: Worker::new(config.settings, ports, Arc::new(fleet)),
         fake,
@@ -131,6 +122,18 @@ async fn rig(bots: Vec<BotEntry>, refresh_secs: &str) -> Rig {
         dead,
         registry,
     }
+}
+
+/// The rig with two echo bots, `shop` and `news`, the registry read every 30 s.
+async fn shop_and_news() -> Rig {
+    rig(
+        vec![
+            bot("shop", SHOP_TOKEN, "echo"),
+            bot("news", NEWS_TOKEN, "echo"),
+        ],
+        "30",
+    )
+    .await
 }
 
 /// A message from the private chat `chat` to `bot`, as the updates queue delivers it.
@@ -188,14 +191,7 @@ fn key(bot: &str, update_id: i64) -> RecordKey {
 
 #[tokio::test]
 async fn each_bot_s_replies_go_out_with_its_own_token_and_the_environment_s_bot_runs_as_before() {
-    let rig = rig(
-        vec![
-            bot("shop", SHOP_TOKEN, "echo"),
-            bot("news", NEWS_TOKEN, "echo"),
-        ],
-        "30",
-    )
-    .await;
+    let rig = shop_and_news().await;
     let report = run(
         &rig,
         &[
@@ -214,14 +210,7 @@ async fn each_bot_s_replies_go_out_with_its_own_token_and_the_environment_s_bot_
 
 #[tokio::test]
 async fn a_flood_wait_of_one_bot_pauses_its_own_sends_and_nothing_of_another_s() {
-    let rig = rig(
-        vec![
-            bot("shop", SHOP_TOKEN, "echo"),
-            bot("news", NEWS_TOKEN, "echo"),
-        ],
-        "30",
-    )
-    .await;
+    let rig = shop_and_news().await;
     // Telegram asks shop to wait 30 s after its send to chat 111.
     rig.fake
         .inject(Fault::RetryAfter(30), Scope::Chat(111), Times::Always);
@@ -268,14 +257,7 @@ async fn a_flood_wait_of_one_bot_pauses_its_own_sends_and_nothing_of_another_s()
 
 #[tokio::test]
 async fn a_short_flood_wait_gives_the_bot_s_updates_back_instead_of_holding_the_invocation() {
-    let rig = rig(
-        vec![
-            bot("shop", SHOP_TOKEN, "echo"),
-            bot("news", NEWS_TOKEN, "echo"),
-        ],
-        "30",
-    )
-    .await;
+    let rig = shop_and_news().await;
     // A 3 s flood wait: a single-bot worker sits it out inside the run (up to 5 s); with a
     // registry the invocation carries other bots' updates too, and the next invocation of the
     // mapping waits for it, so shop's later updates go back to the queue for the 3 s instead.

@@ -20,15 +20,12 @@ use tgq_core::config::Vars;
 use tgq_core::handler::HandlerRegistry;
 use tgq_core::ids::{BotId, MessageGroupId, RecordKey, UpdateId};
 use tgq_core::ingest::{Ingest, WebhookPorts, SECRET_HEADER};
-use tgq_core::pacer::{Pacer, RateLimits};
 use tgq_core::ports::{QueueRecord, ReceiptHandle};
 use tgq_core::record::Status;
 use tgq_core::registry::{BotEntry, Registry};
-use tgq_core::worker::{Worker, WorkerPorts};
+use tgq_core::worker::Worker;
 use tgq_fake_telegram::{FakeTelegram, Fault, Scope, Times};
-use tgq_memory::{
-    Fault as Outage, MemoryBots, MemoryDeadLetters, MemoryQueue, MemoryStore, RecordingVisibility,
-};
+use tgq_memory::{Fault as Outage, MemoryBots, MemoryDeadLetters, MemoryQueue, MemoryStore};
 use tgq_worker::handle;
 
 const BATCH: &str = include_str!("../../../events/sqs/batch_three_groups.json");
@@ -258,15 +255,11 @@ async fn registry_outcomes() {
     let store = Arc::new(MemoryStore::new());
     let worker = Worker::new(
         config.settings,
-        WorkerPorts {
-            ledger: store.clone(),
-            visibility: Arc::new(RecordingVisibility::new()),
-            dead: Arc::new(MemoryDeadLetters::new()),
-            pacer: Arc::new(Pacer::new(RateLimits::UNLIMITED)),
-            clock: Arc::new(SystemClock),
-            reset: store.clone(),
-            audit: store,
-        },
+        tgq_memory::worker_ports(
+            &store,
+            Arc::new(MemoryDeadLetters::new()),
+            Arc::new(SystemClock),
+        ),
         Arc::new(fleet),
     );
     let record = |bot: &str, update_id: i64| QueueRecord {

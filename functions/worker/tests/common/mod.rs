@@ -9,10 +9,9 @@ use tgq_core::bots::OneBot;
 use tgq_core::clock::SystemClock;
 use tgq_core::config::Vars;
 use tgq_core::echo::EchoBot;
-use tgq_core::pacer::{Pacer, RateLimits};
-use tgq_core::worker::{Worker, WorkerPorts};
+use tgq_core::worker::Worker;
 use tgq_fake_telegram::FakeTelegram;
-use tgq_memory::{MemoryDeadLetters, MemoryStore, RecordingVisibility};
+use tgq_memory::{MemoryDeadLetters, MemoryStore};
 use tgq_telegram::HttpBotApi;
 use tgq_worker::WorkerConfig;
 
@@ -29,15 +28,11 @@ pub fn echo_worker(vars: &Vars, fake: &FakeTelegram, timeout: Duration) -> Worke
     .unwrap();
     Worker::new(
         config.settings,
-        WorkerPorts {
-            ledger: store.clone(),
-            visibility: Arc::new(RecordingVisibility::new()),
-            dead: Arc::new(MemoryDeadLetters::new()),
-            pacer: Arc::new(Pacer::new(RateLimits::UNLIMITED)),
-            clock: Arc::new(SystemClock),
-            reset: store.clone(),
-            audit: store,
-        },
+        tgq_memory::worker_ports(
+            &store,
+            Arc::new(MemoryDeadLetters::new()),
+            Arc::new(SystemClock),
+        ),
         Arc::new(OneBot::new(Arc::new(api), Arc::new(EchoBot))),
     )
 }
