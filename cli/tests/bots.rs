@@ -233,10 +233,13 @@ async fn a_bad_id_token_handler_or_duplicate_is_refused_by_name_before_anything_
     let (code, _, stderr) = add(&fake, &token, dir.path(), "shop", URL);
     assert_eq!(code, 0, "{stderr}");
     let before = std::fs::read(dir.path().join("bots.json")).unwrap();
+    // Another bot's token under the same id: refused for the id, not for the token.
+    let other = "4242:another-bot-token";
+    fake.accept_token(other);
     assert_refused(
-        add(&fake, &token, dir.path(), "shop", URL),
+        add(&fake, other, dir.path(), "shop", URL),
         1,
-        &["already registered", "shop"],
+        &["a bot shop is already registered"],
     );
     assert_refused(
         add(&fake, &token, dir.path(), "shop2", URL),
