@@ -7,7 +7,7 @@
 //! - a message (or channel post, or an edit of either) with text `T` → `sendMessage(C, "echo U: T")`;
 //!   with `T` = `/once …` the reply is sent at most once; `/fail permanent` fails the update
 //!   permanently and `/fail transient` fails it transiently on every run, both before any send;
-//!   `/slow MS` waits MS milliseconds before replying;
+//!   `/slow MS …` waits MS milliseconds before replying;
 //! - a button press with data `D` → `answerCallbackQuery`, then `sendMessage(C, "echo U: callback D")`;
 //! - anything else → nothing is sent.
 
@@ -82,8 +82,13 @@ async fn on_text(
         ctx.send_at_most_once(reply).await?;
         return Ok(());
     }
-    if let Some(ms) = text.strip_prefix("/slow ") {
-        let ms: u64 = ms.trim().parse().unwrap_or(0);
+    if let Some(rest) = text.strip_prefix("/slow ") {
+        // The first word: the drill follows it with words of its own.
+        let ms: u64 = rest
+            .split_whitespace()
+            .next()
+            .and_then(|word| word.parse().ok())
+            .unwrap_or(0);
         tokio::time::sleep(Duration::from_millis(ms)).await;
     }
     ctx.send(reply).await?;

@@ -47,3 +47,18 @@ async fn the_echo_bot_names_the_update_in_its_reply_and_fails_when_asked() {
     assert!(matches!(outcomes[2], RecordOutcome::Retrying(..)));
     assert!(matches!(outcomes[3], RecordOutcome::Done(_)));
 }
+
+#[tokio::test]
+async fn slow_waits_the_milliseconds_of_its_first_word_whatever_follows() {
+    let api = Arc::new(RecordingBotApi::new());
+    let harness = Harness::new(BotId::new("demo").unwrap(), Arc::new(EchoBot), api.clone());
+    let started = std::time::Instant::now();
+    // As the drill sends it: the words after the milliseconds once made the wait 0.
+    harness.run(&[message(20, 5, "/slow 300 c5 m2")]).await;
+    assert!(
+        started.elapsed() >= std::time::Duration::from_millis(300),
+        "replied after {:?}",
+        started.elapsed()
+    );
+    assert_eq!(api.sent_texts(), [reply_text(20, "/slow 300 c5 m2")]);
+}
