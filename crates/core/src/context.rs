@@ -22,6 +22,10 @@ use teloxide_core::requests::Payload;
 use tokio::time::Instant;
 use tracing::warn;
 
+/// What the worker logs, in the update's span, when it makes an at-least-once action again
+/// because an earlier run's outcome is unknown; `tgq drill` counts those updates by it.
+pub const MADE_AGAIN_AFTER_UNKNOWN_OUTCOME: &str = "action has an unknown outcome; making it again";
+
 use crate::clock::Clock;
 use crate::error::error_chain;
 use crate::handler::HandlerError;
@@ -442,7 +446,7 @@ impl<'a> Context<'a> {
                 Recalled::Uncertain
             }
             ActionState::Pending | ActionState::Uncertain => {
-                warn!(seq, method = %method, "action has an unknown outcome; making it again");
+                warn!(seq, method = %method, "{MADE_AGAIN_AFTER_UNKNOWN_OUTCOME}");
                 self.summary.resent_after_unknown_outcome += 1;
                 Recalled::Act(Before::Unknown)
             }

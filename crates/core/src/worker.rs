@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use teloxide_core::types::{Update, UpdateKind};
-use tracing::{error, info, instrument, warn, Span};
+use tracing::{error, info, info_span, instrument, warn, Instrument as _, Span};
 
 use crate::audit::{AuditAction, AuditEntry, AuditLog};
 use crate::bots::{BotDirectory, BotRuntime, Lookup};
@@ -392,8 +392,18 @@ impl Worker {
                     group,
                     claimed,
                 } = *resumed;
+                // The same span as the first pass's: what this run logs names its update.
+                let span = info_span!(
+                    "process_record",
+                    message_id = %record.message_id,
+                    bot_id = key.bot_id.as_str(),
+                    update_id = key.update_id.0,
+                    group = group.as_str(),
+                    attempt = tracing::field::Empty,
+                );
                 let (outcome, run) = self
                     .run_claimed(record, bot, &key, &group, claimed, deadline)
+                    .instrument(span)
                     .await;
                 Processed::Outcome(outcome, run)
             }

@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use serde::Serialize;
+use tgq_core::context::MADE_AGAIN_AFTER_UNKNOWN_OUTCOME;
 use tgq_fake_telegram::{RecordedCall, Violations};
 
 use crate::plan::{Expect, Plan};
@@ -33,18 +34,18 @@ pub struct Reported {
     /// At-most-once sends tgq counted as uncertain.
     pub uncertain: Option<u64>,
     /// Updates whose at-least-once send tgq says it repeated after an unknown outcome (its log:
-    /// "action has an unknown outcome; sending it again"): a crash or timeout between the send and
+    /// [`MADE_AGAIN_AFTER_UNKNOWN_OUTCOME`]): a crash or timeout between the send and
     /// the record of its result, which the fake cannot see when its answer was written before the
     /// crash.
     pub resent: BTreeSet<i64>,
 }
 
 impl Reported {
-    /// The update ids of tgq's "sending it again" log lines, JSON (`"update_id":N`) or text
+    /// The update ids of tgq's "making it again" log lines, JSON (`"update_id":N`) or text
     /// (`update_id=N`).
     pub fn resent_in_log(log: &str) -> BTreeSet<i64> {
         log.lines()
-            .filter(|line| line.contains("unknown outcome; sending it again"))
+            .filter(|line| line.contains(MADE_AGAIN_AFTER_UNKNOWN_OUTCOME))
             .filter_map(|line| {
                 ["\"update_id\":", "update_id="].iter().find_map(|key| {
                     let at = line.find(key)? + key.len();
@@ -549,9 +550,13 @@ mod tests {
             call(3, 11, "echo 2: t"),
             call(4, 11, "echo 2: t"),
         ];
-        let log = r#"{"fields":{"message":"action has an unknown outcome; sending it again"},"span":{"update_id":1}}
-WARN process_record{update_id=7}: tgq_core::context: action has an unknown outcome; sending it again"#;
-        let resent = Reported::resent_in_log(log);
+        // As the worker writes them (the line's words are tgq's own: the drill once looked for
+        // words tgq no longer wrote, and counted such repeats as twice).
+        let log = format!(
+            r#"{{"fields":{{"message":"{MADE_AGAIN_AFTER_UNKNOWN_OUTCOME}","seq":1}},"span":{{"update_id":1}}}}
+WARN process_record{{update_id=7}}: tgq_core::context: {MADE_AGAIN_AFTER_UNKNOWN_OUTCOME} seq=1"#
+        );
+        let resent = Reported::resent_in_log(&log);
         assert_eq!(resent, BTreeSet::from([1, 7]));
         let tally = Tally::count(
             &plan,

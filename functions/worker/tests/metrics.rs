@@ -169,7 +169,12 @@ async fn worker_outcomes() {
         ("TGQ_QUEUE_URL", "q"),
         ("TGQ_DLQ_URL", "d"),
     ]);
-    let worker = common::echo_worker(&vars, &fake, Duration::from_secs(5));
+    let worker = common::echo_worker(
+        &vars,
+        &fake,
+        Duration::from_secs(5),
+        Arc::new(MemoryStore::new()),
+    );
     // Chat 111111111: its first update fails with a 502 (the second waits behind it). Chat
     // 222222222: Telegram refuses its first reply as a bad request (a dead letter), and the user
     // has blocked the bot by the second (recipient gone).

@@ -15,11 +15,15 @@ use tgq_memory::{MemoryDeadLetters, MemoryStore};
 use tgq_telegram::HttpBotApi;
 use tgq_worker::WorkerConfig;
 
-/// The echo bot's worker, configured as the function configures it from `vars` (which name
-/// `fake`'s token), sending to `fake` with `timeout` per call, unpaced.
-pub fn echo_worker(vars: &Vars, fake: &FakeTelegram, timeout: Duration) -> Worker {
+/// The echo bot's worker on `store`, configured as the function configures it from `vars` (which
+/// name `fake`'s token), sending to `fake` with `timeout` per call, unpaced.
+pub fn echo_worker(
+    vars: &Vars,
+    fake: &FakeTelegram,
+    timeout: Duration,
+    store: Arc<MemoryStore>,
+) -> Worker {
     let config = WorkerConfig::from_vars(vars).unwrap();
-    let store = Arc::new(MemoryStore::new());
     let api = HttpBotApi::new(
         &fake.url(),
         SecretString::from(fake.token().to_owned()),
