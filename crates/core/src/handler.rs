@@ -115,7 +115,7 @@ pub enum HandlerError {
     Deadline,
     /// Telegram's pacing would have the next send wait longer than the run may: the update goes
     /// back to the queue for that long, which costs it no attempt.
-    #[error("Telegram's pacing holds the bot's sends for {}s", .0.as_secs())]
+    #[error("Telegram's pacing holds the bot's sends for {} ms", .0.as_millis())]
     Paced(std::time::Duration),
 }
 
@@ -279,5 +279,22 @@ impl HandlerRegistry {
             name: name.to_owned(),
             error,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::HandlerError;
+
+    #[test]
+    fn a_pacing_wait_under_a_second_is_told_in_milliseconds() {
+        // Whole seconds told every wait the worker gives back (250 ms to 2 s) as "0s" or "1s".
+        let paced = HandlerError::Paced(Duration::from_millis(1884));
+        assert_eq!(
+            paced.to_string(),
+            "Telegram's pacing holds the bot's sends for 1884 ms"
+        );
     }
 }
