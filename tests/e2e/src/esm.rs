@@ -11,7 +11,12 @@
 //!
 //! Several pollers may run at once ([`EventSourceMapping::with_pollers`]); they share one
 //! [`DeliveryLog`], which notes a batch's deletions before they are sent, so that a message another
-//! poller receives once the way is clear is never taken for a breach. An invocation may also be made
+//! poller receives once the way is clear is never taken for a breach. They take turns to receive:
+//! a moto long poll decides once, when it starts, which groups are held by messages in flight, so
+//! one that began before another poller received a group's message could hand out that group's
+//! next message while the first is in flight (the drill's mapping met it: `crates/drill`,
+//! `run_emulator/esm.rs`). One receive at a time, a poll's view can only be stricter than the
+//! queue's, which delays a message by at most one poll and never breaks its group's order. An invocation may also be made
 //! to die ([`EventSourceMapping::poll_and_crash`]): its batch is then left to its visibility timeout,
 //! as Lambda leaves the batch of an invocation whose runtime exited.
 //!
@@ -56,6 +61,8 @@ pub struct EventSourceMapping<'a> {
     functions: &'a Functions,
     /// Concurrent receive-invoke-delete loops.
     pollers: usize,
+    /// Held by the poller whose receive is in flight.
+    receiving: tokio::sync::Mutex<()>,
     /// How long a received batch stays hidden.
     visibility: Duration,
     log: Mutex<DeliveryLog>,
@@ -99,6 +106,7 @@ impl<'a> EventSourceMapping<'a> {
             stack,
             functions,
             pollers: 1,
+            receiving: tokio::sync::Mutex::new(()),
             visibility: INVOCATION_TIMEOUT * 6,
             log: Mutex::new(DeliveryLog::default()),
             stats: Mutex::new(MappingStats::default()),
@@ -207,6 +215,7 @@ impl<'a> EventSourceMapping<'a> {
         crash: Option<Pin<&mut F>>,
     ) -> anyhow::Result<usize> {
         let visibility = i32::try_from(self.visibility.as_secs())?;
+        let turn = self.receiving.lock().await;
         let messages = self
             .sqs
             .receive_message()
@@ -239,6 +248,8 @@ impl<'a> EventSourceMapping<'a> {
             }
             batch
         };
+        // Logged in the order received: the next poller's turn comes after.
+        drop(turn);
         self.count(|stats| {
             stats.batches += 1;
             stats.records += messages.len() as u64;

@@ -3,10 +3,14 @@
 //! unchanged — unless a fault is set for its service, in which case it is answered the way AWS
 //! answers that fault. No product hook: the function cannot tell it from AWS having a bad day, and
 //! the counts are what AWS would bill.
+//!
+//! It also tells a waiting event source mapping when a message was sent ([`Proxy::sends`]): what a
+//! long poll on SQS learns by being answered at once.
 
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use axum::body::{to_bytes, Body};
 use axum::extract::{Request, State};
@@ -14,6 +18,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use tokio::net::TcpListener;
+use tokio::sync::Notify;
 
 /// The AWS services tgq calls.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,6 +51,28 @@ struct Faults {
     refused: [u64; 2],
     /// Every request, by its `X-Amz-Target` (`DynamoDB_20120810.PutItem`, `AmazonSQS.SendMessage`).
     requests: BTreeMap<String, u64>,
+    /// How long moto took to answer each request it was passed, by `X-Amz-Target`.
+    answer_times: BTreeMap<String, Vec<Duration>>,
+}
+
+/// How long the emulator took to answer each request a proxy passed on, by operation: what of a
+/// function's latency is the emulator's.
+#[derive(Clone, Debug, Default)]
+pub struct AnswerTimes(pub BTreeMap<String, Vec<Duration>>);
+
+impl AnswerTimes {
+    /// The median answer time of the requests whose `X-Amz-Target` starts with `prefix`
+    /// (`DynamoDB_20120810.` for all of DynamoDB); `None` when there were none.
+    pub fn median(&self, prefix: &str) -> Option<Duration> {
+        let mut times: Vec<Duration> = self
+            .0
+            .iter()
+            .filter(|(target, _)| target.starts_with(prefix))
+            .flat_map(|(_, times)| times.iter().copied())
+            .collect();
+        times.sort();
+        times.get(times.len().checked_sub(1)? / 2).copied()
+    }
 }
 
 /// Requests a proxy saw, by operation: what a function asked of AWS.
@@ -118,6 +145,7 @@ impl Requests {
 pub struct Proxy {
     addr: SocketAddr,
     faults: Arc<Mutex<Faults>>,
+    sends: Arc<Notify>,
 }
 
 #[derive(Clone)]
@@ -125,6 +153,7 @@ struct Shared {
     upstream: String,
     http: reqwest::Client,
     faults: Arc<Mutex<Faults>>,
+    sends: Arc<Notify>,
 }
 
 impl Proxy {
@@ -133,16 +162,28 @@ impl Proxy {
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
         let addr = listener.local_addr()?;
         let faults = Arc::new(Mutex::new(Faults::default()));
+        let sends = Arc::new(Notify::new());
         let shared = Shared {
             upstream: upstream.trim_end_matches('/').to_owned(),
             http: reqwest::Client::new(),
             faults: faults.clone(),
+            sends: sends.clone(),
         };
         let app = Router::new().fallback(forward).with_state(shared);
         tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
-        Ok(Proxy { addr, faults })
+        Ok(Proxy {
+            addr,
+            faults,
+            sends,
+        })
+    }
+
+    /// Notified (one permit, kept until taken) each time moto accepts an SQS `SendMessage` or
+    /// `SendMessageBatch` through this proxy.
+    pub fn sends(&self) -> Arc<Notify> {
+        self.sends.clone()
     }
 
     /// The URL to give the function as `AWS_ENDPOINT_URL`.
@@ -169,6 +210,13 @@ impl Proxy {
     pub fn take_requests(&self) -> Requests {
         let mut faults = self.faults.lock().unwrap_or_else(PoisonError::into_inner);
         Requests(std::mem::take(&mut faults.requests))
+    }
+
+    /// Moto's answer times since the proxy started or this was last called, starting again
+    /// from none.
+    pub fn take_answer_times(&self) -> AnswerTimes {
+        let mut faults = self.faults.lock().unwrap_or_else(PoisonError::into_inner);
+        AnswerTimes(std::mem::take(&mut faults.answer_times))
     }
 
     /// Requests answered with a fault so far, (DynamoDB, SQS).
@@ -217,6 +265,14 @@ async fn forward(State(shared): State<Shared>, request: Request) -> Response {
     let Ok(bytes) = to_bytes(body, 16 * 1024 * 1024).await else {
         return StatusCode::BAD_REQUEST.into_response();
     };
+    let target = parts
+        .headers
+        .get("x-amz-target")
+        .and_then(|t| t.to_str().ok())
+        .map(str::to_owned);
+    let sends = target
+        .as_deref()
+        .is_some_and(|t| matches!(t, "AmazonSQS.SendMessage" | "AmazonSQS.SendMessageBatch"));
     let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     let mut upstream = shared
         .http
@@ -227,11 +283,25 @@ async fn forward(State(shared): State<Shared>, request: Request) -> Response {
             upstream = upstream.header(name, value);
         }
     }
+    let asked = Instant::now();
     match upstream.send().await {
         Ok(answer) => {
             let status = answer.status();
             let headers = answer.headers().clone();
             let body = answer.bytes().await.unwrap_or_default();
+            if let Some(target) = target {
+                shared
+                    .faults
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .answer_times
+                    .entry(target)
+                    .or_default()
+                    .push(asked.elapsed());
+            }
+            if sends && status.is_success() {
+                shared.sends.notify_one();
+            }
             let mut response = Response::new(Body::from(body));
             *response.status_mut() = status;
             for (name, value) in &headers {
@@ -300,4 +370,25 @@ fn refusal(service: Service, fault: AwsFault) -> Response {
         headers.insert("x-amzn-query-error", HeaderValue::from_static(query_code));
     }
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_median_answer_time_is_of_the_operations_named() {
+        let ms = Duration::from_millis;
+        let times = AnswerTimes(BTreeMap::from([
+            (
+                "DynamoDB_20120810.UpdateItem".to_owned(),
+                vec![ms(7), ms(3)],
+            ),
+            ("DynamoDB_20120810.GetItem".to_owned(), vec![ms(5)]),
+            ("AmazonSQS.SendMessage".to_owned(), vec![ms(90), ms(80)]),
+        ]));
+        assert_eq!(times.median("DynamoDB_20120810."), Some(ms(5)));
+        assert_eq!(times.median("AmazonSQS."), Some(ms(80)));
+        assert_eq!(times.median("DynamoDB_20120810.Query"), None);
+    }
 }

@@ -159,6 +159,7 @@ impl<'a> Run<'a> {
             VISIBILITY,
             INVOCATION_TIMEOUT,
             concurrency,
+            webhook_proxy.sends(),
         );
         let poster = Poster::new(webhook_url.clone(), SECRET, Duration::from_secs(300));
         let progress = o.progress.scenario(s, "emulator", &plan, &poster, &fake);
@@ -246,6 +247,21 @@ impl<'a> Run<'a> {
         }
     }
 
+    /// What the mapping saw of the emulator and of the worker, for the order check: taken before
+    /// the mapping stops.
+    fn mapping_note(&self) -> String {
+        let breaches = self.esm.as_ref().map_or(0, Esm::fifo_breaches);
+        let failed_invocations = self.esm.as_ref().map_or(0, |esm| {
+            esm.stats
+                .failed_invocations
+                .load(std::sync::atomic::Ordering::SeqCst)
+        });
+        format!(
+            "moto handed out {breaches} deliveries out of FIFO order; \
+             {failed_invocations} invocations failed or timed out"
+        )
+    }
+
     /// Stops the event source mapping: nothing more is delivered to the worker.
     fn stop_mapping(&mut self) {
         if let Some(esm) = self.esm.take() {
@@ -259,12 +275,7 @@ impl<'a> Run<'a> {
         drain: Duration,
         extra: impl FnOnce(&Tally, &Reported, &Posted) -> Vec<Check>,
     ) -> anyhow::Result<Row> {
-        let breaches = self.esm.as_ref().map_or(0, Esm::fifo_breaches);
-        let failed_invocations = self.esm.as_ref().map_or(0, |esm| {
-            esm.stats
-                .failed_invocations
-                .load(std::sync::atomic::Ordering::SeqCst)
-        });
+        let mapping = self.mapping_note();
         self.stop_mapping();
         let letters = self.stack.dead_letters(&self.sqs).await?;
         let reported = self.reported().await;
@@ -278,12 +289,7 @@ impl<'a> Run<'a> {
             &reported.resent,
         );
         let mut checks = tally.base_checks();
-        for check in checks.iter_mut().filter(|c| c.required == "0 out of order") {
-            check.observed.push_str(&format!(
-                "; moto handed out {breaches} deliveries out of FIFO order; \
-                 {failed_invocations} invocations failed or timed out"
-            ));
-        }
+        note_mapping(&mut checks, &mapping);
         checks.push(Check::new(
             "every update acknowledged",
             posted.given_up.is_empty(),
@@ -667,4 +673,13 @@ async fn stale_worker(
     }
     let drain = run.drain(sending).await?;
     run.finish(s, drain, |t, r, _| stale_checks(t, r)).await
+}
+
+/// Adds the mapping's `note` to the order check: an order violation reads against what moto
+/// handed out.
+fn note_mapping(checks: &mut [Check], note: &str) {
+    for check in checks.iter_mut().filter(|c| c.required == "0 out of order") {
+        check.observed.push_str("; ");
+        check.observed.push_str(note);
+    }
 }

@@ -13,9 +13,10 @@ use secrecy::SecretString;
 use tgq_aws::SsmRegistry;
 use tgq_core::ids::BotId;
 use tgq_core::registry::{BotEntry, Layout};
+use tgq_e2e::proxy::AnswerTimes;
 use tgq_fake_telegram::{FakeTelegram, Fault, RecordedCall, Scope, Times};
 
-use super::{Emulator, Run, DRAIN_LIMIT};
+use super::{note_mapping, Emulator, Run, DRAIN_LIMIT};
 use crate::plan::{Expect, Plan, Planned};
 use crate::poster::{Posted, Poster};
 use crate::scenario::Scenario;
@@ -146,17 +147,27 @@ pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row
         patience,
     );
     let per_phase = (o.updates / 3).max(10);
-    let solo = Plan::ordinary(per_phase, QUIET_CHATS, 1, o.seed);
-    let shared = Plan::ordinary(per_phase, QUIET_CHATS, SHARED_FIRST, o.seed + 1);
-    let solo_again = Plan::ordinary(per_phase, QUIET_CHATS, SOLO_AGAIN_FIRST, o.seed + 2);
-    let control = Plan::ordinary(per_phase, QUIET_CHATS, CONTROL_FIRST, o.seed + 3);
+    // The quiet bot's chats come in the same order in every phase: its own pacing (a chat's
+    // second update within a second waits, or goes back to the queue) is then the same in each,
+    // and only what runs beside it differs.
+    let quiet_plan = |first_id| Plan::ordinary(per_phase, QUIET_CHATS, first_id, o.seed);
+    let solo = quiet_plan(1);
+    let shared = quiet_plan(SHARED_FIRST);
+    let solo_again = quiet_plan(SOLO_AGAIN_FIRST);
+    let control = quiet_plan(CONTROL_FIRST);
     let chats = NoisyChats::new();
     let noisy_healthy = chats.plan(per_phase, NOISY_HEALTHY_FIRST, false);
     let noisy_plan = chats.plan(per_phase, NOISY_FIRST, true);
 
+    // What moto took to answer the worker's DynamoDB calls in each phase: the emulator's share
+    // of the quiet bot's latency, which the other bot's calls raise on this machine.
+    let dynamo = |times: AnswerTimes| times.median("DynamoDB_20120810.").unwrap_or_default();
+    run.worker_proxy.take_answer_times();
+
     // Alone.
     quiet.send_paced(&solo, EVERY).await;
     replied(&run.fake, &solo, &quiet_token).await?;
+    let solo_dynamo = dynamo(run.worker_proxy.take_answer_times());
 
     // Beside the other bot while it is healthy, at the same pace: what the other bot's mere
     // traffic costs on this machine (one moto, two cores), to read the next phase against.
@@ -166,6 +177,7 @@ pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row
     };
     quiet.send_paced(&control, EVERY).await;
     replied(&run.fake, &control, &quiet_token).await?;
+    let control_dynamo = dynamo(run.worker_proxy.take_answer_times());
     healthy_sending.await?;
     replied(&run.fake, &noisy_healthy, NOISY_TOKEN).await?;
 
@@ -186,8 +198,10 @@ pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row
         let (noisy, plan) = (noisy.clone(), noisy_plan.clone());
         tokio::spawn(async move { noisy.send_paced(&plan, EVERY).await })
     };
+    run.worker_proxy.take_answer_times();
     quiet.send_paced(&shared, EVERY).await;
     replied(&run.fake, &shared, &quiet_token).await?;
+    let shared_dynamo = dynamo(run.worker_proxy.take_answer_times());
     noisy_sending.await?;
 
     // The noisy bot catches up before the quiet one runs alone again.
@@ -204,8 +218,10 @@ pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     let noisy_drain = started.elapsed();
+    run.worker_proxy.take_answer_times();
     quiet.send_paced(&solo_again, EVERY).await;
     replied(&run.fake, &solo_again, &quiet_token).await?;
+    let solo_again_dynamo = dynamo(run.worker_proxy.take_answer_times());
     let drain = run.drain(tokio::spawn(async {})).await?;
 
     // Counted from the outside, as every scenario is.
@@ -256,6 +272,7 @@ pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row
     everything.updates.sort_by_key(|p| p.update_id);
     let mut posted = quiet_posted.clone();
     merge(&mut posted, &noisy.posted());
+    let mapping = run.mapping_note();
     run.stop_mapping();
     letters.extend(run.stack.dead_letters(&run.sqs).await?);
     let quiet_letters = letters
@@ -272,6 +289,7 @@ pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row
         &reported.resent,
     );
     let mut checks = tally.base_checks();
+    note_mapping(&mut checks, &mapping);
     checks.extend([
         Check::new(
             "every update of both bots acknowledged",
@@ -310,10 +328,16 @@ pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row
                 "alone p50 {solo_p50:.0} ms, p95 {solo_p95:.0} ms ({} replies; p50 \
                  {first_p50:.0} ms before, {second_p50:.0} ms after); beside p50 \
                  {shared_p50:.0} ms, p95 {shared_p95:.0} ms ({} replies): {:+.1} %; beside it \
-                 while it was healthy, at the same pace: p50 {control_p50:.0} ms",
+                 while it was healthy, at the same pace: p50 {control_p50:.0} ms; moto's median \
+                 answer to the worker's DynamoDB calls {:.1} ms alone ({:.1} ms after), {:.1} ms \
+                 beside the healthy bot, {:.1} ms beside the failing one",
                 solo_latencies.len(),
                 shared_latencies.len(),
-                (shared_p50 / solo_p50 - 1.0) * 100.0
+                (shared_p50 / solo_p50 - 1.0) * 100.0,
+                millis(solo_dynamo),
+                millis(solo_again_dynamo),
+                millis(control_dynamo),
+                millis(shared_dynamo),
             ),
         ),
     ]);
@@ -390,6 +414,10 @@ fn latencies(plan: &Plan, posted: &Posted, calls: &[RecordedCall], token: &str) 
             )
         })
         .collect()
+}
+
+fn millis(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
 }
 
 /// The `q` quantile (nearest rank) of `values`; 0 when there are none.
