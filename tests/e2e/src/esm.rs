@@ -16,9 +16,10 @@
 //! one that began before another poller received a group's message could hand out that group's
 //! next message while the first is in flight (the drill's mapping met it: `crates/drill`,
 //! `run_emulator/esm.rs`). One receive at a time, a poll's view can only be stricter than the
-//! queue's, which delays a message by at most one poll and never breaks its group's order. An invocation may also be made
-//! to die ([`EventSourceMapping::poll_and_crash`]): its batch is then left to its visibility timeout,
-//! as Lambda leaves the batch of an invocation whose runtime exited.
+//! queue's, which delays a message by at most one poll and never breaks its group's order. An
+//! invocation may also be made to die ([`EventSourceMapping::poll_and_crash`]): its batch is then
+//! left to its visibility timeout, as Lambda leaves the batch of an invocation whose runtime
+//! exited.
 //!
 //! Note on moto (5.2.5): it keeps FIFO order in the flows this harness drives, and breaks it in one
 //! it does not. When two or more received messages of one group become visible again because their

@@ -60,21 +60,6 @@ struct Faults {
 #[derive(Clone, Debug, Default)]
 pub struct AnswerTimes(pub BTreeMap<String, Vec<Duration>>);
 
-impl AnswerTimes {
-    /// The median answer time of the requests whose `X-Amz-Target` starts with `prefix`
-    /// (`DynamoDB_20120810.` for all of DynamoDB); `None` when there were none.
-    pub fn median(&self, prefix: &str) -> Option<Duration> {
-        let mut times: Vec<Duration> = self
-            .0
-            .iter()
-            .filter(|(target, _)| target.starts_with(prefix))
-            .flat_map(|(_, times)| times.iter().copied())
-            .collect();
-        times.sort();
-        times.get(times.len().checked_sub(1)? / 2).copied()
-    }
-}
-
 /// Requests a proxy saw, by operation: what a function asked of AWS.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Requests(pub BTreeMap<String, u64>);
@@ -370,25 +355,4 @@ fn refusal(service: Service, fault: AwsFault) -> Response {
         headers.insert("x-amzn-query-error", HeaderValue::from_static(query_code));
     }
     response
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_median_answer_time_is_of_the_operations_named() {
-        let ms = Duration::from_millis;
-        let times = AnswerTimes(BTreeMap::from([
-            (
-                "DynamoDB_20120810.UpdateItem".to_owned(),
-                vec![ms(7), ms(3)],
-            ),
-            ("DynamoDB_20120810.GetItem".to_owned(), vec![ms(5)]),
-            ("AmazonSQS.SendMessage".to_owned(), vec![ms(90), ms(80)]),
-        ]));
-        assert_eq!(times.median("DynamoDB_20120810."), Some(ms(5)));
-        assert_eq!(times.median("AmazonSQS."), Some(ms(80)));
-        assert_eq!(times.median("DynamoDB_20120810.Query"), None);
-    }
 }

@@ -54,7 +54,8 @@ pub struct EsmStats {
 /// A running mapping.
 pub struct Esm {
     stop: Arc<AtomicBool>,
-    tasks: Vec<JoinHandle<()>>,
+    /// The receiving task; the invocations in flight are its own.
+    receiving: JoinHandle<()>,
     log: Arc<Mutex<DeliveryLog>>,
     /// Its counters.
     pub stats: Arc<EsmStats>,
@@ -118,7 +119,7 @@ impl Esm {
         };
         Esm {
             stop,
-            tasks: vec![receiving],
+            receiving,
             log,
             stats,
         }
@@ -136,9 +137,7 @@ impl Esm {
     /// Stops polling; invocations in flight are abandoned.
     pub fn stop(self) {
         self.stop.store(true, Ordering::SeqCst);
-        for task in self.tasks {
-            task.abort();
-        }
+        self.receiving.abort();
     }
 }
 

@@ -161,7 +161,7 @@ pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row
 
     // What moto took to answer the worker's DynamoDB calls in each phase: the emulator's share
     // of the quiet bot's latency, which the other bot's calls raise on this machine.
-    let dynamo = |times: AnswerTimes| times.median("DynamoDB_20120810.").unwrap_or_default();
+    let dynamo = |times: AnswerTimes| dynamo_median(&times);
     run.worker_proxy.take_answer_times();
 
     // Alone.
@@ -334,10 +334,10 @@ pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row
                 solo_latencies.len(),
                 shared_latencies.len(),
                 (shared_p50 / solo_p50 - 1.0) * 100.0,
-                millis(solo_dynamo),
-                millis(solo_again_dynamo),
-                millis(control_dynamo),
-                millis(shared_dynamo),
+                solo_dynamo,
+                solo_again_dynamo,
+                control_dynamo,
+                shared_dynamo,
             ),
         ),
     ]);
@@ -416,8 +416,15 @@ fn latencies(plan: &Plan, posted: &Posted, calls: &[RecordedCall], token: &str) 
         .collect()
 }
 
-fn millis(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
+/// The median of `times`' DynamoDB answers, in milliseconds; 0 when there were none.
+fn dynamo_median(times: &AnswerTimes) -> f64 {
+    let millis: Vec<f64> = times
+        .0
+        .iter()
+        .filter(|(target, _)| target.starts_with("DynamoDB_20120810."))
+        .flat_map(|(_, times)| times.iter().map(|t| t.as_secs_f64() * 1000.0))
+        .collect();
+    percentile(&millis, 0.5)
 }
 
 /// The `q` quantile (nearest rank) of `values`; 0 when there are none.
@@ -451,6 +458,21 @@ mod tests {
         assert_eq!(percentile(&values, 0.95), 5.0);
         assert_eq!(percentile(&values, 0.0), 1.0);
         assert_eq!(percentile(&[], 0.5), 0.0);
+    }
+
+    #[test]
+    fn the_dynamo_median_is_of_dynamodb_answers_only() {
+        let ms = Duration::from_millis;
+        let times = AnswerTimes(std::collections::BTreeMap::from([
+            (
+                "DynamoDB_20120810.UpdateItem".to_owned(),
+                vec![ms(7), ms(3)],
+            ),
+            ("DynamoDB_20120810.GetItem".to_owned(), vec![ms(5)]),
+            ("AmazonSQS.SendMessage".to_owned(), vec![ms(90), ms(80)]),
+        ]));
+        assert_eq!(dynamo_median(&times), 5.0);
+        assert_eq!(dynamo_median(&AnswerTimes::default()), 0.0);
     }
 
     #[test]
