@@ -220,3 +220,23 @@ fn the_release_profile_keeps_panics_unwinding() {
         "[profile.release] must say panic = \"unwind\" explicitly"
     );
 }
+
+/// `sam build` builds both functions with cargo lambda on one workspace; side by side
+/// (`parallel = true`) the two builds raced on a fresh clone and one failed with "File exists".
+#[test]
+fn sam_builds_the_functions_one_at_a_time() {
+    let config =
+        fs::read_to_string(workspace_root().join("samconfig.toml")).expect("samconfig.toml");
+    let config: toml::Table = toml::from_str(&config).expect("samconfig.toml is TOML");
+    let parallel = config
+        .get("default")
+        .and_then(|default| default.get("build"))
+        .and_then(|build| build.get("parameters"))
+        .and_then(|parameters| parameters.get("parallel"))
+        .and_then(|parallel| parallel.as_bool());
+    assert_ne!(
+        parallel,
+        Some(true),
+        "samconfig.toml's [default.build.parameters] must not build in parallel"
+    );
+}
