@@ -10,7 +10,11 @@ use tracing_subscriber::EnvFilter;
 pub fn init(default_level: &str) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| {
         // The HTTP stacks are chatty at info and say nothing a user of tgq needs.
-        EnvFilter::new(format!("{default_level},hyper=warn,reqwest=warn,h2=warn"))
+        // aws-config warns for every credential provider it tries and fails; a command that finds
+        // no credentials says so in one line of its own (ops::target::sign_in).
+        EnvFilter::new(format!(
+            "{default_level},hyper=warn,reqwest=warn,h2=warn,aws_config=error,aws_runtime=error"
+        ))
     });
     let json =
         std::env::var("TGQ_LOG_FORMAT").is_ok_and(|format| format.eq_ignore_ascii_case("json"));

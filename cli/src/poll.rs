@@ -78,7 +78,7 @@ impl PollArgs {
             (&self.table, &self.queue_url, &self.dlq_url)
         {
             return Ok(
-                Deployment::of_resources(table, queue_url, dlq_url, self.region.clone()).await,
+                Deployment::of_resources(table, queue_url, dlq_url, self.region.clone()).await?,
             );
         }
         match &self.stack {

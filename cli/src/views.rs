@@ -92,11 +92,22 @@ pub struct ActRequest {
     pub all: bool,
     /// Check, change nothing (replay only).
     pub dry_run: bool,
+    /// Replay letters whose record is gone too (replay only).
+    #[serde(default)]
+    pub force: bool,
     /// Who asks, for the audit trail.
     pub principal: String,
 }
 
 impl ActRequest {
+    /// How a replay the request asks for goes.
+    pub fn replay(&self) -> tgq_core::operate::Replay {
+        tgq_core::operate::Replay {
+            dry_run: self.dry_run,
+            force: self.force,
+        }
+    }
+
     /// The letters the request names.
     pub fn selection(&self) -> Selection {
         match self.all {

@@ -820,3 +820,94 @@ async fn the_several_bots_guide_runs_as_written_against_moto_and_locally() {
     .unwrap();
     assert_eq!(local["bots"][0]["id"], "shop");
 }
+
+/// A shared AWS config file with one profile, `team`, signed in by `credential_process`: a script
+/// that notes it was asked (in `asked`) and prints moto's test credentials.
+fn credential_process_profile(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    use std::os::unix::fs::PermissionsExt as _;
+    let asked = dir.join("asked");
+    let script = dir.join("credentials.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\ntouch '{}'\necho '{{\"Version\": 1, \"AccessKeyId\": \"testing\", \"SecretAccessKey\": \"testing\"}}'\n",
+            asked.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let config = dir.join("config");
+    std::fs::write(
+        &config,
+        format!(
+            "[profile team]\ncredential_process = {}\nregion = us-east-1\n",
+            script.display()
+        ),
+    )
+    .unwrap();
+    (config, asked)
+}
+
+/// `tgq` with no credentials in its environment: only what `config` (an AWS config file) gives,
+/// and no instance metadata (the suite reaches nothing but loopback).
+fn tgq_without_credentials(
+    config: &std::path::Path,
+    profile: Option<&str>,
+) -> std::process::Command {
+    let mut command = common::tgq(&[
+        ("AWS_CONFIG_FILE", config.to_str().unwrap()),
+        ("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/credentials"),
+        ("AWS_EC2_METADATA_DISABLED", "true"),
+    ]);
+    for name in [
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_PROFILE",
+        "AWS_REGION",
+        "AWS_DEFAULT_REGION",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+    ] {
+        command.env_remove(name);
+    }
+    if let Some(profile) = profile {
+        command.env("AWS_PROFILE", profile);
+    }
+    command
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_tgq_command_signs_in_through_a_credential_process_profile() {
+    let d = deploy("signin", "1:x", &[]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (config, asked) = credential_process_profile(dir.path());
+    let output = tgq_without_credentials(&config, Some("team"))
+        .args(["status", "--stack", &d.name, "--json"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let status: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(status["queue"]["visible"], 0, "{status}");
+    assert!(asked.exists(), "the profile's credential_process was asked");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn without_credentials_a_command_says_so_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config");
+    std::fs::write(&config, "[default]\nregion = us-east-1\n").unwrap();
+    let output = tgq_without_credentials(&config, None)
+        .args(["status", "--stack", "any"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with("error: no AWS credentials") && stderr.contains("aws sso login"),
+        "{stderr}"
+    );
+}

@@ -289,7 +289,7 @@ async fn admin_dlq_replay(State(app): State<App>, Json(request): Json<ActRequest
     let report = match operator(&app, request.principal.clone()) {
         Ok(operator) => {
             let report = operator
-                .replay(&request.selection(), request.dry_run, &|_| {})
+                .replay(&request.selection(), request.replay(), &|_| {})
                 .await;
             Ok(ReportView::of(&report, request.dry_run))
         }

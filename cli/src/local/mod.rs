@@ -58,7 +58,7 @@ Environment (the same variables as the Lambda functions):
   TGQ_MAX_ATTEMPTS, TGQ_BACKOFF_BASE_MS, TGQ_BACKOFF_CAP_MS   the retry budget and backoff
   TGQ_DEAD_LETTER_GONE_RECIPIENTS=true   dead-letter updates whose user blocked the bot or left
                          (default: settle them DONE as recipient_gone, counted in `tgq status`)
-  TGQ_RECORD_TTL_SECS    how long records and outbox entries are kept (default 604800, 7 days)
+  TGQ_RECORD_TTL_SECS    how long records and outbox entries are kept (default 1296000, 15 days)
   TGQ_PURGE_INTERVAL_SECS  how often retention removes what outlived it (default 300)
   TGQ_WORKER_LOOPS       worker loops running at once (default 64; 4 take batches while the webhook is busy)
   TGQ_REGISTRY_REFRESH_SECS  how often <data-dir>/bots.json (more bots, on /webhook/{bot_id}) is

@@ -100,6 +100,10 @@ pub struct ReplayArgs {
     /// Check each letter against its record as a replay would, and change nothing.
     #[arg(long)]
     dry_run: bool,
+    /// Replay letters whose record is gone too (it expired, or was deleted): their recorded sends
+    /// and steps went with it, so the update may send again what it sent before it died.
+    #[arg(long)]
+    force: bool,
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
@@ -322,7 +326,7 @@ async fn act(
             let report = match route {
                 REPLAY => {
                     operator
-                        .replay(&letters.selection(), dry_run, &progress)
+                        .replay(&letters.selection(), request.replay(), &progress)
                         .await
                 }
                 _ => operator.purge(&letters.selection(), &progress).await,
@@ -345,6 +349,7 @@ async fn replay(args: ReplayArgs) -> anyhow::Result<()> {
         ids: args.letters.ids.clone(),
         all: args.letters.all,
         dry_run: args.dry_run,
+        force: args.force,
         principal: local_principal(),
     };
     let report = act(&desk, &args.letters, args.json, request, REPLAY).await;
@@ -361,6 +366,7 @@ async fn purge(args: PurgeArgs) -> anyhow::Result<()> {
         ids: args.letters.ids.clone(),
         all: args.letters.all,
         dry_run: false,
+        force: false,
         principal: local_principal(),
     };
     let report = act(&desk, &args.letters, args.json, request, PURGE).await;

@@ -80,7 +80,7 @@ impl TargetArgs {
             (&self.table, &self.queue_url, &self.dlq_url)
         {
             let deployment =
-                Deployment::of_resources(table, queue_url, dlq_url, self.region.clone()).await;
+                Deployment::of_resources(table, queue_url, dlq_url, self.region.clone()).await?;
             return Ok(Target::Aws(Box::new(deployment)));
         }
         match &self.stack {
@@ -99,10 +99,10 @@ impl Deployment {
         queue_url: &str,
         dlq_url: &str,
         region: Option<String>,
-    ) -> Deployment {
-        Deployment {
+    ) -> anyhow::Result<Deployment> {
+        Ok(Deployment {
             stack: None,
-            sdk: tgq_aws::aws_config_in(region).await,
+            sdk: sign_in(region).await?,
             table: table.to_owned(),
             queue_url: queue_url.to_owned(),
             dlq_url: dlq_url.to_owned(),
@@ -113,12 +113,12 @@ impl Deployment {
             bot_id: None,
             bots_parameter_prefix: None,
             bot_webhook_url_prefix: None,
-        }
+        })
     }
 
     /// Reads a stack's outputs.
     pub async fn of_stack(stack: &str, region: Option<String>) -> anyhow::Result<Self> {
-        let sdk = tgq_aws::aws_config_in(region).await;
+        let sdk = sign_in(region).await?;
         let client = aws_sdk_cloudformation::Client::new(&sdk);
         let described = client
             .describe_stacks()
@@ -199,6 +199,36 @@ impl Deployment {
             .arn
             .context("sts:GetCallerIdentity returned no ARN")
     }
+}
+
+/// The client configuration of a command that acts on AWS, with credentials found: the standard
+/// chain (the environment, the shared config and credentials files with IAM Identity Center (SSO)
+/// sessions and `credential_process`, web identity, the container and instance metadata), in
+/// `region` when given. Without credentials it fails with one line saying how to sign in, instead
+/// of the SDK's warnings from every provider it tried.
+pub async fn sign_in(region: Option<String>) -> anyhow::Result<SdkConfig> {
+    use aws_credential_types::provider::ProvideCredentials as _;
+    let sdk = tgq_aws::aws_config_in(region).await;
+    let Some(provider) = sdk.credentials_provider() else {
+        bail!("no AWS credentials provider is configured");
+    };
+    if let Err(error) = provider.provide_credentials().await {
+        let profile = std::env::var("AWS_PROFILE").unwrap_or_else(|_| "default".to_owned());
+        bail!(
+            "no AWS credentials (profile {profile}): sign in with `aws sso login --profile NAME` \
+             and set AWS_PROFILE, or set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY ({})",
+            one_line(&aws_smithy_types::error::display::DisplayErrorContext(error).to_string())
+        );
+    }
+    if sdk.region().is_none() {
+        bail!("no AWS region: pass --region, set AWS_REGION, or give the profile a region");
+    }
+    Ok(sdk)
+}
+
+/// A long error chain on one line, for a one-line message.
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 /// How long audit entries are kept: as long as records (`TGQ_RECORD_TTL_SECS`, 7 days).

@@ -115,12 +115,6 @@ fn queue_record(message: Message) -> Result<QueueRecord, PortError> {
     )
     .and_then(|n| n.parse().ok())
     .ok_or_else(|| missing("ApproximateReceiveCount"))?;
-    let first_received_at = system_attribute(
-        &message,
-        &MessageSystemAttributeName::ApproximateFirstReceiveTimestamp,
-    )
-    .and_then(|ms| ms.parse().ok())
-    .map(Timestamp);
     let dead_letter = message_marks(&message);
     Ok(QueueRecord {
         message_id: message.message_id.ok_or_else(|| missing("MessageId"))?,
@@ -132,7 +126,6 @@ fn queue_record(message: Message) -> Result<QueueRecord, PortError> {
         body: Bytes::from(message.body.unwrap_or_default()),
         group_id: MessageGroupId::from_raw(group_id),
         receive_count,
-        first_received_at,
         dead_letter,
     })
 }

@@ -112,7 +112,6 @@ fn process_batch(c: &mut Criterion) {
                     body: body(id, i % 3),
                     group_id: MessageGroupId::from_raw(format!("bench:{}", i % 3)),
                     receive_count: 1,
-                    first_received_at: None,
                     dead_letter: None,
                 }
             })

@@ -185,7 +185,7 @@ impl Vars {
         }
     }
 
-    /// `TGQ_MAX_BODY_BYTES`, default 1 MiB.
+    /// `TGQ_MAX_BODY_BYTES`, default 512 KiB.
     pub fn max_body_bytes(&self) -> Result<usize, ConfigError> {
         self.positive(
             "TGQ_MAX_BODY_BYTES",
@@ -245,7 +245,7 @@ impl Vars {
         self.seconds("TGQ_REGISTRY_REFRESH_SECS", defaults::REGISTRY_REFRESH)
     }
 
-    /// `TGQ_RECORD_TTL_SECS`, default 7 days: how long update records (and, in local mode, outbox
+    /// `TGQ_RECORD_TTL_SECS`, default 15 days: how long update records (and, in local mode, outbox
     /// entries) are kept before DynamoDB's TTL or local retention removes them.
     pub fn record_ttl(&self) -> Result<Duration, ConfigError> {
         self.seconds("TGQ_RECORD_TTL_SECS", defaults::RECORD_TTL)
@@ -377,7 +377,7 @@ mod tests {
     fn defaults_apply_when_nothing_is_set() {
         let vars = Vars::default();
         assert_eq!(vars.retry_policy().unwrap(), RetryPolicy::default());
-        assert_eq!(vars.max_body_bytes().unwrap(), 1024 * 1024);
+        assert_eq!(vars.max_body_bytes().unwrap(), 512 * 1024);
         assert_eq!(vars.telegram_api_url().unwrap(), "https://api.telegram.org");
         assert_eq!(vars.record_ttl().unwrap(), defaults::RECORD_TTL);
     }

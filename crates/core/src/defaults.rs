@@ -10,12 +10,20 @@ pub const BACKOFF_BASE: Duration = Duration::from_secs(2);
 pub const BACKOFF_CAP: Duration = Duration::from_secs(300);
 /// How long an update Telegram keeps rate-limiting may go on being retried, from its first run.
 pub const MAX_RETRY_AGE: Duration = Duration::from_secs(24 * 3600);
-/// Largest webhook body accepted (Telegram updates are far smaller).
-pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+/// Largest webhook body accepted (Telegram updates are far smaller). Chosen so that every body
+/// accepted can be queued or dead-lettered whole: a body DynamoDB cannot hold ([`MAX_ITEM_BYTES`])
+/// is buried with its bytes, base64 when it is not text, and that stays under SQS's 1 MiB message
+/// ([`MAX_MESSAGE_BYTES`]) with the letter's attributes.
+pub const MAX_BODY_BYTES: usize = 512 * 1024;
+/// SQS's largest message, the `MaximumMessageSize` of both queues in `template.yaml`.
+pub const MAX_MESSAGE_BYTES: usize = 1024 * 1024;
 /// DynamoDB's item size limit: a record that would grow past it can never be stored.
 pub const MAX_ITEM_BYTES: usize = 400 * 1024;
-/// How long an update record is kept before DynamoDB's TTL (or local retention) removes it.
-pub const RECORD_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+/// How long an update record is kept before DynamoDB's TTL (or local retention) removes it: the
+/// dead-letter queue's 14 days and a day more, so a letter replayed on its last day still finds its
+/// record, with the sends and steps it recorded, and repeats none of them. Every claim starts the
+/// count again, and a letter is sent right after its last claim.
+pub const RECORD_TTL: Duration = Duration::from_secs(15 * 24 * 3600);
 /// How long one Bot API call may take before it counts as a (transient) timeout.
 pub const TELEGRAM_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest wait for one AWS call, retries included (the SDK clients' operation timeout).
@@ -35,8 +43,12 @@ pub const WORKER_TIMEOUT: Duration = Duration::from_secs(60);
 pub const MAX_RECEIVE_COUNT: u32 = 1000;
 /// A record received this share of `MAX_RECEIVE_COUNT` times is logged as close to redrive.
 pub const RECEIVE_WARNING_SHARE: f64 = 0.8;
-/// The SQS ceiling for a message's visibility, counted from its first receive.
+/// The SQS ceiling for a message's visibility, counted from each receive of it (SQS starts the
+/// count again with every receive).
 pub const MAX_VISIBILITY: Duration = Duration::from_secs(12 * 3600);
+/// The longest a Lambda invocation runs (its largest timeout): a batch the worker holds was
+/// received at most this long ago.
+pub const MAX_INVOCATION: Duration = Duration::from_secs(15 * 60);
 /// SQS FIFO drops a message whose deduplication id was seen within this window.
 pub const DEDUP_WINDOW: Duration = Duration::from_secs(300);
 /// Telegram's published limit on a bot's messages overall.

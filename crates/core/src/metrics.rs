@@ -48,6 +48,9 @@ pub const RECIPIENT_GONE: &str = "RecipientGone";
 pub const FENCED: &str = "Fenced";
 /// An at-most-once send whose earlier outcome was unknown, not sent again: to reconcile.
 pub const UNCERTAIN_SEND: &str = "UncertainSend";
+/// A read of the bot registry (SSM Parameter Store on AWS) that failed; by [`CAUSE`] alone, as the
+/// registry belongs to no one bot. The function went on with the bots it had read before, if any.
+pub const REGISTRY_UNAVAILABLE: &str = "RegistryUnavailable";
 /// How long a run's sends waited for Telegram's pacing, in milliseconds.
 pub const THROTTLED_WAIT_MS: &str = "ThrottledWaitMs";
 /// From an update's arrival at the webhook to its `DONE`, in milliseconds.
@@ -75,7 +78,7 @@ pub const POLLER_COUNTERS: [&str; 4] = [
 ];
 
 /// Every counter, for recorders and dashboards that list them.
-pub const COUNTERS: [&str; 12] = [
+pub const COUNTERS: [&str; 13] = [
     RECEIVED,
     DUPLICATE,
     REQUEUED,
@@ -88,6 +91,7 @@ pub const COUNTERS: [&str; 12] = [
     RECIPIENT_GONE,
     FENCED,
     UNCERTAIN_SEND,
+    REGISTRY_UNAVAILABLE,
 ];
 
 /// Every histogram, in milliseconds.
@@ -105,6 +109,11 @@ pub fn describe() {
     for name in HISTOGRAMS {
         describe_histogram!(name, Unit::Milliseconds, name);
     }
+}
+
+/// Counts a failed read of the bot registry.
+pub fn registry_unavailable(error: &crate::PortError) {
+    counter!(REGISTRY_UNAVAILABLE, CAUSE => error.cause()).increment(1);
 }
 
 /// Counts one event of `bot`'s poller: one of [`POLLER_COUNTERS`].

@@ -147,8 +147,18 @@ impl Report {
 /// What a walk over the letters does to each selected one.
 #[derive(Clone, Copy, Debug)]
 enum Job {
-    Replay { dry_run: bool },
+    Replay(Replay),
     Purge,
+}
+
+/// How a replay goes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Replay {
+    /// Check each letter against its record as a replay would, and change nothing.
+    pub dry_run: bool,
+    /// Replay a letter whose record is gone too (expired, or deleted): the sends and steps the
+    /// update recorded went with it, so its run may repeat what it did before it died.
+    pub force: bool,
 }
 
 /// The operator's use cases.
@@ -214,15 +224,15 @@ impl Operator {
     }
 
     /// Replays the selected letters, oldest first. In a dry run nothing is written; each letter is
-    /// checked against its record as a replay would check it.
+    /// checked against its record as a replay would check it. A letter whose record is gone is
+    /// left in the queue unless `force`.
     pub async fn replay(
         &self,
         selection: &Selection,
-        dry_run: bool,
+        how: Replay,
         progress: &(dyn Fn(Tally) + Send + Sync),
     ) -> Report {
-        self.walk(selection, Job::Replay { dry_run }, progress)
-            .await
+        self.walk(selection, Job::Replay(how), progress).await
     }
 
     /// Deletes the selected letters, each audited.
@@ -282,12 +292,12 @@ impl Operator {
                 }
                 let chat = held.letter.group_id();
                 let done = match job {
-                    Job::Replay { dry_run } => self.replay_one(&held, dry_run, &blocked).await,
+                    Job::Replay(how) => self.replay_one(&held, how, &blocked).await,
                     Job::Purge => self.purge_one(&held).await,
                 };
                 match done {
                     Ok(acted) => {
-                        if matches!(job, Job::Replay { dry_run: true }) {
+                        if matches!(job, Job::Replay(Replay { dry_run: true, .. })) {
                             keep.push(held.handle);
                         }
                         report.acted.push(acted);
@@ -326,7 +336,7 @@ impl Operator {
     async fn replay_one(
         &self,
         held: &HeldLetter,
-        dry_run: bool,
+        how: Replay,
         blocked: &HashSet<String>,
     ) -> Result<Acted, String> {
         let letter = &held.letter;
@@ -354,7 +364,7 @@ impl Operator {
             update_id: Some(update_id),
             detail,
         };
-        if dry_run {
+        if how.dry_run {
             let stored = self
                 .ports
                 .records
@@ -363,8 +373,27 @@ impl Operator {
                 .map_err(|e| format!("its record could not be read: {}", error_chain(&e)))?;
             return match request.apply(stored).0 {
                 Reset::Refused(status) => Err(refusal(status)),
+                Reset::Absent if !how.force => Err(RECORD_GONE.into()),
                 reset => Ok(acted(format!("would replay: {}", restarted(reset)))),
             };
+        }
+        if !how.force {
+            // Looked up before the reset, so a refusal writes nothing: a gone record stays gone.
+            let stored = self
+                .ports
+                .records
+                .get(&key, now)
+                .await
+                .map_err(|e| format!("its record could not be read: {}", error_chain(&e)))?;
+            if stored.is_none() {
+                self.audit(
+                    AuditAction::Replay,
+                    held,
+                    &format!("refused: {RECORD_GONE}"),
+                )
+                .await;
+                return Err(RECORD_GONE.into());
+            }
         }
         let reset = match self.ports.reset.reset(&request).await {
             Ok(Reset::Refused(status)) => {
@@ -465,13 +494,20 @@ pub fn replay_dedup_id(key: &RecordKey, now: Timestamp) -> String {
     )
 }
 
+/// Why a letter whose record is gone is not replayed without `--force`.
+const RECORD_GONE: &str =
+    "its record is gone (expired or deleted), and with it the sends and steps \
+     the update recorded: a replay may repeat any of them; replay it with --force to run it anyway";
+
 /// What a reset did, in words.
 fn restarted(reset: Reset) -> String {
     match reset {
         Reset::Restarted(from) => {
             format!("its record was restarted from {from} with a fresh budget")
         }
-        Reset::Absent => "it has no live record; its run creates one with a fresh budget".into(),
+        Reset::Absent => "replayed with --force: it had no record, so sends and steps it made \
+                          before may be made again; its run creates a record with a fresh budget"
+            .into(),
         Reset::Refused(status) => refusal(status),
     }
 }

@@ -6,7 +6,6 @@ use std::time::Duration;
 use crate::dead::DeadReason;
 use crate::defaults;
 use crate::error::ErrorClass;
-use crate::record::Timestamp;
 
 /// The attempt budget, the time budget and the backoff curve.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -98,15 +97,13 @@ impl RetryPolicy {
     }
 }
 
-/// A visibility delay SQS accepts: its 12-hour ceiling counts from the message's first receive,
-/// not from now, so a message received long ago can be hidden for less.
-pub fn within_visibility_ceiling(
-    delay: Duration,
-    first_received_at: Option<Timestamp>,
-    now: Timestamp,
-) -> Duration {
-    let held = first_received_at.map_or(Duration::ZERO, |first| now.since(first));
-    delay.min(defaults::MAX_VISIBILITY.saturating_sub(held))
+/// A visibility delay SQS accepts. SQS keeps a message in flight for at most 12 hours counted from
+/// each receive (every receive starts the count again; the message's first receive does not matter),
+/// so the delay asked for now may be at most 12 hours less the time since the batch was received.
+/// The worker does not learn that instant, but an invocation lasts at most
+/// [`defaults::MAX_INVOCATION`], so that is what is kept off the ceiling.
+pub fn within_visibility_ceiling(delay: Duration) -> Duration {
+    delay.min(defaults::MAX_VISIBILITY.saturating_sub(defaults::MAX_INVOCATION))
 }
 
 #[cfg(test)]
@@ -157,27 +154,13 @@ mod tests {
     }
 
     #[test]
-    fn the_visibility_ceiling_counts_from_the_first_receive() {
-        let now = Timestamp(100 * 3600 * 1000);
+    fn the_visibility_ceiling_counts_from_this_receive_less_the_longest_invocation() {
         let day = 24 * 3600 * SEC;
-        assert_eq!(
-            within_visibility_ceiling(day, None, now),
-            defaults::MAX_VISIBILITY
-        );
-        let received_11h_ago = Timestamp(now.0 - 11 * 3600 * 1000);
-        assert_eq!(
-            within_visibility_ceiling(day, Some(received_11h_ago), now),
-            3600 * SEC
-        );
-        assert_eq!(
-            within_visibility_ceiling(5 * SEC, Some(received_11h_ago), now),
-            5 * SEC
-        );
-        let received_13h_ago = Timestamp(now.0 - 13 * 3600 * 1000);
-        assert_eq!(
-            within_visibility_ceiling(day, Some(received_13h_ago), now),
-            Duration::ZERO
-        );
+        let ceiling = 12 * 3600 * SEC - 15 * 60 * SEC;
+        assert_eq!(within_visibility_ceiling(day), ceiling);
+        assert_eq!(within_visibility_ceiling(ceiling + SEC), ceiling);
+        assert_eq!(within_visibility_ceiling(5 * SEC), 5 * SEC);
+        assert_eq!(within_visibility_ceiling(Duration::ZERO), Duration::ZERO);
     }
 
     #[test]

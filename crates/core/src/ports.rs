@@ -419,8 +419,6 @@ pub struct QueueRecord {
     pub group_id: MessageGroupId,
     /// How many times the queue has delivered it, this time included.
     pub receive_count: u32,
-    /// When the queue first delivered it: SQS's 12-hour visibility ceiling counts from here.
-    pub first_received_at: Option<Timestamp>,
     /// tgq's dead-letter attributes, when the message is a dead letter an operator moved back to
     /// the updates queue (the SQS console's redrive): the worker then resets its record first.
     pub dead_letter: Option<DeadLetterMarks>,

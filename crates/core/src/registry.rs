@@ -289,15 +289,18 @@ impl Registry {
                 *cache = Some((Instant::now(), bots.clone()));
                 Ok(bots)
             }
-            Err(error) => match cache.as_mut() {
-                Some((read_at, bots)) => {
-                    tracing::warn!(error = %crate::error::error_chain(&error), "reading the bot registry failed; serving the bots read before");
-                    // Try again after another interval, not on every request.
-                    *read_at = Instant::now();
-                    Ok(bots.clone())
+            Err(error) => {
+                crate::metrics::registry_unavailable(&error);
+                match cache.as_mut() {
+                    Some((read_at, bots)) => {
+                        tracing::warn!(error = %crate::error::error_chain(&error), "reading the bot registry failed; serving the bots read before");
+                        // Try again after another interval, not on every request.
+                        *read_at = Instant::now();
+                        Ok(bots.clone())
+                    }
+                    None => Err(error),
                 }
-                None => Err(error),
-            },
+            }
         }
     }
 

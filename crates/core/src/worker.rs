@@ -977,7 +977,7 @@ impl Worker {
     /// visibility timeout.
     async fn show_again(&self, record: &QueueRecord, after: Duration) -> Duration {
         let now = self.ports.clock.now();
-        let after = within_visibility_ceiling(after, record.first_received_at, now);
+        let after = within_visibility_ceiling(after);
         let deadline = now.plus(self.settings.store_patience + Duration::from_secs(1));
         if let Err(e) = self
             .patiently("visibility change", deadline, || {

@@ -16,7 +16,9 @@ use tgq_core::bots::OneBot;
 use tgq_core::clock::{Clock, ManualClock};
 use tgq_core::dead::{DeadLetterMarks, DeadReason};
 use tgq_core::ids::{BotId, MessageGroupId, RecordKey, UpdateId};
-use tgq_core::operate::{Operator, OperatorPorts, OperatorSettings, Report, Selection, Tally};
+use tgq_core::operate::{
+    Operator, OperatorPorts, OperatorSettings, Replay, Report, Selection, Tally,
+};
 use tgq_core::pacer::{Pacer, RateLimits};
 use tgq_core::ports::{DeadLetter, DeadLetters, QueueConsumer, QueueRecord, RecordReader};
 use tgq_core::record::{Status, Timestamp};
@@ -136,7 +138,6 @@ fn delivery(update_id: i64, chat: i64) -> QueueRecord {
         body: body(update_id, chat),
         group_id: MessageGroupId::from_raw(format!("demo:{chat}")),
         receive_count: 1,
-        first_received_at: None,
         dead_letter: None,
     }
 }
@@ -150,7 +151,6 @@ fn redriven(letter: &DeadLetter, receive_count: u32) -> QueueRecord {
         body: letter.body.clone(),
         group_id: MessageGroupId::from_raw(letter.group_id()),
         receive_count,
-        first_received_at: None,
         dead_letter: Some(DeadLetterMarks {
             reason: letter.reason,
             attempts: letter.attempts,
@@ -206,7 +206,9 @@ impl Rig {
     }
 
     async fn replay_all(&self) -> Report {
-        self.operator.replay(&all(), false, &quiet).await
+        self.operator
+            .replay(&all(), Replay::default(), &quiet)
+            .await
     }
 }
 
@@ -290,6 +292,48 @@ async fn a_letter_replayed_again_after_its_update_ran_is_refused_kept_and_audite
     assert_eq!(rig.api.sent_texts(), ["reply to 1"], "the update ran once");
     let audit = rig.store.recent(10, rig.clock.now()).await.unwrap();
     assert!(audit[0].outcome.starts_with("refused"), "{audit:?}");
+}
+
+#[tokio::test]
+async fn a_letter_whose_record_is_gone_is_replayed_only_with_force_which_says_what_may_repeat() {
+    let rig = rig();
+    rig.bury(1, 10).await;
+    // The record outlived by the letter: its TTL ran out (readers ignore an expired record).
+    rig.clock
+        .advance(WorkerSettings::default().record_ttl + Duration::from_secs(3600));
+    assert_eq!(rig.status(1).await, None, "the record is gone");
+
+    let refused = rig.replay_all().await;
+    assert!(refused.acted.is_empty(), "{refused:?}");
+    assert!(
+        refused.skipped[0].why.contains("its record is gone")
+            && refused.skipped[0].why.contains("--force"),
+        "{refused:?}"
+    );
+    assert_eq!(rig.dead.letters().len(), 1, "the letter is kept");
+    assert_eq!(rig.queue.depth(), 0, "nothing was sent");
+    assert_eq!(rig.status(1).await, None, "a refusal writes no record");
+    let audit = rig.store.recent(10, rig.clock.now()).await.unwrap();
+    assert!(audit[0].outcome.starts_with("refused"), "{audit:?}");
+
+    let forced = rig
+        .operator
+        .replay(
+            &all(),
+            Replay {
+                dry_run: false,
+                force: true,
+            },
+            &quiet,
+        )
+        .await;
+    assert_eq!(forced.acted.len(), 1, "{forced:?}");
+    assert!(
+        forced.acted[0].detail.contains("--force") && forced.acted[0].detail.contains("made again"),
+        "{forced:?}"
+    );
+    assert_eq!(rig.queue.depth(), 1);
+    assert!(rig.dead.letters().is_empty());
 }
 
 #[tokio::test]
@@ -420,7 +464,17 @@ async fn a_failed_send_to_the_updates_queue_keeps_the_letter_for_another_replay(
 async fn a_dry_run_checks_each_letter_and_changes_nothing() {
     let rig = rig();
     rig.bury(1, 10).await;
-    let report = rig.operator.replay(&all(), true, &quiet).await;
+    let report = rig
+        .operator
+        .replay(
+            &all(),
+            Replay {
+                dry_run: true,
+                force: false,
+            },
+            &quiet,
+        )
+        .await;
     assert!(
         report.acted[0].detail.starts_with("would replay"),
         "{report:?}"

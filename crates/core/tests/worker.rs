@@ -231,7 +231,6 @@ fn update(update_id: i64, chat: i64) -> QueueRecord {
         body: Bytes::from(body),
         group_id: MessageGroupId::from_raw(format!("demo:{chat}")),
         receive_count: 1,
-        first_received_at: None,
         dead_letter: None,
     }
 }
@@ -774,17 +773,31 @@ async fn a_handler_running_into_the_deadline_is_cut_off_and_retried() {
 }
 
 #[tokio::test]
-async fn a_visibility_change_never_reaches_past_twelve_hours_from_the_first_receive() {
+async fn a_message_first_received_thirteen_hours_ago_still_backs_off_for_the_whole_delay() {
+    // SQS counts its 12-hour visibility ceiling from each receive, so a message first received
+    // 13 hours ago (a chat held by a long flood wait) may be hidden again as long as it asks.
     let rig = rig();
-    let mut record = update(1, 10);
-    // Received first 11 h 59 min ago; Telegram asks for an hour.
-    record.first_received_at = Some(Timestamp(T0.0 - (12 * 3600 - 60) * 1000));
+    rig.clock.advance(Duration::from_secs(13 * 3600));
     rig.api
         .fail_next([TelegramError::RetryAfter(Duration::from_secs(3600))]);
-    rig.run(&[record]).await;
+    rig.run(&[update(1, 10)]).await;
     assert_eq!(
         rig.visibility.last_for("rcpt-1"),
-        Some(Duration::from_secs(60))
+        Some(Duration::from_secs(3601)),
+        "retry_after + 1 s, not 0"
+    );
+}
+
+#[tokio::test]
+async fn a_visibility_change_stays_under_twelve_hours_less_the_longest_invocation() {
+    let rig = rig();
+    // Telegram asks for a day; SQS takes at most 12 hours from this receive.
+    rig.api
+        .fail_next([TelegramError::RetryAfter(Duration::from_secs(24 * 3600))]);
+    rig.run(&[update(1, 10)]).await;
+    assert_eq!(
+        rig.visibility.last_for("rcpt-1"),
+        Some(Duration::from_secs(12 * 3600 - 15 * 60))
     );
 }
 

@@ -24,7 +24,7 @@ const CACHE_BYTES: usize = 64 * 1024 * 1024;
 #[derive(Clone)]
 pub struct StoreOptions {
     /// How long outbox entries are kept by [`EmbeddedStore::purge_expired`] (records carry their own
-    /// `expires_at`). Default: 7 days, as records.
+    /// `expires_at`). Default: 15 days, as records.
     pub ttl: Duration,
     /// A message received this many times without being deleted goes to the dead letters on its
     /// next receive (SQS's redrive `maxReceiveCount`). Default: 30.

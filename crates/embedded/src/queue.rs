@@ -207,7 +207,6 @@ impl Tx<'_> {
                 body,
                 group_id: message.group.clone(),
                 receive_count: message.receive_count,
-                first_received_at: message.first_received_at,
                 dead_letter: None,
             });
             self.queue.delivered.insert(seq);

@@ -91,7 +91,6 @@ impl Harness {
             body,
             group_id: group,
             receive_count: 1,
-            first_received_at: None,
             dead_letter: None,
         }
     }

@@ -111,7 +111,6 @@ impl MemoryQueue {
                 body: message.body.clone(),
                 group_id: message.state.group.clone(),
                 receive_count: message.state.receive_count,
-                first_received_at: message.state.first_received_at,
                 dead_letter: None,
             });
         }

@@ -217,9 +217,6 @@ pub fn queue_record(message: SqsMessage) -> Result<QueueRecord, NamelessRecord> 
         receive_count: attribute("ApproximateReceiveCount")
             .and_then(|n| n.parse().ok())
             .unwrap_or(1),
-        first_received_at: attribute("ApproximateFirstReceiveTimestamp")
-            .and_then(|ms| ms.parse().ok())
-            .map(Timestamp),
         // The event source mapping passes the message attributes a dead letter carries.
         dead_letter: tgq_aws::dead_letter_marks(|name| {
             message

@@ -273,7 +273,6 @@ async fn registry_outcomes() {
         body: message(update_id).into(),
         group_id: MessageGroupId::from_raw(format!("{bot}:5")),
         receive_count: 1,
-        first_received_at: None,
         dead_letter: None,
     };
     let deadline = SystemClock.now().plus(Duration::from_secs(60));

@@ -206,6 +206,27 @@ async fn the_packaged_worker_answers_an_empty_batch_with_no_failures() {
 /// cargo-lambda (and so `sam build`) builds with `panic = "abort"` unless the release profile names
 /// a panic strategy; the worker catches a handler's panic with `catch_unwind`, which abort defeats.
 #[test]
+fn the_functions_are_built_without_the_cli_s_sign_in_providers() {
+    // The tgq command signs in with IAM Identity Center (SSO) and credential_process profiles
+    // (aws-config's `sso` and `credentials-process` features, in cli/Cargo.toml only); Lambda
+    // hands the functions their role's credentials in the environment. The workspace's
+    // default-members keep `sam build` (cargo lambda build --bin NAME from the workspace root)
+    // from unifying the functions' features with the CLI's.
+    let root = workspace_root();
+    for function in template_functions().expect("template.yaml's functions") {
+        let bootstrap = function.build_dir(&root).join(BOOTSTRAP);
+        let bytes = fs::read(&bootstrap).unwrap_or_else(|_| panic!("{}", missing(&bootstrap)));
+        // The SSO portal's endpoint, which only aws-sdk-sso (the `sso` feature) brings.
+        let marker = b"portal.sso";
+        assert!(
+            !bytes.windows(marker.len()).any(|w| w == marker),
+            "{} links the SSO credential provider: the CLI's sign-in features leaked into the function",
+            function.binary
+        );
+    }
+}
+
+#[test]
 fn the_release_profile_keeps_panics_unwinding() {
     let manifest = fs::read_to_string(workspace_root().join("Cargo.toml")).expect("Cargo.toml");
     let manifest: toml::Table = toml::from_str(&manifest).expect("Cargo.toml is TOML");

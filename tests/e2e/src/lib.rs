@@ -8,6 +8,7 @@
 //! missing.
 
 pub mod cargo;
+pub mod dashboard;
 pub mod emulator;
 pub mod esm;
 pub mod functions;

@@ -305,8 +305,6 @@ fn every_alarm_the_operating_guide_names_watches_its_metric() {
             "{name} notifies"
         );
     }
-    let oldest = alarm(&t, "UpdatesQueueOldestMessageAlarm");
-    assert_eq!(t.number(&oldest["Threshold"]), Some(300));
     assert_eq!(
         t.0["Resources"]["AlarmEmailSubscription"]["Properties"]["Protocol"].as_str(),
         Some("email")
@@ -341,41 +339,201 @@ fn the_oldest_letter_alarm_fires_days_before_sqs_deletes_letters() {
     );
 }
 
+/// The one query of a metric-math alarm, which must be a Metrics Insights `SELECT` returning the
+/// alarm's series.
+fn insights_query(t: &Template, name: &str) -> String {
+    let queries = alarm(t, name)["Metrics"]
+        .as_sequence()
+        .unwrap_or_else(|| panic!("{name} alarms on a query"));
+    assert_eq!(queries.len(), 1, "{name}: one query, one series");
+    assert_eq!(queries[0]["ReturnData"].as_bool(), Some(true), "{name}");
+    assert_eq!(t.number(&queries[0]["Period"]), Some(60), "{name}");
+    let expression = match &queries[0]["Expression"] {
+        Value::String(text) => text.clone(),
+        Value::Tagged(tagged) if tagged.tag == "Sub" => tagged.value.as_str().unwrap().to_owned(),
+        other => panic!("{name}: the query is not a string: {other:?}"),
+    };
+    assert!(
+        expression.starts_with("SELECT SUM("),
+        "{name}: {expression}"
+    );
+    expression
+}
+
 #[test]
-fn the_ingest_unavailable_alarm_sums_every_cause_the_webhook_reports_for_five_minutes() {
+fn the_ingest_unavailable_alarm_sums_every_bot_and_every_cause_for_five_minutes() {
     let t = Template::load();
+    let query = insights_query(&t, "WebhookIngestUnavailableAlarm");
+    let schema = format!(
+        "SELECT SUM({}) FROM SCHEMA({}, {}, {})",
+        tgq_core::metrics::INGEST_UNAVAILABLE,
+        tgq_core::metrics::NAMESPACE,
+        tgq_core::metrics::BOT_ID,
+        tgq_core::metrics::CAUSE
+    );
+    // No WHERE: a registry bot's 503s count as the stack's bot's do, and so does every cause.
+    assert_eq!(query, schema);
     let alarm = alarm(&t, "WebhookIngestUnavailableAlarm");
-    let queries = alarm["Metrics"].as_sequence().expect("metric math");
-    let mut causes = Vec::new();
-    for query in queries {
-        let metric = &query["MetricStat"]["Metric"];
-        if metric.is_null() {
-            continue;
-        }
-        assert_eq!(
-            metric["Namespace"].as_str(),
-            Some(tgq_core::metrics::NAMESPACE)
-        );
-        assert_eq!(
-            metric["MetricName"].as_str(),
-            Some(tgq_core::metrics::INGEST_UNAVAILABLE)
-        );
-        let dimensions = metric["Dimensions"].as_sequence().unwrap();
-        assert_eq!(
-            dimensions[0]["Name"].as_str(),
-            Some(tgq_core::metrics::BOT_ID)
-        );
-        assert_eq!(
-            dimensions[1]["Name"].as_str(),
-            Some(tgq_core::metrics::CAUSE)
-        );
-        causes.push(dimensions[1]["Value"].as_str().unwrap().to_owned());
-        assert_eq!(t.number(&query["MetricStat"]["Period"]), Some(60));
-    }
-    assert_eq!(causes, tgq_core::PortError::CAUSES);
     let minutes = t.number(&alarm["EvaluationPeriods"]).unwrap();
     assert_eq!(minutes, 5);
     assert_eq!(t.number(&alarm["DatapointsToAlarm"]), Some(minutes));
+}
+
+#[test]
+fn throttled_table_requests_and_unreadable_registries_page_someone() {
+    let t = Template::load();
+    let table = insights_query(&t, "TableThrottledAlarm");
+    assert!(
+        table
+            .contains("SUM(ThrottledRequests) FROM SCHEMA(\"AWS/DynamoDB\", Operation, TableName)")
+            && table.ends_with("WHERE TableName = '${UpdatesTable}'"),
+        "every operation on the stack's table: {table}"
+    );
+    let registry = insights_query(&t, "RegistryUnavailableAlarm");
+    assert_eq!(
+        registry,
+        format!(
+            "SELECT SUM({}) FROM SCHEMA({}, {})",
+            tgq_core::metrics::REGISTRY_UNAVAILABLE,
+            tgq_core::metrics::NAMESPACE,
+            tgq_core::metrics::CAUSE
+        )
+    );
+    for name in ["TableThrottledAlarm", "RegistryUnavailableAlarm"] {
+        let alarm = alarm(&t, name);
+        assert!(
+            !alarm["AlarmActions"].is_null() && !alarm["OKActions"].is_null(),
+            "{name} notifies"
+        );
+    }
+}
+
+#[test]
+fn the_function_url_alarm_watches_the_series_lambda_publishes_for_the_url() {
+    let t = Template::load();
+    let dimensions = alarm(&t, "WebhookUrl5xxAlarm")["Dimensions"]
+        .as_sequence()
+        .unwrap()
+        .clone();
+    let resource = dimensions
+        .iter()
+        .find(|d| d["Name"].as_str() == Some("Resource"))
+        .expect("a Resource dimension");
+    // Lambda names a URL's series `function:$LATEST` (or `function:alias`), never the bare name.
+    let value = serde_yaml::to_string(&resource["Value"]).unwrap();
+    assert!(value.contains("${WebhookFunction}:$LATEST"), "{value}");
+}
+
+#[test]
+fn the_oldest_message_alarm_stays_quiet_through_a_whole_retry_budget_of_ordinary_backoff() {
+    use tgq_core::policy::{Jitter, RetryPolicy};
+    let t = Template::load();
+    let threshold = t
+        .number(&alarm(&t, "UpdatesQueueOldestMessageAlarm")["Threshold"])
+        .unwrap();
+    let policy = RetryPolicy::default();
+    // Every backoff of the budget at the largest jitter (1.5 x the step).
+    let held: u64 = (1..defaults::MAX_ATTEMPTS)
+        .map(|attempt| policy.backoff(attempt, Jitter::NONE).as_secs() * 3 / 2)
+        .sum();
+    assert!(
+        threshold >= 2 * held,
+        "the alarm fires at {threshold} s, while ordinary backoff holds a message up to {held} s"
+    );
+}
+
+#[test]
+fn both_queues_keep_messages_fourteen_days_and_take_any_body_the_webhook_stores() {
+    let t = Template::load();
+    assert_eq!(
+        t.number(&t.resource("UpdatesQueue")["MessageRetentionPeriod"]),
+        Some(SQS_MAX_RETENTION_SECS),
+        "a backlog SQS deletes for age reaches no dead-letter queue"
+    );
+    for queue in ["UpdatesQueue", "DeadLetterQueue"] {
+        let size = t
+            .number(&t.resource(queue)["MaximumMessageSize"])
+            .unwrap_or_else(|| panic!("{queue} sets MaximumMessageSize"));
+        assert_eq!(size, defaults::MAX_MESSAGE_BYTES as u64, "{queue}");
+    }
+    // A body DynamoDB cannot hold is dead-lettered whole: base64 (when it is not text) of the
+    // largest body the webhook takes, with room for the letter's attributes.
+    let buried = defaults::MAX_BODY_BYTES.div_ceil(3) * 4;
+    assert!(
+        buried + 16 * 1024 <= defaults::MAX_MESSAGE_BYTES,
+        "a {}-byte body is {buried} bytes in a letter",
+        defaults::MAX_BODY_BYTES
+    );
+    assert!(defaults::MAX_BODY_BYTES > defaults::MAX_ITEM_BYTES);
+}
+
+#[test]
+fn a_record_outlives_its_dead_letter() {
+    let t = Template::load();
+    let retention = t
+        .number(&t.resource("DeadLetterQueue")["MessageRetentionPeriod"])
+        .unwrap();
+    assert!(
+        defaults::RECORD_TTL.as_secs() >= retention + 86_400,
+        "records expire after {:?}, letters after {retention} s",
+        defaults::RECORD_TTL
+    );
+    assert!(
+        t.resource("WebhookFunction")["Environment"]["Variables"]["TGQ_RECORD_TTL_SECS"].is_null()
+            && t.0["Globals"]["Function"]["Environment"]["Variables"]["TGQ_RECORD_TTL_SECS"]
+                .is_null(),
+        "the functions keep the code's record TTL"
+    );
+}
+
+/// The commercial regions without Lambda Function URLs, as the Lambda developer guide lists them.
+const REGIONS_WITHOUT_FUNCTION_URLS: [&str; 11] = [
+    "ap-east-2",
+    "ap-south-2",
+    "ap-southeast-4",
+    "ap-southeast-5",
+    "ap-southeast-6",
+    "ap-southeast-7",
+    "ca-west-1",
+    "eu-central-2",
+    "eu-south-2",
+    "il-central-1",
+    "me-central-1",
+];
+
+#[test]
+fn in_a_region_without_function_urls_the_stack_takes_the_http_api() {
+    let t = Template::load();
+    // The condition is Or of Equals [Ref AWS::Region, region]: every other string in it is a region.
+    fn strings<'v>(value: &'v Value, out: &mut Vec<&'v str>) {
+        match value {
+            Value::String(text) => out.push(text),
+            Value::Sequence(items) => items.iter().for_each(|item| strings(item, out)),
+            Value::Tagged(tagged) => strings(&tagged.value, out),
+            _ => {}
+        }
+    }
+    let mut listed = Vec::new();
+    strings(&t.0["Conditions"]["FunctionUrlsUnavailable"], &mut listed);
+    listed.retain(|text| *text != "AWS::Region");
+    listed.sort_unstable();
+    assert_eq!(listed, REGIONS_WITHOUT_FUNCTION_URLS);
+    let readme = include_str!("../../../README.md");
+    for region in REGIONS_WITHOUT_FUNCTION_URLS {
+        assert!(readme.contains(region), "README names {region}");
+    }
+    let endpoint = &t.0["Parameters"]["WebhookEndpoint"];
+    assert_eq!(endpoint["Default"].as_str(), Some("Auto"));
+    let use_url = serde_yaml::to_string(&t.0["Conditions"]["UseFunctionUrl"]).unwrap();
+    assert!(
+        use_url.contains("FunctionUrlsUnavailable") && use_url.contains("Auto"),
+        "{use_url}"
+    );
+    let use_api = serde_yaml::to_string(&t.0["Conditions"]["UseHttpApi"]).unwrap();
+    assert!(
+        use_api.contains("Not") && use_api.contains("UseFunctionUrl"),
+        "{use_api}"
+    );
 }
 
 #[test]
@@ -410,6 +568,81 @@ fn the_dashboard_shows_every_metric_the_functions_emit() {
         );
     }
     assert!(text.contains(&format!("{{{},BotId", tgq_core::metrics::NAMESPACE)));
+}
+
+/// Every dashboard of the template with its body as CloudFormation hands it to CloudWatch: the
+/// `Fn::Sub` resolved with the parameters' defaults (`mybot` for BotId, which has none), the pseudo
+/// parameters of a stack `tgq` in us-east-1, and a stand-in for each resource's name or attribute.
+fn dashboard_bodies(t: &Template) -> Vec<(String, serde_json::Value)> {
+    let parameters = t.0["Parameters"].as_mapping().unwrap();
+    let resources = t.0["Resources"].as_mapping().unwrap();
+    let value = |name: &str| -> Option<String> {
+        let pseudo = match name {
+            "AWS::Region" => Some("us-east-1"),
+            "AWS::StackName" => Some("tgq"),
+            "AWS::AccountId" => Some("123456789012"),
+            "AWS::Partition" => Some("aws"),
+            "AWS::URLSuffix" => Some("amazonaws.com"),
+            _ => None,
+        };
+        if let Some(pseudo) = pseudo {
+            return Some(pseudo.to_owned());
+        }
+        if let Some(parameter) = parameters.get(name) {
+            return Some(match &parameter["Default"] {
+                Value::String(s) => s.clone(),
+                Value::Number(n) => n.to_string(),
+                _ => "mybot".to_owned(),
+            });
+        }
+        let resource = name.split('.').next()?;
+        resources
+            .contains_key(resource)
+            .then(|| format!("tgq-{}", resource.to_lowercase()))
+    };
+    let mut bodies = Vec::new();
+    for (name, resource) in resources {
+        if resource["Type"].as_str() != Some("AWS::CloudWatch::Dashboard") {
+            continue;
+        }
+        let name = name.as_str().unwrap().to_owned();
+        let text = match &resource["Properties"]["DashboardBody"] {
+            Value::String(text) => text.clone(),
+            Value::Tagged(tagged) if tagged.tag == "Sub" => {
+                let template = tagged
+                    .value
+                    .as_str()
+                    .unwrap_or_else(|| panic!("{name}: DashboardBody's !Sub takes a string"));
+                tgq_e2e::dashboard::sub(template, value)
+                    .unwrap_or_else(|error| panic!("{name}: {error}"))
+            }
+            other => panic!("{name}: DashboardBody is neither a string nor a !Sub: {other:?}"),
+        };
+        let body = serde_json::from_str(&text)
+            .unwrap_or_else(|error| panic!("{name}: the body is not JSON after Fn::Sub: {error}"));
+        bodies.push((name, body));
+    }
+    bodies
+}
+
+#[test]
+fn every_dashboard_body_is_one_cloudwatch_accepts() {
+    let t = Template::load();
+    let bodies = dashboard_bodies(&t);
+    assert!(!bodies.is_empty(), "the template has a dashboard");
+    let mut problems = Vec::new();
+    for (name, body) in &bodies {
+        problems.extend(
+            tgq_e2e::dashboard::problems(body)
+                .into_iter()
+                .map(|problem| format!("{name}: {problem}")),
+        );
+    }
+    assert!(
+        problems.is_empty(),
+        "CloudWatch would refuse the dashboard (and roll the stack back):\n{}",
+        problems.join("\n")
+    );
 }
 
 #[test]
