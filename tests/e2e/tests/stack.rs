@@ -3,10 +3,13 @@
 //! `template.yaml` goes through SAM's own translator (`samtranslator`, the package the pinned SAM
 //! CLI ships; `tests/e2e/sam_transform.py`) as CloudFormation's `AWS::Serverless-2016-10-31`
 //! transform does, and the CloudFormation stack it makes is created on moto. `sam deploy` itself
-//! cannot target moto: it sends the untransformed template and leaves the transform to
-//! CloudFormation, and moto's CloudFormation runs no transform (it skips every
-//! `AWS::Serverless::*` resource as a type it does not know), so the transform is done here, with
-//! the same translator, and the transformed template is created as CloudFormation would create it.
+//! does not deploy this on moto 5.2.5 (tried with SAM CLI 1.170.0): it uploads the template and
+//! names it by a `TemplateURL` built from the S3 endpoint, which moto reads as a bucket name
+//! unless the host is `localhost` (`http://127.0.0.1:PORT/bucket/key` is bucket "127": NoSuchBucket);
+//! and through `localhost` it sends the untransformed template, leaving the transform to
+//! CloudFormation, which moto does not run: it skips every `AWS::Serverless::*` resource as a type
+//! it does not know and reports the empty stack CREATE_COMPLETE. So the transform is done here,
+//! with the same translator, and the transformed template created as CloudFormation creates it.
 //!
 //! Then the real `webhook` and `worker` run against the stack's own table and queues, with the
 //! environment moto's Lambda holds for them (the stack's, every intrinsic resolved), each behind
@@ -283,7 +286,8 @@ fn unseen_with_reason(role: &str) -> BTreeMap<String, String> {
         .lines()
         .skip_while(|line| *line != format!("  {role}:"))
         .skip(1)
-        .take_while(|line| !(line.starts_with("  ") && !line.starts_with("   ")))
+        // Up to the next line indented by exactly two spaces: the next resource or section comment.
+        .take_while(|line| !line.starts_with("  ") || line.starts_with("   "))
         .collect();
     assert!(!section.is_empty(), "template.yaml has no resource {role}");
     section
