@@ -6,8 +6,14 @@
 //!
 //! It also tells a waiting event source mapping when a message was sent ([`Proxy::sends`]): what a
 //! long poll on SQS learns by being answered at once.
+//!
+//! Every request is also named as the IAM action it needs ([`Proxy::actions`]): the service is the
+//! signing name in the request's SigV4 credential scope, the operation its `X-Amz-Target` (the
+//! JSON protocol: DynamoDB, SQS, SSM, KMS, CloudWatch Logs) or its `Action=` form field (the Query
+//! protocol: CloudFormation, STS, CloudWatch). SSM reads also keep the parameter names and paths
+//! they asked for ([`Proxy::ssm_reads`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -53,6 +59,10 @@ struct Faults {
     requests: BTreeMap<String, u64>,
     /// How long moto took to answer each request it was passed, by `X-Amz-Target`.
     answer_times: BTreeMap<String, Vec<Duration>>,
+    /// Every request, by the IAM action it needs (`dynamodb:PutItem`, `cloudformation:DescribeStacks`).
+    actions: BTreeMap<String, u64>,
+    /// The SSM parameter names (and paths) each SSM read asked for, by IAM action.
+    ssm_reads: BTreeMap<String, BTreeSet<String>>,
 }
 
 /// How long the emulator took to answer each request a proxy passed on, by operation: what of a
@@ -204,6 +214,20 @@ impl Proxy {
         AnswerTimes(std::mem::take(&mut faults.answer_times))
     }
 
+    /// Every request seen since the proxy started, by the IAM action it needs
+    /// (`ssm:GetParameter`), whatever its protocol.
+    pub fn actions(&self) -> BTreeMap<String, u64> {
+        let faults = self.faults.lock().unwrap_or_else(PoisonError::into_inner);
+        faults.actions.clone()
+    }
+
+    /// The parameter names (`GetParameter`, `GetParameters`) and paths (`GetParametersByPath`) the
+    /// SSM reads seen since the proxy started asked for, by IAM action (`ssm:GetParameters`).
+    pub fn ssm_reads(&self) -> BTreeMap<String, BTreeSet<String>> {
+        let faults = self.faults.lock().unwrap_or_else(PoisonError::into_inner);
+        faults.ssm_reads.clone()
+    }
+
     /// Requests answered with a fault so far, (DynamoDB, SQS).
     pub fn refused(&self) -> (u64, u64) {
         let faults = self.faults.lock().unwrap_or_else(PoisonError::into_inner);
@@ -225,6 +249,21 @@ fn service_of(headers: &HeaderMap) -> Option<Service> {
 async fn forward(State(shared): State<Shared>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
     let service = service_of(&parts.headers);
+    let Ok(bytes) = to_bytes(body, 16 * 1024 * 1024).await else {
+        return StatusCode::BAD_REQUEST.into_response();
+    };
+    // Named before any fault: a refused request still asked for the permission.
+    if let Some(action) = iam_action(&parts.headers, &bytes) {
+        let mut faults = shared.faults.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(names) = ssm_names(&action, &bytes) {
+            faults
+                .ssm_reads
+                .entry(action.clone())
+                .or_default()
+                .extend(names);
+        }
+        *faults.actions.entry(action).or_default() += 1;
+    }
     let fault = {
         let mut faults = shared.faults.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(target) = parts
@@ -247,9 +286,6 @@ async fn forward(State(shared): State<Shared>, request: Request) -> Response {
     if let (Some(fault), Some(service)) = (fault, service) {
         return refusal(service, fault);
     }
-    let Ok(bytes) = to_bytes(body, 16 * 1024 * 1024).await else {
-        return StatusCode::BAD_REQUEST.into_response();
-    };
     let target = parts
         .headers
         .get("x-amz-target")
@@ -298,6 +334,52 @@ async fn forward(State(shared): State<Shared>, request: Request) -> Response {
         }
         Err(_) => StatusCode::BAD_GATEWAY.into_response(),
     }
+}
+
+/// The IAM action a request needs: `{service}:{operation}`, the service from the SigV4 credential
+/// scope (`Credential=AKID/20260101/us-east-1/dynamodb/aws4_request`), the operation from
+/// `X-Amz-Target` (`DynamoDB_20120810.PutItem`) or the Query protocol's `Action=` form field.
+fn iam_action(headers: &HeaderMap, body: &[u8]) -> Option<String> {
+    let authorization = headers.get("authorization")?.to_str().ok()?;
+    let scope = authorization
+        .split("Credential=")
+        .nth(1)?
+        .split(',')
+        .next()?;
+    let signing_name = scope.split('/').nth(3)?;
+    // CloudWatch signs as `monitoring`; its IAM actions are `cloudwatch:*`.
+    let service = match signing_name {
+        "monitoring" => "cloudwatch",
+        other => other,
+    };
+    let operation = match headers.get("x-amz-target").and_then(|t| t.to_str().ok()) {
+        Some(target) => target.rsplit('.').next()?.to_owned(),
+        None => std::str::from_utf8(body)
+            .ok()?
+            .split('&')
+            .find_map(|pair| pair.strip_prefix("Action="))?
+            .to_owned(),
+    };
+    Some(format!("{service}:{operation}"))
+}
+
+/// The parameter names or path an SSM read asks for; `None` for any other request.
+fn ssm_names(action: &str, body: &[u8]) -> Option<Vec<String>> {
+    let field = match action {
+        "ssm:GetParameter" => "Name",
+        "ssm:GetParameters" => "Names",
+        "ssm:GetParametersByPath" => "Path",
+        _ => return None,
+    };
+    let request: serde_json::Value = serde_json::from_slice(body).ok()?;
+    Some(match &request[field] {
+        serde_json::Value::String(name) => vec![name.clone()],
+        serde_json::Value::Array(names) => names
+            .iter()
+            .filter_map(|n| n.as_str().map(str::to_owned))
+            .collect(),
+        _ => Vec::new(),
+    })
 }
 
 /// The answer AWS gives for `fault` in the JSON protocol both services speak.
