@@ -52,6 +52,11 @@ enum Command {
         #[command(subcommand)]
         command: ops::dlq::DlqCommand,
     },
+    /// Deploy the bot to AWS in one command: check the tools, keep the token and a webhook secret
+    /// in SSM, build and deploy the stack with the SAM CLI, set the webhook, show the status.
+    Deploy(ops::deploy::DeployArgs),
+    /// Take a deployed bot down: delete its webhook, then its stack (the parameters with a flag).
+    Destroy(ops::deploy::DestroyArgs),
     /// Break the pipeline on purpose and count what happened (docs/RELIABILITY.md).
     Drill(tgq_drill::DrillArgs),
     /// Add, list and remove the bots one stack (or one `tgq local`) hosts, each on /webhook/ID.
@@ -170,6 +175,8 @@ fn main() -> ExitCode {
             Command::FakeTelegram(args) => fake_telegram::run(args).await,
             Command::NoopHttp(args) => noop_http::run(args).await,
             Command::Drill(args) => drill(args).await,
+            Command::Deploy(args) => ops::deploy::deploy(args).await,
+            Command::Destroy(args) => ops::deploy::destroy(args).await,
         }
     });
     match outcome {

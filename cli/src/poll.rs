@@ -77,9 +77,7 @@ impl PollArgs {
         if let (Some(table), Some(queue_url), Some(dlq_url)) =
             (&self.table, &self.queue_url, &self.dlq_url)
         {
-            return Ok(
-                Deployment::of_resources(table, queue_url, dlq_url, self.region.clone()).await?,
-            );
+            return Deployment::of_resources(table, queue_url, dlq_url, self.region.clone()).await;
         }
         match &self.stack {
             Some(stack) => Deployment::of_stack(stack, self.region.clone()).await,

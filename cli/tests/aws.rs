@@ -911,3 +911,258 @@ async fn without_credentials_a_command_says_so_in_one_line() {
         "{stderr}"
     );
 }
+
+/// A directory of stand-ins for the tools `tgq deploy` runs: `sam`, which records each call's
+/// arguments in `sam-calls` and exits with the code in `sam-exit` (0 when absent), and `rustup`,
+/// `cargo-lambda` and `zig`, present as a developer's machine has them. The stack itself is made by
+/// the test on moto (moto's CloudFormation cannot take what `sam deploy` sends: see
+/// tests/e2e/tests/stack.rs), standing in for what `sam deploy` creates.
+fn deploy_tools(dir: &std::path::Path) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt as _;
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let calls = dir.join("sam-calls");
+    let exit = dir.join("sam-exit");
+    let tools = [
+        (
+            "sam",
+            format!(
+                "#!/bin/sh\necho \"$@\" >> '{}'\nexit $(/bin/cat '{}' 2>/dev/null || echo 0)\n",
+                calls.display(),
+                exit.display()
+            ),
+        ),
+        (
+            "rustup",
+            "#!/bin/sh\necho aarch64-unknown-linux-gnu\necho x86_64-unknown-linux-gnu\n".to_owned(),
+        ),
+        ("cargo-lambda", "#!/bin/sh\nexit 0\n".to_owned()),
+        ("zig", "#!/bin/sh\nexit 0\n".to_owned()),
+    ];
+    for (name, script) in tools {
+        let path = bin.join(name);
+        std::fs::write(&path, script).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    bin
+}
+
+/// `tgq deploy|destroy ARGS` in `dir`, with `bin` as the whole PATH.
+fn tgq_deploy(
+    dir: &std::path::Path,
+    bin: &std::path::Path,
+    envs: &[(&str, &str)],
+    args: &[&str],
+) -> (std::process::ExitStatus, String, String) {
+    let output = common::tgq(envs)
+        .current_dir(dir)
+        .env("PATH", bin)
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        output.status,
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+async fn ssm_value(sdk: &aws_config::SdkConfig, name: &str) -> Option<String> {
+    aws_sdk_ssm::Client::new(sdk)
+        .get_parameter()
+        .name(name)
+        .with_decryption(true)
+        .send()
+        .await
+        .ok()
+        .and_then(|found| found.parameter)
+        .and_then(|parameter| parameter.value)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn deploy_names_every_missing_tool_and_touches_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let (status, _, stderr) = tgq_deploy(dir.path(), &empty, &[], &["deploy", "--stack", "tools"]);
+    assert!(!status.success());
+    for named in [
+        "pip install aws-sam-cli",
+        "pip install cargo-lambda",
+        "pip install ziglang",
+        "rustup",
+    ] {
+        assert!(stderr.contains(named), "{named} in {stderr}");
+    }
+    let sdk = emulator::sdk_config().await;
+    assert_eq!(ssm_value(&sdk, "/tgq/tools/bot-token").await, None);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn deploy_refuses_a_token_telegram_refuses_before_writing_anything() {
+    let fake = FakeTelegram::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let bin = deploy_tools(dir.path());
+    let stack = format!("badtoken-{}", std::process::id());
+    let api = format!("TelegramApiUrl={}", fake.url());
+    let (status, stdout, stderr) = tgq_deploy(
+        dir.path(),
+        &bin,
+        &[("TELEGRAM_BOT_TOKEN", "123456:WRONG")],
+        &[
+            "deploy",
+            "--stack",
+            &stack,
+            "--no-build",
+            "--parameter",
+            &api,
+        ],
+    );
+    assert!(!status.success(), "{stdout}");
+    assert!(
+        stderr.contains("Telegram refused the bot token"),
+        "{stderr}"
+    );
+    let sdk = emulator::sdk_config().await;
+    assert_eq!(
+        ssm_value(&sdk, &format!("/tgq/{stack}/bot-token")).await,
+        None
+    );
+    assert_eq!(
+        ssm_value(&sdk, &format!("/tgq/{stack}/webhook-secret")).await,
+        None
+    );
+    assert!(!dir.path().join("sam-calls").exists(), "sam was never run");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn deploy_keeps_the_secrets_deploys_sets_the_webhook_and_runs_again_in_place_and_destroy_undoes_it(
+) {
+    let fake = FakeTelegram::start().await.unwrap();
+    let sdk = emulator::sdk_config().await;
+    let resources = Stack::create(&sdk, "deploy").await.unwrap();
+    let stack = resources.table.replace("tgq-e2e-", "deploy-");
+    let token_parameter = format!("/tgq/{stack}/bot-token");
+    let secret_parameter = format!("/tgq/{stack}/webhook-secret");
+    let dir = tempfile::tempdir().unwrap();
+    let bin = deploy_tools(dir.path());
+    let api = format!("TelegramApiUrl={}", fake.url());
+    let args = [
+        "deploy",
+        "--stack",
+        stack.as_str(),
+        "--no-build",
+        "--parameter",
+        api.as_str(),
+    ];
+    let envs = [("TELEGRAM_BOT_TOKEN", fake.token())];
+
+    // sam deploy fails: the parameters are written, the message says what to do, and the next run
+    // finishes the job.
+    std::fs::write(dir.path().join("sam-exit"), "1").unwrap();
+    let (status, stdout, stderr) = tgq_deploy(dir.path(), &bin, &envs, &args);
+    assert!(!status.success(), "{stdout}");
+    assert!(
+        stderr.contains("sam deploy failed") && stderr.contains("run tgq deploy again"),
+        "{stderr}"
+    );
+    assert_eq!(
+        ssm_value(&sdk, &token_parameter).await.as_deref(),
+        Some(fake.token())
+    );
+    let secret = ssm_value(&sdk, &secret_parameter)
+        .await
+        .expect("a generated secret");
+    assert_eq!(secret.len(), 48);
+
+    // What sam deploy makes: a stack whose outputs name the resources and the parameters.
+    let outputs = json!({
+        "TableName": { "Value": resources.table },
+        "UpdatesQueueUrl": { "Value": resources.queue_url },
+        "DeadLetterQueueUrl": { "Value": resources.dlq_url },
+        "WebhookUrl": { "Value": "https://hook.example.com/webhook" },
+        "BotId": { "Value": "mybot" },
+        "BotTokenParameterName": { "Value": token_parameter },
+        "WebhookSecretParameterName": { "Value": secret_parameter },
+        "TelegramApiUrl": { "Value": fake.url() },
+    });
+    let template = json!({
+        "Resources": { "Marker": { "Type": "AWS::SSM::Parameter", "Properties": {
+            "Name": format!("/tgq/{stack}/marker"), "Type": "String", "Value": "x" } } },
+        "Outputs": outputs,
+    });
+    aws_sdk_cloudformation::Client::new(&sdk)
+        .create_stack()
+        .stack_name(&stack)
+        .template_body(template.to_string())
+        .send()
+        .await
+        .unwrap();
+    std::fs::write(dir.path().join("sam-exit"), "0").unwrap();
+    let (status, stdout, stderr) = tgq_deploy(dir.path(), &bin, &envs, &args);
+    assert!(status.success(), "{stderr}\n{stdout}");
+    let calls = std::fs::read_to_string(dir.path().join("sam-calls")).unwrap();
+    let last = calls.lines().last().unwrap();
+    for part in [
+        format!("deploy --stack-name {stack}"),
+        "--no-confirm-changeset".to_owned(),
+        "CAPABILITY_IAM".to_owned(),
+        format!("BotTokenParameterName={token_parameter}"),
+        format!("WebhookSecretParameterName={secret_parameter}"),
+        "BotId=mybot".to_owned(),
+        "Architecture=arm64".to_owned(),
+    ] {
+        assert!(last.contains(&part), "{part} in {last}");
+    }
+    assert!(!calls.contains("build"), "--no-build: {calls}");
+    assert_eq!(
+        fake.webhook_url().as_deref(),
+        Some("https://hook.example.com/webhook")
+    );
+    assert!(stdout.contains("The bot is live"), "{stdout}");
+    assert!(stdout.contains("Webhook set"), "{stdout}");
+    for secret in [fake.token(), secret.as_str()] {
+        assert!(
+            !stdout.contains(secret) && !stderr.contains(secret),
+            "a secret was printed"
+        );
+    }
+
+    // A second run keeps both parameters and updates in place.
+    let (status, stdout, stderr) = tgq_deploy(dir.path(), &bin, &[], &args);
+    assert!(status.success(), "{stderr}\n{stdout}");
+    assert!(
+        stdout.contains("Bot token: kept") && stdout.contains("Webhook secret: kept"),
+        "{stdout}"
+    );
+    assert_eq!(
+        ssm_value(&sdk, &secret_parameter).await.as_deref(),
+        Some(secret.as_str())
+    );
+
+    // Destroy: the webhook first, then the stack; the parameters stay without the flag.
+    let (status, stdout, stderr) = tgq_deploy(
+        dir.path(),
+        &bin,
+        &[],
+        &["destroy", "--stack", &stack, "--yes"],
+    );
+    assert!(status.success(), "{stderr}\n{stdout}");
+    assert_eq!(fake.webhook_url(), None);
+    let described = aws_sdk_cloudformation::Client::new(&sdk)
+        .describe_stacks()
+        .stack_name(&stack)
+        .send()
+        .await;
+    let gone = match described {
+        Err(_) => true,
+        Ok(found) => found.stacks().iter().all(|s| {
+            s.stack_status() == Some(&aws_sdk_cloudformation::types::StackStatus::DeleteComplete)
+        }),
+    };
+    assert!(gone, "the stack is deleted");
+    assert!(
+        ssm_value(&sdk, &token_parameter).await.is_some(),
+        "kept without --delete-parameters"
+    );
+}

@@ -5,6 +5,7 @@
 mod aws_status;
 pub mod bots;
 mod client;
+pub mod deploy;
 pub mod dlq;
 pub mod render;
 pub mod target;

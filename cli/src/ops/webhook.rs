@@ -167,6 +167,21 @@ async fn set(args: SetArgs, vars: &Vars) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `tgq webhook set --stack NAME` as `tgq deploy` ends: the stack's URL, secret and token, the
+/// handlers' update kinds, confirmed with getWebhookInfo.
+pub(crate) async fn set_for_stack(stack: &str, region: Option<String>) -> anyhow::Result<()> {
+    let args = SetArgs {
+        url: None,
+        stack: Some(stack.to_owned()),
+        region,
+        data_dir: None,
+        allowed_updates: None,
+        max_connections: None,
+        drop_pending_updates: false,
+    };
+    set(args, &Vars::from_env()).await
+}
+
 /// The setting from the environment and the local data directory (`tgq local` behind a proxy).
 async fn from_environment(args: &SetArgs, vars: &Vars) -> anyhow::Result<Setting> {
     let Some(url) = args.url.clone() else {

@@ -390,7 +390,6 @@ mod tests {
                 body: Bytes::from_static(b"{}"),
                 group_id: MessageGroupId::from_raw("demo:5"),
                 receive_count: 2,
-                first_received_at: None,
                 dead_letter: None,
             }
         );

@@ -225,6 +225,11 @@ impl FakeTelegram {
         self.inner.shared.state().webhook_url = url;
     }
 
+    /// The webhook URL the bot has now (`setWebhook` sets it, `deleteWebhook` clears it).
+    pub fn webhook_url(&self) -> Option<String> {
+        self.inner.shared.state().webhook_url.clone()
+    }
+
     /// Stops the server for every clone: it refuses new connections, and answers held back by
     /// timeouts or long polls are released at once.
     pub async fn shutdown(self) {

@@ -79,9 +79,8 @@ fn check_widget(widget: &Value, say: &mut impl FnMut(String)) {
         }
         None => 0,
     };
-    match number("y") {
-        Some(Err(v)) => say(format!("y {v} is not a whole number")),
-        Some(Ok(_)) | None => {}
+    if let Some(Err(v)) = number("y") {
+        say(format!("y {v} is not a whole number"));
     }
     // Both default to 6 when left out.
     let width = match number("width") {
@@ -199,7 +198,7 @@ fn check_options(
         }
     }
     if let Some(expression) = options.get("expression") {
-        if !expression.as_str().is_some_and(|e| !e.trim().is_empty()) {
+        if expression.as_str().is_none_or(|e| e.trim().is_empty()) {
             say("has an empty expression".to_owned());
         }
     }

@@ -1,0 +1,650 @@
+//! `tgq deploy` and `tgq destroy`: from a clone and AWS credentials to a live bot in one command, and
+//! back. `deploy` checks the tools, keeps the bot token and a generated webhook secret as SSM
+//! SecureString parameters (written only when absent, never printed), builds and deploys the stack
+//! through the SAM CLI, sets the webhook with the handlers' update kinds, confirms it with
+//! getWebhookInfo and ends with `tgq status`. Every step can be run again: a second run updates the
+//! stack in place, and a first deploy that rolled back is deleted before the next one.
+
+use std::io::{BufRead as _, IsTerminal as _, Write as _};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use aws_sdk_cloudformation::types::StackStatus;
+use aws_sdk_ssm::types::ParameterType;
+use clap::{Args, ValueEnum};
+use rand::distr::{Alphanumeric, SampleString as _};
+use secrecy::{ExposeSecret as _, SecretString};
+use teloxide_core::payloads::{DeleteWebhook, GetMe};
+use tgq_core::config::Vars;
+use tgq_telegram::HttpBotApi;
+
+use super::target::{sign_in, Deployment};
+use super::webhook;
+
+/// How long one call to Telegram may take.
+const TIMEOUT: Duration = Duration::from_secs(30);
+/// How long `tgq destroy` (and the clean-up of a rolled-back first deploy) waits for CloudFormation.
+const STACK_WAIT: Duration = Duration::from_secs(30 * 60);
+/// The regions where Lambda has no Function URLs (`template.yaml`'s FunctionUrlsUnavailable).
+const NO_FUNCTION_URLS: [&str; 11] = [
+    "ap-east-2",
+    "ap-south-2",
+    "ap-southeast-4",
+    "ap-southeast-5",
+    "ap-southeast-6",
+    "ap-southeast-7",
+    "ca-west-1",
+    "eu-central-2",
+    "eu-south-2",
+    "il-central-1",
+    "me-central-1",
+];
+
+/// The instruction set the functions are built for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Architecture {
+    /// Graviton: the template's default, cheaper per GB-second.
+    Arm64,
+    /// x86_64.
+    #[value(name = "x86_64")]
+    X86_64,
+}
+
+impl Architecture {
+    fn parameter(self) -> &'static str {
+        match self {
+            Architecture::Arm64 => "arm64",
+            Architecture::X86_64 => "x86_64",
+        }
+    }
+
+    fn rust_target(self) -> &'static str {
+        match self {
+            Architecture::Arm64 => "aarch64-unknown-linux-gnu",
+            Architecture::X86_64 => "x86_64-unknown-linux-gnu",
+        }
+    }
+}
+
+/// `tgq deploy`.
+#[derive(Debug, Args)]
+pub struct DeployArgs {
+    /// The CloudFormation stack to create or update.
+    #[arg(long, value_name = "NAME", default_value = "tgq")]
+    stack: String,
+    /// The AWS region [default: AWS_REGION, or the profile's].
+    #[arg(long, value_name = "REGION")]
+    region: Option<String>,
+    /// The bot's id in record keys and message groups [default: the stack's BotId when it exists,
+    /// else samconfig.toml's, else mybot].
+    #[arg(long, value_name = "ID")]
+    bot_id: Option<String>,
+    /// The functions' instruction set.
+    #[arg(long, value_enum, default_value_t = Architecture::Arm64)]
+    architecture: Architecture,
+    /// A template parameter, KEY=VALUE, over samconfig.toml's (repeat for more).
+    #[arg(long = "parameter", value_name = "KEY=VALUE", value_parser = parameter)]
+    parameters: Vec<(String, String)>,
+    /// Deploy what `.aws-sam/build` holds, without `sam build`.
+    #[arg(long)]
+    no_build: bool,
+}
+
+/// `tgq destroy`.
+#[derive(Debug, Args)]
+pub struct DestroyArgs {
+    /// The stack to delete.
+    #[arg(long, value_name = "NAME", default_value = "tgq")]
+    stack: String,
+    /// The AWS region [default: AWS_REGION, or the profile's].
+    #[arg(long, value_name = "REGION")]
+    region: Option<String>,
+    /// Delete the bot token and webhook secret parameters too.
+    #[arg(long)]
+    delete_parameters: bool,
+    /// Do not ask first.
+    #[arg(long)]
+    yes: bool,
+}
+
+/// `KEY=VALUE`.
+fn parameter(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
+        _ => Err(format!("{text:?} is not KEY=VALUE")),
+    }
+}
+
+/// The tools a deploy runs, found on PATH or in the workspace's `.venv/bin`.
+struct Tools {
+    sam: PathBuf,
+}
+
+/// Finds `name` on PATH, or in `.venv/bin` (where `scripts/venv` installs the pinned tools).
+fn find(name: &str) -> Option<PathBuf> {
+    let venv = Path::new(".venv/bin").join(name);
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|path| std::env::split_paths(&path).collect::<Vec<_>>())
+        .map(|dir| dir.join(name))
+        .chain([venv])
+        .find(|candidate| candidate.is_file())
+}
+
+/// Every tool the deploy needs, or one message naming each missing one and how to install it.
+fn check_tools(architecture: Architecture, build: bool) -> anyhow::Result<Tools> {
+    let mut missing = Vec::new();
+    let sam = find("sam");
+    if sam.is_none() {
+        missing.push("the SAM CLI (`sam`): pip install aws-sam-cli".to_owned());
+    }
+    if build {
+        if find("cargo-lambda").is_none() {
+            missing.push("cargo-lambda: pip install cargo-lambda".to_owned());
+        }
+        if find("zig").is_none() && find("python-zig").is_none() {
+            missing.push("zig, which cargo-lambda links with: pip install ziglang".to_owned());
+        }
+        let target = architecture.rust_target();
+        let installed = Command::new("rustup")
+            .args(["target", "list", "--installed"])
+            .output()
+            .ok()
+            .filter(|output| output.status.success())
+            .map(|output| String::from_utf8_lossy(&output.stdout).into_owned());
+        match installed {
+            Some(list) if list.lines().any(|line| line.trim() == target) => {}
+            Some(_) => missing.push(format!(
+                "the Rust target {target}: rustup target add {target}"
+            )),
+            None => missing.push(format!(
+                "rustup, to check the Rust target {target}: https://rustup.rs"
+            )),
+        }
+    }
+    match (sam, missing.is_empty()) {
+        (Some(sam), true) => Ok(Tools { sam }),
+        _ => bail!(
+            "tgq deploy needs tools that are missing:\n  - {}",
+            missing.join("\n  - ")
+        ),
+    }
+}
+
+/// `samconfig.toml`'s deploy parameters (`parameter_overrides = "K=\"V\" …"`), if the file is here.
+fn samconfig_parameters() -> Vec<(String, String)> {
+    let Ok(text) = std::fs::read_to_string("samconfig.toml") else {
+        return Vec::new();
+    };
+    let Some(line) = text
+        .split("[default.deploy.parameters]")
+        .nth(1)
+        .and_then(|section| section.split("\n[").next())
+        .and_then(|section| {
+            section
+                .lines()
+                .find(|line| line.trim_start().starts_with("parameter_overrides"))
+        })
+    else {
+        return Vec::new();
+    };
+    let Some(value) = line
+        .split_once('=')
+        .map(|(_, value)| value.trim())
+        .and_then(|value| value.strip_prefix('"'))
+        .and_then(|value| value.strip_suffix('"'))
+    else {
+        return Vec::new();
+    };
+    let unescaped = value.replace("\\\"", "\"");
+    let mut pairs = Vec::new();
+    let mut rest = unescaped.as_str();
+    while let Some((key, after)) = rest.trim_start().split_once("=\"") {
+        let Some((value, next)) = after.split_once('"') else {
+            break;
+        };
+        pairs.push((key.trim().to_owned(), value.to_owned()));
+        rest = next;
+    }
+    pairs
+}
+
+/// Sets `key` in `pairs`, replacing an earlier value.
+fn set(pairs: &mut Vec<(String, String)>, key: &str, value: &str) {
+    match pairs.iter_mut().find(|(k, _)| k == key) {
+        Some(pair) => pair.1 = value.to_owned(),
+        None => pairs.push((key.to_owned(), value.to_owned())),
+    }
+}
+
+fn get<'p>(pairs: &'p [(String, String)], key: &str) -> Option<&'p str> {
+    pairs
+        .iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.as_str())
+}
+
+/// Runs `tgq deploy`.
+pub async fn deploy(args: DeployArgs) -> anyhow::Result<()> {
+    let tools = check_tools(args.architecture, !args.no_build)?;
+    let sdk = sign_in(args.region.clone()).await?;
+    let region = sdk.region().map(ToString::to_string).unwrap_or_default();
+    let stacks = aws_sdk_cloudformation::Client::new(&sdk);
+    let existing = describe(&stacks, &args.stack).await?;
+
+    // Parameters: samconfig.toml's, the stack's own choices, then the flags.
+    let mut parameters = samconfig_parameters();
+    let existing_bot = existing
+        .as_ref()
+        .and_then(|stack| output(stack, "BotId"))
+        .map(str::to_owned);
+    let bot_id = args
+        .bot_id
+        .clone()
+        .or(existing_bot)
+        .or_else(|| get(&parameters, "BotId").map(str::to_owned))
+        .unwrap_or_else(|| "mybot".to_owned());
+    tgq_core::ids::BotId::new(&bot_id)?;
+    set(&mut parameters, "BotId", &bot_id);
+    set(
+        &mut parameters,
+        "Architecture",
+        args.architecture.parameter(),
+    );
+    let token_parameter = format!("/tgq/{}/bot-token", args.stack);
+    let secret_parameter = format!("/tgq/{}/webhook-secret", args.stack);
+    set(&mut parameters, "BotTokenParameterName", &token_parameter);
+    set(
+        &mut parameters,
+        "WebhookSecretParameterName",
+        &secret_parameter,
+    );
+    for (key, value) in &args.parameters {
+        set(&mut parameters, key, value);
+    }
+    if get(&parameters, "WebhookEndpoint") == Some("FunctionUrl")
+        && NO_FUNCTION_URLS.contains(&region.as_str())
+    {
+        bail!(
+            "{region} has no Lambda Function URLs: leave WebhookEndpoint at Auto (or HttpApi), \
+             and the stack takes the HTTP API there"
+        );
+    }
+    let vars = Vars::from_env();
+    let api_url = get(&parameters, "TelegramApiUrl")
+        .map(str::to_owned)
+        .map_or_else(|| vars.telegram_api_url(), Ok)?;
+
+    // The secrets, before anything is built: a bad token stops here, with nothing written.
+    let ssm = aws_sdk_ssm::Client::new(&sdk);
+    keep_token(&ssm, &token_parameter, &api_url).await?;
+    keep_secret(&ssm, &secret_parameter).await?;
+
+    if let Some(stack) = &existing {
+        if stack.stack_status() == Some(&StackStatus::RollbackComplete) {
+            outln!(
+                "The stack {}'s first deploy rolled back; deleting it so this one can create it.",
+                args.stack
+            );
+            delete_stack(&stacks, &args.stack).await?;
+        }
+    }
+    if !args.no_build {
+        step("Building the functions (sam build)");
+        run_sam(
+            &tools.sam,
+            &[
+                "build",
+                "--parameter-overrides",
+                &format!("Architecture={}", args.architecture.parameter()),
+            ],
+        )
+        .context("sam build failed (its output is above)")?;
+    }
+    step(&format!(
+        "Deploying the stack {} in {region} (sam deploy)",
+        args.stack
+    ));
+    let overrides: Vec<String> = parameters
+        .iter()
+        .map(|(key, value)| format!("{key}={value}"))
+        .collect();
+    let mut deploy = vec![
+        "deploy".to_owned(),
+        "--stack-name".to_owned(),
+        args.stack.clone(),
+        "--region".to_owned(),
+        region.clone(),
+        "--no-confirm-changeset".to_owned(),
+        "--no-fail-on-empty-changeset".to_owned(),
+        "--capabilities".to_owned(),
+        "CAPABILITY_IAM".to_owned(),
+        "--resolve-s3".to_owned(),
+        "--s3-prefix".to_owned(),
+        args.stack.clone(),
+        "--tags".to_owned(),
+        format!("app=tgq bot={bot_id}"),
+        "--parameter-overrides".to_owned(),
+    ];
+    deploy.extend(overrides);
+    let deploy: Vec<&str> = deploy.iter().map(String::as_str).collect();
+    if let Err(error) = run_sam(&tools.sam, &deploy) {
+        let reason = first_failure(&stacks, &args.stack).await;
+        bail!(
+            "sam deploy failed ({error}){}. Fix it and run tgq deploy again: it updates the stack, \
+             or deletes a first deploy that rolled back before it creates it anew",
+            reason.map(|r| format!(": {r}")).unwrap_or_default()
+        );
+    }
+
+    step("Setting the webhook");
+    webhook::set_for_stack(&args.stack, Some(region.clone())).await?;
+    step("Status");
+    let deployment = Deployment::of_stack(&args.stack, Some(region)).await?;
+    let view = super::aws_status::read(&deployment).await?;
+    super::aws_status::render(&view);
+    outln!(
+        "\nThe bot is live: write to it in Telegram. `tgq status --stack {}` shows it again; \
+         `tgq destroy --stack {}` takes it down.",
+        args.stack,
+        args.stack
+    );
+    Ok(())
+}
+
+/// Runs `tgq destroy`: the webhook first (Telegram stops posting to a URL about to vanish), then
+/// the stack, then, when asked, the parameters.
+pub async fn destroy(args: DestroyArgs) -> anyhow::Result<()> {
+    if !args.yes {
+        confirm(&args.stack)?;
+    }
+    let deployment = Deployment::of_stack(&args.stack, args.region.clone()).await?;
+    let ssm = aws_sdk_ssm::Client::new(&deployment.sdk);
+    let token = match &deployment.token_parameter {
+        Some(name) => tgq_aws::resolve_secret(
+            &ssm,
+            tgq_core::config::SecretSource::Parameter(name.clone()),
+        )
+        .await
+        .with_context(|| format!("cannot read the bot token from {name} to delete the webhook"))?,
+        None => bail!(
+            "the stack {} has no BotTokenParameterName output",
+            args.stack
+        ),
+    };
+    let api_url = match &deployment.telegram_api_url {
+        Some(url) => url.clone(),
+        None => Vars::from_env().telegram_api_url()?,
+    };
+    let api = HttpBotApi::new(&api_url, token, TIMEOUT)?;
+    tgq_telegram::call(&api, &DeleteWebhook::new())
+        .await
+        .map_err(|e| anyhow::anyhow!("Telegram refused deleteWebhook: {e}"))?;
+    outln!("Webhook deleted: Telegram keeps the bot's updates for getUpdates.");
+    let stacks = aws_sdk_cloudformation::Client::new(&deployment.sdk);
+    delete_stack(&stacks, &args.stack).await?;
+    outln!(
+        "Stack {} deleted. Its table {} is kept (DeletionPolicy Retain): delete it with \
+         `aws dynamodb delete-table --table-name {}` once its records are no longer wanted.",
+        args.stack,
+        deployment.table,
+        deployment.table
+    );
+    if args.delete_parameters {
+        for name in [&deployment.token_parameter, &deployment.secret_parameter]
+            .into_iter()
+            .flatten()
+        {
+            match ssm.delete_parameter().name(name).send().await {
+                Ok(_) => outln!("Parameter {name} deleted."),
+                Err(error) if is_not_found(&error) => {}
+                Err(error) => {
+                    return Err(anyhow::anyhow!(aws_sdk_ssm::error::DisplayErrorContext(
+                        error
+                    )))
+                    .with_context(|| format!("cannot delete the parameter {name}"))
+                }
+            }
+        }
+    } else {
+        outln!("The bot token and webhook secret stay in SSM (--delete-parameters removes them).");
+    }
+    Ok(())
+}
+
+fn step(what: &str) {
+    outln!("\n== {what}");
+}
+
+/// Runs the SAM CLI with its output on the terminal; `Err` says how it ended.
+fn run_sam(sam: &Path, args: &[&str]) -> anyhow::Result<()> {
+    let status = Command::new(sam)
+        .args(args)
+        // The SAM CLI would otherwise send usage data.
+        .env("SAM_CLI_TELEMETRY", "0")
+        .status()
+        .with_context(|| format!("cannot run {}", sam.display()))?;
+    if !status.success() {
+        bail!("{} {} exited with {status}", sam.display(), args[0]);
+    }
+    Ok(())
+}
+
+/// The bot token's parameter: kept when it exists, else written from TELEGRAM_BOT_TOKEN (or the
+/// terminal); either way checked with getMe first.
+async fn keep_token(ssm: &aws_sdk_ssm::Client, name: &str, api_url: &str) -> anyhow::Result<()> {
+    let (token, stored) = match read_parameter(ssm, name).await? {
+        Some(token) => (token, true),
+        None => (ask_token()?, false),
+    };
+    webhook::check_token(token.expose_secret())?;
+    let api = HttpBotApi::new(api_url, token.clone(), TIMEOUT)?;
+    let me = tgq_telegram::call(&api, &GetMe::new())
+        .await
+        .map_err(|e| anyhow::anyhow!("Telegram refused the bot token (getMe: {e})"))?;
+    let bot = me.user.username.as_deref().unwrap_or("(no username)");
+    if stored {
+        outln!("Bot token: kept in {name} (the bot @{bot}).");
+        return Ok(());
+    }
+    put_secure(ssm, name, &token).await?;
+    outln!("Bot token: checked (the bot @{bot}) and written to {name}.");
+    Ok(())
+}
+
+/// The webhook secret's parameter: kept when it exists, else generated and written.
+async fn keep_secret(ssm: &aws_sdk_ssm::Client, name: &str) -> anyhow::Result<()> {
+    if read_parameter(ssm, name).await?.is_some() {
+        outln!("Webhook secret: kept in {name}.");
+        return Ok(());
+    }
+    // Telegram's secret_token takes 1-256 of A-Z, a-z, 0-9, '_' and '-'.
+    let secret = SecretString::from(Alphanumeric.sample_string(&mut rand::rng(), 48));
+    put_secure(ssm, name, &secret).await?;
+    outln!("Webhook secret: generated and written to {name}.");
+    Ok(())
+}
+
+fn ask_token() -> anyhow::Result<SecretString> {
+    if let Ok(token) = std::env::var("TELEGRAM_BOT_TOKEN") {
+        if !token.trim().is_empty() {
+            return Ok(SecretString::from(token.trim().to_owned()));
+        }
+    }
+    if !std::io::stdin().is_terminal() {
+        bail!("no bot token: set TELEGRAM_BOT_TOKEN to the token @BotFather gave the bot");
+    }
+    eprint!("The bot's token from @BotFather: ");
+    std::io::stderr().flush()?;
+    let mut line = String::new();
+    std::io::stdin().lock().read_line(&mut line)?;
+    Ok(SecretString::from(line.trim().to_owned()))
+}
+
+async fn read_parameter(
+    ssm: &aws_sdk_ssm::Client,
+    name: &str,
+) -> anyhow::Result<Option<SecretString>> {
+    match ssm
+        .get_parameter()
+        .name(name)
+        .with_decryption(true)
+        .send()
+        .await
+    {
+        Ok(found) => Ok(found
+            .parameter
+            .and_then(|p| p.value)
+            .map(SecretString::from)),
+        Err(error) if is_not_found(&error) => Ok(None),
+        Err(error) => Err(anyhow::anyhow!(aws_sdk_ssm::error::DisplayErrorContext(
+            error
+        )))
+        .with_context(|| format!("cannot read the parameter {name}")),
+    }
+}
+
+async fn put_secure(
+    ssm: &aws_sdk_ssm::Client,
+    name: &str,
+    value: &SecretString,
+) -> anyhow::Result<()> {
+    ssm.put_parameter()
+        .name(name)
+        .value(value.expose_secret())
+        .r#type(ParameterType::SecureString)
+        .overwrite(false)
+        .send()
+        .await
+        .map_err(|e| anyhow::anyhow!(aws_sdk_ssm::error::DisplayErrorContext(e)))
+        .with_context(|| format!("cannot write the parameter {name}"))?;
+    Ok(())
+}
+
+fn is_not_found<E: aws_sdk_ssm::error::ProvideErrorMetadata, R>(
+    error: &aws_sdk_ssm::error::SdkError<E, R>,
+) -> bool {
+    error.as_service_error().and_then(|e| e.code()) == Some("ParameterNotFound")
+}
+
+async fn describe(
+    stacks: &aws_sdk_cloudformation::Client,
+    name: &str,
+) -> anyhow::Result<Option<aws_sdk_cloudformation::types::Stack>> {
+    match stacks.describe_stacks().stack_name(name).send().await {
+        Ok(found) => Ok(found.stacks.unwrap_or_default().into_iter().next()),
+        Err(error) => {
+            let text = aws_sdk_cloudformation::error::DisplayErrorContext(&error).to_string();
+            // CloudFormation answers a stack that does not exist with a validation error.
+            if text.contains("does not exist") {
+                return Ok(None);
+            }
+            Err(anyhow::anyhow!(text)).with_context(|| format!("cannot read the stack {name}"))
+        }
+    }
+}
+
+fn output<'s>(stack: &'s aws_sdk_cloudformation::types::Stack, key: &str) -> Option<&'s str> {
+    stack
+        .outputs()
+        .iter()
+        .find(|o| o.output_key() == Some(key))
+        .and_then(|o| o.output_value())
+}
+
+/// Deletes a stack and waits until CloudFormation has.
+async fn delete_stack(stacks: &aws_sdk_cloudformation::Client, name: &str) -> anyhow::Result<()> {
+    stacks
+        .delete_stack()
+        .stack_name(name)
+        .send()
+        .await
+        .map_err(|e| anyhow::anyhow!(aws_sdk_cloudformation::error::DisplayErrorContext(e)))
+        .with_context(|| format!("cannot delete the stack {name}"))?;
+    let started = Instant::now();
+    loop {
+        match describe(stacks, name).await? {
+            None => return Ok(()),
+            Some(stack) => match stack.stack_status() {
+                Some(StackStatus::DeleteComplete) => return Ok(()),
+                Some(StackStatus::DeleteFailed) => bail!(
+                    "CloudFormation could not delete the stack {name}: {}",
+                    stack.stack_status_reason().unwrap_or("no reason given")
+                ),
+                _ if started.elapsed() > STACK_WAIT => {
+                    bail!("the stack {name} is still being deleted after 30 minutes")
+                }
+                _ => tokio::time::sleep(Duration::from_secs(5)).await,
+            },
+        }
+    }
+}
+
+/// The first failed resource of the stack's latest events, in words.
+async fn first_failure(stacks: &aws_sdk_cloudformation::Client, name: &str) -> Option<String> {
+    let events = stacks
+        .describe_stack_events()
+        .stack_name(name)
+        .send()
+        .await
+        .ok()?;
+    events
+        .stack_events()
+        .iter()
+        .rev()
+        .find(|event| {
+            event
+                .resource_status()
+                .is_some_and(|status| status.as_str().ends_with("_FAILED"))
+        })
+        .map(|event| {
+            format!(
+                "{} {}",
+                event.logical_resource_id().unwrap_or("the stack"),
+                event.resource_status_reason().unwrap_or("failed")
+            )
+        })
+}
+
+fn confirm(stack: &str) -> anyhow::Result<()> {
+    if !std::io::stdin().is_terminal() {
+        bail!("tgq destroy deletes the stack {stack} and its webhook: pass --yes to confirm");
+    }
+    eprint!("Delete the webhook and the stack {stack}? Type the stack's name to confirm: ");
+    std::io::stderr().flush()?;
+    let mut line = String::new();
+    std::io::stdin().lock().read_line(&mut line)?;
+    if line.trim() != stack {
+        bail!("not confirmed; nothing was deleted");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parameters_are_key_equals_value() {
+        assert_eq!(
+            parameter("BotId=shop").unwrap(),
+            ("BotId".to_owned(), "shop".to_owned())
+        );
+        assert_eq!(parameter("A=b=c").unwrap().1, "b=c");
+        assert!(parameter("nothing").is_err());
+        assert!(parameter("=x").is_err());
+    }
+
+    #[test]
+    fn the_regions_without_function_urls_are_the_templates() {
+        let template = include_str!("../../../template.yaml");
+        for region in NO_FUNCTION_URLS {
+            assert!(
+                template.contains(&format!("!Equals [!Ref AWS::Region, {region}]")),
+                "{region}"
+            );
+        }
+    }
+}
