@@ -433,15 +433,15 @@ async fn webhook_set_with_a_stack_takes_the_url_secret_and_token_from_it_and_che
     assert!(!said.contains("stack-webhook-secret") && !said.contains(fake.token()));
 }
 
-/// The `tgq` lines of README's "Operating tgq" section, in order, each split into its arguments
+/// The `tgq` lines of docs/OPERATIONS.md's "Commands and targets" section, in order, each split into its arguments
 /// (comments dropped).
 fn operating_guide_commands() -> Vec<Vec<String>> {
-    const README: &str = include_str!("../../README.md");
-    let section = README
-        .split("\n## Operating tgq\n")
+    const GUIDE: &str = include_str!("../../docs/OPERATIONS.md");
+    let section = GUIDE
+        .split("\n## Commands and targets\n")
         .nth(1)
         .and_then(|rest| rest.split("\n## ").next())
-        .expect("README has an \"Operating tgq\" section");
+        .expect("docs/OPERATIONS.md has a \"Commands and targets\" section");
     let mut in_code = false;
     let mut commands = Vec::new();
     for line in section.lines() {
@@ -509,7 +509,7 @@ async fn the_operating_guide_runs_as_written_against_moto() {
         "dlq replay",
         "dlq audit",
         "dlq purge",
-        "webhook delete",
+        "destroy --stack",
     ] {
         assert!(
             ran.iter().any(|r| r.starts_with(expected)),
@@ -664,15 +664,15 @@ async fn bots_on_a_stack_live_in_ssm_under_its_prefix_and_get_the_stacks_webhook
     assert!(fake.calls().iter().any(|c| c.method == "deleteWebhook"));
 }
 
-/// The code blocks of README's "Hosting several bots" section, in order, each a list of lines
+/// The code blocks of docs/OPERATIONS.md's "Hosting several bots" section, in order, each a list of lines
 /// (comments dropped, blank lines skipped).
 fn several_bots_guide_blocks() -> Vec<Vec<String>> {
-    const README: &str = include_str!("../../README.md");
-    let section = README
+    const GUIDE: &str = include_str!("../../docs/OPERATIONS.md");
+    let section = GUIDE
         .split("\n## Hosting several bots\n")
         .nth(1)
         .and_then(|rest| rest.split("\n## ").next())
-        .expect("README has a \"Hosting several bots\" section");
+        .expect("docs/OPERATIONS.md has a \"Hosting several bots\" section");
     let mut blocks = Vec::new();
     let mut block: Option<Vec<String>> = None;
     for line in section.lines() {
