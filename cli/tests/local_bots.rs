@@ -24,7 +24,7 @@ fn bot(id: &str, token: Option<&str>) -> BotEntry {
     BotEntry {
         id: BotId::new(id).unwrap(),
         token: token.map(|token| SecretString::from(token.to_owned())),
-        secret: SecretString::from(format!("{id}-secret")),
+        secret: Some(SecretString::from(format!("{id}-secret"))),
         handler: "echo".to_owned(),
         allowed_updates: Vec::new(),
     }

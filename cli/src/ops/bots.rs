@@ -341,11 +341,12 @@ async fn add(args: AddArgs) -> anyhow::Result<()> {
         }
         None => None,
     };
+    // Telegram's secret_token allows 1–256 of A–Z, a–z, 0–9, '_' and '-'.
+    let secret = SecretString::from(Alphanumeric.sample_string(&mut rand::rng(), 48));
     let entry = BotEntry {
         id: id.clone(),
         token,
-        // Telegram's secret_token allows 1–256 of A–Z, a–z, 0–9, '_' and '-'.
-        secret: SecretString::from(Alphanumeric.sample_string(&mut rand::rng(), 48)),
+        secret: Some(secret.clone()),
         handler: handler.clone(),
         allowed_updates: args.allowed_updates.clone().unwrap_or_default(),
     };
@@ -358,7 +359,7 @@ async fn add(args: AddArgs) -> anyhow::Result<()> {
             None => handler_update_kinds(&handler, id.clone(), &vars).await?,
         };
         let mut payload = SetWebhook::new(url.clone())
-            .secret_token(entry.secret.expose_secret())
+            .secret_token(secret.expose_secret())
             .allowed_updates(kinds)
             .drop_pending_updates(args.drop_pending_updates);
         if let Some(max) = args.max_connections {

@@ -1,7 +1,8 @@
 //! The bot registry in SSM Parameter Store (docs/ARCHITECTURE.md §11): one parameter per field
 //! under one prefix, the token and the secret as SecureStrings. The functions read it
-//! ([`BotSource`]): the worker everything, the webhook every field but the tokens
-//! ([`SsmRegistry::without_tokens`]); `tgq bots` writes and removes bots.
+//! ([`BotSource`]), each only what it uses, by name: the webhook every field but the tokens
+//! ([`SsmRegistry::without_tokens`]), the worker every field but the secrets
+//! ([`SsmRegistry::without_secrets`]); `tgq bots` reads everything, writes and removes bots.
 
 use async_trait::async_trait;
 use aws_sdk_ssm::types::{ParameterStringFilter, ParameterType};
@@ -27,18 +28,19 @@ const DELETE_PARAMETERS: &str = "SSM DeleteParameters";
 pub struct SsmRegistry {
     client: aws_sdk_ssm::Client,
     layout: Layout,
-    tokens: Tokens,
+    reads: Reads,
 }
 
-/// Whether [`BotSource::load`] reads the bots' tokens.
+/// Which fields [`BotSource::load`] reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Tokens {
-    /// Every field, in one recursive read of the prefix (`ssm:GetParametersByPath`).
+enum Reads {
+    /// Every field, in one recursive read of the prefix (`ssm:GetParametersByPath`, which is
+    /// authorized against the path alone and so returns every value under it).
     Read,
-    /// Every field but the token: the names listed (`ssm:DescribeParameters`, names and types
+    /// Every field but this one: the names listed (`ssm:DescribeParameters`, names and types
     /// only), then the other fields' values read by name (`ssm:GetParameters`), so that a role
-    /// allowed only those names never sees a token.
-    Left,
+    /// allowed only those names never sees the field left out.
+    AllBut(Field),
 }
 
 impl SsmRegistry {
@@ -47,7 +49,7 @@ impl SsmRegistry {
         Self {
             client,
             layout,
-            tokens: Tokens::Read,
+            reads: Reads::Read,
         }
     }
 
@@ -58,7 +60,17 @@ impl SsmRegistry {
         Self {
             client,
             layout,
-            tokens: Tokens::Left,
+            reads: Reads::AllBut(Field::Token),
+        }
+    }
+
+    /// The registry under `layout`'s prefix as the worker reads it: every bot's token, handler and
+    /// allowed updates, never its webhook secret (the worker checks none; its entries have none).
+    pub fn without_secrets(client: aws_sdk_ssm::Client, layout: Layout) -> Self {
+        Self {
+            client,
+            layout,
+            reads: Reads::AllBut(Field::Secret),
         }
     }
 
@@ -96,21 +108,28 @@ impl SsmRegistry {
 
     /// Everything under the prefix: complete bots and the incomplete ones, named.
     pub async fn read(&self) -> Result<Parsed, PortError> {
-        let parameters = match self.tokens {
-            Tokens::Read => self.parameters(self.layout.prefix()).await?,
-            Tokens::Left => self.parameters_but_tokens().await?,
-        };
-        Ok(self.layout.parse(parameters))
+        match self.reads {
+            Reads::Read => Ok(self
+                .layout
+                .parse(self.parameters(self.layout.prefix()).await?)),
+            Reads::AllBut(Field::Secret) => Ok(self
+                .layout
+                .parse_without_secrets(self.parameters_but(Field::Secret).await?)),
+            Reads::AllBut(field) => Ok(self.layout.parse(self.parameters_but(field).await?)),
+        }
     }
 
-    /// Every parameter under the prefix but the tokens, decrypted, by name.
-    async fn parameters_but_tokens(&self) -> Result<Vec<(String, SecretString)>, PortError> {
-        let token = format!("/{}", Field::Token.as_str());
+    /// Every parameter under the prefix but `left_out`'s, decrypted, by name.
+    async fn parameters_but(
+        &self,
+        left_out: Field,
+    ) -> Result<Vec<(String, SecretString)>, PortError> {
+        let suffix = format!("/{}", left_out.as_str());
         let names: Vec<String> = self
             .names()
             .await?
             .into_iter()
-            .filter(|name| !name.ends_with(&token))
+            .filter(|name| !name.ends_with(&suffix))
             .collect();
         let mut found = Vec::with_capacity(names.len());
         for chunk in names.chunks(GET_PARAMETERS_MAX) {
@@ -183,7 +202,15 @@ impl SsmRegistry {
                     Some(token) => token.expose_secret().to_owned(),
                     None => continue,
                 },
-                Field::Secret => entry.secret.expose_secret().to_owned(),
+                Field::Secret => match &entry.secret {
+                    Some(secret) => secret.expose_secret().to_owned(),
+                    None => {
+                        return Err(PortError::rejected(
+                            PUT_PARAMETER,
+                            "a bot is written with its webhook secret",
+                        ))
+                    }
+                },
                 Field::Handler => entry.handler.clone(),
                 Field::AllowedUpdates if entry.allowed_updates.is_empty() => continue,
                 Field::AllowedUpdates => format_allowed_updates(&entry.allowed_updates),

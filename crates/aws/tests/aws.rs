@@ -318,7 +318,7 @@ fn registry_entry(id: &str, token: Option<&str>) -> tgq_core::registry::BotEntry
     tgq_core::registry::BotEntry {
         id: BotId::new(id).expect("valid id"),
         token: token.map(|t| SecretString::from(t.to_owned())),
-        secret: SecretString::from(format!("secret-of-{id}")),
+        secret: Some(SecretString::from(format!("secret-of-{id}"))),
         handler: "echo".to_owned(),
         allowed_updates: vec![teloxide_core::types::AllowedUpdate::CallbackQuery],
     }
@@ -359,7 +359,10 @@ async fn bots_put_in_the_ssm_registry_are_read_back_decrypted_and_removed_whole(
     assert_eq!(ids, ["news", "shop"]);
     let shop = &bots[1];
     assert_eq!(shop.token.as_ref().unwrap().expose_secret(), "1:abc");
-    assert_eq!(shop.secret.expose_secret(), "secret-of-shop");
+    assert_eq!(
+        shop.secret.as_ref().unwrap().expose_secret(),
+        "secret-of-shop"
+    );
     assert_eq!(shop.handler, "echo");
     assert_eq!(
         shop.allowed_updates,
@@ -426,7 +429,10 @@ async fn the_webhook_s_reading_of_the_registry_has_every_bot_but_never_a_token()
     assert_eq!(bots.len(), 18);
     for bot in &bots {
         assert!(bot.token.is_none(), "{} came with its token", bot.id);
-        assert_eq!(bot.secret.expose_secret(), format!("secret-of-{}", bot.id));
+        assert_eq!(
+            bot.secret.as_ref().unwrap().expose_secret(),
+            format!("secret-of-{}", bot.id)
+        );
         assert_eq!(bot.handler, "echo");
         assert_eq!(
             bot.allowed_updates,
@@ -435,6 +441,37 @@ async fn the_webhook_s_reading_of_the_registry_has_every_bot_but_never_a_token()
     }
     assert!(
         registry.load().await.unwrap()[0].token.is_some(),
-        "the worker's reading has the tokens"
+        "`tgq bots`' reading has the tokens"
     );
+}
+
+#[tokio::test]
+async fn the_worker_s_reading_of_the_registry_has_every_bot_s_token_but_never_a_secret() {
+    use tgq_core::registry::BotSource as _;
+    let e = emulator().await;
+    let registry = fresh_registry(&e);
+    for n in 0..12 {
+        registry
+            .put(&registry_entry(
+                &format!("bot{n:02}"),
+                Some("1:secret-token"),
+            ))
+            .await
+            .unwrap();
+    }
+    let worker = tgq_aws::SsmRegistry::without_secrets(e.ssm.clone(), registry.layout().clone());
+    let bots = worker.load().await.unwrap();
+    assert_eq!(bots.len(), 12, "a bot needs no secret to be run");
+    for bot in &bots {
+        assert!(
+            bot.secret.is_none(),
+            "{} came with its webhook secret",
+            bot.id
+        );
+        assert_eq!(
+            bot.token.as_ref().unwrap().expose_secret(),
+            "1:secret-token"
+        );
+        assert_eq!(bot.handler, "echo");
+    }
 }

@@ -24,7 +24,7 @@ use crate::ports::{
     AtomicIngest, DeadLetters, Inserted, OutgoingMessage, UpdateQueue, UpdateStore,
 };
 use crate::record::{Status, Timestamp, UpdateRecord};
-use crate::registry::Registry;
+use crate::registry::{BotEntry, Registry};
 use crate::telegram::method_name;
 
 /// The header Telegram sends the webhook secret in.
@@ -482,10 +482,17 @@ impl Webhooks {
             return Err(Refused::NotFound);
         };
         match registry.find(&id).await {
-            Ok(Some(bot)) => Ok(Webhook::new(
-                self.shared.for_bot(bot.id, bot.secret),
+            Ok(Some(BotEntry {
+                id,
+                secret: Some(secret),
+                ..
+            })) => Ok(Webhook::new(
+                self.shared.for_bot(id, secret),
                 self.ports.clone(),
             )),
+            // A bot without a secret could never be authenticated (the webhook's read requires
+            // one; this is a registry read without secrets).
+            Ok(Some(_)) => Err(Refused::NotFound),
             Ok(None) => Err(Refused::NotFound),
             Err(error) => {
                 error!(error = %error_chain(&error), cause = error.cause(), "the bot registry cannot be read; answering 503 so Telegram retries");

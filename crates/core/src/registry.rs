@@ -25,8 +25,9 @@ pub struct BotEntry {
     pub id: BotId,
     /// The Bot API token. Locally a bot may have none: its sends then go to the offline outbox.
     pub token: Option<SecretString>,
-    /// The webhook secret Telegram presents for this bot, and only for it.
-    pub secret: SecretString,
+    /// The webhook secret Telegram presents for this bot, and only for it. The worker reads the
+    /// registry without secrets (it never checks one), so its entries have none.
+    pub secret: Option<SecretString>,
     /// The name of the handler that runs its updates, from the handler registry of `bot/`.
     pub handler: String,
     /// The kinds of update asked of Telegram for it; empty: what its handler says.
@@ -128,6 +129,23 @@ impl Layout {
     /// [`Parsed::incomplete`] (a `tgq bots add` still writing, or a parameter deleted by hand);
     /// a parameter the layout does not know is ignored.
     pub fn parse(&self, parameters: impl IntoIterator<Item = (String, SecretString)>) -> Parsed {
+        self.parse_fields(parameters, true)
+    }
+
+    /// [`Layout::parse`] of a read that left the secrets out (the worker's): a bot needs a handler,
+    /// not a secret, and its entry has none.
+    pub fn parse_without_secrets(
+        &self,
+        parameters: impl IntoIterator<Item = (String, SecretString)>,
+    ) -> Parsed {
+        self.parse_fields(parameters, false)
+    }
+
+    fn parse_fields(
+        &self,
+        parameters: impl IntoIterator<Item = (String, SecretString)>,
+        secret_required: bool,
+    ) -> Parsed {
         use secrecy::ExposeSecret as _;
         let mut fields: BTreeMap<String, BTreeMap<&'static str, SecretString>> = BTreeMap::new();
         for (name, value) in parameters {
@@ -156,8 +174,9 @@ impl Layout {
                     continue;
                 }
             };
-            let (Some(secret), Some(handler)) = (
-                values.remove(Field::Secret.as_str()),
+            let secret = values.remove(Field::Secret.as_str());
+            let (true, Some(handler)) = (
+                secret.is_some() || !secret_required,
                 values.remove(Field::Handler.as_str()),
             ) else {
                 parsed
@@ -368,7 +387,7 @@ mod tests {
         let shop = &parsed.bots[0];
         assert_eq!(shop.id.as_str(), "shop");
         assert_eq!(shop.token.as_ref().unwrap().expose_secret(), "1:abc");
-        assert_eq!(shop.secret.expose_secret(), "s3cret");
+        assert_eq!(shop.secret.as_ref().unwrap().expose_secret(), "s3cret");
         assert_eq!(shop.handler, "echo");
         assert_eq!(
             shop.allowed_updates,
@@ -415,7 +434,7 @@ mod tests {
             Ok(vec![BotEntry {
                 id: BotId::new(format!("bot{read}")).unwrap(),
                 token: None,
-                secret: SecretString::from("s".to_owned()),
+                secret: Some(SecretString::from("s".to_owned())),
                 handler: "echo".to_owned(),
                 allowed_updates: Vec::new(),
             }])

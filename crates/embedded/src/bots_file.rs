@@ -31,7 +31,8 @@ struct StoredBot {
     id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     token: Option<String>,
-    secret: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    secret: Option<String>,
     handler: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     allowed_updates: String,
@@ -76,7 +77,8 @@ impl BotsFile {
                 Ok(BotEntry {
                     id,
                     token: bot.token.map(SecretString::from),
-                    secret: SecretString::from(bot.secret),
+                    // An empty secret is none: it must never authenticate an empty header.
+                    secret: bot.secret.filter(|s| !s.is_empty()).map(SecretString::from),
                     handler: bot.handler,
                     allowed_updates,
                 })
@@ -93,7 +95,7 @@ impl BotsFile {
                 .map(|bot| StoredBot {
                     id: bot.id.to_string(),
                     token: bot.token.as_ref().map(|t| t.expose_secret().to_owned()),
-                    secret: bot.secret.expose_secret().to_owned(),
+                    secret: bot.secret.as_ref().map(|s| s.expose_secret().to_owned()),
                     handler: bot.handler.clone(),
                     allowed_updates: format_allowed_updates(&bot.allowed_updates),
                 })
@@ -137,7 +139,7 @@ mod tests {
         BotEntry {
             id: BotId::new(id).unwrap(),
             token: token.map(|t| SecretString::from(t.to_owned())),
-            secret: SecretString::from(format!("secret-of-{id}")),
+            secret: Some(SecretString::from(format!("secret-of-{id}"))),
             handler: "echo".to_owned(),
             allowed_updates: vec![AllowedUpdate::Message],
         }
@@ -155,7 +157,10 @@ mod tests {
         assert_eq!(ids, ["shop", "news"]);
         assert_eq!(read[0].token.as_ref().unwrap().expose_secret(), "1:a");
         assert!(read[1].token.is_none());
-        assert_eq!(read[1].secret.expose_secret(), "secret-of-news");
+        assert_eq!(
+            read[1].secret.as_ref().unwrap().expose_secret(),
+            "secret-of-news"
+        );
         assert_eq!(read[0].allowed_updates, vec![AllowedUpdate::Message]);
         #[cfg(unix)]
         {

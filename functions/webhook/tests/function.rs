@@ -193,7 +193,7 @@ fn bot(id: &str, secret: &str) -> BotEntry {
     BotEntry {
         id: BotId::new(id).unwrap(),
         token: Some(SecretString::from(format!("{id}:TOKEN"))),
-        secret: SecretString::from(secret.to_owned()),
+        secret: Some(SecretString::from(secret.to_owned())),
         handler: "echo".to_owned(),
         allowed_updates: Vec::new(),
     }

@@ -24,10 +24,9 @@ async fn main() -> Result<(), Error> {
         Some((_, token)) => Some(tgq_aws::resolve_secret(&ssm, token.clone()).await?),
         None => None,
     };
-    let registry = config
-        .bots
-        .clone()
-        .map(|layout| Arc::new(SsmRegistry::new(ssm.clone(), layout)) as Arc<dyn BotSource>);
+    let registry = config.bots.clone().map(|layout| {
+        Arc::new(SsmRegistry::without_secrets(ssm.clone(), layout)) as Arc<dyn BotSource>
+    });
     let bots = config
         .fleet(&vars, tgq_bot::handlers(), env_token, registry)
         .await?;

@@ -72,7 +72,7 @@ fn bot(id: &str, token: &str, handler: &str) -> BotEntry {
     BotEntry {
         id: BotId::new(id).unwrap(),
         token: Some(SecretString::from(token.to_owned())),
-        secret: SecretString::from(format!("{id}-secret")),
+        secret: Some(SecretString::from(format!("{id}-secret"))),
         handler: handler.to_owned(),
         allowed_updates: Vec::new(),
     }

@@ -213,7 +213,7 @@ async fn registry_outcomes() {
     let shop = BotEntry {
         id: BotId::new("shop").unwrap(),
         token: Some(SecretString::from("111:SHOP".to_owned())),
-        secret: SecretString::from("shop-secret".to_owned()),
+        secret: Some(SecretString::from("shop-secret".to_owned())),
         handler: "echo".to_owned(),
         allowed_updates: Vec::new(),
     };

@@ -46,7 +46,7 @@ impl RegistryBot {
         BotEntry {
             id: BotId::new(self.id).unwrap(),
             token: Some(SecretString::from(self.token.to_owned())),
-            secret: SecretString::from(self.secret.to_owned()),
+            secret: Some(SecretString::from(self.secret.to_owned())),
             handler: "echo".to_owned(),
             allowed_updates: Vec::new(),
         }

@@ -421,7 +421,7 @@ async fn the_real_functions_run_on_the_stacks_own_resources_and_use_exactly_what
         .put(&BotEntry {
             id: BotId::new("shop").unwrap(),
             token: Some(SecretString::from(shop_token.to_owned())),
-            secret: SecretString::from("shop-secret".to_owned()),
+            secret: Some(SecretString::from("shop-secret".to_owned())),
             handler: "echo".to_owned(),
             allowed_updates: Vec::new(),
         })

@@ -752,21 +752,42 @@ fn both_functions_read_the_bot_registry_the_stack_names_and_the_http_api_routes_
             "{function} reads the prefix the stack outputs"
         );
     }
-    // The worker reads the whole registry; the webhook every field but the tokens, by name
-    // (GetParametersByPath is authorized against the path alone and would return the tokens).
-    let worker = serde_yaml::to_string(&t.0["Resources"]["WorkerRole"]).unwrap();
-    assert!(worker.contains("ssm:GetParametersByPath"), "{worker}");
-    assert!(worker.contains(DEFAULT_BOTS_PREFIX), "{worker}");
-    let webhook = serde_yaml::to_string(&t.0["Resources"]["WebhookRole"]).unwrap();
-    assert!(!webhook.contains("ssm:GetParametersByPath"), "{webhook}");
-    assert!(webhook.contains("ssm:DescribeParameters"), "{webhook}");
-    for field in ["secret", "handler", "allowed_updates"] {
+    // Each function reads the registry's fields by name, only those it uses: the webhook every
+    // field but the tokens, the worker every field but the webhook secrets (GetParametersByPath is
+    // authorized against the path alone and would return every value under it).
+    for (role, reads, never) in [
+        (
+            "WebhookRole",
+            ["secret", "handler", "allowed_updates"],
+            "token",
+        ),
+        (
+            "WorkerRole",
+            ["token", "handler", "allowed_updates"],
+            "secret",
+        ),
+    ] {
+        let policy = serde_yaml::to_string(&t.0["Resources"][role]).unwrap();
         assert!(
-            webhook.contains(&format!("${{Prefix}}*/{field}")),
-            "{webhook}"
+            !policy.contains("ssm:GetParametersByPath"),
+            "{role}: {policy}"
+        );
+        assert!(
+            policy.contains("ssm:DescribeParameters"),
+            "{role}: {policy}"
+        );
+        assert!(policy.contains(DEFAULT_BOTS_PREFIX), "{role}: {policy}");
+        for field in reads {
+            assert!(
+                policy.contains(&format!("${{Prefix}}*/{field}")),
+                "{role} reads {field}: {policy}"
+            );
+        }
+        assert!(
+            !policy.contains(&format!("*/{never}")) && !policy.contains("${Prefix}*\n"),
+            "{role} never reads {never}: {policy}"
         );
     }
-    assert!(!webhook.contains("*/token"), "{webhook}");
     let route = t.resource("WebhookHttpApiBotRoute");
     assert_eq!(route["RouteKey"].as_str(), Some("POST /webhook/{bot_id}"));
     let urls = serde_yaml::to_string(&t.0["Outputs"]["BotWebhookUrlPrefix"]["Value"]).unwrap();

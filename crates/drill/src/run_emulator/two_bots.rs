@@ -96,7 +96,7 @@ fn entry(id: &str, token: &str, secret: &str) -> anyhow::Result<BotEntry> {
     Ok(BotEntry {
         id: BotId::new(id)?,
         token: Some(SecretString::from(token.to_owned())),
-        secret: SecretString::from(secret.to_owned()),
+        secret: Some(SecretString::from(secret.to_owned())),
         handler: "echo".to_owned(),
         allowed_updates: Vec::new(),
     })
