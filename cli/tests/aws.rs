@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -478,29 +478,7 @@ async fn the_operating_guide_runs_as_written_against_moto() {
         ("TELEGRAM_BOT_TOKEN", fake.token()),
         ("TELEGRAM_API_URL", api_url.as_str()),
     ];
-    let mut ran = Vec::new();
-    let mut next_update = 3;
-    for command in operating_guide_commands() {
-        let mut args = command;
-        if args.iter().any(|a| a == "ID") {
-            // The guide's ID is a letter `tgq dlq list` names; bury one when none is left.
-            let mut letters = d.json(&["dlq", "list"]);
-            if letters.as_array().unwrap().is_empty() {
-                d.bury(next_update, 9).await;
-                next_update += 1;
-                letters = d.json(&["dlq", "list"]);
-            }
-            let id = letters[0]["id"].as_str().unwrap().to_owned();
-            args = args
-                .into_iter()
-                .map(|a| if a == "ID" { id.clone() } else { a })
-                .collect();
-        }
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let (status, stdout, stderr) = run(&envs, &args);
-        assert!(status.success(), "tgq {args:?}: {stderr}\n{stdout}");
-        ran.push(args.join(" "));
-    }
+    let ran = run_operating_guide(&d, &envs, 3, |_| true).await;
     for expected in [
         "webhook set",
         "status --stack",
@@ -522,6 +500,134 @@ async fn the_operating_guide_runs_as_written_against_moto() {
     );
 }
 
+/// Runs the `wanted` `tgq` lines of the operating guide on `d`'s stack with `envs`, as written but
+/// for the stack's name; the guide's ID is a letter `tgq dlq list` names, buried (from update
+/// `next_update` on) when none is left. Returns the lines run.
+async fn run_operating_guide(
+    d: &Deployed,
+    envs: &[(&str, &str)],
+    mut next_update: i64,
+    wanted: impl Fn(&[String]) -> bool,
+) -> Vec<String> {
+    let mut ran = Vec::new();
+    for mut args in operating_guide_commands().into_iter().filter(|a| wanted(a)) {
+        if let Some(at) = args.iter().position(|a| a == "--stack") {
+            args[at + 1] = d.name.clone();
+        }
+        if args.iter().any(|a| a == "ID") {
+            let mut letters = d.json(&["dlq", "list"]);
+            if letters.as_array().unwrap().is_empty() {
+                d.bury(next_update, 9).await;
+                next_update += 1;
+                letters = d.json(&["dlq", "list"]);
+            }
+            let id = letters[0]["id"].as_str().unwrap().to_owned();
+            args = args
+                .into_iter()
+                .map(|a| if a == "ID" { id.clone() } else { a })
+                .collect();
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (status, stdout, stderr) = run(envs, &args);
+        assert!(status.success(), "tgq {args:?}: {stderr}\n{stdout}");
+        ran.push(args.join(" "));
+    }
+    ran
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_operator_policy_grants_exactly_what_the_tgq_commands_use() {
+    use tgq_e2e::template::{policy_actions, unseen_with_reason, UNSEEN};
+    let fake = FakeTelegram::start().await.unwrap();
+    let second = "654321:operator-second-bot";
+    fake.accept_token(second);
+    let api_url = fake.url();
+    let prefix = format!("/tgq/operator-{}/bots/", SystemClock.now().0);
+    let d = deploy(
+        "operator",
+        fake.token(),
+        &[
+            (
+                "WebhookUrl",
+                "https://operator.lambda-url.us-east-1.on.aws/",
+            ),
+            ("TelegramApiUrl", api_url.as_str()),
+            ("BotsParameterPrefix", prefix.as_str()),
+            (
+                "BotWebhookUrlPrefix",
+                "https://operator.lambda-url.us-east-1.on.aws/webhook/",
+            ),
+        ],
+    )
+    .await;
+    d.bury(1, 7).await;
+    d.bury(2, 8).await;
+    // Every command an operator runs goes through one proxy that names each AWS action.
+    let proxy = tgq_e2e::proxy::Proxy::start(&emulator::endpoint())
+        .await
+        .unwrap();
+    let endpoint = proxy.url();
+    let through = [("AWS_ENDPOINT_URL", endpoint.as_str())];
+    // The registry's commands first, then the operating guide's but `tgq destroy` (deleting the
+    // stack takes CloudFormation's permissions over every resource, not an operator's).
+    let dir = tempfile::tempdir().unwrap();
+    let mut tokens = [fake.token().to_owned(), second.to_owned()].into_iter();
+    let stack_block = &several_bots_guide_blocks()[0];
+    run_guide_block(
+        stack_block,
+        &mut tokens,
+        &api_url,
+        Some(&d.name),
+        dir.path(),
+        &through,
+    );
+    let envs = [
+        ("TELEGRAM_BOT_TOKEN", fake.token()),
+        ("TELEGRAM_API_URL", api_url.as_str()),
+        through[0],
+    ];
+    let ran = run_operating_guide(&d, &envs, 3, |args| args[0] != "destroy").await;
+    assert!(ran.iter().any(|r| r.starts_with("dlq replay")), "{ran:?}");
+
+    // SQS authorizes a batch call by its single counterpart's action.
+    let used: BTreeSet<String> = proxy
+        .actions()
+        .into_keys()
+        .map(|action| match action.as_str() {
+            "sqs:DeleteMessageBatch" => "sqs:DeleteMessage".to_owned(),
+            "sqs:ChangeMessageVisibilityBatch" => "sqs:ChangeMessageVisibility".to_owned(),
+            "sqs:SendMessageBatch" => "sqs:SendMessage".to_owned(),
+            _ => action,
+        })
+        .collect();
+    let granted = policy_actions("OperatorPolicy");
+    let unseen = unseen_with_reason("OperatorPolicy");
+    let mut failures = Vec::new();
+    for action in used.iter().filter(|a| !granted.contains(*a)) {
+        failures.push(format!(
+            "the tgq command uses {action}, which OperatorPolicy does not grant"
+        ));
+    }
+    for action in granted.iter().filter(|a| !used.contains(*a)) {
+        if !unseen.contains_key(action) {
+            failures.push(format!(
+                "OperatorPolicy grants {action}, which no command used, and does not say why \
+                 (a trailing `{UNSEEN} …` on its line)"
+            ));
+        }
+    }
+    for action in unseen.keys().filter(|a| used.contains(*a)) {
+        failures.push(format!(
+            "{action} is marked `{UNSEEN}` but a command uses it"
+        ));
+    }
+    assert!(
+        failures.is_empty(),
+        "{}\nused: {used:?}",
+        failures.join("\n")
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn poll_with_a_stack_takes_bot_table_queues_token_and_bot_api_from_it_and_status_shows_the_lease(
 ) {
@@ -536,9 +642,14 @@ async fn poll_with_a_stack_takes_bot_table_queues_token_and_bot_api_from_it_and_
     )
     .await;
     let health = format!("127.0.0.1:{}", common::free_port());
+    // Through a proxy that names every AWS action, held to the stack's OperatorPolicy below.
+    let proxy = tgq_e2e::proxy::Proxy::start(&emulator::endpoint())
+        .await
+        .unwrap();
+    let endpoint = proxy.url();
     // No TGQ_BOT_ID, no TELEGRAM_BOT_TOKEN, no TELEGRAM_API_URL, no table or queue: all from the
     // stack.
-    let mut poller = common::tgq(&[])
+    let mut poller = common::tgq(&[("AWS_ENDPOINT_URL", endpoint.as_str())])
         .args(["poll", "--stack", &d.name, "--health-addr", &health])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
@@ -579,6 +690,16 @@ async fn poll_with_a_stack_takes_bot_table_queues_token_and_bot_api_from_it_and_
         .await
         .unwrap();
     assert_eq!(queued.len(), 2);
+    let granted = tgq_e2e::template::policy_actions("OperatorPolicy");
+    let ungranted: Vec<String> = proxy
+        .actions()
+        .into_keys()
+        .filter(|action| !granted.contains(action))
+        .collect();
+    assert!(
+        ungranted.is_empty(),
+        "tgq poll uses what OperatorPolicy does not grant: {ungranted:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -699,6 +820,7 @@ fn run_guide_block(
     api_url: &str,
     stack: Option<&str>,
     dir: &std::path::Path,
+    extra_envs: &[(&str, &str)],
 ) -> Vec<String> {
     let mut token = String::new();
     let mut ran = Vec::new();
@@ -717,6 +839,7 @@ fn run_guide_block(
             args[at + 1] = stack.to_owned();
         }
         let mut envs = vec![("TELEGRAM_API_URL", api_url)];
+        envs.extend_from_slice(extra_envs);
         if !token.is_empty() {
             envs.push(("TELEGRAM_BOT_TOKEN", token.as_str()));
         }
@@ -769,6 +892,7 @@ async fn the_several_bots_guide_runs_as_written_against_moto_and_locally() {
         &fake.url(),
         Some(&d.name),
         dir.path(),
+        &[],
     );
     for expected in [
         "bots add shop",
@@ -809,6 +933,7 @@ async fn the_several_bots_guide_runs_as_written_against_moto_and_locally() {
         &fake.url(),
         None,
         dir.path(),
+        &[],
     );
     assert!(
         ran.iter().any(|r| r.starts_with("bots add shop --offline")),

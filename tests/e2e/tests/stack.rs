@@ -51,10 +51,8 @@ use tgq_e2e::esm::EventSourceMapping;
 use tgq_e2e::functions::{Functions, WEBHOOK, WORKER};
 use tgq_e2e::proxy::Proxy;
 use tgq_e2e::telegram::{text_update, Telegram};
+use tgq_e2e::template::{unseen_with_reason, UNSEEN};
 use tgq_fake_telegram::{FakeTelegram, Fault, Scope, Times};
-
-/// How a granted action the tests never see says why it is granted, on its own line.
-const UNSEEN: &str = "# not seen in tests:";
 
 /// The resource types of the transformed template moto 5.2.5's CloudFormation cannot create (no
 /// model in `moto/cloudformation/parsing.py`), and what checks them instead. cfn-lint checks every
@@ -277,31 +275,6 @@ fn matches(pattern: &str, arn: &str) -> bool {
         }
     }
     rest.ends_with(last)
-}
-
-/// The actions a role's section of `template.yaml` grants with an [`UNSEEN`] comment, and why.
-fn unseen_with_reason(role: &str) -> BTreeMap<String, String> {
-    let template = std::fs::read_to_string(template_path()).unwrap();
-    let section: Vec<&str> = template
-        .lines()
-        .skip_while(|line| *line != format!("  {role}:"))
-        .skip(1)
-        // Up to the next line indented by exactly two spaces: the next resource or section comment.
-        .take_while(|line| !line.starts_with("  ") || line.starts_with("   "))
-        .collect();
-    assert!(!section.is_empty(), "template.yaml has no resource {role}");
-    section
-        .iter()
-        .filter_map(|line| {
-            let (code, reason) = line.split_once(UNSEEN)?;
-            let action = code
-                .trim()
-                .trim_start_matches("Action:")
-                .trim_start_matches('-')
-                .trim();
-            Some((action.to_owned(), reason.trim().to_owned()))
-        })
-        .collect()
 }
 
 /// Moves the dead letters of `group` back to the updates queue as SQS's message move task does.
