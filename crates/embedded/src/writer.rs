@@ -168,6 +168,16 @@ impl Writer {
         })
     }
 
+    /// A writer for a store opened read-only: there is no thread, and every write is refused.
+    pub(crate) fn read_only() -> Self {
+        Self {
+            sender: None,
+            thread: None,
+            stats: Arc::default(),
+            notify: Arc::default(),
+        }
+    }
+
     /// Runs `op` in the next batch and answers once that batch is durable.
     pub(crate) async fn run<T, F>(&self, what: &'static str, op: F) -> Result<T, PortError>
     where
@@ -204,10 +214,9 @@ impl Writer {
                 let _ = answer.send(result);
             })
         });
-        let sender = self
-            .sender
-            .as_ref()
-            .ok_or_else(|| PortError::unavailable(what, "the store is closed"))?;
+        let sender = self.sender.as_ref().ok_or_else(|| {
+            PortError::unavailable(what, "the store is closed, or was opened read-only")
+        })?;
         sender
             .send(job)
             .map_err(|_| PortError::unavailable(what, "the store writer has stopped"))?;
@@ -315,9 +324,12 @@ impl WriterThread {
             Ok(db) => db,
             Err(e) => return fail_all(jobs, e.to_string()),
         };
+        let Some(db) = db.writable() else {
+            return fail_all(jobs, "the store was opened read-only".into());
+        };
         let mut queue = match self.queue.take() {
             Some(queue) => queue,
-            None => match QueueIndex::load(&db) {
+            None => match QueueIndex::load(db) {
                 Ok(queue) => queue,
                 Err(e) => return fail_all(jobs, format!("reloading the queue index: {e}")),
             },
