@@ -60,6 +60,12 @@ pub async fn open(data_dir: &Path, access: Access) -> anyhow::Result<Local> {
     match opened {
         Ok(store) => Ok(Local::Store(store)),
         Err(StoreError::AlreadyOpen { .. }) => Ok(Local::Running(running_addr(data_dir)?)),
+        // While a running instance reopens the store after a failed write (a full disk), the
+        // file is briefly not held, and a read-only open finds it mid-commit: that instance answers.
+        Err(error @ StoreError::NeedsRepair { .. }) => match running_addr(data_dir) {
+            Ok(addr) => Ok(Local::Running(addr)),
+            Err(_) => Err(error.into()),
+        },
         Err(error) => Err(error.into()),
     }
 }
@@ -81,7 +87,6 @@ where
 
 /// Runs `direct` on the store opened read-only when it is free, else asks the running instance
 /// with `method` on its admin `route`, which does the same and answers with the same shape.
-
 pub async fn reach<T, F>(
     data_dir: &Path,
     method: Method,
