@@ -1,9 +1,8 @@
 //! Local mode's configuration: the functions' environment variables (`tgq_core::config::Vars`) with
 //! local defaults, and the webhook secret kept in the data directory when none is given.
 
-use std::fs::{self, OpenOptions};
-use std::io::Write as _;
-use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+use std::fs;
+use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -16,6 +15,7 @@ use tgq_core::handler::HandlerChoice;
 use tgq_core::ids::BotId;
 use tgq_core::pacer::RateLimits;
 use tgq_core::worker::WorkerSettings;
+use tgq_embedded::files;
 use tracing::warn;
 
 /// The bot id local mode uses when `TGQ_BOT_ID` is unset.
@@ -192,7 +192,9 @@ pub fn webhook_secret(
     }
 }
 
-/// Reads the secret file, or creates it (mode 0600) with a fresh random secret.
+/// Reads the secret file, or creates it (mode 0600, written whole) with a fresh random secret.
+/// An empty file is what an older tgq left when a first start hit a full disk: it never held a
+/// secret, so it is replaced.
 pub fn load_or_create_secret(path: &Path) -> anyhow::Result<(SecretString, bool)> {
     if let Some(parent) = path.parent() {
         fs::create_dir_all(parent)
@@ -201,19 +203,14 @@ pub fn load_or_create_secret(path: &Path) -> anyhow::Result<(SecretString, bool)
     // Telegram's secret_token allows 1–256 of A–Z, a–z, 0–9, '_' and '-'; 48 alphanumerics carry
     // about 285 bits.
     let fresh = Alphanumeric.sample_string(&mut rand::rng(), 48);
-    let created = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path);
-    match created {
-        Ok(mut file) => {
-            file.write_all(fresh.as_bytes())
-                .and_then(|()| file.sync_all())
-                .with_context(|| format!("cannot write {}", path.display()))?;
-            Ok((SecretString::from(fresh), true))
-        }
-        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {
+    let empty = fs::metadata(path).is_ok_and(|meta| meta.len() == 0);
+    let created = match empty {
+        true => files::write_whole(path, fresh.as_bytes(), files::PRIVATE).map(|()| true),
+        false => files::create_whole(path, fresh.as_bytes(), files::PRIVATE),
+    };
+    match created.with_context(|| format!("cannot write {}", path.display()))? {
+        true => Ok((SecretString::from(fresh), true)),
+        false => {
             let text = fs::read_to_string(path)
                 .with_context(|| format!("cannot read {}", path.display()))?;
             let secret = text.trim();
@@ -224,7 +221,6 @@ pub fn load_or_create_secret(path: &Path) -> anyhow::Result<(SecretString, bool)
             }
             Ok((SecretString::from(secret.to_owned()), false))
         }
-        Err(error) => Err(error).with_context(|| format!("cannot create {}", path.display())),
     }
 }
 

@@ -46,6 +46,9 @@ enum Command {
     Outbox(ops::OutboxArgs),
     /// Write a consistent copy of the local store to a file, while `tgq local` runs or not.
     Backup(ops::BackupArgs),
+    /// Put a backup in place of the local store (refused while `tgq local` runs), keeping the
+    /// store it replaces.
+    Restore(ops::RestoreArgs),
     /// List, show, replay and purge dead letters, on AWS (--stack) or locally, every replay and
     /// purge audited.
     Dlq {
@@ -143,6 +146,21 @@ fn main() -> ExitCode {
         _ => "warn",
     };
     logging::init(level);
+    // tokio panics on 0 worker threads, and on a value it cannot parse.
+    if let Some(threads) = std::env::var_os("TOKIO_WORKER_THREADS") {
+        let valid = threads
+            .to_str()
+            .and_then(|text| text.trim().parse::<usize>().ok())
+            .is_some_and(|n| n > 0);
+        if !valid {
+            errln!(
+                "error: TOKIO_WORKER_THREADS={} is not a number of threads of at least 1 (unset \
+                 it for one per core)",
+                threads.to_string_lossy()
+            );
+            return ExitCode::FAILURE;
+        }
+    }
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     // The no-op server the bench compares `tgq local` with runs on the same runtime.
     if let Command::Local(_) | Command::NoopHttp(_) = &cli.command {
@@ -168,6 +186,7 @@ fn main() -> ExitCode {
             Command::Poll(args) => poll::run(args).await,
             Command::Status(args) => ops::status(args).await,
             Command::Backup(args) => ops::backup(args).await,
+            Command::Restore(args) => ops::restore(args).await,
             Command::Outbox(args) => ops::outbox(args).await,
             Command::Dlq { command } => ops::dlq::run(command).await,
             Command::Webhook { command } => ops::webhook::run(command).await,

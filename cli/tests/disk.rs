@@ -103,6 +103,12 @@ async fn a_store_that_cannot_commit_answers_503_says_so_and_recovers_when_the_di
         stderr.contains("store batch failed"),
         "the log says why: {stderr}"
     );
+    // The log says it once per interval, however often the loops try.
+    let failures = |text: &str| text.matches("store batch failed").count();
+    let before = failures(&local.output().1);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let during = failures(&local.output().1) - before;
+    assert!(during <= 1, "{during} lines in 3 s about the full disk");
 
     // Space again: the store recovers by itself, and Telegram's retry goes through.
     set_file_size_limit(local.pid(), libc::RLIM_INFINITY);
@@ -130,5 +136,37 @@ async fn a_store_that_cannot_commit_answers_503_says_so_and_recovers_when_the_di
         })
         .await;
     assert_eq!(status["counters"]["received"].as_u64(), Some(all as u64));
+    local.terminate().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_start_on_a_full_disk_leaves_no_half_written_file_and_the_next_start_serves() {
+    let dir = tempfile::tempdir().unwrap();
+    let envs = [("TGQ_HANDLER", "echo")];
+    let mut full = Local::start_with(free_port(), dir.path(), &envs, &[], |command| {
+        // SAFETY: only async-signal-safe calls between fork and exec. No file may grow at all:
+        // the disk is full from the start.
+        unsafe {
+            command.pre_exec(|| {
+                libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+                let limit = libc::rlimit {
+                    rlim_cur: 0,
+                    rlim_max: libc::RLIM_INFINITY,
+                };
+                if libc::setrlimit(libc::RLIMIT_FSIZE, &limit) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    });
+    assert!(!full.wait_exit(Duration::from_secs(20)).await.success());
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        let path = entry.unwrap().path();
+        let len = std::fs::metadata(&path).unwrap().len();
+        assert!(len > 0, "{} was left empty", path.display());
+    }
+    let mut local = Local::start(dir.path(), &envs, &[]);
+    local.wait_ready().await;
     local.terminate().await;
 }

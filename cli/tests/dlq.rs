@@ -170,7 +170,14 @@ async fn a_replay_on_the_stopped_store_runs_when_local_starts_again() {
     assert!(local.terminate().await.success());
 
     let id = ids_by_update(&json(data_dir, &["dlq", "list"]))[&1].clone();
-    let said = tgq(data_dir, &["dlq", "replay", &id]);
+    // Without USER or LOGNAME (cron, a systemd unit), the audit still names who replayed.
+    let output = common::tgq(&[])
+        .env_remove("USER")
+        .env_remove("LOGNAME")
+        .args(["dlq", "replay", &id, "--data-dir", data_dir])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&output.stdout);
     assert!(said.contains("1 letter(s) replayed"), "{said}");
     let again = run(&[], &["dlq", "replay", &id, "--data-dir", data_dir]);
     assert!(!again.0.success(), "the letter is gone: {}", again.1);
@@ -181,6 +188,16 @@ async fn a_replay_on_the_stopped_store_runs_when_local_starts_again() {
     );
     let audit = json(data_dir, &["dlq", "audit"]);
     assert_eq!(audit[0]["action"], "replay", "{audit}");
+    let whoami = std::process::Command::new("id")
+        .arg("-un")
+        .output()
+        .unwrap();
+    let whoami = String::from_utf8_lossy(&whoami.stdout).trim().to_owned();
+    assert_eq!(
+        audit[0]["principal"],
+        format!("local user {whoami}"),
+        "{audit}"
+    );
 
     let mut local = start(dir.path(), &fake);
     local.wait_ready().await;
@@ -188,5 +205,51 @@ async fn a_replay_on_the_stopped_store_runs_when_local_starts_again() {
         .wait_settled(Duration::from_secs(20), |s| s["counters"]["processed"] == 1)
         .await;
     assert_eq!(replies_per_chat(&fake)[&7], [reply_text(1, "note 1")]);
+    assert!(local.terminate().await.success());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn replay_all_replays_each_letter_once_while_the_replayed_updates_fail_again() {
+    let fake = FakeTelegram::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().to_str().unwrap();
+    let mut local = start(dir.path(), &fake);
+    local.wait_ready().await;
+    // Every reply is refused for good: each replayed update is buried again, as a new letter,
+    // while the replay still walks the queue.
+    fake.inject(Fault::BadRequest, Scope::Global, Times::Always);
+    for update_id in 1..=40 {
+        post(&local, update_id, 100 + update_id).await;
+    }
+    local
+        .wait_settled(Duration::from_secs(20), |s| s["stats"]["dead"] == 40)
+        .await;
+
+    let mut replay = common::tgq(&[])
+        .args(["dlq", "replay", "--all", "--json", "--data-dir", data_dir])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while replay.try_wait().unwrap().is_none() {
+        if started.elapsed() > Duration::from_secs(60) {
+            replay.kill().unwrap();
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let output = replay.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "the replay did not end within a minute"
+    );
+    let report: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    assert_eq!(report["acted"].as_array().unwrap().len(), 40, "{report}");
+    // The forty come back as forty new letters, left for the next replay.
+    local
+        .wait_settled(Duration::from_secs(20), |s| s["stats"]["dead"] == 40)
+        .await;
     assert!(local.terminate().await.success());
 }

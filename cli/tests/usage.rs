@@ -77,3 +77,49 @@ async fn webhook_set_refuses_a_url_telegram_would_refuse_without_calling_it() {
     }
     assert!(fake.calls().is_empty(), "{:?}", fake.calls());
 }
+
+#[test]
+fn a_zero_limit_is_refused_with_a_clear_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().to_str().unwrap();
+    for args in [
+        vec!["outbox", "--limit", "0"],
+        vec!["dlq", "list", "--limit", "0"],
+        vec!["dlq", "audit", "--limit", "0"],
+    ] {
+        let mut all = args.clone();
+        all.extend(["--data-dir", data_dir]);
+        let (status, stdout, stderr) = run(&[], &all);
+        assert_eq!(status.code(), Some(2), "{args:?}: {stdout}{stderr}");
+        assert!(stderr.contains("at least 1"), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn zero_runtime_threads_is_a_clear_error_not_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().join("fresh");
+    let (status, stdout, stderr) = run(
+        &[("TOKIO_WORKER_THREADS", "0")],
+        &["local", "--data-dir", data_dir.to_str().unwrap()],
+    );
+    assert!(!status.success(), "{stdout}{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(stderr.contains("TOKIO_WORKER_THREADS"), "{stderr}");
+    assert!(!data_dir.exists(), "the data directory was created");
+}
+
+#[test]
+fn the_environment_bot_cannot_be_added_as_a_registered_bot() {
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().to_str().unwrap();
+    for (envs, id) in [(vec![], "local"), (vec![("TGQ_BOT_ID", "main")], "main")] {
+        let (status, stdout, stderr) = run(
+            &envs,
+            &["bots", "add", id, "--offline", "--data-dir", data_dir],
+        );
+        assert!(!status.success(), "{id}: {stdout}{stderr}");
+        assert!(stderr.contains("environment"), "{id}: {stderr}");
+        assert!(!dir.path().join("bots.json").exists());
+    }
+}

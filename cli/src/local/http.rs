@@ -340,12 +340,18 @@ fn admin_answer<T: serde::Serialize>(view: anyhow::Result<T>) -> Response {
 #[derive(Debug, Deserialize)]
 struct BackupTo {
     to: std::path::PathBuf,
+    /// Replace a file already at `to` (never the live store, nor anything in the data directory).
+    #[serde(default)]
+    force: bool,
 }
 
 /// `POST /admin/backup?to=FILE`: what `tgq backup --to FILE` does, inside one read transaction of
 /// the store this instance holds, while it goes on serving.
 async fn admin_backup(State(app): State<App>, Query(query): Query<BackupTo>) -> Response {
-    admin_read(&app, move |store| Ok(store.backup_to(&query.to)?)).await
+    admin_read(&app, move |store| {
+        Ok(store.backup_to(&query.to, query.force)?)
+    })
+    .await
 }
 
 /// Runs a blocking store read off the async threads and answers with its view as JSON.

@@ -159,6 +159,8 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
     let options = StoreOptions {
         ttl: settings.record_ttl,
         max_receive_count: settings.worker.max_receive_count,
+        // A `tgq status` reading the stopped store is done within moments.
+        lock_wait: Duration::from_secs(5),
         ..StoreOptions::default()
     };
     let store =
@@ -459,9 +461,7 @@ async fn retention(
 
 /// Writes the listen address for `tgq status`/`tgq outbox`, atomically (a reader never sees half).
 fn write_addr_file(path: &Path, addr: std::net::SocketAddr) -> anyhow::Result<()> {
-    let partial = path.with_extension("addr.partial");
-    std::fs::write(&partial, format!("{addr}\n"))
-        .and_then(|()| std::fs::rename(&partial, path))
+    tgq_embedded::files::write_whole(path, format!("{addr}\n").as_bytes(), 0o644)
         .with_context(|| format!("cannot write {}", path.display()))
 }
 

@@ -280,6 +280,17 @@ async fn add(args: AddArgs) -> anyhow::Result<()> {
         ),
     };
     let registry = Registry::open(&args.registry).await?;
+    if let Registry::Local { .. } = &registry {
+        // `tgq local` serves its environment's bot on /webhook under this id, and would pass a
+        // registered bot of the same id over without a word.
+        let own = vars.get("TGQ_BOT_ID");
+        if id.as_str() == own.unwrap_or(crate::config::LOCAL_BOT_ID) {
+            bail!(
+                "{id} is the id of the bot `tgq local` runs from its environment (TGQ_BOT_ID, \
+                 default `local`, on /webhook): give the added bot another id"
+            );
+        }
+    }
     if registry.has(&id).await? {
         bail!(
             "a bot {id} is already registered in {}: `tgq bots remove {id}` first to replace it",
@@ -507,7 +518,7 @@ async fn queue_figures(
         }
         Registry::Local { data_dir, .. } => {
             let (status, letters): (StatusView, Vec<LetterView>) =
-                match super::client::open(data_dir).await? {
+                match super::client::open(data_dir, super::client::Access::Read).await? {
                     Local::Store(store) => {
                         let read = async {
                             let status = StatusView::read(&store, SystemClock.now())?;

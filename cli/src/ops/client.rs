@@ -32,8 +32,18 @@ pub enum Local {
     Running(SocketAddr),
 }
 
-/// Opens the store in `data_dir`, or finds the running `tgq local` that holds it.
-pub async fn open(data_dir: &Path) -> anyhow::Result<Local> {
+/// How a command opens the store when `tgq local` does not hold it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// Only to read: nothing is created or written, readers never keep `tgq local` from starting,
+    /// and a data directory the caller cannot write can be read.
+    Read,
+    /// To change it (a replay, a purge): the store's lock is held while the command runs.
+    Write,
+}
+
+/// Opens the store in `data_dir` for `access`, or finds the running `tgq local` that holds it.
+pub async fn open(data_dir: &Path, access: Access) -> anyhow::Result<Local> {
     if !data_dir.join(tgq_embedded::FILE_NAME).exists() {
         bail!(
             "there is no tgq store in {}: run `tgq local` first, or pass --data-dir (or --stack \
@@ -42,12 +52,20 @@ pub async fn open(data_dir: &Path) -> anyhow::Result<Local> {
         );
     }
     let dir = data_dir.to_owned();
-    let opened =
-        tokio::task::spawn_blocking(move || EmbeddedStore::open(&dir, StoreOptions::default()))
-            .await?;
+    let opened = tokio::task::spawn_blocking(move || match access {
+        Access::Read => EmbeddedStore::open_read_only(&dir, StoreOptions::default()),
+        Access::Write => EmbeddedStore::open(&dir, StoreOptions::default()),
+    })
+    .await?;
     match opened {
         Ok(store) => Ok(Local::Store(store)),
         Err(StoreError::AlreadyOpen { .. }) => Ok(Local::Running(running_addr(data_dir)?)),
+        // While a running instance reopens the store after a failed write (a full disk), the
+        // file is briefly not held, and a read-only open finds it mid-commit: that instance answers.
+        Err(error @ StoreError::NeedsRepair { .. }) => match running_addr(data_dir) {
+            Ok(addr) => Ok(Local::Running(addr)),
+            Err(_) => Err(error.into()),
+        },
         Err(error) => Err(error.into()),
     }
 }
@@ -67,8 +85,8 @@ where
     reach(data_dir, Method::GET, route, direct).await
 }
 
-/// Does `direct` on the store when it is free, else asks the running instance with `method` on its
-/// admin `route`, which does the same and answers with the same shape.
+/// Runs `direct` on the store opened read-only when it is free, else asks the running instance
+/// with `method` on its admin `route`, which does the same and answers with the same shape.
 pub async fn reach<T, F>(
     data_dir: &Path,
     method: Method,
@@ -79,9 +97,12 @@ where
     T: DeserializeOwned + Send + 'static,
     F: FnOnce(&EmbeddedStore) -> anyhow::Result<T> + Send + 'static,
 {
-    match open(data_dir).await? {
+    match open(data_dir, Access::Read).await? {
         Local::Store(store) => {
-            let value = tokio::task::spawn_blocking(move || direct(&store)).await??;
+            let read = store.clone();
+            let value = tokio::task::spawn_blocking(move || direct(&read)).await;
+            close(store).await;
+            let value = value??;
             Ok((value, Source::Store))
         }
         Local::Running(addr) => {

@@ -46,7 +46,7 @@ pub struct ListArgs {
     #[arg(long)]
     json: bool,
     /// Show at most this many letters, oldest first.
-    #[arg(long, value_name = "N", default_value_t = DEFAULT_LIMIT)]
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_LIMIT, value_parser = super::limit)]
     limit: usize,
 }
 
@@ -133,7 +133,7 @@ pub struct AuditArgs {
     #[arg(long)]
     json: bool,
     /// Show at most this many entries, newest first.
-    #[arg(long, value_name = "N", default_value_t = DEFAULT_LIMIT)]
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_LIMIT, value_parser = super::limit)]
     limit: usize,
 }
 
@@ -179,7 +179,7 @@ impl Desk {
                     opened: None,
                 })
             }
-            Target::Local(dir) => match client::open(&dir).await? {
+            Target::Local(dir) => match client::open(&dir, access(acts)).await? {
                 Local::Store(store) => Ok(Desk::Here {
                     operator: local_operator(&store, local_principal())?,
                     audit: store.clone(),
@@ -200,6 +200,14 @@ impl Desk {
             drop((operator, audit));
             client::close(store).await;
         }
+    }
+}
+
+/// Listing, showing and the audit only read the store; replays and purges change it.
+fn access(acts: bool) -> client::Access {
+    match acts {
+        true => client::Access::Write,
+        false => client::Access::Read,
     }
 }
 

@@ -24,6 +24,15 @@ use crate::views::{self, StatusView};
 /// How many entries the list commands show when `--limit` is not given.
 pub const DEFAULT_LIMIT: usize = 50;
 
+/// `--limit N`: at least one entry (a limit of 0 would show nothing and look like an empty list).
+pub fn limit(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(0) => Err("the limit must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("{text:?} is not a whole number of at least 1")),
+    }
+}
+
 /// Which local store to read.
 #[derive(Debug, Args)]
 pub struct StoreArgs {
@@ -55,7 +64,7 @@ pub struct OutboxArgs {
     #[arg(long)]
     json: bool,
     /// Show at most this many entries, oldest first.
-    #[arg(long, value_name = "N", default_value_t = DEFAULT_LIMIT)]
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_LIMIT, value_parser = limit)]
     limit: usize,
 }
 
@@ -64,13 +73,59 @@ pub struct OutboxArgs {
 pub struct BackupArgs {
     #[command(flatten)]
     store: StoreArgs,
-    /// The backup file to write (replaced if it exists). To restore it, stop `tgq local` and copy
-    /// it to <data-dir>/tgq.redb.
+    /// The backup file to write, outside the data directory, private to you (it holds every
+    /// message). `tgq restore FILE` puts it back.
     #[arg(long, value_name = "FILE")]
     to: PathBuf,
+    /// Replace FILE if it exists (never the live store, nor a file in the data directory).
+    #[arg(long)]
+    force: bool,
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
+}
+
+/// `tgq restore`.
+#[derive(Debug, Args)]
+pub struct RestoreArgs {
+    #[command(flatten)]
+    store: StoreArgs,
+    /// The backup to put in place as <data-dir>/tgq.redb (made by `tgq backup`).
+    #[arg(value_name = "FILE")]
+    from: PathBuf,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `tgq restore`: checks the backup, then puts it in place of the store, keeping the store it
+/// replaces beside it under a timestamped name. Refused while `tgq local` runs on the directory.
+pub async fn restore(args: RestoreArgs) -> anyhow::Result<()> {
+    let data_dir = args.store.data_dir.clone();
+    let now = i64::try_from(SystemClock.now().0).unwrap_or(i64::MAX);
+    let stamp = chrono::DateTime::from_timestamp_millis(now)
+        .map(|at| at.format("%Y%m%dT%H%M%S%.3fZ").to_string())
+        .unwrap_or_else(|| now.to_string());
+    let keep_as = data_dir.join(format!("{}.replaced-{stamp}", tgq_embedded::FILE_NAME));
+    let from = args.from.clone();
+    let restored = tokio::task::spawn_blocking(move || {
+        tgq_embedded::EmbeddedStore::restore(&data_dir, &from, &keep_as)
+    })
+    .await??;
+    if args.json {
+        outln!("{}", serde_json::to_string_pretty(&restored)?);
+        return Ok(());
+    }
+    outln!(
+        "restored {} to {}",
+        args.from.display(),
+        restored.store.display()
+    );
+    match &restored.kept {
+        Some(kept) => outln!("the store it replaced is kept at {}", kept.display()),
+        None => outln!("there was no store to replace"),
+    }
+    Ok(())
 }
 
 /// `tgq backup`: a consistent copy of the store, taken by the running `tgq local` inside one read
@@ -80,14 +135,16 @@ pub async fn backup(args: BackupArgs) -> anyhow::Result<()> {
     let to = std::path::absolute(&args.to)?;
     let mut url = reqwest::Url::parse("http://tgq.invalid/admin/backup")?;
     url.query_pairs_mut()
-        .append_pair("to", &to.display().to_string());
+        .append_pair("to", &to.display().to_string())
+        .append_pair("force", if args.force { "true" } else { "false" });
+    let force = args.force;
     let route = format!("{}?{}", url.path(), url.query().unwrap_or_default());
     let direct_to = to.clone();
     let (backup, source) = client::reach(
         &args.store.data_dir,
         reqwest::Method::POST,
         &route,
-        move |store| Ok(store.backup_to(&direct_to)?),
+        move |store| Ok(store.backup_to(&direct_to, force)?),
     )
     .await?;
     if args.json {

@@ -240,6 +240,34 @@ pub fn audit_ttl() -> anyhow::Result<std::time::Duration> {
 pub fn local_principal() -> String {
     let user = std::env::var("USER")
         .or_else(|_| std::env::var("LOGNAME"))
-        .unwrap_or_else(|_| "unknown".to_owned());
+        .ok()
+        .filter(|user| !user.is_empty())
+        .unwrap_or_else(user_of_uid);
     format!("local user {user}")
+}
+
+/// The name of the process's user from the password database (cron and systemd units often set
+/// no USER), else `uid N`.
+fn user_of_uid() -> String {
+    // SAFETY: getuid cannot fail. getpwuid_r writes only into `entry` and `buffer`, whose size it
+    // is given; the name it points to lies in `buffer`, read before either goes away.
+    unsafe {
+        let uid = libc::getuid();
+        let mut entry: libc::passwd = std::mem::zeroed();
+        let mut buffer = vec![0 as libc::c_char; 4096];
+        let mut found: *mut libc::passwd = std::ptr::null_mut();
+        let status = libc::getpwuid_r(
+            uid,
+            &mut entry,
+            buffer.as_mut_ptr(),
+            buffer.len(),
+            &mut found,
+        );
+        if status != 0 || found.is_null() || entry.pw_name.is_null() {
+            return format!("uid {uid}");
+        }
+        std::ffi::CStr::from_ptr(entry.pw_name)
+            .to_string_lossy()
+            .into_owned()
+    }
 }

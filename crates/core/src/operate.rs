@@ -124,6 +124,9 @@ pub struct Report {
     pub skipped: Vec<Skipped>,
     /// Set when the queue itself failed and the walk stopped early.
     pub stopped: Option<String>,
+    /// Letters dead-lettered after the walk began (a replayed update that failed again comes back
+    /// under a new id), left for the next run.
+    pub later: u64,
 }
 
 /// How far a replay or purge has come, for a progress bar.
@@ -247,6 +250,12 @@ impl Operator {
     /// Holds the queue's letters batch by batch and does `job` to each selected one. Letters it
     /// keeps are released at the end. Once a letter of a chat could not be replayed, the chat's
     /// later letters are left too: replaying them would overtake it.
+    ///
+    /// The walk acts only on the letters that were in the queue when it began (sent at or before
+    /// its start): an update it replays that fails again comes back as a new letter, and taking
+    /// those too would replay the same updates for as long as they fail. Each letter id is taken
+    /// once, and the walk ends when a batch brings no letter it has not seen: every letter it sees
+    /// is either one of the finite set it began with or one its own replays produced, so it ends.
     async fn walk(
         &self,
         selection: &Selection,
@@ -257,6 +266,7 @@ impl Operator {
         let mut seen: HashSet<String> = HashSet::new();
         let mut keep: Vec<LetterHandle> = Vec::new();
         let mut blocked: HashSet<String> = HashSet::new();
+        let began = self.ports.clock.now();
         loop {
             if let Selection::Ids(ids) = selection {
                 if ids.iter().all(|id| seen.contains(id)) {
@@ -287,6 +297,11 @@ impl Operator {
             fresh.sort_by_key(|held| held.sent_at.unwrap_or(Timestamp(u64::MAX)));
             for held in fresh {
                 if !selection.includes(&held.id) {
+                    keep.push(held.handle);
+                    continue;
+                }
+                if held.sent_at.is_some_and(|sent| sent > began) {
+                    report.later += 1;
                     keep.push(held.handle);
                     continue;
                 }

@@ -1,6 +1,7 @@
 //! A consistent copy of the store while it serves: every table read inside one read transaction (a
-//! snapshot no later commit changes) and written into a new redb file, which is synced and then
-//! renamed into place, so a reader of `to` never finds half a backup.
+//! snapshot no later commit changes) and written into a new private redb file, which is synced
+//! and then renamed into place, so a reader of `to` never finds half a backup; and a restore,
+//! which keeps the store it replaces.
 //!
 //! redb has no backup call, and copying the file's bytes while the writer thread commits could
 //! catch a header from one commit and pages from another; a logical copy of one snapshot cannot.
@@ -8,8 +9,8 @@
 use std::path::{Path, PathBuf};
 
 use redb::{
-    Builder, Durability, Key, ReadTransaction, ReadableDatabase, ReadableTable, TableDefinition,
-    Value, WriteTransaction,
+    Builder, Durability, Key, ReadTransaction, ReadableTable, TableDefinition, Value,
+    WriteTransaction,
 };
 use serde::{Deserialize, Serialize};
 
@@ -29,15 +30,26 @@ pub struct Backup {
     pub bytes: u64,
 }
 
+/// What a restore did.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Restored {
+    /// The store file now in place.
+    pub store: PathBuf,
+    /// Where the store it replaced was kept, when there was one.
+    pub kept: Option<PathBuf>,
+}
+
 impl EmbeddedStore {
-    /// Writes a consistent copy of the whole store to `to` (replacing a file there). The copy is
-    /// itself a store file: put it at `<data-dir>/tgq.redb` of a stopped instance to restore it.
-    /// Blocking: reads and writes on the calling thread; commits go on meanwhile.
-    pub fn backup_to(&self, to: &Path) -> Result<Backup, StoreError> {
+    /// Writes a consistent copy of the whole store to `to`, private to its owner (it holds every
+    /// message's text). Refused before anything is written when `to` is inside the data directory
+    /// (where it could replace the live store, the webhook secret or the bots), is the live store
+    /// by another name, or exists and `replace` is not set. The copy is itself a store file:
+    /// [`EmbeddedStore::restore`] puts it back. Blocking: reads and writes on the calling thread;
+    /// commits go on meanwhile.
+    pub fn backup_to(&self, to: &Path, replace: bool) -> Result<Backup, StoreError> {
+        check_target(self.db.path(), to, replace)?;
         let read = self.db.get()?.begin_read()?;
-        let partial = partial_path(to);
-        // A file left by an interrupted backup would be opened as a database and appended to.
-        remove_if_present(&partial)?;
+        let partial = crate::files::temporary_beside(to);
         let copied = write_copy(&read, &partial);
         let entries = match copied {
             Ok(entries) => entries,
@@ -46,11 +58,13 @@ impl EmbeddedStore {
                 return Err(error);
             }
         };
-        std::fs::rename(&partial, to).map_err(|source| StoreError::Backup {
-            path: to.to_owned(),
-            source,
+        crate::files::rename_durably(&partial, to).map_err(|source| {
+            let _ = std::fs::remove_file(&partial);
+            StoreError::Backup {
+                path: to.to_owned(),
+                source,
+            }
         })?;
-        sync_parent(to)?;
         let bytes = std::fs::metadata(to)
             .map_err(|source| StoreError::Backup {
                 path: to.to_owned(),
@@ -63,10 +77,151 @@ impl EmbeddedStore {
             bytes,
         })
     }
+
+    /// Puts the backup `from` in place as the store of `data_dir`, keeping the store it replaces
+    /// at `keep_as`. Refused while a process has the store open (`tgq local`, or a command reading
+    /// it), and when `from` is not a whole store file of a layout this build reads: it is copied
+    /// beside the store and checked there (redb's integrity check) before anything is replaced.
+    pub fn restore(data_dir: &Path, from: &Path, keep_as: &Path) -> Result<Restored, StoreError> {
+        let store = data_dir.join(crate::FILE_NAME);
+        if same_file(from, &store) {
+            return Err(StoreError::Refused {
+                reason: format!("{} is the store itself", from.display()),
+            });
+        }
+        std::fs::create_dir_all(data_dir).map_err(|source| StoreError::DataDir {
+            path: data_dir.to_owned(),
+            source,
+        })?;
+        // Held until the new store is in place: a `tgq local` starting meanwhile waits for it.
+        let _held = match redb::Builder::new().open_read_only(&store) {
+            Ok(db) => Some(db),
+            Err(redb::DatabaseError::DatabaseAlreadyOpen) => {
+                return Err(StoreError::Refused {
+                    reason: format!(
+                        "{} is open in another process: stop `tgq local` on {} first (and any \
+                         tgq command reading it)",
+                        store.display(),
+                        data_dir.display()
+                    ),
+                })
+            }
+            // No store, or one that cannot be opened (damaged, not closed cleanly): nothing runs
+            // on it, and it is kept all the same.
+            Err(_) => None,
+        };
+        let copy = crate::files::temporary_beside(&store);
+        let checked = copy_private(from, &copy).and_then(|()| {
+            crate::open::open_verified(&copy)
+                .map(drop)
+                .map_err(|error| match error {
+                    StoreError::Open { source, .. } => StoreError::Refused {
+                        reason: format!("{} is not a tgq store: {source}", from.display()),
+                    },
+                    StoreError::Schema {
+                        found, expected, ..
+                    } => StoreError::Refused {
+                        reason: format!(
+                            "{} has store schema {found}; this tgq reads schema {expected}",
+                            from.display()
+                        ),
+                    },
+                    other => StoreError::Refused {
+                        reason: format!("{} cannot be restored: {other}", from.display()),
+                    },
+                })
+        });
+        if let Err(error) = checked {
+            let _ = std::fs::remove_file(&copy);
+            return Err(error);
+        }
+        let io = |source| StoreError::DataDir {
+            path: store.clone(),
+            source,
+        };
+        let kept = match store.exists() {
+            true => {
+                crate::files::rename_durably(&store, keep_as).map_err(io)?;
+                Some(keep_as.to_owned())
+            }
+            false => None,
+        };
+        crate::files::rename_durably(&copy, &store).map_err(io)?;
+        Ok(Restored { store, kept })
+    }
+}
+
+/// Refuses a backup target that could destroy what it backs up.
+fn check_target(store: &Path, to: &Path, replace: bool) -> Result<(), StoreError> {
+    let refused = |reason: String| Err(StoreError::Refused { reason });
+    let data_dir = store.parent().unwrap_or(Path::new("."));
+    let canonical_dir = std::fs::canonicalize(data_dir).unwrap_or_else(|_| data_dir.to_owned());
+    let target_dir = match to.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    let Ok(canonical_target) = std::fs::canonicalize(target_dir) else {
+        return refused(format!(
+            "cannot write the backup {}: the directory {} does not exist",
+            to.display(),
+            target_dir.display()
+        ));
+    };
+    if canonical_target.starts_with(&canonical_dir) {
+        return refused(format!(
+            "{} is inside the data directory {}: a backup there could replace the live store or \
+             its files; write it elsewhere",
+            to.display(),
+            data_dir.display()
+        ));
+    }
+    if same_file(to, store) {
+        return refused(format!("{} is the live store", to.display()));
+    }
+    match std::fs::symlink_metadata(to) {
+        Ok(meta) if meta.is_dir() => refused(format!("{} is a directory", to.display())),
+        Ok(_) if !replace => refused(format!(
+            "{} already exists: pass --force to replace it",
+            to.display()
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Whether two paths name one file (a hard link or a symlink to the store counts).
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
+/// Copies `from` to a new private file `to`, synced.
+fn copy_private(from: &Path, to: &Path) -> Result<(), StoreError> {
+    let io = |source| StoreError::Backup {
+        path: from.to_owned(),
+        source,
+    };
+    crate::open::create_private(to).map_err(io)?;
+    let copied = std::fs::File::open(from).and_then(|mut source| {
+        let mut target = std::fs::OpenOptions::new().write(true).open(to)?;
+        std::io::copy(&mut source, &mut target)?;
+        target.sync_all()
+    });
+    if let Err(source) = copied {
+        let _ = std::fs::remove_file(to);
+        return Err(io(source));
+    }
+    Ok(())
 }
 
 /// Copies every table of the snapshot into a new database at `path`, committed with fsync.
 fn write_copy(read: &ReadTransaction, path: &Path) -> Result<u64, StoreError> {
+    crate::open::create_private(path).map_err(|source| StoreError::Backup {
+        path: path.to_owned(),
+        source,
+    })?;
     let db = Builder::new()
         .create(path)
         .map_err(|source| StoreError::Open {
@@ -104,35 +259,4 @@ fn copy_table<K: Key + 'static, V: Value + 'static>(
         copied += 1;
     }
     Ok(copied)
-}
-
-fn partial_path(to: &Path) -> PathBuf {
-    let mut name = to.file_name().map(|n| n.to_owned()).unwrap_or_default();
-    name.push(".partial");
-    to.with_file_name(name)
-}
-
-fn remove_if_present(path: &Path) -> Result<(), StoreError> {
-    match std::fs::remove_file(path) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(source) => Err(StoreError::Backup {
-            path: path.to_owned(),
-            source,
-        }),
-    }
-}
-
-/// Makes the rename durable: a crash right after must not bring back the old name.
-fn sync_parent(path: &Path) -> Result<(), StoreError> {
-    let parent = match path.parent() {
-        Some(parent) if !parent.as_os_str().is_empty() => parent,
-        _ => Path::new("."),
-    };
-    std::fs::File::open(parent)
-        .and_then(|dir| dir.sync_all())
-        .map_err(|source| StoreError::Backup {
-            path: path.to_owned(),
-            source,
-        })
 }

@@ -3,7 +3,6 @@
 //! `tgq bots add|remove` write it whole (a temporary file renamed over it); `tgq local` reads it
 //! through a [`Registry`](tgq_core::registry::Registry), so a change is picked up without a restart.
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
@@ -86,8 +85,8 @@ impl BotsFile {
             .collect()
     }
 
-    /// Writes `bots` as the whole registry: to a temporary file readable by its owner only,
-    /// fsynced, then renamed over the old one, so a reader sees the old file or the new, whole.
+    /// Writes `bots` as the whole registry, readable by its owner only, written whole
+    /// ([`crate::files::write_whole`]): a reader sees the old file or the new.
     pub fn write(&self, bots: &[BotEntry]) -> Result<(), PortError> {
         let stored = Stored {
             bots: bots
@@ -102,21 +101,8 @@ impl BotsFile {
                 .collect(),
         };
         let text = serde_json::to_vec_pretty(&stored).map_err(|e| PortError::rejected(WRITE, e))?;
-        let temporary = self.path.with_extension("json.tmp");
-        let mut options = std::fs::OpenOptions::new();
-        options.write(true).create(true).truncate(true);
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::OpenOptionsExt as _;
-            options.mode(0o600);
-        }
-        let mut file = options
-            .open(&temporary)
-            .map_err(|e| PortError::unavailable(WRITE, e))?;
-        file.write_all(&text)
-            .and_then(|()| file.sync_all())
-            .map_err(|e| PortError::unavailable(WRITE, e))?;
-        std::fs::rename(&temporary, &self.path).map_err(|e| PortError::unavailable(WRITE, e))
+        crate::files::write_whole(&self.path, &text, crate::files::PRIVATE)
+            .map_err(|e| PortError::unavailable(WRITE, e))
     }
 }
 

@@ -24,6 +24,29 @@ pub enum StoreError {
         /// The database file.
         path: PathBuf,
     },
+    /// There is no store file (read-only opens never create one).
+    #[error("there is no tgq store at {}", path.display())]
+    NoStore {
+        /// The database file.
+        path: PathBuf,
+    },
+    /// The file was not closed cleanly (`tgq local` was killed): redb repairs it at the next open
+    /// for writing, which a read-only open cannot do.
+    #[error(
+        "{} was not closed cleanly (tgq local stopped without closing it) and needs the repair \
+         `tgq local` makes when it starts: start it, and this command reads through it",
+        path.display()
+    )]
+    NeedsRepair {
+        /// The database file.
+        path: PathBuf,
+    },
+    /// A backup or restore was refused before anything was written.
+    #[error("{reason}")]
+    Refused {
+        /// Why, naming the file.
+        reason: String,
+    },
     /// The file could not be opened as a database.
     #[error("cannot open the database {}", path.display())]
     Open {

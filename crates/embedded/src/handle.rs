@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, RwLock};
-use redb::Database;
+use redb::{Database, ReadOnlyDatabase, ReadTransaction, ReadableDatabase, TransactionError};
 
 use crate::queue::QueueIndex;
 use crate::StoreError;
@@ -15,22 +15,55 @@ use crate::StoreError;
 /// How long a reopen waits for readers still holding the old database to finish.
 const READERS_GONE: Duration = Duration::from_secs(10);
 
+/// The database as it was opened: for writing by the process that serves on it, or read-only by
+/// a command that only looks (and so never keeps `tgq local` from starting, nor needs write access
+/// to the data directory).
+pub(crate) enum Db {
+    /// Opened for writing; it holds the file's exclusive lock.
+    Writable(Database),
+    /// Opened read-only; readers share the file's lock.
+    ReadOnly(ReadOnlyDatabase),
+}
+
+impl Db {
+    /// A snapshot read.
+    pub(crate) fn begin_read(&self) -> Result<ReadTransaction, TransactionError> {
+        match self {
+            Db::Writable(db) => db.begin_read(),
+            Db::ReadOnly(db) => db.begin_read(),
+        }
+    }
+
+    /// The database to write to; `None` when it was opened read-only.
+    pub(crate) fn writable(&self) -> Option<&Database> {
+        match self {
+            Db::Writable(db) => Some(db),
+            Db::ReadOnly(_) => None,
+        }
+    }
+}
+
 /// The database, shared by the writer thread and the readers.
 pub(crate) struct DbHandle {
     path: PathBuf,
-    current: RwLock<Option<Arc<Database>>>,
+    current: RwLock<Option<Arc<Db>>>,
 }
 
 impl DbHandle {
-    pub(crate) fn new(path: PathBuf, db: Database) -> Self {
+    pub(crate) fn new(path: PathBuf, db: Db) -> Self {
         Self {
             path,
             current: RwLock::new(Some(Arc::new(db))),
         }
     }
 
+    /// The database file.
+    pub(crate) fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
     /// The open database; an error while it is being reopened.
-    pub(crate) fn get(&self) -> Result<Arc<Database>, StoreError> {
+    pub(crate) fn get(&self) -> Result<Arc<Db>, StoreError> {
         self.current.read().clone().ok_or(StoreError::Reopening)
     }
 
@@ -62,7 +95,7 @@ impl DbHandle {
             }
         }
         let (db, queue) = crate::open::open_verified(&self.path)?;
-        *self.current.write() = Some(Arc::new(db));
+        *self.current.write() = Some(Arc::new(Db::Writable(db)));
         Ok(queue)
     }
 }

@@ -3,11 +3,12 @@
 
 use std::time::Duration;
 
-use redb::{Database, ReadableDatabase, ReadableTableMetadata};
+use redb::ReadableTableMetadata;
 use serde::{Deserialize, Serialize};
 use tgq_core::ports::DeadLetter;
 use tgq_core::record::Timestamp;
 
+use crate::handle::Db;
 use crate::queue::{self, QueueIndex};
 use crate::schema::{counter, decode_letter, decode_outbox_entry, DEAD, META, OUTBOX, RECORDS};
 use crate::{EmbeddedStore, StoreError};
@@ -185,10 +186,7 @@ impl EmbeddedStore {
 }
 
 /// Up to `limit` dead letters, oldest first.
-pub(crate) fn read_dead_letters(
-    db: &Database,
-    limit: usize,
-) -> Result<Vec<DeadLetter>, StoreError> {
+pub(crate) fn read_dead_letters(db: &Db, limit: usize) -> Result<Vec<DeadLetter>, StoreError> {
     let read = db.begin_read()?;
     let table = read.open_table(DEAD)?;
     let mut letters = Vec::new();

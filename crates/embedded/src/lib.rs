@@ -22,6 +22,7 @@ use tgq_core::clock::Clock;
 mod backup;
 mod bots_file;
 mod error;
+pub mod files;
 mod handle;
 mod inspect;
 mod lease;
@@ -35,7 +36,7 @@ mod retention;
 mod schema;
 mod writer;
 
-pub use backup::Backup;
+pub use backup::{Backup, Restored};
 pub use bots_file::{BotsFile, BOTS_FILE};
 pub use error::StoreError;
 pub use inspect::{Counters, OutboxEntry, StoreStats};

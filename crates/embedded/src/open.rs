@@ -6,9 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redb::{Builder, Database, DatabaseError, Durability, ReadableTable};
+
+use crate::files;
 use tgq_core::clock::{Clock, SystemClock};
 
-use crate::handle::{DbHandle, Health};
+use crate::handle::{Db, DbHandle, Health};
 use crate::queue::QueueIndex;
 use crate::schema::{
     seq, AUDIT, DEAD, DEDUP, META, OUTBOX, POLLER_LEASES, QUEUE, RECORDS, RECORD_EXPIRY,
@@ -31,6 +33,10 @@ pub struct StoreOptions {
     pub max_receive_count: u32,
     /// The clock for queue sends, receives and visibility, and for outbox times.
     pub clock: Arc<dyn Clock>,
+    /// How long an open waits while the file is held by another process before it reports
+    /// [`StoreError::AlreadyOpen`]: `tgq local` waits a few seconds for a read-only command to
+    /// finish its read. Default: no wait.
+    pub lock_wait: Duration,
 }
 
 impl Default for StoreOptions {
@@ -39,35 +45,48 @@ impl Default for StoreOptions {
             ttl: tgq_core::defaults::RECORD_TTL,
             max_receive_count: 30,
             clock: Arc::new(SystemClock),
+            lock_wait: Duration::ZERO,
         }
     }
 }
 
+/// How often an open held by another process is tried again within [`StoreOptions::lock_wait`].
+const LOCK_RETRY: Duration = Duration::from_millis(50);
+
 impl EmbeddedStore {
-    /// Opens (creating it if needed) the store in `data_dir/tgq.redb`. Fails with
-    /// [`StoreError::AlreadyOpen`] when another store has the file open, and with
-    /// [`StoreError::Damaged`] (naming the file and how to restore it) when the file fails its
-    /// integrity check: tgq never serves on a store it cannot trust. In-flight messages keep
-    /// their visibility across a reopen: they become visible again when it ends.
+    /// Opens the store in `data_dir/tgq.redb` for writing, creating it only when the file does not
+    /// exist (a new store is written whole beside it and renamed into place, so an interrupted
+    /// first start leaves no file rather than an empty one). Fails with
+    /// [`StoreError::AlreadyOpen`] when another process has the file open (after waiting up to
+    /// [`StoreOptions::lock_wait`] for it), and with [`StoreError::Damaged`] (naming the file and
+    /// how to restore it) when the file is empty or fails its integrity check: tgq never serves on,
+    /// nor replaces, a store it cannot trust. In-flight messages keep their visibility across a
+    /// reopen: they become visible again when it ends. The file is made private (0600).
     pub fn open(data_dir: &Path, options: StoreOptions) -> Result<Arc<EmbeddedStore>, StoreError> {
         std::fs::create_dir_all(data_dir).map_err(|source| StoreError::DataDir {
             path: data_dir.to_owned(),
             source,
         })?;
         let path = data_dir.join(FILE_NAME);
-        // redb may panic on a plain open of a file damaged outside it; the integrity check below
-        // is meant to report that instead, and this makes sure a panic is reported all the same.
-        let opened = std::panic::catch_unwind(AssertUnwindSafe(|| open_verified(&path)));
-        let (db, queue) = match opened {
-            Ok(opened) => opened.map_err(|error| damaged(error, &path))?,
-            Err(panic) => {
-                return Err(StoreError::Damaged {
-                    path,
-                    reason: format!("reading it panicked: {}", panic_text(&panic)),
-                })
+        if !path.exists() {
+            create_whole(&path)?;
+        }
+        refuse_empty(&path)?;
+        // The store holds every message's text; an older tgq left it readable by everyone.
+        files::set_mode(&path, files::PRIVATE).map_err(|source| StoreError::DataDir {
+            path: path.clone(),
+            source,
+        })?;
+        let since = std::time::Instant::now();
+        let (db, queue) = loop {
+            match open_guarded(&path) {
+                Err(StoreError::AlreadyOpen { .. }) if since.elapsed() < options.lock_wait => {
+                    std::thread::sleep(LOCK_RETRY);
+                }
+                opened => break opened?,
             }
         };
-        let db = Arc::new(DbHandle::new(path, db));
+        let db = Arc::new(DbHandle::new(path, Db::Writable(db)));
         let settings = Settings {
             max_receive_count: options.max_receive_count,
             clock: options.clock.clone(),
@@ -84,6 +103,160 @@ impl EmbeddedStore {
             clock: options.clock,
         }))
     }
+
+    /// Opens the store in `data_dir/tgq.redb` only to read it: nothing is created or written, other
+    /// readers may read at once, and a directory the caller cannot write is fine. Its writes fail.
+    /// Fails with [`StoreError::NoStore`] when there is no file, [`StoreError::AlreadyOpen`] while a
+    /// process has it open for writing (read through that process instead),
+    /// [`StoreError::NeedsRepair`] when it was not closed cleanly, and [`StoreError::Damaged`] when
+    /// it is empty or unreadable.
+    pub fn open_read_only(
+        data_dir: &Path,
+        options: StoreOptions,
+    ) -> Result<Arc<EmbeddedStore>, StoreError> {
+        let path = data_dir.join(FILE_NAME);
+        if !path.exists() {
+            return Err(StoreError::NoStore { path });
+        }
+        refuse_empty(&path)?;
+        let opened = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            Builder::new()
+                .set_cache_size(CACHE_BYTES)
+                .open_read_only(&path)
+        }));
+        let db = match opened {
+            Ok(Ok(db)) => db,
+            Ok(Err(DatabaseError::DatabaseAlreadyOpen | DatabaseError::LockProtocolMismatch)) => {
+                return Err(StoreError::AlreadyOpen { path })
+            }
+            Ok(Err(DatabaseError::RepairAborted)) => return Err(StoreError::NeedsRepair { path }),
+            Ok(Err(source)) => {
+                return Err(damaged(
+                    StoreError::Open {
+                        path: path.clone(),
+                        source,
+                    },
+                    &path,
+                ))
+            }
+            Err(panic) => {
+                return Err(StoreError::Damaged {
+                    path,
+                    reason: format!("reading it panicked: {}", panic_text(&panic)),
+                })
+            }
+        };
+        check_schema_read_only(&db, &path)?;
+        let db = Arc::new(DbHandle::new(path, Db::ReadOnly(db)));
+        Ok(Arc::new(EmbeddedStore {
+            writer: Writer::read_only(),
+            db,
+            holds: Default::default(),
+            health: Arc::new(Health::default()),
+            ttl: options.ttl,
+            clock: options.clock,
+        }))
+    }
+}
+
+/// Opens a file that exists, reporting a panic inside redb as damage.
+fn open_guarded(path: &Path) -> Result<(Database, QueueIndex), StoreError> {
+    // redb may panic on a plain open of a file damaged outside it; the integrity check is meant
+    // to report that instead, and this makes sure a panic is reported all the same.
+    match std::panic::catch_unwind(AssertUnwindSafe(|| open_verified(path))) {
+        Ok(opened) => opened.map_err(|error| damaged(error, path)),
+        Err(panic) => Err(StoreError::Damaged {
+            path: path.to_owned(),
+            reason: format!("reading it panicked: {}", panic_text(&panic)),
+        }),
+    }
+}
+
+/// An empty file is never a store tgq wrote (a new store is renamed into place whole): it was
+/// truncated, or overwritten. redb would make a new store of it, and so lose what it held.
+fn refuse_empty(path: &Path) -> Result<(), StoreError> {
+    let len = std::fs::metadata(path)
+        .map_err(|source| StoreError::DataDir {
+            path: path.to_owned(),
+            source,
+        })?
+        .len();
+    match len {
+        0 => Err(StoreError::Damaged {
+            path: path.to_owned(),
+            reason: "the file is empty: it was truncated or overwritten".into(),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Writes a new, empty store beside `path` (private, synced) and renames it into place.
+fn create_whole(path: &Path) -> Result<(), StoreError> {
+    let temporary = files::temporary_beside(path);
+    let created = write_new_store(&temporary, path).and_then(|()| {
+        files::rename_durably(&temporary, path).map_err(|source| StoreError::DataDir {
+            path: path.to_owned(),
+            source,
+        })
+    });
+    if created.is_err() {
+        let _ = std::fs::remove_file(&temporary);
+    }
+    created
+}
+
+/// A new store file at `at` with the current layout, committed with fsync; `path` names the store
+/// in errors.
+pub(crate) fn write_new_store(at: &Path, path: &Path) -> Result<(), StoreError> {
+    let io = |source| StoreError::DataDir {
+        path: path.to_owned(),
+        source,
+    };
+    create_private(at).map_err(io)?;
+    let db = Builder::new()
+        .create(at)
+        .map_err(|source| StoreError::Open {
+            path: path.to_owned(),
+            source,
+        })?;
+    prepare(&db, path)?;
+    drop(db);
+    std::fs::File::open(at)
+        .and_then(|f| f.sync_all())
+        .map_err(io)
+}
+
+/// Creates an empty file readable by its owner alone, for redb to fill.
+pub(crate) fn create_private(at: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(files::PRIVATE)
+        .open(at)
+        .map(drop)
+}
+
+/// Checks the layout of a file opened read-only: the one this build reads, or one it upgrades
+/// (which only lacks tables; reading those fails with a message).
+fn check_schema_read_only(db: &redb::ReadOnlyDatabase, path: &Path) -> Result<(), StoreError> {
+    use redb::ReadableDatabase as _;
+    let read = db.begin_read()?;
+    let found = match read.open_table(META) {
+        Ok(meta) => meta.get(seq::SCHEMA)?.map(|v| v.value()),
+        Err(redb::TableError::TableDoesNotExist(_)) => Some(1),
+        Err(e) => return Err(e.into()),
+    };
+    match found {
+        Some(version) if version == SCHEMA_VERSION || UPGRADABLE_FROM.contains(&version) => Ok(()),
+        // A file with tables but no version was never finished by tgq.
+        None => Ok(()),
+        Some(found) => Err(StoreError::Schema {
+            path: path.to_owned(),
+            found,
+            expected: SCHEMA_VERSION,
+        }),
+    }
 }
 
 /// Opens the file with redb's integrity check (every page of the committed trees verified against
@@ -96,7 +269,9 @@ pub(crate) fn open_verified(path: &Path) -> Result<(Database, QueueIndex), Store
     let db = Builder::new()
         .set_cache_size(CACHE_BYTES)
         .set_check_integrity_on_open(true)
-        .create(path)
+        // Never creates: a missing file is created whole by `create_whole`, and redb would take
+        // an empty file for a new database.
+        .open(path)
         .map_err(|source| match source {
             DatabaseError::DatabaseAlreadyOpen | DatabaseError::LockProtocolMismatch => {
                 StoreError::AlreadyOpen {

@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata};
+use redb::{ReadableTable, ReadableTableMetadata};
 use serde::{Deserialize, Serialize};
 use tgq_core::audit::{newest, AuditEntry, AuditLog, AuditReader};
 use tgq_core::ids::{BotId, UpdateId};

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use redb::{Database, ReadableDatabase};
+
 use tgq_core::ids::RecordKey;
 use tgq_core::ports::{
     AtomicIngest, Claim, ClaimRequest, DeadLetter, DeadLetterReader, DeadLetters, Inserted, Lease,
@@ -15,7 +15,7 @@ use tgq_core::ports::{
 use tgq_core::record::{ActionIntent, ActionOutcome, Status, Timestamp, UpdateRecord};
 use tgq_core::PortError;
 
-use crate::handle::DbHandle;
+use crate::handle::{Db, DbHandle};
 use crate::inspect::read_dead_letters;
 use crate::schema::{decode_record, RECORDS};
 use crate::{EmbeddedStore, StoreError};
@@ -36,7 +36,7 @@ fn port_error(what: &'static str, error: StoreError) -> PortError {
 async fn read<T, F>(db: &Arc<DbHandle>, what: &'static str, f: F) -> Result<T, PortError>
 where
     T: Send + 'static,
-    F: FnOnce(&Database) -> Result<T, StoreError> + Send + 'static,
+    F: FnOnce(&Db) -> Result<T, StoreError> + Send + 'static,
 {
     let db = db.clone();
     tokio::task::spawn_blocking(move || f(&*db.get()?))

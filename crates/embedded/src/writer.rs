@@ -24,6 +24,13 @@ use crate::schema::CodecError;
 /// The most operations applied in one transaction, so one commit's latency stays bounded.
 const MAX_BATCH: usize = 1024;
 
+/// How often a store that keeps failing its commits (a full disk) says so in the log: every worker
+/// loop's receive is a batch, and each would otherwise log the same line many times a second.
+const FAILURE_LOG_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How often the file is reopened while commits keep failing.
+const REOPEN_INTERVAL: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// Why one operation failed inside the writer.
 #[derive(Debug)]
 pub(crate) enum OpError {
@@ -156,6 +163,8 @@ impl Writer {
             settings,
             stats: stats.clone(),
             notify: notify.clone(),
+            failure_log: None,
+            reopen_tried: None,
         };
         let thread = std::thread::Builder::new()
             .name("tgq-store-writer".into())
@@ -166,6 +175,16 @@ impl Writer {
             stats,
             notify,
         })
+    }
+
+    /// A writer for a store opened read-only: there is no thread, and every write is refused.
+    pub(crate) fn read_only() -> Self {
+        Self {
+            sender: None,
+            thread: None,
+            stats: Arc::default(),
+            notify: Arc::default(),
+        }
     }
 
     /// Runs `op` in the next batch and answers once that batch is durable.
@@ -204,10 +223,9 @@ impl Writer {
                 let _ = answer.send(result);
             })
         });
-        let sender = self
-            .sender
-            .as_ref()
-            .ok_or_else(|| PortError::unavailable(what, "the store is closed"))?;
+        let sender = self.sender.as_ref().ok_or_else(|| {
+            PortError::unavailable(what, "the store is closed, or was opened read-only")
+        })?;
         sender
             .send(job)
             .map_err(|_| PortError::unavailable(what, "the store writer has stopped"))?;
@@ -252,9 +270,34 @@ struct WriterThread {
     settings: Settings,
     stats: Arc<CommitStats>,
     notify: Arc<Notify>,
+    /// When a failed batch was last logged, and how many failed since without a line.
+    failure_log: Option<(std::time::Instant, u64)>,
+    /// When the last reopen after a failed batch was tried.
+    reopen_tried: Option<std::time::Instant>,
 }
 
 impl WriterThread {
+    /// Logs a failed batch at most once per [`FAILURE_LOG_INTERVAL`], with the count of those
+    /// that failed in between.
+    fn log_failure(&mut self, failure: &str, operations: u64) {
+        let now = std::time::Instant::now();
+        match &mut self.failure_log {
+            Some((last, unlogged)) if now.duration_since(*last) < FAILURE_LOG_INTERVAL => {
+                *unlogged += 1;
+            }
+            _ => {
+                let unlogged = self.failure_log.map_or(0, |(_, unlogged)| unlogged);
+                error!(
+                    error = %failure,
+                    operations,
+                    failed_batches_since_last_line = unlogged,
+                    "store batch failed; nothing committed (is the disk full?)"
+                );
+                self.failure_log = Some((now, 0));
+            }
+        }
+    }
+
     fn run(&mut self, receiver: &mpsc::Receiver<Job>) {
         // Blocks for the first operation, then takes whatever else queued up meanwhile.
         while let Ok(first) = receiver.recv() {
@@ -277,11 +320,14 @@ impl WriterThread {
                 self.stats.commits.fetch_add(1, Ordering::Relaxed);
                 self.stats.ops.fetch_add(count, Ordering::Relaxed);
                 self.health.committed();
+                if self.failure_log.take().is_some() {
+                    info!("the store commits again");
+                }
                 *wake
             }
             Ok(Applied::ReadOnly) => false,
             Err(failure) => {
-                error!(error = %failure, operations = count, "store batch failed; nothing committed (is the disk full?)");
+                self.log_failure(failure, count);
                 self.health.failed(failure);
                 self.suspect = true;
                 false
@@ -302,11 +348,21 @@ impl WriterThread {
             (replies, Err(failure))
         };
         if self.suspect {
+            // Each reopen reads the whole file (the integrity check): on a disk that stays full
+            // it is tried once per interval, not for every batch.
+            if let Some(tried) = self.reopen_tried {
+                if tried.elapsed() < REOPEN_INTERVAL {
+                    let failure = self.health.failure().unwrap_or_default();
+                    return fail_all(jobs, failure);
+                }
+            }
+            self.reopen_tried = Some(std::time::Instant::now());
             match self.db.reopen() {
                 Ok(queue) => {
                     info!("the store was reopened after a failed write");
                     self.queue = Some(queue);
                     self.suspect = false;
+                    self.reopen_tried = None;
                 }
                 Err(e) => return fail_all(jobs, format!("reopening the store: {e}")),
             }
@@ -315,9 +371,12 @@ impl WriterThread {
             Ok(db) => db,
             Err(e) => return fail_all(jobs, e.to_string()),
         };
+        let Some(db) = db.writable() else {
+            return fail_all(jobs, "the store was opened read-only".into());
+        };
         let mut queue = match self.queue.take() {
             Some(queue) => queue,
-            None => match QueueIndex::load(&db) {
+            None => match QueueIndex::load(db) {
                 Ok(queue) => queue,
                 Err(e) => return fail_all(jobs, format!("reloading the queue index: {e}")),
             },

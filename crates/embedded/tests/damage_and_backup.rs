@@ -134,7 +134,7 @@ async fn a_backup_taken_while_updates_arrive_is_a_consistent_store_that_opens_in
     let to = backups.path().join("copy.redb");
     let backup = {
         let (store, to) = (store.clone(), to.clone());
-        tokio::task::spawn_blocking(move || store.backup_to(&to))
+        tokio::task::spawn_blocking(move || store.backup_to(&to, false))
             .await
             .unwrap()
             .unwrap()
@@ -142,7 +142,8 @@ async fn a_backup_taken_while_updates_arrive_is_a_consistent_store_that_opens_in
     writing.await.unwrap();
     assert!(backup.entries > 100, "{backup:?}");
     assert_eq!(backup.bytes, std::fs::metadata(&to).unwrap().len());
-    assert!(!backups.path().join("copy.redb.partial").exists());
+    // Written beside it under a fresh name and renamed in: nothing else is left.
+    assert_eq!(std::fs::read_dir(backups.path()).unwrap().count(), 1);
 
     // Restored into a data directory of its own, the copy is a store: every update stored before
     // the backup is there with its queue message, and the later ones are either wholly in it or
@@ -179,11 +180,10 @@ async fn a_backup_replaces_an_older_file_and_never_leaves_a_partial_one() {
     let backups = tempfile::tempdir().unwrap();
     let to = backups.path().join("copy.redb");
     std::fs::write(&to, b"an older backup").unwrap();
-    // A partial file an interrupted backup left behind is replaced, not appended to.
-    std::fs::write(backups.path().join("copy.redb.partial"), vec![7u8; 5000]).unwrap();
-    let backup = store.backup_to(&to).unwrap();
+    let backup = store.backup_to(&to, true).unwrap();
     assert!(backup.entries >= 10);
-    assert!(!backups.path().join("copy.redb.partial").exists());
+    // Written beside it under a fresh name and renamed in: nothing else is left.
+    assert_eq!(std::fs::read_dir(backups.path()).unwrap().count(), 1);
     let restored_dir = tempfile::tempdir().unwrap();
     std::fs::copy(&to, restored_dir.path().join(FILE_NAME)).unwrap();
     let restored = EmbeddedStore::open(restored_dir.path(), StoreOptions::default()).unwrap();
@@ -222,7 +222,7 @@ async fn a_backup_holds_every_table_of_the_store_and_the_poller_lease_with_its_c
     lease.checkpoint(&won.term, 42).await.unwrap();
     let backups = tempfile::tempdir().unwrap();
     let to = backups.path().join("copy.redb");
-    store.backup_to(&to).unwrap();
+    store.backup_to(&to, false).unwrap();
     drop(lease);
     drop(store);
     assert_eq!(tables_of(&to), tables_of(&dir.path().join(FILE_NAME)));

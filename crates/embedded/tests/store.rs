@@ -68,6 +68,7 @@ fn open(dir: &Path, clock: &ManualClock, max_receive_count: u32) -> Arc<Embedded
         ttl: DAY,
         max_receive_count,
         clock: Arc::new(clock.clone()),
+        ..StoreOptions::default()
     };
     EmbeddedStore::open(dir, options).expect("open the store")
 }

@@ -26,6 +26,7 @@ async fn an_offline_reply_costs_the_worker_three_writes_claim_send_and_settle() 
         ttl: DAY,
         max_receive_count: 30,
         clock: Arc::new(clock.clone()),
+        ..StoreOptions::default()
     };
     let store = EmbeddedStore::open(dir.path(), options).unwrap();
     let key = RecordKey::new(BotId::new("demo").unwrap(), UpdateId(7));
