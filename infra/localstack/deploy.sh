@@ -2,10 +2,17 @@
 # Deploy the tgq SAM stack (template.yaml) to a running LocalStack.
 #
 # Needs:
-#   - LocalStack running: `LOCALSTACK_AUTH_TOKEN=... localstack start -d` (it needs Docker;
-#     on an x86_64 host the arm64 functions also need qemu/binfmt, see infra/README.md)
-#   - samlocal and awslocal:  pip install aws-sam-cli-local awscli-local
-#   - cargo lambda (pip install cargo-lambda) for `samlocal build`
+#   - Docker, and LocalStack running with its auth token:
+#     `LOCALSTACK_AUTH_TOKEN=... localstack start -d` (pip install localstack; on an x86_64 host the
+#     arm64 functions also need qemu/binfmt, see infra/README.md)
+#   - samlocal (pip install aws-sam-cli-local, which wraps the SAM CLI: pip install aws-sam-cli)
+#   - awslocal (pip install awscli-local) and the `aws` CLI it runs (pip install awscli)
+#   - cargo lambda (pip install cargo-lambda) and zig (pip install ziglang) for `samlocal build`
+#   - curl
+#
+# `tgq deploy` targets LocalStack the same way instead of this script: with
+# AWS_ENDPOINT_URL=http://localhost:4566 (and LocalStack's test credentials) its own calls and the
+# SAM CLI's (boto3 honours the variable) go there.
 #
 # Environment (all optional except TELEGRAM_BOT_TOKEN):
 #   TELEGRAM_BOT_TOKEN          bot token to store in SSM (required; any value for offline tests)
@@ -42,14 +49,27 @@ region="$AWS_DEFAULT_REGION"
 
 die() { echo "deploy.sh: $*" >&2; exit 1; }
 
-for cmd in samlocal awslocal curl; do
-  command -v "$cmd" >/dev/null 2>&1 || die "'$cmd' not found (pip install aws-sam-cli-local awscli-local)"
-done
-if [[ "${SKIP_BUILD:-0}" != 1 ]] && ! command -v cargo-lambda >/dev/null 2>&1; then
-  die "'cargo-lambda' not found (pip install cargo-lambda), needed by samlocal build"
+# Every tool missing is named at once, with what installs it.
+missing=()
+need() { command -v "$1" >/dev/null 2>&1 || missing+=("'$1' ($2)"); }
+need curl "your system's package manager"
+need samlocal "pip install aws-sam-cli-local aws-sam-cli"
+need sam "pip install aws-sam-cli: samlocal runs it"
+need awslocal "pip install awscli-local"
+need aws "pip install awscli: awslocal runs it"
+if [[ "${SKIP_BUILD:-0}" != 1 ]]; then
+  need cargo-lambda "pip install cargo-lambda, for samlocal build"
+  command -v zig >/dev/null 2>&1 || command -v python-zig >/dev/null 2>&1 \
+    || missing+=("'zig' (pip install ziglang, which cargo-lambda links with)")
 fi
-curl -fsS -o /dev/null "$endpoint/_localstack/health" \
-  || die "LocalStack is not answering at $endpoint (LOCALSTACK_AUTH_TOKEN=... localstack start -d)"
+if ((${#missing[@]})); then
+  die "missing: ${missing[*]}"
+fi
+if ! curl -fsS -o /dev/null "$endpoint/_localstack/health"; then
+  [[ -n "${LOCALSTACK_AUTH_TOKEN:-}" ]] \
+    || die "LocalStack is not answering at $endpoint, and LOCALSTACK_AUTH_TOKEN is not set: LocalStack needs its auth token (LOCALSTACK_AUTH_TOKEN=... localstack start -d; it runs in Docker)"
+  die "LocalStack is not answering at $endpoint (LOCALSTACK_AUTH_TOKEN=... localstack start -d; it runs in Docker)"
+fi
 
 [[ -n "${TELEGRAM_BOT_TOKEN:-}" ]] || die "set TELEGRAM_BOT_TOKEN (any placeholder works when nothing calls Telegram)"
 

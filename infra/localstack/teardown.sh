@@ -2,8 +2,8 @@
 # Remove what infra/localstack/deploy.sh created in LocalStack: the stack, the updates
 # table it retains on delete (DeletionPolicy: Retain), and the two SSM parameters.
 #
-# Needs samlocal and awslocal (pip install aws-sam-cli-local awscli-local) and LocalStack
-# running. Environment: STACK_NAME (default tgq-local), BOT_TOKEN_PARAM, WEBHOOK_SECRET_PARAM,
+# Needs samlocal (pip install aws-sam-cli-local aws-sam-cli), awslocal and the `aws` CLI it runs
+# (pip install awscli-local awscli), and LocalStack running (in Docker, with LOCALSTACK_AUTH_TOKEN). Environment: STACK_NAME (default tgq-local), BOT_TOKEN_PARAM, WEBHOOK_SECRET_PARAM,
 # LOCALSTACK_ENDPOINT, AWS_DEFAULT_REGION as for deploy.sh; KEEP_DATA=1 keeps the table and
 # the parameters. Usage: infra/localstack/teardown.sh
 set -euo pipefail
@@ -20,11 +20,17 @@ region="$AWS_DEFAULT_REGION"
 
 die() { echo "teardown.sh: $*" >&2; exit 1; }
 
-for cmd in samlocal awslocal curl; do
-  command -v "$cmd" >/dev/null 2>&1 || die "'$cmd' not found (pip install aws-sam-cli-local awscli-local)"
-done
+missing=()
+need() { command -v "$1" >/dev/null 2>&1 || missing+=("'$1' ($2)"); }
+need curl "your system's package manager"
+need samlocal "pip install aws-sam-cli-local aws-sam-cli"
+need awslocal "pip install awscli-local"
+need aws "pip install awscli: awslocal runs it"
+if ((${#missing[@]})); then
+  die "missing: ${missing[*]}"
+fi
 curl -fsS -o /dev/null "$endpoint/_localstack/health" \
-  || die "LocalStack is not answering at $endpoint"
+  || die "LocalStack is not answering at $endpoint (LOCALSTACK_AUTH_TOKEN=... localstack start -d; it runs in Docker)"
 
 table=""
 if awslocal cloudformation describe-stacks --region "$region" --stack-name "$stack" >/dev/null 2>&1; then

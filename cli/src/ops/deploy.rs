@@ -476,10 +476,24 @@ fn ask_token() -> anyhow::Result<SecretString> {
     if !std::io::stdin().is_terminal() {
         bail!("no bot token: set TELEGRAM_BOT_TOKEN to the token @BotFather gave the bot");
     }
-    eprint!("The bot's token from @BotFather: ");
+    eprint!("The bot's token from @BotFather (not shown): ");
     std::io::stderr().flush()?;
+    // The terminal does not echo what is typed while the token is read.
+    let stty = |mode: &str| {
+        Command::new("stty")
+            .arg(mode)
+            .stdin(std::process::Stdio::inherit())
+            .status()
+            .is_ok_and(|status| status.success())
+    };
+    let hidden = stty("-echo");
     let mut line = String::new();
-    std::io::stdin().lock().read_line(&mut line)?;
+    let read = std::io::stdin().lock().read_line(&mut line);
+    if hidden {
+        stty("echo");
+        eprintln!();
+    }
+    read?;
     Ok(SecretString::from(line.trim().to_owned()))
 }
 

@@ -124,3 +124,39 @@ fn architecture_citations_name_sections_that_exist_and_nothing_cites_an_absent_d
     }
     assert!(citations > 10, "only {citations} citations found");
 }
+
+#[test]
+fn the_localstack_scripts_name_every_tool_they_lack_and_how_to_install_it() {
+    // A PATH with the shell's basics and none of the tools: each script stops before touching
+    // anything and names them all.
+    for (script, tools) in [
+        (
+            "infra/localstack/deploy.sh",
+            &[
+                "samlocal",
+                "'sam'",
+                "awslocal",
+                "'aws'",
+                "cargo-lambda",
+                "zig",
+            ][..],
+        ),
+        (
+            "infra/localstack/teardown.sh",
+            &["samlocal", "awslocal", "'aws'"][..],
+        ),
+    ] {
+        let output = std::process::Command::new("/bin/bash")
+            .arg(workspace_root().join(script))
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{script}");
+        for tool in tools {
+            assert!(stderr.contains(tool), "{script} names {tool}: {stderr}");
+        }
+        assert!(stderr.contains("pip install"), "{script}: {stderr}");
+    }
+}
