@@ -1161,6 +1161,34 @@ async fn deploy_refuses_a_token_telegram_refuses_before_writing_anything() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn deploy_refuses_a_function_url_where_lambda_has_none_before_writing_anything() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = deploy_tools(dir.path());
+    let stack = format!("nourl-{}", std::process::id());
+    let (status, stdout, stderr) = tgq_deploy(
+        dir.path(),
+        &bin,
+        &[("TELEGRAM_BOT_TOKEN", "123456:ANY")],
+        &[
+            "deploy",
+            "--stack",
+            &stack,
+            "--region",
+            "ap-south-2",
+            "--no-build",
+            "--parameter",
+            "WebhookEndpoint=FunctionUrl",
+        ],
+    );
+    assert!(!status.success(), "{stdout}");
+    assert!(
+        stderr.contains("ap-south-2 has no Lambda Function URLs") && stderr.contains("Auto"),
+        "{stderr}"
+    );
+    assert!(!dir.path().join("sam-calls").exists(), "sam was never run");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn deploy_keeps_the_secrets_deploys_sets_the_webhook_and_runs_again_in_place_and_destroy_undoes_it(
 ) {
     let fake = FakeTelegram::start().await.unwrap();

@@ -27,20 +27,6 @@ use super::webhook;
 const TIMEOUT: Duration = Duration::from_secs(30);
 /// How long `tgq destroy` (and the clean-up of a rolled-back first deploy) waits for CloudFormation.
 const STACK_WAIT: Duration = Duration::from_secs(30 * 60);
-/// The regions where Lambda has no Function URLs (`template.yaml`'s FunctionUrlsUnavailable).
-const NO_FUNCTION_URLS: [&str; 11] = [
-    "ap-east-2",
-    "ap-south-2",
-    "ap-southeast-4",
-    "ap-southeast-5",
-    "ap-southeast-6",
-    "ap-southeast-7",
-    "ca-west-1",
-    "eu-central-2",
-    "eu-south-2",
-    "il-central-1",
-    "me-central-1",
-];
 
 /// The instruction set the functions are built for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -265,7 +251,7 @@ pub async fn deploy(args: DeployArgs) -> anyhow::Result<()> {
         set(&mut parameters, key, value);
     }
     if get(&parameters, "WebhookEndpoint") == Some("FunctionUrl")
-        && NO_FUNCTION_URLS.contains(&region.as_str())
+        && tgq_core::defaults::REGIONS_WITHOUT_FUNCTION_URLS.contains(&region.as_str())
     {
         bail!(
             "{region} has no Lambda Function URLs: leave WebhookEndpoint at Auto (or HttpApi), \
@@ -649,16 +635,5 @@ mod tests {
         assert_eq!(parameter("A=b=c").unwrap().1, "b=c");
         assert!(parameter("nothing").is_err());
         assert!(parameter("=x").is_err());
-    }
-
-    #[test]
-    fn the_regions_without_function_urls_are_the_templates() {
-        let template = include_str!("../../../template.yaml");
-        for region in NO_FUNCTION_URLS {
-            assert!(
-                template.contains(&format!("!Equals [!Ref AWS::Region, {region}]")),
-                "{region}"
-            );
-        }
     }
 }

@@ -66,6 +66,22 @@ pub const MAX_INLINE_WAIT: Duration = Duration::from_secs(5);
 /// invocations, from every other bot. The spacing of a bot's 30 messages a second is still waited
 /// for; anything longer gives the update back to the queue for as long.
 pub const SHARED_INLINE_WAIT: Duration = Duration::from_millis(250);
+/// The commercial AWS regions where Lambda has no Function URLs (the Lambda developer guide,
+/// "Creating and managing Lambda function URLs"): `template.yaml`'s FunctionUrlsUnavailable
+/// condition takes the HTTP API there, and `tgq deploy` refuses `WebhookEndpoint=FunctionUrl`.
+pub const REGIONS_WITHOUT_FUNCTION_URLS: [&str; 11] = [
+    "ap-east-2",
+    "ap-south-2",
+    "ap-southeast-4",
+    "ap-southeast-5",
+    "ap-southeast-6",
+    "ap-southeast-7",
+    "ca-west-1",
+    "eu-central-2",
+    "eu-south-2",
+    "il-central-1",
+    "me-central-1",
+];
 /// The Telegram Bot API base URL used when `TELEGRAM_API_URL` is not set.
 pub const TELEGRAM_API_URL: &str = "https://api.telegram.org";
 /// How often the functions read the bot registry again: a bot added, changed or removed is picked

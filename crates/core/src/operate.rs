@@ -379,35 +379,31 @@ impl Operator {
             update_id: Some(update_id),
             detail,
         };
-        if how.dry_run {
+        // Looked up before the reset, so a dry run or a refusal writes nothing: a gone record
+        // stays gone.
+        if how.dry_run || !how.force {
             let stored = self
                 .ports
                 .records
                 .get(&key, now)
                 .await
                 .map_err(|e| format!("its record could not be read: {}", error_chain(&e)))?;
-            return match request.apply(stored).0 {
-                Reset::Refused(status) => Err(refusal(status)),
-                Reset::Absent if !how.force => Err(RECORD_GONE.into()),
-                reset => Ok(acted(format!("would replay: {}", restarted(reset)))),
-            };
-        }
-        if !how.force {
-            // Looked up before the reset, so a refusal writes nothing: a gone record stays gone.
-            let stored = self
-                .ports
-                .records
-                .get(&key, now)
-                .await
-                .map_err(|e| format!("its record could not be read: {}", error_chain(&e)))?;
-            if stored.is_none() {
-                self.audit(
-                    AuditAction::Replay,
-                    held,
-                    &format!("refused: {RECORD_GONE}"),
-                )
-                .await;
+            if stored.is_none() && !how.force {
+                if !how.dry_run {
+                    self.audit(
+                        AuditAction::Replay,
+                        held,
+                        &format!("refused: {RECORD_GONE}"),
+                    )
+                    .await;
+                }
                 return Err(RECORD_GONE.into());
+            }
+            if how.dry_run {
+                return match request.apply(stored).0 {
+                    Reset::Refused(status) => Err(refusal(status)),
+                    reset => Ok(acted(format!("would replay: {}", restarted(reset)))),
+                };
             }
         }
         let reset = match self.ports.reset.reset(&request).await {

@@ -485,21 +485,6 @@ fn a_record_outlives_its_dead_letter() {
     );
 }
 
-/// The commercial regions without Lambda Function URLs, as the Lambda developer guide lists them.
-const REGIONS_WITHOUT_FUNCTION_URLS: [&str; 11] = [
-    "ap-east-2",
-    "ap-south-2",
-    "ap-southeast-4",
-    "ap-southeast-5",
-    "ap-southeast-6",
-    "ap-southeast-7",
-    "ca-west-1",
-    "eu-central-2",
-    "eu-south-2",
-    "il-central-1",
-    "me-central-1",
-];
-
 #[test]
 fn in_a_region_without_function_urls_the_stack_takes_the_http_api() {
     let t = Template::load();
@@ -516,9 +501,9 @@ fn in_a_region_without_function_urls_the_stack_takes_the_http_api() {
     strings(&t.0["Conditions"]["FunctionUrlsUnavailable"], &mut listed);
     listed.retain(|text| *text != "AWS::Region");
     listed.sort_unstable();
-    assert_eq!(listed, REGIONS_WITHOUT_FUNCTION_URLS);
+    assert_eq!(listed, defaults::REGIONS_WITHOUT_FUNCTION_URLS);
     let readme = include_str!("../../../README.md");
-    for region in REGIONS_WITHOUT_FUNCTION_URLS {
+    for region in defaults::REGIONS_WITHOUT_FUNCTION_URLS {
         assert!(readme.contains(region), "README names {region}");
     }
     let endpoint = &t.0["Parameters"]["WebhookEndpoint"];
