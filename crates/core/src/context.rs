@@ -319,7 +319,7 @@ impl<'a> Context<'a> {
             });
             return decode::<P::Output>(&method, answered).map(Some);
         }
-        let chat = sends_a_message(&method)
+        let mut chat = sends_a_message(&method)
             .then(|| params.get("chat_id").and_then(chat_id_of))
             .flatten();
         // A Bot API that records the action in the send's own commit (the offline outbox) needs
@@ -329,7 +329,9 @@ impl<'a> Context<'a> {
         if intent_written {
             self.write_intent(seq, &method, delivery).await?;
         }
-        let mut retries = 0;
+        // Counted apart: a flood wait sat out does not use up the one move to a supergroup.
+        let mut flood_retries = 0;
+        let mut migrated = false;
         loop {
             // Paced after the intent, right before the call: nothing slow comes between the slot
             // and the send. Giving up here leaves the action certainly not sent.
@@ -345,13 +347,14 @@ impl<'a> Context<'a> {
             match self.call(seq, &method, &params, delivery).await {
                 Ok(value) => return Ok(Some(self.succeeded(seq, &method, value)?)),
                 Err(CallError::Store(e)) => return Err(e.into()),
-                Err(CallError::Telegram(TelegramError::MigrateToChat(chat)))
-                    if retries == 0 && params.get("chat_id").is_some() =>
+                Err(CallError::Telegram(TelegramError::MigrateToChat(to)))
+                    if !migrated && params.get("chat_id").is_some() =>
                 {
                     // The group became a supergroup: the same action goes there, once.
                     warn!(method = %method, "chat migrated to a supergroup; following once");
-                    params["chat_id"] = Value::from(chat);
-                    retries += 1;
+                    params["chat_id"] = Value::from(to);
+                    chat = chat.map(|_| to);
+                    migrated = true;
                 }
                 Err(CallError::Telegram(e))
                     if matches!(before, Before::Unknown) && e.proves_earlier_send(&method) =>
@@ -383,14 +386,14 @@ impl<'a> Context<'a> {
                     self.run
                         .pacer
                         .pause(&self.run.lease.key.bot_id, Instant::now() + wait);
-                    if retries >= INLINE_RETRIES || wait > self.inline_wait_allowed() {
+                    if flood_retries >= INLINE_RETRIES || wait > self.inline_wait_allowed() {
                         return Err(e.into());
                     }
                     // A short flood wait is sat out here: the action was refused, so it is sent again.
                     if refused {
                         self.unwritten.pop();
                     }
-                    retries += 1;
+                    flood_retries += 1;
                 }
             }
         }

@@ -840,6 +840,26 @@ async fn a_migrated_group_is_followed_once_and_the_reply_lands_in_the_supergroup
     assert_eq!(rig.status(1).await, Status::Done);
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_migrated_group_is_followed_after_a_short_flood_wait_too() {
+    let rig = rig();
+    rig.api.fail_next([
+        TelegramError::RetryAfter(Duration::from_secs(1)),
+        TelegramError::MigrateToChat(-100_200),
+    ]);
+    let report = rig.run(&[update(1, -300)]).await;
+    assert!(
+        matches!(outcome(&report, 0), RecordOutcome::Done(_)),
+        "{:?}",
+        outcome(&report, 0)
+    );
+    let calls = rig.api.calls();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].params["chat_id"], -100_200);
+    assert_eq!(rig.status(1).await, Status::Done);
+    assert!(rig.dead.letters().is_empty());
+}
+
 #[tokio::test]
 async fn a_record_leased_by_another_worker_is_returned_until_its_lease_ends() {
     let rig = rig();
