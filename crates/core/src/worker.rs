@@ -745,6 +745,11 @@ impl Worker {
         error: HandlerError,
         unwritten: Vec<ActionOutcome>,
     ) -> RecordOutcome {
+        if error.is_store_trouble() {
+            return self
+                .store_refused_run(record, claimed, &error, unwritten)
+                .await;
+        }
         let class = error.class();
         let run = FailedRun {
             class,
@@ -770,6 +775,44 @@ impl Worker {
             error: error_chain(&error),
             throttled,
         };
+        if let Err(fenced) = self.settle_retrying(claimed, &settlement, unwritten).await {
+            return fenced;
+        }
+        let delay = self.show_again(record, delay).await;
+        RecordOutcome::Retrying(delay, class)
+    }
+
+    /// A run stopped by the store refusing one of its writes (an intent, a step's result): the
+    /// store's trouble, not the update's, so like a refused claim it backs off by the message's
+    /// receives and the run is refunded from the budget — a store throttled for a while must not
+    /// bury updates that never failed.
+    async fn store_refused_run(
+        &self,
+        record: &QueueRecord,
+        claimed: &Claimed,
+        error: &HandlerError,
+        unwritten: Vec<ActionOutcome>,
+    ) -> RecordOutcome {
+        warn!(error = %error_chain(error), "the store refused a write of the run; backing off without spending an attempt");
+        let settlement = Settlement::Retrying {
+            error: error_chain(error),
+            throttled: true,
+        };
+        if let Err(fenced) = self.settle_retrying(claimed, &settlement, unwritten).await {
+            return fenced;
+        }
+        self.store_unavailable(record, record.receive_count).await
+    }
+
+    /// Settles a failed run `RETRYING`; `Err` carries the outcome when another run holds the lease.
+    /// A settle the store keeps refusing is given up: the run then still counts, and the record
+    /// shows `PROCESSING` until its lease ends, when it is claimed again.
+    async fn settle_retrying(
+        &self,
+        claimed: &Claimed,
+        settlement: &Settlement,
+        unwritten: Vec<ActionOutcome>,
+    ) -> Result<(), RecordOutcome> {
         // Patient too: a record left PROCESSING holds its chat until its lease ends, whenever its
         // message comes back.
         let patience = self
@@ -781,18 +824,17 @@ impl Worker {
             .patiently("settle", patience, || {
                 self.ports
                     .ledger
-                    .settle(&claimed.lease, &settlement, &unwritten)
+                    .settle(&claimed.lease, settlement, &unwritten)
             })
             .await;
         match settled {
-            Ok(()) => {}
-            Err(PortError::Fenced { .. }) => return RecordOutcome::Fenced,
-            // The run still counts; the record shows PROCESSING until its lease ends, then is claimed
-            // again.
-            Err(e) => warn!(error = %error_chain(&e), "RETRYING was not recorded"),
+            Ok(()) => Ok(()),
+            Err(PortError::Fenced { .. }) => Err(RecordOutcome::Fenced),
+            Err(e) => {
+                warn!(error = %error_chain(&e), "RETRYING was not recorded");
+                Ok(())
+            }
         }
-        let delay = self.show_again(record, delay).await;
-        RecordOutcome::Retrying(delay, class)
     }
 
     /// Marks the record DEAD (fenced), then sends its dead letter and acknowledges it. If the letter

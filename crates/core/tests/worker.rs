@@ -550,13 +550,12 @@ async fn outcomes_an_intent_write_could_not_carry_are_written_by_the_settle() {
     rig.bot
         .on(1, [Step::ReplyThenIntentsRefused, Step::Replies(2)]);
     let report = rig.run(&[update(1, 10)]).await;
+    // The store's refusal is not the update's failure: it backs off and spends no attempt.
     assert!(
-        matches!(
-            outcome(&report, 0),
-            RecordOutcome::Retrying(_, ErrorClass::Transient)
-        ),
+        matches!(outcome(&report, 0), RecordOutcome::StoreUnavailable(_)),
         "{report:?}"
     );
+    assert_eq!(rig.store.record(&key(1)).unwrap().throttled, 1);
     assert!(
         matches!(rig.action_state(1, 1), ActionState::Succeeded(_)),
         "the first reply's result went with the settle: {:?}",
@@ -929,6 +928,35 @@ async fn a_claim_the_store_refuses_backs_off_without_spending_an_attempt() {
     rig.store.outage.set(false);
     assert!(rig.store.record(&key(1)).is_none());
     assert!(rig.api.calls().is_empty());
+}
+
+#[tokio::test]
+async fn a_store_that_refuses_a_run_s_intent_writes_spends_no_attempt_and_buries_nothing() {
+    let rig = rig();
+    for _ in 0..12 {
+        rig.store
+            .outage
+            .fail_only_times("store record_intent", Fault::Unavailable, 1);
+        let report = rig.run(&[update(1, 10)]).await;
+        assert!(
+            matches!(outcome(&report, 0), RecordOutcome::StoreUnavailable(_)),
+            "{:?}",
+            outcome(&report, 0)
+        );
+    }
+    assert!(
+        rig.dead.letters().is_empty(),
+        "the store's trouble spent the update's budget"
+    );
+    let record = rig.store.record(&key(1)).unwrap();
+    assert_eq!(
+        (record.status, record.attempts, record.throttled),
+        (Status::Retrying, 12, 12),
+        "every run refunded"
+    );
+    let report = rig.run(&[update(1, 10)]).await;
+    assert!(matches!(outcome(&report, 0), RecordOutcome::Done(_)));
+    assert_eq!(rig.api.sent_texts(), ["reply to 1"]);
 }
 
 #[tokio::test]
