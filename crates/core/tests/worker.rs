@@ -1006,6 +1006,52 @@ async fn a_done_write_refused_for_a_moment_is_tried_again_in_the_run_and_the_rep
     assert_eq!(rig.api.sent_texts(), ["reply to 1"], "not run again");
 }
 
+/// Keeps the rig's clock with tokio's (paused) time, so that waits inside the worker move it.
+fn follow_tokio_time(clock: &ManualClock) -> tokio::task::JoinHandle<()> {
+    let clock = clock.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            clock.advance(Duration::from_millis(10));
+        }
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_waits_for_a_refused_visibility_change_end_before_the_invocation_s_deadline() {
+    let rig = rig_full(RateLimits::UNLIMITED, tgq_core::defaults::STORE_PATIENCE);
+    rig.bot.on(1, [Step::Fail(transient)]);
+    rig.visibility
+        .outage
+        .fail_only("visibility change", Fault::Unavailable);
+    let ticker = follow_tokio_time(&rig.clock);
+    // Enough time to start the record (the margin is 5 s), far less than the store's patience.
+    let deadline = rig.clock.now().plus(Duration::from_secs(8));
+    let report = rig
+        .worker
+        .process_batch(&[update(1, 10), update(2, 10)], deadline)
+        .await;
+    let answered = rig.clock.now();
+    ticker.abort();
+    assert!(
+        matches!(outcome(&report, 0), RecordOutcome::Retrying(..)),
+        "{report:?}"
+    );
+    // Given back unrun, behind its chat's failure or for want of time: its own wait is bounded too.
+    assert!(
+        matches!(
+            outcome(&report, 1),
+            RecordOutcome::SkippedBehindFailure | RecordOutcome::DeadlineReached
+        ),
+        "{report:?}"
+    );
+    assert!(
+        answered <= Timestamp(deadline.0 - 1000),
+        "the batch answered {} ms after its deadline less a second",
+        answered.0 as i64 - deadline.0 as i64 + 1000
+    );
+}
+
 #[tokio::test]
 async fn a_visibility_change_refused_for_a_moment_is_tried_again_so_the_message_returns_on_time() {
     let rig = patient_rig();
