@@ -325,16 +325,15 @@ impl<'a> Context<'a> {
         // A Bot API that records the action in the send's own commit (the offline outbox) needs
         // no intent before it: until that commit nothing happened, after it the outcome is known.
         // Then an action not sent leaves no trace, and no outcome may be written for it either.
-        let intent_written = !self.run.api.records_outcomes();
-        if intent_written {
-            self.write_intent(seq, &method, delivery).await?;
-        }
+        let needs_intent = !self.run.api.records_outcomes();
+        let mut intent_written = false;
         // Counted apart: a flood wait sat out does not use up the one move to a supergroup.
         let mut flood_retries = 0;
         let mut migrated = false;
         loop {
-            // Paced after the intent, right before the call: nothing slow comes between the slot
-            // and the send. Giving up here leaves the action certainly not sent.
+            // Paced first, the intent written as the call leaves: a run that stops while it waits
+            // for its slot sent nothing and leaves no unknown outcome behind. Giving up here leaves
+            // the action certainly not sent.
             if let Err(paced) = self.pace(chat).await {
                 if intent_written {
                     self.unwritten.push(ActionOutcome {
@@ -343,6 +342,10 @@ impl<'a> Context<'a> {
                     });
                 }
                 return Err(paced);
+            }
+            if needs_intent && !intent_written {
+                self.write_intent(seq, &method, delivery).await?;
+                intent_written = true;
             }
             match self.call(seq, &method, &params, delivery).await {
                 Ok(value) => return Ok(Some(self.succeeded(seq, &method, value)?)),
@@ -621,6 +624,11 @@ impl<'a> Context<'a> {
                 Err(wait) => return Err(HandlerError::Paced(wait)),
             };
             if !wait.is_zero() {
+                // What the run's earlier calls did is written before it waits: a run stopped
+                // during the wait must not leave calls that went out with unknown outcomes.
+                if !self.unwritten.is_empty() {
+                    self.write_outcomes().await?;
+                }
                 tokio::time::sleep(wait).await;
                 self.summary.paced += wait;
             }

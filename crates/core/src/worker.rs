@@ -615,10 +615,7 @@ impl Worker {
                     self.finish(run, &summary, settlement, gone, unwritten)
                         .await
                 }
-                _ => {
-                    self.fail(record, key, group, &claimed, error, unwritten, deadline)
-                        .await
-                }
+                _ => self.fail(run, error, unwritten).await,
             },
         };
         let timing = RunTiming {
@@ -698,10 +695,9 @@ impl Worker {
     ) -> RecordOutcome {
         let Run {
             record,
-            key,
-            group,
             claimed,
             deadline,
+            ..
         } = run;
         if !summary.uncertain.is_empty() {
             warn!(
@@ -741,8 +737,7 @@ impl Worker {
                 // Someone else wrote the chat's state since the claim read it: nothing of this
                 // settle was written, and the next run handles the update on the new state.
                 let error = HandlerError::Store(e);
-                self.fail(record, key, group, claimed, error, unwritten, deadline)
-                    .await
+                self.fail(run, error, unwritten).await
             }
             Err(e) => {
                 // The message comes back; the next run replays what is recorded and settles again.
@@ -753,16 +748,21 @@ impl Worker {
         }
     }
 
+    /// Settles a failed run `RETRYING` and backs its message off, or buries the update when the
+    /// policy gives up on it.
     async fn fail(
         &self,
-        record: &QueueRecord,
-        key: &RecordKey,
-        group: &GroupKey,
-        claimed: &Claimed,
+        run: Run<'_>,
         error: HandlerError,
         unwritten: Vec<ActionOutcome>,
-        deadline: Timestamp,
     ) -> RecordOutcome {
+        let Run {
+            record,
+            key,
+            group,
+            claimed,
+            deadline,
+        } = run;
         if error.is_store_trouble() {
             return self
                 .store_refused_run(record, claimed, &error, unwritten, deadline)

@@ -608,6 +608,29 @@ async fn an_at_least_once_send_whose_answer_was_lost_is_sent_again_and_counted()
     assert_eq!(report.resent_after_unknown_outcome(), 1);
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_run_killed_while_its_send_waits_for_a_slot_leaves_no_unknown_outcome_behind() {
+    let rig = rig_with(RateLimits::default());
+    rig.bot.on(1, [Step::Replies(2), Step::Replies(2)]);
+    // The second reply waits a second for the chat's slot; the process dies during the wait.
+    let run = tokio::time::timeout(Duration::from_millis(500), rig.run(&[update(1, 10)])).await;
+    assert!(run.is_err(), "the run was meant to be waiting");
+    assert_eq!(rig.api.sent_texts(), ["reply 0"]);
+    rig.advance(Duration::from_secs(61)).await;
+
+    let report = rig.run(&[update(1, 10)]).await;
+    assert!(
+        matches!(outcome(&report, 0), RecordOutcome::Done(_)),
+        "{report:?}"
+    );
+    assert_eq!(
+        report.resent_after_unknown_outcome(),
+        0,
+        "the second reply never went out, and the first one's answer was kept"
+    );
+    assert_eq!(rig.api.sent_texts(), ["reply 0", "reply 1"]);
+}
+
 #[tokio::test]
 async fn an_uncertain_at_most_once_action_is_marked_and_reported_and_never_sent_again() {
     let rig = rig();
