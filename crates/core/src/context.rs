@@ -319,20 +319,21 @@ impl<'a> Context<'a> {
             });
             return decode::<P::Output>(&method, answered).map(Some);
         }
-        let chat = sends_a_message(&method)
+        let mut chat = sends_a_message(&method)
             .then(|| params.get("chat_id").and_then(chat_id_of))
             .flatten();
         // A Bot API that records the action in the send's own commit (the offline outbox) needs
         // no intent before it: until that commit nothing happened, after it the outcome is known.
         // Then an action not sent leaves no trace, and no outcome may be written for it either.
-        let intent_written = !self.run.api.records_outcomes();
-        if intent_written {
-            self.write_intent(seq, &method, delivery).await?;
-        }
-        let mut retries = 0;
+        let needs_intent = !self.run.api.records_outcomes();
+        let mut intent_written = false;
+        // Counted apart: a flood wait sat out does not use up the one move to a supergroup.
+        let mut flood_retries = 0;
+        let mut migrated = false;
         loop {
-            // Paced after the intent, right before the call: nothing slow comes between the slot
-            // and the send. Giving up here leaves the action certainly not sent.
+            // Paced first, the intent written as the call leaves: a run that stops while it waits
+            // for its slot sent nothing and leaves no unknown outcome behind. Giving up here leaves
+            // the action certainly not sent.
             if let Err(paced) = self.pace(chat).await {
                 if intent_written {
                     self.unwritten.push(ActionOutcome {
@@ -342,16 +343,21 @@ impl<'a> Context<'a> {
                 }
                 return Err(paced);
             }
+            if needs_intent && !intent_written {
+                self.write_intent(seq, &method, delivery).await?;
+                intent_written = true;
+            }
             match self.call(seq, &method, &params, delivery).await {
                 Ok(value) => return Ok(Some(self.succeeded(seq, &method, value)?)),
                 Err(CallError::Store(e)) => return Err(e.into()),
-                Err(CallError::Telegram(TelegramError::MigrateToChat(chat)))
-                    if retries == 0 && params.get("chat_id").is_some() =>
+                Err(CallError::Telegram(TelegramError::MigrateToChat(to)))
+                    if !migrated && params.get("chat_id").is_some() =>
                 {
                     // The group became a supergroup: the same action goes there, once.
                     warn!(method = %method, "chat migrated to a supergroup; following once");
-                    params["chat_id"] = Value::from(chat);
-                    retries += 1;
+                    params["chat_id"] = Value::from(to);
+                    chat = chat.map(|_| to);
+                    migrated = true;
                 }
                 Err(CallError::Telegram(e))
                     if matches!(before, Before::Unknown) && e.proves_earlier_send(&method) =>
@@ -383,14 +389,14 @@ impl<'a> Context<'a> {
                     self.run
                         .pacer
                         .pause(&self.run.lease.key.bot_id, Instant::now() + wait);
-                    if retries >= INLINE_RETRIES || wait > self.inline_wait_allowed() {
+                    if flood_retries >= INLINE_RETRIES || wait > self.inline_wait_allowed() {
                         return Err(e.into());
                     }
                     // A short flood wait is sat out here: the action was refused, so it is sent again.
                     if refused {
                         self.unwritten.pop();
                     }
-                    retries += 1;
+                    flood_retries += 1;
                 }
             }
         }
@@ -618,6 +624,11 @@ impl<'a> Context<'a> {
                 Err(wait) => return Err(HandlerError::Paced(wait)),
             };
             if !wait.is_zero() {
+                // What the run's earlier calls did is written before it waits: a run stopped
+                // during the wait must not leave calls that went out with unknown outcomes.
+                if !self.unwritten.is_empty() {
+                    self.write_outcomes().await?;
+                }
                 tokio::time::sleep(wait).await;
                 self.summary.paced += wait;
             }

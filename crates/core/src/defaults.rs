@@ -87,7 +87,8 @@ pub const TELEGRAM_API_URL: &str = "https://api.telegram.org";
 /// How often the functions read the bot registry again: a bot added, changed or removed is picked
 /// up within this long (docs/ARCHITECTURE.md §11).
 pub const REGISTRY_REFRESH: Duration = Duration::from_secs(30);
-/// A bot id the registry does not know makes the registry read again at once, but at most this
-/// often: a bot just added is served within seconds, and a flood of unknown ids costs at most one
-/// read per interval (docs/ARCHITECTURE.md §11).
+/// A bot id the registry does not know makes the registry read again at once, but never this soon
+/// after the last read, and only once between two scheduled reads: a bot just added is served
+/// within seconds, and a flood of unknown ids costs at most one read per refresh interval
+/// (docs/ARCHITECTURE.md §11).
 pub const REGISTRY_MISS_REREAD: Duration = Duration::from_secs(2);

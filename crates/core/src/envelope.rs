@@ -102,6 +102,11 @@ impl ClassifyName for serde_json::Error {
 
 /// The group key of one update kind (docs/ARCHITECTURE.md §2); `None` for a kind this version does
 /// not know.
+///
+/// Telegram's Bot API server queues every kind it delivers under a chat or a user and delivers
+/// each queue in order (`webhook_queue_id` in tdlib/telegram-bot-api's `Client.cpp`); each group
+/// here is that chat or user, or one that holds it: a chat's updates of every kind share one group,
+/// so a button press or a reaction runs in order with the chat's messages.
 fn group_of(kind: &str, body: &Value) -> Result<Option<GroupKey>, Poison> {
     let malformed = |field| Poison::MalformedKind {
         kind: kind.to_owned(),
@@ -129,7 +134,10 @@ fn group_of(kind: &str, body: &Value) -> Result<Option<GroupKey>, Poison> {
         | "message_reaction"
         | "message_reaction_count"
         | "chat_boost"
-        | "removed_chat_boost" => chat("chat.id"),
+        | "removed_chat_boost"
+        // A message to the bot as a guest in a chat it is not a member of: the server queues
+        // these per chat.
+        | "guest_message" => chat("chat.id"),
         "callback_query" => match int_at(body, &["message", "chat", "id"]) {
             Some(chat_id) => Ok(Some(GroupKey::new(chat_id.to_string()))),
             None => user(&["from", "id"], "from.id"),
@@ -139,7 +147,8 @@ fn group_of(kind: &str, body: &Value) -> Result<Option<GroupKey>, Poison> {
         | "shipping_query"
         | "pre_checkout_query"
         | "purchased_paid_media" => user(&["from", "id"], "from.id"),
-        "business_connection" => user(&["user", "id"], "user.id"),
+        // The user a business connection or a bot made for them (`managed_bot`) belongs to.
+        "business_connection" | "managed_bot" => user(&["user", "id"], "user.id"),
         // A poll answer names a user, or a chat when the vote was cast anonymously on its behalf.
         "poll_answer" => match int_at(body, &["voter_chat", "id"]) {
             Some(chat_id) => Ok(Some(GroupKey::new(chat_id.to_string()))),

@@ -144,6 +144,16 @@ impl HandlerError {
         matches!(self, HandlerError::Store(PortError::Fenced { .. }))
     }
 
+    /// Whether the run stopped because the store refused one of its writes for now — throttled,
+    /// down, or set up wrong: the store's trouble, not the update's, so like a refused claim it
+    /// spends no attempt.
+    pub fn is_store_trouble(&self) -> bool {
+        matches!(
+            self,
+            HandlerError::Store(PortError::Unavailable { .. } | PortError::Misconfigured { .. })
+        )
+    }
+
     /// Decides retryability: every class is settled here, nowhere else.
     pub fn class(&self) -> ErrorClass {
         match self {

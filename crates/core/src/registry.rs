@@ -6,12 +6,13 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use secrecy::SecretString;
 use teloxide_core::types::AllowedUpdate;
 use tokio::sync::Mutex;
+use tokio::time::Instant;
 
 use crate::defaults;
 use crate::error::PortError;
@@ -264,12 +265,25 @@ pub struct Registry {
     source: Arc<dyn BotSource>,
     refresh: Duration,
     miss_reread: Duration,
-    cache: Mutex<Option<(Instant, Bots)>>,
+    cache: Mutex<Option<LastRead>>,
+}
+
+/// What the registry read last, and when.
+struct LastRead {
+    bots: Bots,
+    /// When the source was last read, for whatever reason.
+    at: Instant,
+    /// When the last scheduled read was: the next one is due a refresh interval after it.
+    scheduled_at: Instant,
+    /// Whether an id the registry did not know has made it read since that scheduled read: the
+    /// ids it does not know are then taken as unknown until the next one.
+    reread_for_a_miss: bool,
 }
 
 impl Registry {
     /// A registry reading `source` again at most every `refresh`; a bot it does not know makes
-    /// it read again at most every [`defaults::REGISTRY_MISS_REREAD`] (or `refresh`, if shorter).
+    /// it read again once between two scheduled reads, and not within
+    /// [`defaults::REGISTRY_MISS_REREAD`] (or `refresh`, if shorter) of the last read.
     pub fn new(source: Arc<dyn BotSource>, refresh: Duration) -> Self {
         Self {
             source,
@@ -284,55 +298,66 @@ impl Registry {
         Self::new(source, defaults::REGISTRY_REFRESH)
     }
 
-    /// The bots, read again first when the last read is older than the refresh interval.
+    /// The bots, read again first when the last scheduled read is older than the refresh
+    /// interval.
     pub async fn bots(&self) -> Result<Bots, PortError> {
-        self.read_if_older(self.refresh).await
-    }
-
-    /// The bots, read again first when the last read is older than `age`.
-    async fn read_if_older(&self, age: Duration) -> Result<Bots, PortError> {
         let mut cache = self.cache.lock().await;
-        if let Some((read_at, bots)) = cache.as_ref() {
-            if read_at.elapsed() < age {
-                return Ok(bots.clone());
+        if let Some(last) = cache.as_ref() {
+            if last.scheduled_at.elapsed() < self.refresh {
+                return Ok(last.bots.clone());
             }
         }
-        match self.source.load().await {
-            Ok(entries) => {
-                let bots: Bots = Arc::new(
-                    entries
-                        .into_iter()
-                        .map(|entry| (entry.id.clone(), entry))
-                        .collect(),
-                );
-                *cache = Some((Instant::now(), bots.clone()));
+        let read = self.source.load().await;
+        let now = Instant::now();
+        match (read, cache.as_mut()) {
+            (Ok(entries), _) => {
+                let bots = index(entries);
+                *cache = Some(LastRead {
+                    bots: bots.clone(),
+                    at: now,
+                    scheduled_at: now,
+                    reread_for_a_miss: false,
+                });
                 Ok(bots)
             }
-            Err(error) => {
+            (Err(error), Some(last)) => {
+                served_before(&error);
+                // Try again after another interval, not on every request.
+                last.at = now;
+                last.scheduled_at = now;
+                Ok(last.bots.clone())
+            }
+            (Err(error), None) => {
                 crate::metrics::registry_unavailable(&error);
-                match cache.as_mut() {
-                    Some((read_at, bots)) => {
-                        tracing::warn!(error = %crate::error::error_chain(&error), "reading the bot registry failed; serving the bots read before");
-                        // Try again after another interval, not on every request.
-                        *read_at = Instant::now();
-                        Ok(bots.clone())
-                    }
-                    None => Err(error),
-                }
+                Err(error)
             }
         }
     }
 
-    /// The bot `id`. One the registry does not know makes it read again at once, unless it was
-    /// read within the last [`defaults::REGISTRY_MISS_REREAD`]: a bot `tgq bots add` just wrote
-    /// (whose webhook Telegram calls at once) is found, and a flood of unknown ids reads the
-    /// source once per interval at most. `Ok(None)`: no such bot; `Err`: the registry was never
-    /// read and cannot be now.
+    /// The bot `id`. One the registry does not know makes it read again at once — a bot
+    /// `tgq bots add` just wrote (whose webhook Telegram calls at once) is found — but only once
+    /// between two scheduled reads, and not within [`defaults::REGISTRY_MISS_REREAD`] of the last
+    /// read: until the next scheduled read every id it still does not know is taken as unknown,
+    /// so posts to made-up ids at any rate cost one read per refresh interval at most.
+    /// `Ok(None)`: no such bot; `Err`: the registry was never read and cannot be now.
     pub async fn find(&self, id: &BotId) -> Result<Option<BotEntry>, PortError> {
         if let Some(entry) = self.bots().await?.get(id) {
             return Ok(Some(entry.clone()));
         }
-        Ok(self.read_if_older(self.miss_reread).await?.get(id).cloned())
+        let mut cache = self.cache.lock().await;
+        let Some(last) = cache.as_mut() else {
+            return Ok(None);
+        };
+        if last.reread_for_a_miss || last.at.elapsed() < self.miss_reread {
+            return Ok(last.bots.get(id).cloned());
+        }
+        last.reread_for_a_miss = true;
+        last.at = Instant::now();
+        match self.source.load().await {
+            Ok(entries) => last.bots = index(entries),
+            Err(error) => served_before(&error),
+        }
+        Ok(last.bots.get(id).cloned())
     }
 
     /// One bot, or `None` when the registry (as last read) has no bot by that id.
@@ -345,6 +370,22 @@ impl Registry {
     pub async fn invalidate(&self) {
         *self.cache.lock().await = None;
     }
+}
+
+/// The bots of a read, by id.
+fn index(entries: Vec<BotEntry>) -> Bots {
+    Arc::new(
+        entries
+            .into_iter()
+            .map(|entry| (entry.id.clone(), entry))
+            .collect(),
+    )
+}
+
+/// Counts and logs a failed read while the bots read before are served.
+fn served_before(error: &PortError) {
+    crate::metrics::registry_unavailable(error);
+    tracing::warn!(error = %crate::error::error_chain(error), "reading the bot registry failed; serving the bots read before");
 }
 
 #[cfg(test)]
@@ -439,6 +480,25 @@ mod tests {
                 allowed_updates: Vec::new(),
             }])
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn unknown_ids_at_any_rate_cost_at_most_one_read_per_refresh_interval() {
+        use std::sync::atomic::Ordering::SeqCst;
+        let source = Arc::new(Counting {
+            reads: Default::default(),
+            fail: Default::default(),
+        });
+        let registry = Registry::new(source.clone(), Duration::from_secs(30));
+        // Five minutes of posts to made-up ids, ten a second.
+        for n in 0..3000 {
+            let id = BotId::new(format!("x{n}")).unwrap();
+            assert!(registry.find(&id).await.unwrap().is_none());
+            tokio::time::advance(Duration::from_millis(100)).await;
+        }
+        // Ten intervals: each its scheduled read, and at most one more for the ids it did not know.
+        let reads = source.reads.load(SeqCst);
+        assert!(reads <= 20, "{reads} reads of the registry in 5 minutes");
     }
 
     #[tokio::test]

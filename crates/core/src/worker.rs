@@ -376,12 +376,12 @@ impl Worker {
         let record = step.record();
         let now = self.ports.clock.now();
         if deadline.since(now) < self.settings.deadline_margin {
-            self.show_again(record, Duration::ZERO).await;
+            self.show_again(record, Duration::ZERO, deadline).await;
             return Processed::Outcome(RecordOutcome::DeadlineReached, None);
         }
         if failed.contains(&record.group_id) {
             // Running it would overtake the failed record of its chat.
-            self.show_again(record, Duration::ZERO).await;
+            self.show_again(record, Duration::ZERO, deadline).await;
             return Processed::Outcome(RecordOutcome::SkippedBehindFailure, None);
         }
         match step {
@@ -421,7 +421,7 @@ impl Worker {
         let (key, group) = match identify(record) {
             Ok(identity) => identity,
             Err(letter) => {
-                let outcome = self.bury_unreadable(record, *letter).await;
+                let outcome = self.bury_unreadable(record, *letter, deadline).await;
                 return Processed::Outcome(outcome, None);
             }
         };
@@ -433,7 +433,9 @@ impl Worker {
         if let Lookup::Unavailable(e) = bot {
             // Nothing is wrong with the update: its bot cannot be looked up or built right now.
             warn!(error = %error_chain(e), cause = e.cause(), "the record's bot is unavailable; backing off without spending an attempt");
-            let outcome = self.store_unavailable(record, record.receive_count).await;
+            let outcome = self
+                .store_unavailable(record, record.receive_count, deadline)
+                .await;
             return Processed::Outcome(outcome, None);
         }
         // A bot held by a flood wait longer than a run may sit out gets its update back for as
@@ -446,7 +448,7 @@ impl Worker {
         if paused > self.settings.max_inline_wait {
             let class = ErrorClass::RateLimited(paused);
             let delay = self
-                .show_again(record, paused + Duration::from_secs(1))
+                .show_again(record, paused + Duration::from_secs(1), deadline)
                 .await;
             info!(
                 wait_ms = paused.as_millis() as u64,
@@ -455,7 +457,7 @@ impl Worker {
             return Processed::Outcome(RecordOutcome::Retrying(delay, class), None);
         }
         if let Some(marks) = record.dead_letter {
-            if let Err(outcome) = self.accept_redrive(record, &key, marks).await {
+            if let Err(outcome) = self.accept_redrive(record, &key, marks, deadline).await {
                 return Processed::Outcome(outcome, None);
             }
         }
@@ -488,11 +490,12 @@ impl Worker {
                 RecordOutcome::AlreadyFinal
             }
             Ok(Claim::AlreadyFinal(Final::Dead(burial))) => {
-                self.finish_burial(record, &key, &group, burial).await
+                self.finish_burial(record, &key, &group, burial, deadline)
+                    .await
             }
             Ok(Claim::Busy(until)) => {
                 let wait = until.since(now).max(Duration::from_secs(1));
-                self.show_again(record, wait).await;
+                self.show_again(record, wait, deadline).await;
                 RecordOutcome::Busy(wait)
             }
             Err(e @ PortError::TooLarge { .. }) => {
@@ -508,11 +511,12 @@ impl Worker {
                         error_chain(&e),
                     )
                 };
-                self.bury_unreadable(record, letter).await
+                self.bury_unreadable(record, letter, deadline).await
             }
             Err(e) => {
                 warn!(error = %error_chain(&e), cause = e.cause(), "claim failed; backing off without spending an attempt");
-                self.store_unavailable(record, record.receive_count).await
+                self.store_unavailable(record, record.receive_count, deadline)
+                    .await
             }
         };
         Processed::Outcome(outcome, None)
@@ -535,14 +539,25 @@ impl Worker {
             Lookup::Refused(reason, why) => {
                 let error = HandlerError::permanent(why.clone());
                 let outcome = self
-                    .bury(record, key, group, &claimed, *reason, &error, Vec::new())
+                    .bury(
+                        record,
+                        key,
+                        group,
+                        &claimed,
+                        *reason,
+                        &error,
+                        Vec::new(),
+                        deadline,
+                    )
                     .await;
                 return (outcome, None);
             }
             Lookup::Unavailable(e) => {
                 // Looked at before the claim; kept here so that no path runs without a bot.
                 warn!(error = %error_chain(e), "the record's bot is unavailable; backing off");
-                let outcome = self.store_unavailable(record, claimed.lease.token).await;
+                let outcome = self
+                    .store_unavailable(record, claimed.lease.token, deadline)
+                    .await;
                 return (outcome, None);
             }
         };
@@ -559,6 +574,7 @@ impl Worker {
                     DeadReason::BudgetSpent,
                     &error,
                     Vec::new(),
+                    deadline,
                 )
                 .await;
             return (outcome, None);
@@ -599,10 +615,7 @@ impl Worker {
                     self.finish(run, &summary, settlement, gone, unwritten)
                         .await
                 }
-                _ => {
-                    self.fail(record, key, group, &claimed, error, unwritten)
-                        .await
-                }
+                _ => self.fail(run, error, unwritten).await,
             },
         };
         let timing = RunTiming {
@@ -682,10 +695,9 @@ impl Worker {
     ) -> RecordOutcome {
         let Run {
             record,
-            key,
-            group,
             claimed,
             deadline,
+            ..
         } = run;
         if !summary.uncertain.is_empty() {
             warn!(
@@ -725,26 +737,37 @@ impl Worker {
                 // Someone else wrote the chat's state since the claim read it: nothing of this
                 // settle was written, and the next run handles the update on the new state.
                 let error = HandlerError::Store(e);
-                self.fail(record, key, group, claimed, error, unwritten)
-                    .await
+                self.fail(run, error, unwritten).await
             }
             Err(e) => {
                 // The message comes back; the next run replays what is recorded and settles again.
                 warn!(error = %error_chain(&e), "handler finished but DONE was not recorded");
-                self.store_unavailable(record, claimed.lease.token).await
+                self.store_unavailable(record, claimed.lease.token, deadline)
+                    .await
             }
         }
     }
 
+    /// Settles a failed run `RETRYING` and backs its message off, or buries the update when the
+    /// policy gives up on it.
     async fn fail(
         &self,
-        record: &QueueRecord,
-        key: &RecordKey,
-        group: &GroupKey,
-        claimed: &Claimed,
+        run: Run<'_>,
         error: HandlerError,
         unwritten: Vec<ActionOutcome>,
     ) -> RecordOutcome {
+        let Run {
+            record,
+            key,
+            group,
+            claimed,
+            deadline,
+        } = run;
+        if error.is_store_trouble() {
+            return self
+                .store_refused_run(record, claimed, &error, unwritten, deadline)
+                .await;
+        }
         let class = error.class();
         let run = FailedRun {
             class,
@@ -760,7 +783,9 @@ impl Worker {
                     _ => reason,
                 };
                 return self
-                    .bury(record, key, group, claimed, reason, &error, unwritten)
+                    .bury(
+                        record, key, group, claimed, reason, &error, unwritten, deadline,
+                    )
                     .await;
             }
         };
@@ -770,29 +795,70 @@ impl Worker {
             error: error_chain(&error),
             throttled,
         };
+        if let Err(fenced) = self
+            .settle_retrying(claimed, &settlement, unwritten, deadline)
+            .await
+        {
+            return fenced;
+        }
+        let delay = self.show_again(record, delay, deadline).await;
+        RecordOutcome::Retrying(delay, class)
+    }
+
+    /// A run stopped by the store refusing one of its writes (an intent, a step's result): the
+    /// store's trouble, not the update's, so like a refused claim it backs off by the message's
+    /// receives and the run is refunded from the budget — a store throttled for a while must not
+    /// bury updates that never failed.
+    async fn store_refused_run(
+        &self,
+        record: &QueueRecord,
+        claimed: &Claimed,
+        error: &HandlerError,
+        unwritten: Vec<ActionOutcome>,
+        deadline: Timestamp,
+    ) -> RecordOutcome {
+        warn!(error = %error_chain(error), "the store refused a write of the run; backing off without spending an attempt");
+        let settlement = Settlement::Retrying {
+            error: error_chain(error),
+            throttled: true,
+        };
+        if let Err(fenced) = self
+            .settle_retrying(claimed, &settlement, unwritten, deadline)
+            .await
+        {
+            return fenced;
+        }
+        self.store_unavailable(record, record.receive_count, deadline)
+            .await
+    }
+
+    /// Settles a failed run `RETRYING`; `Err` carries the outcome when another run holds the lease.
+    /// A settle the store keeps refusing is given up: the run then still counts, and the record
+    /// shows `PROCESSING` until its lease ends, when it is claimed again.
+    async fn settle_retrying(
+        &self,
+        claimed: &Claimed,
+        settlement: &Settlement,
+        unwritten: Vec<ActionOutcome>,
+        deadline: Timestamp,
+    ) -> Result<(), RecordOutcome> {
         // Patient too: a record left PROCESSING holds its chat until its lease ends, whenever its
         // message comes back.
-        let patience = self
-            .ports
-            .clock
-            .now()
-            .plus(self.settings.store_patience + Duration::from_secs(1));
         let settled = self
-            .patiently("settle", patience, || {
+            .patiently("settle", self.patience_within(deadline), || {
                 self.ports
                     .ledger
-                    .settle(&claimed.lease, &settlement, &unwritten)
+                    .settle(&claimed.lease, settlement, &unwritten)
             })
             .await;
         match settled {
-            Ok(()) => {}
-            Err(PortError::Fenced { .. }) => return RecordOutcome::Fenced,
-            // The run still counts; the record shows PROCESSING until its lease ends, then is claimed
-            // again.
-            Err(e) => warn!(error = %error_chain(&e), "RETRYING was not recorded"),
+            Ok(()) => Ok(()),
+            Err(PortError::Fenced { .. }) => Err(RecordOutcome::Fenced),
+            Err(e) => {
+                warn!(error = %error_chain(&e), "RETRYING was not recorded");
+                Ok(())
+            }
         }
-        let delay = self.show_again(record, delay).await;
-        RecordOutcome::Retrying(delay, class)
     }
 
     /// Marks the record DEAD (fenced), then sends its dead letter and acknowledges it. If the letter
@@ -808,6 +874,7 @@ impl Worker {
         reason: DeadReason,
         error: &HandlerError,
         unwritten: Vec<ActionOutcome>,
+        deadline: Timestamp,
     ) -> RecordOutcome {
         let burial = Burial {
             reason,
@@ -835,10 +902,13 @@ impl Worker {
             }
             Err(e) => {
                 warn!(error = %error_chain(&e), "DEAD was not recorded; the update comes back");
-                return self.store_unavailable(record, claimed.lease.token).await;
+                return self
+                    .store_unavailable(record, claimed.lease.token, deadline)
+                    .await;
             }
         }
-        self.finish_burial(record, key, group, Some(burial)).await
+        self.finish_burial(record, key, group, Some(burial), deadline)
+            .await
     }
 
     /// Sends the dead letter of a record that is DEAD; acknowledges the message only once it is sent.
@@ -848,6 +918,7 @@ impl Worker {
         key: &RecordKey,
         group: &GroupKey,
         burial: Option<Burial>,
+        deadline: Timestamp,
     ) -> RecordOutcome {
         let Some(burial) = burial else {
             info!("duplicate delivery of a dead-lettered update; acknowledged");
@@ -860,18 +931,25 @@ impl Worker {
             Err(e) => {
                 // Never acknowledge what is not safely in the dead-letter queue.
                 warn!(error = %error_chain(&e), "dead-letter send failed; the update comes back");
-                self.store_unavailable(record, record.receive_count).await
+                self.store_unavailable(record, record.receive_count, deadline)
+                    .await
             }
         }
     }
 
-    async fn bury_unreadable(&self, record: &QueueRecord, letter: DeadLetter) -> RecordOutcome {
+    async fn bury_unreadable(
+        &self,
+        record: &QueueRecord,
+        letter: DeadLetter,
+        deadline: Timestamp,
+    ) -> RecordOutcome {
         error!(error = %letter.error, "unreadable queue message dead-lettered");
         match self.ports.dead.dead_letter(&letter).await {
             Ok(()) => RecordOutcome::DeadLettered(letter.reason),
             Err(e) => {
                 warn!(error = %error_chain(&e), "dead-letter send failed");
-                self.store_unavailable(record, record.receive_count).await
+                self.store_unavailable(record, record.receive_count, deadline)
+                    .await
             }
         }
     }
@@ -886,6 +964,7 @@ impl Worker {
         record: &QueueRecord,
         key: &RecordKey,
         marks: DeadLetterMarks,
+        deadline: Timestamp,
     ) -> Result<(), RecordOutcome> {
         let now = self.ports.clock.now();
         let request = ResetRequest {
@@ -901,7 +980,9 @@ impl Worker {
             Ok(Reset::Refused(_)) => return Ok(()),
             Err(e) => {
                 warn!(error = %error_chain(&e), "the redriven letter's record could not be restarted; backing off");
-                return Err(self.store_unavailable(record, record.receive_count).await);
+                return Err(self
+                    .store_unavailable(record, record.receive_count, deadline)
+                    .await);
             }
         };
         info!(
@@ -941,13 +1022,26 @@ impl Worker {
 
     /// A store or queue failure outside the handler: back off exponentially with jitter, like a
     /// failed run, but count no attempt.
-    async fn store_unavailable(&self, record: &QueueRecord, exponent: u32) -> RecordOutcome {
+    async fn store_unavailable(
+        &self,
+        record: &QueueRecord,
+        exponent: u32,
+        deadline: Timestamp,
+    ) -> RecordOutcome {
         let delay = self
             .settings
             .retry
             .backoff(exponent.max(1), Jitter::random());
-        let delay = self.show_again(record, delay).await;
+        let delay = self.show_again(record, delay, deadline).await;
         RecordOutcome::StoreUnavailable(delay)
+    }
+
+    /// When a write retried with the store's whole patience, starting now, must end: never later
+    /// than the invocation's `deadline` (which [`Worker::patiently`] keeps a second off), because
+    /// a batch that answers late has every message of it come back, the finished ones too.
+    fn patience_within(&self, deadline: Timestamp) -> Timestamp {
+        let patience = self.settings.store_patience + Duration::from_secs(1);
+        self.ports.clock.now().plus(patience).min(deadline)
     }
 
     /// [`patiently`] with the store's patience, and never closer than a second to `deadline`
@@ -973,14 +1067,17 @@ impl Worker {
 
     /// Makes the message visible again after `after`, never past SQS's ceiling; returns the delay
     /// asked for. A change refused as unavailable is tried again for a while (within the store's
-    /// patience): left as it is, the message would come back only after the queue's whole
-    /// visibility timeout.
-    async fn show_again(&self, record: &QueueRecord, after: Duration) -> Duration {
-        let now = self.ports.clock.now();
+    /// patience and the invocation's `deadline`): left as it is, the message would come back only
+    /// after the queue's whole visibility timeout.
+    async fn show_again(
+        &self,
+        record: &QueueRecord,
+        after: Duration,
+        deadline: Timestamp,
+    ) -> Duration {
         let after = within_visibility_ceiling(after);
-        let deadline = now.plus(self.settings.store_patience + Duration::from_secs(1));
         if let Err(e) = self
-            .patiently("visibility change", deadline, || {
+            .patiently("visibility change", self.patience_within(deadline), || {
                 self.ports
                     .visibility
                     .change_visibility(&record.receipt, after)

@@ -78,3 +78,61 @@ fn the_table_lists_every_update_fixture_and_nothing_else() {
         updates_dir().display()
     );
 }
+
+/// Every kind of update the Bot API server delivers (tdlib/telegram-bot-api, `Client.cpp`,
+/// `get_update_type_name`, less its `custom_*` kinds, which it never sends to a bot). The server
+/// queues each one under a chat or a user (the `webhook_queue_id` of `add_update`) and delivers
+/// each queue in order, so tgq must order each by a chat or a user as well, never by the update
+/// alone.
+const SERVER_KINDS: [&str; 25] = [
+    "message",
+    "edited_message",
+    "channel_post",
+    "edited_channel_post",
+    "inline_query",
+    "chosen_inline_result",
+    "callback_query",
+    "shipping_query",
+    "pre_checkout_query",
+    "poll",
+    "poll_answer",
+    "my_chat_member",
+    "chat_member",
+    "chat_join_request",
+    "chat_boost",
+    "removed_chat_boost",
+    "message_reaction",
+    "message_reaction_count",
+    "business_connection",
+    "business_message",
+    "edited_business_message",
+    "deleted_business_messages",
+    "purchased_paid_media",
+    "managed_bot",
+    "guest_message",
+];
+
+#[test]
+fn every_kind_telegram_s_server_queues_is_ordered_by_a_chat_or_a_user() {
+    let mut unordered = Vec::new();
+    for kind in SERVER_KINDS {
+        let name = format!("{kind}.json");
+        let body = std::fs::read(updates_dir().join(&name))
+            .unwrap_or_else(|e| panic!("every server kind has a fixture; {name}: {e}"));
+        let envelope = Envelope::parse(&body)
+            .unwrap_or_else(|poison| panic!("{name} is a real update, yet poison: {poison}"));
+        assert_eq!(envelope.kind, kind, "{name} holds another kind");
+        // The worker decodes what it runs: a fixture it could not decode would be dead-lettered.
+        if let Err(e) = serde_json::from_slice::<teloxide_core::types::Update>(&body) {
+            panic!("{name} does not decode as an Update: {e}");
+        }
+        if envelope.group.as_str().starts_with("update:") {
+            unordered.push(format!("{kind}: {}", envelope.group.as_str()));
+        }
+    }
+    assert!(
+        unordered.is_empty(),
+        "kinds the server orders that tgq runs in a queue of their own:\n{}",
+        unordered.join("\n")
+    );
+}

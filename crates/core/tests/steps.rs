@@ -180,6 +180,39 @@ async fn a_step_recorded_before_a_failed_settle_is_not_run_again_and_its_result_
     assert_eq!(harness.api.sent_texts(), ["paid ch_1", "paid ch_1"]);
 }
 
+#[tokio::test]
+async fn a_step_whose_result_the_store_refuses_to_record_spends_no_attempt() {
+    let (bot, harness) = rig(false);
+    harness
+        .store
+        .outage
+        .fail_only_times("store record_outcomes", Fault::Unavailable, 1);
+    let report = harness.run(&[text(1)]).await;
+    assert!(
+        matches!(outcome(&report), RecordOutcome::StoreUnavailable(_)),
+        "{report:?}"
+    );
+    let key = RecordKey::new(BotId::new("demo").unwrap(), UpdateId(1));
+    let record = harness.store.record(&key).expect("record exists");
+    assert_eq!(
+        (record.attempts, record.throttled),
+        (1, 1),
+        "the run is refunded"
+    );
+
+    let report = harness.run(&[text(1)]).await;
+    assert!(
+        matches!(outcome(&report), RecordOutcome::Done(_)),
+        "{report:?}"
+    );
+    assert_eq!(
+        bot.charges(),
+        1,
+        "the result went with the settle: charged once"
+    );
+    assert_eq!(harness.api.sent_texts(), ["paid ch_1"]);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_step_is_durable_before_the_handler_goes_on_so_a_crash_after_it_does_not_repeat_it() {
     let (bot, harness) = rig(false);

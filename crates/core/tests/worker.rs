@@ -550,13 +550,12 @@ async fn outcomes_an_intent_write_could_not_carry_are_written_by_the_settle() {
     rig.bot
         .on(1, [Step::ReplyThenIntentsRefused, Step::Replies(2)]);
     let report = rig.run(&[update(1, 10)]).await;
+    // The store's refusal is not the update's failure: it backs off and spends no attempt.
     assert!(
-        matches!(
-            outcome(&report, 0),
-            RecordOutcome::Retrying(_, ErrorClass::Transient)
-        ),
+        matches!(outcome(&report, 0), RecordOutcome::StoreUnavailable(_)),
         "{report:?}"
     );
+    assert_eq!(rig.store.record(&key(1)).unwrap().throttled, 1);
     assert!(
         matches!(rig.action_state(1, 1), ActionState::Succeeded(_)),
         "the first reply's result went with the settle: {:?}",
@@ -607,6 +606,29 @@ async fn an_at_least_once_send_whose_answer_was_lost_is_sent_again_and_counted()
         "at least once: the send whose outcome was unknown went out again"
     );
     assert_eq!(report.resent_after_unknown_outcome(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_run_killed_while_its_send_waits_for_a_slot_leaves_no_unknown_outcome_behind() {
+    let rig = rig_with(RateLimits::default());
+    rig.bot.on(1, [Step::Replies(2), Step::Replies(2)]);
+    // The second reply waits a second for the chat's slot; the process dies during the wait.
+    let run = tokio::time::timeout(Duration::from_millis(500), rig.run(&[update(1, 10)])).await;
+    assert!(run.is_err(), "the run was meant to be waiting");
+    assert_eq!(rig.api.sent_texts(), ["reply 0"]);
+    rig.advance(Duration::from_secs(61)).await;
+
+    let report = rig.run(&[update(1, 10)]).await;
+    assert!(
+        matches!(outcome(&report, 0), RecordOutcome::Done(_)),
+        "{report:?}"
+    );
+    assert_eq!(
+        report.resent_after_unknown_outcome(),
+        0,
+        "the second reply never went out, and the first one's answer was kept"
+    );
+    assert_eq!(rig.api.sent_texts(), ["reply 0", "reply 1"]);
 }
 
 #[tokio::test]
@@ -840,6 +862,26 @@ async fn a_migrated_group_is_followed_once_and_the_reply_lands_in_the_supergroup
     assert_eq!(rig.status(1).await, Status::Done);
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_migrated_group_is_followed_after_a_short_flood_wait_too() {
+    let rig = rig();
+    rig.api.fail_next([
+        TelegramError::RetryAfter(Duration::from_secs(1)),
+        TelegramError::MigrateToChat(-100_200),
+    ]);
+    let report = rig.run(&[update(1, -300)]).await;
+    assert!(
+        matches!(outcome(&report, 0), RecordOutcome::Done(_)),
+        "{:?}",
+        outcome(&report, 0)
+    );
+    let calls = rig.api.calls();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].params["chat_id"], -100_200);
+    assert_eq!(rig.status(1).await, Status::Done);
+    assert!(rig.dead.letters().is_empty());
+}
+
 #[tokio::test]
 async fn a_record_leased_by_another_worker_is_returned_until_its_lease_ends() {
     let rig = rig();
@@ -912,6 +954,35 @@ async fn a_claim_the_store_refuses_backs_off_without_spending_an_attempt() {
 }
 
 #[tokio::test]
+async fn a_store_that_refuses_a_run_s_intent_writes_spends_no_attempt_and_buries_nothing() {
+    let rig = rig();
+    for _ in 0..12 {
+        rig.store
+            .outage
+            .fail_only_times("store record_intent", Fault::Unavailable, 1);
+        let report = rig.run(&[update(1, 10)]).await;
+        assert!(
+            matches!(outcome(&report, 0), RecordOutcome::StoreUnavailable(_)),
+            "{:?}",
+            outcome(&report, 0)
+        );
+    }
+    assert!(
+        rig.dead.letters().is_empty(),
+        "the store's trouble spent the update's budget"
+    );
+    let record = rig.store.record(&key(1)).unwrap();
+    assert_eq!(
+        (record.status, record.attempts, record.throttled),
+        (Status::Retrying, 12, 12),
+        "every run refunded"
+    );
+    let report = rig.run(&[update(1, 10)]).await;
+    assert!(matches!(outcome(&report, 0), RecordOutcome::Done(_)));
+    assert_eq!(rig.api.sent_texts(), ["reply to 1"]);
+}
+
+#[tokio::test]
 async fn a_misconfigured_store_never_buries_an_update() {
     let rig = rig();
     rig.store.outage.fail(Fault::Misconfigured);
@@ -956,6 +1027,52 @@ async fn a_done_write_refused_for_a_moment_is_tried_again_in_the_run_and_the_rep
     assert!(report.failed_message_ids().is_empty(), "acknowledged");
     assert_eq!(rig.status(1).await, Status::Done);
     assert_eq!(rig.api.sent_texts(), ["reply to 1"], "not run again");
+}
+
+/// Keeps the rig's clock with tokio's (paused) time, so that waits inside the worker move it.
+fn follow_tokio_time(clock: &ManualClock) -> tokio::task::JoinHandle<()> {
+    let clock = clock.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            clock.advance(Duration::from_millis(10));
+        }
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_waits_for_a_refused_visibility_change_end_before_the_invocation_s_deadline() {
+    let rig = rig_full(RateLimits::UNLIMITED, tgq_core::defaults::STORE_PATIENCE);
+    rig.bot.on(1, [Step::Fail(transient)]);
+    rig.visibility
+        .outage
+        .fail_only("visibility change", Fault::Unavailable);
+    let ticker = follow_tokio_time(&rig.clock);
+    // Enough time to start the record (the margin is 5 s), far less than the store's patience.
+    let deadline = rig.clock.now().plus(Duration::from_secs(8));
+    let report = rig
+        .worker
+        .process_batch(&[update(1, 10), update(2, 10)], deadline)
+        .await;
+    let answered = rig.clock.now();
+    ticker.abort();
+    assert!(
+        matches!(outcome(&report, 0), RecordOutcome::Retrying(..)),
+        "{report:?}"
+    );
+    // Given back unrun, behind its chat's failure or for want of time: its own wait is bounded too.
+    assert!(
+        matches!(
+            outcome(&report, 1),
+            RecordOutcome::SkippedBehindFailure | RecordOutcome::DeadlineReached
+        ),
+        "{report:?}"
+    );
+    assert!(
+        answered <= Timestamp(deadline.0 - 1000),
+        "the batch answered {} ms after its deadline less a second",
+        answered.0 as i64 - deadline.0 as i64 + 1000
+    );
 }
 
 #[tokio::test]
