@@ -346,7 +346,17 @@ async fn a_data_directory_another_user_cannot_write_can_be_inspected() {
         std::os::unix::fs::PermissionsExt::from_mode(0o500),
     )
     .unwrap();
-    let mut command = common::tgq(&[]);
+    // The built binary may sit where nobody cannot reach it (a checkout in a 0700 directory):
+    // nobody runs a copy in a directory of its own.
+    let bin = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        bin.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let exe = bin.path().join("tgq");
+    std::fs::copy(env!("CARGO_BIN_EXE_tgq"), &exe).unwrap();
+    let mut command = common::tgq_at(&exe, &[]);
     // SAFETY: only async-signal-safe calls between fork and exec.
     unsafe {
         command.pre_exec(move || {
@@ -358,6 +368,7 @@ async fn a_data_directory_another_user_cannot_write_can_be_inspected() {
     }
     let output = command
         .args(["status", "--json", "--data-dir", &data_dir])
+        .current_dir(bin.path())
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);

@@ -46,7 +46,12 @@ const INHERITED: [&str; 18] = [
 /// `TGQ_HANDLER`: the suite asserts replies that name their update (`echo 17: hi`), whatever the
 /// bot in `bot/` says.
 pub fn tgq(envs: &[(&str, &str)]) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_tgq"));
+    tgq_at(Path::new(env!("CARGO_BIN_EXE_tgq")), envs)
+}
+
+/// [`tgq`], run from the binary at `exe` (a copy another user can reach).
+pub fn tgq_at(exe: &Path, envs: &[(&str, &str)]) -> Command {
+    let mut command = Command::new(exe);
     for name in INHERITED {
         command.env_remove(name);
     }
