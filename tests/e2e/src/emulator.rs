@@ -11,7 +11,7 @@ use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
     ScalarAttributeType,
 };
-use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
+use aws_sdk_sqs::types::{MessageAttributeValue, MessageSystemAttributeName, QueueAttributeName};
 
 /// The variable that points every AWS client at the emulator.
 pub const ENDPOINT_VAR: &str = "AWS_ENDPOINT_URL";
@@ -348,4 +348,55 @@ pub async fn item_count(dynamo: &aws_sdk_dynamodb::Client, table: &str) -> anyho
             None => return Ok(count),
         }
     }
+}
+
+/// Moves letters of the dead-letter queue back to the updates queue as SQS's message move task
+/// does: the same body, group and message attributes, as a new message. Every letter of one
+/// receive, or only those of `group` (the others stay hidden until their visibility ends).
+pub async fn redrive(
+    sqs: &aws_sdk_sqs::Client,
+    stack: &Stack,
+    group: Option<&str>,
+) -> anyhow::Result<usize> {
+    let output = sqs
+        .receive_message()
+        .queue_url(&stack.dlq_url)
+        .max_number_of_messages(10)
+        .wait_time_seconds(1)
+        .message_system_attribute_names(MessageSystemAttributeName::All)
+        .message_attribute_names("All")
+        .send()
+        .await
+        .context("ReceiveMessage on the dead-letter queue")?;
+    let mut moved = 0;
+    for (n, message) in output.messages.unwrap_or_default().iter().enumerate() {
+        let letter_group = message
+            .attributes
+            .as_ref()
+            .and_then(|a| a.get(&MessageSystemAttributeName::MessageGroupId))
+            .cloned()
+            .context("a FIFO letter without a MessageGroupId")?;
+        if group.is_some_and(|group| group != letter_group) {
+            continue;
+        }
+        let attributes: HashMap<String, MessageAttributeValue> =
+            message.message_attributes.clone().unwrap_or_default();
+        sqs.send_message()
+            .queue_url(&stack.queue_url)
+            .message_body(message.body.clone().unwrap_or_default())
+            .message_group_id(letter_group)
+            .message_deduplication_id(format!("moved-{n}"))
+            .set_message_attributes(Some(attributes))
+            .send()
+            .await
+            .context("SendMessage to the updates queue")?;
+        sqs.delete_message()
+            .queue_url(&stack.dlq_url)
+            .receipt_handle(message.receipt_handle.clone().unwrap_or_default())
+            .send()
+            .await
+            .context("DeleteMessage on the dead-letter queue")?;
+        moved += 1;
+    }
+    Ok(moved)
 }

@@ -2,10 +2,8 @@
 //! queue (what the SQS console's redrive does) runs again and is audited, and the worker's log
 //! carries its metrics as embedded-metric-format lines.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
-use aws_sdk_sqs::types::{MessageAttributeValue, MessageSystemAttributeName};
 use serde_json::Value;
 use tgq_aws::DynamoStore;
 use tgq_core::audit::{AuditAction, AuditReader as _};
@@ -21,45 +19,6 @@ use tgq_fake_telegram::{FakeTelegram, Fault, Scope, Times};
 const BOT_ID: &str = "demo";
 const SECRET: &str = "tgq-example-secret";
 const DRAIN_LIMIT: Duration = Duration::from_secs(120);
-
-/// Moves every letter of the dead-letter queue back to the updates queue as SQS's message move
-/// task does: the same body, group and message attributes, a new message.
-async fn redrive(sqs: &aws_sdk_sqs::Client, stack: &Stack) -> usize {
-    let output = sqs
-        .receive_message()
-        .queue_url(&stack.dlq_url)
-        .max_number_of_messages(10)
-        .wait_time_seconds(1)
-        .message_system_attribute_names(MessageSystemAttributeName::All)
-        .message_attribute_names("All")
-        .send()
-        .await
-        .unwrap();
-    let messages = output.messages.unwrap_or_default();
-    for (n, message) in messages.iter().enumerate() {
-        let group = message.attributes.as_ref().unwrap()
-            [&MessageSystemAttributeName::MessageGroupId]
-            .clone();
-        let attributes: HashMap<String, MessageAttributeValue> =
-            message.message_attributes.clone().unwrap_or_default();
-        sqs.send_message()
-            .queue_url(&stack.queue_url)
-            .message_body(message.body.clone().unwrap())
-            .message_group_id(group)
-            .message_deduplication_id(format!("moved-{n}"))
-            .set_message_attributes(Some(attributes))
-            .send()
-            .await
-            .unwrap();
-        sqs.delete_message()
-            .queue_url(&stack.dlq_url)
-            .receipt_handle(message.receipt_handle.clone().unwrap())
-            .send()
-            .await
-            .unwrap();
-    }
-    messages.len()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_letter_moved_back_by_an_operator_runs_again_and_the_worker_logs_its_metrics() {
@@ -86,7 +45,11 @@ async fn a_dead_letter_moved_back_by_an_operator_runs_again_and_the_worker_logs_
     let status = |update_id| record_status(&dynamo, &stack.table, BOT_ID, update_id);
     assert_eq!(status(900_000_001).await.unwrap().as_deref(), Some("DEAD"));
 
-    assert_eq!(redrive(&sqs, &stack).await, 1, "one letter moved back");
+    assert_eq!(
+        emulator::redrive(&sqs, &stack, None).await.unwrap(),
+        1,
+        "one letter moved back"
+    );
     mapping
         .run_until_drained(|| true, DRAIN_LIMIT)
         .await

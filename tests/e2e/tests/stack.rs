@@ -37,7 +37,6 @@ use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_config::BehaviorVersion;
-use aws_sdk_sqs::types::{MessageAttributeValue, MessageSystemAttributeName};
 use aws_sdk_ssm::types::ParameterType;
 use secrecy::SecretString;
 use serde_json::Value;
@@ -277,48 +276,6 @@ fn matches(pattern: &str, arn: &str) -> bool {
     rest.ends_with(last)
 }
 
-/// Moves the dead letters of `group` back to the updates queue as SQS's message move task does.
-async fn redrive(sqs: &aws_sdk_sqs::Client, stack: &Stack, group: &str) -> usize {
-    let output = sqs
-        .receive_message()
-        .queue_url(&stack.dlq_url)
-        .max_number_of_messages(10)
-        .wait_time_seconds(1)
-        .message_system_attribute_names(MessageSystemAttributeName::All)
-        .message_attribute_names("All")
-        .send()
-        .await
-        .unwrap();
-    let mut moved = 0;
-    for (n, message) in output.messages.unwrap_or_default().iter().enumerate() {
-        let letter_group = message.attributes.as_ref().unwrap()
-            [&MessageSystemAttributeName::MessageGroupId]
-            .clone();
-        if letter_group != group {
-            continue;
-        }
-        let attributes: std::collections::HashMap<String, MessageAttributeValue> =
-            message.message_attributes.clone().unwrap_or_default();
-        sqs.send_message()
-            .queue_url(&stack.queue_url)
-            .message_body(message.body.clone().unwrap())
-            .message_group_id(letter_group)
-            .message_deduplication_id(format!("moved-{n}"))
-            .set_message_attributes(Some(attributes))
-            .send()
-            .await
-            .unwrap();
-        sqs.delete_message()
-            .queue_url(&stack.dlq_url)
-            .receipt_handle(message.receipt_handle.clone().unwrap())
-            .send()
-            .await
-            .unwrap();
-        moved += 1;
-    }
-    moved
-}
-
 /// The functions' variables: the stack's, as moto's Lambda holds them, with the endpoint of the
 /// function's own proxy, the fake Bot API, and the echo bot whose replies name their update.
 fn function_vars(
@@ -451,7 +408,13 @@ async fn the_real_functions_run_on_the_stacks_own_resources_and_use_exactly_what
         .await
         .unwrap();
     let sqs = aws_sdk_sqs::Client::new(&config);
-    assert_eq!(redrive(&sqs, &stack, "demo:7").await, 1, "chat 7's letter");
+    assert_eq!(
+        emulator::redrive(&sqs, &stack, Some("demo:7"))
+            .await
+            .unwrap(),
+        1,
+        "chat 7's letter"
+    );
     mapping
         .run_until_drained(|| true, DRAIN_LIMIT)
         .await
