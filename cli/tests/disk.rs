@@ -109,6 +109,23 @@ async fn a_store_that_cannot_commit_answers_503_says_so_and_recovers_when_the_di
     tokio::time::sleep(Duration::from_secs(3)).await;
     let during = failures(&local.output().1) - before;
     assert!(during <= 1, "{during} lines in 3 s about the full disk");
+    // The operator can still look: `tgq status` answers from the running instance, and says the
+    // queue holds what was acknowledged.
+    let data_dir = dir.path().to_str().unwrap();
+    let (code, stdout, stderr) = common::run(&[], &["status", "--json", "--data-dir", data_dir]);
+    assert!(
+        code.success(),
+        "tgq status while the disk is full: {stderr}"
+    );
+    let status: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(
+        status["counters"]["received"].as_u64(),
+        Some(acknowledged.len() as u64),
+        "{status}"
+    );
+    let (code, stdout, stderr) = common::run(&[], &["status", "--data-dir", data_dir]);
+    assert!(code.success(), "{stderr}");
+    assert!(stdout.contains("queue "), "{stdout}");
 
     // Space again: the store recovers by itself, and Telegram's retry goes through.
     set_file_size_limit(local.pid(), libc::RLIM_INFINITY);

@@ -7,7 +7,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, RwLock};
-use redb::{Database, ReadOnlyDatabase, ReadTransaction, ReadableDatabase, TransactionError};
+use redb::backends::InMemoryBackend;
+use redb::{
+    Builder, Database, ReadOnlyDatabase, ReadTransaction, ReadableDatabase, StorageBackend,
+    TransactionError,
+};
+use tracing::warn;
 
 use crate::queue::QueueIndex;
 use crate::StoreError;
@@ -23,6 +28,9 @@ pub(crate) enum Db {
     Writable(Database),
     /// Opened read-only; readers share the file's lock.
     ReadOnly(ReadOnlyDatabase),
+    /// A copy of the file's last commit in memory, for readers while the file cannot be opened
+    /// for writing; never written.
+    Snapshot(Database),
 }
 
 impl Db {
@@ -31,6 +39,7 @@ impl Db {
         match self {
             Db::Writable(db) => db.begin_read(),
             Db::ReadOnly(db) => db.begin_read(),
+            Db::Snapshot(db) => db.begin_read(),
         }
     }
 
@@ -38,7 +47,7 @@ impl Db {
     pub(crate) fn writable(&self) -> Option<&Database> {
         match self {
             Db::Writable(db) => Some(db),
-            Db::ReadOnly(_) => None,
+            Db::ReadOnly(_) | Db::Snapshot(_) => None,
         }
     }
 }
@@ -69,7 +78,8 @@ impl DbHandle {
 
     /// Closes the database and opens the file again, with its integrity check, and reloads the
     /// queue index. Called by the writer thread only, so no write runs meanwhile; readers get
-    /// [`StoreError::Reopening`] until it is done.
+    /// [`StoreError::Reopening`] until it is done, and read the last commit through a read-only
+    /// handle when it fails.
     pub(crate) fn reopen(&self) -> Result<QueueIndex, StoreError> {
         let old = self.current.write().take();
         if let Some(mut old) = old {
@@ -94,10 +104,45 @@ impl DbHandle {
                 }
             }
         }
-        let (db, queue) = crate::open::open_verified(&self.path)?;
-        *self.current.write() = Some(Arc::new(Db::Writable(db)));
-        Ok(queue)
+        match crate::open::open_verified(&self.path) {
+            Ok((db, queue)) => {
+                *self.current.write() = Some(Arc::new(Db::Writable(db)));
+                Ok(queue)
+            }
+            Err(error) => {
+                // A reopen for writing can fail for as long as its cause lasts (a disk that stays
+                // full). Meanwhile readers see the file's last commit through a copy in memory, so
+                // that `tgq status` and the admin routes still answer; the next reopen drops it.
+                match snapshot(&self.path) {
+                    Ok(db) => *self.current.write() = Some(Arc::new(Db::Snapshot(db))),
+                    Err(reason) => warn!(%reason, "the store cannot be read until it reopens"),
+                }
+                Err(error)
+            }
+        }
     }
+}
+
+/// The largest store file [`snapshot`] copies into memory.
+const SNAPSHOT_LIMIT: u64 = 256 * 1024 * 1024;
+
+/// The file at `path` copied into memory and opened there. A file whose writer failed needs
+/// redb's repair before it can be read, and a read-only open cannot repair; the copy can, without
+/// writing a byte to the disk.
+fn snapshot(path: &std::path::Path) -> Result<Database, String> {
+    let len = std::fs::metadata(path).map_err(|e| e.to_string())?.len();
+    if len > SNAPSHOT_LIMIT {
+        return Err(format!(
+            "the file is {len} bytes, over the {SNAPSHOT_LIMIT} a copy in memory may take"
+        ));
+    }
+    let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
+    let backend = InMemoryBackend::new();
+    backend.set_len(len).map_err(|e| e.to_string())?;
+    backend.write(0, &bytes).map_err(|e| e.to_string())?;
+    Builder::new()
+        .create_with_backend(backend)
+        .map_err(|e| e.to_string())
 }
 
 /// Whether the store's last write committed, and if not, why.
