@@ -73,6 +73,7 @@ macro_rules! conformance_tests {
             visibility_zero_redelivers_the_same_message_first,
             a_hidden_message_holds_back_its_group_only,
             a_dead_letter_keeps_its_bytes_and_reasons,
+            a_dead_letter_sent_again_is_kept_once,
             a_run_whose_lease_was_taken_over_can_no_longer_write,
             an_outcome_is_never_attached_to_an_action_without_its_intent,
             a_rate_limited_run_is_refunded_and_the_first_attempt_time_kept,
@@ -986,6 +987,33 @@ pub async fn a_dead_letter_keeps_its_bytes_and_reasons(a: Adapters) {
         "letter not found among {} letters",
         letters.len()
     );
+}
+
+/// A letter sent again (a run that crashed between sending its update's letter and deleting the
+/// message buries it again on the next delivery) is kept once: its dedup id names the burial.
+pub async fn a_dead_letter_sent_again_is_kept_once(a: Adapters) {
+    let key = fresh_key();
+    let letter = DeadLetter {
+        bot_id: bot(),
+        update_id: Some(key.update_id),
+        group: Some(GroupKey::new("43")),
+        body: Bytes::from_static(b"{\"update_id\":2}"),
+        reason: DeadReason::BudgetSpent,
+        error_class: FailureClass::Transient,
+        error: "Telegram answered 502: Bad Gateway".into(),
+        attempts: 8,
+    };
+    a.dead.dead_letter(&letter).await.unwrap();
+    a.dead.dead_letter(&letter).await.unwrap();
+    let kept = a
+        .dead_reader
+        .peek(100)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|l| l.update_id == Some(key.update_id) && l.bot_id == bot())
+        .count();
+    assert_eq!(kept, 1, "the same burial sent twice");
 }
 
 fn reset_request(key: &RecordKey, rule: ResetRule) -> ResetRequest {

@@ -15,7 +15,8 @@ use redb::{
 use serde::{Deserialize, Serialize};
 
 use crate::schema::{
-    AUDIT, DEAD, DEDUP, META, OUTBOX, POLLER_LEASES, QUEUE, RECORDS, RECORD_EXPIRY, STATES,
+    AUDIT, DEAD, DEAD_IDS, DEDUP, META, OUTBOX, POLLER_LEASES, QUEUE, RECORDS, RECORD_EXPIRY,
+    STATES,
 };
 use crate::{EmbeddedStore, StoreError};
 
@@ -235,6 +236,7 @@ fn write_copy(read: &ReadTransaction, path: &Path) -> Result<u64, StoreError> {
         + copy_table(read, &write, QUEUE)?
         + copy_table(read, &write, DEDUP)?
         + copy_table(read, &write, DEAD)?
+        + copy_table_if_there(read, &write, DEAD_IDS)?
         + copy_table(read, &write, OUTBOX)?
         + copy_table(read, &write, AUDIT)?
         + copy_table(read, &write, STATES)?
@@ -243,6 +245,19 @@ fn write_copy(read: &ReadTransaction, path: &Path) -> Result<u64, StoreError> {
     write.commit()?;
     drop(db);
     Ok(entries)
+}
+
+/// [`copy_table`] for a table that a store written by an older tgq and never opened for writing
+/// since may lack.
+fn copy_table_if_there<K: Key + 'static, V: Value + 'static>(
+    read: &ReadTransaction,
+    write: &WriteTransaction,
+    definition: TableDefinition<K, V>,
+) -> Result<u64, StoreError> {
+    match read.open_table(definition) {
+        Err(redb::TableError::TableDoesNotExist(_)) => Ok(0),
+        _ => copy_table(read, write, definition),
+    }
 }
 
 fn copy_table<K: Key + 'static, V: Value + 'static>(

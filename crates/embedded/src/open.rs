@@ -13,7 +13,7 @@ use tgq_core::clock::{Clock, SystemClock};
 use crate::handle::{Db, DbHandle, Health};
 use crate::queue::QueueIndex;
 use crate::schema::{
-    seq, AUDIT, DEAD, DEDUP, META, OUTBOX, POLLER_LEASES, QUEUE, RECORDS, RECORD_EXPIRY,
+    seq, AUDIT, DEAD, DEAD_IDS, DEDUP, META, OUTBOX, POLLER_LEASES, QUEUE, RECORDS, RECORD_EXPIRY,
     SCHEMA_1_SEQUENCES, SCHEMA_VERSION, STATES, UPGRADABLE_FROM,
 };
 use crate::writer::{Settings, Writer};
@@ -346,6 +346,7 @@ fn prepare(db: &Database, path: &Path) -> Result<(), StoreError> {
     txn.open_table(QUEUE)?;
     txn.open_table(DEDUP)?;
     txn.open_table(DEAD)?;
+    txn.open_table(DEAD_IDS)?;
     txn.open_table(OUTBOX)?;
     txn.open_table(AUDIT)?;
     txn.open_table(STATES)?;

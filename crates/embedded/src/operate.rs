@@ -16,7 +16,9 @@ use tgq_core::ports::{
 use tgq_core::record::Timestamp;
 use tgq_core::PortError;
 
-use crate::schema::{decode_letter_sent, decode_record, encode_record, seq, AUDIT, DEAD, RECORDS};
+use crate::schema::{
+    decode_letter_sent, decode_record, encode_record, seq, AUDIT, DEAD, DEAD_IDS, RECORDS,
+};
 use crate::writer::{OpError, Tx};
 use crate::{EmbeddedStore, StoreError};
 
@@ -114,7 +116,18 @@ impl Tx<'_> {
 
     /// Deletes one dead letter; a letter already gone is not an error.
     fn remove_letter(&mut self, id: u64) -> Result<(), OpError> {
-        self.table_mut(DEAD)?.remove(id)?;
+        let removed = match self.table_mut(DEAD)?.remove(id)? {
+            Some(value) => Some(
+                decode_letter_sent(value.value())
+                    .map_err(|e| OpError::Fatal(e.to_string()))?
+                    .0,
+            ),
+            None => None,
+        };
+        if let Some(letter) = removed {
+            self.table_mut(DEAD_IDS)?
+                .remove(letter.dedup_id().as_str())?;
+        }
         Ok(())
     }
 }

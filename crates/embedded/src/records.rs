@@ -14,7 +14,7 @@ use tgq_core::PortError;
 
 use crate::schema::{
     counter, decode_record, decode_state, encode_letter, encode_record, encode_state,
-    StoredOutboxEntry, DEAD, META, OUTBOX, RECORDS, RECORD_EXPIRY, STATES,
+    StoredOutboxEntry, DEAD, DEAD_IDS, META, OUTBOX, RECORDS, RECORD_EXPIRY, STATES,
 };
 use crate::writer::{OpError, Tx};
 
@@ -252,14 +252,28 @@ impl Tx<'_> {
 
     /// Appends a letter to the dead letters.
     pub(crate) fn dead_letter(&mut self, letter: &DeadLetter) -> Result<(), OpError> {
-        let value = encode_letter(letter, self.settings.clock.now())?;
-        let id = self.next_in(crate::schema::seq::DEAD)?;
-        self.table_mut(DEAD)?.insert(id, value.as_slice())?;
+        if !self.keep_letter(letter)? {
+            return Ok(());
+        }
         // Handler failures are counted when the record is settled DEAD; poison never reaches a record.
         if letter.reason == DeadReason::Poison {
             self.bump(counter::POISON)?;
         }
         Ok(())
+    }
+
+    /// Keeps `letter` under the next letter id, unless a letter with its dedup id is kept already;
+    /// says whether it was new.
+    pub(crate) fn keep_letter(&mut self, letter: &DeadLetter) -> Result<bool, OpError> {
+        let dedup = letter.dedup_id();
+        if self.table_mut(DEAD_IDS)?.get(dedup.as_str())?.is_some() {
+            return Ok(false);
+        }
+        let value = encode_letter(letter, self.settings.clock.now())?;
+        let id = self.next_in(crate::schema::seq::DEAD)?;
+        self.table_mut(DEAD)?.insert(id, value.as_slice())?;
+        self.table_mut(DEAD_IDS)?.insert(dedup.as_str(), id)?;
+        Ok(true)
     }
 
     /// Appends an offline Bot API call to the outbox under `id` (from the outbox sequence).

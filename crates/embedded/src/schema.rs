@@ -45,6 +45,10 @@ pub(crate) const QUEUE: TableDefinition<u64, &[u8]> = TableDefinition::new("queu
 pub(crate) const DEDUP: TableDefinition<(u64, &str), ()> = TableDefinition::new("dedup");
 /// Dead letters in arrival order: framed `StoredLetter` + body.
 pub(crate) const DEAD: TableDefinition<u64, &[u8]> = TableDefinition::new("dead_letters");
+/// The dedup id of every letter in [`DEAD`] (`DeadLetter::dedup_id`) → its id there: a letter sent
+/// again while the first is kept (a run that crashed between its letter and its delete) is kept
+/// once, as SQS FIFO's deduplication keeps it once on AWS. Removed with its letter.
+pub(crate) const DEAD_IDS: TableDefinition<&str, u64> = TableDefinition::new("dead_letter_ids");
 /// The offline outbox by entry id: `StoredOutboxEntry` JSON.
 pub(crate) const OUTBOX: TableDefinition<u64, &[u8]> = TableDefinition::new("outbox");
 /// The audit trail of operators' actions on dead letters, in time order: `StoredAuditEntry` JSON.

@@ -22,8 +22,17 @@ pub(crate) struct Letters {
 }
 
 impl Letters {
-    /// Appends a letter under the next id.
+    /// Appends a letter under the next id, unless a letter with its dedup id is kept already (as a
+    /// FIFO dead-letter queue drops a repeated deduplication id).
     pub(crate) fn push(&mut self, letter: DeadLetter) {
+        let dedup = letter.dedup_id();
+        if self
+            .entries
+            .iter()
+            .any(|(_, kept)| kept.dedup_id() == dedup)
+        {
+            return;
+        }
         self.next_id += 1;
         self.entries.push((self.next_id, letter));
     }
