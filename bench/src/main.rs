@@ -164,7 +164,8 @@ async fn measure(
         plan.e2e_rate, plan.e2e, plan.chats
     );
     let e2e = phases::end_to_end(&server, &updates, plan).await?;
-    let footprint = phases::footprint(&server).await?;
+    eprintln!("idle: tgq's CPU for {:?} with nothing to do…", plan.idle);
+    let footprint = phases::footprint(&server, plan).await?;
     server.stop().await?;
     let end_to_end = phases::replies(&pipeline_dir, e2e, plan).await?;
 

@@ -47,6 +47,8 @@ pub struct Plan {
     pub settle: Duration,
     /// Updates in the backlog of the drain phase.
     pub drain_updates: u64,
+    /// How long tgq's CPU time is measured while it has nothing to do.
+    pub idle: Duration,
 }
 
 impl Plan {
@@ -67,6 +69,7 @@ impl Plan {
             open_loop_clients: 32,
             settle: Duration::from_secs(180),
             drain_updates: 100_000,
+            idle: Duration::from_secs(20),
         }
     }
 
@@ -79,6 +82,7 @@ impl Plan {
             retention: Duration::from_secs(20),
             sample_every: Duration::from_secs(4),
             drain_updates: 20_000,
+            idle: Duration::from_secs(3),
             ..Self::full()
         }
     }
@@ -181,14 +185,25 @@ pub async fn end_to_end(
     })
 }
 
-/// tgq's memory and the store's size, read while it runs.
-pub async fn footprint(server: &Server) -> anyhow::Result<Footprint> {
+/// tgq's memory and the store's size, read while it runs, and the CPU it uses once the queue is
+/// empty and nothing arrives.
+pub async fn footprint(server: &Server, plan: &Plan) -> anyhow::Result<Footprint> {
     let status = server.status().await?;
+    server
+        .wait_for("the queue to empty", plan.settle, Status::is_settled)
+        .await?;
+    // The last runs' settles and the retention task's first pass are not idleness.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (before, started) = (server.cpu_time(), Instant::now());
+    tokio::time::sleep(plan.idle).await;
+    let idle_cores = (server.cpu_time() - before).as_secs_f64() / started.elapsed().as_secs_f64();
     Ok(Footprint {
         memory: server.memory()?,
         data_bytes: system::dir_size(server.data_dir())?,
         records: status.records,
         outbox: status.outbox,
+        idle_cores,
+        idle_for: plan.idle,
     })
 }
 

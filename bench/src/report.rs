@@ -20,6 +20,8 @@ pub mod goal {
     pub const P99_MS: f64 = 50.0;
     /// The client count the ingest goal is checked at.
     pub const INGEST_CLIENTS: usize = 64;
+    /// The share of one core an idle `tgq local` may use.
+    pub const IDLE_CORES: f64 = 0.005;
 }
 
 /// Ingest throughput at one concurrency.
@@ -155,6 +157,10 @@ pub struct Footprint {
     pub records: u64,
     /// Outbox entries stored.
     pub outbox: u64,
+    /// CPU used while nothing arrived and the queue was empty, in cores.
+    pub idle_cores: f64,
+    /// How long that was measured.
+    pub idle_for: Duration,
 }
 
 /// One look at the store during the retention run.
@@ -305,6 +311,18 @@ impl Report {
                     e2e.latency.p99, e2e.replied, e2e.sent
                 ),
                 pass: e2e.latency.p99 <= goal::P99_MS && e2e.replied == e2e.sent,
+            },
+            Verdict {
+                goal: format!(
+                    "idle (empty queue, nothing arriving) ≤ {:.1}% of one core",
+                    goal::IDLE_CORES * 100.0
+                ),
+                measured: format!(
+                    "{:.2}% over {:.0} s",
+                    self.footprint.idle_cores * 100.0,
+                    self.footprint.idle_for.as_secs_f64()
+                ),
+                pass: self.footprint.idle_cores <= goal::IDLE_CORES,
             },
             Verdict {
                 goal: format!(
@@ -478,13 +496,21 @@ impl Report {
         let fp = &self.footprint;
         sections.push(Section {
             title: "Footprint of tgq local after the ingest and end-to-end phases".into(),
-            headers: vec!["VmHWM", "VmRSS", "data directory", "records", "outbox"],
+            headers: vec![
+                "VmHWM",
+                "VmRSS",
+                "data directory",
+                "records",
+                "outbox",
+                "idle CPU",
+            ],
             rows: vec![vec![
                 bytes(fp.memory.peak_kib * 1024),
                 bytes(fp.memory.now_kib * 1024),
                 bytes(fp.data_bytes),
                 fp.records.to_string(),
                 fp.outbox.to_string(),
+                format!("{:.2}%", fp.idle_cores * 100.0),
             ]],
         });
         let r = &self.retention;

@@ -20,9 +20,10 @@ use crate::inspect::read_dead_letters;
 use crate::schema::{decode_record, RECORDS};
 use crate::{EmbeddedStore, StoreError};
 
-/// How often a waiting receive looks again without being woken: visibility timeouts end by
-/// themselves, and nothing announces it.
-const RECEIVE_POLL: Duration = Duration::from_millis(20);
+/// The longest a waiting receive naps without looking again. It is woken by every commit that may
+/// make a message deliverable, and it naps only until the next hidden message shows again (which
+/// nothing announces); this bound covers a clock that is not the system's (tests move theirs).
+const RECEIVE_POLL: Duration = Duration::from_secs(1);
 
 /// A store failure at a port: unreadable data is refused, anything else may pass.
 fn port_error(what: &'static str, error: StoreError) -> PortError {
@@ -195,7 +196,7 @@ impl QueueConsumer for EmbeddedStore {
             let woken = self.writer.notify.notified();
             tokio::pin!(woken);
             woken.as_mut().enable();
-            let batch = self
+            let (batch, next_visible) = self
                 .writer
                 .run("queue receive", move |tx| tx.receive(max, visibility))
                 .await?;
@@ -203,7 +204,10 @@ impl QueueConsumer for EmbeddedStore {
             if !batch.is_empty() || max == 0 || now >= deadline {
                 return Ok(batch);
             }
-            let nap = (deadline - now).min(RECEIVE_POLL);
+            let until_visible = next_visible.map_or(RECEIVE_POLL, |at| {
+                at.since(self.clock.now()) + Duration::from_millis(1)
+            });
+            let nap = (deadline - now).min(RECEIVE_POLL).min(until_visible);
             // Either outcome means "look again": woken by a commit, or the nap is over.
             let _ = tokio::time::timeout(nap, woken).await;
         }

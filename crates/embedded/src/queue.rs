@@ -17,7 +17,7 @@ use tgq_core::fifo::{self, DedupWindow, MessageState};
 use tgq_core::ports::{DeadLetter, OutgoingMessage, QueueRecord, ReceiptHandle};
 use tgq_core::record::Timestamp;
 
-use crate::schema::{counter, encode_letter, frame, seq, unframe, CodecError, DEAD, DEDUP, QUEUE};
+use crate::schema::{counter, frame, seq, unframe, CodecError, DEDUP, QUEUE};
 use crate::writer::{OpError, Tx};
 use crate::StoreError;
 
@@ -32,6 +32,17 @@ pub(crate) struct QueueIndex {
 }
 
 impl QueueIndex {
+    /// The earliest instant after `now` at which a hidden message becomes visible again (its
+    /// visibility timeout or backoff ends); only delivered messages can be hidden.
+    fn next_visible(&self, now: Timestamp) -> Option<Timestamp> {
+        self.delivered
+            .iter()
+            .filter_map(|seq| self.messages.get(seq))
+            .map(|message| message.visible_at)
+            .filter(|at| *at > now)
+            .min()
+    }
+
     /// Reads the index from the committed queue and dedup tables.
     pub(crate) fn load(db: &Database) -> Result<Self, StoreError> {
         let read = db.begin_read()?;
@@ -166,12 +177,14 @@ impl Tx<'_> {
         Ok(())
     }
 
-    /// Delivers up to `max` messages, hiding each for `visibility`; redrives those received too often.
+    /// Delivers up to `max` messages, hiding each for `visibility`; redrives those received too
+    /// often. When there is nothing to deliver, also says when a hidden message shows again: until
+    /// then only a commit can change what a receive finds.
     pub(crate) fn receive(
         &mut self,
         max: usize,
         visibility: Duration,
-    ) -> Result<Vec<QueueRecord>, OpError> {
+    ) -> Result<(Vec<QueueRecord>, Option<Timestamp>), OpError> {
         let now = self.settings.clock.now();
         let plan = {
             let index = &*self.queue;
@@ -186,7 +199,7 @@ impl Tx<'_> {
             self.redrive(*seq)?;
         }
         if plan.deliver.is_empty() {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), self.queue.next_visible(now)));
         }
         let mut messages = self.table_mut(QUEUE)?;
         let mut delivered = Vec::with_capacity(plan.deliver.len());
@@ -211,7 +224,7 @@ impl Tx<'_> {
             });
             self.queue.delivered.insert(seq);
         }
-        Ok(delivered)
+        Ok((delivered, None))
     }
 
     /// Moves a message that was received `max_receive_count` times to the dead letters.
@@ -225,11 +238,10 @@ impl Tx<'_> {
         };
         let error = fifo::redrive_error(self.settings.max_receive_count);
         let letter = DeadLetter::redriven(Some(&message.group), body, error);
-        let value = encode_letter(&letter, self.settings.clock.now())
-            .map_err(|e| OpError::Fatal(e.to_string()))?;
-        let id = self.next_in(seq::DEAD)?;
-        self.table_mut(DEAD)?.insert(id, value.as_slice())?;
-        self.bump(counter::DEAD_LETTERED)
+        if self.keep_letter(&letter)? {
+            self.bump(counter::DEAD_LETTERED)?;
+        }
+        Ok(())
     }
 
     /// Rewrites the stored state of the message `seq` after `change`.
