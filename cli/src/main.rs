@@ -12,6 +12,7 @@ mod logging;
 mod noop_http;
 mod ops;
 mod poll;
+mod prometheus;
 mod views;
 
 use std::process::ExitCode;

@@ -16,7 +16,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use clap::Args;
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::PrometheusHandle;
 use rand::distr::{Alphanumeric, SampleString as _};
 use secrecy::SecretString;
 use serde::{Deserialize, Serialize};
@@ -189,10 +189,7 @@ pub async fn run(args: PollArgs) -> anyhow::Result<()> {
     let lease = Arc::new(DynamoPollerLease::new(dynamodb, &deployment.table, &bot_id));
     // What the ingest use case and the poller count, served at /metrics (Prometheus text format),
     // each metric labelled with its bot by tgq_core::metrics.
-    let metrics = PrometheusBuilder::new()
-        .install_recorder()
-        .context("installing the metrics recorder")?;
-    tgq_core::metrics::describe();
+    let metrics = crate::prometheus::install()?;
     info!(bot_id = %bot_id, table = %deployment.table, holder = %holder, health = %listener.local_addr()?, "tgq poll starting");
     let poller = Poller::new(
         PollerSettings {

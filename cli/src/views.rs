@@ -6,13 +6,17 @@ use serde::{Deserialize, Serialize};
 use tgq_core::audit::AuditEntry;
 use tgq_core::operate::{ListedLetter, Report, Selection};
 use tgq_core::record::Timestamp;
-use tgq_embedded::{Counters, EmbeddedStore, OutboxEntry, StoreStats};
+use tgq_embedded::{Counters, EmbeddedStore, OldestPending, OutboxEntry, StoreStats};
 
 /// `GET /admin/status`, `tgq status --json`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct StatusView {
     /// Queue depths and table sizes.
     pub stats: StoreStats,
+    /// The oldest message on the queue and what its record says: the chat it holds back, its last
+    /// error and when it runs again.
+    #[serde(default)]
+    pub oldest: Option<OldestPending>,
     /// The durable totals.
     pub counters: Counters,
     /// The writer's group commits since this process opened the store: operations per commit
@@ -207,6 +211,7 @@ impl StatusView {
     pub fn read(store: &EmbeddedStore, now: Timestamp) -> anyhow::Result<Self> {
         Ok(Self {
             stats: store.stats(now)?,
+            oldest: store.oldest_pending(now)?,
             counters: store.counters()?,
             writer: WriterView {
                 commits: store.commits(),

@@ -303,6 +303,122 @@ async fn dead_letters_on_aws_are_listed_shown_replayed_purged_and_audited() {
     );
 }
 
+/// Buries the update of every message on the stack's updates queue again, as a worker whose
+/// every run fails for good would: its record DEAD once more and a new letter, `attempts` on.
+async fn fail_again(
+    sqs: aws_sdk_sqs::Client,
+    queue_url: String,
+    store: Arc<DynamoStore>,
+    dlq: Arc<SqsQueue>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> u32 {
+    let mut buried = 0;
+    while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+        let received = sqs
+            .receive_message()
+            .queue_url(&queue_url)
+            .max_number_of_messages(10)
+            .wait_time_seconds(1)
+            .send()
+            .await
+            .unwrap();
+        for message in received.messages.unwrap_or_default() {
+            let body = Bytes::from(message.body.clone().unwrap_or_default());
+            let update: Value = serde_json::from_slice(&body).unwrap();
+            let update_id = update["update_id"].as_i64().unwrap();
+            let chat = update["message"]["chat"]["id"].as_i64().unwrap();
+            let (group, now) = (GroupKey::new(chat.to_string()), SystemClock.now());
+            let request = ClaimRequest {
+                key: key(update_id),
+                group: group.clone(),
+                payload: body.clone(),
+                now,
+                lease_until: now.plus(Duration::from_secs(60)),
+                expires_at: now.plus(Duration::from_secs(86_400)),
+            };
+            let Claim::Run(claimed) = store.claim(&request).await.unwrap() else {
+                panic!("the replayed update {update_id} runs");
+            };
+            let burial = Burial {
+                reason: DeadReason::Permanent,
+                class: FailureClass::Permanent,
+                error: "Telegram answered 403: Forbidden: bot was blocked by the user".into(),
+                attempts: claimed.lease.token,
+            };
+            store
+                .settle(&claimed.lease, &Settlement::Dead(burial.clone()), &[])
+                .await
+                .unwrap();
+            let letter = DeadLetter::for_update(&key(update_id), &group, body, &burial);
+            dlq.dead_letter(&letter).await.unwrap();
+            sqs.delete_message()
+                .queue_url(&queue_url)
+                .receipt_handle(message.receipt_handle.unwrap_or_default())
+                .send()
+                .await
+                .unwrap();
+            buried += 1;
+        }
+    }
+    buried
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn replay_all_on_a_stack_replays_each_letter_once_while_the_replayed_updates_fail_again() {
+    let d = deploy("replayonce", "123456:unused", &[]).await;
+    for update_id in 1..=5 {
+        d.bury(update_id, 40 + update_id).await;
+    }
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let worker = tokio::spawn(fail_again(
+        d.sqs.clone(),
+        d.resources.queue_url.clone(),
+        d.store.clone(),
+        d.dlq.clone(),
+        stop.clone(),
+    ));
+    // Each replayed update comes back as a new letter while the replay still walks the queue.
+    let name = d.name.clone();
+    let replay = tokio::task::spawn_blocking(move || {
+        run(&[], &["dlq", "replay", "--all", "--json", "--stack", &name])
+    });
+    let (status, stdout, stderr) = tokio::time::timeout(Duration::from_secs(120), replay)
+        .await
+        .expect("the replay ends")
+        .unwrap();
+    assert!(status.success(), "{stderr}");
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    let acted: Vec<i64> = report["acted"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|letter| letter["update_id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(
+        acted,
+        [1, 2, 3, 4, 5],
+        "each letter replayed once: {report}"
+    );
+
+    // The five come back as five new letters, left for the next replay.
+    let started = std::time::Instant::now();
+    let letters = loop {
+        let letters = d.json(&["dlq", "list"]);
+        if letters.as_array().unwrap().len() >= 5 || started.elapsed() > Duration::from_secs(30) {
+            break letters;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let buried = worker.await.unwrap();
+    assert_eq!(buried, 5, "{letters}");
+    assert_eq!(
+        ids_by_update(&letters).keys().copied().collect::<Vec<_>>(),
+        [1, 2, 3, 4, 5],
+        "{letters}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn status_on_aws_shows_the_queues_the_alarms_and_the_webhook_through_the_stack() {
     let fake = FakeTelegram::start().await.unwrap();

@@ -158,7 +158,7 @@ async fn the_bots_of_bots_json_are_served_on_their_paths_and_reply_as_themselves
         .await
         .unwrap();
     for bot in ["local", "shop", "news"] {
-        let processed = format!("Processed{{BotId=\"{bot}\"}} 1");
+        let processed = format!("tgq_processed_total{{bot_id=\"{bot}\"}} 1");
         assert!(metrics.contains(&processed), "{processed} in\n{metrics}");
     }
     local.terminate().await;

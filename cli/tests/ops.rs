@@ -226,6 +226,84 @@ fn webhook_commands_need_a_token() {
     assert!(stderr.contains("TELEGRAM_BOT_TOKEN"), "{stderr}");
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn metrics_gauge_the_queue_and_status_names_the_update_that_holds_a_chat() {
+    let dir = tempfile::tempdir().unwrap();
+    let envs = [
+        ("TGQ_WEBHOOK_SECRET", SECRET),
+        ("TGQ_HANDLER", "echo"),
+        ("TGQ_BACKOFF_BASE_MS", "200"),
+    ];
+    let mut local = Local::start(dir.path(), &envs, &[]);
+    local.wait_ready().await;
+    let client = reqwest::Client::new();
+    // Chat 77's head fails on every run and backs off; the message behind it waits for it.
+    for (id, text) in [(41, "/fail transient"), (42, "after the failing one")] {
+        let response = client
+            .post(local.url("/webhook"))
+            .header("x-telegram-bot-api-secret-token", SECRET)
+            .body(message_update(id, 77, text).to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+    }
+    let started = std::time::Instant::now();
+    let status = loop {
+        let status = local.status().await;
+        if status["counters"]["retried"].as_u64() >= Some(2) {
+            break status;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "{status}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let oldest = &status["oldest"];
+    assert_eq!(oldest["update_id"], 41, "{status}");
+    assert_eq!(oldest["group"], "77", "{status}");
+    assert_eq!(oldest["bot_id"], "local", "{status}");
+    assert!(oldest["attempts"].as_u64() >= Some(2), "{status}");
+    let error = oldest["last_error"].as_str().unwrap_or_default();
+    assert!(error.contains("asked to fail"), "{status}");
+
+    let (code, stdout, stderr) = run(&[], &["status", "--data-dir", dir.path().to_str().unwrap()]);
+    assert!(code.success(), "{stderr}");
+    let line = stdout
+        .lines()
+        .find(|line| line.starts_with("oldest"))
+        .unwrap_or_else(|| panic!("no oldest line in\n{stdout}"));
+    assert!(line.contains("update 41 of bot local in chat 77"), "{line}");
+    assert!(line.contains("last error: "), "{line}");
+    assert!(
+        line.contains("runs again in") || line.contains("running now") || line.contains("due now"),
+        "{line}"
+    );
+
+    let text = reqwest::get(local.url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let gauge = |name: &str| {
+        text.lines()
+            .find_map(|line| line.strip_prefix(&format!("{name} ")))
+            .and_then(|value| value.trim().parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+    };
+    let on_queue = gauge("tgq_queue_pending_messages") + gauge("tgq_queue_in_flight_messages");
+    assert_eq!(on_queue, 2.0, "{text}");
+    assert_eq!(gauge("tgq_dead_letters"), 0.0, "{text}");
+    assert!(
+        gauge("tgq_queue_oldest_message_age_seconds") > 0.0,
+        "{text}"
+    );
+    assert!(
+        text.contains("# TYPE tgq_queue_pending_messages gauge"),
+        "{text}"
+    );
+    assert!(local.terminate().await.success());
+}
+
 /// The value of one sample line of the Prometheus text format, `name{labels} value`.
 fn sample(text: &str, name: &str, labels: &str) -> Option<f64> {
     let prefix = format!("{name}{{{labels}}} ");
@@ -247,24 +325,33 @@ async fn local_mode_serves_the_same_counters_at_metrics_in_the_prometheus_text_f
         .unwrap()
         .starts_with("text/plain"));
     let text = response.text().await.unwrap();
-    let bot = r#"BotId="local""#;
+    let bot = r#"bot_id="local""#;
     for (name, expected) in [
-        ("Received", 3.0),
-        ("Enqueued", 3.0),
-        ("Poison", 1.0),
-        ("Processed", 3.0),
+        ("tgq_received_total", 3.0),
+        ("tgq_enqueued_total", 3.0),
+        ("tgq_poison_total", 1.0),
+        ("tgq_processed_total", 3.0),
     ] {
         assert_eq!(sample(&text, name, bot), Some(expected), "{name} in {text}");
     }
-    assert_eq!(
-        sample(&text, "HandlerDurationMs_count", bot),
-        Some(3.0),
-        "{text}"
+    for histogram in [
+        "tgq_handler_duration_seconds",
+        "tgq_end_to_end_latency_seconds",
+    ] {
+        let count = format!("{histogram}_count");
+        assert_eq!(sample(&text, &count, bot), Some(3.0), "{text}");
+        assert!(text.contains(&format!("# TYPE {histogram} ")), "{text}");
+    }
+    // Durations are in seconds: three replies to one chat, paced at one a second, take seconds, not
+    // the thousands they would count in milliseconds.
+    let sum = sample(&text, "tgq_end_to_end_latency_seconds_sum", bot).unwrap();
+    assert!(
+        sum > 0.0 && sum < 30.0,
+        "the latencies' sum is {sum} s: {text}"
     );
-    assert_eq!(
-        sample(&text, "EndToEndLatencyMs_count", bot),
-        Some(3.0),
-        "{text}"
-    );
+    // No CloudWatch name leaks into the Prometheus face.
+    for cloudwatch in ["Received{", "BotId=", "LatencyMs"] {
+        assert!(!text.contains(cloudwatch), "{cloudwatch} in {text}");
+    }
     assert!(local.terminate().await.success());
 }

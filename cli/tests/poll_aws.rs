@@ -146,7 +146,7 @@ async fn of_two_pollers_one_leads_both_are_ready_and_a_sigterm_hands_the_lease_o
         .await
         .unwrap();
     assert!(
-        metrics.contains(r#"Received{BotId="pollers"} 5"#),
+        metrics.contains(r#"tgq_received_total{bot_id="pollers"} 5"#),
         "the ingest use case counts polled updates: {metrics}"
     );
 

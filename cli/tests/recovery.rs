@@ -78,3 +78,68 @@ async fn after_a_sigkill_mid_batch_the_restarted_process_replies_within_two_seco
         .await;
     local.terminate().await;
 }
+
+/// Telegram's `retry_after` binds the bot, not the process that heard it: a restart inside the
+/// announced wait sends nothing before it ends — neither the refused update nor another chat's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_wait_heard_before_a_sigkill_holds_the_bot_after_the_restart() {
+    use tgq_fake_telegram::{FakeTelegram, Fault, Scope, Times};
+    const WAIT_SECS: u32 = 6;
+    let fake = FakeTelegram::start().await.unwrap();
+    let api_url = fake.url();
+    let envs = [
+        ("TELEGRAM_API_URL", api_url.as_str()),
+        ("TELEGRAM_BOT_TOKEN", fake.token()),
+        ("TGQ_WEBHOOK_SECRET", SECRET),
+        ("TGQ_HANDLER", "echo"),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let client = reqwest::Client::new();
+    let post = async |local: &Local, update_id: i64, chat: i64| {
+        let status = client
+            .post(local.url("/webhook"))
+            .header("x-telegram-bot-api-secret-token", SECRET)
+            .json(&message_update(update_id, chat, "hello"))
+            .send()
+            .await
+            .unwrap()
+            .status();
+        assert_eq!(status, 200);
+    };
+
+    fake.inject(Fault::RetryAfter(WAIT_SECS), Scope::Global, Times::Once);
+    let mut first = Local::start_on(port, dir.path(), &envs, &[]);
+    first.wait_ready().await;
+    post(&first, 1, 501).await;
+    let started = Instant::now();
+    while fake.calls().iter().all(|call| call.method != "sendMessage") {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "no send reached the fake"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let refused_at = Instant::now();
+    first.kill();
+
+    let mut second = Local::start_on(port, dir.path(), &envs, &[]);
+    second.wait_ready().await;
+    post(&second, 2, 502).await;
+    let started = Instant::now();
+    while fake.delivered().len() < 2 {
+        assert!(
+            started.elapsed() < Duration::from_secs(40),
+            "delivered {:?}",
+            fake.delivered()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        refused_at.elapsed() >= Duration::from_secs(u64::from(WAIT_SECS) - 1),
+        "both replies went out {:?} after the 429 that asked for {WAIT_SECS} s",
+        refused_at.elapsed()
+    );
+    assert_eq!(fake.violations().early_sends, 0, "{:?}", fake.violations());
+    second.terminate().await;
+}

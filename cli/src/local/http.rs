@@ -21,6 +21,7 @@ use serde_json::{json, Value};
 use tgq_core::clock::Clock;
 use tgq_core::ingest::{Answer, Ingested, Refused, RequestHead, Webhooks, SECRET_HEADER};
 use tgq_embedded::EmbeddedStore;
+use tracing::warn;
 
 use super::admin;
 use super::share::LoopShare;
@@ -216,10 +217,19 @@ async fn readyz(State(app): State<App>) -> Response {
     answer(StatusCode::OK, Value::from("ready"))
 }
 
-/// `GET /metrics`: the counters and histograms of `tgq_core::metrics`, in the Prometheus text
-/// format, for the same clients as the admin routes (a scraper on another host presents the admin
-/// token as a bearer token).
+/// `GET /metrics`: the counters and histograms of `tgq_core::metrics` and the queue's gauges, in
+/// the Prometheus text format under Prometheus' names (`crate::prometheus`), for the same clients
+/// as the admin routes (a scraper on another host presents the admin token as a bearer token).
 async fn metrics(State(app): State<App>) -> Response {
+    // The queue's gauges, from one snapshot read; a store that cannot be read leaves them as they
+    // were at the last scrape, and the counters are served all the same.
+    let store = app.store.clone();
+    let now = app.clock.now();
+    match tokio::task::spawn_blocking(move || store.stats(now)).await {
+        Ok(Ok(stats)) => crate::prometheus::record_store(&stats),
+        Ok(Err(error)) => warn!(error = %error, "reading the queue's gauges for /metrics"),
+        Err(error) => warn!(error = %error, "reading the queue's gauges for /metrics"),
+    }
     (
         StatusCode::OK,
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],

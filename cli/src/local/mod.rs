@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Args;
-use metrics_exporter_prometheus::PrometheusBuilder;
 use tgq_core::bots::{BotRuntime, Connect, Fleet, RegistryBots};
 use tgq_core::clock::{Clock, SystemClock};
 use tgq_core::config::Vars;
@@ -40,6 +39,7 @@ mod admin;
 mod data_dir;
 mod demo;
 mod fixtures;
+mod flood;
 mod http;
 mod share;
 pub(crate) mod shutdown;
@@ -186,10 +186,7 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
 
     // What the use cases count, served at /metrics in the Prometheus text format, each metric
     // labelled with its bot.
-    let metrics = PrometheusBuilder::new()
-        .install_recorder()
-        .context("installing the metrics recorder")?;
-    tgq_core::metrics::describe();
+    let metrics = crate::prometheus::install()?;
 
     let shutdown = Shutdown::new();
     shutdown.on_signals()?;
@@ -205,8 +202,14 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
     ));
     let webhooks = webhooks(&settings, &store, &clock, registry.clone());
     let bots = Arc::new(bots(&settings, &vars, &store, registry).await?);
-    // One pacer for every worker loop: Telegram's limits are per bot, not per loop.
-    let pacer = Arc::new(Pacer::new(settings.rate_limits));
+    // One pacer for every worker loop: Telegram's limits are per bot, not per loop. Its flood
+    // waits outlive the process.
+    let (waits, running) = flood::FloodWaits::open(data.path());
+    let pacer = Arc::new(Pacer::remembering(
+        settings.rate_limits,
+        Arc::new(waits),
+        &running,
+    ));
     let mut tasks: JoinSet<anyhow::Result<()>> = JoinSet::new();
 
     let share = Arc::new(LoopShare::new(loop_settings.loops));

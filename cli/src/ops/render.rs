@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use tgq_embedded::OutboxEntry;
+use tgq_embedded::{OldestPending, OutboxEntry};
 
 use super::client::Source;
 use crate::views::{AuditView, LetterView, ReportView, StatusView};
@@ -36,6 +36,9 @@ pub fn status(view: &StatusView, source: Source) {
         stats.pending,
         stats.in_flight
     );
+    if let Some(oldest) = &view.oldest {
+        outln!("{}", oldest_line(oldest));
+    }
     outln!("dead letters   {}", stats.dead);
     outln!("outbox         {}", stats.outbox);
     outln!("records        {}", stats.records);
@@ -60,6 +63,36 @@ pub fn status(view: &StatusView, source: Source) {
         Source::Running(addr) => outln!("(from the running tgq local at {addr})"),
         Source::Store => outln!("(read from the store; tgq local is not running)"),
     }
+}
+
+/// The line of `tgq status` that names the oldest message on the queue: the chat it holds back,
+/// the update, its attempts and last error, and when it runs again.
+fn oldest_line(oldest: &OldestPending) -> String {
+    let update = match oldest.update_id {
+        Some(id) => format!("update {id}"),
+        None => String::from("an unreadable message"),
+    };
+    // A chat's group key is its id; users and unordered updates have a prefix of their own.
+    let group = match oldest.group.parse::<i64>() {
+        Ok(chat) => format!("chat {chat}"),
+        Err(_) => oldest.group.clone(),
+    };
+    let mut line = format!(
+        "oldest         {update} of bot {} in {group}",
+        oldest.bot_id
+    );
+    if oldest.attempts > 0 {
+        line += &format!(", {} attempts", oldest.attempts);
+    }
+    if let Some(error) = &oldest.last_error {
+        line += &format!(", last error: {error}");
+    }
+    line += &match (oldest.running, oldest.runs_again_in) {
+        (true, _) => String::from(", running now"),
+        (false, Some(wait)) => format!(", runs again in {}", human_duration(wait)),
+        (false, None) => String::from(", due now"),
+    };
+    line
 }
 
 /// `tgq outbox` as a table.

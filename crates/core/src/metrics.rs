@@ -104,10 +104,41 @@ pub const HISTOGRAMS: [&str; 3] = [
 /// Tells the installed recorder each metric's unit and meaning; call once after installing it.
 pub fn describe() {
     for name in COUNTERS.into_iter().chain(POLLER_COUNTERS) {
-        describe_counter!(name, Unit::Count, name);
+        describe_counter!(name, Unit::Count, help(name));
     }
     for name in HISTOGRAMS {
-        describe_histogram!(name, Unit::Milliseconds, name);
+        describe_histogram!(name, Unit::Milliseconds, help(name));
+    }
+}
+
+/// One line on what a metric counts, for recorders that print help text (Prometheus' `# HELP`).
+pub fn help(name: &str) -> &'static str {
+    match name {
+        RECEIVED => "New updates stored by the webhook.",
+        DUPLICATE => "Updates the webhook had already stored and enqueued.",
+        REQUEUED => "Updates stored earlier whose enqueue was never confirmed, sent again.",
+        POISON => "Bodies that are not updates, dead-lettered by the webhook.",
+        INGEST_UNAVAILABLE => {
+            "Webhook requests answered 503: the update could not be made durable."
+        }
+        ENQUEUED => "Updates sent to the updates queue.",
+        PROCESSED => "Handler runs that finished their update.",
+        RETRIED => "Handler runs that failed and will be retried.",
+        DEAD_LETTERED => "Updates given up on and dead-lettered.",
+        RECIPIENT_GONE => "Runs ended because the recipient blocked the bot or is gone.",
+        FENCED => "Runs that lost their lease to another run and stopped.",
+        UNCERTAIN_SEND => "At-most-once sends with an unknown earlier outcome, not sent again.",
+        REGISTRY_UNAVAILABLE => "Failed reads of the bot registry.",
+        THROTTLED_WAIT_MS => "How long a run's sends waited for Telegram's pacing.",
+        END_TO_END_LATENCY_MS => "From an update's arrival at the webhook to its end.",
+        HANDLER_DURATION_MS => "How long a handler run took.",
+        POLLER_TAKEOVERS => "Poller leases taken over from a holder that had not released them.",
+        POLLER_FLAPPING => "Poller takeovers less than a minute after the previous one.",
+        POLLER_CHECKPOINTS_REFUSED => {
+            "Offset checkpoints refused because a newer leader held the lease."
+        }
+        POLLER_RENEWALS_FAILED => "Poller lease renewals that failed or came too late.",
+        _ => "",
     }
 }
 

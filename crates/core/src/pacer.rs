@@ -1,16 +1,20 @@
 //! Telegram's pacing in the worker (docs/ARCHITECTURE.md §4): a process-wide limiter per
 //! bot that spaces sends to Telegram's published limits, and a pause of every send of a bot after a
 //! 429 named a wait. One [`Pacer`] is shared by every run of the process (a Lambda container, or all
-//! of `tgq local`'s worker loops).
+//! of `tgq local`'s worker loops); a [`PauseMemory`] carries its flood waits over to the next
+//! process.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
+use crate::clock::{Clock, SystemClock};
 use crate::defaults;
 use crate::ids::BotId;
+use crate::record::Timestamp;
 
 /// Telegram's flood limits, per bot; `None` lifts a limit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,6 +58,15 @@ const MINUTE: Duration = Duration::from_secs(60);
 pub struct Pacer {
     limits: RateLimits,
     bots: Mutex<HashMap<BotId, BotPace>>,
+    memory: Option<Arc<dyn PauseMemory>>,
+}
+
+/// Where a pacer keeps its flood waits so that they outlive the process: Telegram's `retry_after`
+/// binds the bot, not the process that heard it, and a process started inside the wait must not
+/// send into it (local mode keeps them in its data directory).
+pub trait PauseMemory: Send + Sync + std::fmt::Debug {
+    /// Keeps that every call of `bot` waits until `until`.
+    fn remember(&self, bot: &BotId, until: Timestamp);
 }
 
 #[derive(Debug, Default)]
@@ -94,6 +107,27 @@ impl Pacer {
         Self {
             limits,
             bots: Mutex::new(HashMap::new()),
+            memory: None,
+        }
+    }
+
+    /// A limiter that hands every new flood wait to `memory`, and holds the bots of `remembered`
+    /// (what `memory` kept for an earlier process) until their waits end.
+    pub fn remembering(
+        limits: RateLimits,
+        memory: Arc<dyn PauseMemory>,
+        remembered: &[(BotId, Timestamp)],
+    ) -> Self {
+        let pacer = Self::new(limits);
+        let (now, wall) = (Instant::now(), SystemClock.now());
+        for (bot, until) in remembered {
+            if *until > wall {
+                pacer.hold(bot, now + until.since(wall));
+            }
+        }
+        Self {
+            memory: Some(memory),
+            ..pacer
         }
     }
 
@@ -163,9 +197,23 @@ impl Pacer {
 
     /// Holds every call of `bot` until `until`: Telegram named a wait in a 429.
     pub fn pause(&self, bot: &BotId, until: Instant) {
+        if self.hold(bot, until) {
+            if let Some(memory) = &self.memory {
+                let left = until.saturating_duration_since(Instant::now());
+                memory.remember(bot, SystemClock.now().plus(left));
+            }
+        }
+    }
+
+    /// Holds every call of `bot` until `until`; says whether that lengthened its pause.
+    fn hold(&self, bot: &BotId, until: Instant) -> bool {
         let mut bots = self.bots.lock();
         let pace = bots.entry(bot.clone()).or_default();
-        pace.paused_until = Some(pace.paused_until.map_or(until, |p| p.max(until)));
+        let longer = pace.paused_until.is_none_or(|p| until > p);
+        if longer {
+            pace.paused_until = Some(until);
+        }
+        longer
     }
 }
 

@@ -268,6 +268,7 @@ impl LocalTgq {
             fenced: find(&["fenced", "fenced_writes"]),
             uncertain: find(&["uncertain_sends", "uncertain"]),
             resent,
+            resent_count: find(&["resent_after_unknown_outcome"]),
         }
     }
 

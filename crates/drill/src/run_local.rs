@@ -493,8 +493,9 @@ pub(crate) async fn wait_for_calls(
     }
 }
 
-/// The at-most-once sends that took effect while their answer was lost in the crash (the outside
-/// count) must be counted uncertain by tgq, and none sent twice (the base checks).
+/// The sends that took effect while their answer was lost in the crash (the outside count) must
+/// each be counted once by tgq — uncertain when at most once, made again when at least once — and
+/// none sent twice (the base checks).
 pub(crate) fn uncertain_checks(t: &Tally, reported: &Reported) -> Vec<Check> {
     vec![
         no_unexpected_dead(t),
@@ -504,13 +505,17 @@ pub(crate) fn uncertain_checks(t: &Tally, reported: &Reported) -> Vec<Check> {
             format!("{} sends took effect without their answer", t.uncertain),
         ),
         Check::new(
-            "tgq counts each of them as uncertain",
-            reported.uncertain.is_some_and(|n| n >= t.uncertain),
+            "tgq counts each call whose answer was lost once: uncertain (at most once) + made again (at least once) = the calls that took effect without their answer",
+            reported.unknown_outcomes() == Some(t.uncertain),
             format!(
-                "tgq counts {}",
+                "tgq counts {} uncertain + {} made again, against {} at Telegram",
                 reported
                     .uncertain
-                    .map_or("nothing (no such counter)".into(), |n| n.to_string())
+                    .map_or("no".into(), |n| n.to_string()),
+                reported
+                    .resent_count
+                    .map_or("no".into(), |n| n.to_string()),
+                t.uncertain
             ),
         ),
     ]

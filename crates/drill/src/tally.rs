@@ -38,9 +38,28 @@ pub struct Reported {
     /// the record of its result, which the fake cannot see when its answer was written before the
     /// crash.
     pub resent: BTreeSet<i64>,
+    /// At-least-once actions tgq counted as made again after an unknown outcome (local mode's
+    /// counter; on the emulator, the worker's log lines).
+    pub resent_count: Option<u64>,
 }
 
 impl Reported {
+    /// The log lines that say an action is made again after an unknown outcome.
+    pub fn resent_lines(log: &str) -> u64 {
+        log.lines()
+            .filter(|line| line.contains(MADE_AGAIN_AFTER_UNKNOWN_OUTCOME))
+            .count() as u64
+    }
+
+    /// The calls tgq counts as having an unknown outcome: at-most-once ones marked uncertain (not
+    /// sent again) plus at-least-once ones made again.
+    pub fn unknown_outcomes(&self) -> Option<u64> {
+        match (self.uncertain, self.resent_count) {
+            (None, None) => None,
+            (uncertain, resent) => Some(uncertain.unwrap_or(0) + resent.unwrap_or(0)),
+        }
+    }
+
     /// The update ids of tgq's "making it again" log lines, JSON (`"update_id":N`) or text
     /// (`update_id=N`).
     pub fn resent_in_log(log: &str) -> BTreeSet<i64> {

@@ -5,12 +5,18 @@ use std::time::Duration;
 
 use redb::ReadableTableMetadata;
 use serde::{Deserialize, Serialize};
+use tgq_core::envelope::Envelope;
+use tgq_core::fifo::MessageState;
+use tgq_core::ids::{BotId, RecordKey};
 use tgq_core::ports::DeadLetter;
 use tgq_core::record::Timestamp;
 
 use crate::handle::Db;
 use crate::queue::{self, QueueIndex};
-use crate::schema::{counter, decode_letter, decode_outbox_entry, DEAD, META, OUTBOX, RECORDS};
+use crate::schema::{
+    counter, decode_letter, decode_outbox_entry, decode_record, unframe, DEAD, META, OUTBOX, QUEUE,
+    RECORDS,
+};
 use crate::{EmbeddedStore, StoreError};
 
 /// Queue depths and table sizes, for `tgq status`.
@@ -30,6 +36,35 @@ pub struct StoreStats {
     pub outbox: u64,
     /// Stored update records, expired ones included until they are purged.
     pub records: u64,
+}
+
+/// The oldest message on the queue and what its record says: the update at the head of the chat that
+/// has waited longest, which `tgq status` names so that an operator sees what holds a chat back.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OldestPending {
+    /// The bot it belongs to.
+    pub bot_id: String,
+    /// Its ordering group inside the bot (`chat:42`, `user:7`, …): the chat it holds back.
+    pub group: String,
+    /// Its update id, when the body names one.
+    pub update_id: Option<i64>,
+    /// How long ago it was sent to the queue.
+    #[serde(rename = "age_ms", with = "millis")]
+    pub age: Option<Duration>,
+    /// Deliveries so far.
+    pub receives: u32,
+    /// Its record's status (`RECEIVED`, `RETRYING`, …), when the record is there.
+    pub status: Option<String>,
+    /// Handler runs spent on it.
+    pub attempts: u32,
+    /// The last run's error, when one failed.
+    pub last_error: Option<String>,
+    /// A run holds it now (delivered, its visibility not over).
+    pub running: bool,
+    /// When it is delivered again, if it is hidden now (a run holds it, or it backs off); `None`
+    /// when it can be delivered at once.
+    #[serde(rename = "runs_again_in_ms", with = "millis")]
+    pub runs_again_in: Option<Duration>,
 }
 
 /// One Bot API call the offline outbox accepted, as `tgq outbox` shows it.
@@ -122,6 +157,59 @@ impl EmbeddedStore {
             outbox: read.open_table(OUTBOX)?.len()?,
             records: read.open_table(RECORDS)?.len()?,
         })
+    }
+
+    /// The oldest message on the queue, with its record's attempts and last error; `None` when the
+    /// queue is empty. Blocking: reads on the calling thread.
+    pub fn oldest_pending(&self, now: Timestamp) -> Result<Option<OldestPending>, StoreError> {
+        let read = self.db.get()?.begin_read()?;
+        let queue = read.open_table(QUEUE)?;
+        let mut oldest: Option<(MessageState, Vec<u8>)> = None;
+        for entry in queue.range::<u64>(..)? {
+            let (seq, value) = entry?;
+            let (message, body) = unframe::<MessageState>(value.value()).map_err(
+                StoreError::corrupt(format!("queue message {}", seq.value())),
+            )?;
+            if oldest
+                .as_ref()
+                .is_none_or(|(o, _)| message.sent_at < o.sent_at)
+            {
+                oldest = Some((message, body.to_vec()));
+            }
+        }
+        let Some((message, body)) = oldest else {
+            return Ok(None);
+        };
+        let (bot_id, group) = match message.group.split() {
+            Ok((bot, group)) => (bot.to_string(), group.to_string()),
+            Err(_) => (String::from("?"), message.group.to_string()),
+        };
+        let update_id = Envelope::parse(&body).ok().map(|e| e.update_id);
+        let record = match (BotId::new(bot_id.clone()), update_id) {
+            (Ok(bot), Some(update_id)) => {
+                let pk = RecordKey::new(bot, update_id).pk();
+                match read.open_table(RECORDS)?.get(pk.as_str())? {
+                    Some(value) => Some(
+                        decode_record(value.value())
+                            .map_err(StoreError::corrupt(format!("record {pk}")))?,
+                    ),
+                    None => None,
+                }
+            }
+            _ => None,
+        };
+        Ok(Some(OldestPending {
+            bot_id,
+            group,
+            update_id: update_id.map(|id| id.0),
+            age: Some(now.since(message.sent_at)),
+            receives: message.receive_count,
+            status: record.as_ref().map(|r| r.status.to_string()),
+            attempts: record.as_ref().map_or(0, |r| r.attempts),
+            last_error: record.and_then(|r| r.last_error),
+            running: message.in_flight(now) && message.held,
+            runs_again_in: (message.visible_at > now).then(|| message.visible_at.since(now)),
+        }))
     }
 
     /// Up to `limit` outbox entries, oldest first. Blocking: reads on the calling thread.

@@ -39,7 +39,7 @@ mod writer;
 pub use backup::{Backup, Restored};
 pub use bots_file::{BotsFile, BOTS_FILE};
 pub use error::StoreError;
-pub use inspect::{Counters, OutboxEntry, StoreStats};
+pub use inspect::{Counters, OldestPending, OutboxEntry, StoreStats};
 pub use lease::EmbeddedPollerLease;
 pub use offline::OfflineBotApi;
 pub use open::StoreOptions;

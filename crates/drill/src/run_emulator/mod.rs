@@ -244,6 +244,7 @@ impl<'a> Run<'a> {
             fenced: (fenced > 0).then_some(fenced),
             uncertain: (uncertain > 0).then_some(uncertain),
             resent: Reported::resent_in_log(&log),
+            resent_count: Some(Reported::resent_lines(&log)),
         }
     }
 
