@@ -21,7 +21,7 @@ use clap::{CommandFactory, Parser, Subcommand};
 
 /// mimalloc rather than the system allocator: buffers allocated on the runtime's threads are freed
 /// on the store's writer thread and back, which glibc's per-thread arenas handle poorly; durable
-/// ingest at 64 clients was about an eighth faster with it (docs/PERFORMANCE.md).
+/// ingest at 64 clients was about an eighth faster with it (CHANGELOG.md, "Local mode's speed").
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -85,7 +85,7 @@ enum Command {
 /// tokio's default, or the `TOKIO_WORKER_THREADS` the user set.
 ///
 /// On the 2-core development machine this raised durable ingest at 64 clients by about a sixth
-/// (docs/PERFORMANCE.md).
+/// (CHANGELOG.md, "Local mode's speed").
 fn local_runtime_threads() -> Option<usize> {
     if std::env::var_os("TOKIO_WORKER_THREADS").is_some() {
         return None;

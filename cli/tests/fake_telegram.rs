@@ -1,5 +1,5 @@
 //! `tgq fake-telegram`: the fake Bot API as a server of its own, with faults and queued updates —
-//! here with `tgq local --poll` pointed at it, as README's path without Telegram does.
+//! here with `tgq local --poll` pointed at it, as docs/BOT.md's path without Telegram does.
 
 mod common;
 
