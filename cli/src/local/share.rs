@@ -10,7 +10,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 
 use super::shutdown::Shutdown;
 
@@ -35,6 +35,8 @@ pub struct LoopShare {
     all: usize,
     under_ingest: usize,
     arrivals: AtomicU64,
+    /// Told of each arrival, so that a quiet webhook's sampler sleeps until the next one.
+    arrival: Notify,
     allowed: watch::Sender<usize>,
 }
 
@@ -45,6 +47,7 @@ impl LoopShare {
             all,
             under_ingest: LOOPS_UNDER_INGEST.min(all),
             arrivals: AtomicU64::new(0),
+            arrival: Notify::new(),
             allowed: watch::Sender::new(all),
         }
     }
@@ -52,6 +55,7 @@ impl LoopShare {
     /// Counts one webhook request.
     pub fn arrived(&self) {
         self.arrivals.fetch_add(1, Ordering::Relaxed);
+        self.arrival.notify_one();
     }
 
     /// How many loops may receive now: loops `0..allowed()`.
@@ -86,6 +90,8 @@ impl LoopShare {
     }
 
     /// Reads the arrival rate every [`SAMPLE_EVERY`] until shutdown, and sets the allowed loops.
+    /// While nothing arrives and every loop is allowed there is nothing to read: it sleeps until
+    /// the next arrival, so an idle process is not woken twenty times a second.
     pub async fn run(&self, shutdown: Shutdown) {
         let mut ticks = tokio::time::interval(SAMPLE_EVERY);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -98,8 +104,18 @@ impl LoopShare {
             }
             let now = tokio::time::Instant::now();
             let total = self.arrivals.load(Ordering::Relaxed);
-            self.adjust(total - counted, now - last);
+            // A sample shortly after a wake-up counts over a whole interval, not over the moment
+            // since the first arrival.
+            self.adjust(total - counted, (now - last).max(SAMPLE_EVERY));
             (last, counted) = (now, total);
+            if total == self.arrivals.load(Ordering::Relaxed) && self.allowed() == self.all {
+                // A permit left by an arrival since the last sleep ends this one at once.
+                tokio::select! {
+                    () = self.arrival.notified() => {}
+                    () = shutdown.wait() => return,
+                }
+                last = tokio::time::Instant::now();
+            }
         }
     }
 }

@@ -42,7 +42,7 @@ impl Default for LoopSettings {
         Self {
             loops: crate::config::DEFAULT_WORKER_LOOPS,
             batch_size: 10,
-            wait: Duration::from_secs(1),
+            wait: Duration::from_secs(20),
             budget: tgq_core::defaults::WORKER_TIMEOUT,
             visibility: tgq_core::defaults::WORKER_TIMEOUT + Duration::from_secs(10),
         }
@@ -109,10 +109,15 @@ pub async fn run(id: usize, loops: Loops, worker: Worker) {
         if shutdown.is_triggered() {
             break;
         }
-        // Not cancelled on shutdown: a receive abandoned after it was committed would leave its
-        // messages hidden until their visibility timeout. It waits one second at most.
+        // A long wait, as SQS long polling: an idle loop costs a look every few seconds, and the
+        // shutdown ends the wait (never a receive being committed).
         let records = match store
-            .receive(settings.batch_size, settings.visibility, settings.wait)
+            .receive_until(
+                settings.batch_size,
+                settings.visibility,
+                settings.wait,
+                shutdown.wait(),
+            )
             .await
         {
             Ok(records) => records,

@@ -20,10 +20,11 @@ use crate::inspect::read_dead_letters;
 use crate::schema::{decode_record, RECORDS};
 use crate::{EmbeddedStore, StoreError};
 
-/// The longest a waiting receive naps without looking again. It is woken by every commit that may
-/// make a message deliverable, and it naps only until the next hidden message shows again (which
-/// nothing announces); this bound covers a clock that is not the system's (tests move theirs).
-const RECEIVE_POLL: Duration = Duration::from_secs(1);
+/// The longest a waiting receive naps while a message is hidden. It is woken by every commit that
+/// may make a message deliverable, and it naps only until the next hidden message shows again
+/// (which nothing announces); this bound covers a clock that is not the system's (tests move
+/// theirs).
+const RECEIVE_POLL: Duration = Duration::from_secs(5);
 
 /// A store failure at a port: unreadable data is refused, anything else may pass.
 fn port_error(what: &'static str, error: StoreError) -> PortError {
@@ -182,14 +183,19 @@ impl Visibility for EmbeddedStore {
     }
 }
 
-#[async_trait]
-impl QueueConsumer for EmbeddedStore {
-    async fn receive(
+impl EmbeddedStore {
+    /// [`QueueConsumer::receive`] that also ends, with nothing, once `stop` completes. `stop` is
+    /// only looked at while the receive naps, never while a receive is being committed: a receive
+    /// abandoned after its commit would leave its messages hidden until their visibility timeout.
+    /// So a caller that must stop promptly can wait long.
+    pub async fn receive_until(
         &self,
         max: usize,
         visibility: Duration,
         wait: Duration,
+        stop: impl std::future::Future<Output = ()>,
     ) -> Result<Vec<QueueRecord>, PortError> {
+        tokio::pin!(stop);
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             // Registered before looking, so a send committed after the look still wakes us.
@@ -204,13 +210,30 @@ impl QueueConsumer for EmbeddedStore {
             if !batch.is_empty() || max == 0 || now >= deadline {
                 return Ok(batch);
             }
-            let until_visible = next_visible.map_or(RECEIVE_POLL, |at| {
-                at.since(self.clock.now()) + Duration::from_millis(1)
+            // Nothing hidden: only a commit can bring a message, and every such commit wakes us.
+            let until_visible = next_visible.map_or(Duration::MAX, |at| {
+                (at.since(self.clock.now()) + Duration::from_millis(1)).min(RECEIVE_POLL)
             });
-            let nap = (deadline - now).min(RECEIVE_POLL).min(until_visible);
-            // Either outcome means "look again": woken by a commit, or the nap is over.
-            let _ = tokio::time::timeout(nap, woken).await;
+            let nap = (deadline - now).min(until_visible);
+            // Woken by a commit, or the nap is over: look again. Stopped: nothing was received.
+            tokio::select! {
+                _ = tokio::time::timeout(nap, woken) => {}
+                () = &mut stop => return Ok(Vec::new()),
+            }
         }
+    }
+}
+
+#[async_trait]
+impl QueueConsumer for EmbeddedStore {
+    async fn receive(
+        &self,
+        max: usize,
+        visibility: Duration,
+        wait: Duration,
+    ) -> Result<Vec<QueueRecord>, PortError> {
+        self.receive_until(max, visibility, wait, std::future::pending())
+            .await
     }
 
     async fn delete(&self, receipt: &ReceiptHandle) -> Result<(), PortError> {
