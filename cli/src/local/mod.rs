@@ -54,7 +54,7 @@ Environment (the same variables as the Lambda functions):
   TGQ_BOT_ID             the bot's id in record keys and message groups (default `local`)
   TGQ_HANDLER            `bot` (the bot in bot/, default) or `echo` (the built-in echo bot)
   TGQ_WEBHOOK_SECRET     the webhook secret; unset: generated once, kept in <data-dir>/webhook-secret
-  TGQ_MAX_BODY_BYTES     the largest webhook body accepted (default 1048576)
+  TGQ_MAX_BODY_BYTES     the largest webhook body accepted (default 524288, 512 KiB)
   TGQ_MAX_ATTEMPTS, TGQ_BACKOFF_BASE_MS, TGQ_BACKOFF_CAP_MS   the retry budget and backoff
   TGQ_DEAD_LETTER_GONE_RECIPIENTS=true   dead-letter updates whose user blocked the bot or left
                          (default: settle them DONE as recipient_gone, counted in `tgq status`)
