@@ -117,6 +117,42 @@ fn key(update_id: i64) -> RecordKey {
     RecordKey::new(BotId::new("demo").unwrap(), UpdateId(update_id))
 }
 
+/// Claims the stored update `update_id` of `group` and buries it as the worker does when its run
+/// fails for good: its record DEAD with the run's number as its attempts, a letter on the
+/// dead-letter queue.
+async fn claim_and_bury(
+    store: &DynamoStore,
+    dlq: &SqsQueue,
+    update_id: i64,
+    group: &GroupKey,
+    body: Bytes,
+) {
+    let now = SystemClock.now();
+    let request = ClaimRequest {
+        key: key(update_id),
+        group: group.clone(),
+        payload: body.clone(),
+        now,
+        lease_until: now.plus(Duration::from_secs(60)),
+        expires_at: now.plus(Duration::from_secs(86_400)),
+    };
+    let Claim::Run(claimed) = store.claim(&request).await.unwrap() else {
+        panic!("the claim of update {update_id} runs");
+    };
+    let burial = Burial {
+        reason: DeadReason::Permanent,
+        class: FailureClass::Permanent,
+        error: "Telegram answered 403: Forbidden: bot was blocked by the user".into(),
+        attempts: claimed.lease.token,
+    };
+    store
+        .settle(&claimed.lease, &Settlement::Dead(burial.clone()), &[])
+        .await
+        .unwrap();
+    let letter = DeadLetter::for_update(&key(update_id), group, body, &burial);
+    dlq.dead_letter(&letter).await.unwrap();
+}
+
 impl Deployed {
     /// Buries an update as the worker does: its record DEAD, its letter on the dead-letter queue.
     async fn bury(&self, update_id: i64, chat: i64) {
@@ -131,29 +167,7 @@ impl Deployed {
             Duration::from_secs(86_400),
         );
         self.store.insert(&record, now).await.unwrap();
-        let request = ClaimRequest {
-            key: key(update_id),
-            group: group.clone(),
-            payload: body.clone(),
-            now,
-            lease_until: now.plus(Duration::from_secs(60)),
-            expires_at: now.plus(Duration::from_secs(86_400)),
-        };
-        let Claim::Run(claimed) = self.store.claim(&request).await.unwrap() else {
-            panic!("the claim runs");
-        };
-        let burial = Burial {
-            reason: DeadReason::Permanent,
-            class: FailureClass::Permanent,
-            error: "Telegram answered 403: Forbidden: bot was blocked by the user".into(),
-            attempts: 1,
-        };
-        self.store
-            .settle(&claimed.lease, &Settlement::Dead(burial.clone()), &[])
-            .await
-            .unwrap();
-        let letter = DeadLetter::for_update(&key(update_id), &group, body, &burial);
-        self.dlq.dead_letter(&letter).await.unwrap();
+        claim_and_bury(&self.store, &self.dlq, update_id, &group, body).await;
     }
 
     /// `tgq ARGS --stack NAME`, expected to succeed, its stdout.
@@ -327,30 +341,8 @@ async fn fail_again(
             let update: Value = serde_json::from_slice(&body).unwrap();
             let update_id = update["update_id"].as_i64().unwrap();
             let chat = update["message"]["chat"]["id"].as_i64().unwrap();
-            let (group, now) = (GroupKey::new(chat.to_string()), SystemClock.now());
-            let request = ClaimRequest {
-                key: key(update_id),
-                group: group.clone(),
-                payload: body.clone(),
-                now,
-                lease_until: now.plus(Duration::from_secs(60)),
-                expires_at: now.plus(Duration::from_secs(86_400)),
-            };
-            let Claim::Run(claimed) = store.claim(&request).await.unwrap() else {
-                panic!("the replayed update {update_id} runs");
-            };
-            let burial = Burial {
-                reason: DeadReason::Permanent,
-                class: FailureClass::Permanent,
-                error: "Telegram answered 403: Forbidden: bot was blocked by the user".into(),
-                attempts: claimed.lease.token,
-            };
-            store
-                .settle(&claimed.lease, &Settlement::Dead(burial.clone()), &[])
-                .await
-                .unwrap();
-            let letter = DeadLetter::for_update(&key(update_id), &group, body, &burial);
-            dlq.dead_letter(&letter).await.unwrap();
+            let group = GroupKey::new(chat.to_string());
+            claim_and_bury(&store, &dlq, update_id, &group, body).await;
             sqs.delete_message()
                 .queue_url(&queue_url)
                 .receipt_handle(message.receipt_handle.unwrap_or_default())
