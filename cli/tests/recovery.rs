@@ -121,6 +121,16 @@ async fn a_flood_wait_heard_before_a_sigkill_holds_the_bot_after_the_restart() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let refused_at = Instant::now();
+    // Heard means tgq acted on the answer: it keeps the wait in the data directory. (A SIGKILL
+    // between Telegram's answer and that write loses the wait; the next send hears it again.)
+    let kept = dir.path().join("flood-waits.json");
+    while !kept.exists() {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the 429 was not acted on"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     first.kill();
 
     let mut second = Local::start_on(port, dir.path(), &envs, &[]);
