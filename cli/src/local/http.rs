@@ -225,9 +225,12 @@ async fn metrics(State(app): State<App>) -> Response {
     // were at the last scrape, and the counters are served all the same.
     let store = app.store.clone();
     let now = app.clock.now();
-    match tokio::task::spawn_blocking(move || store.stats(now)).await {
-        Ok(Ok(stats)) => crate::prometheus::record_store(&stats),
-        Ok(Err(error)) => warn!(error = %error, "reading the queue's gauges for /metrics"),
+    let read = tokio::task::spawn_blocking(move || store.stats(now)).await;
+    match read
+        .map_err(anyhow::Error::from)
+        .and_then(|stats| Ok(stats?))
+    {
+        Ok(stats) => crate::prometheus::record_store(&stats),
         Err(error) => warn!(error = %error, "reading the queue's gauges for /metrics"),
     }
     (

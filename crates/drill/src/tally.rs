@@ -45,10 +45,14 @@ pub struct Reported {
 
 impl Reported {
     /// The log lines that say an action is made again after an unknown outcome.
-    pub fn resent_lines(log: &str) -> u64 {
+    fn made_again(log: &str) -> impl Iterator<Item = &str> {
         log.lines()
             .filter(|line| line.contains(MADE_AGAIN_AFTER_UNKNOWN_OUTCOME))
-            .count() as u64
+    }
+
+    /// How many such lines `log` has: one per action made again.
+    pub fn resent_lines(log: &str) -> u64 {
+        Self::made_again(log).count() as u64
     }
 
     /// The calls tgq counts as having an unknown outcome: at-most-once ones marked uncertain (not
@@ -63,8 +67,7 @@ impl Reported {
     /// The update ids of tgq's "making it again" log lines, JSON (`"update_id":N`) or text
     /// (`update_id=N`).
     pub fn resent_in_log(log: &str) -> BTreeSet<i64> {
-        log.lines()
-            .filter(|line| line.contains(MADE_AGAIN_AFTER_UNKNOWN_OUTCOME))
+        Self::made_again(log)
             .filter_map(|line| {
                 ["\"update_id\":", "update_id="].iter().find_map(|key| {
                     let at = line.find(key)? + key.len();
