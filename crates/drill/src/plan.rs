@@ -30,12 +30,19 @@ pub struct Planned {
     pub text: String,
     /// What must become of it.
     pub expect: Expect,
+    /// Bytes of filler in the sender's `last_name`, which the echo bot never reads: a body that
+    /// large makes every stored update take that much room.
+    pub padding: usize,
 }
 
 impl Planned {
     /// The update as Telegram posts it.
     pub fn body(&self) -> String {
-        message(self.update_id, self.chat, &self.text).to_string()
+        let mut update = message(self.update_id, self.chat, &self.text);
+        if self.padding > 0 {
+            update["message"]["from"]["last_name"] = Value::String("x".repeat(self.padding));
+        }
+        update.to_string()
     }
 }
 
@@ -83,6 +90,7 @@ impl Plan {
                     chat,
                     text: format!("c{chat} m{n}"),
                     expect: Expect::Reply,
+                    padding: 0,
                 }
             })
             .collect();
@@ -90,6 +98,14 @@ impl Plan {
             updates,
             poison: Vec::new(),
         }
+    }
+
+    /// The same traffic with `bytes` of filler in every update's body.
+    pub fn padded(mut self, bytes: usize) -> Plan {
+        for planned in &mut self.updates {
+            planned.padding = bytes;
+        }
+        self
     }
 
     /// The update with this id.
@@ -159,6 +175,23 @@ mod tests {
         let chats = |p: &Plan| p.updates.iter().map(|u| u.chat).collect::<Vec<_>>();
         assert_eq!(chats(&plan), chats(&again));
         assert_ne!(chats(&plan), chats(&Plan::ordinary(100, 7, 1000, 43)));
+    }
+
+    #[test]
+    fn a_padded_update_is_that_much_larger_and_still_an_update_of_its_chat() {
+        let plan = Plan::ordinary(3, 1, 7, 1);
+        let plain = plan.updates[0].body();
+        let padded = plan.padded(10_000).updates[0].body();
+        let field = ",\"last_name\":\"\"".len();
+        assert_eq!(padded.len(), plain.len() + 10_000 + field);
+        let envelope = tgq_core::envelope::Envelope::parse(padded.as_bytes()).unwrap();
+        assert_eq!(envelope.update_id.0, 7);
+        assert_eq!(
+            envelope.group,
+            tgq_core::envelope::Envelope::parse(plain.as_bytes())
+                .unwrap()
+                .group
+        );
     }
 
     #[test]

@@ -463,6 +463,7 @@ mod tests {
                     chat,
                     text: "t".into(),
                     expect,
+                    padding: 0,
                 })
                 .collect(),
             poison: vec!["junk".into()],

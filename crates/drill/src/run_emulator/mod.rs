@@ -180,6 +180,34 @@ impl<'a> Run<'a> {
         })
     }
 
+    /// Waits up to `limit` until one of `updates` is `PROCESSING` (a worker holds its lease and runs
+    /// its handler); returns which, or `None` when none was.
+    async fn wait_processing(
+        &self,
+        updates: &[i64],
+        limit: Duration,
+    ) -> anyhow::Result<Option<i64>> {
+        use tgq_core::clock::Clock as _;
+        use tgq_core::ports::RecordReader as _;
+        let store = tgq_aws::DynamoStore::new(
+            aws_sdk_dynamodb::Client::new(&self.em.sdk),
+            self.stack.table.clone(),
+        );
+        let bot = tgq_core::ids::BotId::new(BOT_ID)?;
+        let started = Instant::now();
+        while started.elapsed() < limit {
+            for &id in updates {
+                let key = tgq_core::ids::RecordKey::new(bot.clone(), tgq_core::ids::UpdateId(id));
+                let record = store.get(&key, tgq_core::clock::SystemClock.now()).await?;
+                if record.is_some_and(|r| r.status == tgq_core::record::Status::Processing) {
+                    return Ok(Some(id));
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(None)
+    }
+
     fn send(&self, copies: usize) -> tokio::task::JoinHandle<()> {
         let (poster, plan) = (self.poster.clone(), self.plan.clone());
         tokio::spawn(async move { poster.send(&plan, copies).await })
@@ -642,25 +670,20 @@ async fn stale_worker(
     let run = Run::start(s, o, em, plan, false, &[]).await?;
     let sending = run.send(1);
     run.acknowledged(run.plan.updates.len() / 4).await;
-    // Freeze while a slow update runs: its chat's first update has its reply and the second (the
-    // slow one, 5 s in its handler) none yet. Every worker container is frozen, so whichever runs
-    // it is caught in the middle.
-    let started = Instant::now();
-    while started.elapsed() < Duration::from_secs(60) {
-        let running = slow.iter().any(|chat| {
-            run.fake
-                .delivered_to(*chat)
-                .iter()
-                .filter(|call| call.method == "sendMessage")
-                .count()
-                == 1
-        });
-        if running {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Freeze while a slow update runs: its record is PROCESSING under a worker's lease, and its
+    // handler has 5 s to go. Every worker container is frozen, so whichever runs it is caught in
+    // the middle. (A reply to the chat's first update says only that the slow one is next: it may
+    // still wait in the queue, and then nothing is caught.)
+    let slow_updates: Vec<i64> = slow
+        .iter()
+        .filter_map(|chat| {
+            let mine = run.plan.updates.iter().filter(|p| p.chat == *chat);
+            mine.clone().nth(1).map(|p| p.update_id)
+        })
+        .collect();
+    let running = run
+        .wait_processing(&slow_updates, Duration::from_secs(60))
+        .await?;
     let frozen = run.all_workers().await;
     for pid in &frozen {
         crate::local::signal(*pid, libc::SIGSTOP)?;
@@ -673,7 +696,18 @@ async fn stale_worker(
         crate::local::signal(*pid, libc::SIGCONT)?;
     }
     let drain = run.drain(sending).await?;
-    run.finish(s, drain, |t, r, _| stale_checks(t, r)).await
+    run.finish(s, drain, move |t, r, _| {
+        let mut checks = stale_checks(t, r);
+        checks.push(Check::new(
+            "a worker was frozen in the middle of a run",
+            running.is_some(),
+            running.map_or("no slow update was PROCESSING within 60 s".into(), |id| {
+                format!("update {id} was PROCESSING when every worker was frozen")
+            }),
+        ));
+        checks
+    })
+    .await
 }
 
 /// Adds the mapping's `note` to the order check: an order violation reads against what moto

@@ -82,6 +82,7 @@ impl NoisyChats {
                         true => Expect::Dead,
                         false => Expect::Reply,
                     },
+                    padding: 0,
                 }
             })
             .collect();
