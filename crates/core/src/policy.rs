@@ -7,6 +7,15 @@ use crate::dead::DeadReason;
 use crate::defaults;
 use crate::error::ErrorClass;
 
+/// How much longer than Telegram's `retry_after` an update waits: the retry lands after the flood
+/// wait has ended at Telegram, not on its last instant.
+pub const FLOOD_WAIT_MARGIN: Duration = Duration::from_secs(1);
+
+/// How long an update waits after Telegram asked the bot to wait `retry_after`.
+pub fn after_flood_wait(retry_after: Duration) -> Duration {
+    retry_after + FLOOD_WAIT_MARGIN
+}
+
 /// The attempt budget, the time budget and the backoff curve.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RetryPolicy {
@@ -81,7 +90,7 @@ impl RetryPolicy {
             ErrorClass::RateLimited(_) if run.age >= self.max_retry_age => {
                 Verdict::Bury(DeadReason::ThrottledTooLong)
             }
-            ErrorClass::RateLimited(wait) => Verdict::RetryAfter(wait + Duration::from_secs(1)),
+            ErrorClass::RateLimited(wait) => Verdict::RetryAfter(after_flood_wait(wait)),
             ErrorClass::Transient if run.attempts_spent >= self.max_attempts => {
                 Verdict::Bury(DeadReason::BudgetSpent)
             }

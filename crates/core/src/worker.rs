@@ -23,7 +23,7 @@ use crate::handler::HandlerError;
 use crate::ids::{BotId, GroupKey, MessageGroupId, RecordKey};
 use crate::pacer::Pacer;
 use crate::patience::patiently;
-use crate::policy::{within_visibility_ceiling, FailedRun, Jitter, RetryPolicy, Verdict};
+use crate::policy::{self, within_visibility_ceiling, FailedRun, Jitter, RetryPolicy, Verdict};
 use crate::ports::{
     Claim, ClaimRequest, Claimed, DeadLetters, Final, QueueRecord, Reset, ResetRequest, ResetRule,
     Settlement, UpdateLedger, UpdateReset, Visibility,
@@ -448,7 +448,7 @@ impl Worker {
         if paused > self.settings.max_inline_wait {
             let class = ErrorClass::RateLimited(paused);
             let delay = self
-                .show_again(record, paused + Duration::from_secs(1), deadline)
+                .show_again(record, policy::after_flood_wait(paused), deadline)
                 .await;
             info!(
                 wait_ms = paused.as_millis() as u64,
