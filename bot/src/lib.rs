@@ -24,7 +24,7 @@ use teloxide_core::types::{
     CallbackQuery, InlineKeyboardButton, InlineKeyboardMarkup, Message, Update, UpdateKind,
 };
 use tgq_core::error::BoxError;
-use tgq_core::handler::HandlerRegistry;
+use tgq_core::handlers::HandlerRegistry;
 use tgq_core::state::ChatState;
 use tgq_core::{BotConfig, Context, Handler, HandlerError};
 use tgq_router::{ParseError, Route, Router};

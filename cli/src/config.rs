@@ -9,9 +9,9 @@ use std::time::Duration;
 use anyhow::{bail, Context as _};
 use rand::distr::{Alphanumeric, SampleString as _};
 use secrecy::{ExposeSecret as _, SecretString};
+use tgq_core::config::HandlerChoice;
 use tgq_core::config::{ConfigError, SecretSource, Vars};
 use tgq_core::defaults;
-use tgq_core::handler::HandlerChoice;
 use tgq_core::ids::BotId;
 use tgq_core::pacer::RateLimits;
 use tgq_core::worker::WorkerSettings;
@@ -102,17 +102,8 @@ impl LocalSettings {
             secret,
             secret_origin,
             max_body_bytes: vars.max_body_bytes()?,
-            worker: WorkerSettings {
-                retry: vars.retry_policy()?,
-                deadline_margin: defaults::DEADLINE_MARGIN,
-                record_ttl: vars.record_ttl()?,
-                max_receive_count: vars.max_receive_count()?,
-                gone_recipients: vars.gone_recipients()?,
-                store_patience: defaults::STORE_PATIENCE,
-                ack_callbacks: vars.ack_callbacks()?,
-                // One process, many loops: a loop waiting out a bot's pacing holds only itself.
-                max_inline_wait: defaults::MAX_INLINE_WAIT,
-            },
+            // One process, many loops: a loop waiting out a bot's pacing holds only itself.
+            worker: WorkerSettings::from_vars(vars, defaults::MAX_INLINE_WAIT)?,
             rate_limits: vars.rate_limits()?,
             token: bot_token(vars)?,
             telegram_api_url: vars.telegram_api_url()?,

@@ -61,8 +61,6 @@ enum Command {
     Deploy(ops::deploy::DeployArgs),
     /// Take a deployed bot down: delete its webhook, then its stack (the parameters with a flag).
     Destroy(ops::deploy::DestroyArgs),
-    /// Break the pipeline on purpose and count what happened (docs/RELIABILITY.md).
-    Drill(tgq_drill::DrillArgs),
     /// Add, list and remove the bots one stack (or one `tgq local`) hosts, each on /webhook/ID.
     Bots {
         #[command(subcommand)]
@@ -92,49 +90,6 @@ fn local_runtime_threads() -> Option<usize> {
     }
     let cores = std::thread::available_parallelism().ok()?.get();
     Some(cores.saturating_sub(1).max(1))
-}
-
-/// `tgq drill`: runs the scenarios against this same binary's `tgq local` (or the emulator), prints
-/// the table, and fails when a required figure was missed.
-async fn drill(args: tgq_drill::DrillArgs) -> anyhow::Result<()> {
-    let exe = std::env::current_exe()?;
-    if args.scenarios == ["failover"] {
-        return failover_drill(&args, exe).await;
-    }
-    let rows = tgq_drill::run(&args, exe).await?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
-    } else {
-        print!("{}", tgq_drill::report::table(&rows));
-    }
-    let missed = rows.iter().filter(|row| !row.passed()).count();
-    if missed > 0 {
-        anyhow::bail!(
-            "{missed} of {} scenario runs missed a required figure",
-            rows.len()
-        );
-    }
-    Ok(())
-}
-
-/// `tgq drill failover`: prints the figures, and fails when a target was missed (takeover ≤ 20 s,
-/// with the default 15 s TTL: TTL + 5 s; nothing lost or twice; no overlapping polls).
-async fn failover_drill(
-    args: &tgq_drill::DrillArgs,
-    exe: std::path::PathBuf,
-) -> anyhow::Result<()> {
-    let report = tgq_drill::run_failover(args, exe).await?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        print!("{}", report.table());
-    }
-    let limit = std::time::Duration::from_secs(args.lease_ttl_secs + 5);
-    let missed = report.missed(limit);
-    if !missed.is_empty() {
-        anyhow::bail!("the failover drill missed: {}", missed.join("; "));
-    }
-    Ok(())
 }
 
 fn main() -> ExitCode {
@@ -194,7 +149,6 @@ fn main() -> ExitCode {
             Command::Bots { command } => ops::bots::run(command).await,
             Command::FakeTelegram(args) => fake_telegram::run(args).await,
             Command::NoopHttp(args) => noop_http::run(args).await,
-            Command::Drill(args) => drill(args).await,
             Command::Deploy(args) => ops::deploy::deploy(args).await,
             Command::Destroy(args) => ops::deploy::destroy(args).await,
         }

@@ -20,8 +20,8 @@ use teloxide_core::payloads::{
 use teloxide_core::types::AllowedUpdate;
 use tgq_aws::SsmRegistry;
 use tgq_core::clock::{Clock as _, SystemClock};
+use tgq_core::config::HandlerChoice;
 use tgq_core::config::Vars;
-use tgq_core::handler::HandlerChoice;
 use tgq_core::ids::BotId;
 use tgq_core::ports::DeadLetterReader as _;
 use tgq_core::registry::{BotEntry, Layout};

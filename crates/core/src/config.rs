@@ -8,12 +8,10 @@ use std::time::Duration;
 use secrecy::SecretString;
 
 use crate::defaults;
-use crate::handler::HandlerChoice;
 use crate::ids::BotId;
 use crate::pacer::RateLimits;
-use crate::policy::RetryPolicy;
+use crate::policy::{GoneRecipients, RetryPolicy};
 use crate::registry::Layout;
-use crate::worker::GoneRecipients;
 
 /// A missing or malformed variable. Never carries a secret's value.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -54,6 +52,57 @@ pub struct AwsResources {
     pub queue_url: String,
     /// `TGQ_DLQ_URL`: the dead-letter FIFO queue.
     pub dlq_url: String,
+}
+
+/// Every environment variable that changes what a tgq binary does: docs/CONFIGURATION.md describes
+/// each (a test holds the two to the same names, and to every `TGQ_*` and `TELEGRAM_*` name the code
+/// reads), and the tools that start tgq (the drill, the bench, the suite) remove each from the
+/// environment they inherit, so that a developer's shell cannot change what they measure.
+pub const SETTINGS: [&str; 35] = [
+    "TELEGRAM_BOT_TOKEN",
+    "TELEGRAM_BOT_TOKEN_PARAM",
+    "TELEGRAM_API_URL",
+    "TGQ_BOT_ID",
+    "TGQ_WEBHOOK_SECRET",
+    "TGQ_WEBHOOK_SECRET_PARAM",
+    "TGQ_HANDLER",
+    "TGQ_TABLE",
+    "TGQ_QUEUE_URL",
+    "TGQ_DLQ_URL",
+    "TGQ_STACK",
+    "TGQ_BOTS_PARAMETER_PREFIX",
+    "TGQ_REGISTRY_REFRESH_SECS",
+    "TGQ_MAX_BODY_BYTES",
+    "TGQ_ALLOWED_SOURCE_CIDRS",
+    "TGQ_ACK_CALLBACKS",
+    "TGQ_MAX_ATTEMPTS",
+    "TGQ_BACKOFF_BASE_MS",
+    "TGQ_BACKOFF_CAP_MS",
+    "TGQ_MAX_RETRY_AGE_SECS",
+    "TGQ_MAX_RECEIVE_COUNT",
+    "TGQ_DEAD_LETTER_GONE_RECIPIENTS",
+    "TGQ_RECORD_TTL_SECS",
+    "TGQ_RATE_PER_SECOND",
+    "TGQ_RATE_PER_CHAT_PER_SECOND",
+    "TGQ_RATE_PER_GROUP_PER_MINUTE",
+    "TGQ_ADMIN_TOKEN",
+    "TGQ_PURGE_INTERVAL_SECS",
+    "TGQ_WORKER_LOOPS",
+    "TGQ_LEASE_TTL_SECS",
+    "TGQ_LEASE_RENEW_SECS",
+    "TGQ_LEASE_COOLDOWN_SECS",
+    "TGQ_LOG_FORMAT",
+    "RUST_LOG",
+    "TOKIO_WORKER_THREADS",
+];
+
+/// Which handler a tgq binary runs (`TGQ_HANDLER`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HandlerChoice {
+    /// The bot in `bot/` (`TGQ_HANDLER` unset or `bot`).
+    Bot,
+    /// The built-in [`crate::echo::EchoBot`] (`TGQ_HANDLER=echo`), for smoke tests.
+    Echo,
 }
 
 /// The variables to read, captured once so that a config is a pure function of them.

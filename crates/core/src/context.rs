@@ -23,12 +23,12 @@ use tokio::time::Instant;
 use tracing::warn;
 
 /// What the worker logs, in the update's span, when it makes an at-least-once action again
-/// because an earlier run's outcome is unknown; `tgq drill` counts those updates by it.
+/// because an earlier run's outcome is unknown; `tgq-drill` counts those updates by it.
 pub const MADE_AGAIN_AFTER_UNKNOWN_OUTCOME: &str = "action has an unknown outcome; making it again";
 
 use crate::clock::Clock;
 use crate::error::error_chain;
-use crate::handler::HandlerError;
+use crate::failure::HandlerError;
 use crate::ids::{GroupKey, RecordKey, StateKey};
 use crate::pacer::Pacer;
 use crate::ports::{Lease, UpdateLedger};

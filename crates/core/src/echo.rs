@@ -1,6 +1,6 @@
 //! The echo bot built into every tgq binary (`TGQ_HANDLER=echo`): a handler whose every reply names
 //! the update it answers, so that a deployment can be smoke-tested and the test suite and
-//! `tgq drill` can tell from the outside which update was processed, how often and in which order —
+//! `tgq-drill` can tell from the outside which update was processed, how often and in which order —
 //! whatever the author's bot in `bot/` does.
 //!
 //! For an update `U` in chat `C`:
@@ -18,7 +18,8 @@ use teloxide_core::payloads::{AnswerCallbackQuery, SendMessage};
 use teloxide_core::types::{AllowedUpdate, Message, Update, UpdateKind};
 
 use crate::context::Context;
-use crate::handler::{Handler, HandlerError};
+use crate::failure::HandlerError;
+use crate::handler::Handler;
 
 /// The built-in echo bot.
 #[derive(Clone, Copy, Debug, Default)]

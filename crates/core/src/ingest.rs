@@ -15,11 +15,14 @@ use teloxide_core::requests::Payload as _;
 use teloxide_core::types::CallbackQueryId;
 use tracing::{error, instrument, warn, Span};
 
+use ::metrics::counter;
+
 use crate::clock::Clock;
 use crate::dead::{Burial, DeadLetter, DeadReason, FailureClass};
 use crate::envelope::{Envelope, Poison};
 use crate::error::{error_chain, PortError};
 use crate::ids::{BotId, RecordKey};
+use crate::metrics as names;
 use crate::ports::{
     AtomicIngest, DeadLetters, Inserted, OutgoingMessage, UpdateQueue, UpdateStore,
 };
@@ -271,7 +274,7 @@ impl Webhook {
     #[instrument(skip_all, fields(bot_id = %self.settings.bot_id, update_id, group))]
     pub async fn receive(&self, body: Bytes) -> Reply {
         let (outcome, callback_query_id) = self.make_durable(body).await;
-        crate::metrics::ingested(&self.settings.bot_id, &outcome);
+        count(&self.settings.bot_id, &outcome);
         let durable = matches!(
             outcome,
             Ok(Ingested::Queued | Ingested::Requeued | Ingested::Duplicate(_))
@@ -507,6 +510,34 @@ fn registry_bot_in(path: &str) -> Option<&str> {
     let rest = path.strip_prefix(WEBHOOK_PATH)?.strip_prefix('/')?;
     let id = rest.strip_suffix('/').unwrap_or(rest);
     (!id.is_empty()).then_some(id)
+}
+
+/// Counts how one webhook request of `bot` that reached [`crate::ingest::Webhook::ingest`] ended.
+fn count(bot: &BotId, outcome: &Result<Ingested, Refused>) {
+    let bot = bot.to_string();
+    match outcome {
+        Ok(Ingested::Queued) => {
+            counter!(names::RECEIVED, names::BOT_ID => bot.clone()).increment(1);
+            counter!(names::ENQUEUED, names::BOT_ID => bot).increment(1);
+        }
+        Ok(Ingested::Requeued) => {
+            counter!(names::REQUEUED, names::BOT_ID => bot.clone()).increment(1);
+            counter!(names::ENQUEUED, names::BOT_ID => bot).increment(1);
+        }
+        Ok(Ingested::Duplicate(_)) => counter!(names::DUPLICATE, names::BOT_ID => bot).increment(1),
+        Ok(Ingested::Poison(_)) => counter!(names::POISON, names::BOT_ID => bot).increment(1),
+        Ok(Ingested::TooLarge) => {
+            let reason = DeadReason::TooLarge.as_str();
+            counter!(names::DEAD_LETTERED, names::BOT_ID => bot, names::REASON => reason)
+                .increment(1);
+        }
+        Err(Refused::Unavailable(error)) => {
+            counter!(names::INGEST_UNAVAILABLE, names::BOT_ID => bot, names::CAUSE => error.cause()).increment(1);
+        }
+        // Refusals of the request itself (a wrong secret, an oversized body) are answered before
+        // anything is stored; Lambda's and the endpoint's own metrics count them.
+        Err(_) => {}
+    }
 }
 
 #[cfg(test)]

@@ -2,15 +2,14 @@
 //! Lambdas install a recorder that prints CloudWatch embedded-metric-format lines (namespace
 //! [`NAMESPACE`]), `tgq local` one that serves the Prometheus text format at `/metrics`. Every
 //! metric carries the label [`BOT_ID`] of the bot it counts (an EMF dimension on Lambda), so that
-//! the bots of one stack are counted apart (docs/ARCHITECTURE.md §11). Each use case hands its
-//! result here once ([`ingested`], [`batch`]); nothing else in the code counts, and without a
-//! recorder nothing is counted.
+//! the bots of one stack are counted apart (docs/ARCHITECTURE.md §11). The names and their help
+//! are here; each use case counts its result once with them, next to the result's type
+//! (`ingest::Webhook::receive`, `worker::Worker::process_batch`), and without a recorder nothing is
+//! counted.
 
 use metrics::{counter, describe_counter, describe_histogram, histogram, Unit};
 
 use crate::ids::BotId;
-use crate::ingest::{Ingested, Refused};
-use crate::worker::{BatchReport, RecordOutcome};
 
 /// The CloudWatch namespace of every metric.
 pub const NAMESPACE: &str = "tgq";
@@ -152,67 +151,7 @@ pub fn poller(bot: &BotId, name: &'static str) {
     counter!(name, BOT_ID => bot.to_string()).increment(1);
 }
 
-/// Counts how one webhook request of `bot` that reached [`crate::ingest::Webhook::ingest`] ended.
-pub fn ingested(bot: &BotId, outcome: &Result<Ingested, Refused>) {
-    let bot = bot.to_string();
-    match outcome {
-        Ok(Ingested::Queued) => {
-            counter!(RECEIVED, BOT_ID => bot.clone()).increment(1);
-            counter!(ENQUEUED, BOT_ID => bot).increment(1);
-        }
-        Ok(Ingested::Requeued) => {
-            counter!(REQUEUED, BOT_ID => bot.clone()).increment(1);
-            counter!(ENQUEUED, BOT_ID => bot).increment(1);
-        }
-        Ok(Ingested::Duplicate(_)) => counter!(DUPLICATE, BOT_ID => bot).increment(1),
-        Ok(Ingested::Poison(_)) => counter!(POISON, BOT_ID => bot).increment(1),
-        Ok(Ingested::TooLarge) => {
-            let reason = crate::dead::DeadReason::TooLarge.as_str();
-            counter!(DEAD_LETTERED, BOT_ID => bot, REASON => reason).increment(1);
-        }
-        Err(Refused::Unavailable(error)) => {
-            counter!(INGEST_UNAVAILABLE, BOT_ID => bot, CAUSE => error.cause()).increment(1);
-        }
-        // Refusals of the request itself (a wrong secret, an oversized body) are answered before
-        // anything is stored; Lambda's and the endpoint's own metrics count them.
-        Err(_) => {}
-    }
-}
-
-/// Counts what one bot's share of a worker batch did.
-pub fn batch(bot: &BotId, report: &BatchReport) {
-    let bot = bot.to_string();
-    for (_, outcome) in &report.outcomes {
-        let bot = bot.clone();
-        match outcome {
-            RecordOutcome::Done(_) => counter!(PROCESSED, BOT_ID => bot).increment(1),
-            RecordOutcome::Retrying(_, class) => {
-                counter!(RETRIED, BOT_ID => bot, ERROR_CLASS => class.as_str()).increment(1);
-            }
-            RecordOutcome::DeadLettered(reason) => {
-                counter!(DEAD_LETTERED, BOT_ID => bot, REASON => reason.as_str()).increment(1);
-            }
-            RecordOutcome::RecipientGone(_) => counter!(RECIPIENT_GONE, BOT_ID => bot).increment(1),
-            RecordOutcome::Fenced => counter!(FENCED, BOT_ID => bot).increment(1),
-            _ => {}
-        }
-    }
-    for run in &report.runs {
-        if !run.uncertain.is_empty() {
-            counter!(UNCERTAIN_SEND, BOT_ID => bot.clone()).increment(run.uncertain.len() as u64);
-        }
-        if !run.paced.is_zero() {
-            histogram!(THROTTLED_WAIT_MS, BOT_ID => bot.clone()).record(millis(run.paced));
-        }
-    }
-    for timing in &report.timings {
-        histogram!(HANDLER_DURATION_MS, BOT_ID => bot.clone()).record(millis(timing.handler));
-        if let Some(latency) = timing.end_to_end {
-            histogram!(END_TO_END_LATENCY_MS, BOT_ID => bot.clone()).record(millis(latency));
-        }
-    }
-}
-
-fn millis(d: std::time::Duration) -> f64 {
+/// A duration as the histograms record it.
+pub(crate) fn millis(d: std::time::Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }

@@ -16,6 +16,19 @@ pub fn after_flood_wait(retry_after: Duration) -> Duration {
     retry_after + FLOOD_WAIT_MARGIN
 }
 
+/// What becomes of an update whose handler met a recipient who is gone — blocked the bot,
+/// deleted their account, a private chat not found (docs/ARCHITECTURE.md §4).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum GoneRecipients {
+    /// Settled `DONE` with the outcome `recipient_gone`, counted, acknowledged, not dead-lettered:
+    /// a user who blocked the bot should not page anyone.
+    #[default]
+    Settle,
+    /// Dead-lettered as a permanent failure, like any other 403 or 400
+    /// (`TGQ_DEAD_LETTER_GONE_RECIPIENTS=true`).
+    DeadLetter,
+}
+
 /// The attempt budget, the time budget and the backoff curve.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RetryPolicy {

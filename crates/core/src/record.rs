@@ -414,7 +414,7 @@ impl ActionResult {
             if let Some(object) = params.as_object_mut() {
                 object.insert("chat_id".to_owned(), Value::from(chat_id));
             }
-            crate::telegram::offline_message(&params, message_id, 0)
+            crate::offline::offline_message(&params, message_id, 0)
         };
         Some(match self {
             ActionResult::True => Value::Bool(true),

@@ -7,6 +7,7 @@ use async_trait::async_trait;
 use serde_json::{json, Value};
 
 use crate::error::{ErrorClass, PortError};
+pub use crate::offline::{chat_id_of, offline_message, offline_result, sends_a_message};
 use crate::ports::Lease;
 use crate::record::Delivery;
 
@@ -223,56 +224,6 @@ impl Gone {
 impl std::fmt::Display for Gone {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
-    }
-}
-
-/// Methods that send or change a message: Telegram's flood limits count them, and an offline answer
-/// to them is a message.
-pub fn sends_a_message(method: &str) -> bool {
-    method.starts_with("send") && method != "sendChatAction"
-        || method.starts_with("forward")
-        || method.starts_with("copy")
-        || method.starts_with("editMessage")
-}
-
-/// The `result` Telegram would give for a call an offline outbox accepted: a sent message for the
-/// methods that send one, `true` for the rest. `message_id` is the outbox's id for the message.
-pub fn offline_result(method: &str, params: &Value, message_id: i64, unix_time: i64) -> Value {
-    if sends_a_message(method) {
-        offline_message(params, message_id, unix_time)
-    } else {
-        Value::Bool(true)
-    }
-}
-
-/// A Message object for a call's parameters: its chat, its text and buttons, the given id.
-pub fn offline_message(params: &Value, message_id: i64, unix_time: i64) -> Value {
-    let chat_id = params.get("chat_id").and_then(chat_id_of).unwrap_or(0);
-    let chat = if chat_id > 0 {
-        json!({"id": chat_id, "type": "private", "first_name": "offline"})
-    } else {
-        json!({"id": chat_id, "type": "supergroup", "title": "offline"})
-    };
-    let mut message = json!({
-        "message_id": params.get("message_id").and_then(Value::as_i64).unwrap_or(message_id),
-        "date": unix_time,
-        "chat": chat,
-        "from": {"id": 1, "is_bot": true, "first_name": "tgq", "username": "tgq_offline_bot"},
-    });
-    for field in ["text", "reply_markup"] {
-        if let Some(value) = params.get(field) {
-            message[field] = value.clone();
-        }
-    }
-    message
-}
-
-/// A chat id given as a number or as a string of digits (`@username` has none).
-pub fn chat_id_of(value: &Value) -> Option<i64> {
-    match value {
-        Value::Number(n) => n.as_i64(),
-        Value::String(s) => s.parse().ok(),
-        _ => None,
     }
 }
 

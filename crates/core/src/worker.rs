@@ -11,16 +11,20 @@ use futures::FutureExt;
 use teloxide_core::types::{Update, UpdateKind};
 use tracing::{error, info, info_span, instrument, warn, Instrument as _, Span};
 
+use ::metrics::{counter, histogram};
+
 use crate::audit::{AuditAction, AuditEntry, AuditLog};
 use crate::bots::{BotDirectory, BotRuntime, Lookup};
 use crate::clock::Clock;
+use crate::config::{ConfigError, Vars};
 use crate::context::{ActionSummary, Context, RunParts};
 use crate::dead::{Burial, DeadLetter, DeadLetterMarks, DeadReason, FailureClass};
 use crate::defaults;
 use crate::envelope::Envelope;
 use crate::error::{error_chain, ErrorClass, PortError};
-use crate::handler::HandlerError;
+use crate::failure::HandlerError;
 use crate::ids::{BotId, GroupKey, MessageGroupId, RecordKey};
+use crate::metrics as names;
 use crate::pacer::Pacer;
 use crate::patience::patiently;
 use crate::policy::{self, within_visibility_ceiling, FailedRun, Jitter, RetryPolicy, Verdict};
@@ -72,18 +76,27 @@ impl Default for WorkerSettings {
     }
 }
 
-/// What becomes of an update whose handler met a recipient who is gone — blocked the bot,
-/// deleted their account, a private chat not found (docs/ARCHITECTURE.md §4).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum GoneRecipients {
-    /// Settled `DONE` with the outcome `recipient_gone`, counted, acknowledged, not dead-lettered:
-    /// a user who blocked the bot should not page anyone.
-    #[default]
-    Settle,
-    /// Dead-lettered as a permanent failure, like any other 403 or 400
-    /// (`TGQ_DEAD_LETTER_GONE_RECIPIENTS=true`).
-    DeadLetter,
+impl WorkerSettings {
+    /// The settings the environment gives: `TGQ_MAX_ATTEMPTS`, `TGQ_BACKOFF_BASE_MS`,
+    /// `TGQ_BACKOFF_CAP_MS`, `TGQ_MAX_RETRY_AGE_SECS`, `TGQ_RECORD_TTL_SECS`,
+    /// `TGQ_MAX_RECEIVE_COUNT`, `TGQ_DEAD_LETTER_GONE_RECIPIENTS` and `TGQ_ACK_CALLBACKS`, the same
+    /// for the worker function and local mode. `max_inline_wait` is how the process runs rather
+    /// than a setting: a Lambda invocation's bots share its time, a local loop holds only itself.
+    pub fn from_vars(vars: &Vars, max_inline_wait: Duration) -> Result<Self, ConfigError> {
+        Ok(Self {
+            retry: vars.retry_policy()?,
+            deadline_margin: defaults::DEADLINE_MARGIN,
+            record_ttl: vars.record_ttl()?,
+            max_receive_count: vars.max_receive_count()?,
+            gone_recipients: vars.gone_recipients()?,
+            store_patience: defaults::STORE_PATIENCE,
+            ack_callbacks: vars.ack_callbacks()?,
+            max_inline_wait,
+        })
+    }
 }
+
+pub use crate::policy::GoneRecipients;
 
 /// The ports the worker uses; built once per cold start.
 #[derive(Clone)]
@@ -269,7 +282,7 @@ impl Worker {
             let share: Vec<&QueueRecord> = indices.iter().map(|&i| &records[i]).collect();
             let report = self.process_share(&share, &lookup, deadline).await;
             let unknown = BotId::unknown();
-            crate::metrics::batch(bot.as_ref().unwrap_or(&unknown), &report);
+            count(bot.as_ref().unwrap_or(&unknown), &report);
             report
         });
         let reports = futures::future::join_all(runs).await;
@@ -1136,5 +1149,44 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
         (Some(text), _) => (*text).to_owned(),
         (_, Some(text)) => text.clone(),
         _ => "non-string panic payload".to_owned(),
+    }
+}
+/// Counts what one bot's share of a worker batch did.
+fn count(bot: &BotId, report: &BatchReport) {
+    let bot = bot.to_string();
+    for (_, outcome) in &report.outcomes {
+        let bot = bot.clone();
+        match outcome {
+            RecordOutcome::Done(_) => counter!(names::PROCESSED, names::BOT_ID => bot).increment(1),
+            RecordOutcome::Retrying(_, class) => {
+                counter!(names::RETRIED, names::BOT_ID => bot, names::ERROR_CLASS => class.as_str()).increment(1);
+            }
+            RecordOutcome::DeadLettered(reason) => {
+                counter!(names::DEAD_LETTERED, names::BOT_ID => bot, names::REASON => reason.as_str()).increment(1);
+            }
+            RecordOutcome::RecipientGone(_) => {
+                counter!(names::RECIPIENT_GONE, names::BOT_ID => bot).increment(1)
+            }
+            RecordOutcome::Fenced => counter!(names::FENCED, names::BOT_ID => bot).increment(1),
+            _ => {}
+        }
+    }
+    for run in &report.runs {
+        if !run.uncertain.is_empty() {
+            counter!(names::UNCERTAIN_SEND, names::BOT_ID => bot.clone())
+                .increment(run.uncertain.len() as u64);
+        }
+        if !run.paced.is_zero() {
+            histogram!(names::THROTTLED_WAIT_MS, names::BOT_ID => bot.clone())
+                .record(names::millis(run.paced));
+        }
+    }
+    for timing in &report.timings {
+        histogram!(names::HANDLER_DURATION_MS, names::BOT_ID => bot.clone())
+            .record(names::millis(timing.handler));
+        if let Some(latency) = timing.end_to_end {
+            histogram!(names::END_TO_END_LATENCY_MS, names::BOT_ID => bot.clone())
+                .record(names::millis(latency));
+        }
     }
 }

@@ -12,10 +12,12 @@ use lambda_runtime::LambdaEvent;
 use secrecy::SecretString;
 use tgq_core::bots::{BotRuntime, Connect, Fleet, RegistryBots};
 use tgq_core::clock::{Clock, SystemClock};
+use tgq_core::config::HandlerChoice;
 use tgq_core::config::{AwsResources, ConfigError, SecretSource, Vars};
 use tgq_core::defaults;
 use tgq_core::error::BoxError;
-use tgq_core::handler::{BotConfig, HandlerChoice, HandlerRegistry};
+use tgq_core::handler::BotConfig;
+use tgq_core::handlers::HandlerRegistry;
 use tgq_core::ids::{BotId, MessageGroupId};
 use tgq_core::pacer::RateLimits;
 use tgq_core::ports::{QueueRecord, ReceiptHandle};
@@ -79,16 +81,7 @@ impl WorkerConfig {
             registry_refresh: vars.registry_refresh()?,
             telegram_api_url: vars.telegram_api_url()?,
             resources: vars.aws_resources()?,
-            settings: WorkerSettings {
-                retry: vars.retry_policy()?,
-                deadline_margin: defaults::DEADLINE_MARGIN,
-                record_ttl: vars.record_ttl()?,
-                max_receive_count: vars.max_receive_count()?,
-                gone_recipients: vars.gone_recipients()?,
-                store_patience: defaults::STORE_PATIENCE,
-                ack_callbacks: vars.ack_callbacks()?,
-                max_inline_wait,
-            },
+            settings: WorkerSettings::from_vars(vars, max_inline_wait)?,
             rate_limits: vars.rate_limits()?,
             handler: vars.handler()?,
         })

@@ -1,0 +1,1429 @@
+//! `tgq dlq`, `tgq status`, `tgq webhook set` and `tgq poll --stack` against a deployment on moto: the table and queues
+//! created as `template.yaml` declares them, and a CloudFormation stack whose outputs name them as
+//! a tgq stack's do. Fails, naming the fix, without `AWS_ENDPOINT_URL` (scripts/test starts moto).
+
+use crate::common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_sqs::types::MessageSystemAttributeName;
+use bytes::Bytes;
+use common::{message_update, run};
+use serde_json::{json, Value};
+use tgq_aws::{DynamoStore, SqsQueue};
+use tgq_core::clock::{Clock as _, SystemClock};
+use tgq_core::dead::{Burial, DeadReason, FailureClass};
+use tgq_core::ids::{BotId, GroupKey, RecordKey, UpdateId};
+use tgq_core::ports::{
+    Claim, ClaimRequest, DeadLetter, DeadLetters as _, RecordReader as _, Settlement,
+    UpdateLedger as _, UpdateStore as _,
+};
+use tgq_core::record::{Status, UpdateRecord};
+use tgq_e2e::emulator::{self, Stack};
+use tgq_fake_telegram::FakeTelegram;
+
+/// moto's identity for every caller.
+const MOTO_PRINCIPAL: &str = "arn:aws:sts::123456789012:user/moto";
+
+/// A deployment on moto and the stack that names it.
+struct Deployed {
+    name: String,
+    resources: Stack,
+    store: Arc<DynamoStore>,
+    dlq: Arc<SqsQueue>,
+    sqs: aws_sdk_sqs::Client,
+    sdk: aws_config::SdkConfig,
+}
+
+/// Creates the resources and a stack whose outputs name them, with the SSM parameters a tgq stack
+/// names (the bot token, the webhook secret) and `outputs` on top.
+async fn deploy(purpose: &str, token: &str, outputs: &[(&str, &str)]) -> Deployed {
+    deploy_as(None, purpose, token, outputs).await
+}
+
+/// [`deploy`] under the stack name `name` (a stack of that name left by an earlier run is deleted
+/// first), or one unique to the test.
+async fn deploy_as(
+    name: Option<&str>,
+    purpose: &str,
+    token: &str,
+    outputs: &[(&str, &str)],
+) -> Deployed {
+    let sdk = emulator::sdk_config().await;
+    let resources = Stack::create(&sdk, purpose)
+        .await
+        .expect("resources on moto");
+    let name = match name {
+        Some(name) => {
+            let stacks = aws_sdk_cloudformation::Client::new(&sdk);
+            let _ = stacks.delete_stack().stack_name(name).send().await;
+            name.to_owned()
+        }
+        None => resources.table.replace("tgq-e2e-", "ops-"),
+    };
+    let mut template_outputs = serde_json::Map::new();
+    for (key, value) in [
+        ("TableName", resources.table.as_str()),
+        ("UpdatesQueueUrl", resources.queue_url.as_str()),
+        ("DeadLetterQueueUrl", resources.dlq_url.as_str()),
+    ]
+    .iter()
+    .chain(outputs)
+    {
+        template_outputs.insert((*key).to_owned(), json!({ "Value": value }));
+    }
+    template_outputs.insert(
+        "BotTokenParameterName".into(),
+        json!({ "Value": { "Ref": "BotToken" } }),
+    );
+    template_outputs.insert(
+        "WebhookSecretParameterName".into(),
+        json!({ "Value": { "Ref": "WebhookSecret" } }),
+    );
+    let template = json!({
+        "Resources": {
+            "BotToken": {"Type": "AWS::SSM::Parameter", "Properties": {
+                "Name": format!("/{name}/bot-token"), "Type": "String", "Value": token}},
+            "WebhookSecret": {"Type": "AWS::SSM::Parameter", "Properties": {
+                "Name": format!("/{name}/webhook-secret"), "Type": "String",
+                "Value": "stack-webhook-secret"}},
+        },
+        "Outputs": template_outputs,
+    });
+    aws_sdk_cloudformation::Client::new(&sdk)
+        .create_stack()
+        .stack_name(&name)
+        .template_body(template.to_string())
+        .send()
+        .await
+        .expect("a stack on moto");
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    Deployed {
+        store: Arc::new(DynamoStore::new(
+            aws_sdk_dynamodb::Client::new(&sdk),
+            resources.table.clone(),
+        )),
+        dlq: Arc::new(SqsQueue::new(sqs.clone(), resources.dlq_url.clone())),
+        name,
+        resources,
+        sqs,
+        sdk,
+    }
+}
+
+fn key(update_id: i64) -> RecordKey {
+    RecordKey::new(BotId::new("demo").unwrap(), UpdateId(update_id))
+}
+
+/// Claims the stored update `update_id` of `group` and buries it as the worker does when its run
+/// fails for good: its record DEAD with the run's number as its attempts, a letter on the
+/// dead-letter queue.
+async fn claim_and_bury(
+    store: &DynamoStore,
+    dlq: &SqsQueue,
+    update_id: i64,
+    group: &GroupKey,
+    body: Bytes,
+) {
+    let now = SystemClock.now();
+    let request = ClaimRequest {
+        key: key(update_id),
+        group: group.clone(),
+        payload: body.clone(),
+        now,
+        lease_until: now.plus(Duration::from_secs(60)),
+        expires_at: now.plus(Duration::from_secs(86_400)),
+    };
+    let Claim::Run(claimed) = store.claim(&request).await.unwrap() else {
+        panic!("the claim of update {update_id} runs");
+    };
+    let burial = Burial {
+        reason: DeadReason::Permanent,
+        class: FailureClass::Permanent,
+        error: "Telegram answered 403: Forbidden: bot was blocked by the user".into(),
+        attempts: claimed.lease.token,
+    };
+    store
+        .settle(&claimed.lease, &Settlement::Dead(burial.clone()), &[])
+        .await
+        .unwrap();
+    let letter = DeadLetter::for_update(&key(update_id), group, body, &burial);
+    dlq.dead_letter(&letter).await.unwrap();
+}
+
+impl Deployed {
+    /// Buries an update as the worker does: its record DEAD, its letter on the dead-letter queue.
+    async fn bury(&self, update_id: i64, chat: i64) {
+        let now = SystemClock.now();
+        let body = Bytes::from(message_update(update_id, chat, "a dead update").to_string());
+        let group = GroupKey::new(chat.to_string());
+        let record = UpdateRecord::received(
+            key(update_id),
+            group.clone(),
+            body.clone(),
+            now,
+            Duration::from_secs(86_400),
+        );
+        self.store.insert(&record, now).await.unwrap();
+        claim_and_bury(&self.store, &self.dlq, update_id, &group, body).await;
+    }
+
+    /// `tgq ARGS --stack NAME`, expected to succeed, its stdout.
+    fn tgq(&self, envs: &[(&str, &str)], args: &[&str]) -> String {
+        let mut all = args.to_vec();
+        all.extend(["--stack", self.name.as_str()]);
+        let (status, stdout, stderr) = run(envs, &all);
+        assert!(status.success(), "{all:?}: {stderr}\n{stdout}");
+        stdout
+    }
+
+    fn json(&self, args: &[&str]) -> Value {
+        let mut all = args.to_vec();
+        all.push("--json");
+        let stdout = self.tgq(&[], &all);
+        serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{all:?}: {e}: {stdout}"))
+    }
+
+    async fn status(&self, update_id: i64) -> Option<Status> {
+        self.store
+            .get(&key(update_id), SystemClock.now())
+            .await
+            .unwrap()
+            .map(|r| r.status)
+    }
+}
+
+fn ids_by_update(letters: &Value) -> BTreeMap<i64, String> {
+    letters
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (
+                l["update_id"].as_i64().unwrap(),
+                l["id"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn dead_letters_on_aws_are_listed_shown_replayed_purged_and_audited() {
+    let d = deploy("dlq", "123456:unused", &[]).await;
+    d.bury(1, 7).await;
+    d.bury(2, 7).await;
+    d.bury(3, 8).await;
+
+    let letters = d.json(&["dlq", "list"]);
+    let ids = ids_by_update(&letters);
+    assert_eq!(
+        ids.keys().copied().collect::<Vec<_>>(),
+        [1, 2, 3],
+        "{letters}"
+    );
+    assert_eq!(letters[0]["reason"], "permanent_error", "{letters}");
+    assert!(letters[0]["age_ms"].is_u64(), "{letters}");
+    assert!(letters[0].get("body").is_none(), "the body only with show");
+
+    let shown = d.tgq(&[], &["dlq", "show", &ids[&3]]);
+    assert!(shown.contains("a dead update"), "{shown}");
+    assert!(shown.contains("permanent error"), "{shown}");
+
+    let report = d.json(&["dlq", "replay", &ids[&1], &ids[&2]]);
+    assert_eq!(report["acted"].as_array().unwrap().len(), 2, "{report}");
+    assert_eq!(d.status(1).await, Some(Status::Queued));
+    let output = d
+        .sqs
+        .receive_message()
+        .queue_url(&d.resources.queue_url)
+        .max_number_of_messages(10)
+        .wait_time_seconds(1)
+        .message_system_attribute_names(MessageSystemAttributeName::All)
+        .send()
+        .await
+        .unwrap();
+    let sent: Vec<(String, String)> = output
+        .messages
+        .unwrap_or_default()
+        .iter()
+        .map(|m| {
+            let attributes = m.attributes.clone().unwrap_or_default();
+            (
+                attributes[&MessageSystemAttributeName::MessageGroupId].clone(),
+                attributes[&MessageSystemAttributeName::MessageDeduplicationId].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(sent.len(), 2, "{sent:?}");
+    assert_eq!(sent[0].0, "demo:7");
+    assert!(
+        sent[0].1.starts_with("demo:1:replay:"),
+        "a new dedup id: {sent:?}"
+    );
+    assert!(sent[1].1.starts_with("demo:2:replay:"), "{sent:?}");
+    assert_eq!(ids_by_update(&d.json(&["dlq", "list"])).len(), 1);
+
+    let (refused, _, stderr) = run(&[], &["dlq", "purge", "--all", "--stack", &d.name]);
+    assert!(!refused.success());
+    assert!(stderr.contains("--yes"), "{stderr}");
+    let purged = d.json(&["dlq", "purge", "--all", "--yes"]);
+    assert_eq!(purged["acted"][0]["update_id"], 3, "{purged}");
+    assert!(d.json(&["dlq", "list"]).as_array().unwrap().is_empty());
+
+    let audit = d.json(&["dlq", "audit"]);
+    let entries: Vec<(&str, i64, &str)> = audit
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["action"].as_str().unwrap(),
+                e["update_id"].as_i64().unwrap(),
+                e["principal"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        entries.len(),
+        3,
+        "newest first: the purge, then the two replays: {audit}"
+    );
+    assert_eq!(entries[0], ("purge", 3, MOTO_PRINCIPAL));
+    assert!(entries[1..]
+        .iter()
+        .all(|(action, _, who)| *action == "replay" && *who == MOTO_PRINCIPAL));
+
+    let (status, stdout, stderr) = run(
+        &[],
+        &[
+            "dlq",
+            "list",
+            "--json",
+            "--table",
+            &d.resources.table,
+            "--queue-url",
+            &d.resources.queue_url,
+            "--dlq-url",
+            &d.resources.dlq_url,
+        ],
+    );
+    assert!(status.success(), "{stderr}");
+    assert_eq!(
+        stdout.trim(),
+        "[]",
+        "explicit resources name the same queue"
+    );
+}
+
+/// Buries the update of every message on the stack's updates queue again, as a worker whose
+/// every run fails for good would: its record DEAD once more and a new letter, `attempts` on.
+async fn fail_again(
+    sqs: aws_sdk_sqs::Client,
+    queue_url: String,
+    store: Arc<DynamoStore>,
+    dlq: Arc<SqsQueue>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> u32 {
+    let mut buried = 0;
+    while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+        let received = sqs
+            .receive_message()
+            .queue_url(&queue_url)
+            .max_number_of_messages(10)
+            .wait_time_seconds(1)
+            .send()
+            .await
+            .unwrap();
+        for message in received.messages.unwrap_or_default() {
+            let body = Bytes::from(message.body.clone().unwrap_or_default());
+            let update: Value = serde_json::from_slice(&body).unwrap();
+            let update_id = update["update_id"].as_i64().unwrap();
+            let chat = update["message"]["chat"]["id"].as_i64().unwrap();
+            let group = GroupKey::new(chat.to_string());
+            claim_and_bury(&store, &dlq, update_id, &group, body).await;
+            sqs.delete_message()
+                .queue_url(&queue_url)
+                .receipt_handle(message.receipt_handle.unwrap_or_default())
+                .send()
+                .await
+                .unwrap();
+            buried += 1;
+        }
+    }
+    buried
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn replay_all_on_a_stack_replays_each_letter_once_while_the_replayed_updates_fail_again() {
+    let d = deploy("replayonce", "123456:unused", &[]).await;
+    for update_id in 1..=5 {
+        d.bury(update_id, 40 + update_id).await;
+    }
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let worker = tokio::spawn(fail_again(
+        d.sqs.clone(),
+        d.resources.queue_url.clone(),
+        d.store.clone(),
+        d.dlq.clone(),
+        stop.clone(),
+    ));
+    // Each replayed update comes back as a new letter while the replay still walks the queue.
+    let name = d.name.clone();
+    let replay = tokio::task::spawn_blocking(move || {
+        run(&[], &["dlq", "replay", "--all", "--json", "--stack", &name])
+    });
+    let (status, stdout, stderr) = tokio::time::timeout(Duration::from_secs(120), replay)
+        .await
+        .expect("the replay ends")
+        .unwrap();
+    assert!(status.success(), "{stderr}");
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    let acted: Vec<i64> = report["acted"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|letter| letter["update_id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(
+        acted,
+        [1, 2, 3, 4, 5],
+        "each letter replayed once: {report}"
+    );
+
+    // The five come back as five new letters, left for the next replay.
+    let started = std::time::Instant::now();
+    let letters = loop {
+        let letters = d.json(&["dlq", "list"]);
+        if letters.as_array().unwrap().len() >= 5 || started.elapsed() > Duration::from_secs(30) {
+            break letters;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let buried = worker.await.unwrap();
+    assert_eq!(buried, 5, "{letters}");
+    assert_eq!(
+        ids_by_update(&letters).keys().copied().collect::<Vec<_>>(),
+        [1, 2, 3, 4, 5],
+        "{letters}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn status_on_aws_shows_the_queues_the_alarms_and_the_webhook_through_the_stack() {
+    let fake = FakeTelegram::start().await.unwrap();
+    fake.set_webhook_url(Some("https://hook.example.com/webhook".into()));
+    let d = deploy(
+        "status",
+        fake.token(),
+        &[("TelegramApiUrl", fake.url().as_str())],
+    )
+    .await;
+    d.bury(1, 7).await;
+    for n in 0..2 {
+        d.sqs
+            .send_message()
+            .queue_url(&d.resources.queue_url)
+            .message_body(message_update(100 + n, 9, "waiting").to_string())
+            .message_group_id("demo:9")
+            .message_deduplication_id(format!("demo:{}", 100 + n))
+            .send()
+            .await
+            .unwrap();
+    }
+    aws_sdk_cloudwatch::Client::new(&d.sdk)
+        .put_metric_alarm()
+        .alarm_name(format!("{}-dlq-not-empty", d.name))
+        .namespace("AWS/SQS")
+        .metric_name("ApproximateNumberOfMessagesVisible")
+        .statistic(aws_sdk_cloudwatch::types::Statistic::Maximum)
+        .period(60)
+        .evaluation_periods(1)
+        .threshold(0.0)
+        .comparison_operator(aws_sdk_cloudwatch::types::ComparisonOperator::GreaterThanThreshold)
+        .send()
+        .await
+        .unwrap();
+
+    let status = d.json(&["status"]);
+    assert_eq!(status["queue"]["visible"], 2, "{status}");
+    assert_eq!(status["dead_letters"]["visible"], 1, "{status}");
+    assert_eq!(
+        status["webhook"]["url"], "https://hook.example.com/webhook",
+        "{status}"
+    );
+    assert_eq!(status["webhook"]["pending_update_count"], 0, "{status}");
+    assert_eq!(
+        status["alarms"][0]["name"],
+        format!("{}-dlq-not-empty", d.name),
+        "{status}"
+    );
+    let text = d.tgq(&[], &["status"]);
+    for part in [
+        "2 visible",
+        "dead letters   1",
+        "https://hook.example.com/webhook",
+        "dlq-not-empty",
+    ] {
+        assert!(text.contains(part), "{part} in {text}");
+    }
+    assert!(!text.contains(fake.token()), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn webhook_set_with_a_stack_takes_the_url_secret_and_token_from_it_and_checks_first() {
+    let fake = FakeTelegram::start().await.unwrap();
+    let url = "https://abc123.lambda-url.us-east-1.on.aws/";
+    let d = deploy(
+        "hook",
+        fake.token(),
+        &[("WebhookUrl", url), ("TelegramApiUrl", fake.url().as_str())],
+    )
+    .await;
+
+    let (refused, _, stderr) = run(
+        &[],
+        &[
+            "webhook",
+            "set",
+            "--stack",
+            &d.name,
+            "--allowed-updates",
+            "message,bogus_kind",
+        ],
+    );
+    assert_eq!(refused.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("bogus_kind"), "{stderr}");
+    let (refused, _, stderr) = run(
+        &[],
+        &[
+            "webhook",
+            "set",
+            "--stack",
+            &d.name,
+            "--max-connections",
+            "101",
+        ],
+    );
+    assert_eq!(refused.code(), Some(2), "{stderr}");
+    assert!(
+        fake.calls().is_empty(),
+        "a bad argument is refused before Telegram is asked"
+    );
+
+    let said = d.tgq(&[], &["webhook", "set", "--max-connections", "10"]);
+    assert!(said.contains(url), "{said}");
+    let set = fake
+        .calls()
+        .into_iter()
+        .find(|c| c.method == "setWebhook")
+        .expect("setWebhook was called");
+    assert_eq!(set.params["url"], url);
+    assert_eq!(set.params["secret_token"], "stack-webhook-secret");
+    assert_eq!(set.params["max_connections"], 10);
+    assert_eq!(
+        set.params["allowed_updates"],
+        json!([
+            "message",
+            "edited_message",
+            "channel_post",
+            "edited_channel_post",
+            "callback_query"
+        ]),
+        "the echo bot's kinds (TGQ_HANDLER=echo)"
+    );
+    assert!(
+        fake.calls().iter().any(|c| c.method == "getWebhookInfo"),
+        "confirmed with getWebhookInfo"
+    );
+    assert!(!said.contains("stack-webhook-secret") && !said.contains(fake.token()));
+}
+
+/// The `tgq` lines of docs/OPERATIONS.md's "Commands and targets" section, in order, each split into its arguments
+/// (comments dropped).
+fn operating_guide_commands() -> Vec<Vec<String>> {
+    const GUIDE: &str = include_str!("../../docs/OPERATIONS.md");
+    let section = GUIDE
+        .split("\n## Commands and targets\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .expect("docs/OPERATIONS.md has a \"Commands and targets\" section");
+    let mut in_code = false;
+    let mut commands = Vec::new();
+    for line in section.lines() {
+        if line.starts_with("```") {
+            in_code = !in_code;
+            continue;
+        }
+        let Some(command) = line.strip_prefix("tgq ").filter(|_| in_code) else {
+            continue;
+        };
+        let command = command.split(" #").next().unwrap_or(command);
+        commands.push(command.split_whitespace().map(str::to_owned).collect());
+    }
+    commands
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_operating_guide_runs_as_written_against_moto() {
+    let fake = FakeTelegram::start().await.unwrap();
+    let api_url = fake.url();
+    let d = deploy_as(
+        Some("tgq"),
+        "guide",
+        fake.token(),
+        &[
+            ("WebhookUrl", "https://guide.lambda-url.us-east-1.on.aws/"),
+            ("TelegramApiUrl", api_url.as_str()),
+        ],
+    )
+    .await;
+    d.bury(1, 7).await;
+    d.bury(2, 8).await;
+    let envs = [
+        ("TELEGRAM_BOT_TOKEN", fake.token()),
+        ("TELEGRAM_API_URL", api_url.as_str()),
+    ];
+    let ran = run_operating_guide(&d, &envs, 3, |_| true).await;
+    for expected in [
+        "webhook set",
+        "status --stack",
+        "dlq list",
+        "dlq show",
+        "dlq replay",
+        "dlq audit",
+        "dlq purge",
+        "destroy --stack",
+    ] {
+        assert!(
+            ran.iter().any(|r| r.starts_with(expected)),
+            "the guide runs `tgq {expected}`: {ran:?}"
+        );
+    }
+    assert!(
+        fake.calls().iter().any(|c| c.method == "setWebhook"),
+        "the guide's webhook set reached Telegram"
+    );
+}
+
+/// Runs the `wanted` `tgq` lines of the operating guide on `d`'s stack with `envs`, as written but
+/// for the stack's name; the guide's ID is a letter `tgq dlq list` names, buried (from update
+/// `next_update` on) when none is left. Returns the lines run.
+async fn run_operating_guide(
+    d: &Deployed,
+    envs: &[(&str, &str)],
+    mut next_update: i64,
+    wanted: impl Fn(&[String]) -> bool,
+) -> Vec<String> {
+    let mut ran = Vec::new();
+    for mut args in operating_guide_commands().into_iter().filter(|a| wanted(a)) {
+        if let Some(at) = args.iter().position(|a| a == "--stack") {
+            args[at + 1] = d.name.clone();
+        }
+        if args.iter().any(|a| a == "ID") {
+            let mut letters = d.json(&["dlq", "list"]);
+            if letters.as_array().unwrap().is_empty() {
+                d.bury(next_update, 9).await;
+                next_update += 1;
+                letters = d.json(&["dlq", "list"]);
+            }
+            let id = letters[0]["id"].as_str().unwrap().to_owned();
+            args = args
+                .into_iter()
+                .map(|a| if a == "ID" { id.clone() } else { a })
+                .collect();
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (status, stdout, stderr) = run(envs, &args);
+        assert!(status.success(), "tgq {args:?}: {stderr}\n{stdout}");
+        ran.push(args.join(" "));
+    }
+    ran
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_operator_policy_grants_exactly_what_the_tgq_commands_use() {
+    use tgq_e2e::template::{policy_actions, unseen_with_reason, UNSEEN};
+    let fake = FakeTelegram::start().await.unwrap();
+    let second = "654321:operator-second-bot";
+    fake.accept_token(second);
+    let api_url = fake.url();
+    let prefix = format!("/tgq/operator-{}/bots/", SystemClock.now().0);
+    let d = deploy(
+        "operator",
+        fake.token(),
+        &[
+            (
+                "WebhookUrl",
+                "https://operator.lambda-url.us-east-1.on.aws/",
+            ),
+            ("TelegramApiUrl", api_url.as_str()),
+            ("BotsParameterPrefix", prefix.as_str()),
+            (
+                "BotWebhookUrlPrefix",
+                "https://operator.lambda-url.us-east-1.on.aws/webhook/",
+            ),
+        ],
+    )
+    .await;
+    d.bury(1, 7).await;
+    d.bury(2, 8).await;
+    // Every command an operator runs goes through one proxy that names each AWS action.
+    let proxy = tgq_e2e::proxy::Proxy::start(&emulator::endpoint())
+        .await
+        .unwrap();
+    let endpoint = proxy.url();
+    let through = [("AWS_ENDPOINT_URL", endpoint.as_str())];
+    // The registry's commands first, then the operating guide's but `tgq destroy` (deleting the
+    // stack takes CloudFormation's permissions over every resource, not an operator's).
+    let dir = tempfile::tempdir().unwrap();
+    let mut tokens = [fake.token().to_owned(), second.to_owned()].into_iter();
+    let stack_block = &several_bots_guide_blocks()[0];
+    run_guide_block(
+        stack_block,
+        &mut tokens,
+        &api_url,
+        Some(&d.name),
+        dir.path(),
+        &through,
+    );
+    let envs = [
+        ("TELEGRAM_BOT_TOKEN", fake.token()),
+        ("TELEGRAM_API_URL", api_url.as_str()),
+        through[0],
+    ];
+    let ran = run_operating_guide(&d, &envs, 3, |args| args[0] != "destroy").await;
+    assert!(ran.iter().any(|r| r.starts_with("dlq replay")), "{ran:?}");
+
+    // SQS authorizes a batch call by its single counterpart's action.
+    let used: BTreeSet<String> = proxy
+        .actions()
+        .into_keys()
+        .map(|action| match action.as_str() {
+            "sqs:DeleteMessageBatch" => "sqs:DeleteMessage".to_owned(),
+            "sqs:ChangeMessageVisibilityBatch" => "sqs:ChangeMessageVisibility".to_owned(),
+            "sqs:SendMessageBatch" => "sqs:SendMessage".to_owned(),
+            _ => action,
+        })
+        .collect();
+    let granted = policy_actions("OperatorPolicy");
+    let unseen = unseen_with_reason("OperatorPolicy");
+    let mut failures = Vec::new();
+    for action in used.iter().filter(|a| !granted.contains(*a)) {
+        failures.push(format!(
+            "the tgq command uses {action}, which OperatorPolicy does not grant"
+        ));
+    }
+    for action in granted.iter().filter(|a| !used.contains(*a)) {
+        if !unseen.contains_key(action) {
+            failures.push(format!(
+                "OperatorPolicy grants {action}, which no command used, and does not say why \
+                 (a trailing `{UNSEEN} …` on its line)"
+            ));
+        }
+    }
+    for action in unseen.keys().filter(|a| used.contains(*a)) {
+        failures.push(format!(
+            "{action} is marked `{UNSEEN}` but a command uses it"
+        ));
+    }
+    assert!(
+        failures.is_empty(),
+        "{}\nused: {used:?}",
+        failures.join("\n")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn poll_with_a_stack_takes_bot_table_queues_token_and_bot_api_from_it_and_status_shows_the_lease(
+) {
+    let fake = FakeTelegram::start().await.unwrap();
+    let d = deploy(
+        "pollstack",
+        fake.token(),
+        &[
+            ("TelegramApiUrl", fake.url().as_str()),
+            ("BotId", "stacked"),
+        ],
+    )
+    .await;
+    let health = format!("127.0.0.1:{}", common::free_port());
+    // Through a proxy that names every AWS action, held to the stack's OperatorPolicy below.
+    let proxy = tgq_e2e::proxy::Proxy::start(&emulator::endpoint())
+        .await
+        .unwrap();
+    let endpoint = proxy.url();
+    // No TGQ_BOT_ID, no TELEGRAM_BOT_TOKEN, no TELEGRAM_API_URL, no table or queue: all from the
+    // stack.
+    let mut poller = common::tgq(&[("AWS_ENDPOINT_URL", endpoint.as_str())])
+        .args(["poll", "--stack", &d.name, "--health-addr", &health])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("tgq poll starts");
+    fake.push_updates([message_update(1, 7, "one"), message_update(2, 8, "two")]);
+    let started = std::time::Instant::now();
+    while fake.pending_updates() > 0 {
+        if started.elapsed() > Duration::from_secs(30) || poller.try_wait().unwrap().is_some() {
+            let _ = poller.kill();
+            let output = poller.wait_with_output().unwrap();
+            panic!(
+                "tgq poll --stack did not confirm the updates: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let status: Value = reqwest::get(format!("http://{health}/status"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (status["role"].clone(), status["offset"].clone()),
+        (json!("leader"), json!(3))
+    );
+    // tgq status --stack shows the lease as the table holds it.
+    let shown = d.tgq(&[], &["status"]);
+    assert!(
+        shown.contains("poller lease   leader ") && shown.contains("token 1, offset 3"),
+        "{shown}"
+    );
+    let _ = poller.kill();
+    let _ = poller.wait();
+    let queued = emulator::drain(&d.sqs, &d.resources.queue_url)
+        .await
+        .unwrap();
+    assert_eq!(queued.len(), 2);
+    let granted = tgq_e2e::template::policy_actions("OperatorPolicy");
+    let ungranted: Vec<String> = proxy
+        .actions()
+        .into_keys()
+        .filter(|action| !granted.contains(action))
+        .collect();
+    assert!(
+        ungranted.is_empty(),
+        "tgq poll uses what OperatorPolicy does not grant: {ungranted:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bots_on_a_stack_live_in_ssm_under_its_prefix_and_get_the_stacks_webhook_url() {
+    let fake = FakeTelegram::start().await.unwrap();
+    let webhook_prefix = "https://abc123.lambda-url.us-east-1.on.aws/webhook/";
+    let sdk = emulator::sdk_config().await;
+    let prefix = format!("/tgq/bots-{}/bots/", SystemClock.now().0);
+    let d = deploy(
+        "bots",
+        fake.token(),
+        &[
+            ("BotsParameterPrefix", prefix.as_str()),
+            ("BotWebhookUrlPrefix", webhook_prefix),
+            ("TelegramApiUrl", fake.url().as_str()),
+        ],
+    )
+    .await;
+    let token = [("TELEGRAM_BOT_TOKEN", fake.token())];
+
+    let said = d.tgq(&token, &["bots", "add", "shop", "--handler", "echo"]);
+    assert!(
+        said.contains("shop") && !said.contains(fake.token()),
+        "{said}"
+    );
+    let ssm = aws_sdk_ssm::Client::new(&sdk);
+    let secret = ssm
+        .get_parameter()
+        .name(format!("{prefix}shop/secret"))
+        .with_decryption(true)
+        .send()
+        .await
+        .expect("the secret parameter")
+        .parameter
+        .unwrap();
+    assert_eq!(
+        secret.r#type,
+        Some(aws_sdk_ssm::types::ParameterType::SecureString)
+    );
+    let set = fake
+        .calls()
+        .into_iter()
+        .find(|c| c.method == "setWebhook")
+        .expect("setWebhook was called");
+    assert_eq!(set.params["url"], format!("{webhook_prefix}shop"));
+    assert_eq!(set.params["secret_token"], secret.value.unwrap().as_str());
+
+    let (refused, _, stderr) = run(
+        &token,
+        &[
+            "bots",
+            "add",
+            "shop",
+            "--handler",
+            "echo",
+            "--stack",
+            &d.name,
+        ],
+    );
+    assert_eq!(refused.code(), Some(1));
+    assert!(stderr.contains("already registered"), "{stderr}");
+
+    let listed: Value = serde_json::from_str(&d.tgq(&[], &["bots", "list", "--json"])).unwrap();
+    assert_eq!(listed["bots"][0]["id"], "shop");
+    assert_eq!(
+        listed["bots"][0]["webhook_url"],
+        format!("{webhook_prefix}shop")
+    );
+    assert_eq!(listed["queue"]["visible"], 0, "{listed}");
+
+    d.tgq(&[], &["bots", "remove", "shop"]);
+    let left = ssm
+        .get_parameters_by_path()
+        .path(&prefix)
+        .recursive(true)
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        left.parameters.unwrap_or_default().is_empty(),
+        "every parameter deleted"
+    );
+    assert!(fake.calls().iter().any(|c| c.method == "deleteWebhook"));
+}
+
+/// The code blocks of docs/OPERATIONS.md's "Hosting several bots" section, in order, each a list of lines
+/// (comments dropped, blank lines skipped).
+fn several_bots_guide_blocks() -> Vec<Vec<String>> {
+    const GUIDE: &str = include_str!("../../docs/OPERATIONS.md");
+    let section = GUIDE
+        .split("\n## Hosting several bots\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .expect("docs/OPERATIONS.md has a \"Hosting several bots\" section");
+    let mut blocks = Vec::new();
+    let mut block: Option<Vec<String>> = None;
+    for line in section.lines() {
+        if line.starts_with("```") {
+            match block.take() {
+                Some(done) => blocks.push(done),
+                None => block = Some(Vec::new()),
+            }
+            continue;
+        }
+        let line = line.split(" #").next().unwrap_or(line).trim();
+        if let (Some(lines), false) = (block.as_mut(), line.is_empty()) {
+            lines.push(line.to_owned());
+        }
+    }
+    blocks
+}
+
+/// Runs one block of the guide: `export TELEGRAM_BOT_TOKEN=…` lines pick the next of `tokens`,
+/// `tgq …` lines run (with `--stack tgq` meaning `stack`) and must succeed.
+fn run_guide_block(
+    lines: &[String],
+    tokens: &mut impl Iterator<Item = String>,
+    api_url: &str,
+    stack: Option<&str>,
+    dir: &std::path::Path,
+    extra_envs: &[(&str, &str)],
+) -> Vec<String> {
+    let mut token = String::new();
+    let mut ran = Vec::new();
+    for line in lines {
+        if line.starts_with("export TELEGRAM_BOT_TOKEN=") {
+            token = tokens
+                .next()
+                .expect("a token for every export in the guide");
+            continue;
+        }
+        let Some(command) = line.strip_prefix("tgq ") else {
+            panic!("the guide's blocks hold only tgq commands and token exports: {line}");
+        };
+        let mut args: Vec<String> = command.split_whitespace().map(str::to_owned).collect();
+        if let (Some(stack), Some(at)) = (stack, args.iter().position(|a| a == "--stack")) {
+            args[at + 1] = stack.to_owned();
+        }
+        let mut envs = vec![("TELEGRAM_API_URL", api_url)];
+        envs.extend_from_slice(extra_envs);
+        if !token.is_empty() {
+            envs.push(("TELEGRAM_BOT_TOKEN", token.as_str()));
+        }
+        let output = common::tgq(&envs)
+            .args(&args)
+            .current_dir(dir)
+            .output()
+            .expect("tgq runs");
+        assert!(
+            output.status.success(),
+            "tgq {command}: {}{}",
+            String::from_utf8_lossy(&output.stderr),
+            String::from_utf8_lossy(&output.stdout)
+        );
+        ran.push(command.to_owned());
+    }
+    ran
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_several_bots_guide_runs_as_written_against_moto_and_locally() {
+    let fake = FakeTelegram::start().await.unwrap();
+    let second = "654321:guide-second-bot";
+    fake.accept_token(second);
+    let prefix = format!("/tgq/guide-{}/bots/", SystemClock.now().0);
+    let d = deploy(
+        "guide-bots",
+        fake.token(),
+        &[
+            ("BotsParameterPrefix", prefix.as_str()),
+            (
+                "BotWebhookUrlPrefix",
+                "https://guide.lambda-url.us-east-1.on.aws/webhook/",
+            ),
+            ("TelegramApiUrl", fake.url().as_str()),
+        ],
+    )
+    .await;
+    let blocks = several_bots_guide_blocks();
+    assert_eq!(
+        blocks.len(),
+        2,
+        "a stack block and a local block: {blocks:?}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let mut tokens = [fake.token().to_owned(), second.to_owned()].into_iter();
+    let ran = run_guide_block(
+        &blocks[0],
+        &mut tokens,
+        &fake.url(),
+        Some(&d.name),
+        dir.path(),
+        &[],
+    );
+    for expected in [
+        "bots add shop",
+        "bots add news",
+        "bots list",
+        "bots remove news",
+    ] {
+        assert!(
+            ran.iter().any(|r| r.starts_with(expected)),
+            "the guide runs `tgq {expected}`: {ran:?}"
+        );
+    }
+    let listed: Value = serde_json::from_str(&d.tgq(&[], &["bots", "list", "--json"])).unwrap();
+    let ids: Vec<&str> = listed["bots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|bot| bot["id"].as_str())
+        .collect();
+    assert_eq!(ids, ["shop"], "news removed, shop kept");
+    let webhooks: Vec<String> = fake
+        .calls()
+        .into_iter()
+        .filter(|c| c.method == "setWebhook")
+        .map(|c| c.params["url"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(
+        webhooks,
+        [
+            "https://guide.lambda-url.us-east-1.on.aws/webhook/shop",
+            "https://guide.lambda-url.us-east-1.on.aws/webhook/news"
+        ]
+    );
+
+    let ran = run_guide_block(
+        &blocks[1],
+        &mut std::iter::empty(),
+        &fake.url(),
+        None,
+        dir.path(),
+        &[],
+    );
+    assert!(
+        ran.iter().any(|r| r.starts_with("bots add shop --offline")),
+        "{ran:?}"
+    );
+    let local: Value = serde_json::from_slice(
+        &std::fs::read(dir.path().join(".tgq").join("bots.json")).expect("the local registry"),
+    )
+    .unwrap();
+    assert_eq!(local["bots"][0]["id"], "shop");
+}
+
+/// A shared AWS config file with one profile, `team`, signed in by `credential_process`: a script
+/// that notes it was asked (in `asked`) and prints moto's test credentials.
+fn credential_process_profile(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    use std::os::unix::fs::PermissionsExt as _;
+    let asked = dir.join("asked");
+    let script = dir.join("credentials.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\ntouch '{}'\necho '{{\"Version\": 1, \"AccessKeyId\": \"testing\", \"SecretAccessKey\": \"testing\"}}'\n",
+            asked.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let config = dir.join("config");
+    std::fs::write(
+        &config,
+        format!(
+            "[profile team]\ncredential_process = {}\nregion = us-east-1\n",
+            script.display()
+        ),
+    )
+    .unwrap();
+    (config, asked)
+}
+
+/// `tgq` with no credentials in its environment: only what `config` (an AWS config file) gives,
+/// and no instance metadata (the suite reaches nothing but loopback).
+fn tgq_without_credentials(
+    config: &std::path::Path,
+    profile: Option<&str>,
+) -> std::process::Command {
+    let mut command = common::tgq(&[
+        ("AWS_CONFIG_FILE", config.to_str().unwrap()),
+        ("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/credentials"),
+        ("AWS_EC2_METADATA_DISABLED", "true"),
+    ]);
+    for name in [
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_PROFILE",
+        "AWS_REGION",
+        "AWS_DEFAULT_REGION",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+    ] {
+        command.env_remove(name);
+    }
+    if let Some(profile) = profile {
+        command.env("AWS_PROFILE", profile);
+    }
+    command
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_tgq_command_signs_in_through_a_credential_process_profile() {
+    let d = deploy("signin", "1:x", &[]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (config, asked) = credential_process_profile(dir.path());
+    let output = tgq_without_credentials(&config, Some("team"))
+        .args(["status", "--stack", &d.name, "--json"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let status: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(status["queue"]["visible"], 0, "{status}");
+    assert!(asked.exists(), "the profile's credential_process was asked");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn without_credentials_a_command_says_so_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config");
+    std::fs::write(&config, "[default]\nregion = us-east-1\n").unwrap();
+    let output = tgq_without_credentials(&config, None)
+        .args(["status", "--stack", "any"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with("error: no AWS credentials") && stderr.contains("aws sso login"),
+        "{stderr}"
+    );
+}
+
+/// A directory of stand-ins for the tools `tgq deploy` runs: `sam`, which records each call's
+/// arguments in `sam-calls` and exits with the code in `sam-exit` (0 when absent), and `rustup`,
+/// `cargo-lambda` and `zig`, present as a developer's machine has them. The stack itself is made by
+/// the test on moto (moto's CloudFormation cannot take what `sam deploy` sends: see
+/// testing/e2e/tests/e2e/stack.rs), standing in for what `sam deploy` creates.
+fn deploy_tools(dir: &std::path::Path) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt as _;
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let calls = dir.join("sam-calls");
+    let exit = dir.join("sam-exit");
+    let tools = [
+        (
+            "sam",
+            format!(
+                "#!/bin/sh\necho \"$@\" >> '{}'\nexit $(/bin/cat '{}' 2>/dev/null || echo 0)\n",
+                calls.display(),
+                exit.display()
+            ),
+        ),
+        (
+            "rustup",
+            "#!/bin/sh\necho aarch64-unknown-linux-gnu\necho x86_64-unknown-linux-gnu\n".to_owned(),
+        ),
+        ("cargo-lambda", "#!/bin/sh\nexit 0\n".to_owned()),
+        ("zig", "#!/bin/sh\nexit 0\n".to_owned()),
+    ];
+    for (name, script) in tools {
+        let path = bin.join(name);
+        std::fs::write(&path, script).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    bin
+}
+
+/// `tgq deploy|destroy ARGS` in `dir`, with `bin` as the whole PATH.
+fn tgq_deploy(
+    dir: &std::path::Path,
+    bin: &std::path::Path,
+    envs: &[(&str, &str)],
+    args: &[&str],
+) -> (std::process::ExitStatus, String, String) {
+    let output = common::tgq(envs)
+        .current_dir(dir)
+        .env("PATH", bin)
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        output.status,
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+async fn ssm_value(sdk: &aws_config::SdkConfig, name: &str) -> Option<String> {
+    aws_sdk_ssm::Client::new(sdk)
+        .get_parameter()
+        .name(name)
+        .with_decryption(true)
+        .send()
+        .await
+        .ok()
+        .and_then(|found| found.parameter)
+        .and_then(|parameter| parameter.value)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn deploy_names_every_missing_tool_and_touches_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let (status, _, stderr) = tgq_deploy(dir.path(), &empty, &[], &["deploy", "--stack", "tools"]);
+    assert!(!status.success());
+    for named in [
+        "pip install aws-sam-cli",
+        "pip install cargo-lambda",
+        "pip install ziglang",
+        "rustup",
+    ] {
+        assert!(stderr.contains(named), "{named} in {stderr}");
+    }
+    let sdk = emulator::sdk_config().await;
+    assert_eq!(ssm_value(&sdk, "/tgq/tools/bot-token").await, None);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn deploy_refuses_a_token_telegram_refuses_before_writing_anything() {
+    let fake = FakeTelegram::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let bin = deploy_tools(dir.path());
+    let stack = format!("badtoken-{}", std::process::id());
+    let api = format!("TelegramApiUrl={}", fake.url());
+    let (status, stdout, stderr) = tgq_deploy(
+        dir.path(),
+        &bin,
+        &[("TELEGRAM_BOT_TOKEN", "123456:WRONG")],
+        &[
+            "deploy",
+            "--stack",
+            &stack,
+            "--no-build",
+            "--parameter",
+            &api,
+        ],
+    );
+    assert!(!status.success(), "{stdout}");
+    assert!(
+        stderr.contains("Telegram refused the bot token"),
+        "{stderr}"
+    );
+    let sdk = emulator::sdk_config().await;
+    assert_eq!(
+        ssm_value(&sdk, &format!("/tgq/{stack}/bot-token")).await,
+        None
+    );
+    assert_eq!(
+        ssm_value(&sdk, &format!("/tgq/{stack}/webhook-secret")).await,
+        None
+    );
+    assert!(!dir.path().join("sam-calls").exists(), "sam was never run");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn deploy_refuses_a_function_url_where_lambda_has_none_before_writing_anything() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = deploy_tools(dir.path());
+    let stack = format!("nourl-{}", std::process::id());
+    let (status, stdout, stderr) = tgq_deploy(
+        dir.path(),
+        &bin,
+        &[("TELEGRAM_BOT_TOKEN", "123456:ANY")],
+        &[
+            "deploy",
+            "--stack",
+            &stack,
+            "--region",
+            "ap-south-2",
+            "--no-build",
+            "--parameter",
+            "WebhookEndpoint=FunctionUrl",
+        ],
+    );
+    assert!(!status.success(), "{stdout}");
+    assert!(
+        stderr.contains("ap-south-2 has no Lambda Function URLs") && stderr.contains("Auto"),
+        "{stderr}"
+    );
+    assert!(!dir.path().join("sam-calls").exists(), "sam was never run");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn deploy_keeps_the_secrets_deploys_sets_the_webhook_and_runs_again_in_place_and_destroy_undoes_it(
+) {
+    let fake = FakeTelegram::start().await.unwrap();
+    let sdk = emulator::sdk_config().await;
+    let resources = Stack::create(&sdk, "deploy").await.unwrap();
+    let stack = resources.table.replace("tgq-e2e-", "deploy-");
+    let token_parameter = format!("/tgq/{stack}/bot-token");
+    let secret_parameter = format!("/tgq/{stack}/webhook-secret");
+    let dir = tempfile::tempdir().unwrap();
+    let bin = deploy_tools(dir.path());
+    let api = format!("TelegramApiUrl={}", fake.url());
+    let args = [
+        "deploy",
+        "--stack",
+        stack.as_str(),
+        "--no-build",
+        "--parameter",
+        api.as_str(),
+    ];
+    let envs = [("TELEGRAM_BOT_TOKEN", fake.token())];
+
+    // sam deploy fails: the parameters are written, the message says what to do, and the next run
+    // finishes the job.
+    std::fs::write(dir.path().join("sam-exit"), "1").unwrap();
+    let (status, stdout, stderr) = tgq_deploy(dir.path(), &bin, &envs, &args);
+    assert!(!status.success(), "{stdout}");
+    assert!(
+        stderr.contains("sam deploy failed") && stderr.contains("run tgq deploy again"),
+        "{stderr}"
+    );
+    assert_eq!(
+        ssm_value(&sdk, &token_parameter).await.as_deref(),
+        Some(fake.token())
+    );
+    let secret = ssm_value(&sdk, &secret_parameter)
+        .await
+        .expect("a generated secret");
+    assert_eq!(secret.len(), 48);
+
+    // What sam deploy makes: a stack whose outputs name the resources and the parameters.
+    let outputs = json!({
+        "TableName": { "Value": resources.table },
+        "UpdatesQueueUrl": { "Value": resources.queue_url },
+        "DeadLetterQueueUrl": { "Value": resources.dlq_url },
+        "WebhookUrl": { "Value": "https://hook.example.com/webhook" },
+        "BotId": { "Value": "mybot" },
+        "BotTokenParameterName": { "Value": token_parameter },
+        "WebhookSecretParameterName": { "Value": secret_parameter },
+        "TelegramApiUrl": { "Value": fake.url() },
+    });
+    let template = json!({
+        "Resources": { "Marker": { "Type": "AWS::SSM::Parameter", "Properties": {
+            "Name": format!("/tgq/{stack}/marker"), "Type": "String", "Value": "x" } } },
+        "Outputs": outputs,
+    });
+    aws_sdk_cloudformation::Client::new(&sdk)
+        .create_stack()
+        .stack_name(&stack)
+        .template_body(template.to_string())
+        .send()
+        .await
+        .unwrap();
+    std::fs::write(dir.path().join("sam-exit"), "0").unwrap();
+    let (status, stdout, stderr) = tgq_deploy(dir.path(), &bin, &envs, &args);
+    assert!(status.success(), "{stderr}\n{stdout}");
+    let calls = std::fs::read_to_string(dir.path().join("sam-calls")).unwrap();
+    let last = calls.lines().last().unwrap();
+    for part in [
+        format!("deploy --stack-name {stack}"),
+        "--no-confirm-changeset".to_owned(),
+        "CAPABILITY_IAM".to_owned(),
+        format!("BotTokenParameterName={token_parameter}"),
+        format!("WebhookSecretParameterName={secret_parameter}"),
+        "BotId=mybot".to_owned(),
+        "Architecture=arm64".to_owned(),
+    ] {
+        assert!(last.contains(&part), "{part} in {last}");
+    }
+    assert!(!calls.contains("build"), "--no-build: {calls}");
+    assert_eq!(
+        fake.webhook_url().as_deref(),
+        Some("https://hook.example.com/webhook")
+    );
+    assert!(stdout.contains("The bot is live"), "{stdout}");
+    assert!(stdout.contains("Webhook set"), "{stdout}");
+    for secret in [fake.token(), secret.as_str()] {
+        assert!(
+            !stdout.contains(secret) && !stderr.contains(secret),
+            "a secret was printed"
+        );
+    }
+
+    // A second run keeps both parameters and updates in place.
+    let (status, stdout, stderr) = tgq_deploy(dir.path(), &bin, &[], &args);
+    assert!(status.success(), "{stderr}\n{stdout}");
+    assert!(
+        stdout.contains("Bot token: kept") && stdout.contains("Webhook secret: kept"),
+        "{stdout}"
+    );
+    assert_eq!(
+        ssm_value(&sdk, &secret_parameter).await.as_deref(),
+        Some(secret.as_str())
+    );
+
+    // Destroy: the webhook first, then the stack; the parameters stay without the flag.
+    let (status, stdout, stderr) = tgq_deploy(
+        dir.path(),
+        &bin,
+        &[],
+        &["destroy", "--stack", &stack, "--yes"],
+    );
+    assert!(status.success(), "{stderr}\n{stdout}");
+    assert_eq!(fake.webhook_url(), None);
+    let described = aws_sdk_cloudformation::Client::new(&sdk)
+        .describe_stacks()
+        .stack_name(&stack)
+        .send()
+        .await;
+    let gone = match described {
+        Err(_) => true,
+        Ok(found) => found.stacks().iter().all(|s| {
+            s.stack_status() == Some(&aws_sdk_cloudformation::types::StackStatus::DeleteComplete)
+        }),
+    };
+    assert!(gone, "the stack is deleted");
+    assert!(
+        ssm_value(&sdk, &token_parameter).await.is_some(),
+        "kept without --delete-parameters"
+    );
+}

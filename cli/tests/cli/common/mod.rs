@@ -1,0 +1,360 @@
+//! Runs the built `tgq` binary for the integration tests: a `tgq local` on a free port and a
+//! temporary data directory, its output captured, stopped by SIGTERM or SIGKILL.
+
+#![allow(dead_code)] // Each test file uses its own part of these helpers.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Read;
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tgq_core::clock::{Clock as _, SystemClock};
+use tgq_core::ids::{BotId, RecordKey, UpdateId};
+use tgq_core::ports::RecordReader as _;
+use tgq_core::record::{ActionState, UpdateRecord};
+use tgq_embedded::{EmbeddedStore, StoreOptions};
+use tgq_fake_telegram::FakeTelegram;
+
+/// `tgq` with a clean environment plus `envs`, running the built-in echo bot unless `envs` sets
+/// `TGQ_HANDLER`: the suite asserts replies that name their update (`echo 17: hi`), whatever the
+/// bot in `bot/` says.
+pub fn tgq(envs: &[(&str, &str)]) -> Command {
+    tgq_at(Path::new(env!("CARGO_BIN_EXE_tgq")), envs)
+}
+
+/// [`tgq`], run from the binary at `exe` (a copy another user can reach).
+pub fn tgq_at(exe: &Path, envs: &[(&str, &str)]) -> Command {
+    let mut command = Command::new(exe);
+    // Nothing of the developer's shell changes what the tests see (NO_COLOR their output either).
+    for name in tgq_core::config::SETTINGS.iter().chain(&["NO_COLOR"]) {
+        command.env_remove(name);
+    }
+    command.env("TGQ_HANDLER", "echo");
+    command.envs(envs.iter().copied());
+    command
+}
+
+/// Runs `tgq args…` to completion: (exit status, stdout, stderr).
+pub fn run(envs: &[(&str, &str)], args: &[&str]) -> (ExitStatus, String, String) {
+    let output = tgq(envs).args(args).output().expect("tgq runs");
+    (
+        output.status,
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// Runs `tgq args…` with its stdout a pipe whose reader is closed at once, as `tgq … | head -0`
+/// would: (exit status, stderr).
+pub fn run_into_closed_pipe(envs: &[(&str, &str)], args: &[&str]) -> (ExitStatus, String) {
+    let mut child = tgq(envs)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("tgq runs");
+    drop(child.stdout.take());
+    let output = child.wait_with_output().expect("tgq ends");
+    (
+        output.status,
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// A port nobody listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// The update fixtures of `events/updates` (the group-key table excluded).
+pub fn update_fixture_count() -> usize {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../events/updates");
+    std::fs::read_dir(dir)
+        .expect("events/updates")
+        .filter_map(Result::ok)
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".json") && name != "expected_groups.json")
+        .count()
+}
+
+/// A message update from `chat` (a private chat with that user) carrying `text`.
+pub fn message_update(update_id: i64, chat: i64, text: &str) -> Value {
+    serde_json::json!({
+        "update_id": update_id,
+        "message": {
+            "message_id": update_id,
+            "date": 1_767_607_200,
+            "chat": {"id": chat, "type": "private", "first_name": "Tester"},
+            "from": {"id": chat, "is_bot": false, "first_name": "Tester"},
+            "text": text,
+        }
+    })
+}
+
+/// A running `tgq local`.
+pub struct Local {
+    child: Child,
+    /// Its data directory.
+    pub data_dir: PathBuf,
+    /// Where it listens.
+    pub addr: SocketAddr,
+    stdout: Arc<Mutex<String>>,
+    stderr: Arc<Mutex<String>>,
+    /// The threads copying stdout and stderr; they end when the process is gone.
+    readers: Vec<JoinHandle<()>>,
+}
+
+impl Local {
+    /// Starts `tgq local` on a free port with `envs` and extra `args`.
+    pub fn start(data_dir: &Path, envs: &[(&str, &str)], args: &[&str]) -> Local {
+        Self::start_on(free_port(), data_dir, envs, args)
+    }
+
+    /// Starts `tgq local` on `port`.
+    pub fn start_on(port: u16, data_dir: &Path, envs: &[(&str, &str)], args: &[&str]) -> Local {
+        Self::start_with(port, data_dir, envs, args, |_| {})
+    }
+
+    /// Starts `tgq local` on `port`, letting `prepare` adjust the command first.
+    pub fn start_with(
+        port: u16,
+        data_dir: &Path,
+        envs: &[(&str, &str)],
+        args: &[&str],
+        prepare: impl FnOnce(&mut Command),
+    ) -> Local {
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("an address");
+        let mut command = tgq(envs);
+        prepare(&mut command);
+        let mut child = command
+            .arg("local")
+            .arg("--addr")
+            .arg(addr.to_string())
+            .arg("--data-dir")
+            .arg(data_dir)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("tgq local starts");
+        let (stdout, out_reader) = capture(child.stdout.take().expect("piped stdout"));
+        let (stderr, err_reader) = capture(child.stderr.take().expect("piped stderr"));
+        Local {
+            child,
+            data_dir: data_dir.to_owned(),
+            addr,
+            stdout,
+            stderr,
+            readers: vec![out_reader, err_reader],
+        }
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// `http://addr/path`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// What it printed so far: (stdout, stderr).
+    pub fn output(&self) -> (String, String) {
+        (
+            self.stdout.lock().unwrap().clone(),
+            self.stderr.lock().unwrap().clone(),
+        )
+    }
+
+    /// Waits until `/readyz` answers 200; fails with its output if it exits or takes too long.
+    pub async fn wait_ready(&mut self) {
+        let client = reqwest::Client::new();
+        let started = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                panic!(
+                    "tgq local exited with {status} before it was ready: {:?}",
+                    self.output()
+                );
+            }
+            if let Ok(response) = client.get(self.url("/readyz")).send().await {
+                if response.status() == 200 {
+                    return;
+                }
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "tgq local was not ready within 30 s: {:?}",
+                self.output()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// `GET /admin/status`'s result.
+    pub async fn status(&self) -> Value {
+        let body: Value = reqwest::get(self.url("/admin/status"))
+            .await
+            .expect("admin/status answers")
+            .json()
+            .await
+            .expect("JSON");
+        body["result"].clone()
+    }
+
+    /// Waits until nothing is pending or in flight and `done` holds; fails after `timeout`.
+    pub async fn wait_settled(&self, timeout: Duration, done: impl Fn(&Value) -> bool) -> Value {
+        let started = Instant::now();
+        loop {
+            let status = self.status().await;
+            let stats = &status["stats"];
+            if stats["pending"] == 0 && stats["in_flight"] == 0 && done(&status) {
+                return status;
+            }
+            assert!(
+                started.elapsed() < timeout,
+                "not settled within {timeout:?}: {status}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Sends SIGTERM and waits for the exit (graceful shutdown).
+    pub async fn terminate(&mut self) -> ExitStatus {
+        let pid = self.child.id().to_string();
+        let sent = Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill runs");
+        assert!(sent.success(), "SIGTERM could not be sent");
+        self.wait_exit(Duration::from_secs(30)).await
+    }
+
+    /// Sends SIGKILL (no cleanup of any kind) and reaps the process.
+    pub fn kill(&mut self) {
+        self.child.kill().expect("SIGKILL");
+        self.child.wait().expect("reaped");
+        self.drain_output();
+    }
+
+    /// Waits for the reader threads, which reach the end of the pipes once the process is gone:
+    /// afterwards [`Local::output`] holds everything it printed.
+    fn drain_output(&mut self) {
+        for reader in self.readers.drain(..) {
+            reader.join().expect("an output reader thread");
+        }
+    }
+
+    /// Waits for the process to exit by itself.
+    pub async fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
+        let started = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                self.drain_output();
+                return status;
+            }
+            assert!(
+                started.elapsed() < timeout,
+                "tgq local did not exit within {timeout:?}: {:?}",
+                self.output()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for Local {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn capture(mut pipe: impl Read + Send + 'static) -> (Arc<Mutex<String>>, JoinHandle<()>) {
+    let text = Arc::new(Mutex::new(String::new()));
+    let sink = text.clone();
+    let reader = std::thread::spawn(move || {
+        let mut buffer = [0u8; 8192];
+        while let Ok(read) = pipe.read(&mut buffer) {
+            if read == 0 {
+                break;
+            }
+            sink.lock()
+                .unwrap()
+                .push_str(&String::from_utf8_lossy(&buffer[..read]));
+        }
+    });
+    (text, reader)
+}
+
+/// The records of `update_ids` in the store of `data_dir`, read directly while no `tgq` holds it
+/// (after a SIGKILL or a clean exit): what survived, in which status, with which actions.
+pub async fn stored_records(
+    data_dir: &Path,
+    bot_id: &str,
+    update_ids: impl IntoIterator<Item = i64>,
+) -> BTreeMap<i64, UpdateRecord> {
+    let dir = data_dir.to_owned();
+    let store =
+        tokio::task::spawn_blocking(move || EmbeddedStore::open(&dir, StoreOptions::default()))
+            .await
+            .unwrap()
+            .expect("the store opens once tgq local is gone");
+    let bot = BotId::new(bot_id).expect("a valid bot id");
+    let now = SystemClock.now();
+    let mut records = BTreeMap::new();
+    for update_id in update_ids {
+        let key = RecordKey::new(bot.clone(), UpdateId(update_id));
+        if let Some(record) = store.get(&key, now).await.expect("a record read") {
+            records.insert(update_id, record);
+        }
+    }
+    // Closing the store releases its file for the next `tgq local`.
+    tokio::task::spawn_blocking(move || drop(store))
+        .await
+        .unwrap();
+    records
+}
+
+/// The actions with an unknown outcome: an intent recorded, nothing else. Such a send may have
+/// reached Telegram, and an at-least-once action is sent again. By (update id, method).
+pub fn unknown_outcomes(records: &BTreeMap<i64, UpdateRecord>) -> BTreeSet<(i64, String)> {
+    records
+        .iter()
+        .flat_map(|(update_id, record)| {
+            record
+                .actions
+                .values()
+                .filter(|action| action.state == ActionState::Pending)
+                .map(move |action| (*update_id, action.method.clone()))
+        })
+        .collect()
+}
+
+/// Every sendMessage text the fake Bot API accepted, per chat, in arrival order.
+pub fn replies_per_chat(fake: &FakeTelegram) -> BTreeMap<i64, Vec<String>> {
+    let mut replies: BTreeMap<i64, Vec<String>> = BTreeMap::new();
+    for call in fake
+        .delivered()
+        .iter()
+        .filter(|c| c.method == "sendMessage")
+    {
+        let text = call.params["text"].as_str().unwrap_or_default().to_owned();
+        replies
+            .entry(call.chat_id.unwrap_or_default())
+            .or_default()
+            .push(text);
+    }
+    replies
+}

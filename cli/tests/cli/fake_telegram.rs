@@ -1,0 +1,172 @@
+//! `tgq fake-telegram`: the fake Bot API as a server of its own, with faults and queued updates —
+//! here with `tgq local --poll` pointed at it, as docs/BOT.md's path without Telegram does.
+
+use crate::common;
+
+use std::io::Read as _;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{free_port, run, update_fixture_count, Local};
+use tgq_fake_telegram::DEFAULT_TOKEN;
+
+/// A running `tgq fake-telegram`, stopped (SIGTERM) when dropped.
+struct Fake {
+    child: Child,
+    url: String,
+}
+
+impl Fake {
+    fn start(args: &[&str]) -> Fake {
+        let port = free_port();
+        let addr = format!("127.0.0.1:{port}");
+        let child = common::tgq(&[])
+            .args(["fake-telegram", "--addr", &addr])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("tgq fake-telegram starts");
+        let started = Instant::now();
+        while std::net::TcpStream::connect(&addr).is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "tgq fake-telegram did not listen on {addr}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Fake {
+            child,
+            url: format!("http://{addr}"),
+        }
+    }
+
+    /// Stops it with SIGTERM: (exit success, stdout).
+    fn stop(mut self) -> (bool, String) {
+        let pid = self.child.id().to_string();
+        assert!(Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success());
+        let status = self.child.wait().unwrap();
+        let mut stdout = String::new();
+        self.child
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut stdout)
+            .unwrap();
+        (status.success(), stdout)
+    }
+}
+
+impl Drop for Fake {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn events_updates() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../events/updates")
+        .to_str()
+        .unwrap()
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bot_polls_the_fake_through_its_faults_and_answers_every_queued_update() {
+    // Ada's private chat answers its first sendMessage with 502: the worker retries through it.
+    let updates = events_updates();
+    let fake = Fake::start(&["--updates", &updates, "--fault", "502,chat=111111111"]);
+    let envs = [
+        ("TELEGRAM_API_URL", fake.url.as_str()),
+        ("TELEGRAM_BOT_TOKEN", DEFAULT_TOKEN),
+        ("TGQ_BACKOFF_BASE_MS", "100"),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let mut local = Local::start(dir.path(), &envs, &["--poll"]);
+    local.wait_ready().await;
+    let fixtures = update_fixture_count();
+    let status = local
+        .wait_settled(Duration::from_secs(60), |s| {
+            s["counters"]["processed"] == fixtures
+        })
+        .await;
+    assert_eq!(status["counters"]["received"], fixtures, "{status}");
+    assert_eq!(status["counters"]["retried"], 1, "{status}");
+    assert!(local.terminate().await.success());
+
+    let (stopped, printed) = fake.stop();
+    assert!(stopped, "SIGTERM ends it with success: {printed}");
+    let calls: Vec<&str> = printed
+        .lines()
+        .filter(|line| line.contains("sendMessage"))
+        .collect();
+    let ada: Vec<&str> = calls
+        .iter()
+        .copied()
+        .filter(|line| line.contains("chat 111111111 "))
+        .collect();
+    assert!(ada[0].ends_with(" 502"), "{printed}");
+    assert!(
+        ada[1..].iter().all(|line| line.ends_with(" 200")),
+        "{printed}"
+    );
+    assert!(printed.contains("getUpdates"), "{printed}");
+    assert!(printed.contains("queued for getUpdates"), "{printed}");
+}
+
+/// Runs `tgq local --poll` on the fixtures against a fake where Ada (chat 111111111) has blocked
+/// the bot, until every update is finished; returns the status counters.
+async fn counters_with_ada_gone(envs: &[(&str, &str)]) -> serde_json::Value {
+    let fake = Fake::start(&[
+        "--updates",
+        &events_updates(),
+        "--fault",
+        "blocked,chat=111111111,times=always",
+    ]);
+    let mut all = vec![
+        ("TELEGRAM_API_URL", fake.url.as_str()),
+        ("TELEGRAM_BOT_TOKEN", DEFAULT_TOKEN),
+    ];
+    all.extend_from_slice(envs);
+    let dir = tempfile::tempdir().unwrap();
+    let mut local = Local::start(dir.path(), &all, &["--poll"]);
+    local.wait_ready().await;
+    let fixtures = update_fixture_count() as u64;
+    let finished = |s: &serde_json::Value| {
+        let count = |name: &str| s["counters"][name].as_u64().unwrap_or(0);
+        count("processed") + count("recipient_gone") + count("dead_lettered") == fixtures
+    };
+    let status = local
+        .wait_settled(Duration::from_secs(60), |s| finished(s))
+        .await;
+    assert!(local.terminate().await.success());
+    status["counters"].clone()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_user_who_blocked_the_bot_is_counted_as_recipient_gone_and_dead_lettered_only_when_asked()
+{
+    let settled = counters_with_ada_gone(&[]).await;
+    assert!(settled["recipient_gone"].as_u64() >= Some(1), "{settled}");
+    assert_eq!(settled["dead_lettered"], 0, "{settled}");
+
+    let dead = counters_with_ada_gone(&[("TGQ_DEAD_LETTER_GONE_RECIPIENTS", "true")]).await;
+    assert_eq!(dead["recipient_gone"], 0, "{dead}");
+    assert_eq!(
+        dead["dead_lettered"], settled["recipient_gone"],
+        "the same updates, dead-lettered: {dead}"
+    );
+}
+
+#[test]
+fn a_fault_that_does_not_parse_is_a_usage_error() {
+    let (status, _, stderr) = run(&[], &["fake-telegram", "--fault", "418,chat=1"]);
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("is not a fault"), "{stderr}");
+}

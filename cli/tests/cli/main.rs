@@ -1,0 +1,22 @@
+//! The tgq command's integration tests, one binary: each module drives the real `tgq` binary
+//! (`CARGO_BIN_EXE_tgq`) or its adapters from outside, as a user or an operator would.
+
+mod common;
+
+mod aws;
+mod backup;
+mod bots;
+mod demo;
+mod disk;
+mod dlq;
+mod drill_quick;
+mod durability;
+mod fake_telegram;
+mod local_bots;
+mod ops;
+mod poll;
+mod poll_aws;
+mod recovery;
+mod retention;
+mod usage;
+mod webhook;

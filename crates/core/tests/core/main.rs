@@ -1,0 +1,12 @@
+//! tgq-core's integration tests, one binary: the use cases on the in-memory adapters.
+
+mod ack_callbacks;
+mod echo;
+mod group_keys;
+mod ingest;
+mod operate;
+mod poller;
+mod recipient_gone;
+mod state;
+mod steps;
+mod worker;

@@ -1,0 +1,6 @@
+//! tgq-embedded's integration tests, one binary: the redb store's conformance, durability and repair.
+
+mod conformance;
+mod damage_and_backup;
+mod store;
+mod worker;

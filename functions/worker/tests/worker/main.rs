@@ -1,0 +1,8 @@
+//! The worker function's tests, one binary: the handler on the in-memory adapters and the fake Bot API.
+
+mod common;
+
+mod bots;
+mod function;
+mod logs;
+mod metrics;

@@ -1,0 +1,346 @@
+//! Both functions' metrics as CloudWatch reads them: every outcome of the webhook and of a worker
+//! batch driven through the functions' handlers, the recorder the functions install flushed, and
+//! its embedded-metric-format lines parsed, each under the `BotId` of the bot it counts (the
+//! environment's `demo`, the registry's `shop`, and `ghost`, a bot nobody knows). One test: the
+//! recorder is global to the process.
+
+use crate::common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_lambda_events::event::sqs::SqsEvent;
+use lambda_http::Body;
+use lambda_runtime::{Context, LambdaEvent};
+use secrecy::SecretString;
+use serde_json::Value;
+use tgq_core::clock::{Clock, SystemClock};
+use tgq_core::config::Vars;
+use tgq_core::handlers::HandlerRegistry;
+use tgq_core::ids::{BotId, MessageGroupId, RecordKey, UpdateId};
+use tgq_core::ingest::{Ingest, WebhookPorts, SECRET_HEADER};
+use tgq_core::ports::{QueueRecord, ReceiptHandle};
+use tgq_core::record::Status;
+use tgq_core::registry::{BotEntry, Registry};
+use tgq_core::worker::Worker;
+use tgq_fake_telegram::{FakeTelegram, Fault, Scope, Times};
+use tgq_memory::{Fault as Outage, MemoryBots, MemoryDeadLetters, MemoryQueue, MemoryStore};
+use tgq_worker::handle;
+
+const BATCH: &str = include_str!("../../../events/sqs/batch_three_groups.json");
+const SECRET: &str = "metrics-test-secret";
+
+/// A metric as one EMF line reports it: its name and its labels (`BotId` among them).
+type Series = (String, BTreeMap<String, String>);
+
+/// What the flushed lines report: each counter's total and each histogram's number of values.
+#[derive(Debug, Default)]
+struct Emitted {
+    counters: BTreeMap<Series, f64>,
+    histograms: BTreeMap<Series, f64>,
+}
+
+impl Emitted {
+    /// Reads EMF lines; panics on anything that is not one of tgq's metric documents.
+    fn parse(text: &str) -> Self {
+        let mut emitted = Emitted::default();
+        for line in text.lines().filter(|line| !line.trim().is_empty()) {
+            let doc: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+            let directive = &doc["_aws"]["CloudWatchMetrics"][0];
+            assert_eq!(directive["Namespace"], "tgq", "{line}");
+            let dimensions: Vec<&str> = directive["Dimensions"][0]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|d| d.as_str().unwrap())
+                .collect();
+            assert!(dimensions.contains(&"BotId"), "{line}");
+            let labels: BTreeMap<String, String> = dimensions
+                .iter()
+                .map(|d| ((*d).to_owned(), doc[*d].as_str().unwrap().to_owned()))
+                .collect();
+            for metric in directive["Metrics"].as_array().unwrap() {
+                let name = metric["Name"].as_str().unwrap().to_owned();
+                let series = (name.clone(), labels.clone());
+                match &doc[&name] {
+                    Value::Number(n) => {
+                        *emitted.counters.entry(series).or_default() += n.as_f64().unwrap();
+                    }
+                    Value::Array(values) => {
+                        assert_eq!(metric["Unit"], "Milliseconds", "{line}");
+                        *emitted.histograms.entry(series).or_default() += values.len() as f64;
+                    }
+                    other => panic!("{name}: {other} in {line}"),
+                }
+            }
+        }
+        emitted
+    }
+
+    /// The counter `name` with `labels` (and `BotId` `demo` unless they name one).
+    fn counter(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        let key = (name.to_owned(), label_map(labels));
+        self.counters.get(&key).copied().unwrap_or(0.0)
+    }
+
+    /// How many values the histogram `name` of `bot` received.
+    fn values(&self, name: &str, bot: &str) -> f64 {
+        let key = (name.to_owned(), label_map(&[("BotId", bot)]));
+        self.histograms.get(&key).copied().unwrap_or(0.0)
+    }
+}
+
+fn label_map(labels: &[(&str, &str)]) -> BTreeMap<String, String> {
+    let mut map: BTreeMap<String, String> = labels
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    map.entry("BotId".to_owned())
+        .or_insert_with(|| "demo".to_owned());
+    map
+}
+
+fn post(body: &str) -> lambda_http::Request {
+    lambda_http::http::Request::builder()
+        .method("POST")
+        .header(SECRET_HEADER, SECRET)
+        .body(Body::from(body.to_owned()))
+        .unwrap()
+}
+
+fn message(update_id: i64) -> String {
+    format!(
+        r#"{{"update_id":{update_id},"message":{{"message_id":1,"date":0,"chat":{{"id":5,"type":"private","first_name":"A"}},"text":"hi"}}}}"#
+    )
+}
+
+async fn webhook_outcomes() {
+    let store = Arc::new(MemoryStore::new());
+    let vars = Vars::from_pairs([
+        ("TGQ_BOT_ID", "demo"),
+        ("TGQ_WEBHOOK_SECRET", SECRET),
+        ("TGQ_TABLE", "t"),
+        ("TGQ_QUEUE_URL", "q"),
+        ("TGQ_DLQ_URL", "d"),
+    ]);
+    let config = tgq_webhook::WebhookConfig::from_vars(&vars).unwrap();
+    let webhook = config.webhooks(
+        WebhookPorts {
+            ingest: Ingest::PutThenSend {
+                store: store.clone(),
+                queue: Arc::new(MemoryQueue::new(Arc::new(SystemClock))),
+            },
+            dead: Arc::new(MemoryDeadLetters::new()),
+            clock: Arc::new(SystemClock),
+        },
+        Some(SecretString::from(SECRET.to_owned())),
+        None,
+    );
+    let status = |request| async {
+        let response = tgq_webhook::handle(&webhook, &Default::default(), request)
+            .await
+            .unwrap();
+        response.status().as_u16()
+    };
+    assert_eq!(status(post(&message(1))).await, 200);
+    assert_eq!(status(post(&message(2))).await, 200);
+    // A worker has taken update 1: a repeat is a duplicate. Update 2 still waits for one: a
+    // repeat sends it again.
+    let key = RecordKey::new(BotId::new("demo").unwrap(), UpdateId(1));
+    store.set_status(&key, Status::Processing);
+    assert_eq!(status(post(&message(1))).await, 200, "a duplicate");
+    assert_eq!(status(post(&message(2))).await, 200, "requeued");
+    assert_eq!(status(post(r#"{"no": "update"}"#)).await, 200, "poison");
+    store.outage.fail(Outage::Misconfigured);
+    assert_eq!(status(post(&message(3))).await, 503);
+    store.outage.fail(Outage::Unavailable);
+    assert_eq!(status(post(&message(4))).await, 503);
+    assert_eq!(status(post(&message(5))).await, 503);
+    store.outage.set(false);
+}
+
+async fn worker_outcomes() {
+    let fake = FakeTelegram::start().await.unwrap();
+    let vars = Vars::from_pairs([
+        ("TELEGRAM_BOT_TOKEN", fake.token()),
+        ("TGQ_BOT_ID", "demo"),
+        ("TGQ_TABLE", "t"),
+        ("TGQ_QUEUE_URL", "q"),
+        ("TGQ_DLQ_URL", "d"),
+    ]);
+    let worker = common::echo_worker(
+        &vars,
+        &fake,
+        Duration::from_secs(5),
+        Arc::new(MemoryStore::new()),
+    );
+    // Chat 111111111: its first update fails with a 502 (the second waits behind it). Chat
+    // 222222222: Telegram refuses its first reply as a bad request (a dead letter), and the user
+    // has blocked the bot by the second (recipient gone).
+    fake.inject(
+        Fault::ServerError(502),
+        Scope::Chat(111_111_111),
+        Times::Once,
+    );
+    fake.inject(Fault::BadRequest, Scope::Chat(222_222_222), Times::Once);
+    fake.inject(Fault::Blocked, Scope::Chat(222_222_222), Times::Once);
+    let mut context = Context::default();
+    context.deadline = SystemClock.now().plus(Duration::from_secs(60)).0;
+    let event: SqsEvent = serde_json::from_str(BATCH).unwrap();
+    handle(&worker, LambdaEvent::new(event, context))
+        .await
+        .unwrap();
+}
+
+/// A stack with the environment's bot `demo` and the registry bot `shop`: one update of shop
+/// through the webhook and the worker, and one of `ghost`, which no registry knows.
+async fn registry_outcomes() {
+    let fake = FakeTelegram::start().await.unwrap();
+    fake.accept_token("111:SHOP");
+    let url = fake.url();
+    let vars = Vars::from_pairs([
+        ("TELEGRAM_BOT_TOKEN", fake.token()),
+        ("TELEGRAM_API_URL", url.as_str()),
+        ("TGQ_BOT_ID", "demo"),
+        ("TGQ_WEBHOOK_SECRET", SECRET),
+        ("TGQ_HANDLER", "echo"),
+        ("TGQ_BOTS_PARAMETER_PREFIX", "/tgq/test/bots/"),
+        ("TGQ_TABLE", "t"),
+        ("TGQ_QUEUE_URL", "q"),
+        ("TGQ_DLQ_URL", "d"),
+    ]);
+    let shop = BotEntry {
+        id: BotId::new("shop").unwrap(),
+        token: Some(SecretString::from("111:SHOP".to_owned())),
+        secret: Some(SecretString::from("shop-secret".to_owned())),
+        handler: "echo".to_owned(),
+        allowed_updates: Vec::new(),
+    };
+    let registry = Arc::new(MemoryBots::new([shop]));
+
+    let config = tgq_webhook::WebhookConfig::from_vars(&vars).unwrap();
+    let webhooks = config.webhooks(
+        WebhookPorts {
+            ingest: Ingest::PutThenSend {
+                store: Arc::new(MemoryStore::new()),
+                queue: Arc::new(MemoryQueue::new(Arc::new(SystemClock))),
+            },
+            dead: Arc::new(MemoryDeadLetters::new()),
+            clock: Arc::new(SystemClock),
+        },
+        Some(SecretString::from(SECRET.to_owned())),
+        Some(Arc::new(Registry::new(
+            registry.clone(),
+            config.registry_refresh,
+        ))),
+    );
+    let request = lambda_http::http::Request::builder()
+        .method("POST")
+        .uri("/webhook/shop")
+        .header(SECRET_HEADER, "shop-secret")
+        .body(Body::from(message(7)))
+        .unwrap();
+    let response = tgq_webhook::handle(&webhooks, &Default::default(), request)
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+
+    let config = tgq_worker::WorkerConfig::from_vars(&vars).unwrap();
+    let env_token = SecretString::from(fake.token().to_owned());
+    let fleet = config
+        .fleet(
+            &vars,
+            HandlerRegistry::new(),
+            Some(env_token),
+            Some(registry),
+        )
+        .await
+        .unwrap();
+    let store = Arc::new(MemoryStore::new());
+    let worker = Worker::new(
+        config.settings,
+        tgq_memory::worker_ports(
+            &store,
+            Arc::new(MemoryDeadLetters::new()),
+            Arc::new(SystemClock),
+        ),
+        Arc::new(fleet),
+    );
+    let record = |bot: &str, update_id: i64| QueueRecord {
+        message_id: format!("m-{bot}"),
+        receipt: ReceiptHandle(format!("r-{bot}")),
+        body: message(update_id).into(),
+        group_id: MessageGroupId::from_raw(format!("{bot}:5")),
+        receive_count: 1,
+        dead_letter: None,
+    };
+    let deadline = SystemClock.now().plus(Duration::from_secs(60));
+    let report = worker
+        .process_batch(&[record("shop", 7), record("ghost", 8)], deadline)
+        .await;
+    assert!(report.failed_message_ids().is_empty(), "{report:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_functions_emit_every_outcome_as_embedded_metric_format_lines() {
+    let collector = tgq_aws::init_metrics().unwrap();
+    webhook_outcomes().await;
+    worker_outcomes().await;
+    registry_outcomes().await;
+    let mut flushed = Vec::new();
+    collector.flush(&mut flushed).unwrap();
+    let emitted = Emitted::parse(&String::from_utf8(flushed).unwrap());
+
+    for (name, labels, expected) in [
+        ("Received", &[][..], 2.0),
+        ("Duplicate", &[], 1.0),
+        ("Requeued", &[], 1.0),
+        ("Enqueued", &[], 3.0),
+        ("Poison", &[], 1.0),
+        ("IngestUnavailable", &[("Cause", "misconfigured")], 1.0),
+        ("IngestUnavailable", &[("Cause", "unavailable")], 2.0),
+        ("Processed", &[], 2.0),
+        ("RecipientGone", &[], 1.0),
+        ("Retried", &[("ErrorClass", "transient")], 1.0),
+        ("DeadLettered", &[("Reason", "permanent_error")], 1.0),
+    ] {
+        assert_eq!(
+            emitted.counter(name, labels),
+            expected,
+            "{name} {labels:?} in {emitted:#?}"
+        );
+    }
+    assert_eq!(
+        emitted.values("HandlerDurationMs", "demo"),
+        5.0,
+        "{emitted:#?}"
+    );
+    assert_eq!(
+        emitted.values("EndToEndLatencyMs", "demo"),
+        2.0,
+        "{emitted:#?}"
+    );
+    // The registry's bots are counted apart, each under its own id.
+    for (name, labels, expected) in [
+        ("Received", &[("BotId", "shop")][..], 1.0),
+        ("Enqueued", &[("BotId", "shop")], 1.0),
+        ("Processed", &[("BotId", "shop")], 1.0),
+        (
+            "DeadLettered",
+            &[("BotId", "ghost"), ("Reason", "unknown_bot")],
+            1.0,
+        ),
+    ] {
+        assert_eq!(
+            emitted.counter(name, labels),
+            expected,
+            "{name} {labels:?} in {emitted:#?}"
+        );
+    }
+    assert_eq!(
+        emitted.values("EndToEndLatencyMs", "shop"),
+        1.0,
+        "{emitted:#?}"
+    );
+}

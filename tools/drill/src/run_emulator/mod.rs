@@ -1,0 +1,623 @@
+//! The emulator's pipeline for the shared scenarios, and the scenarios only it has (AWS faults,
+//! stale containers, two bots): the real `webhook` and `worker` binaries as runtime
+//! processes under `cargo lambda watch`, moto behind a fault-injecting proxy per function, the
+//! drill's event source mapping, and the fake Bot API — counted from the outside as on local mode.
+
+mod esm;
+mod lambda;
+mod stack;
+mod two_bots;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+use tgq_e2e::functions::{WEBHOOK, WORKER};
+use tgq_fake_telegram::{FakeConfig, FakeTelegram, Fault, Limits, Scope, Times};
+use tokio::sync::Mutex;
+
+use crate::plan::Plan;
+use crate::poster::{Posted, Poster};
+use crate::progress::ScenarioProgress;
+use crate::scenario::Scenario;
+use crate::scenarios::{
+    self, chats, first_id, no_unexpected_dead, stale_checks, Launcher, Pipeline,
+};
+use crate::tally::{Check, Reported, Row, Tally};
+use crate::{Options, SECRET};
+use esm::Esm;
+use lambda::Lambda;
+use stack::DrillStack;
+use tgq_e2e::proxy::{AwsFault, Proxy, Service};
+
+/// The bot id of the drilled functions.
+const BOT_ID: &str = "drill";
+/// The queue's visibility timeout in the drill's mapping: the invocation timeout plus 10 s, as in
+/// local mode (the template's 6 × 60 s would make every crash scenario wait six minutes; the order
+/// of events is the same).
+const VISIBILITY: Duration = Duration::from_secs(70);
+/// How long the mapping waits for an invocation: the worker's timeout plus the runtime's margin.
+const INVOCATION_TIMEOUT: Duration = Duration::from_secs(65);
+/// How long a scenario may take to drain before what is missing counts as lost.
+const DRAIN_LIMIT: Duration = Duration::from_secs(300);
+
+/// What stays up across scenarios: `cargo lambda watch` and the AWS SDK configuration.
+pub struct Emulator {
+    lambda: Mutex<Lambda>,
+    sdk: aws_config::SdkConfig,
+    endpoint: String,
+}
+
+impl Emulator {
+    /// Checks for moto and cargo-lambda, builds the functions and starts `cargo lambda watch`.
+    pub async fn start(options: &Options) -> anyhow::Result<Emulator> {
+        let endpoint = match std::env::var("AWS_ENDPOINT_URL") {
+            Ok(url) if !url.is_empty() => url,
+            _ => bail!(
+                "AWS_ENDPOINT_URL is not set: the emulator target needs moto. Start \
+                 `.venv/bin/moto_server -H 127.0.0.1 -p 5099` and export \
+                 AWS_ENDPOINT_URL=http://127.0.0.1:5099 AWS_ACCESS_KEY_ID=testing \
+                 AWS_SECRET_ACCESS_KEY=testing AWS_REGION=us-east-1"
+            ),
+        };
+        let logs = options.work.join("emulator-logs");
+        std::fs::create_dir_all(&logs)?;
+        let lambda = Lambda::start(&options.exe, &logs).await?;
+        Ok(Emulator {
+            lambda: Mutex::new(lambda),
+            sdk: tgq_e2e::emulator::sdk_config().await,
+            endpoint,
+        })
+    }
+}
+
+struct Run<'a> {
+    em: &'a Emulator,
+    fake: FakeTelegram,
+    stack: DrillStack,
+    sqs: aws_sdk_sqs::Client,
+    webhook_proxy: Proxy,
+    worker_proxy: Proxy,
+    worker_vars: BTreeMap<String, String>,
+    worker_log: String,
+    esm: Option<Esm>,
+    /// The webhook's function URL (ending with `/`).
+    webhook_url: String,
+    poster: Poster,
+    plan: Plan,
+    progress: ScenarioProgress,
+}
+
+impl<'a> Run<'a> {
+    async fn start(
+        s: &Scenario,
+        o: &Options,
+        em: &'a Emulator,
+        plan: Plan,
+        limits: bool,
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Run<'a>> {
+        let fake = FakeTelegram::start_with(FakeConfig {
+            limits: limits.then(Limits::default),
+            ..FakeConfig::default()
+        })
+        .await?;
+        Run::start_with(s, o, em, plan, fake, env, esm::CONCURRENCY).await
+    }
+
+    /// [`Run::start`] with a fake Bot API the scenario set up.
+    async fn start_with(
+        s: &Scenario,
+        o: &Options,
+        em: &'a Emulator,
+        plan: Plan,
+        fake: FakeTelegram,
+        env: &[(&str, &str)],
+        concurrency: usize,
+    ) -> anyhow::Result<Run<'a>> {
+        let stack = DrillStack::create(&em.sdk, &format!("{:02}", s.number)).await?;
+        let sqs = aws_sdk_sqs::Client::new(&em.sdk);
+        let webhook_proxy = Proxy::start(&em.endpoint).await?;
+        let worker_proxy = Proxy::start(&em.endpoint).await?;
+        let mut vars: BTreeMap<String, String> = [
+            ("TGQ_BOT_ID", BOT_ID.to_owned()),
+            ("TGQ_WEBHOOK_SECRET", SECRET.to_owned()),
+            ("TGQ_TABLE", stack.table.clone()),
+            ("TGQ_QUEUE_URL", stack.queue_url.clone()),
+            ("TGQ_DLQ_URL", stack.dlq_url.clone()),
+            ("TGQ_HANDLER", "echo".to_owned()),
+            ("TELEGRAM_BOT_TOKEN", fake.token().to_owned()),
+            ("TELEGRAM_API_URL", fake.url()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+        vars.extend(env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
+        let mut webhook_vars = vars.clone();
+        webhook_vars.insert("AWS_ENDPOINT_URL".into(), webhook_proxy.url());
+        let mut worker_vars = vars;
+        worker_vars.insert("AWS_ENDPOINT_URL".into(), worker_proxy.url());
+        let worker_log = format!("{:02}-{}-worker", s.number, s.name);
+        let (webhook_url, invoke_url) = {
+            let mut lambda = em.lambda.lock().await;
+            lambda.kill_all(WEBHOOK);
+            lambda.kill_all(WORKER);
+            lambda.spawn(
+                WEBHOOK,
+                &webhook_vars,
+                &format!("{:02}-{}-webhook", s.number, s.name),
+            )?;
+            lambda.spawn(WORKER, &worker_vars, &worker_log)?;
+            lambda.wait_answering(WEBHOOK).await?;
+            lambda.wait_answering(WORKER).await?;
+            (lambda.function_url(WEBHOOK), lambda.invoke_url(WORKER))
+        };
+        let esm = Esm::start(
+            sqs.clone(),
+            stack.clone(),
+            invoke_url,
+            VISIBILITY,
+            INVOCATION_TIMEOUT,
+            concurrency,
+            webhook_proxy.sends(),
+        );
+        let poster = Poster::new(webhook_url.clone(), SECRET, Duration::from_secs(300));
+        let progress = o.progress.scenario(s, "emulator", &plan, &poster, &fake);
+        Ok(Run {
+            em,
+            fake,
+            stack,
+            sqs,
+            webhook_proxy,
+            worker_proxy,
+            worker_vars,
+            worker_log,
+            esm: Some(esm),
+            webhook_url,
+            poster,
+            plan,
+            progress,
+        })
+    }
+
+    /// Waits up to `limit` until one of `updates` is `PROCESSING` (a worker holds its lease and runs
+    /// its handler); returns which, or `None` when none was.
+    async fn wait_processing(
+        &self,
+        updates: &[i64],
+        limit: Duration,
+    ) -> anyhow::Result<Option<i64>> {
+        use tgq_core::clock::Clock as _;
+        use tgq_core::ports::RecordReader as _;
+        let store = tgq_aws::DynamoStore::new(
+            aws_sdk_dynamodb::Client::new(&self.em.sdk),
+            self.stack.table.clone(),
+        );
+        let bot = tgq_core::ids::BotId::new(BOT_ID)?;
+        let started = Instant::now();
+        while started.elapsed() < limit {
+            for &id in updates {
+                let key = tgq_core::ids::RecordKey::new(bot.clone(), tgq_core::ids::UpdateId(id));
+                let record = store.get(&key, tgq_core::clock::SystemClock.now()).await?;
+                if record.is_some_and(|r| r.status == tgq_core::record::Status::Processing) {
+                    return Ok(Some(id));
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(None)
+    }
+
+    fn send(&self, copies: usize) -> tokio::task::JoinHandle<()> {
+        let (poster, plan) = (self.poster.clone(), self.plan.clone());
+        tokio::spawn(async move { poster.send(&plan, copies).await })
+    }
+
+    async fn acknowledged(&self, n: usize) {
+        while self.poster.posted().acknowledged.len() < n {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn drain(&self, sending: tokio::task::JoinHandle<()>) -> anyhow::Result<Duration> {
+        sending.await?;
+        let started = Instant::now();
+        while started.elapsed() < DRAIN_LIMIT {
+            let depth = tgq_e2e::emulator::queue_depth(&self.sqs, &self.stack.queue_url).await?;
+            if depth.is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        Ok(started.elapsed())
+    }
+
+    /// A new worker process (a new container), with the scenario's configuration.
+    async fn new_worker(&self) -> anyhow::Result<u32> {
+        let mut lambda = self.em.lambda.lock().await;
+        lambda.spawn(WORKER, &self.worker_vars, &self.worker_log)
+    }
+
+    async fn all_workers(&self) -> Vec<u32> {
+        self.em.lambda.lock().await.all(WORKER)
+    }
+
+    async fn newest_worker(&self) -> anyhow::Result<u32> {
+        let lambda = self.em.lambda.lock().await;
+        lambda
+            .newest(WORKER)
+            .ok_or_else(|| anyhow::anyhow!("no worker runs"))
+    }
+
+    async fn kill_worker(&self, pid: u32) {
+        self.em.lambda.lock().await.kill(WORKER, pid);
+    }
+
+    /// What the worker itself reports: fenced writes and uncertain sends, counted from its log.
+    async fn reported(&self) -> Reported {
+        let log = self.em.lambda.lock().await.log_text(&self.worker_log);
+        let fenced = log
+            .lines()
+            .filter(|l| l.to_lowercase().contains("fenced"))
+            .count() as u64;
+        // The worker's embedded-metric-format lines: each flush carries the invocation's counters.
+        let uncertain: u64 = log
+            .lines()
+            .filter(|l| l.contains("\"_aws\""))
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter_map(|v| v[tgq_core::metrics::UNCERTAIN_SEND].as_f64())
+            .map(|n| n as u64)
+            .sum();
+        Reported {
+            fenced: (fenced > 0).then_some(fenced),
+            uncertain: (uncertain > 0).then_some(uncertain),
+            resent: Reported::resent_in_log(&log),
+            resent_count: Some(Reported::resent_lines(&log)),
+        }
+    }
+
+    /// What the mapping saw of the emulator and of the worker, for the order check: taken before
+    /// the mapping stops.
+    fn mapping_note(&self) -> String {
+        let breaches = self.esm.as_ref().map_or(0, Esm::fifo_breaches);
+        let failed_invocations = self.esm.as_ref().map_or(0, |esm| {
+            esm.stats
+                .failed_invocations
+                .load(std::sync::atomic::Ordering::SeqCst)
+        });
+        format!(
+            "moto handed out {breaches} deliveries out of FIFO order; \
+             {failed_invocations} invocations failed or timed out"
+        )
+    }
+
+    /// Stops the event source mapping: nothing more is delivered to the worker.
+    fn stop_mapping(&mut self) {
+        if let Some(esm) = self.esm.take() {
+            esm.stop();
+        }
+    }
+
+    async fn finish(
+        mut self,
+        s: &Scenario,
+        drain: Duration,
+        extra: impl FnOnce(&Tally, &Reported, &Posted) -> Vec<Check>,
+    ) -> anyhow::Result<Row> {
+        let mapping = self.mapping_note();
+        self.stop_mapping();
+        let letters = self.stack.dead_letters(&self.sqs).await?;
+        let reported = self.reported().await;
+        let posted = self.poster.posted();
+        let tally = Tally::count(
+            &self.plan,
+            &posted,
+            &self.fake.calls(),
+            &self.fake.violations(),
+            &letters,
+            &reported.resent,
+        );
+        let mut checks = tally.base_checks();
+        note_mapping(&mut checks, &mapping);
+        checks.push(Check::new(
+            "every update acknowledged",
+            posted.given_up.is_empty(),
+            format!("{} given up by Telegram", posted.given_up.len()),
+        ));
+        checks.extend(extra(&tally, &reported, &posted));
+        self.finish_with(s, &tally, &reported, drain, checks).await
+    }
+
+    /// Ends the run with checks the scenario counted itself: the functions stopped, the fake shut
+    /// down, the row.
+    async fn finish_with(
+        mut self,
+        s: &Scenario,
+        tally: &Tally,
+        reported: &Reported,
+        drain: Duration,
+        checks: Vec<Check>,
+    ) -> anyhow::Result<Row> {
+        self.stop_mapping();
+        self.progress.done();
+        {
+            let mut lambda = self.em.lambda.lock().await;
+            lambda.kill_all(WEBHOOK);
+            lambda.kill_all(WORKER);
+        }
+        self.fake.clone().shutdown().await;
+        Ok(tally.row(s.number, s.name, "emulator", reported, drain, checks))
+    }
+}
+
+/// Starts the emulator's pipeline for one scenario.
+struct Emulated<'a> {
+    scenario: &'a Scenario,
+    options: &'a Options,
+    em: &'a Emulator,
+}
+
+impl<'a> Launcher for Emulated<'a> {
+    type Run = Run<'a>;
+
+    async fn start(
+        &self,
+        plan: Plan,
+        limits: bool,
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Run<'a>> {
+        Run::start(self.scenario, self.options, self.em, plan, limits, env).await
+    }
+}
+
+impl Pipeline for Run<'_> {
+    fn fake(&self) -> &FakeTelegram {
+        &self.fake
+    }
+
+    fn poster(&self) -> &Poster {
+        &self.poster
+    }
+
+    fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    async fn drain(&self, sending: tokio::task::JoinHandle<()>) -> anyhow::Result<Duration> {
+        Run::drain(self, sending).await
+    }
+
+    /// The newest worker process killed, as Lambda ends a container whose invocation ran past its
+    /// timeout, and a new one started for the next invocations.
+    async fn crash_worker(&mut self) -> anyhow::Result<()> {
+        let pid = self.newest_worker().await?;
+        self.kill_worker(pid).await;
+        self.new_worker().await?;
+        Ok(())
+    }
+
+    fn redrive_note(&self) -> String {
+        format!(
+            " after {} receives (template.yaml)",
+            self.stack.max_receive_count
+        )
+    }
+
+    async fn finish(
+        self,
+        scenario: &Scenario,
+        drain: Duration,
+        extra: impl FnOnce(&Tally, &Reported, &Posted) -> Vec<Check>,
+    ) -> anyhow::Result<Row> {
+        Run::finish(self, scenario, drain, extra).await
+    }
+}
+
+/// Runs one scenario on the emulator.
+pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row> {
+    let plan = Plan::ordinary(o.updates, chats(o), first_id(s), o.seed);
+    let emulated = Emulated {
+        scenario: s,
+        options: o,
+        em,
+    };
+    if let Some(row) = scenarios::run_shared(s, &emulated, plan.clone()).await {
+        return row;
+    }
+    match s.number {
+        3 => {
+            aws_fault(
+                s,
+                o,
+                em,
+                plan,
+                Side::Webhook,
+                &[
+                    (Service::Dynamo, AwsFault::Unavailable),
+                    (Service::Sqs, AwsFault::Unavailable),
+                ],
+                Duration::from_secs(10),
+            )
+            .await
+        }
+        4 => misconfigured(s, o, em, plan).await,
+        5 => {
+            aws_fault(
+                s,
+                o,
+                em,
+                plan,
+                Side::Worker,
+                &[(Service::Dynamo, AwsFault::Throttled)],
+                Duration::from_secs(120),
+            )
+            .await
+        }
+        12 => stale_worker(s, o, em, plan).await,
+        17 => two_bots::run(s, o, em).await,
+        n => bail!("scenario {n} does not apply to the emulator"),
+    }
+}
+
+/// Which function's AWS calls a fault hits.
+#[derive(Clone, Copy)]
+enum Side {
+    Webhook,
+    Worker,
+}
+
+async fn aws_fault(
+    s: &Scenario,
+    o: &Options,
+    em: &Emulator,
+    plan: Plan,
+    side: Side,
+    faults: &[(Service, AwsFault)],
+    window: Duration,
+) -> anyhow::Result<Row> {
+    let run = Run::start(s, o, em, plan, false, &[]).await?;
+    let sending = run.send(1);
+    run.acknowledged(run.plan.updates.len() / 4).await;
+    let proxy = match side {
+        Side::Webhook => &run.webhook_proxy,
+        Side::Worker => &run.worker_proxy,
+    };
+    run.poster.mark(true);
+    for (service, fault) in faults {
+        proxy.set(*service, Some(*fault));
+    }
+    tokio::time::sleep(window).await;
+    for (service, _) in faults {
+        proxy.set(*service, None);
+    }
+    run.poster.mark(false);
+    let refused = proxy.refused();
+    let drain = run.drain(sending).await?;
+    run.finish(s, drain, move |t, _, posted| {
+        let mut checks = vec![
+            no_unexpected_dead(t),
+            Check::new(
+                "the fault was met",
+                refused.0 + refused.1 > 0,
+                format!(
+                    "AWS calls refused: {} DynamoDB, {} SQS",
+                    refused.0, refused.1
+                ),
+            ),
+        ];
+        if let Side::Webhook = side {
+            checks.push(Check::new(
+                "the webhook answered 5xx while it could not store (Telegram retried)",
+                posted.during_fault.keys().any(|s| *s >= 500),
+                format!("answers during the fault: {:?}", posted.during_fault),
+            ));
+        }
+        checks
+    })
+    .await
+}
+
+async fn misconfigured(
+    s: &Scenario,
+    o: &Options,
+    em: &Emulator,
+    plan: Plan,
+) -> anyhow::Result<Row> {
+    let run = Run::start(s, o, em, plan, false, &[]).await?;
+    let sending = run.send(1);
+    run.acknowledged(run.plan.updates.len() / 4).await;
+    // A wrong TGQ_TABLE for 30 s, then an IAM edit that denies the table for 30 s. The answers
+    // counted as "during the fault" are those of requests made wholly inside it: marked a moment
+    // after the fault is set (a request already past its put answers 200, rightly), unmarked before
+    // it is cleared.
+    run.webhook_proxy
+        .set(Service::Dynamo, Some(AwsFault::NotFound));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    run.poster.mark(true);
+    tokio::time::sleep(Duration::from_secs(29)).await;
+    run.webhook_proxy
+        .set(Service::Dynamo, Some(AwsFault::AccessDenied));
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    run.poster.mark(false);
+    run.webhook_proxy.set(Service::Dynamo, None);
+    let drain = run.drain(sending).await?;
+    run.finish(s, drain, |t, _, posted| {
+        let answers: u64 = posted.during_fault.values().sum();
+        let only_503 = posted.during_fault.keys().all(|s| *s == 503);
+        vec![
+            no_unexpected_dead(t),
+            Check::new(
+                "every answer 503 while misconfigured",
+                answers > 0 && only_503,
+                format!("answers during the fault: {:?}", posted.during_fault),
+            ),
+        ]
+    })
+    .await
+}
+
+async fn stale_worker(
+    s: &Scenario,
+    o: &Options,
+    em: &Emulator,
+    mut plan: Plan,
+) -> anyhow::Result<Row> {
+    let slow: Vec<i64> = plan.chats().into_iter().take(4).collect();
+    for &chat in &slow {
+        plan.edit_chat(chat, |k, p| {
+            if k == 1 {
+                p.text = format!("/slow 5000 {}", p.text);
+            }
+        });
+    }
+    let run = Run::start(s, o, em, plan, false, &[]).await?;
+    let sending = run.send(1);
+    run.acknowledged(run.plan.updates.len() / 4).await;
+    // Freeze while a slow update runs: its record is PROCESSING under a worker's lease, and its
+    // handler has 5 s to go. Every worker container is frozen, so whichever runs it is caught in
+    // the middle. (A reply to the chat's first update says only that the slow one is next: it may
+    // still wait in the queue, and then nothing is caught.)
+    let slow_updates: Vec<i64> = slow
+        .iter()
+        .filter_map(|chat| {
+            let mine = run.plan.updates.iter().filter(|p| p.chat == *chat);
+            mine.clone().nth(1).map(|p| p.update_id)
+        })
+        .collect();
+    let running = run
+        .wait_processing(&slow_updates, Duration::from_secs(60))
+        .await?;
+    let frozen = run.all_workers().await;
+    for pid in &frozen {
+        crate::local::signal(*pid, libc::SIGSTOP)?;
+    }
+    // A new container takes the next invocations; the frozen ones' batches come back after their
+    // visibility, and their leases have run out by then.
+    run.new_worker().await?;
+    tokio::time::sleep(Duration::from_secs(100)).await;
+    for pid in &frozen {
+        crate::local::signal(*pid, libc::SIGCONT)?;
+    }
+    let drain = run.drain(sending).await?;
+    run.finish(s, drain, move |t, r, _| {
+        let mut checks = stale_checks(t, r);
+        checks.push(Check::new(
+            "a worker was frozen in the middle of a run",
+            running.is_some(),
+            running.map_or("no slow update was PROCESSING within 60 s".into(), |id| {
+                format!("update {id} was PROCESSING when every worker was frozen")
+            }),
+        ));
+        checks
+    })
+    .await
+}
+
+/// Adds the mapping's `note` to the order check: an order violation reads against what moto
+/// handed out.
+fn note_mapping(checks: &mut [Check], note: &str) {
+    for check in checks.iter_mut().filter(|c| c.required == "0 out of order") {
+        check.observed.push_str("; ");
+        check.observed.push_str(note);
+    }
+}

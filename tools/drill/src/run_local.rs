@@ -1,0 +1,486 @@
+//! Local mode's pipeline for the shared scenarios, and the scenarios only it has (a full or damaged
+//! disk, a frozen or repeatedly killed process): the real `tgq local` with the echo bot, sending
+//! to the fake Bot API, counted from the outside.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use tgq_fake_telegram::{FakeConfig, FakeTelegram, Fault, Limits, Scope, Times};
+
+use crate::disk::SmallDisk;
+use crate::local::LocalTgq;
+use crate::plan::Plan;
+use crate::poster::{Posted, Poster};
+use crate::scenario::Scenario;
+use crate::scenarios::{self, chats, first_id, no_unexpected_dead, Launcher, Pipeline};
+use crate::tally::{Check, Reported, Row, Tally};
+use crate::{Options, SECRET};
+
+/// How long a scenario may take to drain after its fault before what is missing counts as lost.
+const DRAIN_LIMIT: Duration = Duration::from_secs(180);
+
+/// One scenario's pipeline: the fake Bot API, `tgq local`, and Telegram posting to it.
+struct Run {
+    fake: FakeTelegram,
+    tgq: LocalTgq,
+    poster: Poster,
+    plan: Plan,
+    progress: crate::progress::ScenarioProgress,
+}
+
+/// The echo bot's settings for the drill: the product's defaults (attempt budget 8, backoff from
+/// 2 s), so a fault costs what it costs in production.
+fn base_env(fake: &FakeTelegram) -> Vec<(String, String)> {
+    [
+        ("TGQ_HANDLER", "echo".to_owned()),
+        ("TGQ_WEBHOOK_SECRET", SECRET.to_owned()),
+        ("TELEGRAM_BOT_TOKEN", fake.token().to_owned()),
+        ("TELEGRAM_API_URL", fake.url()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect()
+}
+
+impl Run {
+    async fn start(
+        scenario: &Scenario,
+        options: &Options,
+        plan: Plan,
+        limits: bool,
+        env: &[(&str, &str)],
+        data_dir: Option<PathBuf>,
+    ) -> anyhow::Result<Run> {
+        let fake = FakeTelegram::start_with(FakeConfig {
+            limits: limits.then(Limits::default),
+            ..FakeConfig::default()
+        })
+        .await?;
+        let dir = options
+            .work
+            .join(format!("local-{:02}-{}", scenario.number, scenario.name));
+        std::fs::create_dir_all(&dir)?;
+        let data_dir = data_dir.unwrap_or_else(|| dir.join("data"));
+        let mut envs = base_env(&fake);
+        envs.extend(env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
+        let mut tgq = LocalTgq::new(&options.exe, &data_dir, &dir.join("tgq-local.log"), envs);
+        tgq.start().await?;
+        let poster = Poster::new(tgq.url("/webhook"), SECRET, Duration::from_secs(300));
+        let progress = options
+            .progress
+            .scenario(scenario, "local", &plan, &poster, &fake);
+        Ok(Run {
+            fake,
+            tgq,
+            poster,
+            plan,
+            progress,
+        })
+    }
+
+    fn send(&self, copies: usize) -> tokio::task::JoinHandle<()> {
+        let (poster, plan) = (self.poster.clone(), self.plan.clone());
+        tokio::spawn(async move { poster.send(&plan, copies).await })
+    }
+
+    /// Waits until `n` updates were acknowledged.
+    async fn acknowledged(&self, n: usize) {
+        while self.poster.posted().acknowledged.len() < n {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits up to `limit` for every update to be acknowledged and the queue to drain without any
+    /// help; when that does not happen, kills and restarts `tgq local` (what an operator would do) so
+    /// that the drill can tell a pipeline that is stuck from one that lost updates. Returns whether
+    /// it recovered by itself, and what happened.
+    async fn recover(&mut self, limit: Duration) -> anyhow::Result<(bool, String)> {
+        let started = Instant::now();
+        let total = self.plan.updates.len();
+        while started.elapsed() < limit {
+            let acknowledged = self.poster.posted().acknowledged.len();
+            if acknowledged == total && self.tgq.drained().await.unwrap_or(false) {
+                return Ok((
+                    true,
+                    format!("drained {:.0?} after the fault", started.elapsed()),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let readyz = self
+            .tgq
+            .readyz()
+            .await
+            .map_or_else(|e| e.to_string(), |(s, t)| format!("{s} {t}"));
+        self.tgq.kill();
+        self.tgq.start().await?;
+        Ok((
+            false,
+            format!(
+                "stuck {limit:?} after the fault (/readyz: {readyz}); killed and restarted, then it went on"
+            ),
+        ))
+    }
+
+    /// Waits until the queue is empty, after sending finished; returns how long it took.
+    async fn drain(&self, sending: tokio::task::JoinHandle<()>) -> anyhow::Result<Duration> {
+        sending.await?;
+        let started = Instant::now();
+        while started.elapsed() < DRAIN_LIMIT {
+            if let Ok(true) = self.tgq.drained().await {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        Ok(started.elapsed())
+    }
+
+    /// Counts, checks and stops.
+    async fn finish(
+        mut self,
+        scenario: &Scenario,
+        drain: Duration,
+        extra: impl FnOnce(&Tally, &Reported, &Posted) -> Vec<Check>,
+    ) -> anyhow::Result<Row> {
+        let letters = self.tgq.dead_letters().await?;
+        let reported = self.tgq.reported().await;
+        let posted = self.poster.posted();
+        let tally = Tally::count(
+            &self.plan,
+            &posted,
+            &self.fake.calls(),
+            &self.fake.violations(),
+            &letters,
+            &reported.resent,
+        );
+        let mut checks = tally.base_checks();
+        checks.push(Check::new(
+            "every update acknowledged",
+            posted.given_up.is_empty(),
+            format!("{} given up by Telegram", posted.given_up.len()),
+        ));
+        checks.extend(extra(&tally, &reported, &posted));
+        self.progress.done();
+        self.tgq.stop().await;
+        self.fake.clone().shutdown().await;
+        Ok(tally.row(
+            scenario.number,
+            scenario.name,
+            "local",
+            &reported,
+            drain,
+            checks,
+        ))
+    }
+}
+
+/// Starts local mode's pipeline for one scenario.
+struct Local<'a> {
+    scenario: &'a Scenario,
+    options: &'a Options,
+}
+
+impl Launcher for Local<'_> {
+    type Run = Run;
+
+    async fn start(&self, plan: Plan, limits: bool, env: &[(&str, &str)]) -> anyhow::Result<Run> {
+        Run::start(self.scenario, self.options, plan, limits, env, None).await
+    }
+}
+
+impl Pipeline for Run {
+    fn fake(&self) -> &FakeTelegram {
+        &self.fake
+    }
+
+    fn poster(&self) -> &Poster {
+        &self.poster
+    }
+
+    fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    async fn drain(&self, sending: tokio::task::JoinHandle<()>) -> anyhow::Result<Duration> {
+        Run::drain(self, sending).await
+    }
+
+    /// SIGKILL of `tgq local`, restarted at once on the same data directory and port.
+    async fn crash_worker(&mut self) -> anyhow::Result<()> {
+        self.tgq.kill();
+        self.tgq.start().await
+    }
+
+    fn redrive_note(&self) -> String {
+        String::new()
+    }
+
+    async fn finish(
+        self,
+        scenario: &Scenario,
+        drain: Duration,
+        extra: impl FnOnce(&Tally, &Reported, &Posted) -> Vec<Check>,
+    ) -> anyhow::Result<Row> {
+        Run::finish(self, scenario, drain, extra).await
+    }
+}
+
+/// Runs one scenario on local mode.
+pub async fn run(scenario: &Scenario, options: &Options) -> anyhow::Result<Row> {
+    let ordinary = Plan::ordinary(
+        options.updates,
+        chats(options),
+        first_id(scenario),
+        options.seed,
+    );
+    let local = Local { scenario, options };
+    if let Some(row) = scenarios::run_shared(scenario, &local, ordinary.clone()).await {
+        return row;
+    }
+    match scenario.number {
+        3 => store_unreachable(scenario, options, ordinary).await,
+        12 => stale_worker(scenario, options, ordinary).await,
+        13 => kill_loop(scenario, options, ordinary).await,
+        15 => disk_full(scenario, options, ordinary.padded(DISK_FULL_PADDING)).await,
+        16 => damaged_store(scenario, options, ordinary).await,
+        n => bail!("scenario {n} does not apply to local mode"),
+    }
+}
+
+async fn store_unreachable(s: &Scenario, o: &Options, plan: Plan) -> anyhow::Result<Row> {
+    let disk = SmallDisk::mount(&o.work.join("local-03-disk"), 64)?;
+    let mut run = Run::start(s, o, plan, false, &[], Some(disk.path().join("data"))).await?;
+    let sending = run.send(1);
+    run.acknowledged(run.plan.updates.len() / 4).await;
+    run.poster.mark(true);
+    disk.fill()?;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    disk.free()?;
+    run.poster.mark(false);
+    let (by_itself, recovery) = run.recover(Duration::from_secs(60)).await?;
+    let drain = run.drain(sending).await?;
+    let row = run
+        .finish(s, drain, move |t, _, posted| {
+            vec![
+                no_unexpected_dead(t),
+                Check::new(
+                    "it recovered by itself once the store could commit",
+                    by_itself,
+                    recovery,
+                ),
+                Check::new(
+                    "the webhook refused while the store could not commit (5xx, Telegram retried)",
+                    posted.during_fault.keys().any(|s| *s >= 500),
+                    format!("answers during the fault: {:?}", posted.during_fault),
+                ),
+            ]
+        })
+        .await;
+    drop(disk);
+    row
+}
+
+async fn stale_worker(s: &Scenario, o: &Options, mut plan: Plan) -> anyhow::Result<Row> {
+    let slow: Vec<i64> = plan.chats().into_iter().take(4).collect();
+    for &chat in &slow {
+        plan.edit_chat(chat, |k, p| {
+            if k == 1 {
+                p.text = format!("/slow 5000 {}", p.text);
+            }
+        });
+    }
+    let run = Run::start(s, o, plan, false, &[], None).await?;
+    let sending = run.send(1);
+    run.acknowledged(run.plan.updates.len() / 2).await;
+    // Past the lease (60 s) and the visibility (70 s): the laptop's lid closed mid-batch.
+    run.tgq.freeze(true)?;
+    tokio::time::sleep(Duration::from_secs(75)).await;
+    run.tgq.freeze(false)?;
+    let drain = run.drain(sending).await?;
+    // The whole process was frozen: no other run of it could take the updates over meanwhile. On
+    // waking, the stale batch is cut off at its own deadline (as a timed-out Lambda is), or a write
+    // it still tries after another run claimed is refused. Either way it sends nothing twice.
+    let cut_off = run.tgq.log_text().contains("cut off");
+    run.finish(s, drain, move |t, r, _| local_stale_checks(t, r, cut_off))
+        .await
+}
+
+/// Scenario 12 in local mode, where the frozen process is the only worker.
+fn local_stale_checks(t: &Tally, reported: &Reported, cut_off: bool) -> Vec<Check> {
+    let fenced = reported.fenced.unwrap_or(0);
+    vec![
+        no_unexpected_dead(t),
+        Check::new(
+            "the stale run wrote nothing once its lease was gone: cut off at its deadline, or refused (fenced)",
+            cut_off || fenced >= 1,
+            format!(
+                "{}; {fenced} fenced",
+                if cut_off {
+                    "the stale batch was cut off"
+                } else {
+                    "no batch was cut off"
+                }
+            ),
+        ),
+    ]
+}
+
+async fn kill_loop(s: &Scenario, o: &Options, plan: Plan) -> anyhow::Result<Row> {
+    let mut run = Run::start(s, o, plan, false, &[], None).await?;
+    let sending = run.send(1);
+    for _ in 0..5 {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        run.tgq.kill();
+        run.tgq.start().await?;
+    }
+    let drain = run.drain(sending).await?;
+    run.finish(s, drain, |t, _, _| vec![no_unexpected_dead(t)])
+        .await
+}
+
+/// Bytes of filler in each update of the disk-full scenario. The store reuses the pages that
+/// processed updates and earlier commits freed, so updates of a few hundred bytes keep fitting in
+/// a file that can no longer grow; each of these needs about 130 KB more (its record and its queue
+/// message), so the posts made while the disk is full run out of free pages within a few dozen.
+const DISK_FULL_PADDING: usize = 64 * 1024;
+
+async fn disk_full(s: &Scenario, o: &Options, plan: Plan) -> anyhow::Result<Row> {
+    // Room for every update of the plan once the space is back (300 by default: about 40 MB with
+    // the copies redb writes), whatever the fill leaves.
+    let disk = SmallDisk::mount(&o.work.join("local-15-disk"), 128)?;
+    let mut run = Run::start(s, o, plan, false, &[], Some(disk.path().join("data"))).await?;
+    let sending = run.send(1);
+    run.acknowledged(run.plan.updates.len() / 4).await;
+    run.poster.mark(true);
+    disk.fill()?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let full_readyz = run.tgq.readyz().await.unwrap_or((0, String::new()));
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    disk.free()?;
+    run.poster.mark(false);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let after_readyz = run.tgq.readyz().await.unwrap_or((0, String::new()));
+    let (by_itself, recovery) = run.recover(Duration::from_secs(60)).await?;
+    let drain = run.drain(sending).await?;
+    let log = run.tgq.log_text().to_lowercase();
+    let log_says = ["no space left", "disk full", "enospc", "storage full"]
+        .iter()
+        .any(|words| log.contains(words));
+    let row = run
+        .finish(s, drain, move |t, _, posted| {
+            vec![
+                no_unexpected_dead(t),
+                Check::new(
+                    "the webhook answered 5xx while the disk was full",
+                    posted.during_fault.keys().any(|s| *s >= 500),
+                    format!("answers during the fault: {:?}", posted.during_fault),
+                ),
+                Check::new(
+                    "/readyz answered 503 with the reason while full",
+                    full_readyz.0 == 503 && !full_readyz.1.is_empty(),
+                    format!("{} {}", full_readyz.0, full_readyz.1),
+                ),
+                Check::new(
+                    "the log says the disk is full",
+                    log_says,
+                    format!("found: {log_says}"),
+                ),
+                Check::new(
+                    "/readyz 200 again once space was freed",
+                    after_readyz.0 == 200,
+                    format!("{} {}", after_readyz.0, after_readyz.1),
+                ),
+                Check::new(
+                    "it recovered by itself once space was freed",
+                    by_itself,
+                    recovery,
+                ),
+            ]
+        })
+        .await;
+    drop(disk);
+    row
+}
+
+async fn damaged_store(s: &Scenario, o: &Options, plan: Plan) -> anyhow::Result<Row> {
+    let mut run = Run::start(s, o, plan, false, &[], None).await?;
+    let sending = run.send(1);
+    let drain = run.drain(sending).await?;
+    let backup = o.work.join("local-16-backup.redb");
+    let made = std::process::Command::new(&o.exe)
+        .arg("backup")
+        .arg("--data-dir")
+        .arg(run.tgq.data_dir())
+        .arg("--to")
+        .arg(&backup)
+        .output()
+        .context("running tgq backup")?;
+    let backed_up = made.status.success();
+    run.tgq.stop().await;
+    let file = run.tgq.data_dir().join("tgq.redb");
+    damage(&file)?;
+    let refusal = run.tgq.start_expecting_refusal().await?;
+    let (refused, refusal_text) = match &refusal {
+        Ok(refusal) => {
+            let text = refusal.stderr.clone();
+            let names = text.contains(&file.display().to_string());
+            let says = text.contains("restore a backup");
+            (
+                !refusal.status.success() && names && says,
+                last_line(&text, "damaged"),
+            )
+        }
+        Err(served) => (false, served.clone()),
+    };
+    std::fs::copy(&backup, &file).context("restoring the backup")?;
+    run.tgq.start().await?;
+    let restored = run.tgq.status().await?;
+    let processed = restored["counters"]["processed"].as_u64().unwrap_or(0);
+    let expected = run.plan.updates.len() as u64;
+    run.finish(s, drain, move |_, _, _| {
+        vec![
+            Check::new(
+                "tgq backup took a copy while tgq local ran",
+                backed_up,
+                String::from_utf8_lossy(&made.stdout).lines().next().unwrap_or_default().to_owned(),
+            ),
+            Check::new(
+                "tgq local refuses the damaged store, naming the file and the way back, and never serves",
+                refused,
+                refusal_text,
+            ),
+            Check::new(
+                "tgq local serves again from the restored backup, with what it held",
+                processed == expected,
+                format!("{processed} of {expected} processed updates in the restored store"),
+            ),
+        ]
+    })
+    .await
+}
+
+/// Garbage over every page of `file` past its header: what a bad disk or a stray write leaves.
+fn damage(file: &Path) -> anyhow::Result<()> {
+    use std::io::{Seek, SeekFrom, Write};
+    let size = std::fs::metadata(file)?.len();
+    let mut f = std::fs::OpenOptions::new().write(true).open(file)?;
+    let mut at = 4096 + 100;
+    while at + 64 < size {
+        f.seek(SeekFrom::Start(at))?;
+        f.write_all(&[0xA5; 64])?;
+        at += 4096;
+    }
+    f.sync_all()?;
+    Ok(())
+}
+
+fn last_line(text: &str, containing: &str) -> String {
+    text.lines()
+        .rev()
+        .find(|l| l.contains(containing))
+        .unwrap_or_else(|| text.lines().last().unwrap_or_default())
+        .chars()
+        .take(300)
+        .collect()
+}
