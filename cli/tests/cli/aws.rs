@@ -544,7 +544,7 @@ async fn webhook_set_with_a_stack_takes_the_url_secret_and_token_from_it_and_che
 /// The `tgq` lines of docs/OPERATIONS.md's "Commands and targets" section, in order, each split into its arguments
 /// (comments dropped).
 fn operating_guide_commands() -> Vec<Vec<String>> {
-    const GUIDE: &str = include_str!("../../docs/OPERATIONS.md");
+    const GUIDE: &str = include_str!("../../../docs/OPERATIONS.md");
     let section = GUIDE
         .split("\n## Commands and targets\n")
         .nth(1)
@@ -896,7 +896,7 @@ async fn bots_on_a_stack_live_in_ssm_under_its_prefix_and_get_the_stacks_webhook
 /// The code blocks of docs/OPERATIONS.md's "Hosting several bots" section, in order, each a list of lines
 /// (comments dropped, blank lines skipped).
 fn several_bots_guide_blocks() -> Vec<Vec<String>> {
-    const GUIDE: &str = include_str!("../../docs/OPERATIONS.md");
+    const GUIDE: &str = include_str!("../../../docs/OPERATIONS.md");
     let section = GUIDE
         .split("\n## Hosting several bots\n")
         .nth(1)

@@ -116,7 +116,7 @@ async fn with_ack_callbacks_a_callback_query_is_answered_in_the_reply_and_not_ag
 {
     let dir = tempfile::tempdir().unwrap();
     let local = started(dir.path(), &[("TGQ_ACK_CALLBACKS", "true")]).await;
-    let body = include_str!("../../events/updates/callback_query.json");
+    let body = include_str!("../../../events/updates/callback_query.json");
     let post = reqwest::Client::new()
         .post(local.url("/webhook"))
         .header(SECRET_HEADER, SECRET)

@@ -7,7 +7,7 @@
 //! (`ingest::Webhook::receive`, `worker::Worker::process_batch`), and without a recorder nothing is
 //! counted.
 
-use metrics::{counter, describe_counter, describe_histogram, histogram, Unit};
+use metrics::{counter, describe_counter, describe_histogram, Unit};
 
 use crate::ids::BotId;
 

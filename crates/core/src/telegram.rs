@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::error::{ErrorClass, PortError};
 pub use crate::offline::{chat_id_of, offline_message, offline_result, sends_a_message};
@@ -230,6 +230,7 @@ impl std::fmt::Display for Gone {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
     use teloxide_core::types::Message;
 
     fn api(code: u16) -> TelegramError {

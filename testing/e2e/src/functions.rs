@@ -46,10 +46,10 @@ const READY_TIMEOUT: Duration = Duration::from_secs(600);
 /// The `cargo build` arguments that build both functions as units `cargo test --workspace`
 /// (scripts/test) has already built, so the build is a no-op there. `--workspace` with a test target
 /// resolves features over every member and its dev-dependencies, as a test build does. `--test
-/// ingest` (tgq-core's) also puts criterion → clap in the build, so `strsim` is built once as a
+/// core` (tgq-core's) also puts criterion → clap in the build, so `strsim` is built once as a
 /// normal dependency shared with darling, as in a test build; without it, strsim is a build-only
 /// unit without debuginfo, and darling, serde_with, teloxide-core and every tgq crate after them
-/// differ. `template` is this package's cheapest test. Checked with `--unit-graph`
+/// differ. `e2e` is this package's test binary. Checked with `--unit-graph`
 /// (`RUSTC_BOOTSTRAP=1 cargo build -Z unstable-options --unit-graph …`): every unit is one of
 /// `cargo test --workspace --no-run`'s.
 pub const BUILD_SELECTION: [&str; 9] = [
@@ -59,9 +59,9 @@ pub const BUILD_SELECTION: [&str; 9] = [
     "--bin",
     WORKER,
     "--test",
-    "template",
+    "e2e",
     "--test",
-    "ingest",
+    "core",
 ];
 
 /// The functions, running; everything stops when this is dropped.

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
-use tgq_fake_telegram::{FakeConfig, FakeTelegram, Fault, Limits, Scope, Times};
+use tgq_fake_telegram::{FakeConfig, FakeTelegram, Limits};
 
 use crate::disk::SmallDisk;
 use crate::local::LocalTgq;

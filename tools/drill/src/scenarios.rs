@@ -4,14 +4,16 @@
 //! pipeline says how ([`Pipeline::crash_worker`]); the faults only one target has stay in
 //! `run_local.rs` and `run_emulator/`.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use anyhow::bail;
 use tgq_fake_telegram::{FakeTelegram, Fault, Scope, Times};
 
 use crate::plan::{poison_bodies, Expect, Plan};
 use crate::poster::{Posted, Poster};
 use crate::scenario::Scenario;
 use crate::tally::{Check, Reported, Row, Tally};
+use crate::Options;
 
 /// One scenario's pipeline on one target, started with the scenario's traffic.
 pub(crate) trait Pipeline: Sized {

@@ -16,8 +16,8 @@ use tgq_core::worker::{RecordOutcome, WorkerSettings};
 use tgq_memory::Harness;
 use tgq_memory::{MemoryDeadLetters, MemoryQueue, MemoryStore, RecordingBotApi};
 
-const CALLBACK: &str = include_str!("../../../events/updates/callback_query.json");
-const MESSAGE: &str = include_str!("../../../events/updates/message.json");
+const CALLBACK: &str = include_str!("../../../../events/updates/callback_query.json");
+const MESSAGE: &str = include_str!("../../../../events/updates/message.json");
 const CALLBACK_ID: &str = "4382139112311411201";
 
 struct Rig {

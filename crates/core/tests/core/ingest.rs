@@ -16,7 +16,7 @@ use tgq_core::PortError;
 use tgq_memory::{Fault, MemoryDeadLetters, MemoryQueue, MemoryStore};
 
 const SECRET: &[u8] = b"tgq-example-secret";
-const MESSAGE: &str = include_str!("../../../events/updates/message.json");
+const MESSAGE: &str = include_str!("../../../../events/updates/message.json");
 
 struct Rig {
     webhook: Webhook,
@@ -203,19 +203,19 @@ async fn poison_reaches_the_dead_letter_queue_with_its_raw_bytes_and_is_answered
     let rig = rig();
     for (body, reason) in [
         (
-            include_str!("../../../events/poison/not_json.txt"),
+            include_str!("../../../../events/poison/not_json.txt"),
             "not JSON",
         ),
         (
-            include_str!("../../../events/poison/no_update_id.json"),
+            include_str!("../../../../events/poison/no_update_id.json"),
             "update_id is missing",
         ),
         (
-            include_str!("../../../events/poison/string_update_id.json"),
+            include_str!("../../../../events/poison/string_update_id.json"),
             "update_id is not an integer",
         ),
         (
-            include_str!("../../../events/poison/array.json"),
+            include_str!("../../../../events/poison/array.json"),
             "not a JSON object",
         ),
     ] {

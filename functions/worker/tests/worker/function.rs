@@ -20,8 +20,8 @@ use tgq_memory::{MemoryDeadLetters, MemoryStore, RecordingVisibility};
 use tgq_telegram::HttpBotApi;
 use tgq_worker::{handle, WorkerConfig};
 
-const BATCH: &str = include_str!("../../../events/sqs/batch_three_groups.json");
-const REDELIVERY: &str = include_str!("../../../events/sqs/redelivery.json");
+const BATCH: &str = include_str!("../../../../events/sqs/batch_three_groups.json");
+const REDELIVERY: &str = include_str!("../../../../events/sqs/redelivery.json");
 
 struct Rig {
     worker: Worker,

@@ -28,7 +28,7 @@ use tgq_fake_telegram::{FakeTelegram, Fault, Scope, Times};
 use tgq_memory::{Fault as Outage, MemoryBots, MemoryDeadLetters, MemoryQueue, MemoryStore};
 use tgq_worker::handle;
 
-const BATCH: &str = include_str!("../../../events/sqs/batch_three_groups.json");
+const BATCH: &str = include_str!("../../../../events/sqs/batch_three_groups.json");
 const SECRET: &str = "metrics-test-secret";
 
 /// A metric as one EMF line reports it: its name and its labels (`BotId` among them).

@@ -561,22 +561,22 @@ async fn webhook_function_url_answers_each_event_fixture() {
     let fixtures = [
         (
             "message.json",
-            include_str!("../../../events/webhook/message.json"),
+            include_str!("../../../../events/webhook/message.json"),
             200,
         ),
         (
             "wrong_secret.json",
-            include_str!("../../../events/webhook/wrong_secret.json"),
+            include_str!("../../../../events/webhook/wrong_secret.json"),
             401,
         ),
         (
             "oversized.json",
-            include_str!("../../../events/webhook/oversized.json"),
+            include_str!("../../../../events/webhook/oversized.json"),
             413,
         ),
         (
             "poison.json",
-            include_str!("../../../events/webhook/poison.json"),
+            include_str!("../../../../events/webhook/poison.json"),
             200,
         ),
     ];

@@ -8,7 +8,7 @@ use tgq_core::defaults;
 use tgq_core::ids::BotId;
 use tgq_core::worker::GoneRecipients;
 
-const TEMPLATE: &str = include_str!("../../../template.yaml");
+const TEMPLATE: &str = include_str!("../../../../template.yaml");
 
 /// Telegram gives a webhook this long to answer before it counts the delivery as failed.
 const TELEGRAM_WEBHOOK_LIMIT_SECS: u64 = 60;
@@ -502,7 +502,7 @@ fn in_a_region_without_function_urls_the_stack_takes_the_http_api() {
     listed.retain(|text| *text != "AWS::Region");
     listed.sort_unstable();
     assert_eq!(listed, defaults::REGIONS_WITHOUT_FUNCTION_URLS);
-    let readme = include_str!("../../../README.md");
+    let readme = include_str!("../../../../README.md");
     for region in defaults::REGIONS_WITHOUT_FUNCTION_URLS {
         assert!(readme.contains(region), "README names {region}");
     }
@@ -654,7 +654,7 @@ fn the_stack_outputs_what_the_tgq_command_reads() {
 
 #[test]
 fn samconfig_tags_the_stack_and_overrides_every_parameter() {
-    const SAMCONFIG: &str = include_str!("../../../samconfig.toml");
+    const SAMCONFIG: &str = include_str!("../../../../samconfig.toml");
     let deploy = SAMCONFIG
         .split("[default.deploy.parameters]")
         .nth(1)

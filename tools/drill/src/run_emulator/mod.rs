@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::bail;
 use tgq_e2e::functions::{WEBHOOK, WORKER};
-use tgq_fake_telegram::{FakeConfig, FakeTelegram, Fault, Limits, Scope, Times};
+use tgq_fake_telegram::{FakeConfig, FakeTelegram, Limits};
 use tokio::sync::Mutex;
 
 use crate::plan::Plan;
