@@ -203,31 +203,36 @@ async fn a_poller_that_cannot_reach_its_store_is_alive_but_not_ready_and_never_p
     );
 }
 
-#[test]
-fn the_short_failover_drill_loses_nothing_queues_nothing_twice_and_never_polls_twice_at_once() {
+/// `tgq-drill failover` is a binary of its own (tools/drill); this runs what it runs, the drill's
+/// library, against this package's `tgq poll`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_short_failover_drill_loses_nothing_queues_nothing_twice_and_never_polls_twice_at_once()
+{
+    use clap::Parser as _;
     let work = tempfile::tempdir().unwrap();
-    let env = aws_env();
-    let env: Vec<(&str, &str)> = env.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
-    let (status, out, err) = run(
-        &env,
-        &[
-            "drill",
-            "failover",
-            "--rounds",
-            "1",
-            "--lease-ttl-secs",
-            "6",
-            "--lease-renew-secs",
-            "1",
-            "--lease-cooldown-secs",
-            "5",
-            "--json",
-            "--work-dir",
-            work.path().to_str().unwrap(),
-        ],
-    );
-    assert!(status.success(), "{out}\n{err}");
-    let report: Value = serde_json::from_str(&out).expect("the drill's JSON");
+    // The pollers reach moto through the environment they inherit, as `tgq-drill` gives it them.
+    let _ = aws_env();
+    let args = tgq_drill::DrillArgs::parse_from([
+        "tgq-drill",
+        "failover",
+        "--rounds",
+        "1",
+        "--lease-ttl-secs",
+        "6",
+        "--lease-renew-secs",
+        "1",
+        "--lease-cooldown-secs",
+        "5",
+        "--json",
+        "--work-dir",
+        work.path().to_str().unwrap(),
+    ]);
+    let outcome = tgq_drill::run_failover(&args, env!("CARGO_BIN_EXE_tgq").into())
+        .await
+        .expect("the failover drill runs");
+    let missed = outcome.missed(std::time::Duration::from_secs(6 + 5));
+    assert!(missed.is_empty(), "{missed:?}");
+    let report = serde_json::to_value(&outcome).unwrap();
     assert_eq!(
         report["rounds"].as_array().map(Vec::len),
         Some(2),

@@ -4,5 +4,4 @@ mod common;
 
 mod bots;
 mod function;
-mod logs;
 mod metrics;

@@ -2,7 +2,10 @@
 //! carry the request id and the update's ids, and never the bot token, the webhook secret or message
 //! text. One test: the log subscriber is global to the process.
 
-use crate::common;
+// A test binary of its own, apart from tests/worker: its subscriber is the process's, and the
+// worker's other tests, run beside it in one process, left the record's span out of its lines.
+#[path = "worker/common/mod.rs"]
+mod common;
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};
