@@ -239,17 +239,27 @@ pub async fn run(scenario: &Scenario, options: &Options) -> anyhow::Result<Row> 
         return row;
     }
     match scenario.number {
-        3 => store_unreachable(scenario, options, ordinary).await,
+        3 => store_unreachable(scenario, options, ordinary.padded(DISK_PADDING)).await,
         12 => stale_worker(scenario, options, ordinary).await,
         13 => kill_loop(scenario, options, ordinary).await,
-        15 => disk_full(scenario, options, ordinary.padded(DISK_FULL_PADDING)).await,
+        15 => disk_full(scenario, options, ordinary.padded(DISK_PADDING)).await,
         16 => damaged_store(scenario, options, ordinary).await,
         n => bail!("scenario {n} does not apply to local mode"),
     }
 }
 
+/// Bytes of filler in each update of the scenarios that fill the disk (3 and 15). The store reuses
+/// the pages that processed updates and earlier commits freed, so updates of a few hundred bytes
+/// keep fitting in a file that can no longer grow; each of these needs about 130 KB more (its record
+/// and its queue message), so the posts made while the disk is full run out of free pages within a
+/// few dozen.
+const DISK_PADDING: usize = 64 * 1024;
+/// The tmpfs those scenarios fill: room for every update of the plan once the space is back (300 by
+/// default: about 40 MB with the copies redb writes), whatever the fill leaves.
+const DISK_MEGABYTES: u32 = 128;
+
 async fn store_unreachable(s: &Scenario, o: &Options, plan: Plan) -> anyhow::Result<Row> {
-    let disk = SmallDisk::mount(&o.work.join("local-03-disk"), 64)?;
+    let disk = SmallDisk::mount(&o.work.join("local-03-disk"), DISK_MEGABYTES)?;
     let mut run = Run::start(s, o, plan, false, &[], Some(disk.path().join("data"))).await?;
     let sending = run.send(1);
     run.acknowledged(run.plan.updates.len() / 4).await;
@@ -339,16 +349,8 @@ async fn kill_loop(s: &Scenario, o: &Options, plan: Plan) -> anyhow::Result<Row>
         .await
 }
 
-/// Bytes of filler in each update of the disk-full scenario. The store reuses the pages that
-/// processed updates and earlier commits freed, so updates of a few hundred bytes keep fitting in
-/// a file that can no longer grow; each of these needs about 130 KB more (its record and its queue
-/// message), so the posts made while the disk is full run out of free pages within a few dozen.
-const DISK_FULL_PADDING: usize = 64 * 1024;
-
 async fn disk_full(s: &Scenario, o: &Options, plan: Plan) -> anyhow::Result<Row> {
-    // Room for every update of the plan once the space is back (300 by default: about 40 MB with
-    // the copies redb writes), whatever the fill leaves.
-    let disk = SmallDisk::mount(&o.work.join("local-15-disk"), 128)?;
+    let disk = SmallDisk::mount(&o.work.join("local-15-disk"), DISK_MEGABYTES)?;
     let mut run = Run::start(s, o, plan, false, &[], Some(disk.path().join("data"))).await?;
     let sending = run.send(1);
     run.acknowledged(run.plan.updates.len() / 4).await;
