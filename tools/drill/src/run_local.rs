@@ -79,18 +79,6 @@ impl Run {
         })
     }
 
-    fn send(&self, copies: usize) -> tokio::task::JoinHandle<()> {
-        let (poster, plan) = (self.poster.clone(), self.plan.clone());
-        tokio::spawn(async move { poster.send(&plan, copies).await })
-    }
-
-    /// Waits until `n` updates were acknowledged.
-    async fn acknowledged(&self, n: usize) {
-        while self.poster.posted().acknowledged.len() < n {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
     /// Waits up to `limit` for every update to be acknowledged and the queue to drain without any
     /// help; when that does not happen, kills and restarts `tgq local` (what an operator would do) so
     /// that the drill can tell a pipeline that is stuck from one that lost updates. Returns whether

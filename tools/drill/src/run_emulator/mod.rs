@@ -208,17 +208,6 @@ impl<'a> Run<'a> {
         Ok(None)
     }
 
-    fn send(&self, copies: usize) -> tokio::task::JoinHandle<()> {
-        let (poster, plan) = (self.poster.clone(), self.plan.clone());
-        tokio::spawn(async move { poster.send(&plan, copies).await })
-    }
-
-    async fn acknowledged(&self, n: usize) {
-        while self.poster.posted().acknowledged.len() < n {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
     async fn drain(&self, sending: tokio::task::JoinHandle<()>) -> anyhow::Result<Duration> {
         sending.await?;
         let started = Instant::now();
