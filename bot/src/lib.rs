@@ -1,6 +1,7 @@
 //! The example bot — the one place a bot author edits. It greets `/start` with a button that counts
 //! its presses, lists its commands on `/help`, shouts `/shout text` back in capitals, rolls a die on
-//! `/roll` keeping the chat's score, and echoes any other text.
+//! `/roll` keeping the chat's score, offers `@bot text` in capitals as an inline result, and echoes
+//! any other text.
 //!
 //! [`build`] is the one seam: the worker Lambda and `tgq local` call it once per process (and per
 //! bot, when a stack hosts several) and run what it returns; [`handlers`] names it, so that a
@@ -8,26 +9,16 @@
 //! nothing outside this crate names its type, and the test suite asserts the built-in echo bot's
 //! replies, not these.
 //!
-//! Every call to Telegram goes through `ctx.send(..)` with a teloxide-core payload: tgq records it, so
+//! Every call to Telegram goes through `ctx.send(..)` with a teloxide-core payload, or one of its
+//! shorthands (`ctx.reply`, `ctx.reply_with`, `ctx.answer`, `ctx.edit`): tgq records it, so
 //! when an update is retried, replies that were already sent are not sent twice. Anything else with
 //! an effect or a result worth keeping (here the die roll) runs in `ctx.step(..)`, recorded the same
 //! way; and what the bot remembers per chat is its state (`ctx.state`, `ctx.set_state`), written
 //! with the update's completion, exactly once.
 
-use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use teloxide::utils::command::BotCommands;
-use teloxide_core::payloads::{
-    AnswerCallbackQuery, AnswerCallbackQuerySetters, SendMessage, SendMessageSetters,
-};
-use teloxide_core::types::{
-    CallbackQuery, InlineKeyboardButton, InlineKeyboardMarkup, Message, Update, UpdateKind,
-};
-use tgq_core::error::BoxError;
-use tgq_core::handlers::HandlerRegistry;
-use tgq_core::state::ChatState;
-use tgq_core::{BotConfig, Context, Handler, HandlerError};
-use tgq_router::{ParseError, Route, Router};
+use tgq::prelude::*;
+use tgq::ParseError;
 
 /// The bot's own setting: its username, so that `/help@that_name` in a group is answered and
 /// `/help@another_bot` is not. Optional: without it only bare commands are.
@@ -100,46 +91,34 @@ pub struct ExampleBot {
 impl Handler for ExampleBot {
     async fn handle(&self, update: Update, ctx: &mut Context<'_>) -> Result<(), HandlerError> {
         match self.router.route(&update) {
-            Route::Command(Command::Start, message) => start(message, ctx).await,
+            Route::Command(Command::Start, message) => {
+                let greeting = "Hello! I am a tgq example bot. Send me text and I will echo it; \
+                                /help lists my commands.";
+                ctx.reply_with(message, greeting, counter(0)).await
+            }
             Route::Command(Command::Help, message) => {
-                reply(message, Command::descriptions().to_string(), ctx).await
+                ctx.reply(message, Command::descriptions().to_string())
+                    .await
             }
             Route::Command(Command::Shout(text), message) if text.trim().is_empty() => {
-                reply(message, "Shout what? Try /shout hello".into(), ctx).await
+                ctx.reply(message, "Shout what? Try /shout hello").await
             }
             Route::Command(Command::Shout(text), message) => {
-                reply(message, text.to_uppercase(), ctx).await
+                ctx.reply(message, text.to_uppercase()).await
             }
             Route::Command(Command::Roll, message) => roll(message, ctx).await,
             Route::BadCommand(error, message) => {
-                reply(message, bad_command_reply(&error), ctx).await
+                ctx.reply(message, bad_command_reply(&error)).await
             }
             Route::Button(Button::Pressed(presses), query) => pressed(presses, query, ctx).await,
-            Route::Text(text, message) => reply(message, format!("You said: {text}"), ctx).await,
+            Route::Text(text, message) => ctx.reply(message, format!("You said: {text}")).await,
+            Route::InlineQuery(query) => shout_inline(query, ctx).await,
             // A button this bot no longer knows: answer it, so the user's client stops waiting.
-            Route::Other(UpdateKind::CallbackQuery(query)) => {
-                ctx.send(AnswerCallbackQuery::new(query.id.clone())).await?;
-                Ok(())
-            }
+            Route::Other(UpdateKind::CallbackQuery(query)) => ctx.answer(query, "").await,
             // Commands for other bots in a group, and every other kind of update: no reply.
-            Route::ForAnotherBot(_) | Route::Other(_) => Ok(()),
+            _ => Ok(()),
         }
     }
-}
-
-async fn reply(message: &Message, text: String, ctx: &mut Context<'_>) -> Result<(), HandlerError> {
-    ctx.send(SendMessage::new(message.chat.id, text)).await?;
-    Ok(())
-}
-
-async fn start(message: &Message, ctx: &mut Context<'_>) -> Result<(), HandlerError> {
-    let greeting = SendMessage::new(
-        message.chat.id,
-        "Hello! I am a tgq example bot. Send me text and I will echo it; /help lists my commands.",
-    )
-    .reply_markup(counter(0));
-    ctx.send(greeting).await?;
-    Ok(())
 }
 
 async fn roll(message: &Message, ctx: &mut Context<'_>) -> Result<(), HandlerError> {
@@ -159,16 +138,16 @@ async fn roll(message: &Message, ctx: &mut Context<'_>) -> Result<(), HandlerErr
             score.total
         ),
     };
-    reply(message, text, ctx).await
+    ctx.reply(message, text).await
 }
 
-/// The counting button, after `presses` presses.
-fn counter(presses: u32) -> InlineKeyboardMarkup {
+/// The counting button, after `presses` presses: its data is `pressed:N`, by prefix.
+fn counter(presses: u32) -> Keyboard {
     let next = presses.saturating_add(1);
-    InlineKeyboardMarkup::new([[InlineKeyboardButton::callback(
+    Keyboard::new().push(InlineKeyboardButton::callback(
         "Press me",
         format!("pressed:{next}"),
-    )]])
+    ))
 }
 
 async fn pressed(
@@ -176,8 +155,7 @@ async fn pressed(
     query: &CallbackQuery,
     ctx: &mut Context<'_>,
 ) -> Result<(), HandlerError> {
-    ctx.send(AnswerCallbackQuery::new(query.id.clone()).text("Pressed!"))
-        .await?;
+    ctx.answer(query, "Pressed!").await?;
     // A button on an inline message has no chat to answer in.
     if let Some(message) = &query.message {
         let text = match presses {
@@ -187,6 +165,25 @@ async fn pressed(
         let answer = SendMessage::new(message.chat().id, text).reply_markup(counter(presses));
         ctx.send(answer).await?;
     }
+    Ok(())
+}
+
+/// `@this_bot some text` in any chat: offers the text in capitals, to send as a message.
+async fn shout_inline(query: &InlineQuery, ctx: &mut Context<'_>) -> Result<(), HandlerError> {
+    use tgq::types::{
+        InlineQueryResult, InlineQueryResultArticle, InputMessageContent, InputMessageContentText,
+    };
+    let shouted = query.query.to_uppercase();
+    let results = match shouted.trim() {
+        "" => Vec::new(),
+        text => vec![InlineQueryResult::Article(InlineQueryResultArticle::new(
+            "shout",
+            format!("Shout {text}"),
+            InputMessageContent::Text(InputMessageContentText::new(text)),
+        ))],
+    };
+    ctx.send(AnswerInlineQuery::new(query.id.clone(), results))
+        .await?;
     Ok(())
 }
 
@@ -201,55 +198,14 @@ fn bad_command_reply(error: &ParseError) -> String {
 
 #[cfg(test)]
 mod tests {
-    //! The example bot's replies, run through tgq's worker on in-memory adapters.
+    //! The example bot's replies, run through tgq's worker with the test kit.
 
-    use std::sync::Arc;
-
-    use serde_json::{json, Value};
-    use tgq_core::config::Vars;
-    use tgq_core::ids::{BotId, GroupKey, RecordKey, StateKey, UpdateId};
-    use tgq_core::record::{ActionResult, ActionState};
-    use tgq_core::telegram::TelegramError;
-    use tgq_core::worker::RecordOutcome;
-    use tgq_memory::{Harness, RecordedCall, RecordingBotApi};
+    use tgq_test::{Call, Failure, Outcome, TestBot};
 
     use super::*;
 
-    const CHAT: i64 = 4242;
-
-    /// The bot built with `vars`, behind a worker on in-memory adapters.
-    async fn harness(vars: &[(&str, &str)]) -> Harness {
-        let api = Arc::new(RecordingBotApi::new());
-        let config = BotConfig {
-            bot_id: BotId::new("example").unwrap(),
-            vars: Vars::from_pairs(vars.iter().copied()),
-            api: api.clone(),
-        };
-        let bot = build(&config).await.unwrap();
-        Harness::new(config.bot_id, Arc::new(bot), api)
-    }
-
-    /// Builds the bot with `vars` and runs `updates` through a worker, in one batch; returns the
-    /// Bot API calls it made.
-    async fn run(vars: &[(&str, &str)], updates: &[Value]) -> Vec<RecordedCall> {
-        let harness = harness(vars).await;
-        let report = harness.run(updates).await;
-        for (_, outcome) in &report.outcomes {
-            assert!(matches!(outcome, RecordOutcome::Done(_)), "{outcome:?}");
-        }
-        harness.api.calls()
-    }
-
-    /// The chat's score as the store keeps it.
-    fn score(harness: &Harness) -> Option<Score> {
-        let key = StateKey::new(
-            BotId::new("example").unwrap(),
-            GroupKey::new(CHAT.to_string()),
-        );
-        let stored = harness.store.state(&key)?;
-        assert_eq!(stored.format, Score::FORMAT);
-        Some(serde_json::from_str(&stored.json).unwrap())
-    }
+    const CHAT: i64 = -4242;
+    const ADA: i64 = 7;
 
     /// The number in "You rolled N."
     fn rolled(text: &str) -> u32 {
@@ -257,123 +213,85 @@ mod tests {
         rest[..1].parse().unwrap()
     }
 
-    fn text(update_id: i64, text: &str) -> Value {
-        json!({
-            "update_id": update_id,
-            "message": {
-                "message_id": update_id, "date": 1_767_607_200, "text": text,
-                "chat": {"id": CHAT, "type": "group", "title": "Friends"},
-                "from": {"id": 7, "is_bot": false, "first_name": "Ada"},
-            }
-        })
-    }
-
-    fn press(update_id: i64, data: &str) -> Value {
-        json!({
-            "update_id": update_id,
-            "callback_query": {
-                "id": format!("q{update_id}"), "chat_instance": "1", "data": data,
-                "from": {"id": 7, "is_bot": false, "first_name": "Ada"},
-                "message": {
-                    "message_id": 1, "date": 1_767_607_200, "text": "Hello!",
-                    "chat": {"id": CHAT, "type": "group", "title": "Friends"},
-                },
-            }
-        })
-    }
-
-    fn texts(calls: &[RecordedCall]) -> Vec<&str> {
-        calls
-            .iter()
-            .filter(|call| call.method == "sendMessage")
-            .map(|call| call.params["text"].as_str().unwrap())
-            .collect()
-    }
-
     #[tokio::test]
     async fn start_greets_with_a_button_that_counts_its_presses() {
-        let calls = run(
-            &[],
-            &[
-                text(1, "/start"),
-                press(2, "pressed:1"),
-                press(3, "pressed:2"),
-            ],
-        )
-        .await;
-        let buttons: Vec<&Value> = calls
+        let mut bot = TestBot::new(handlers()).await;
+        let greeting = bot.text_in_group(CHAT, ADA, "/start").await;
+        assert!(greeting.texts()[0].starts_with("Hello!"), "{greeting:?}");
+        let first = bot.press(CHAT, "Press me").await;
+        let second = bot.press(CHAT, "Press me").await;
+        assert_eq!(first.texts(), ["Button pressed once."]);
+        assert_eq!(second.texts(), ["Button pressed 2 times."]);
+        let data: Vec<&str> = [&greeting, &first, &second]
             .iter()
-            .filter(|call| call.method == "sendMessage")
-            .map(|call| &call.params["reply_markup"]["inline_keyboard"][0][0]["callback_data"])
+            .map(|ran| ran.calls("sendMessage")[0].button_data("Press me").unwrap())
             .collect();
-        assert_eq!(buttons, ["pressed:1", "pressed:2", "pressed:3"]);
-        let said = texts(&calls);
-        assert!(said[0].starts_with("Hello!"), "{said:?}");
-        assert_eq!(
-            said[1..],
-            ["Button pressed once.", "Button pressed 2 times."]
-        );
-        let answered: Vec<&Value> = calls
-            .iter()
-            .filter(|call| call.method == "answerCallbackQuery")
-            .map(|call| &call.params["callback_query_id"])
-            .collect();
-        assert_eq!(answered, ["q2", "q3"]);
+        assert_eq!(data, ["pressed:1", "pressed:2", "pressed:3"]);
+        for ran in [&first, &second] {
+            assert_eq!(
+                ran.calls("answerCallbackQuery")[0].params["text"],
+                "Pressed!"
+            );
+        }
     }
 
     #[tokio::test]
     async fn help_lists_the_commands_and_shout_shouts() {
-        let calls = run(
-            &[],
-            &[
-                text(1, "/help"),
-                text(2, "/shout hello there"),
-                text(3, "/shout"),
-            ],
-        )
-        .await;
-        let said = texts(&calls);
+        let mut bot = TestBot::new(handlers()).await;
+        let help = bot.text(ADA, "/help").await;
         assert!(
-            said[0].contains("/start") && said[0].contains("/shout"),
-            "{said:?}"
+            help.texts()[0].contains("/start") && help.texts()[0].contains("/shout"),
+            "{help:?}"
         );
-        assert_eq!(said[1..], ["HELLO THERE", "Shout what? Try /shout hello"]);
+        assert_eq!(
+            bot.text(ADA, "/shout hello there").await.texts(),
+            ["HELLO THERE"]
+        );
+        assert_eq!(
+            bot.text(ADA, "/shout").await.texts(),
+            ["Shout what? Try /shout hello"]
+        );
     }
 
     #[tokio::test]
     async fn text_is_echoed_and_unknown_commands_are_named() {
-        let calls = run(&[], &[text(1, "hello tgq"), text(2, "/dance")]).await;
+        let mut bot = TestBot::new(handlers()).await;
         assert_eq!(
-            texts(&calls),
-            [
-                "You said: hello tgq",
-                "I do not know /dance. /help lists my commands."
-            ]
+            bot.text(ADA, "hello tgq").await.texts(),
+            ["You said: hello tgq"]
+        );
+        assert_eq!(
+            bot.text(ADA, "/dance").await.texts(),
+            ["I do not know /dance. /help lists my commands."]
         );
     }
 
     #[tokio::test]
     async fn commands_addressed_by_name_are_answered_only_with_the_bots_username() {
-        let addressed = [
-            text(1, "/shout@example_bot hi"),
-            text(2, "/shout@other_bot hi"),
-        ];
-        let calls = run(&[(USERNAME_VAR, "example_bot")], &addressed).await;
-        assert_eq!(texts(&calls), ["HI"]);
-        let calls = run(&[], &addressed).await;
-        assert!(calls.is_empty(), "{calls:?}");
+        let mut named = TestBot::with_vars(handlers(), &[(USERNAME_VAR, "example_bot")]).await;
+        let mut unnamed = TestBot::new(handlers()).await;
+        for bot in [&mut named, &mut unnamed] {
+            bot.text_in_group(CHAT, ADA, "/shout@example_bot hi").await;
+            bot.text_in_group(CHAT, ADA, "/shout@other_bot hi").await;
+        }
+        let texts = |bot: &TestBot| -> Vec<String> {
+            bot.sent().into_iter().filter_map(|s| s.text).collect()
+        };
+        assert_eq!(texts(&named), ["HI"]);
+        assert!(texts(&unnamed).is_empty(), "{:?}", unnamed.sent());
     }
 
     #[tokio::test]
     async fn roll_rolls_a_die_and_the_chat_keeps_the_score() {
-        let harness = harness(&[]).await;
-        let report = harness
-            .run(&[text(1, "/roll"), text(2, "/roll"), text(3, "/roll")])
-            .await;
-        assert!(report.failed_message_ids().is_empty(), "{report:?}");
-        let calls = harness.api.calls();
-        let said = texts(&calls);
-        let numbers: Vec<u32> = said.iter().map(|t| rolled(t)).collect();
+        let mut bot = TestBot::new(handlers()).await;
+        let mut numbers = Vec::new();
+        let mut said = Vec::new();
+        for _ in 0..3 {
+            let ran = bot.text_in_group(CHAT, ADA, "/roll").await;
+            assert!(ran.is_done(), "{ran:?}");
+            numbers.push(rolled(ran.texts()[0]));
+            said.push(ran.texts()[0].to_owned());
+        }
         assert!(numbers.iter().all(|n| (1..=6).contains(n)), "{said:?}");
         assert!(
             said[0].ends_with("The first roll in this chat."),
@@ -384,50 +302,77 @@ mod tests {
             said[2].ends_with(&format!("3 rolls in this chat, {total} in all.")),
             "{said:?}"
         );
-        assert_eq!(score(&harness), Some(Score { rolls: 3, total }));
+        assert_eq!(bot.state(CHAT), Some(Score { rolls: 3, total }));
     }
 
     #[tokio::test]
     async fn a_retried_roll_shows_the_same_number_and_counts_once() {
-        let harness = harness(&[]).await;
-        harness.api.fail_next([TelegramError::Api {
-            code: 502,
-            description: "Bad Gateway".into(),
-        }]);
-        let first = harness.run(&[text(1, "/roll")]).await;
-        assert!(matches!(first.outcomes[0].1, RecordOutcome::Retrying(..)));
-        assert_eq!(score(&harness), None, "the failed run counted nothing");
-        let retry = harness.run(&[text(1, "/roll")]).await;
-        assert!(matches!(retry.outcomes[0].1, RecordOutcome::Done(_)));
-
-        let key = RecordKey::new(BotId::new("example").unwrap(), UpdateId(1));
-        let recorded = harness.store.record(&key).unwrap().actions[&1]
-            .state
-            .clone();
-        let ActionState::Succeeded(ActionResult::Json { json }) = recorded else {
-            panic!("the roll is recorded: {recorded:?}")
-        };
-        let calls = harness.api.calls();
-        let said = texts(&calls);
-        assert_eq!(said.len(), 1, "{said:?}");
-        assert_eq!(
-            rolled(said[0]).to_string(),
-            json,
-            "the number the first run rolled"
+        let mut bot = TestBot::new(handlers()).await;
+        bot.fail(
+            Call::method("sendMessage"),
+            Failure::api(502, "Bad Gateway"),
         );
+        let first = bot.text_in_group(CHAT, ADA, "/roll").await;
+        assert!(matches!(first.outcome, Outcome::Retrying(_)), "{first:?}");
         assert_eq!(
-            score(&harness),
+            bot.state::<Score>(CHAT),
+            None,
+            "the failed run counted nothing"
+        );
+        // The first run rolled, and its step recorded the number; the retry shows that number.
+        let retry = bot.again().await;
+        assert!(retry.is_done(), "{retry:?}");
+        let number = rolled(retry.texts()[0]);
+        assert_eq!(bot.sent().len(), 1, "one reply: {:?}", bot.sent());
+        assert_eq!(
+            bot.state(CHAT),
             Some(Score {
                 rolls: 1,
-                total: rolled(said[0])
+                total: number
             })
         );
     }
 
     #[tokio::test]
+    async fn a_roll_crashed_after_its_step_replays_the_number_it_rolled() {
+        for _ in 0..5 {
+            let mut bot = TestBot::new(handlers()).await;
+            let crashed = bot.crash_after(1).text_in_group(CHAT, ADA, "/roll").await;
+            assert_eq!(crashed.outcome, Outcome::Crashed);
+            let retry = bot.again().await;
+            let number = rolled(retry.texts()[0]);
+            assert_eq!(bot.state::<Score>(CHAT).unwrap().total, number);
+        }
+    }
+
+    #[tokio::test]
+    async fn an_inline_query_is_offered_its_text_in_capitals() {
+        let mut bot = TestBot::new(handlers()).await;
+        let query = |text: &str| {
+            serde_json::json!({"inline_query": {
+                "id": "iq", "query": text, "offset": "",
+                "from": {"id": ADA, "is_bot": false, "first_name": "Ada"},
+            }})
+        };
+        let ran = bot.update(query("hello")).await;
+        let answer = &ran.calls("answerInlineQuery")[0].params;
+        assert_eq!(answer["inline_query_id"], "iq");
+        assert_eq!(
+            answer["results"][0]["input_message_content"]["message_text"],
+            "HELLO"
+        );
+        let empty = bot.update(query("  ")).await;
+        assert_eq!(
+            empty.calls("answerInlineQuery")[0].params["results"],
+            serde_json::json!([])
+        );
+    }
+
+    #[tokio::test]
     async fn an_unknown_button_is_answered_without_a_message() {
-        let calls = run(&[], &[press(1, "vote:3")]).await;
-        assert_eq!(calls.len(), 1, "{calls:?}");
-        assert_eq!(calls[0].method, "answerCallbackQuery");
+        let mut bot = TestBot::new(handlers()).await;
+        let ran = bot.press_data(CHAT, 1, &"vote:3").await;
+        assert_eq!(ran.sent.len(), 1, "{ran:?}");
+        assert_eq!(ran.sent[0].method, "answerCallbackQuery");
     }
 }

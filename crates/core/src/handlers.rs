@@ -62,18 +62,37 @@ impl HandlerRegistry {
         .with(ECHO_HANDLER, |_config| async { Ok(crate::echo::EchoBot) })
     }
 
+    /// Adds (or replaces) the handler `name`, one that needs neither settings nor clients: every
+    /// bot that names it runs this same value. [`HandlerRegistry::with`] builds one per bot.
+    pub fn with_handler(self, name: &str, handler: impl Handler + 'static) -> Self {
+        let handler: Arc<dyn Handler> = Arc::new(handler);
+        self.with_built(
+            name,
+            Arc::new(move |_config| {
+                let handler = handler.clone();
+                Box::pin(async move { Ok(handler) })
+            }),
+        )
+    }
+
     /// Adds (or replaces) the handler `name`, built by `build` once per bot and process. The first
     /// one added besides `echo` is the bot's own: the one `TGQ_HANDLER=bot` runs.
-    pub fn with<F, Fut, H>(mut self, name: &str, build: F) -> Self
+    pub fn with<F, Fut, H>(self, name: &str, build: F) -> Self
     where
         F: Fn(BotConfig) -> Fut + Send + Sync + 'static,
         Fut: std::future::Future<Output = Result<H, BoxError>> + Send + 'static,
         H: Handler + 'static,
     {
-        let build: Build = Arc::new(move |config| {
-            let built = build(config);
-            Box::pin(async move { Ok(Arc::new(built.await?) as Arc<dyn Handler>) })
-        });
+        self.with_built(
+            name,
+            Arc::new(move |config| {
+                let built = build(config);
+                Box::pin(async move { Ok(Arc::new(built.await?) as Arc<dyn Handler>) })
+            }),
+        )
+    }
+
+    fn with_built(mut self, name: &str, build: Build) -> Self {
         match self.handlers.iter_mut().find(|(known, _)| known == name) {
             Some(slot) => slot.1 = build,
             None => self.handlers.push((name.to_owned(), build)),

@@ -1,7 +1,9 @@
 //! Routes an update to what the bot does with it: a typed command (with its arguments, addressed to
-//! this bot or to none), a button press whose data starts with a known prefix, a plain text, or any
-//! other update kind — the bot then `match`es the [`Route`], and the compiler checks that every
-//! command has an arm.
+//! this bot or to none), a button press (its data written by a [`Keyboard`] from a typed value, or
+//! starting with a known prefix), a plain text, an inline query, a payment's queries, a member
+//! change or join request, or any other update kind — the bot then `match`es the [`Route`], and the
+//! compiler checks that every command has an arm. Filters on the chat or the text are match guards
+//! (`Route::Text(text, message) if message.chat.is_private()`).
 //!
 //! Commands are an enum that derives teloxide's [`BotCommands`] (`#[derive(BotCommands)]`, from the
 //! `teloxide` crate with its `macros` feature): the derive names the commands, parses their
@@ -45,9 +47,16 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::str::FromStr;
 
-use teloxide_core::types::{CallbackQuery, Message, Update, UpdateKind};
+use serde::de::DeserializeOwned;
+use teloxide_core::types::{
+    CallbackQuery, ChatJoinRequest, ChatMemberUpdated, ChosenInlineResult, InlineQuery, Message,
+    PreCheckoutQuery, ShippingQuery, Update, UpdateKind,
+};
 
 pub use teloxide::utils::command::{BotCommands, ParseError};
+
+mod keyboard;
+pub use keyboard::{Keyboard, KeyboardError, MAX_BUTTON_DATA_BYTES};
 
 /// What an update is for the bot, borrowed from the update.
 #[derive(Debug)]
@@ -66,8 +75,23 @@ pub enum Route<'u, C, B> {
     Button(B, &'u CallbackQuery),
     /// A new text message that is not a command.
     Text(&'u str, &'u Message),
+    /// An inline query (`@this_bot text` in any chat); answered with `AnswerInlineQuery`.
+    InlineQuery(&'u InlineQuery),
+    /// An inline result a user chose (needs inline feedback turned on with @BotFather).
+    ChosenInlineResult(&'u ChosenInlineResult),
+    /// A payment about to be made: answer `AnswerPreCheckoutQuery` within 10 seconds.
+    PreCheckout(&'u PreCheckoutQuery),
+    /// A shipping address to price: answer `AnswerShippingQuery`.
+    Shipping(&'u ShippingQuery),
+    /// A member of a chat the bot administers joined, left, or changed rights (`chat_member`,
+    /// delivered only when `allowed_updates` asks for it).
+    MemberChanged(&'u ChatMemberUpdated),
+    /// The bot itself was added, removed, blocked or promoted (`my_chat_member`).
+    BotMemberChanged(&'u ChatMemberUpdated),
+    /// Someone asked to join a chat whose invite link needs approval.
+    JoinRequest(&'u ChatJoinRequest),
     /// Everything else, by kind: messages without text, edits, channel posts, button presses with
-    /// data no prefix took, inline queries, member updates, …
+    /// data no prefix took, polls, reactions, boosts, …
     Other(&'u UpdateKind),
 }
 
@@ -131,6 +155,20 @@ impl<C: BotCommands, B> Router<C, B> {
         self
     }
 
+    /// Button data a [`Keyboard`] wrote becomes the `B` it was written from: the router parses
+    /// what the builder serialized, so a press routes as `Route::Button(B, query)` with no prefix
+    /// to keep in step. Tried after the prefixes of [`Router::button`].
+    pub fn keyboard_buttons(mut self) -> Self
+    where
+        B: DeserializeOwned + 'static,
+    {
+        self.buttons.push(ButtonPrefix {
+            prefix: "",
+            parse: Box::new(keyboard::decode),
+        });
+        self
+    }
+
     /// What `update` is for the bot.
     pub fn route<'u>(&self, update: &'u Update) -> Route<'u, C, B> {
         match &update.kind {
@@ -139,6 +177,13 @@ impl<C: BotCommands, B> Router<C, B> {
                 Some(button) => Route::Button(button, query),
                 None => Route::Other(&update.kind),
             },
+            UpdateKind::InlineQuery(query) => Route::InlineQuery(query),
+            UpdateKind::ChosenInlineResult(chosen) => Route::ChosenInlineResult(chosen),
+            UpdateKind::PreCheckoutQuery(query) => Route::PreCheckout(query),
+            UpdateKind::ShippingQuery(query) => Route::Shipping(query),
+            UpdateKind::ChatMember(change) => Route::MemberChanged(change),
+            UpdateKind::MyChatMember(change) => Route::BotMemberChanged(change),
+            UpdateKind::ChatJoinRequest(request) => Route::JoinRequest(request),
             kind => Route::Other(kind),
         }
     }

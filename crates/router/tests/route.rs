@@ -185,11 +185,6 @@ fn other_kinds_reach_the_fallback_by_kind() {
         router().route(&channel),
         Route::Other(UpdateKind::ChannelPost(_))
     ));
-    let inline = fixture(include_str!("../../../events/updates/inline_query.json"));
-    assert!(matches!(
-        router().route(&inline),
-        Route::Other(UpdateKind::InlineQuery(_))
-    ));
     let unknown = fixture(include_str!("../../../events/updates/unknown_kind.json"));
     assert!(matches!(router().route(&unknown), Route::Other(_)));
     let mut photo = text("ignored");
@@ -204,6 +199,62 @@ fn other_kinds_reach_the_fallback_by_kind() {
     assert!(matches!(
         router().route(&photo),
         Route::Other(UpdateKind::Message(_))
+    ));
+}
+
+#[test]
+fn inline_payment_member_and_join_request_updates_have_routes_of_their_own() {
+    let route = |name: &str| {
+        let path = format!(
+            "{}/../../events/updates/{name}.json",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let update = fixture(&std::fs::read_to_string(&path).expect(&path));
+        format!("{:?}", router().route(&update))
+    };
+    let routes = [
+        ("inline_query", "InlineQuery("),
+        ("chosen_inline_result", "ChosenInlineResult("),
+        ("pre_checkout_query", "PreCheckout("),
+        ("shipping_query", "Shipping("),
+        ("chat_member", "MemberChanged("),
+        ("my_chat_member", "BotMemberChanged("),
+        ("chat_join_request", "JoinRequest("),
+    ];
+    for (fixture, expected) in routes {
+        let routed = route(fixture);
+        assert!(routed.starts_with(expected), "{fixture}: {routed}");
+    }
+}
+
+#[test]
+fn a_press_on_a_keyboard_button_routes_as_the_value_the_button_was_built_with() {
+    #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+    enum Press {
+        Done(usize),
+        Clear,
+    }
+    let router = Router::<Command, Press>::new().keyboard_buttons();
+    let keyboard = tgq_router::Keyboard::new()
+        .button("milk", &Press::Done(3))
+        .button("Clear", &Press::Clear)
+        .markup()
+        .unwrap();
+    let json = serde_json::to_value(&keyboard).unwrap();
+    for (button, expected) in [(0, Press::Done(3)), (1, Press::Clear)] {
+        let data = json["inline_keyboard"][0][button]["callback_data"]
+            .as_str()
+            .unwrap();
+        let update = press(data);
+        match router.route(&update) {
+            Route::Button(press, _) => assert_eq!(press, expected),
+            other => panic!("{data}: {other:?}"),
+        }
+    }
+    // Data no keyboard wrote falls through, so the fallback still answers the query.
+    assert!(matches!(
+        router.route(&press("pressed:1")),
+        Route::Other(UpdateKind::CallbackQuery(_))
     ));
 }
 

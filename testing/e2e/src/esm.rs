@@ -1,7 +1,12 @@
-//! The harness playing the SQS event source mapping of `template.yaml` (batch ≤ 10,
-//! `ReportBatchItemFailures`): receive, invoke the worker with the event Lambda would build, delete
-//! every record not named in `batchItemFailures`, and leave the failed ones to the visibility the
-//! worker gave them.
+//! The SQS event source mapping of `template.yaml` (batch ≤ 10, `ReportBatchItemFailures`,
+//! several invocations at once), played by the harness for the suite and for the drill: receive,
+//! invoke the worker with the event Lambda would build, delete every record not named in
+//! `batchItemFailures`, and leave the failed ones to the visibility the worker gave them.
+//!
+//! The two differ in what they do when something goes wrong ([`OnTrouble`]). A test stops at the
+//! first failed invocation or FIFO breach; a drill does what Lambda does — an invocation that fails
+//! or runs past its timeout deletes nothing and its messages come back when their visibility ends —
+//! and counts the breaches, which are moto's to report, never the mapping's to correct.
 //!
 //! It also checks what the emulator delivers against SQS FIFO semantics, per message group: a
 //! message is handed out only when every earlier message of its group has been deleted or comes
@@ -9,17 +14,22 @@
 //! reported with exactly what the queue handed out, instead of surfacing later as replies out of
 //! order.
 //!
-//! Several pollers may run at once ([`EventSourceMapping::with_pollers`]); they share one
-//! [`DeliveryLog`], which notes a batch's deletions before they are sent, so that a message another
-//! poller receives once the way is clear is never taken for a breach. They take turns to receive:
-//! a moto long poll decides once, when it starts, which groups are held by messages in flight, so
-//! one that began before another poller received a group's message could hand out that group's
-//! next message while the first is in flight (the drill's mapping met it: `tools/drill`,
-//! `run_emulator/esm.rs`). One receive at a time, a poll's view can only be stricter than the
-//! queue's, which delays a message by at most one poll and never breaks its group's order. An
-//! invocation may also be made to die ([`EventSourceMapping::poll_and_crash`]): its batch is then
-//! left to its visibility timeout, as Lambda leaves the batch of an invocation whose runtime
-//! exited.
+//! Invocations run side by side ([`EventSourceMapping::with_concurrency`]), but receives are made
+//! one at a time and with short polls. Lambda's pollers long-poll side by side; moto 5.2 does two
+//! things with long polls that SQS does not. A long poll decides once, when it starts, which message
+//! groups are held by messages in flight, so a batch another poll takes meanwhile does not hold its
+//! group for it: a group's next message could be handed out while the first is in flight. And while
+//! a visible message waits behind its group, each open long poll spins in moto's one Python process,
+//! which then answers every other call slower. One short poll at a time, the queue's view is never
+//! staler than the last delete, which delays a message by at most one poll and never breaks its
+//! group's order. What a long poll gives — an answer as soon as a message is sent — the mapping has
+//! from a [`Notify`] the sender wakes ([`EventSourceMapping::with_wake`]); without one, and for a
+//! message that comes back after its visibility, it polls again after [`REVISIT`].
+//!
+//! The [`DeliveryLog`] notes a batch's deletions before they are sent, so that a message received
+//! once the way is clear is never taken for a breach. An invocation may also be made to die
+//! ([`EventSourceMapping::poll_and_crash`]): its batch is then left to its visibility timeout, as
+//! Lambda leaves the batch of an invocation whose runtime exited.
 //!
 //! Note on moto (5.2.5): it keeps FIFO order in the flows this harness drives, and breaks it in one
 //! it does not. When two or more received messages of one group become visible again because their
@@ -40,32 +50,67 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt::Write as _;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Mutex, PoisonError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage, SqsMessageAttribute};
 use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, Message, MessageSystemAttributeName};
+use futures::future::BoxFuture;
+use tokio::sync::Notify;
 
 use crate::emulator::{queue_depth, Stack};
 use crate::functions::{Functions, INVOCATION_TIMEOUT};
 
 /// Records per invocation: the most a FIFO event source hands a function.
 const BATCH_SIZE: i32 = 10;
-/// How long each receive long-polls.
-const WAIT_SECS: i32 = 1;
+/// After a poll that found nothing, the next one comes with the next wake, or after this long: how
+/// late a message is found that came back after its visibility (a retry, which waited a second or
+/// more anyway), and 20 polls a second to moto while idle.
+pub const REVISIT: Duration = Duration::from_millis(50);
+/// How long a mapping that carries on waits after a receive that failed.
+const RECEIVE_RETRY: Duration = Duration::from_millis(500);
+
+/// How the worker is invoked: an error is a failed invocation (a function error, a runtime that
+/// died, a timeout), after which Lambda deletes nothing.
+pub trait Invoke: Send + Sync {
+    /// Invokes the worker with `event` and reads its partial batch response.
+    fn invoke<'e>(&'e self, event: &'e SqsEvent)
+        -> BoxFuture<'e, anyhow::Result<SqsBatchResponse>>;
+}
+
+impl Invoke for &Functions {
+    fn invoke<'e>(
+        &'e self,
+        event: &'e SqsEvent,
+    ) -> BoxFuture<'e, anyhow::Result<SqsBatchResponse>> {
+        Box::pin(self.invoke_worker(event))
+    }
+}
+
+/// What the mapping does when an invocation fails or the queue breaks FIFO order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnTrouble {
+    /// Stops and reports it: a test fails there.
+    Fail,
+    /// Does what Lambda does, and counts it: the drill goes on.
+    CarryOn,
+}
 
 /// The event source mapping between the updates queue and the worker.
 pub struct EventSourceMapping<'a> {
     sqs: aws_sdk_sqs::Client,
     stack: Stack,
-    functions: &'a Functions,
-    /// Concurrent receive-invoke-delete loops.
-    pollers: usize,
-    /// Held by the poller whose receive is in flight.
+    worker: Box<dyn Invoke + 'a>,
+    on_trouble: OnTrouble,
+    /// Invocations at once.
+    concurrency: usize,
+    /// Held by the invocation slot whose receive is in flight.
     receiving: tokio::sync::Mutex<()>,
     /// How long a received batch stays hidden.
     visibility: Duration,
+    wake: Arc<Notify>,
     log: Mutex<DeliveryLog>,
     stats: Mutex<MappingStats>,
 }
@@ -85,6 +130,9 @@ pub struct MappingStats {
     pub max_receive_count: u32,
     /// Invocations whose worker was killed before it answered; their batches were left to expire.
     pub crashed_invocations: u64,
+    /// Invocations that failed or ran past their timeout, when the mapping carries on: their
+    /// batches were left to their visibility.
+    pub failed_invocations: u64,
     /// The most invocations that were running at the same moment.
     pub most_concurrent_invocations: u64,
     /// Invocations running now.
@@ -94,36 +142,80 @@ pub struct MappingStats {
 /// What became of one invocation.
 enum Invoked {
     Answered(SqsBatchResponse),
-    /// The worker died first; nothing is deleted, as Lambda deletes nothing for a failed invocation.
-    Crashed,
+    /// The worker died or failed first; nothing is deleted, as Lambda deletes nothing for a failed
+    /// invocation.
+    Abandoned,
+}
+
+/// A mapping polling on a task of its own ([`EventSourceMapping::spawn`]).
+pub struct RunningMapping {
+    mapping: Arc<EventSourceMapping<'static>>,
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl RunningMapping {
+    /// The mapping, to read its log and statistics.
+    pub fn mapping(&self) -> &EventSourceMapping<'static> {
+        &self.mapping
+    }
+
+    /// Stops polling; invocations in flight are abandoned, their batches left to their
+    /// visibility.
+    pub fn stop(self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.task.abort();
+    }
 }
 
 impl<'a> EventSourceMapping<'a> {
-    /// A mapping from `stack`'s updates queue to the worker of `functions`: one poller, and the
-    /// visibility timeout `template.yaml` gives the queue (six times the worker's timeout).
+    /// A mapping from `stack`'s updates queue to the worker of `functions`, for a test: one
+    /// invocation at a time, the visibility timeout `template.yaml` gives the queue (six times the
+    /// worker's timeout), and [`OnTrouble::Fail`].
     pub fn new(sqs: aws_sdk_sqs::Client, stack: Stack, functions: &'a Functions) -> Self {
+        EventSourceMapping::to(sqs, stack, functions, OnTrouble::Fail)
+            .with_visibility(INVOCATION_TIMEOUT * 6)
+    }
+
+    /// A mapping from `stack`'s updates queue to `worker`: one invocation at a time, hiding each
+    /// batch for 60 s.
+    pub fn to(
+        sqs: aws_sdk_sqs::Client,
+        stack: Stack,
+        worker: impl Invoke + 'a,
+        on_trouble: OnTrouble,
+    ) -> Self {
         EventSourceMapping {
             sqs,
             stack,
-            functions,
-            pollers: 1,
+            worker: Box::new(worker),
+            on_trouble,
+            concurrency: 1,
             receiving: tokio::sync::Mutex::new(()),
-            visibility: INVOCATION_TIMEOUT * 6,
+            visibility: Duration::from_secs(60),
+            wake: Arc::new(Notify::new()),
             log: Mutex::new(DeliveryLog::default()),
             stats: Mutex::new(MappingStats::default()),
         }
     }
 
-    /// Runs `pollers` receive-invoke-delete loops at once, as Lambda scales a FIFO event source
-    /// out over message groups.
-    pub fn with_pollers(mut self, pollers: usize) -> Self {
-        self.pollers = pollers.max(1);
+    /// Runs up to `concurrency` invocations at once, as Lambda scales a FIFO event source out over
+    /// message groups (the mapping's `MaximumConcurrency`).
+    pub fn with_concurrency(mut self, concurrency: usize) -> Self {
+        self.concurrency = concurrency.max(1);
         self
     }
 
-    /// Hides each received batch for `visibility` (whole seconds) instead of the template's.
+    /// Hides each received batch for `visibility` (whole seconds).
     pub fn with_visibility(mut self, visibility: Duration) -> Self {
         self.visibility = visibility;
+        self
+    }
+
+    /// Polls again as soon as `wake` is notified (a message was sent), not only every
+    /// [`REVISIT`].
+    pub fn with_wake(mut self, wake: Arc<Notify>) -> Self {
+        self.wake = wake;
         self
     }
 
@@ -144,8 +236,7 @@ impl<'a> EventSourceMapping<'a> {
     }
 
     /// Polls until `sending_done()` holds and the queue holds nothing at all (every message deleted),
-    /// or fails: when the queue breaks FIFO order, the worker fails as a whole, or `limit` passes.
-    /// Every poller runs until then.
+    /// or fails: when the mapping fails on trouble and meets some, or `limit` passes.
     pub async fn run_until_drained(
         &self,
         sending_done: impl Fn() -> bool,
@@ -153,38 +244,35 @@ impl<'a> EventSourceMapping<'a> {
     ) -> anyhow::Result<()> {
         let started = Instant::now();
         let sending_done = &sending_done;
-        let pollers =
-            (0..self.pollers).map(|_| self.poll_until_drained(sending_done, started, limit));
-        futures::future::try_join_all(pollers).await?;
-        Ok(())
-    }
-
-    async fn poll_until_drained(
-        &self,
-        sending_done: &impl Fn() -> bool,
-        started: Instant,
-        limit: Duration,
-    ) -> anyhow::Result<()> {
-        loop {
-            // Read before polling: once it holds, every update is in the queue or already deleted.
-            let sent = sending_done();
-            let handed = self.poll::<std::future::Pending<()>>(None).await?;
-            if sent && handed == 0 {
-                let depth = queue_depth(&self.sqs, &self.stack.queue_url).await?;
-                if depth.is_empty() {
+        let drained = &AtomicBool::new(false);
+        let slots = (0..self.concurrency).map(|_| async move {
+            loop {
+                // Read before polling: once it holds, every update is in the queue or deleted.
+                let sent = sending_done();
+                let handed = self.poll::<std::future::Pending<()>>(None).await?;
+                if drained.load(Ordering::SeqCst) {
                     return Ok(());
                 }
+                if sent && handed == 0 && self.stats().running == 0 {
+                    let depth = queue_depth(&self.sqs, &self.stack.queue_url).await?;
+                    if depth.is_empty() {
+                        drained.store(true, Ordering::SeqCst);
+                        return Ok(());
+                    }
+                }
+                if started.elapsed() > limit {
+                    let depth = queue_depth(&self.sqs, &self.stack.queue_url).await?;
+                    bail!(
+                        "the queue did not drain within {limit:?}: {depth:?}, {:?}; outstanding \
+                         per group: {:?}",
+                        self.stats(),
+                        self.log().outstanding()
+                    );
+                }
             }
-            if started.elapsed() > limit {
-                let depth = queue_depth(&self.sqs, &self.stack.queue_url).await?;
-                bail!(
-                    "the queue did not drain within {limit:?}: {depth:?}, {:?}; outstanding per \
-                     group: {:?}",
-                    self.stats(),
-                    self.log().outstanding()
-                );
-            }
-        }
+        });
+        futures::future::try_join_all(slots).await?;
+        Ok(())
     }
 
     /// Receives one batch and invokes the worker with it, but `kill` — which is to kill the
@@ -210,28 +298,24 @@ impl<'a> EventSourceMapping<'a> {
     }
 
     /// One receive, one invocation (raced against `crash` when given), one delete; returns how
-    /// many records the worker was handed.
+    /// many records the worker was handed. A receive that finds nothing waits for the next wake or
+    /// [`REVISIT`] before it lets the next slot receive.
     async fn poll<F: Future<Output = ()>>(
         &self,
         crash: Option<Pin<&mut F>>,
     ) -> anyhow::Result<usize> {
-        let visibility = i32::try_from(self.visibility.as_secs())?;
         let turn = self.receiving.lock().await;
-        let messages = self
-            .sqs
-            .receive_message()
-            .queue_url(&self.stack.queue_url)
-            .max_number_of_messages(BATCH_SIZE)
-            .visibility_timeout(visibility)
-            .wait_time_seconds(WAIT_SECS)
-            .message_system_attribute_names(MessageSystemAttributeName::All)
-            .message_attribute_names("All")
-            .send()
-            .await
-            .context("ReceiveMessage")?
-            .messages
-            .unwrap_or_default();
+        let messages = match self.receive().await {
+            Ok(messages) => messages,
+            // The emulator answered badly (a drill may have stopped it): the next poll retries.
+            Err(_) if self.on_trouble == OnTrouble::CarryOn => {
+                tokio::time::sleep(RECEIVE_RETRY).await;
+                return Ok(0);
+            }
+            Err(err) => return Err(err),
+        };
         if messages.is_empty() {
+            let _ = tokio::time::timeout(REVISIT, self.wake.notified()).await;
             return Ok(0);
         }
         let deliveries = messages
@@ -241,7 +325,7 @@ impl<'a> EventSourceMapping<'a> {
         let batch = {
             let mut log = self.log.lock().unwrap_or_else(PoisonError::into_inner);
             let batch = log.deliver(&deliveries);
-            if !log.breaches().is_empty() {
+            if self.on_trouble == OnTrouble::Fail && !log.breaches().is_empty() {
                 bail!(
                     "the queue broke FIFO order in batch #{batch}:\n{}",
                     log.explain_breaches()
@@ -249,7 +333,7 @@ impl<'a> EventSourceMapping<'a> {
             }
             batch
         };
-        // Logged in the order received: the next poller's turn comes after.
+        // Logged in the order received: the next slot's turn comes after.
         drop(turn);
         self.count(|stats| {
             stats.batches += 1;
@@ -267,16 +351,21 @@ impl<'a> EventSourceMapping<'a> {
             .iter()
             .map(|m| lambda_record(m, &self.stack))
             .collect();
+        let crashing = crash.is_some();
         let invoked = self.invoke(&event, crash).await;
         self.count(|stats| stats.running -= 1);
-        let response =
-            match invoked.with_context(|| format!("invoking the worker with batch #{batch}"))? {
-                Invoked::Answered(response) => response,
-                Invoked::Crashed => {
-                    self.count(|stats| stats.crashed_invocations += 1);
-                    return Ok(deliveries.len());
-                }
-            };
+        let response = match invoked {
+            Ok(Invoked::Answered(response)) => response,
+            Ok(Invoked::Abandoned) => {
+                self.count(|stats| stats.crashed_invocations += 1);
+                return Ok(deliveries.len());
+            }
+            Err(_) if self.on_trouble == OnTrouble::CarryOn && !crashing => {
+                self.count(|stats| stats.failed_invocations += 1);
+                return Ok(deliveries.len());
+            }
+            Err(err) => return Err(err.context(format!("invoking the worker with batch #{batch}"))),
+        };
 
         let ids: HashSet<&str> = deliveries.iter().map(|d| d.message_id.as_str()).collect();
         let mut failed = HashSet::new();
@@ -293,7 +382,7 @@ impl<'a> EventSourceMapping<'a> {
             .iter()
             .filter(|d| !failed.contains(&d.message_id))
             .collect();
-        // Noted before the delete: once deleted, another poller may receive what follows in the
+        // Noted before the delete: once deleted, another slot may receive what follows in the
         // group, and the log must already know the way is clear.
         self.log
             .lock()
@@ -307,18 +396,37 @@ impl<'a> EventSourceMapping<'a> {
         Ok(deliveries.len())
     }
 
+    /// One short poll for a batch.
+    async fn receive(&self) -> anyhow::Result<Vec<Message>> {
+        let visibility = i32::try_from(self.visibility.as_secs())?;
+        Ok(self
+            .sqs
+            .receive_message()
+            .queue_url(&self.stack.queue_url)
+            .max_number_of_messages(BATCH_SIZE)
+            .visibility_timeout(visibility)
+            .wait_time_seconds(0)
+            .message_system_attribute_names(MessageSystemAttributeName::All)
+            .message_attribute_names("All")
+            .send()
+            .await
+            .context("ReceiveMessage")?
+            .messages
+            .unwrap_or_default())
+    }
+
     async fn invoke<F: Future<Output = ()>>(
         &self,
         event: &SqsEvent,
         crash: Option<Pin<&mut F>>,
     ) -> anyhow::Result<Invoked> {
-        let answer = self.functions.invoke_worker(event);
+        let answer = self.worker.invoke(event);
         let Some(crash) = crash else {
             return answer.await.map(Invoked::Answered);
         };
         tokio::select! {
             answer = answer => answer.map(Invoked::Answered),
-            () = crash => Ok(Invoked::Crashed),
+            () = crash => Ok(Invoked::Abandoned),
         }
     }
 
@@ -352,6 +460,35 @@ impl<'a> EventSourceMapping<'a> {
             bail!("DeleteMessageBatch failed for {:?}", output.failed);
         }
         Ok(())
+    }
+}
+
+impl EventSourceMapping<'static> {
+    /// Polls on a task of its own until [`RunningMapping::stop`], with every slot busy: a drill's
+    /// mapping, which carries on whatever happens (a failure of a mapping that fails on trouble
+    /// ends the task).
+    pub fn spawn(self) -> RunningMapping {
+        let mapping = Arc::new(self);
+        let stop = Arc::new(AtomicBool::new(false));
+        let task = tokio::spawn({
+            let mapping = mapping.clone();
+            let stop = stop.clone();
+            async move {
+                let slots = (0..mapping.concurrency).map(|_| async {
+                    while !stop.load(Ordering::SeqCst) {
+                        mapping.poll::<std::future::Pending<()>>(None).await?;
+                    }
+                    anyhow::Ok(())
+                });
+                futures::future::try_join_all(slots).await?;
+                Ok(())
+            }
+        });
+        RunningMapping {
+            mapping,
+            stop,
+            task,
+        }
     }
 }
 

@@ -207,7 +207,7 @@ async fn run_the_pipeline(
         })
     };
     let mapping =
-        EventSourceMapping::new(sqs.clone(), stack.clone(), &functions).with_pollers(pollers);
+        EventSourceMapping::new(sqs.clone(), stack.clone(), &functions).with_concurrency(pollers);
     let drained = mapping
         .run_until_drained(|| posting.is_finished(), DRAIN_LIMIT)
         .await;

@@ -754,6 +754,7 @@ fn what_ships_links_no_test_kit_tool_or_other_function() {
         "tgq-drill",
         "tgq-e2e",
         "tgq-memory",
+        "tgq-test",
         "tgq-conformance",
         "tgq-fake-lambda",
         "tgq-artifact",
@@ -795,7 +796,12 @@ fn what_ships_links_no_test_kit_tool_or_other_function() {
     let mut shipped_crates = linked_packages("tgq-cli");
     shipped_crates.extend(linked_packages("tgq-worker"));
     for entry in std::fs::read_dir(workspace_root().join("crates")).unwrap() {
-        let name = format!("tgq-{}", entry.unwrap().file_name().to_string_lossy());
+        let manifest = std::fs::read_to_string(entry.unwrap().path().join("Cargo.toml")).unwrap();
+        let name = manifest
+            .lines()
+            .find_map(|line| line.strip_prefix("name = "))
+            .map(|name| name.trim_matches('"').to_owned())
+            .expect("a package name");
         assert!(
             shipped_crates.contains(&name),
             "crates/ holds {name}, which nothing that ships links: it belongs in testing/ or tools/"

@@ -25,9 +25,9 @@ use crate::scenarios::{
 };
 use crate::tally::{Check, Reported, Row, Tally};
 use crate::{Options, SECRET};
-use esm::Esm;
 use lambda::Lambda;
 use stack::DrillStack;
+use tgq_e2e::esm::RunningMapping;
 use tgq_e2e::proxy::{AwsFault, Proxy, Service};
 
 /// The bot id of the drilled functions.
@@ -80,7 +80,7 @@ struct Run<'a> {
     worker_proxy: Proxy,
     worker_vars: BTreeMap<String, String>,
     worker_log: String,
-    esm: Option<Esm>,
+    esm: Option<RunningMapping>,
     /// The webhook's function URL (ending with `/`).
     webhook_url: String,
     poster: Poster,
@@ -152,7 +152,7 @@ impl<'a> Run<'a> {
             lambda.wait_answering(WORKER).await?;
             (lambda.function_url(WEBHOOK), lambda.invoke_url(WORKER))
         };
-        let esm = Esm::start(
+        let esm = esm::start(
             sqs.clone(),
             stack.clone(),
             invoke_url,
@@ -268,11 +268,12 @@ impl<'a> Run<'a> {
     /// What the mapping saw of the emulator and of the worker, for the order check: taken before
     /// the mapping stops.
     fn mapping_note(&self) -> String {
-        let breaches = self.esm.as_ref().map_or(0, Esm::fifo_breaches);
-        let failed_invocations = self.esm.as_ref().map_or(0, |esm| {
-            esm.stats
-                .failed_invocations
-                .load(std::sync::atomic::Ordering::SeqCst)
+        let (breaches, failed_invocations) = self.esm.as_ref().map_or((0, 0), |esm| {
+            let mapping = esm.mapping();
+            (
+                mapping.log().breaches().len(),
+                mapping.stats().failed_invocations,
+            )
         });
         format!(
             "moto handed out {breaches} deliveries out of FIFO order; \

@@ -1,0 +1,132 @@
+//! The kit itself: each of its faults does what it says, on a bot that replies twice and steps
+//! once per text.
+
+use tgq::prelude::*;
+use tgq_test::{Call, Failure, Outcome, TestBot};
+
+#[derive(Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+struct Seen(u32);
+
+impl ChatState for Seen {
+    const FORMAT: &'static str = "kit.seen/v1";
+}
+
+/// For each text: a step, `one: TEXT`, then `two: TEXT` with a button; counts the texts per chat.
+struct Twice;
+
+#[async_trait]
+impl Handler for Twice {
+    async fn handle(&self, update: Update, ctx: &mut Context<'_>) -> Result<(), HandlerError> {
+        let UpdateKind::Message(m) = &update.kind else {
+            if let UpdateKind::CallbackQuery(query) = &update.kind {
+                ctx.answer(query, query.data.clone().unwrap_or_default())
+                    .await?;
+            }
+            return Ok(());
+        };
+        let text = m.text().unwrap_or_default();
+        let runs: u32 = ctx.step("count", || async { Ok(1) }).await?;
+        ctx.reply(m, format!("one: {text}")).await?;
+        let button = Keyboard::new().button("again", &"pressed");
+        ctx.reply_with(m, format!("two: {text}"), button).await?;
+        let seen = ctx.state::<Seen>()?.unwrap_or_default();
+        ctx.set_state(&Seen(seen.0 + runs))
+    }
+}
+
+#[tokio::test]
+async fn a_call_fails_by_method_chat_and_position_and_the_update_runs_again() {
+    let mut bot = TestBot::handler(Twice);
+    bot.fail(
+        Call::method("sendMessage").chat(2).nth(2),
+        Failure::api(502, "Bad Gateway"),
+    );
+    assert_eq!(
+        bot.text(1, "a").await.texts(),
+        ["one: a", "two: a"],
+        "another chat"
+    );
+    let failed = bot.text(2, "b").await;
+    assert!(matches!(failed.outcome, Outcome::Retrying(_)), "{failed:?}");
+    assert_eq!(
+        failed.texts(),
+        ["one: b"],
+        "the second send to chat 2 failed"
+    );
+    let again = bot.again().await;
+    assert!(again.is_done());
+    assert_eq!(
+        again.texts(),
+        ["two: b"],
+        "the first send is not made again"
+    );
+    assert_eq!(bot.state::<Seen>(2), Some(Seen(1)));
+}
+
+#[tokio::test]
+async fn a_refusal_retrying_cannot_fix_dead_letters_the_update() {
+    let mut bot = TestBot::handler(Twice);
+    bot.fail(
+        Call::any(),
+        Failure::api(400, "Bad Request: message text is empty"),
+    );
+    let ran = bot.text(1, "a").await;
+    assert!(matches!(ran.outcome, Outcome::DeadLettered(_)), "{ran:?}");
+    assert_eq!(bot.dead_letters(), 1);
+    assert_eq!(bot.state::<Seen>(1), None);
+}
+
+#[tokio::test]
+async fn a_run_crashed_after_each_action_finishes_on_the_next_with_each_reply_at_least_once() {
+    // Actions: the step, `one`, `two`; then the run settles.
+    for after in 0..=3 {
+        let mut bot = TestBot::handler(Twice);
+        let crashed = bot.crash_after(after).text(1, "a").await;
+        assert_eq!(crashed.outcome, Outcome::Crashed, "after {after}");
+        assert_eq!(bot.state::<Seen>(1), None, "a crashed run writes no state");
+        let again = bot.again().await;
+        assert!(again.is_done(), "after {after}: {again:?}");
+        let all: Vec<String> = bot.sent().into_iter().filter_map(|s| s.text).collect();
+        // The reply whose outcome the crash kept from being written is sent again.
+        let expected: &[&str] = match after {
+            0 | 1 => &["one: a", "two: a"],
+            2 => &["one: a", "one: a", "two: a"],
+            _ => &["one: a", "two: a", "two: a"],
+        };
+        assert_eq!(all, expected, "after {after}");
+        assert_eq!(bot.state::<Seen>(1), Some(Seen(1)), "the step ran once");
+    }
+}
+
+#[tokio::test]
+async fn a_lost_answer_means_the_call_was_made_and_is_made_again() {
+    let mut bot = TestBot::handler(Twice);
+    bot.fail(Call::method("sendMessage").nth(1), Failure::LoseAnswer);
+    let ran = bot.text(1, "a").await;
+    assert!(matches!(ran.outcome, Outcome::Retrying(_)), "{ran:?}");
+    assert_eq!(ran.texts(), ["one: a"]);
+    assert_eq!(bot.again().await.texts(), ["one: a", "two: a"]);
+}
+
+#[tokio::test]
+async fn a_press_finds_the_newest_message_with_the_label_and_state_is_read_and_set_by_chat() {
+    let mut bot = TestBot::handler(Twice);
+    bot.set_state(5, &Seen(10));
+    bot.text(5, "a").await;
+    let sent = bot.sent_to(5);
+    let pressed = bot.press(5, "again").await;
+    let answer = &pressed.calls("answerCallbackQuery")[0];
+    assert_eq!(
+        answer.params["text"], "\"pressed\"",
+        "the data the keyboard wrote"
+    );
+    assert_eq!(sent[1].buttons, [["again"]]);
+    assert_eq!(bot.state::<Seen>(5), Some(Seen(11)));
+    let missing = tokio::spawn(async move { bot.press(5, "nope").await }).await;
+    let panic = missing.unwrap_err().into_panic();
+    let message = panic.downcast_ref::<String>().unwrap();
+    assert!(
+        message.contains(r#"no message to chat 5 has a button "nope"; its buttons: ["again"]"#),
+        "{message}"
+    );
+}
