@@ -612,6 +612,9 @@ impl<'a> Context<'a> {
     /// flood wait that began while this call waited for its slot (another run's 429) is waited out
     /// as well, with a new slot after it.
     async fn pace(&mut self, chat: Option<i64>) -> Result<(), HandlerError> {
+        if !self.run.api.paced() {
+            return Ok(());
+        }
         let bot = &self.run.lease.key.bot_id;
         loop {
             let allowed = self.inline_wait_allowed();

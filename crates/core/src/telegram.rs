@@ -57,6 +57,12 @@ pub trait BotApi: Send + Sync {
     fn records_outcomes(&self) -> bool {
         false
     }
+
+    /// Whether its sends are held to Telegram's limits (`TGQ_RATE_*`, flood waits). Telegram's
+    /// and a fake Bot API's are; the offline outbox, which nobody reads at Telegram's pace, is not.
+    fn paced(&self) -> bool {
+        true
+    }
 }
 
 /// Why a call failed: Telegram's answer, or — for a Bot API that records outcomes itself — the

@@ -84,4 +84,9 @@ impl BotApi for OfflineBotApi {
     fn records_outcomes(&self) -> bool {
         true
     }
+
+    /// The outbox is read by whoever runs `tgq local`, not by Telegram: replies land at once.
+    fn paced(&self) -> bool {
+        false
+    }
 }

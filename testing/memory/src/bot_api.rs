@@ -32,12 +32,22 @@ pub struct RecordingBotApi {
     calls: Mutex<Vec<RecordedCall>>,
     script: Mutex<VecDeque<Scripted>>,
     next_message_id: AtomicU64,
+    unpaced: bool,
 }
 
 impl RecordingBotApi {
     /// A Bot API that answers every call successfully.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// As [`RecordingBotApi::new`], for a Bot API nobody reads at Telegram's pace (as the offline
+    /// outbox): its sends are not held to Telegram's limits.
+    pub fn unpaced() -> Self {
+        Self {
+            unpaced: true,
+            ..Self::default()
+        }
     }
 
     /// Makes the next calls fail with these errors, one each, in order; a failed call is not taken.
@@ -89,5 +99,9 @@ impl BotApi for RecordingBotApi {
             return Err(TelegramError::Timeout.into());
         }
         Ok(offline_result(call.method, call.params, id, 0))
+    }
+
+    fn paced(&self) -> bool {
+        !self.unpaced
     }
 }

@@ -171,10 +171,19 @@ fn rig_with(limits: RateLimits) -> Rig {
     rig_full(limits, Duration::ZERO)
 }
 
+/// A rig whose bot sends to `api`.
+fn rig_on(limits: RateLimits, api: RecordingBotApi) -> Rig {
+    rig_built(limits, Duration::ZERO, api)
+}
+
 fn rig_full(limits: RateLimits, store_patience: Duration) -> Rig {
+    rig_built(limits, store_patience, RecordingBotApi::new())
+}
+
+fn rig_built(limits: RateLimits, store_patience: Duration, api: RecordingBotApi) -> Rig {
     let store = Arc::new(MemoryStore::new());
     let dead = Arc::new(MemoryDeadLetters::new());
-    let api = Arc::new(RecordingBotApi::new());
+    let api = Arc::new(api);
     let visibility = Arc::new(RecordingVisibility::new());
     let clock = ManualClock::at(T0);
     let bot = Arc::new(ScriptedBot {
@@ -440,6 +449,19 @@ async fn sends_are_paced_to_telegram_s_limits_per_chat() {
         "three sends to one chat took {:?}",
         started.elapsed()
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn sends_to_a_bot_api_nobody_reads_at_telegram_s_pace_are_not_held_to_its_limits() {
+    let rig = rig_on(RateLimits::default(), RecordingBotApi::unpaced());
+    rig.bot.on(1, [Step::Replies(3)]);
+    let started = tokio::time::Instant::now();
+    let report = rig.run(&[update(1, 10)]).await;
+    assert!(report.failed_message_ids().is_empty());
+    assert_eq!(rig.api.sent_texts().len(), 3);
+    assert_eq!(started.elapsed(), Duration::ZERO);
+    let paced: Duration = report.runs.iter().map(|r| r.paced).sum();
+    assert_eq!(paced, Duration::ZERO);
 }
 
 #[tokio::test]
