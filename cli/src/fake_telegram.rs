@@ -1,7 +1,9 @@
 //! `tgq fake-telegram`: the fake Bot API of the test suite (`tgq-fake-telegram`) as a server of its
 //! own, for trying a bot by hand without Telegram and for LocalStack runs: it answers like
 //! api.telegram.org, serves `getUpdates` from update files, injects the faults it is given, and
-//! prints one line per call (method, chat, status — never the text).
+//! prints each call: its method, chat and status, and under it what the bot said — its text or
+//! caption and its buttons (`--hide-text` leaves them out). These are the chats of a fake Telegram,
+//! printed to the terminal that started it; nothing is logged.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -10,7 +12,9 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::Args;
 use serde_json::Value;
-use tgq_fake_telegram::{FakeConfig, FakeTelegram, Fault, Limits, Scope, Times, DEFAULT_TOKEN};
+use tgq_fake_telegram::{
+    FakeConfig, FakeTelegram, Fault, Limits, RecordedCall, Scope, Times, DEFAULT_TOKEN,
+};
 
 /// How often new calls are printed.
 const PRINT_EVERY: Duration = Duration::from_millis(200);
@@ -45,6 +49,9 @@ pub struct FakeTelegramArgs {
     /// (e.g. events/updates), in update_id order.
     #[arg(long, value_name = "PATH")]
     updates: Option<PathBuf>,
+    /// Print only each call's method, chat and status, not the text and buttons it sent.
+    #[arg(long)]
+    hide_text: bool,
 }
 
 /// One `--fault`.
@@ -157,7 +164,7 @@ pub async fn run(args: FakeTelegramArgs) -> anyhow::Result<()> {
     );
     outln!("Press Ctrl-C to stop.");
 
-    let mut stop = std::pin::pin!(stopped());
+    let mut stop = std::pin::pin!(crate::local::shutdown::signalled());
     let mut printed = 0;
     loop {
         tokio::select! {
@@ -165,20 +172,54 @@ pub async fn run(args: FakeTelegramArgs) -> anyhow::Result<()> {
             () = tokio::time::sleep(PRINT_EVERY) => {}
         }
         for call in fake.calls_after(printed) {
-            let chat = call
-                .chat_id
-                .map_or_else(|| "-".to_owned(), |chat| chat.to_string());
-            outln!(
-                "{:>6}  {:<22} chat {chat:<15} {}",
-                call.seq,
-                call.method,
-                call.status
-            );
+            for line in shown(&call, args.hide_text) {
+                outln!("{line}");
+            }
             printed = call.seq;
         }
     }
     fake.shutdown().await;
     Ok(())
+}
+
+/// What is printed of a call: its method, chat and status; then, unless `hide_text`, the text or
+/// caption it sent and its inline buttons, a row per line.
+fn shown(call: &RecordedCall, hide_text: bool) -> Vec<String> {
+    let chat = call
+        .chat_id
+        .map_or_else(|| "-".to_owned(), |chat| chat.to_string());
+    let mut lines = vec![format!(
+        "{:>6}  {:<22} chat {chat:<15} {}",
+        call.seq, call.method, call.status
+    )];
+    if hide_text {
+        return lines;
+    }
+    let said = ["text", "caption"]
+        .iter()
+        .find_map(|field| call.params.get(*field).and_then(Value::as_str));
+    if let Some(text) = said {
+        for line in text.lines() {
+            lines.push(format!("        | {line}"));
+        }
+    }
+    // A form or query-string call carries its markup as a JSON string.
+    let markup = match call.params.get("reply_markup") {
+        Some(Value::String(json)) => serde_json::from_str(json).unwrap_or(Value::Null),
+        Some(markup) => markup.clone(),
+        None => Value::Null,
+    };
+    for row in markup["inline_keyboard"].as_array().into_iter().flatten() {
+        let labels: Vec<String> = row
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|button| button["text"].as_str())
+            .map(|label| format!("[{label}]"))
+            .collect();
+        lines.push(format!("        {}", labels.join(" ")));
+    }
+    lines
 }
 
 /// The updates in `path` (a file, or every `*.json` of a directory holding an `update_id`), in
@@ -215,25 +256,52 @@ fn read_updates(path: &Path) -> anyhow::Result<Vec<Value>> {
     Ok(updates)
 }
 
-/// Resolves on SIGINT or SIGTERM.
-async fn stopped() {
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(_) => std::future::pending().await,
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        () = terminate => {}
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn call(params: Value) -> RecordedCall {
+        RecordedCall {
+            seq: 7,
+            token: DEFAULT_TOKEN.into(),
+            method: "sendMessage".into(),
+            chat_id: Some(42),
+            params,
+            status: 200,
+            message_id: None,
+            at: std::time::Instant::now(),
+        }
+    }
+
+    #[test]
+    fn a_send_is_shown_with_its_text_and_buttons_unless_they_are_hidden() {
+        let sent = call(serde_json::json!({
+            "chat_id": 42, "text": "To do:\nmilk",
+            "reply_markup": {"inline_keyboard": [
+                [{"text": "⬜ milk", "callback_data": "0"}, {"text": "⬜ eggs", "callback_data": "1"}],
+                [{"text": "Clear", "callback_data": "c"}],
+            ]},
+        }));
+        assert_eq!(
+            shown(&sent, false),
+            [
+                "     7  sendMessage            chat 42              200",
+                "        | To do:",
+                "        | milk",
+                "        [⬜ milk] [⬜ eggs]",
+                "        [Clear]",
+            ]
+        );
+        assert_eq!(shown(&sent, true).len(), 1);
+        let form = call(serde_json::json!({
+            "chat_id": "42", "caption": "a photo",
+            "reply_markup": r#"{"inline_keyboard":[[{"text":"ok","callback_data":"1"}]]}"#,
+        }));
+        assert_eq!(
+            shown(&form, false)[1..],
+            ["        | a photo", "        [ok]"]
+        );
+    }
 
     #[test]
     fn fault_specs_name_the_fault_its_chat_and_how_often() {

@@ -222,6 +222,6 @@ impl StatusView {
 }
 
 /// Up to `limit` outbox entries, oldest first. Blocking.
-pub fn outbox(store: &EmbeddedStore, limit: usize) -> anyhow::Result<Vec<OutboxEntry>> {
-    Ok(store.outbox(limit)?)
+pub fn outbox(store: &EmbeddedStore, after: u64, limit: usize) -> anyhow::Result<Vec<OutboxEntry>> {
+    Ok(store.outbox_after(after, limit)?)
 }

@@ -266,10 +266,18 @@ async fn admin_status(State(app): State<App>) -> Response {
     admin_read(&app, move |store| StatusView::read(store, now)).await
 }
 
-/// `GET /admin/outbox?limit=N`: what `tgq outbox --json` prints.
-async fn admin_outbox(State(app): State<App>, Query(query): Query<Limit>) -> Response {
+/// `?limit=N&after=ID` of `GET /admin/outbox`.
+#[derive(Debug, Deserialize)]
+struct OutboxQuery {
+    limit: Option<usize>,
+    after: Option<u64>,
+}
+
+/// `GET /admin/outbox?limit=N&after=ID`: what `tgq outbox --json` prints (the entries after `ID`).
+async fn admin_outbox(State(app): State<App>, Query(query): Query<OutboxQuery>) -> Response {
     let limit = query.limit.unwrap_or(DEFAULT_LIMIT);
-    admin_read(&app, move |store| views::outbox(store, limit)).await
+    let after = query.after.unwrap_or(0);
+    admin_read(&app, move |store| views::outbox(store, after, limit)).await
 }
 
 /// `GET /admin/dlq?limit=N`: what `tgq dlq list --json` prints.

@@ -65,3 +65,21 @@ impl Shutdown {
         Ok(())
     }
 }
+
+/// Resolves on SIGINT or SIGTERM: how a command that runs until stopped (`tgq fake-telegram`,
+/// `tgq outbox --follow`) learns it is to stop.
+pub async fn signalled() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let terminate = async {
+        match signal(SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = terminate => {}
+    }
+}

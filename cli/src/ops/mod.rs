@@ -66,6 +66,10 @@ pub struct OutboxArgs {
     /// Show at most this many entries, oldest first.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_LIMIT, value_parser = limit)]
     limit: usize,
+    /// Keep printing new entries as the bot sends them, until Ctrl-C (with --json, one JSON object
+    /// per line).
+    #[arg(long, short)]
+    follow: bool,
 }
 
 /// `tgq backup`.
@@ -191,16 +195,61 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<()> {
 
 /// `tgq outbox`.
 pub async fn outbox(args: OutboxArgs) -> anyhow::Result<()> {
-    let limit = args.limit;
-    let route = format!("/admin/outbox?limit={limit}");
-    let (entries, _) = client::read(&args.store.data_dir, &route, move |store| {
-        views::outbox(store, limit)
-    })
-    .await?;
+    if args.follow {
+        return follow_outbox(args).await;
+    }
+    let entries = outbox_after(&args.store.data_dir, 0, args.limit).await?;
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&entries)?);
     } else {
         render::outbox(&entries);
     }
     Ok(())
+}
+
+/// How often `tgq outbox --follow` looks for new entries.
+const FOLLOW_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// `tgq outbox --follow`: the last `limit` entries, then each new one as it is sent, until SIGINT
+/// or SIGTERM. Reads the store directly or through the running `tgq local`, whichever holds it at
+/// each look, so it keeps following across restarts of `tgq local`.
+async fn follow_outbox(args: OutboxArgs) -> anyhow::Result<()> {
+    let dir = &args.store.data_dir;
+    let mut after = 0;
+    let mut header = false;
+    let mut stop = std::pin::pin!(crate::local::shutdown::signalled());
+    loop {
+        let entries = outbox_after(dir, after, args.limit).await?;
+        for entry in &entries {
+            if args.json {
+                outln!("{}", serde_json::to_string(entry)?);
+            } else {
+                if !header {
+                    render::outbox_header();
+                    header = true;
+                }
+                render::outbox_row(entry);
+            }
+            after = entry.id;
+        }
+        // A full page may have more behind it: read on at once.
+        if entries.len() == args.limit {
+            continue;
+        }
+        tokio::select! {
+            () = &mut stop => return Ok(()),
+            () = tokio::time::sleep(FOLLOW_EVERY) => {}
+        }
+    }
+}
+
+async fn outbox_after(
+    dir: &std::path::Path,
+    after: u64,
+    limit: usize,
+) -> anyhow::Result<Vec<tgq_embedded::OutboxEntry>> {
+    let route = format!("/admin/outbox?limit={limit}&after={after}");
+    let (entries, _) =
+        client::read(dir, &route, move |store| views::outbox(store, after, limit)).await?;
+    Ok(entries)
 }

@@ -101,6 +101,14 @@ pub fn outbox(entries: &[OutboxEntry]) {
         outln!("The outbox is empty: the bot has not sent anything offline yet.");
         return;
     }
+    outbox_header();
+    for entry in entries {
+        outbox_row(entry);
+    }
+}
+
+/// The outbox table's header.
+pub fn outbox_header() {
     outln!(
         "{:>6}  {:>15}  {:>11}  {:>3}  {:<20}  TEXT",
         "ID",
@@ -109,17 +117,19 @@ pub fn outbox(entries: &[OutboxEntry]) {
         "SEQ",
         "METHOD"
     );
-    for entry in entries {
-        outln!(
-            "{:>6}  {:>15}  {:>11}  {:>3}  {:<20}  {}",
-            entry.id,
-            dash(entry.chat_id),
-            dash(entry.update_id),
-            dash(entry.seq),
-            entry.method,
-            one_line(entry.text.as_deref().unwrap_or(""), 80),
-        );
-    }
+}
+
+/// One row of the outbox table.
+pub fn outbox_row(entry: &OutboxEntry) {
+    outln!(
+        "{:>6}  {:>15}  {:>11}  {:>3}  {:<20}  {}",
+        entry.id,
+        dash(entry.chat_id),
+        dash(entry.update_id),
+        dash(entry.seq),
+        entry.method,
+        one_line(entry.text.as_deref().unwrap_or(""), 80),
+    );
 }
 
 /// `tgq dlq list` as a table.

@@ -118,6 +118,18 @@ async fn a_bot_polls_the_fake_through_its_faults_and_answers_every_queued_update
     );
     assert!(printed.contains("getUpdates"), "{printed}");
     assert!(printed.contains("queued for getUpdates"), "{printed}");
+    // Under each send, what the bot said.
+    let lines: Vec<&str> = printed.lines().collect();
+    let said = lines
+        .windows(2)
+        .filter(|pair| pair[0].contains("sendMessage") && pair[0].ends_with(" 200"))
+        .filter(|pair| pair[1].starts_with("        | "))
+        .count();
+    assert_eq!(
+        said,
+        calls.len() - 1,
+        "every delivered send shows its text: {printed}"
+    );
 }
 
 /// Runs `tgq local --poll` on the fixtures against a fake where Ada (chat 111111111) has blocked

@@ -14,6 +14,7 @@ mod durability;
 mod fake_telegram;
 mod local_bots;
 mod ops;
+mod outbox;
 mod poll;
 mod poll_aws;
 mod recovery;

@@ -214,10 +214,16 @@ impl EmbeddedStore {
 
     /// Up to `limit` outbox entries, oldest first. Blocking: reads on the calling thread.
     pub fn outbox(&self, limit: usize) -> Result<Vec<OutboxEntry>, StoreError> {
+        self.outbox_after(0, limit)
+    }
+
+    /// Up to `limit` outbox entries whose id is above `after`, oldest first: what a reader that
+    /// has seen every entry up to `after` has not. Blocking: reads on the calling thread.
+    pub fn outbox_after(&self, after: u64, limit: usize) -> Result<Vec<OutboxEntry>, StoreError> {
         let read = self.db.get()?.begin_read()?;
         let table = read.open_table(OUTBOX)?;
         let mut entries = Vec::new();
-        for entry in table.range::<u64>(..)?.take(limit) {
+        for entry in table.range::<u64>(after.saturating_add(1)..)?.take(limit) {
             let (id, value) = entry?;
             let stored = decode_outbox_entry(value.value())
                 .map_err(StoreError::corrupt(format!("outbox entry {}", id.value())))?;
