@@ -41,6 +41,7 @@ use crate::telegram::{
     chat_id_of, method_name, offline_result, sends_a_message, ActionRef, ApiCall, BotApi,
     CallError, TelegramError,
 };
+use crate::upload::Upload;
 
 /// How many times one action is sent again inside a run after a short flood wait.
 const INLINE_RETRIES: u32 = 2;
@@ -162,7 +163,59 @@ impl<'a> Context<'a> {
         P: Payload + Serialize,
         P::Output: DeserializeOwned,
     {
-        match self.act(payload, Delivery::AtLeastOnce).await? {
+        match self.act(payload, Delivery::AtLeastOnce, &[]).await? {
+            Some(output) => Ok(output),
+            None => Err(HandlerError::permanent(
+                "an at-least-once action was reported uncertain",
+            )),
+        }
+    }
+
+    /// Downloads a file a user sent (a photo's, a document's `file_id`): `getFile`, then its
+    /// bytes. Not an action: nothing is recorded, and a retry of the update downloads it again
+    /// (Telegram's download link lasts an hour, longer than a recorded one could be trusted). A
+    /// file over Telegram's download limit ([`crate::upload::MAX_DOWNLOAD_BYTES`], 20 MB) is
+    /// refused before a byte is read, naming its size.
+    pub async fn download(
+        &self,
+        file_id: &teloxide_core::types::FileId,
+    ) -> Result<bytes::Bytes, HandlerError> {
+        let params = serde_json::json!({ "file_id": file_id });
+        let file = match self.run.api.call(&ApiCall::plain("getFile", &params)).await {
+            Ok(file) => file,
+            Err(CallError::Telegram(e)) => return Err(e.into()),
+            Err(CallError::Store(e)) => return Err(e.into()),
+        };
+        let limit = crate::upload::MAX_DOWNLOAD_BYTES;
+        if let Some(size) = file.get("file_size").and_then(Value::as_u64) {
+            if size > limit {
+                return Err(HandlerError::permanent(format!(
+                    "file {file_id} is {size} bytes; Telegram lets a bot download files of up to 20 MB"
+                )));
+            }
+        }
+        let Some(path) = file.get("file_path").and_then(Value::as_str) else {
+            return Err(HandlerError::permanent(format!(
+                "Telegram gave no file_path for file {file_id}"
+            )));
+        };
+        Ok(self.run.api.download(path, limit).await?)
+    }
+
+    /// Sends a Bot API request that uploads `files` (a `multipart/form-data` request), at least
+    /// once, as [`Context::send`]: the payload names each file by its [`Upload::input_file`]
+    /// (`SendPhoto::new(chat, photo.input_file())`, or each `media` of a media group). Once the
+    /// answer is recorded, a retry of the update returns it and uploads nothing again.
+    pub async fn send_with_files<P>(
+        &mut self,
+        payload: P,
+        files: &[Upload],
+    ) -> Result<P::Output, HandlerError>
+    where
+        P: Payload + Serialize,
+        P::Output: DeserializeOwned,
+    {
+        match self.act(payload, Delivery::AtLeastOnce, files).await? {
             Some(output) => Ok(output),
             None => Err(HandlerError::permanent(
                 "an at-least-once action was reported uncertain",
@@ -180,7 +233,7 @@ impl<'a> Context<'a> {
         P: Payload + Serialize,
         P::Output: DeserializeOwned,
     {
-        self.act(payload, Delivery::AtMostOnce).await
+        self.act(payload, Delivery::AtMostOnce, &[]).await
     }
 
     /// The chat's state (per user for updates without a chat: the update's group), as the last
@@ -285,6 +338,7 @@ impl<'a> Context<'a> {
         &mut self,
         payload: P,
         delivery: Delivery,
+        files: &[Upload],
     ) -> Result<Option<P::Output>, HandlerError>
     where
         P: Payload + Serialize,
@@ -347,7 +401,7 @@ impl<'a> Context<'a> {
                 self.write_intent(seq, &method, delivery).await?;
                 intent_written = true;
             }
-            match self.call(seq, &method, &params, delivery).await {
+            match self.call(seq, &method, &params, delivery, files).await {
                 Ok(value) => return Ok(Some(self.succeeded(seq, &method, value)?)),
                 Err(CallError::Store(e)) => return Err(e.into()),
                 Err(CallError::Telegram(TelegramError::MigrateToChat(to)))
@@ -579,6 +633,7 @@ impl<'a> Context<'a> {
         method: &str,
         params: &Value,
         delivery: Delivery,
+        files: &[Upload],
     ) -> Result<Value, CallError> {
         let call = ApiCall {
             method,
@@ -588,6 +643,7 @@ impl<'a> Context<'a> {
                 seq,
                 delivery,
             }),
+            files,
         };
         self.run.api.call(&call).await
     }

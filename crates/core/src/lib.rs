@@ -30,6 +30,7 @@ pub mod record;
 pub mod registry;
 pub mod state;
 pub mod telegram;
+pub mod upload;
 pub mod worker;
 
 pub use context::Context;

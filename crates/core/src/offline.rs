@@ -37,10 +37,54 @@ pub fn offline_message(params: &Value, message_id: i64, unix_time: i64) -> Value
         "chat": chat,
         "from": {"id": 1, "is_bot": true, "first_name": "tgq", "username": "tgq_offline_bot"},
     });
-    for field in ["text", "reply_markup"] {
+    for field in ["text", "caption", "reply_markup"] {
         if let Some(value) = params.get(field) {
             message[field] = value.clone();
         }
+    }
+    // What a file the call sent becomes, under an id of the outbox's: enough for a bot to read its
+    // `file_id` back, as it would from Telegram.
+    let id = message["message_id"].as_i64().unwrap_or(message_id);
+    let file =
+        json!({"file_id": format!("offline-file-{id}"), "file_unique_id": format!("offline-{id}")});
+    let sized = |mut file: Value| {
+        file["width"] = 1.into();
+        file["height"] = 1.into();
+        file
+    };
+    for field in [
+        "photo",
+        "document",
+        "audio",
+        "video",
+        "voice",
+        "animation",
+        "sticker",
+    ] {
+        if params.get(field).is_none() {
+            continue;
+        }
+        message[field] = match field {
+            "photo" => json!([sized(file.clone())]),
+            "video" | "animation" => {
+                let mut video = sized(file.clone());
+                video["duration"] = 0.into();
+                video
+            }
+            "audio" | "voice" => {
+                let mut audio = file.clone();
+                audio["duration"] = 0.into();
+                audio
+            }
+            "sticker" => {
+                let mut sticker = sized(file.clone());
+                sticker["type"] = "regular".into();
+                sticker["is_animated"] = false.into();
+                sticker["is_video"] = false.into();
+                sticker
+            }
+            _ => file.clone(),
+        };
     }
     message
 }

@@ -10,6 +10,7 @@ use crate::error::{ErrorClass, PortError};
 pub use crate::offline::{chat_id_of, offline_message, offline_result, sends_a_message};
 use crate::ports::Lease;
 use crate::record::Delivery;
+pub use crate::upload::Upload;
 
 /// One Bot API call, and — when a handler's context makes it — the action it is.
 #[derive(Clone, Copy, Debug)]
@@ -20,6 +21,8 @@ pub struct ApiCall<'a> {
     pub params: &'a Value,
     /// Which run and which of its actions made the call; `None` for calls outside a run.
     pub action: Option<ActionRef<'a>>,
+    /// The files it uploads, each named in `params` by `attach://NAME`; none for a JSON call.
+    pub files: &'a [Upload],
 }
 
 impl<'a> ApiCall<'a> {
@@ -29,6 +32,7 @@ impl<'a> ApiCall<'a> {
             method,
             params,
             action: None,
+            files: &[],
         }
     }
 }
@@ -56,6 +60,16 @@ pub trait BotApi: Send + Sync {
     /// context writes neither a separate intent before the call nor the outcome after it.
     fn records_outcomes(&self) -> bool {
         false
+    }
+
+    /// Downloads the file Telegram keeps at `file_path` (what `getFile` answered), refusing one of
+    /// more than `limit` bytes. The offline outbox keeps no files.
+    async fn download(&self, file_path: &str, limit: u64) -> Result<bytes::Bytes, TelegramError> {
+        let _ = (file_path, limit);
+        Err(TelegramError::Api {
+            code: 404,
+            description: "Not Found: this Bot API keeps no files to download".into(),
+        })
     }
 
     /// Whether its sends are held to Telegram's limits (`TGQ_RATE_*`, flood waits). Telegram's

@@ -30,7 +30,12 @@ impl BotApi for OfflineBotApi {
     async fn call(&self, call: &ApiCall<'_>) -> Result<Value, CallError> {
         let at = self.store.clock.now();
         let method = call.method.to_owned();
-        let params = call.params.clone();
+        let mut params = call.params.clone();
+        // What was uploaded is kept by name, size and hash, not its bytes.
+        if !call.files.is_empty() {
+            let uploads: Vec<Value> = call.files.iter().map(|f| f.describe()).collect();
+            params["uploads"] = Value::Array(uploads);
+        }
         let action = call.action.map(|a| {
             let intent = ActionIntent {
                 seq: a.seq,
@@ -69,6 +74,7 @@ impl BotApi for OfflineBotApi {
                     method,
                     text: params
                         .get("text")
+                        .or_else(|| params.get("caption"))
                         .and_then(Value::as_str)
                         .map(str::to_owned),
                     params,

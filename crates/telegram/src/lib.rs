@@ -14,7 +14,7 @@ use serde_json::Value;
 use teloxide_core::requests::Payload;
 use teloxide_core::types::ResponseParameters;
 use tgq_core::error::error_chain;
-use tgq_core::telegram::{method_name, ApiCall, BotApi, CallError, TelegramError};
+use tgq_core::telegram::{method_name, ApiCall, BotApi, CallError, TelegramError, Upload};
 
 /// Calls the Bot API over HTTPS (or HTTP, for a local fake) at a configurable base URL.
 #[derive(Clone)]
@@ -73,27 +73,62 @@ struct Envelope {
 impl BotApi for HttpBotApi {
     /// Sends the call; which action it is does not travel to Telegram.
     async fn call(&self, call: &ApiCall<'_>) -> Result<Value, CallError> {
-        self.send(call.method, call.params)
+        self.send(call.method, call.params, call.files)
             .await
             .map_err(CallError::Telegram)
+    }
+
+    /// Streams the file from Telegram's file server, stopping as soon as it passes `limit`.
+    async fn download(&self, file_path: &str, limit: u64) -> Result<bytes::Bytes, TelegramError> {
+        // The token is part of the path: no error below may carry the URL.
+        let url = format!(
+            "{}/file/bot{}/{file_path}",
+            self.base_url,
+            self.token.expose_secret()
+        );
+        let mut response = self.client.get(url).send().await.map_err(transport_error)?;
+        let status = response.status().as_u16();
+        if status != 200 {
+            return Err(TelegramError::Api {
+                code: status,
+                description: format!("the file server answered {status} for {file_path}"),
+            });
+        }
+        let mut body = bytes::BytesMut::new();
+        while let Some(chunk) = response.chunk().await.map_err(transport_error)? {
+            body.extend_from_slice(&chunk);
+            if body.len() as u64 > limit {
+                return Err(TelegramError::Api {
+                    code: 400,
+                    description: format!(
+                        "{file_path} is over {limit} bytes; Telegram lets a bot download files of up to 20 MB"
+                    ),
+                });
+            }
+        }
+        Ok(body.freeze())
     }
 }
 
 impl HttpBotApi {
-    async fn send(&self, method: &str, params: &Value) -> Result<Value, TelegramError> {
+    async fn send(
+        &self,
+        method: &str,
+        params: &Value,
+        files: &[Upload],
+    ) -> Result<Value, TelegramError> {
         // The token is part of the path: no error below may carry the URL.
         let url = format!(
             "{}/bot{}/{method}",
             self.base_url,
             self.token.expose_secret()
         );
-        let response = self
-            .client
-            .post(url)
-            .json(params)
-            .send()
-            .await
-            .map_err(transport_error)?;
+        let request = self.client.post(url);
+        let request = match files {
+            [] => request.json(params),
+            files => request.multipart(multipart(params, files)),
+        };
+        let response = request.send().await.map_err(transport_error)?;
         let status = response.status().as_u16();
         let body = response.bytes().await.map_err(transport_error)?;
         let envelope: Envelope =
@@ -119,6 +154,41 @@ fn transport_error(error: reqwest::Error) -> TelegramError {
         return TelegramError::Timeout;
     }
     TelegramError::Network(error_chain(&error.without_url()))
+}
+
+/// A call with files as `multipart/form-data`: each parameter a text part (strings as they are,
+/// everything else as JSON, as Telegram reads form fields), and each file a part of its own. A
+/// top-level field that names an upload (`"photo": "attach://NAME"`) gets the file itself, the way
+/// Telegram documents a file field; an upload named deeper (a media group's `media`) goes in the
+/// part `NAME` its `attach://NAME` points at.
+fn multipart(params: &Value, files: &[Upload]) -> reqwest::multipart::Form {
+    let part = |file: &Upload| {
+        reqwest::multipart::Part::stream(file.contents().clone())
+            .file_name(file.file_name().to_owned())
+    };
+    let mut form = reqwest::multipart::Form::new();
+    let mut attached = std::collections::HashSet::new();
+    for (field, value) in params.as_object().into_iter().flatten() {
+        let named = value
+            .as_str()
+            .and_then(|v| v.strip_prefix("attach://"))
+            .and_then(|name| files.iter().find(|f| f.name() == name));
+        form = match (named, value) {
+            (Some(file), _) => {
+                attached.insert(file.name());
+                form.part(field.clone(), part(file))
+            }
+            (None, Value::String(text)) => form.text(field.clone(), text.clone()),
+            (None, Value::Null) => form,
+            (None, other) => form.text(field.clone(), other.to_string()),
+        };
+    }
+    for file in files {
+        if attached.insert(file.name()) {
+            form = form.part(file.name().to_owned(), part(file));
+        }
+    }
+    form
 }
 
 /// Calls a typed teloxide-core payload over any [`BotApi`]; for operations that are not a handler's

@@ -125,3 +125,70 @@ async fn network_errors_never_carry_the_token() {
     assert_eq!(err.class(), ErrorClass::Transient);
     assert!(!err.to_string().contains("VERYSECRET"), "{err}");
 }
+
+#[tokio::test]
+async fn a_call_with_files_is_sent_as_multipart_with_each_file_where_its_field_names_it() {
+    use teloxide_core::payloads::{SendMediaGroup, SendPhoto, SendPhotoSetters};
+    use teloxide_core::types::{InputMedia, InputMediaDocument};
+    use tgq_core::telegram::Upload;
+
+    let fake = FakeTelegram::start().await.unwrap();
+    let api = client(&fake).await;
+    let photo = Upload::bytes("cat.jpg", &b"not really a jpeg"[..]).unwrap();
+    let payload = SendPhoto::new(ChatId(42), photo.input_file()).caption("a cat");
+    let params = serde_json::to_value(&payload).unwrap();
+    let files = [photo.clone()];
+    let call = ApiCall {
+        files: &files,
+        ..ApiCall::plain("sendPhoto", &params)
+    };
+    let sent = api.call(&call).await.unwrap();
+    assert!(sent["photo"].is_array(), "a photo message: {sent}");
+
+    let a = Upload::bytes("a.txt", &b"first"[..]).unwrap();
+    let b = Upload::bytes("b.txt", &b"second"[..]).unwrap();
+    let media = [&a, &b].map(|f| InputMedia::Document(InputMediaDocument::new(f.input_file())));
+    let params = serde_json::to_value(SendMediaGroup::new(ChatId(42), media)).unwrap();
+    let files = [a.clone(), b.clone()];
+    let call = ApiCall {
+        files: &files,
+        ..ApiCall::plain("sendMediaGroup", &params)
+    };
+    // The fake answers sendMediaGroup 404 (it does not deliver media groups) but records the
+    // request it read.
+    let _ = api.call(&call).await;
+
+    let calls = fake.calls();
+    let photo_call = &calls[0].params;
+    assert_eq!(photo_call["chat_id"], "42");
+    assert_eq!(photo_call["caption"], "a cat");
+    assert_eq!(
+        photo_call["photo"]["uploaded"],
+        json!({"file_name": "cat.jpg", "size": 17, "sha256": photo.sha256()}),
+        "the file is the photo field itself"
+    );
+    let group = &calls[1].params;
+    assert_eq!(group["media"][1]["media"], format!("attach://{}", b.name()));
+    assert_eq!(group[a.name()]["uploaded"]["file_name"], "a.txt");
+    assert_eq!(group[b.name()]["uploaded"]["sha256"], b.sha256());
+}
+
+#[tokio::test]
+async fn a_file_is_downloaded_from_the_file_server_and_one_over_the_limit_is_refused() {
+    let fake = FakeTelegram::start().await.unwrap();
+    fake.put_file("doc-1", &b"eleven byte"[..]);
+    let api = client(&fake).await;
+    let file = raw(&api, "getFile", json!({"file_id": "doc-1"}))
+        .await
+        .unwrap();
+    assert_eq!(file["file_size"], 11);
+    let path = file["file_path"].as_str().unwrap();
+    assert_eq!(&api.download(path, 20).await.unwrap()[..], b"eleven byte");
+    let refused = api.download(path, 10).await.unwrap_err();
+    assert!(refused.to_string().contains("over 10 bytes"), "{refused}");
+    let missing = api.download("files/nope", 20).await.unwrap_err();
+    assert!(
+        matches!(missing, TelegramError::Api { code: 404, .. }),
+        "{missing:?}"
+    );
+}

@@ -55,6 +55,7 @@ pub use tgq_core::error::BoxError;
 pub use tgq_core::handlers::HandlerRegistry;
 pub use tgq_core::state::{ChatState, StateError};
 pub use tgq_core::telegram::TelegramError;
+pub use tgq_core::upload::{Upload, UploadError, MAX_DOWNLOAD_BYTES, MAX_UPLOAD_BYTES};
 pub use tgq_core::{BotConfig, Context, Handler, HandlerError};
 pub use tgq_router::{
     BotCommands, Keyboard, KeyboardError, ParseError, Route, Router, MAX_BUTTON_DATA_BYTES,
@@ -69,14 +70,15 @@ pub use teloxide;
 pub mod prelude {
     pub use crate::{
         async_trait, teloxide, BotCommands, BotConfig, BoxError, ChatState, Context, Handler,
-        HandlerError, HandlerRegistry, Keyboard, Replies, Route, Router,
+        HandlerError, HandlerRegistry, Keyboard, Replies, Route, Router, Upload,
     };
     pub use teloxide_core::payloads::setters::*;
     pub use teloxide_core::payloads::*;
     pub use teloxide_core::types::{
         CallbackQuery, Chat, ChatId, InlineKeyboardButton, InlineKeyboardMarkup, InlineQuery,
-        MaybeInaccessibleMessage, Message, MessageId, ParseMode, ReplyMarkup, Update, UpdateKind,
-        User, UserId,
+        InputFile, InputMedia, InputMediaAudio, InputMediaDocument, InputMediaPhoto,
+        InputMediaVideo, MaybeInaccessibleMessage, Message, MessageId, ParseMode, ReplyMarkup,
+        Update, UpdateKind, User, UserId,
     };
 }
 

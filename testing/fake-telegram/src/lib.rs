@@ -173,6 +173,16 @@ impl FakeTelegram {
         self.inner.shared.state().faults.clear();
     }
 
+    /// Keeps `bytes` as file `file_id`, as if a user had sent it: `getFile` then names it, and the
+    /// file server serves it.
+    pub fn put_file(&self, file_id: &str, bytes: impl Into<bytes::Bytes>) {
+        self.inner
+            .shared
+            .state()
+            .files
+            .insert(file_id.to_owned(), bytes.into());
+    }
+
     /// Queues an update for `getUpdates`, numbering it when it has no `update_id`, and wakes any
     /// long poll waiting for one.
     pub fn push_update(&self, update: serde_json::Value) {

@@ -42,6 +42,11 @@ impl Params {
         Self(map)
     }
 
+    /// Sets one parameter.
+    pub(crate) fn insert(&mut self, key: String, value: Value) {
+        self.0.insert(key, value);
+    }
+
     /// Adds `other`'s parameters, its values winning over ones already present.
     pub(crate) fn merge(&mut self, other: Params) {
         self.0.extend(other.0);

@@ -173,6 +173,7 @@ impl Drop for Waiting<'_> {
 pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>) {
     let router = Router::new()
         .route("/{bot_token}/{method}", any(call))
+        .route("/file/{bot_token}/files/{file_id}", any(download))
         .fallback(not_found)
         .with_state(Arc::clone(&shared));
     let stopped = axum::serve(listener, router)
@@ -239,6 +240,21 @@ impl Drop for PendingAnswer<'_> {
     }
 }
 
+/// `GET /file/bot<token>/files/<id>`: a file's bytes, as Telegram's file server serves them.
+async fn download(
+    AxumState(shared): AxumState<Arc<Shared>>,
+    Path((bot_token, file_id)): Path<(String, String)>,
+) -> Response {
+    let state = shared.state();
+    let known = bot_token
+        .strip_prefix("bot")
+        .is_some_and(|token| state.accepts(token));
+    match state.files.get(&file_id) {
+        Some(bytes) if known => (StatusCode::OK, bytes.clone()).into_response(),
+        _ => respond(ApiError::not_found().into()),
+    }
+}
+
 async fn not_found() -> Response {
     respond(ApiError::not_found().into())
 }
@@ -264,8 +280,10 @@ async fn read_params(request: Request) -> Result<Params, ApiError> {
         Params::from_pairs(pairs)
     } else if content_type.is_empty() || content_type.starts_with("application/json") {
         json_body(request).await?
+    } else if content_type.starts_with("multipart/form-data") {
+        multipart_body(request).await?
     } else {
-        // Multipart uploads are beyond this fake; the wording is its own.
+        // The wording is the fake's own.
         return Err(ApiError::bad_request("unsupported content type"));
     };
     params.merge(body);
@@ -288,6 +306,40 @@ async fn json_body(request: Request) -> Result<Params, ApiError> {
     serde_json::from_slice::<Map<String, Value>>(&bytes)
         .map(Params::new)
         .map_err(|_| unreadable_body())
+}
+
+/// A `multipart/form-data` body: text parts as form fields, and each file part as what a test
+/// asks of an upload — `{"uploaded": {"file_name", "size", "sha256"}}` under the part's name.
+async fn multipart_body(request: Request) -> Result<Params, ApiError> {
+    use sha2::{Digest as _, Sha256};
+    let mut form = axum::extract::Multipart::from_request(request, &())
+        .await
+        .map_err(|_| unreadable_body())?;
+    let mut texts = Vec::new();
+    let mut files = Vec::new();
+    while let Some(field) = form.next_field().await.map_err(|_| unreadable_body())? {
+        let name = field.name().unwrap_or_default().to_owned();
+        let file_name = field.file_name().map(str::to_owned);
+        let bytes = field.bytes().await.map_err(|_| unreadable_body())?;
+        match file_name {
+            Some(file_name) => {
+                let sha256: String = Sha256::digest(&bytes)
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect();
+                let uploaded = serde_json::json!({"uploaded": {
+                    "file_name": file_name, "size": bytes.len(), "sha256": sha256,
+                }});
+                files.push((name, uploaded));
+            }
+            None => texts.push((name, String::from_utf8_lossy(&bytes).into_owned())),
+        }
+    }
+    let mut params = Params::from_pairs(texts);
+    for (name, uploaded) in files {
+        params.insert(name, uploaded);
+    }
+    Ok(params)
 }
 
 /// The fake's own wording for a body it cannot read.

@@ -61,6 +61,7 @@ pub(crate) enum Reply {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Method {
     GetMe,
+    GetFile,
     SetWebhook,
     DeleteWebhook,
     GetWebhookInfo,
@@ -76,8 +77,9 @@ enum Method {
 }
 
 impl Method {
-    const ALL: [(&'static str, Method); 13] = [
+    const ALL: [(&'static str, Method); 14] = [
         ("getMe", Self::GetMe),
+        ("getFile", Self::GetFile),
         ("setWebhook", Self::SetWebhook),
         ("deleteWebhook", Self::DeleteWebhook),
         ("getWebhookInfo", Self::GetWebhookInfo),
@@ -131,6 +133,8 @@ pub(crate) struct State {
     /// How long a long poll may wait, whatever `timeout` it asked for.
     long_poll_cap: Duration,
     watch: Watch,
+    /// Files a bot can download, by file id (`getFile`, then `/file/bot<token>/files/<id>`).
+    pub(crate) files: std::collections::HashMap<String, bytes::Bytes>,
 }
 
 impl State {
@@ -146,6 +150,7 @@ impl State {
             webhook_url: None,
             long_poll_cap: config.long_poll_cap,
             watch: Watch::default(),
+            files: std::collections::HashMap::new(),
         }
     }
 
@@ -180,8 +185,13 @@ impl State {
         }
     }
 
+    /// Whether `token` is one of the bots it serves.
+    pub(crate) fn accepts(&self, token: &str) -> bool {
+        self.tokens.iter().any(|known| known == token)
+    }
+
     fn decide(&mut self, token: &str, method: &str, params: &Params, at: Instant) -> Reply {
-        if !self.tokens.iter().any(|known| known == token) {
+        if !self.accepts(token) {
             return Reply::Now(ApiError::unauthorized().into());
         }
         if method.eq_ignore_ascii_case("getUpdates") {
@@ -244,6 +254,16 @@ impl State {
     fn perform(&mut self, method: Method, params: &Params, at: Instant) -> Result<Value, ApiError> {
         match method {
             Method::GetMe => Ok(objects::me(self.bot_id)),
+            Method::GetFile => {
+                let id = params.str("file_id").unwrap_or_default();
+                match self.files.get(id) {
+                    Some(bytes) => Ok(serde_json::json!({
+                        "file_id": id, "file_unique_id": format!("u-{id}"),
+                        "file_size": bytes.len(), "file_path": format!("files/{id}"),
+                    })),
+                    None => Err(ApiError::bad_request("Bad Request: invalid file_id")),
+                }
+            }
             Method::SetWebhook => {
                 let url = params.str("url").filter(|url| !url.is_empty());
                 // Telegram resolves the webhook's host when it is set; `.invalid` never resolves

@@ -24,6 +24,8 @@ pub struct Sent {
     pub buttons: Vec<Vec<String>>,
     /// Its parameters, as sent.
     pub params: Value,
+    /// The files it uploaded: `{"attach", "file_name", "size", "sha256"}` each.
+    pub uploads: Vec<Value>,
 }
 
 impl Sent {
@@ -43,7 +45,8 @@ impl Sent {
             .as_str()
     }
 
-    fn of(method: &str, params: &Value, result: &Value) -> Sent {
+    fn of(call: &ApiCall<'_>, result: &Value) -> Sent {
+        let (method, params) = (call.method, call.params);
         let text = ["text", "caption"]
             .iter()
             .find_map(|field| params.get(*field).and_then(Value::as_str))
@@ -71,6 +74,7 @@ impl Sent {
             text,
             buttons,
             params: params.clone(),
+            uploads: call.files.iter().map(|f| f.describe()).collect(),
         }
     }
 }
@@ -175,6 +179,8 @@ struct Rule {
 #[derive(Debug, Default)]
 pub(crate) struct KitApi {
     sent: Mutex<Vec<Sent>>,
+    /// Files users sent, by file id.
+    files: Mutex<std::collections::HashMap<String, bytes::Bytes>>,
     rules: Mutex<Vec<Rule>>,
     next_message_id: AtomicI64,
 }
@@ -187,6 +193,10 @@ impl KitApi {
             skip,
             failure,
         });
+    }
+
+    pub(crate) fn put_file(&self, file_id: &str, bytes: bytes::Bytes) {
+        self.files.lock().insert(file_id.to_owned(), bytes);
     }
 
     pub(crate) fn sent(&self) -> Vec<Sent> {
@@ -222,14 +232,41 @@ impl BotApi for KitApi {
         if let Some(Failure::Refuse(error)) = failure {
             return Err(error.into());
         }
+        // A read, not a send: answered from the files users sent, and not kept as sent.
+        if call.method == "getFile" {
+            let id = call.params["file_id"].as_str().unwrap_or_default();
+            let size = self.files.lock().get(id).map(bytes::Bytes::len);
+            return match size {
+                Some(size) => Ok(serde_json::json!({
+                    "file_id": id, "file_unique_id": id, "file_size": size, "file_path": id,
+                })),
+                None => Err(TelegramError::Api {
+                    code: 400,
+                    description: "Bad Request: invalid file_id".into(),
+                }
+                .into()),
+            };
+        }
         let id = self.next_message_id.fetch_add(1, Ordering::SeqCst) + 1;
         let result = offline_result(call.method, call.params, id, 1_800_000_000);
-        self.sent
-            .lock()
-            .push(Sent::of(call.method, call.params, &result));
+        self.sent.lock().push(Sent::of(call, &result));
         match failure {
             Some(Failure::LoseAnswer) => Err(TelegramError::Timeout.into()),
             _ => Ok(result),
+        }
+    }
+
+    async fn download(&self, file_path: &str, limit: u64) -> Result<bytes::Bytes, TelegramError> {
+        match self.files.lock().get(file_path) {
+            Some(bytes) if bytes.len() as u64 <= limit => Ok(bytes.clone()),
+            Some(_) => Err(TelegramError::Api {
+                code: 400,
+                description: format!("{file_path} is over {limit} bytes"),
+            }),
+            None => Err(TelegramError::Api {
+                code: 404,
+                description: "Not Found".into(),
+            }),
         }
     }
 }

@@ -36,6 +36,8 @@
 //! - **Crash** the next run after a number of its actions ([`TestBot::crash_after`]), then run it
 //!   again; the kit shows what a killed process would have left (see [`crash`]).
 //! - **State**: read and set a chat's state by chat id ([`TestBot::state`], [`TestBot::set_state`]).
+//! - **Files**: each [`Sent`] lists what it uploaded (name, size, hash); [`TestBot::put_file`]
+//!   gives the bot a file a user sent, for `ctx.download`.
 //!
 //! The worker is tgq's own, with the settings a deployment has by default: a failed update is
 //! retried (the kit's clock moves past its backoff on [`TestBot::again`]), a refused one is
@@ -304,6 +306,13 @@ impl TestBot {
     /// makes fewer dies as it ends, before it is settled. See [`crash`].
     pub fn crash_after(&mut self, actions: u32) -> &mut Self {
         self.crash.arm(actions);
+        self
+    }
+
+    /// Keeps `bytes` as the file `file_id`, as if a user had sent it: the bot's `ctx.download`
+    /// reads it back.
+    pub fn put_file(&mut self, file_id: &str, bytes: impl Into<Bytes>) -> &mut Self {
+        self.api.put_file(file_id, bytes.into());
         self
     }
 

@@ -130,3 +130,86 @@ async fn a_press_finds_the_newest_message_with_the_label_and_state_is_read_and_s
         "{message}"
     );
 }
+
+/// Sends a photo from bytes, then a text about it.
+struct Photographer;
+
+#[async_trait]
+impl Handler for Photographer {
+    async fn handle(&self, update: Update, ctx: &mut Context<'_>) -> Result<(), HandlerError> {
+        let UpdateKind::Message(m) = &update.kind else {
+            return Ok(());
+        };
+        let photo = Upload::bytes("cat.jpg", &b"a cat, honestly"[..])?;
+        let payload = SendPhoto::new(m.chat.id, photo.input_file()).caption("a cat");
+        let sent = ctx.send_with_files(payload, &[photo]).await?;
+        let file_id = &sent.photo().expect("a photo")[0].file.id;
+        ctx.reply(m, format!("sent as {file_id}")).await
+    }
+}
+
+#[tokio::test]
+async fn an_upload_whose_answer_was_recorded_is_not_uploaded_again_on_the_retry() {
+    let mut bot = TestBot::handler(Photographer);
+    bot.fail(
+        Call::method("sendMessage"),
+        Failure::api(502, "Bad Gateway"),
+    );
+    let failed = bot.text(1, "a").await;
+    assert!(matches!(failed.outcome, Outcome::Retrying(_)), "{failed:?}");
+    let upload = &failed.calls("sendPhoto")[0].uploads[0];
+    assert_eq!(upload["file_name"], "cat.jpg");
+    assert_eq!(upload["size"], 15);
+    let again = bot.again().await;
+    assert!(again.is_done(), "{again:?}");
+    assert!(
+        again.calls("sendPhoto").is_empty(),
+        "uploaded once: {again:?}"
+    );
+    assert_eq!(
+        bot.sent()
+            .iter()
+            .filter(|s| s.method == "sendPhoto")
+            .count(),
+        1
+    );
+}
+
+/// Downloads the document it is sent and says how large it is.
+struct Measurer;
+
+#[async_trait]
+impl Handler for Measurer {
+    async fn handle(&self, update: Update, ctx: &mut Context<'_>) -> Result<(), HandlerError> {
+        let UpdateKind::Message(m) = &update.kind else {
+            return Ok(());
+        };
+        let Some(document) = m.document() else {
+            return Ok(());
+        };
+        let bytes = ctx.download(&document.file.id).await?;
+        ctx.reply(m, format!("{} bytes", bytes.len())).await
+    }
+}
+
+fn document(file_id: &str) -> serde_json::Value {
+    serde_json::json!({"message": {
+        "message_id": 1, "date": 0, "chat": {"id": 1, "type": "private", "first_name": "A"},
+        "document": {"file_id": file_id, "file_unique_id": file_id},
+    }})
+}
+
+#[tokio::test]
+async fn a_file_a_user_sent_is_downloaded_and_one_over_twenty_megabytes_is_refused() {
+    let mut bot = TestBot::handler(Measurer);
+    bot.put_file("small", vec![7u8; 1234]);
+    assert_eq!(bot.update(document("small")).await.texts(), ["1234 bytes"]);
+
+    bot.put_file("large", vec![0u8; 20_000_001]);
+    let refused = bot.update(document("large")).await;
+    match &refused.outcome {
+        Outcome::DeadLettered(_) => {}
+        other => panic!("a file over the limit fails for good: {other:?}"),
+    }
+    assert!(refused.sent.is_empty());
+}

@@ -701,6 +701,7 @@ async fn an_offline_action_its_intent_and_its_outcome_are_one_commit_naming_the_
             seq: 2,
             delivery: Delivery::AtMostOnce,
         }),
+        files: &[],
     };
     api.call(&call).await.unwrap();
     let entry = &store.outbox(1).unwrap()[0];
@@ -1058,4 +1059,33 @@ async fn a_restart_releases_the_poller_lease_the_previous_process_held_keeping_i
         }
         Acquired::Held(holding) => panic!("the earlier process's lease is still held: {holding:?}"),
     }
+}
+
+#[tokio::test]
+async fn the_outbox_keeps_what_a_send_uploaded_by_name_size_and_hash_and_replies_land_unpaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::at(START);
+    let store = open(dir.path(), &clock, 30);
+    let api = OfflineBotApi::new(store.clone());
+    assert!(!api.paced(), "nobody reads the outbox at Telegram's pace");
+    let photo = tgq_core::upload::Upload::bytes("cat.jpg", &b"a cat"[..]).unwrap();
+    let params =
+        json!({"chat_id": 7, "photo": format!("attach://{}", photo.name()), "caption": "hi"});
+    let files = [photo.clone()];
+    let call = ApiCall {
+        files: &files,
+        ..ApiCall::plain("sendPhoto", &params)
+    };
+    let sent = api.call(&call).await.unwrap();
+    assert!(sent["photo"][0]["file_id"].is_string(), "{sent}");
+    let entry = &store.outbox(1).unwrap()[0];
+    assert_eq!(
+        entry.text.as_deref(),
+        Some("hi"),
+        "a caption is the entry's text"
+    );
+    assert_eq!(
+        entry.params["uploads"],
+        json!([{"attach": photo.name(), "file_name": "cat.jpg", "size": 5, "sha256": photo.sha256()}])
+    );
 }
