@@ -12,6 +12,7 @@ mod dlq;
 mod drill_quick;
 mod durability;
 mod fake_telegram;
+mod guides;
 mod local_bots;
 mod ops;
 mod outbox;
