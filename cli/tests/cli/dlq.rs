@@ -6,7 +6,7 @@ use crate::common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::{message_update, replies_per_chat, run, Local};
+use common::{replies_per_chat, run, Local};
 use serde_json::Value;
 use tgq_core::echo::reply_text;
 use tgq_fake_telegram::{FakeTelegram, Fault, Scope, Times};
@@ -14,15 +14,7 @@ use tgq_fake_telegram::{FakeTelegram, Fault, Scope, Times};
 const SECRET: &str = "dlq-test-secret";
 
 async fn post(local: &Local, update_id: i64, chat: i64) {
-    let body = message_update(update_id, chat, &format!("note {update_id}")).to_string();
-    let response = reqwest::Client::new()
-        .post(local.url("/webhook"))
-        .header("x-telegram-bot-api-secret-token", SECRET)
-        .body(body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
+    common::post_text(local, SECRET, update_id, chat, &format!("note {update_id}")).await;
 }
 
 fn tgq(data_dir: &str, args: &[&str]) -> String {

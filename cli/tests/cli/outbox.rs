@@ -7,22 +7,10 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use common::{message_update, Local};
+use common::{post_text, Local};
 use tgq_core::echo::reply_text;
 
 const SECRET: &str = "outbox-test-secret";
-
-async fn post(local: &Local, update_id: i64, chat: i64, text: &str) {
-    let body = message_update(update_id, chat, text).to_string();
-    let response = reqwest::Client::new()
-        .post(local.url("/webhook"))
-        .header("x-telegram-bot-api-secret-token", SECRET)
-        .body(body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-}
 
 /// Lines printed so far, waiting up to `limit` for one that holds `wanted`.
 fn wait_line(lines: &mpsc::Receiver<String>, seen: &mut Vec<String>, wanted: &str) {
@@ -42,7 +30,7 @@ async fn follow_prints_each_reply_as_the_bot_sends_it_and_stops_on_sigterm() {
     let envs = [("TGQ_WEBHOOK_SECRET", SECRET), ("TGQ_HANDLER", "echo")];
     let mut local = Local::start(dir.path(), &envs, &[]);
     local.wait_ready().await;
-    post(&local, 1, 42, "first").await;
+    post_text(&local, SECRET, 1, 42, "first").await;
 
     let data_dir = dir.path().to_str().unwrap();
     let mut follow = common::tgq(&[])
@@ -67,7 +55,7 @@ async fn follow_prints_each_reply_as_the_bot_sends_it_and_stops_on_sigterm() {
     );
 
     for (id, text) in [(2, "second"), (3, "third"), (4, "fourth")] {
-        post(&local, id, 42, text).await;
+        post_text(&local, SECRET, id, 42, text).await;
     }
     for (id, text) in [(2, "second"), (3, "third"), (4, "fourth")] {
         wait_line(&lines, &mut seen, &reply_text(id, text));

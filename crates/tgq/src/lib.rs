@@ -138,9 +138,7 @@ impl Replies for Context<'_> {
         text: impl Into<String> + Send,
         keyboard: Keyboard,
     ) -> Result<(), HandlerError> {
-        let markup = keyboard
-            .markup()
-            .map_err(|e| HandlerError::permanent(e.to_string()))?;
+        let markup = checked(keyboard)?;
         self.send(SendMessage::new(message.chat.id, text).reply_markup(markup))
             .await?;
         Ok(())
@@ -166,9 +164,7 @@ impl Replies for Context<'_> {
         text: impl Into<String> + Send,
         keyboard: Keyboard,
     ) -> Result<(), HandlerError> {
-        let markup = keyboard
-            .markup()
-            .map_err(|e| HandlerError::permanent(e.to_string()))?;
+        let markup = checked(keyboard)?;
         match (&query.message, &query.inline_message_id) {
             (Some(message), _) => {
                 let edit = EditMessageText::new(message.chat().id, message.id(), text);
@@ -186,4 +182,12 @@ impl Replies for Context<'_> {
         }
         Ok(())
     }
+}
+
+/// The keyboard's markup, or the update's failure for good: a button Telegram would refuse is
+/// refused again on every retry.
+fn checked(keyboard: Keyboard) -> Result<types::InlineKeyboardMarkup, HandlerError> {
+    keyboard
+        .markup()
+        .map_err(|e| HandlerError::permanent(e.to_string()))
 }

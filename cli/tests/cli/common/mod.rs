@@ -39,6 +39,19 @@ pub fn tgq_at(exe: &Path, envs: &[(&str, &str)]) -> Command {
     command
 }
 
+/// Posts a text update to `local`'s webhook with `secret`, expecting it to be taken (200).
+pub async fn post_text(local: &Local, secret: &str, update_id: i64, chat: i64, text: &str) {
+    let body = message_update(update_id, chat, text).to_string();
+    let response = reqwest::Client::new()
+        .post(local.url("/webhook"))
+        .header("x-telegram-bot-api-secret-token", secret)
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200, "update {update_id} was not taken");
+}
+
 /// Runs `tgq args…` to completion: (exit status, stdout, stderr).
 pub fn run(envs: &[(&str, &str)], args: &[&str]) -> (ExitStatus, String, String) {
     let output = tgq(envs).args(args).output().expect("tgq runs");
