@@ -120,3 +120,11 @@ mod tests {
         );
     }
 }
+
+impl From<crate::upload::UploadError> for HandlerError {
+    /// A file Telegram would not take, or that is not there, fails the update for good: retrying
+    /// reads the same file.
+    fn from(error: crate::upload::UploadError) -> Self {
+        HandlerError::permanent(error.to_string())
+    }
+}

@@ -49,14 +49,6 @@ pub enum UploadError {
     },
 }
 
-impl From<UploadError> for crate::failure::HandlerError {
-    /// A file Telegram would not take, or that is not there, fails the update for good: retrying
-    /// reads the same file.
-    fn from(error: UploadError) -> Self {
-        crate::failure::HandlerError::permanent(error.to_string())
-    }
-}
-
 impl Upload {
     /// A file from memory, named `file_name` for the chat (`report.pdf`).
     pub fn bytes(
