@@ -104,6 +104,14 @@ impl HandlerError {
     }
 }
 
+impl From<crate::upload::UploadError> for HandlerError {
+    /// A file Telegram would not take, or that is not there, fails the update for good: retrying
+    /// reads the same file.
+    fn from(error: crate::upload::UploadError) -> Self {
+        HandlerError::permanent(error.to_string())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -118,13 +126,5 @@ mod tests {
             paced.to_string(),
             "Telegram's pacing holds the bot's sends for 1884 ms"
         );
-    }
-}
-
-impl From<crate::upload::UploadError> for HandlerError {
-    /// A file Telegram would not take, or that is not there, fails the update for good: retrying
-    /// reads the same file.
-    fn from(error: crate::upload::UploadError) -> Self {
-        HandlerError::permanent(error.to_string())
     }
 }
