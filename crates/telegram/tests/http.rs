@@ -154,11 +154,33 @@ async fn a_call_with_files_is_sent_as_multipart_with_each_file_where_its_field_n
         files: &files,
         ..ApiCall::plain("sendMediaGroup", &params)
     };
-    // The fake answers sendMediaGroup 404 (it does not deliver media groups) but records the
-    // request it read.
-    let _ = api.call(&call).await;
+    let album = api.call(&call).await.unwrap();
+    assert_eq!(
+        album.as_array().map(Vec::len),
+        Some(2),
+        "a message per item: {album}"
+    );
+    assert!(album[1]["document"]["file_id"].is_string(), "{album}");
+
+    let video = Upload::bytes("clip.mp4", &b"moving"[..]).unwrap();
+    let params = serde_json::to_value(teloxide_core::payloads::SendVideo::new(
+        ChatId(42),
+        video.input_file(),
+    ))
+    .unwrap();
+    let files = [video];
+    let call = ApiCall {
+        files: &files,
+        ..ApiCall::plain("sendVideo", &params)
+    };
+    let clip = api.call(&call).await.unwrap();
+    assert!(clip["video"]["file_id"].is_string(), "{clip}");
 
     let calls = fake.calls();
+    assert_eq!(
+        calls[2].params["video"]["uploaded"]["file_name"],
+        "clip.mp4"
+    );
     let photo_call = &calls[0].params;
     assert_eq!(photo_call["chat_id"], "42");
     assert_eq!(photo_call["caption"], "a cat");

@@ -135,6 +135,44 @@ pub(crate) fn document_content(params: &Params, file_id: &str) -> Result<Content
     Ok(content)
 }
 
+/// The content of a `kind` of file (`photo`, `video`, `audio`, `document`) a call sent under its
+/// `kind` field — or, for an item of a media group, under `media` — under a fresh file id.
+pub(crate) fn media_content(
+    params: &Params,
+    kind: &str,
+    file_id: &str,
+) -> Result<Content, ApiError> {
+    if params.get(kind).is_none() && params.get("media").is_none() {
+        return Err(ApiError::bad_request(&format!(
+            "there is no {kind} in the request"
+        )));
+    }
+    let file = json!({"file_id": file_id, "file_unique_id": format!("{file_id}-unique")});
+    let object = match kind {
+        "photo" => json!([{
+            "file_id": file_id, "file_unique_id": format!("{file_id}-unique"),
+            "width": 800, "height": 600,
+        }]),
+        "video" => {
+            let mut video = file;
+            video["width"] = 640.into();
+            video["height"] = 480.into();
+            video["duration"] = 1.into();
+            video
+        }
+        "audio" => {
+            let mut audio = file;
+            audio["duration"] = 1.into();
+            audio
+        }
+        _ => file,
+    };
+    let mut content = Content::new();
+    content.insert(kind.to_owned(), object);
+    copy_fields(params, &mut content, &["caption", "caption_entities"]);
+    Ok(content)
+}
+
 /// Content for a forwarded or copied message the fake never saw: it cannot know the original,
 /// so it stands in a text naming it.
 pub(crate) fn unknown_content(message_id: i64) -> Content {

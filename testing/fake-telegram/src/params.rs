@@ -42,6 +42,11 @@ impl Params {
         Self(map)
     }
 
+    /// The fields of one item of a list parameter (a media group's `media`), as parameters.
+    pub(crate) fn item(item: &Value) -> Self {
+        Self(item.as_object().cloned().unwrap_or_default())
+    }
+
     /// Sets one parameter.
     pub(crate) fn insert(&mut self, key: String, value: Value) {
         self.0.insert(key, value);

@@ -68,6 +68,9 @@ enum Method {
     SendMessage,
     SendPhoto,
     SendDocument,
+    SendAudio,
+    SendVideo,
+    SendMediaGroup,
     EditMessageText,
     CopyMessage,
     ForwardMessage,
@@ -77,7 +80,7 @@ enum Method {
 }
 
 impl Method {
-    const ALL: [(&'static str, Method); 14] = [
+    const ALL: [(&'static str, Method); 17] = [
         ("getMe", Self::GetMe),
         ("getFile", Self::GetFile),
         ("setWebhook", Self::SetWebhook),
@@ -86,6 +89,9 @@ impl Method {
         ("sendMessage", Self::SendMessage),
         ("sendPhoto", Self::SendPhoto),
         ("sendDocument", Self::SendDocument),
+        ("sendAudio", Self::SendAudio),
+        ("sendVideo", Self::SendVideo),
+        ("sendMediaGroup", Self::SendMediaGroup),
         ("editMessageText", Self::EditMessageText),
         ("copyMessage", Self::CopyMessage),
         ("forwardMessage", Self::ForwardMessage),
@@ -298,6 +304,17 @@ impl State {
                 let content = objects::document_content(params, &file_id)?;
                 self.send(params, content, at)
             }
+            Method::SendAudio | Method::SendVideo => {
+                let kind = if method == Method::SendAudio {
+                    "audio"
+                } else {
+                    "video"
+                };
+                let file_id = self.chats.next_file_id();
+                let content = objects::media_content(params, kind, &file_id)?;
+                self.send(params, content, at)
+            }
+            Method::SendMediaGroup => self.send_media_group(params, at),
             Method::ForwardMessage => self.forward(params, at),
             Method::CopyMessage => self.copy(params, at),
             Method::EditMessageText => self.edit_text(params, at),
@@ -325,6 +342,28 @@ impl State {
             &content,
             params.get("reply_markup"),
         ))
+    }
+
+    /// Delivers each item of `media` as a message of its own, in order, as Telegram does an album
+    /// of 2 to 10 items.
+    fn send_media_group(&mut self, params: &Params, at: Instant) -> Result<Value, ApiError> {
+        let items = params
+            .get("media")
+            .and_then(Value::as_array)
+            .filter(|items| (2..=10).contains(&items.len()))
+            .cloned()
+            .ok_or_else(|| ApiError::bad_request("media must hold 2 to 10 items"))?;
+        let mut sent = Vec::new();
+        for item in items {
+            let kind = item["type"].as_str().unwrap_or_default();
+            if !matches!(kind, "photo" | "video" | "audio" | "document") {
+                return Err(ApiError::bad_request("unsupported media type in the group"));
+            }
+            let file_id = self.chats.next_file_id();
+            let content = objects::media_content(&Params::item(&item), kind, &file_id)?;
+            sent.push(self.send(params, content, at)?);
+        }
+        Ok(Value::Array(sent))
     }
 
     fn forward(&mut self, params: &Params, at: Instant) -> Result<Value, ApiError> {
