@@ -24,6 +24,11 @@ fn the_bot_guides_offline_block_runs_as_pasted_and_shows_the_reply() {
         block.contains("cargo run -p tgq-cli --"),
         "the block runs tgq through cargo: {block}"
     );
+    // The block is written for `tgq local`'s default address.
+    assert!(
+        std::net::TcpListener::bind("127.0.0.1:8080").is_ok(),
+        "127.0.0.1:8080 is taken by another program: docs/BOT.md's block runs tgq local there"
+    );
     let tgq = env!("CARGO_BIN_EXE_tgq");
     let script = block.replace("cargo run -p tgq-cli --", &format!("'{tgq}'"));
 
