@@ -36,6 +36,16 @@ fn readme_states_the_rust_version_cargo_toml_requires() {
 }
 
 #[test]
+fn readme_states_the_to_do_examples_length_as_it_is() {
+    let lines = read("examples/todo/src/lib.rs").lines().count();
+    let readme = read("README.md");
+    assert!(
+        readme.contains(&format!("a to-do list per chat in {lines} lines")),
+        "README does not say the to-do example has its {lines} lines"
+    );
+}
+
+#[test]
 fn the_license_file_is_the_license_cargo_toml_names() {
     assert_eq!(workspace_setting("license"), "MIT");
     let license = read("LICENSE");
