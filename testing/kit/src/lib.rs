@@ -59,12 +59,11 @@ use tgq_core::clock::{Clock, ManualClock};
 use tgq_core::config::{HandlerChoice, Vars};
 use tgq_core::envelope::Envelope;
 use tgq_core::ids::{BotId, GroupKey, MessageGroupId, StateKey};
-use tgq_core::pacer::{Pacer, RateLimits};
 use tgq_core::ports::{QueueRecord, ReceiptHandle};
 use tgq_core::record::Timestamp;
 use tgq_core::state::StoredState;
 use tgq_core::worker::{RecordOutcome, Worker, WorkerPorts, WorkerSettings};
-use tgq_memory::{MemoryDeadLetters, MemoryStore, RecordingVisibility};
+use tgq_memory::{worker_ports, MemoryDeadLetters, MemoryStore};
 
 use api::KitApi;
 pub use api::{Call, Failure, Sent};
@@ -201,17 +200,13 @@ impl TestBot {
         let dead = Arc::new(MemoryDeadLetters::new());
         let clock = ManualClock::at(Timestamp(1_800_000_000_000));
         let crash = Arc::new(CrashSwitch::default());
+        // The in-memory worker's ports, its ledger dying where the switch says.
         let ports = WorkerPorts {
             ledger: Arc::new(CrashingLedger {
                 inner: store.clone(),
                 switch: crash.clone(),
             }),
-            visibility: Arc::new(RecordingVisibility::new()),
-            dead: dead.clone(),
-            pacer: Arc::new(Pacer::new(RateLimits::UNLIMITED)),
-            clock: Arc::new(clock.clone()),
-            reset: store.clone(),
-            audit: store.clone(),
+            ..worker_ports(&store, dead.clone(), Arc::new(clock.clone()))
         };
         let worker = Worker::new(
             WorkerSettings::default(),
