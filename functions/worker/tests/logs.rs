@@ -15,15 +15,14 @@ use aws_lambda_events::event::sqs::SqsEvent;
 use bytes::Bytes;
 use lambda_http::{Body, RequestExt as _};
 use lambda_runtime::{Context, LambdaEvent};
-use secrecy::SecretString;
 use serde_json::Value;
 use tgq_core::clock::{Clock, SystemClock};
 use tgq_core::config::Vars;
 use tgq_core::ids::{BotId, GroupKey, RecordKey, UpdateId};
-use tgq_core::ingest::{Ingest, WebhookPorts, SECRET_HEADER};
+use tgq_core::ingest::SECRET_HEADER;
 use tgq_core::ports::{ClaimRequest, UpdateLedger};
 use tgq_fake_telegram::{FakeConfig, FakeTelegram, Fault, Scope, Times};
-use tgq_memory::{MemoryDeadLetters, MemoryQueue, MemoryStore};
+use tgq_memory::MemoryStore;
 use tracing_subscriber::EnvFilter;
 
 const TOKEN: &str = "987654:NEVER-LOGGED-bot-token";
@@ -81,28 +80,8 @@ fn update(update_id: i64, chat: i64) -> String {
 }
 
 async fn webhook_paths() {
-    let vars = Vars::from_pairs([
-        ("TGQ_BOT_ID", "demo"),
-        ("TGQ_WEBHOOK_SECRET", SECRET),
-        ("TGQ_MAX_BODY_BYTES", "2048"),
-        ("TGQ_TABLE", "t"),
-        ("TGQ_QUEUE_URL", "q"),
-        ("TGQ_DLQ_URL", "d"),
-    ]);
-    let config = tgq_webhook::WebhookConfig::from_vars(&vars).unwrap();
     let store = Arc::new(MemoryStore::new());
-    let webhook = config.webhooks(
-        WebhookPorts {
-            ingest: Ingest::PutThenSend {
-                store: store.clone(),
-                queue: Arc::new(MemoryQueue::new(Arc::new(SystemClock))),
-            },
-            dead: Arc::new(MemoryDeadLetters::new()),
-            clock: Arc::new(SystemClock),
-        },
-        Some(SecretString::from(SECRET.to_owned())),
-        None,
-    );
+    let webhook = common::memory_webhook(&store, SECRET, &[("TGQ_MAX_BODY_BYTES", "2048")]);
     let post = |secret: &str, body: String| {
         let mut context = Context::default();
         context.request_id = "req-webhook".into();

@@ -117,26 +117,7 @@ fn message(update_id: i64) -> String {
 
 async fn webhook_outcomes() {
     let store = Arc::new(MemoryStore::new());
-    let vars = Vars::from_pairs([
-        ("TGQ_BOT_ID", "demo"),
-        ("TGQ_WEBHOOK_SECRET", SECRET),
-        ("TGQ_TABLE", "t"),
-        ("TGQ_QUEUE_URL", "q"),
-        ("TGQ_DLQ_URL", "d"),
-    ]);
-    let config = tgq_webhook::WebhookConfig::from_vars(&vars).unwrap();
-    let webhook = config.webhooks(
-        WebhookPorts {
-            ingest: Ingest::PutThenSend {
-                store: store.clone(),
-                queue: Arc::new(MemoryQueue::new(Arc::new(SystemClock))),
-            },
-            dead: Arc::new(MemoryDeadLetters::new()),
-            clock: Arc::new(SystemClock),
-        },
-        Some(SecretString::from(SECRET.to_owned())),
-        None,
-    );
+    let webhook = common::memory_webhook(&store, SECRET, &[]);
     let status = |request| async {
         let response = tgq_webhook::handle(&webhook, &Default::default(), request)
             .await

@@ -40,3 +40,34 @@ pub fn echo_worker(
         Arc::new(OneBot::new(Arc::new(api), Arc::new(EchoBot))),
     )
 }
+
+/// The webhook of bot `demo` on in-memory adapters, storing into `store` and checking `secret`,
+/// with `extra` settings on top of the made-up table and queues.
+pub fn memory_webhook(
+    store: &Arc<MemoryStore>,
+    secret: &str,
+    extra: &[(&str, &str)],
+) -> tgq_core::ingest::Webhooks {
+    use tgq_core::ingest::{Ingest, WebhookPorts};
+    let mut vars = vec![
+        ("TGQ_BOT_ID", "demo"),
+        ("TGQ_WEBHOOK_SECRET", secret),
+        ("TGQ_TABLE", "t"),
+        ("TGQ_QUEUE_URL", "q"),
+        ("TGQ_DLQ_URL", "d"),
+    ];
+    vars.extend_from_slice(extra);
+    let config = tgq_webhook::WebhookConfig::from_vars(&Vars::from_pairs(vars)).unwrap();
+    config.webhooks(
+        WebhookPorts {
+            ingest: Ingest::PutThenSend {
+                store: store.clone(),
+                queue: Arc::new(tgq_memory::MemoryQueue::new(Arc::new(SystemClock))),
+            },
+            dead: Arc::new(MemoryDeadLetters::new()),
+            clock: Arc::new(SystemClock),
+        },
+        Some(SecretString::from(secret.to_owned())),
+        None,
+    )
+}
