@@ -20,6 +20,8 @@ use serde::{Deserialize, Serialize};
 use tgq::prelude::*;
 use tgq::ParseError;
 
+pub mod booking;
+
 /// The bot's own setting: its username, so that `/help@that_name` in a group is answered and
 /// `/help@another_bot` is not. Optional: without it only bare commands are.
 pub const USERNAME_VAR: &str = "BOT_USERNAME";
@@ -39,6 +41,12 @@ pub enum Command {
     Shout(String),
     /// Rolls a die; the chat keeps the score.
     Roll,
+    /// A booking form: a name, a date, a confirmation.
+    Book,
+    /// Leaves the booking form.
+    Cancel,
+    /// "/remind 10 tea": reminds you of tea in 10 minutes.
+    Remind(String),
 }
 
 /// What the bot remembers per chat: its die rolls. tgq keeps it with the chat and writes it when
@@ -61,6 +69,10 @@ impl ChatState for Score {
 pub enum Button {
     /// The counting button, pressed `N` times.
     Pressed(u32),
+    /// A date of the booking form (`date:Today`).
+    Date(String),
+    /// The booking form's Yes or No (`confirm:true`).
+    Confirm(bool),
 }
 
 /// The handlers this crate offers, by name (docs/ARCHITECTURE.md §11): `example` is the bot
@@ -74,7 +86,10 @@ pub fn handlers() -> HandlerRegistry {
 /// Builds the bot, once per process and bot: read the bot's own settings from `config.vars`, open
 /// its clients, and return the handler that runs every update.
 pub async fn build(config: &BotConfig) -> Result<impl Handler, BoxError> {
-    let mut router = Router::new().button("pressed:", Button::Pressed);
+    let mut router = Router::new()
+        .button("pressed:", Button::Pressed)
+        .button("date:", Button::Date)
+        .button("confirm:", Button::Confirm);
     if let Some(username) = config.vars.get(USERNAME_VAR) {
         router = router.username(username);
     }
@@ -107,11 +122,21 @@ impl Handler for ExampleBot {
                 ctx.reply(message, text.to_uppercase()).await
             }
             Route::Command(Command::Roll, message) => roll(message, ctx).await,
+            Route::Command(Command::Book, message) => booking::start(message, ctx).await,
+            Route::Command(Command::Cancel, message) => booking::cancel(message, ctx).await,
+            Route::Command(Command::Remind(what), message) => remind(&what, message, ctx).await,
             Route::BadCommand(error, message) => {
                 ctx.reply(message, bad_command_reply(&error)).await
             }
             Route::Button(Button::Pressed(presses), query) => pressed(presses, query, ctx).await,
-            Route::Text(text, message) => ctx.reply(message, format!("You said: {text}")).await,
+            Route::Button(Button::Date(date), query) => booking::date(&date, query, ctx).await,
+            Route::Button(Button::Confirm(yes), query) => booking::confirm(yes, query, ctx).await,
+            Route::Text(text, message) => {
+                if booking::text(text, message, ctx).await? {
+                    return Ok(());
+                }
+                ctx.reply(message, format!("You said: {text}")).await
+            }
             Route::InlineQuery(query) => shout_inline(query, ctx).await,
             // A button this bot no longer knows: answer it, so the user's client stops waiting.
             Route::Other(UpdateKind::CallbackQuery(query)) => ctx.answer(query, "").await,
@@ -119,6 +144,36 @@ impl Handler for ExampleBot {
             _ => Ok(()),
         }
     }
+
+    /// A timer this bot scheduled, in the chat that scheduled it: a `/remind`, or the booking
+    /// form's unanswered question.
+    async fn timer(&self, fired: Fired, ctx: &mut Context<'_>) -> Result<(), HandlerError> {
+        if fired.is_timeout_of::<booking::Booking>() {
+            return booking::timed_out(&fired, ctx).await;
+        }
+        let what: String = fired.payload()?;
+        let text = format!("Reminder: {what}");
+        ctx.send(SendMessage::new(ChatId(fired.chat_id), text))
+            .await
+            .map(|_| ())
+    }
+}
+
+/// `/remind N what`: a timer N minutes ahead (1 by default), kept with the chat, delivered once.
+/// A second `/remind` replaces the first: the timer's key is the same.
+async fn remind(what: &str, message: &Message, ctx: &mut Context<'_>) -> Result<(), HandlerError> {
+    let counted = what
+        .trim()
+        .split_once(' ')
+        .and_then(|(n, rest)| Some((n.parse::<u32>().ok()?, rest.trim())));
+    let (minutes, what) = counted.unwrap_or((1, what.trim()));
+    if what.is_empty() {
+        return ctx.reply(message, "Remind you of what? Try /remind 10 tea").await;
+    }
+    let delay = std::time::Duration::from_secs(60 * u64::from(minutes));
+    ctx.schedule("remind", delay, &what)?;
+    ctx.reply(message, format!("I will remind you in {minutes} min."))
+        .await
 }
 
 async fn roll(message: &Message, ctx: &mut Context<'_>) -> Result<(), HandlerError> {

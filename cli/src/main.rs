@@ -56,6 +56,11 @@ enum Command {
         #[command(subcommand)]
         command: ops::dlq::DlqCommand,
     },
+    /// List and cancel the chats' pending timers and flow timeouts in local mode's store.
+    Timers {
+        #[command(subcommand)]
+        command: ops::timers::TimersCommand,
+    },
     /// Deploy the bot to AWS in one command: check the tools, keep the token and a webhook secret
     /// in SSM, build and deploy the stack with the SAM CLI, set the webhook, show the status.
     Deploy(ops::deploy::DeployArgs),
@@ -145,6 +150,7 @@ fn main() -> ExitCode {
             Command::Restore(args) => ops::restore(args).await,
             Command::Outbox(args) => ops::outbox(args).await,
             Command::Dlq { command } => ops::dlq::run(command).await,
+            Command::Timers { command } => ops::timers::run(command).await,
             Command::Webhook { command } => ops::webhook::run(command).await,
             Command::Bots { command } => ops::bots::run(command).await,
             Command::FakeTelegram(args) => fake_telegram::run(args).await,

@@ -86,6 +86,8 @@ pub fn router(app: App) -> Router {
         .route("/dlq/replay", post(admin_dlq_replay))
         .route("/dlq/purge", post(admin_dlq_purge))
         .route("/audit", get(admin_audit))
+        .route("/timers", get(admin_timers))
+        .route("/timers/cancel", post(admin_timers_cancel))
         .route("/backup", post(admin_backup))
         .route_layer(middleware::from_fn_with_state(app.clone(), admin_only));
     let metrics = Router::new()
@@ -355,6 +357,20 @@ fn admin_answer<T: serde::Serialize>(view: anyhow::Result<T>) -> Response {
             Value::from(format!("{error:#}")),
         ),
     }
+}
+
+/// `GET /admin/timers?limit=N`: what `tgq timers list --json` prints.
+async fn admin_timers(State(app): State<App>, Query(query): Query<Limit>) -> Response {
+    let limit = query.limit.unwrap_or(DEFAULT_LIMIT);
+    admin_read(&app, move |store| Ok(store.pending_timers(limit)?)).await
+}
+
+/// `POST /admin/timers/cancel`: `tgq timers cancel` run by this instance, which holds the store.
+async fn admin_timers_cancel(
+    State(app): State<App>,
+    Json(request): Json<crate::ops::timers::CancelRequest>,
+) -> Response {
+    admin_answer(crate::ops::timers::cancel_here(&app.store, &request).await)
 }
 
 /// `?to=FILE` on the backup route.

@@ -44,6 +44,7 @@ mod flood;
 mod http;
 mod share;
 pub(crate) mod shutdown;
+mod timers;
 mod worker_loop;
 
 /// `tgq local`.
@@ -237,6 +238,11 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
             Ok(())
         }
     });
+    tasks.spawn(timers::timer_loop(
+        store.clone(),
+        clock.clone(),
+        shutdown.clone(),
+    ));
     tasks.spawn(retention(
         store.clone(),
         clock.clone(),
@@ -430,6 +436,7 @@ fn worker(
             clock: clock.clone(),
             reset: store.clone(),
             audit: store.clone(),
+            timers: Some(store.clone()),
         },
         bots,
     )

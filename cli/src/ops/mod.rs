@@ -9,6 +9,7 @@ pub mod deploy;
 pub mod dlq;
 pub mod render;
 pub mod target;
+pub mod timers;
 pub mod webhook;
 
 use std::path::PathBuf;

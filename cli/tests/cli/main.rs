@@ -20,5 +20,6 @@ mod poll;
 mod poll_aws;
 mod recovery;
 mod retention;
+mod timers;
 mod usage;
 mod webhook;

@@ -541,6 +541,7 @@ impl DynamoStore {
             format: state.format.clone(),
             json: state.json.clone(),
             version: state.read_version + 1,
+            time: state.time.clone(),
         };
         let mut put = Put::builder()
             .table_name(&self.table)

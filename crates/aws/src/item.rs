@@ -44,6 +44,8 @@ pub(crate) const FORMAT: &str = "format";
 pub(crate) const VALUE: &str = "value";
 /// In a group state's item: how many times it was written (N).
 pub(crate) const VERSION: &str = "version";
+/// A state item's tgq part: the chat's pending timers and flow, as JSON; absent when it has none.
+pub(crate) const TIME: &str = "time";
 /// Inside an action: the Bot API method (S).
 pub(crate) const METHOD: &str = "method";
 /// Inside an action: `at_least_once` or `at_most_once` (S).
@@ -107,12 +109,16 @@ pub(crate) fn state_key(key: &StateKey) -> HashMap<String, AttributeValue> {
 
 /// A group state's item.
 pub(crate) fn state_item(key: &StateKey, state: &StoredState) -> HashMap<String, AttributeValue> {
-    HashMap::from([
+    let mut item = HashMap::from([
         (PK.to_owned(), string(key.pk())),
         (FORMAT.to_owned(), string(&state.format)),
         (VALUE.to_owned(), string(&state.json)),
         (VERSION.to_owned(), number(state.version)),
-    ])
+    ]);
+    if let Some(time) = &state.time {
+        item.insert(TIME.to_owned(), string(time));
+    }
+    item
 }
 
 impl Item {
@@ -122,6 +128,7 @@ impl Item {
             format: self.str(FORMAT)?.to_owned(),
             json: self.str(VALUE)?.to_owned(),
             version: self.u64(VERSION)?,
+            time: self.0.get(TIME).and_then(|v| v.as_s().ok()).cloned(),
         })
     }
 }
@@ -596,12 +603,19 @@ mod tests {
             format: "cart/v1".into(),
             json: r#"{"items":["é"]}"#.into(),
             version: 3,
+            time: None,
         };
         let item = Item(state_item(&key, &state));
         assert_eq!(item.0[PK], string("demo#state#user:7"));
         assert_eq!(item.0[VERSION], number(3));
         assert!(!item.0.contains_key(EXPIRES_AT), "states do not expire");
+        assert!(!item.0.contains_key(TIME), "no timers, no attribute");
         assert_eq!(item.state().unwrap(), state);
+        let timed = StoredState {
+            time: Some(r#"{"timers":{"k":{"id":-1,"due":5}}}"#.into()),
+            ..state
+        };
+        assert_eq!(Item(state_item(&key, &timed)).state().unwrap(), timed);
     }
 
     #[test]

@@ -36,7 +36,13 @@ use crate::record::{
     ActionIntent, ActionOutcome, ActionRecord, ActionResult, ActionState, Delivery, Timestamp,
     MAX_STEP_RESULT_BYTES,
 };
+use crate::flow::{Flow, FLOW_TIMEOUT_KEY};
 use crate::state::{self, ChatState, StateWrite, StoredState};
+use crate::timer::{
+    timer_id, ChatTime, Fired, FlowAt, Pending, TimerError, TimerMessage, When,
+    MAX_TIMERS_PER_CHAT, MAX_TIMER_DELAY, MAX_TIMER_KEY_BYTES, MAX_TIMER_PAYLOAD_BYTES,
+    RESERVED_KEY_PREFIX,
+};
 use crate::telegram::{
     chat_id_of, method_name, offline_result, sends_a_message, ActionRef, ApiCall, BotApi,
     CallError, TelegramError,
@@ -76,6 +82,9 @@ pub struct RunParts<'a> {
     ///
     /// [`WorkerSettings::max_inline_wait`]: crate::worker::WorkerSettings::max_inline_wait
     pub max_inline_wait: Duration,
+    /// Whether the deployment has a timer scheduler; without one, [`Context::schedule`] is
+    /// refused.
+    pub timers: bool,
 }
 
 /// Lent to the handler for one run of one update.
@@ -89,6 +98,12 @@ pub struct Context<'a> {
     summary: ActionSummary,
     /// The callback query the webhook already answered in its reply (`TGQ_ACK_CALLBACKS`).
     acknowledged_callback: Option<String>,
+    /// The chat's timers and flow, as this run leaves them.
+    time: ChatTime,
+    /// Whether this run changed `time`.
+    time_changed: bool,
+    /// Timers this run scheduled, by key: handed to the scheduler before the settle.
+    scheduled: BTreeMap<String, TimerMessage>,
 }
 
 /// What a run's context saw, reported by the worker.
@@ -131,6 +146,7 @@ enum Recalled {
 impl<'a> Context<'a> {
     /// A context for one run.
     pub fn new(run: RunParts<'a>) -> Self {
+        let time = ChatTime::decode(run.state.and_then(|s| s.time.as_deref()));
         Self {
             run,
             next_seq: 0,
@@ -138,6 +154,9 @@ impl<'a> Context<'a> {
             new_state: None,
             summary: ActionSummary::default(),
             acknowledged_callback: None,
+            time,
+            time_changed: false,
+            scheduled: BTreeMap::new(),
         }
     }
 
@@ -243,8 +262,10 @@ impl<'a> Context<'a> {
     pub fn state<T: ChatState>(&self) -> Result<Option<T>, HandlerError> {
         let (format, json) = match (&self.new_state, self.run.state) {
             (Some((format, json)), _) => (*format, json.as_str()),
-            (None, Some(stored)) => (stored.format.as_str(), stored.json.as_str()),
-            (None, None) => return Ok(None),
+            (None, Some(stored)) if stored.has_value() => {
+                (stored.format.as_str(), stored.json.as_str())
+            }
+            (None, _) => return Ok(None),
         };
         Ok(Some(state::decode(format, json)?))
     }
@@ -254,8 +275,8 @@ impl<'a> Context<'a> {
     pub fn state_format(&self) -> Option<&str> {
         match (&self.new_state, self.run.state) {
             (Some((format, _)), _) => Some(format),
-            (None, Some(stored)) => Some(&stored.format),
-            (None, None) => None,
+            (None, Some(stored)) if stored.has_value() => Some(&stored.format),
+            (None, _) => None,
         }
     }
 
@@ -268,15 +289,209 @@ impl<'a> Context<'a> {
         Ok(())
     }
 
-    /// The state to write with the `DONE` settle, if the handler set one.
+    /// The state to write with the `DONE` settle, if the handler set one or the run changed the
+    /// chat's timers or flow: both parts are written together, the unchanged one as it was read.
     pub fn take_state_write(&mut self) -> Option<StateWrite> {
-        let (format, json) = self.new_state.take()?;
+        let stored = self.run.state;
+        let (format, json) = match (self.new_state.take(), stored) {
+            (Some((format, json)), _) => (format.to_owned(), json),
+            (None, _) if !self.time_changed => return None,
+            (None, Some(stored)) => (stored.format.clone(), stored.json.clone()),
+            (None, None) => (StoredState::NO_VALUE.to_owned(), "null".to_owned()),
+        };
+        let time = match self.time_changed {
+            true => self.time.encode(),
+            false => stored.and_then(|s| s.time.clone()),
+        };
         Some(StateWrite {
             key: StateKey::new(self.run.lease.key.bot_id.clone(), self.run.group.clone()),
-            format: format.to_owned(),
+            format,
             json,
-            read_version: self.run.state.map_or(0, |s| s.version),
+            read_version: stored.map_or(0, |s| s.version),
+            time,
         })
+    }
+
+    /// Schedules a timer update for this chat, `when` (a [`Duration`] from now, or a
+    /// [`std::time::SystemTime`]; a time in the past fires at once), that reaches the bot's
+    /// [`crate::Handler::timer`] with `payload`, once, behind the chat's earlier updates.
+    ///
+    /// The timer is kept with the chat's state when the run finishes, like a state change: a run
+    /// that fails schedules nothing. Scheduling a key that is pending replaces it, so the same key
+    /// scheduled twice in a run, or again by a retry, is one timer. Refused, naming the limit: a key
+    /// over [`MAX_TIMER_KEY_BYTES`] or starting with `tgq:`, more than [`MAX_TIMER_DELAY`] ahead,
+    /// a payload over [`MAX_TIMER_PAYLOAD_BYTES`] as JSON, a chat with [`MAX_TIMERS_PER_CHAT`]
+    /// pending, or an update without a chat.
+    pub fn schedule<T: Serialize>(
+        &mut self,
+        key: &str,
+        when: impl Into<When>,
+        payload: &T,
+    ) -> Result<(), HandlerError> {
+        if key.is_empty() || key.len() > MAX_TIMER_KEY_BYTES || key.starts_with(RESERVED_KEY_PREFIX)
+        {
+            return Err(TimerError::BadKey {
+                key: key.to_owned(),
+            }
+            .into());
+        }
+        let payload = serde_json::to_value(payload).map_err(|source| TimerError::Unserializable {
+            key: key.to_owned(),
+            source,
+        })?;
+        Ok(self.schedule_timer(key, when.into(), payload)?)
+    }
+
+    fn schedule_timer(&mut self, key: &str, when: When, payload: Value) -> Result<(), TimerError> {
+        let owned = || key.to_owned();
+        let Ok(chat_id) = self.run.group.as_str().parse::<i64>() else {
+            return Err(TimerError::NoChat {
+                group: self.run.group.as_str().to_owned(),
+            });
+        };
+        if !self.run.timers {
+            return Err(TimerError::Unavailable(
+                "its worker was started without a timer scheduler",
+            ));
+        }
+        let now = self.run.clock.now();
+        let due = match when {
+            When::In(delay) => {
+                if delay > MAX_TIMER_DELAY {
+                    return Err(TimerError::TooFar {
+                        key: owned(),
+                        ahead: delay,
+                    });
+                }
+                now.plus(delay)
+            }
+            When::At(at) => {
+                let ahead = at.since(now);
+                if ahead > MAX_TIMER_DELAY {
+                    return Err(TimerError::TooFar {
+                        key: owned(),
+                        ahead,
+                    });
+                }
+                at
+            }
+        };
+        let size = serde_json::to_string(&payload).map_or(0, |json| json.len());
+        if size > MAX_TIMER_PAYLOAD_BYTES {
+            return Err(TimerError::PayloadTooLarge { key: owned(), size });
+        }
+        if !self.time.timers.contains_key(key) && self.time.timers.len() >= MAX_TIMERS_PER_CHAT {
+            return Err(TimerError::TooMany);
+        }
+        let key_ref = &self.run.lease.key;
+        let id = timer_id(&key_ref.bot_id, self.run.group, key, key_ref.update_id);
+        self.time
+            .timers
+            .insert(owned(), Pending { id: id.0, due: due.0 });
+        self.time_changed = true;
+        self.scheduled.insert(
+            owned(),
+            TimerMessage {
+                bot_id: key_ref.bot_id.clone(),
+                group: self.run.group.clone(),
+                update_id: id,
+                chat_id,
+                key: owned(),
+                due,
+                payload,
+            },
+        );
+        Ok(())
+    }
+
+    /// Cancels the chat's pending timer `key`; whether one was pending. Like a schedule, the
+    /// cancel takes effect when the run finishes: a timer that arrives after it does not run.
+    pub fn cancel_timer(&mut self, key: &str) -> bool {
+        self.scheduled.remove(key);
+        let pending = self.time.timers.remove(key).is_some();
+        self.time_changed |= pending;
+        pending
+    }
+
+    /// When the chat's timer `key` is due, if it is pending.
+    pub fn timer_due(&self, key: &str) -> Option<Timestamp> {
+        self.time.timers.get(key).map(|p| Timestamp(p.due))
+    }
+
+    /// The timers to hand to the scheduler before the settle.
+    pub(crate) fn take_scheduled(&mut self) -> Vec<TimerMessage> {
+        std::mem::take(&mut self.scheduled).into_values().collect()
+    }
+
+    /// Takes a timer that arrived: `Some` when the chat's state still names it by its id (it is
+    /// removed, in this run's settle), `None` when it was cancelled, replaced, or handed over by
+    /// a run that never finished.
+    pub(crate) fn fire(&mut self, message: &TimerMessage) -> Option<Fired> {
+        let pending = self.time.timers.get(&message.key)?;
+        if pending.id != message.update_id.0 {
+            return None;
+        }
+        self.time.timers.remove(&message.key);
+        self.time_changed = true;
+        let flow = (message.key == FLOW_TIMEOUT_KEY)
+            .then(|| message.payload.get("flow").and_then(Value::as_str))
+            .flatten()
+            .map(str::to_owned);
+        Some(Fired {
+            chat_id: message.chat_id,
+            key: message.key.clone(),
+            due: message.due,
+            payload: message.payload.clone(),
+            flow,
+        })
+    }
+
+    /// The step the chat is at in flow `F`; `None` when the chat is in no flow or in another.
+    pub fn flow<F: Flow>(&self) -> Result<Option<F>, HandlerError> {
+        match &self.time.flow {
+            Some(at) if at.name == F::NAME => serde_json::from_value(at.step.clone())
+                .map(Some)
+                .map_err(|e| {
+                    HandlerError::permanent(format!(
+                        "the chat's step in flow {:?} does not decode: {e}; change NAME whenever old steps would no longer read",
+                        F::NAME
+                    ))
+                }),
+            _ => Ok(None),
+        }
+    }
+
+    /// The name of the flow the chat is in, if any.
+    pub fn flow_name(&self) -> Option<&str> {
+        self.time.flow.as_ref().map(|at| at.name.as_str())
+    }
+
+    /// Moves the chat to `step` of flow `F` and waits there for the chat's next update, at most
+    /// `timeout`: if none moves the flow on by then, the bot gets a timer whose
+    /// [`Fired::is_timeout_of`] names `F`. Each wait replaces the previous one's timeout. Written
+    /// with the run's settle, like a state change: a retried update never moves a flow twice.
+    pub fn wait<F: Flow>(&mut self, step: &F, timeout: Duration) -> Result<(), HandlerError> {
+        let step = serde_json::to_value(step).map_err(|e| {
+            HandlerError::permanent(format!("flow {:?}'s step does not serialize: {e}", F::NAME))
+        })?;
+        let moves = self.time.flow.as_ref().map_or(0, |at| at.moves) + 1;
+        let payload = serde_json::json!({ "flow": F::NAME, "moves": moves });
+        self.schedule_timer(FLOW_TIMEOUT_KEY, When::In(timeout), payload)?;
+        self.time.flow = Some(FlowAt {
+            name: F::NAME.to_owned(),
+            step,
+            moves,
+        });
+        self.time_changed = true;
+        Ok(())
+    }
+
+    /// Ends the chat's flow and cancels its timeout; whether the chat was in one.
+    pub fn end_flow(&mut self) -> bool {
+        self.cancel_timer(FLOW_TIMEOUT_KEY);
+        let was = self.time.flow.take().is_some();
+        self.time_changed |= was;
+        was
     }
 
     /// Runs a side effect outside Telegram at least once — a payment, a database write, an LLM

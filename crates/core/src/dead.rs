@@ -254,7 +254,7 @@ impl DeadLetter {
         };
         Self {
             bot_id,
-            update_id: Envelope::parse(&body).ok().map(|e| e.update_id),
+            update_id: Envelope::parse_queued(&body).ok().map(|e| e.update_id),
             group,
             body,
             reason: DeadReason::Redriven,

@@ -7,7 +7,9 @@
 //! - a message (or channel post, or an edit of either) with text `T` → `sendMessage(C, "echo U: T")`;
 //!   with `T` = `/once …` the reply is sent at most once; `/fail permanent` fails the update
 //!   permanently and `/fail transient` fails it transiently on every run, both before any send;
-//!   `/slow MS …` waits MS milliseconds before replying;
+//!   `/slow MS …` waits MS milliseconds before replying; `/later MS …` replies, and schedules a
+//!   timer MS milliseconds ahead that sends `echo timer U: T` when it fires (its key is
+//!   `later:U`, so a chat can have several);
 //! - a button press with data `D` → `answerCallbackQuery`, then `sendMessage(C, "echo U: callback D")`;
 //! - anything else → nothing is sent.
 
@@ -15,11 +17,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use teloxide_core::payloads::{AnswerCallbackQuery, SendMessage};
-use teloxide_core::types::{AllowedUpdate, Message, Update, UpdateKind};
+use teloxide_core::types::{AllowedUpdate, ChatId, Message, Update, UpdateKind};
 
 use crate::context::Context;
 use crate::failure::HandlerError;
 use crate::handler::Handler;
+use crate::timer::Fired;
 
 /// The built-in echo bot.
 #[derive(Clone, Copy, Debug, Default)]
@@ -62,6 +65,20 @@ impl Handler for EchoBot {
             _ => Ok(()),
         }
     }
+
+    async fn timer(&self, fired: Fired, ctx: &mut Context<'_>) -> Result<(), HandlerError> {
+        let update_id = fired.payload["update_id"].as_i64().unwrap_or_default();
+        let text = fired.payload["text"].as_str().unwrap_or_default();
+        let reply = timer_reply_text(update_id, text);
+        ctx.send(SendMessage::new(ChatId(fired.chat_id), reply))
+            .await?;
+        Ok(())
+    }
+}
+
+/// What the echo bot sends when the timer of `/later` update `update_id` with text `text` fires.
+pub fn timer_reply_text(update_id: i64, text: &str) -> String {
+    format!("echo timer {update_id}: {text}")
 }
 
 async fn on_text(
@@ -91,6 +108,19 @@ async fn on_text(
             .and_then(|word| word.parse().ok())
             .unwrap_or(0);
         tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+    if let Some(rest) = text.strip_prefix("/later ") {
+        let ms: u64 = rest
+            .split_whitespace()
+            .next()
+            .and_then(|word| word.parse().ok())
+            .unwrap_or(0);
+        let payload = serde_json::json!({ "update_id": update_id, "text": text });
+        ctx.schedule(
+            &format!("later:{update_id}"),
+            Duration::from_millis(ms),
+            &payload,
+        )?;
     }
     ctx.send(reply).await?;
     Ok(())

@@ -33,6 +33,10 @@ pub enum Poison {
     /// `update_id` is present but not an integer.
     #[error("update_id is not an integer")]
     UpdateIdNotInteger,
+    /// The body is one of tgq's own timer updates ([`TIMER_KIND`]): those come from the bot's
+    /// scheduler, never from Telegram, so one posted to the webhook is not run.
+    #[error("a {TIMER_KIND} update comes from tgq's scheduler, not from Telegram")]
+    NotFromTelegram,
     /// A known update kind lacks the field that names its chat or user, or has it in the wrong type.
     #[error("{kind} has no valid {field}")]
     MalformedKind {
@@ -43,9 +47,23 @@ pub enum Poison {
     },
 }
 
+/// The field that names tgq's own timer updates (docs/ARCHITECTURE.md §12): a timer travels as an
+/// update of this kind, with a negative `update_id` Telegram never uses.
+pub const TIMER_KIND: &str = "tgq_timer";
+
 impl Envelope {
-    /// Parses a raw webhook or queue body.
+    /// Parses a body as Telegram sent it: one of tgq's timer updates is refused
+    /// ([`Poison::NotFromTelegram`]).
     pub fn parse(body: &[u8]) -> Result<Self, Poison> {
+        let envelope = Self::parse_queued(body)?;
+        if envelope.kind == TIMER_KIND {
+            return Err(Poison::NotFromTelegram);
+        }
+        Ok(envelope)
+    }
+
+    /// Parses a body from the updates queue, where timer updates travel beside Telegram's.
+    pub fn parse_queued(body: &[u8]) -> Result<Self, Poison> {
         let value: Value =
             serde_json::from_slice(body).map_err(|e| Poison::NotJson(e.classify_name()))?;
         let Value::Object(update) = value else {
@@ -137,7 +155,9 @@ fn group_of(kind: &str, body: &Value) -> Result<Option<GroupKey>, Poison> {
         | "removed_chat_boost"
         // A message to the bot as a guest in a chat it is not a member of: the server queues
         // these per chat.
-        | "guest_message" => chat("chat.id"),
+        | "guest_message"
+        // A timer runs in the chat that scheduled it, behind the chat's earlier updates.
+        | "tgq_timer" => chat("chat.id"),
         "callback_query" => match int_at(body, &["message", "chat", "id"]) {
             Some(chat_id) => Ok(Some(GroupKey::new(chat_id.to_string()))),
             None => user(&["from", "id"], "from.id"),
@@ -215,6 +235,15 @@ mod tests {
                 field: "chat.id"
             }
         );
+    }
+
+    #[test]
+    fn a_timer_update_queues_in_its_chat_but_is_poison_from_the_webhook() {
+        let body = br#"{"update_id":-7,"tgq_timer":{"chat":{"id":42},"key":"k","due":1,"payload":null}}"#;
+        let queued = Envelope::parse_queued(body).unwrap();
+        assert_eq!((queued.kind.as_str(), queued.group.as_str()), (TIMER_KIND, "42"));
+        assert_eq!(queued.update_id, UpdateId(-7));
+        assert_eq!(Envelope::parse(body).unwrap_err(), Poison::NotFromTelegram);
     }
 
     #[test]

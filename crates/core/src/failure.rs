@@ -5,6 +5,7 @@
 use crate::error::{ErrorClass, PortError};
 use crate::state::StateError;
 use crate::telegram::{Gone, TelegramError};
+use crate::timer::TimerError;
 
 /// Why a handler run failed. Bot authors return it from [`crate::handler::Handler::handle`].
 #[derive(Debug, thiserror::Error)]
@@ -28,6 +29,10 @@ pub enum HandlerError {
     /// over the size limit): a mistake retrying cannot fix.
     #[error(transparent)]
     State(#[from] StateError),
+    /// A timer could not be scheduled as asked (over a limit, or from an update with no chat): a
+    /// mistake in the bot, never worth a retry.
+    #[error(transparent)]
+    Timer(#[from] TimerError),
     /// The store could not record an action (or refused it: see [`PortError`]).
     #[error("recording an outbound action failed")]
     Store(#[from] PortError),
@@ -89,7 +94,9 @@ impl HandlerError {
         match self {
             HandlerError::Telegram(e) => e.class(),
             // Dead-lettered as permanent only when TGQ_DEAD_LETTER_GONE_RECIPIENTS asks for it.
-            HandlerError::RecipientGone { .. } | HandlerError::State(_) => ErrorClass::Permanent,
+            HandlerError::RecipientGone { .. }
+            | HandlerError::State(_)
+            | HandlerError::Timer(_) => ErrorClass::Permanent,
             // The record cannot hold what the run did: every retry would end the same way.
             HandlerError::Store(PortError::TooLarge { .. }) => ErrorClass::Permanent,
             // Any other store failure loses nothing if the run is retried; a misconfigured stack

@@ -13,12 +13,25 @@ use crate::context::Context;
 pub use crate::failure::HandlerError;
 use crate::ids::BotId;
 use crate::telegram::BotApi;
+use crate::timer::Fired;
 
 /// The bot: the one thing a bot author writes.
 #[async_trait]
 pub trait Handler: Send + Sync {
     /// Handles one update. Send through `ctx` so that retries never repeat a completed send.
     async fn handle(&self, update: Update, ctx: &mut Context<'_>) -> Result<(), HandlerError>;
+
+    /// Handles a timer the bot scheduled ([`Context::schedule`]) or a flow's timeout
+    /// ([`Context::wait`]), in the chat that scheduled it. A bot that schedules timers overrides
+    /// this; by default a timer is refused, so one that no code takes ends as a dead letter that
+    /// says so instead of vanishing.
+    async fn timer(&self, fired: Fired, ctx: &mut Context<'_>) -> Result<(), HandlerError> {
+        let _ = ctx;
+        Err(HandlerError::permanent(format!(
+            "timer {:?} fired, but the bot's Handler does not implement timer()",
+            fired.key
+        )))
+    }
 
     /// The kinds of update the bot handles: what `tgq webhook set` asks Telegram for
     /// (`allowed_updates`). Every kind unless the bot says otherwise — including `chat_member`,

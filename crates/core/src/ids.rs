@@ -132,6 +132,11 @@ impl StateKey {
     pub fn pk(&self) -> String {
         format!("{}#state#{}", self.bot_id, self.group)
     }
+
+    /// The bot id and the group of a key [`StateKey::pk`] made.
+    pub fn split_pk(pk: &str) -> Option<(&str, &str)> {
+        pk.split_once("#state#")
+    }
 }
 
 /// The SQS `MessageGroupId`: `{bot_id}:{group key}`, so one bot's busy chat never holds back another bot.

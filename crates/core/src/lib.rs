@@ -13,6 +13,7 @@ pub mod envelope;
 pub mod error;
 pub mod failure;
 pub mod fifo;
+pub mod flow;
 pub mod handler;
 pub mod handlers;
 pub mod ids;
@@ -30,6 +31,7 @@ pub mod record;
 pub mod registry;
 pub mod state;
 pub mod telegram;
+pub mod timer;
 pub mod upload;
 pub mod worker;
 

@@ -13,6 +13,7 @@ use crate::error::PortError;
 use crate::ids::{GroupKey, MessageGroupId, RecordKey, StateKey};
 use crate::record::{ActionIntent, ActionOutcome, ActionRecord, Status, Timestamp, UpdateRecord};
 use crate::state::{StateWrite, StoredState};
+use crate::timer::TimerMessage;
 
 /// What the webhook may do to records: create one. It cannot change or delete one.
 #[async_trait]
@@ -575,4 +576,13 @@ pub trait DeadLetterStore: Send + Sync {
 
     /// About how many letters the queue holds, held ones included.
     async fn depth(&self) -> Result<u64, PortError>;
+}
+
+/// What the worker may do with timers: hand over those a finished run scheduled, before its `DONE`
+/// settle (docs/ARCHITECTURE.md §12). Idempotent by timer id: a retried run hands the same timers
+/// over again, and the scheduler keeps one of each. A timer already due is delivered at once.
+#[async_trait]
+pub trait TimerScheduler: Send + Sync {
+    /// Keeps each timer until it is due, then delivers it to its chat's message group.
+    async fn schedule(&self, timers: &[TimerMessage], now: Timestamp) -> Result<(), PortError>;
 }

@@ -45,6 +45,19 @@ pub struct StoredState {
     pub json: String,
     /// How many times it was written: 1 after the first write.
     pub version: u64,
+    /// tgq's part: the chat's pending timers and its flow, as [`crate::timer::ChatTime`] JSON;
+    /// `None` when it has neither.
+    pub time: Option<String>,
+}
+
+impl StoredState {
+    /// The format tag tgq writes when only its own part changed and the bot never set a value.
+    pub const NO_VALUE: &'static str = "";
+
+    /// Whether the bot ever set a value (and not only tgq's part was written).
+    pub fn has_value(&self) -> bool {
+        self.format != Self::NO_VALUE
+    }
 }
 
 /// A run's new state for its group, written with the `DONE` settle.
@@ -59,6 +72,8 @@ pub struct StateWrite {
     /// The version the run read (0 when nothing was stored): the write is refused when the stored
     /// version is another, because then someone else wrote the state after this run read it.
     pub read_version: u64,
+    /// tgq's new part ([`StoredState::time`]).
+    pub time: Option<String>,
 }
 
 impl StateWrite {
@@ -77,6 +92,7 @@ impl StateWrite {
             format: self.format.clone(),
             json: self.json.clone(),
             version: self.read_version + 1,
+            time: self.time.clone(),
         })
     }
 }
@@ -227,6 +243,7 @@ mod tests {
             format: "counter/v1".into(),
             json: "{}".into(),
             read_version: 0,
+            time: None,
         };
         assert_eq!(write.apply(None).unwrap().version, 1);
         let stored = write.apply(None).unwrap();

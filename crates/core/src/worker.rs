@@ -29,12 +29,14 @@ use crate::pacer::Pacer;
 use crate::patience::patiently;
 use crate::policy::{self, within_visibility_ceiling, FailedRun, Jitter, RetryPolicy, Verdict};
 use crate::ports::{
+    TimerScheduler,
     Claim, ClaimRequest, Claimed, DeadLetters, Final, QueueRecord, Reset, ResetRequest, ResetRule,
     Settlement, UpdateLedger, UpdateReset, Visibility,
 };
 use crate::record::{ActionOutcome, Timestamp};
 use crate::state::StateWrite;
 use crate::telegram::Gone;
+use crate::timer::TimerMessage;
 
 /// The worker's settings.
 #[derive(Clone, Debug)]
@@ -117,6 +119,9 @@ pub struct WorkerPorts {
     pub reset: Arc<dyn UpdateReset>,
     /// Where such a redrive is audited.
     pub audit: Arc<dyn AuditLog>,
+    /// Keeps the timers runs schedule until they are due; `None` where the deployment has no
+    /// scheduler, and then a handler's schedule is refused.
+    pub timers: Option<Arc<dyn TimerScheduler>>,
 }
 
 /// Who an audit entry names for a dead letter moved back to the updates queue outside tgq.
@@ -598,6 +603,7 @@ impl Worker {
             summary,
             unwritten,
             state,
+            scheduled,
         } = self
             .run_handler(record, runtime, group, &claimed, deadline)
             .await;
@@ -608,6 +614,13 @@ impl Worker {
             group,
             claimed: &claimed,
             deadline,
+        };
+        let result = match result {
+            Ok(()) => self
+                .hand_over_timers(&scheduled, deadline)
+                .await
+                .map_err(HandlerError::Store),
+            Err(error) => Err(error),
         };
         let outcome = match result {
             Ok(()) => {
@@ -647,17 +660,16 @@ impl Worker {
         claimed: &Claimed,
         deadline: Timestamp,
     ) -> RunEnd {
-        let update: Update = match serde_json::from_slice(&record.body) {
-            Ok(update) => update,
-            Err(e) => {
-                let error = HandlerError::permanent(format!("update does not decode: {e}"));
-                return RunEnd {
-                    result: Err(error),
-                    summary: ActionSummary::default(),
-                    unwritten: Vec::new(),
-                    state: None,
-                };
-            }
+        let ended = |result| RunEnd {
+            result,
+            summary: ActionSummary::default(),
+            unwritten: Vec::new(),
+            state: None,
+            scheduled: Vec::new(),
+        };
+        let event = match Event::read(&claimed.lease.key.bot_id, group, &record.body) {
+            Ok(event) => event,
+            Err(error) => return ended(Err(error)),
         };
         let cutoff = Timestamp(deadline.0.saturating_sub(
             u64::try_from(self.settings.deadline_margin.as_millis()).unwrap_or(u64::MAX),
@@ -673,16 +685,34 @@ impl Worker {
             clock: &*self.ports.clock,
             cutoff,
             max_inline_wait: self.settings.max_inline_wait,
+            timers: self.ports.timers.is_some(),
         });
-        let acknowledged_callback = match &update.kind {
-            UpdateKind::CallbackQuery(query) if self.settings.ack_callbacks => {
-                Some(query.id.0.clone())
-            }
-            _ => None,
-        };
-        ctx.acknowledged_by_webhook(acknowledged_callback);
         let budget = cutoff.since(self.ports.clock.now());
-        let run = AssertUnwindSafe(runtime.handler.handle(update, &mut ctx)).catch_unwind();
+        let run = match event {
+            Event::Update(update) => {
+                let acknowledged_callback = match &update.kind {
+                    UpdateKind::CallbackQuery(query) if self.settings.ack_callbacks => {
+                        Some(query.id.0.clone())
+                    }
+                    _ => None,
+                };
+                ctx.acknowledged_by_webhook(acknowledged_callback);
+                AssertUnwindSafe(runtime.handler.handle(*update, &mut ctx))
+                    .catch_unwind()
+                    .boxed()
+            }
+            Event::Timer(message) => match ctx.fire(&message) {
+                Some(fired) => AssertUnwindSafe(runtime.handler.timer(fired, &mut ctx))
+                    .catch_unwind()
+                    .boxed(),
+                None => {
+                    // Cancelled, replaced by a later schedule of its key, or handed over by a run
+                    // that never settled: the chat's state does not name it, so it does not run.
+                    info!(key = %message.key, "the timer is no longer pending in its chat; acknowledged without running");
+                    return ended(Ok(()));
+                }
+            },
+        };
         let result = match tokio::time::timeout(budget, run).await {
             Ok(Ok(result)) => result,
             Ok(Err(panic)) => Err(HandlerError::Panicked(panic_message(&panic))),
@@ -692,8 +722,25 @@ impl Worker {
             summary: ctx.summary(),
             unwritten: ctx.take_unwritten(),
             state: ctx.take_state_write(),
+            scheduled: ctx.take_scheduled(),
             result,
         }
+    }
+
+    /// Hands a finished run's timers to the scheduler before its `DONE` settle, patiently: a timer
+    /// handed over for a run that then fails to settle is harmless (the chat's state does not name
+    /// it), but one missing after the settle would be lost.
+    async fn hand_over_timers(
+        &self,
+        scheduled: &[TimerMessage],
+        deadline: Timestamp,
+    ) -> Result<(), PortError> {
+        let Some(timers) = self.ports.timers.as_ref().filter(|_| !scheduled.is_empty()) else {
+            return Ok(());
+        };
+        let now = self.ports.clock.now();
+        self.patiently("schedule timers", deadline, || timers.schedule(scheduled, now))
+            .await
     }
 
     /// Settles a run that ends `DONE` — finished (with its state), or its recipient gone — and
@@ -1122,6 +1169,25 @@ struct RunEnd {
     unwritten: Vec<ActionOutcome>,
     /// The group's new state, if the handler set one.
     state: Option<StateWrite>,
+    /// The timers the run scheduled, handed over before the settle.
+    scheduled: Vec<TimerMessage>,
+}
+
+/// What a queue message brings the bot: one of Telegram's updates, or one of its own timers.
+enum Event {
+    Update(Box<Update>),
+    Timer(TimerMessage),
+}
+
+impl Event {
+    fn read(bot_id: &BotId, group: &GroupKey, body: &[u8]) -> Result<Self, HandlerError> {
+        if let Some(timer) = TimerMessage::parse(bot_id, group, body) {
+            return Ok(Event::Timer(timer));
+        }
+        serde_json::from_slice(body)
+            .map(|update| Event::Update(Box::new(update)))
+            .map_err(|e| HandlerError::permanent(format!("update does not decode: {e}")))
+    }
 }
 
 /// Reads the bot, group and update id a message belongs to; an unreadable message becomes a
@@ -1134,7 +1200,7 @@ fn identify(record: &QueueRecord) -> Result<(RecordKey, GroupKey), Box<DeadLette
             e.to_string(),
         ))
     })?;
-    let envelope = Envelope::parse(&record.body).map_err(|poison| {
+    let envelope = Envelope::parse_queued(&record.body).map_err(|poison| {
         Box::new(DeadLetter::poison(
             bot_id.clone(),
             record.body.clone(),

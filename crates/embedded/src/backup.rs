@@ -15,7 +15,8 @@ use redb::{
 use serde::{Deserialize, Serialize};
 
 use crate::schema::{
-    AUDIT, DEAD, DEAD_IDS, DEDUP, META, OUTBOX, POLLER_LEASES, QUEUE, RECORDS, RECORD_EXPIRY,
+    AUDIT, DEAD, DEAD_IDS, DEDUP, META, OUTBOX, POLLER_LEASES, QUEUE, RECORDS, RECORD_EXPIRY, TIMERS,
+    TIMER_IDS,
     STATES,
 };
 use crate::{EmbeddedStore, StoreError};
@@ -241,6 +242,8 @@ fn write_copy(read: &ReadTransaction, path: &Path) -> Result<u64, StoreError> {
         + copy_table(read, &write, AUDIT)?
         + copy_table(read, &write, STATES)?
         + copy_table(read, &write, POLLER_LEASES)?
+        + copy_table_if_there(read, &write, TIMERS)?
+        + copy_table_if_there(read, &write, TIMER_IDS)?
         + copy_table(read, &write, META)?;
     write.commit()?;
     drop(db);

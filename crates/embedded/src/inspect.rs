@@ -184,7 +184,7 @@ impl EmbeddedStore {
             Ok((bot, group)) => (bot.to_string(), group.to_string()),
             Err(_) => (String::from("?"), message.group.to_string()),
         };
-        let update_id = Envelope::parse(&body).ok().map(|e| e.update_id);
+        let update_id = Envelope::parse_queued(&body).ok().map(|e| e.update_id);
         let record = match (BotId::new(bot_id.clone()), update_id) {
             (Ok(bot), Some(update_id)) => {
                 let pk = RecordKey::new(bot, update_id).pk();

@@ -34,6 +34,7 @@ mod queue;
 mod records;
 mod retention;
 mod schema;
+mod timers;
 mod writer;
 
 pub use backup::{Backup, Restored};
@@ -44,6 +45,7 @@ pub use lease::EmbeddedPollerLease;
 pub use offline::OfflineBotApi;
 pub use open::StoreOptions;
 pub use retention::Purged;
+pub use timers::{Cancelled, PendingTimer};
 
 use handle::{DbHandle, Health};
 use writer::Writer;
@@ -62,6 +64,8 @@ pub struct EmbeddedStore {
     holds: std::sync::Mutex<std::collections::HashMap<u64, std::time::Instant>>,
     ttl: Duration,
     clock: Arc<dyn Clock>,
+    /// Notified when a timer is handed over, so the timer loop looks at the earliest due again.
+    timers_changed: tokio::sync::Notify,
 }
 
 /// What [`EmbeddedStore::recover`] released.

@@ -14,7 +14,7 @@ use crate::handle::{Db, DbHandle, Health};
 use crate::queue::QueueIndex;
 use crate::schema::{
     seq, AUDIT, DEAD, DEAD_IDS, DEDUP, META, OUTBOX, POLLER_LEASES, QUEUE, RECORDS, RECORD_EXPIRY,
-    SCHEMA_1_SEQUENCES, SCHEMA_VERSION, STATES, UPGRADABLE_FROM,
+    SCHEMA_1_SEQUENCES, SCHEMA_VERSION, STATES, TIMERS, TIMER_IDS, UPGRADABLE_FROM,
 };
 use crate::writer::{Settings, Writer};
 use crate::{EmbeddedStore, StoreError, FILE_NAME};
@@ -101,6 +101,7 @@ impl EmbeddedStore {
             health,
             ttl: options.ttl,
             clock: options.clock,
+            timers_changed: Default::default(),
         }))
     }
 
@@ -155,6 +156,7 @@ impl EmbeddedStore {
             health: Arc::new(Health::default()),
             ttl: options.ttl,
             clock: options.clock,
+            timers_changed: Default::default(),
         }))
     }
 }
@@ -351,6 +353,8 @@ fn prepare(db: &Database, path: &Path) -> Result<(), StoreError> {
     txn.open_table(AUDIT)?;
     txn.open_table(STATES)?;
     txn.open_table(POLLER_LEASES)?;
+    txn.open_table(TIMERS)?;
+    txn.open_table(TIMER_IDS)?;
     {
         let mut meta = txn.open_table(META)?;
         let found = meta.get(seq::SCHEMA)?.map(|v| v.value());
@@ -359,7 +363,7 @@ fn prepare(db: &Database, path: &Path) -> Result<(), StoreError> {
                 meta.insert(seq::SCHEMA, SCHEMA_VERSION)?;
             }
             Some(version) if version == SCHEMA_VERSION => {}
-            // Versions 4 and 5 only added tables (created above) and new kinds of values: a file
+            // Versions 4, 5 and 6 only added tables (created above) and new kinds of values: a file
             // of version 3 or 4 lacks tables, and nothing it holds changes meaning.
             Some(version) if UPGRADABLE_FROM.contains(&version) => {
                 meta.insert(seq::SCHEMA, SCHEMA_VERSION)?;

@@ -23,11 +23,13 @@ use tgq_core::state::StoredState;
 /// Version 3 records actions with their delivery and a compact outcome, the runs' fencing and
 /// throttling, and the burial of a dead record; dead letters name their reason from a closed set.
 /// Version 4 adds the group states and steps' JSON results. Version 5 adds the pollers' leases and
-/// their offset checkpoints. A file of version 3 or 4 is upgraded in place when it is opened: it
-/// only lacks tables, and nothing it holds changes meaning.
-pub(crate) const SCHEMA_VERSION: u64 = 5;
+/// their offset checkpoints. Version 6 adds the timers and the chats' timer part of their state. A
+/// file of version 3, 4 or 5 is upgraded in place when it is opened: it only lacks tables, and
+/// nothing it holds changes meaning. An older tgq refuses a file of version 6, which it would
+/// rewrite without the chats' timers.
+pub(crate) const SCHEMA_VERSION: u64 = 6;
 /// The earlier versions a file is upgraded from in place.
-pub(crate) const UPGRADABLE_FROM: [u64; 2] = [3, 4];
+pub(crate) const UPGRADABLE_FROM: [u64; 3] = [3, 4, 5];
 
 /// Update records by `RecordKey::pk()`: framed `StoredRecord` + payload.
 pub(crate) const RECORDS: TableDefinition<&str, &[u8]> = TableDefinition::new("records");
@@ -60,6 +62,11 @@ pub(crate) const POLLER_LEASES: TableDefinition<&str, &[u8]> =
     TableDefinition::new("poller_leases");
 /// Named numbers: the schema version, the next values of the id sequences, and the durable totals.
 pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+/// Timers kept until due, in due order, `(due, dedup id)`: framed `StoredTimer` + the timer
+/// update's body. The timer loop takes them from the front.
+pub(crate) const TIMERS: TableDefinition<(u64, &str), &[u8]> = TableDefinition::new("timers");
+/// The kept timers' dedup ids, with when each is due: a timer handed over again is kept once.
+pub(crate) const TIMER_IDS: TableDefinition<&str, u64> = TableDefinition::new("timer_ids");
 /// Where schema 1 kept its version (and sequences), to recognise a file of that layout.
 pub(crate) const SCHEMA_1_SEQUENCES: &str = "sequences";
 
@@ -224,6 +231,9 @@ pub(crate) fn decode_record(value: &[u8]) -> Result<UpdateRecord, CodecError> {
 struct StoredStateMeta {
     format: String,
     version: u64,
+    /// tgq's part of the state (timers, flow); absent in files of older versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    time: Option<String>,
 }
 
 /// The stored form of a group state.
@@ -231,6 +241,7 @@ pub(crate) fn encode_state(state: &StoredState) -> Result<Vec<u8>, CodecError> {
     let meta = StoredStateMeta {
         format: state.format.clone(),
         version: state.version,
+        time: state.time.clone(),
     };
     frame(&meta, state.json.as_bytes())
 }
@@ -242,6 +253,7 @@ pub(crate) fn decode_state(value: &[u8]) -> Result<StoredState, CodecError> {
         format: meta.format,
         json: String::from_utf8(json.to_vec()).map_err(invalid)?,
         version: meta.version,
+        time: meta.time,
     })
 }
 

@@ -54,7 +54,12 @@ pub use teloxide_core::{payloads, requests::Payload, types};
 pub use tgq_core::error::BoxError;
 pub use tgq_core::handlers::HandlerRegistry;
 pub use tgq_core::state::{ChatState, StateError};
+pub use tgq_core::flow::Flow;
 pub use tgq_core::telegram::TelegramError;
+pub use tgq_core::timer::{
+    Fired, TimerError, When, MAX_TIMERS_PER_CHAT, MAX_TIMER_DELAY, MAX_TIMER_KEY_BYTES,
+    MAX_TIMER_PAYLOAD_BYTES,
+};
 pub use tgq_core::upload::{Upload, UploadError, MAX_DOWNLOAD_BYTES, MAX_UPLOAD_BYTES};
 pub use tgq_core::{BotConfig, Context, Handler, HandlerError};
 pub use tgq_router::{
@@ -69,8 +74,8 @@ pub use teloxide;
 /// The names a bot uses: `use tgq::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        async_trait, teloxide, BotCommands, BotConfig, BoxError, ChatState, Context, Handler,
-        HandlerError, HandlerRegistry, Keyboard, Replies, Route, Router, Upload,
+        async_trait, teloxide, BotCommands, BotConfig, BoxError, ChatState, Context, Fired, Flow,
+        Handler, HandlerError, HandlerRegistry, Keyboard, Replies, Route, Router, Upload,
     };
     pub use teloxide_core::payloads::setters::*;
     pub use teloxide_core::payloads::*;

@@ -47,6 +47,7 @@ async fn main() -> Result<(), Error> {
         clock: Arc::new(SystemClock),
         reset: store.clone(),
         audit: store,
+        timers: None,
     };
     let worker = Worker::new(config.settings.clone(), ports, Arc::new(bots));
     let worker = &worker;

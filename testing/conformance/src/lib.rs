@@ -85,6 +85,7 @@ macro_rules! conformance_tests {
             audit_entries_come_back_newest_first_without_the_expired_ones,
             a_held_letter_is_hidden_until_released_and_a_removed_one_is_gone,
             a_claim_returns_the_state_its_group_s_last_done_settle_wrote,
+            the_chat_s_timers_part_is_written_and_read_with_its_state,
             a_state_write_from_a_stale_read_is_a_conflict_and_writes_nothing,
             outcomes_written_at_once_come_back_with_the_next_claim_and_are_fenced,
             a_recipient_gone_settle_is_done_and_keeps_why,
@@ -653,6 +654,7 @@ fn done_with(group: &GroupKey, json: &str, read_version: u64) -> Settlement {
             format: "conf/v1".into(),
             json: json.into(),
             read_version,
+            time: None,
         }),
     }
 }
@@ -662,6 +664,7 @@ fn stored(json: &str, version: u64) -> Option<StoredState> {
         format: "conf/v1".into(),
         json: json.into(),
         version,
+        time: None,
     })
 }
 
@@ -701,6 +704,35 @@ pub async fn a_claim_returns_the_state_its_group_s_last_done_settle_wrote(a: Ada
     let elsewhere = record(&fresh_key(), fresh_group("t").as_str());
     let run = claim(&a, &elsewhere, now(), Duration::from_secs(30)).await;
     assert_eq!(run.state, None, "each group has its own state");
+}
+
+/// tgq's part of a state (the chat's pending timers and flow) is written with the bot's value in
+/// the same settle and comes back with the next claim; a write without it clears it.
+pub async fn the_chat_s_timers_part_is_written_and_read_with_its_state(a: Adapters) {
+    let group = fresh_group("tm");
+    let time = r#"{"timers":{"remind":{"id":-12,"due":1800000060000}}}"#;
+    let first = record(&fresh_key(), group.as_str());
+    let run = claim(&a, &first, now(), Duration::from_secs(30)).await;
+    let mut write = done_with(&group, "null", 0);
+    if let Settlement::Done { state: Some(state) } = &mut write {
+        state.format = StoredState::NO_VALUE.into();
+        state.time = Some(time.into());
+    }
+    a.ledger.settle(&run.lease, &write, &[]).await.unwrap();
+
+    let second = record(&fresh_key(), group.as_str());
+    let run = claim(&a, &second, now(), Duration::from_secs(30)).await;
+    let state = run.state.clone().expect("the timers were written as the group's state");
+    assert_eq!(state.time.as_deref(), Some(time));
+    assert!(!state.has_value(), "only tgq's part was written");
+    a.ledger
+        .settle(&run.lease, &done_with(&group, r#"{"n":1}"#, 1), &[])
+        .await
+        .unwrap();
+
+    let third = record(&fresh_key(), group.as_str());
+    let run = claim(&a, &third, now(), Duration::from_secs(30)).await;
+    assert_eq!(run.state, stored(r#"{"n":1}"#, 2), "the timers part is gone");
 }
 
 /// A settle whose state write starts from a version that is no longer stored is refused as a

@@ -36,6 +36,9 @@
 //! - **Crash** the next run after a number of its actions ([`TestBot::crash_after`]), then run it
 //!   again; the kit shows what a killed process would have left (see [`crash`]).
 //! - **State**: read and set a chat's state by chat id ([`TestBot::state`], [`TestBot::set_state`]).
+//! - **Time**: [`TestBot::advance`] moves the kit's clock and runs the timers (and flow
+//!   timeouts) that fall due, in their chats, as the scheduler would deliver them;
+//!   [`TestBot::timers`] lists a chat's pending ones.
 //! - **Files**: each [`Sent`] lists what it uploaded (name, size, hash); [`TestBot::put_file`]
 //!   gives the bot a file a user sent, for `ctx.download`.
 //!
@@ -63,7 +66,8 @@ use tgq_core::ports::{QueueRecord, ReceiptHandle};
 use tgq_core::record::Timestamp;
 use tgq_core::state::StoredState;
 use tgq_core::worker::{RecordOutcome, Worker, WorkerPorts, WorkerSettings};
-use tgq_memory::{worker_ports, MemoryDeadLetters, MemoryStore};
+use tgq_core::timer::ChatTime;
+use tgq_memory::{worker_ports, MemoryDeadLetters, MemoryStore, MemoryTimers};
 
 use api::KitApi;
 pub use api::{Call, Failure, Sent};
@@ -83,6 +87,7 @@ pub struct TestBot {
     api: Arc<KitApi>,
     store: Arc<MemoryStore>,
     dead: Arc<MemoryDeadLetters>,
+    timers: Arc<MemoryTimers>,
     clock: ManualClock,
     crash: Arc<CrashSwitch>,
     next_update_id: i64,
@@ -200,12 +205,14 @@ impl TestBot {
         let dead = Arc::new(MemoryDeadLetters::new());
         let clock = ManualClock::at(Timestamp(1_800_000_000_000));
         let crash = Arc::new(CrashSwitch::default());
+        let timers = Arc::new(MemoryTimers::new());
         // The in-memory worker's ports, its ledger dying where the switch says.
         let ports = WorkerPorts {
             ledger: Arc::new(CrashingLedger {
                 inner: store.clone(),
                 switch: crash.clone(),
             }),
+            timers: Some(timers.clone()),
             ..worker_ports(&store, dead.clone(), Arc::new(clock.clone()))
         };
         let worker = Worker::new(
@@ -219,6 +226,7 @@ impl TestBot {
             api,
             store,
             dead,
+            timers,
             clock,
             crash,
             next_update_id: 1,
@@ -290,6 +298,47 @@ impl TestBot {
         self.deliver(update).await
     }
 
+    /// Moves the kit's clock on by `by` and runs every timer that is then due, earliest first,
+    /// each in its chat, as the scheduler delivers them: a cancelled or replaced timer arrives and
+    /// is acknowledged without running, as on a deployment. Returns the runs.
+    pub async fn advance(&mut self, by: Duration) -> Vec<Ran> {
+        self.clock.advance(by);
+        let mut runs = Vec::new();
+        // A timer a run schedules already due (a time in the past) runs in the same call.
+        loop {
+            let due = self.timers.take_due(self.clock.now());
+            if due.is_empty() {
+                return runs;
+            }
+            for timer in due {
+                let update: Value =
+                    serde_json::from_slice(&timer.body()).expect("a timer's body is JSON");
+                runs.push(self.deliver(update).await);
+            }
+        }
+    }
+
+    /// The chat's pending timers, by key, with when each is due, as the last finished update left
+    /// them.
+    pub fn timers(&self, chat: i64) -> Vec<(String, Timestamp)> {
+        let stored = self.store.state(&self.state_key(chat));
+        let time = ChatTime::decode(stored.as_ref().and_then(|s| s.time.as_deref()));
+        time.timers
+            .into_iter()
+            .map(|(key, pending)| (key, Timestamp(pending.due)))
+            .collect()
+    }
+
+    /// How many timers the scheduler holds, not yet due: what runs handed over, each id once.
+    pub fn timers_held(&self) -> usize {
+        self.timers.held().len()
+    }
+
+    /// The kit's clock: where [`TestBot::advance`] has moved it.
+    pub fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+
     /// Makes the next call that meets `call` fail with `failure`.
     pub fn fail(&mut self, call: Call, failure: Failure) -> &mut Self {
         self.api.fail(call, failure);
@@ -328,7 +377,10 @@ impl TestBot {
     /// The chat's state, as the last finished update left it. Panics when it is stored under
     /// another format than `T`'s.
     pub fn state<T: ChatState>(&self, chat: i64) -> Option<T> {
-        let stored = self.store.state(&self.state_key(chat))?;
+        let stored = self
+            .store
+            .state(&self.state_key(chat))
+            .filter(StoredState::has_value)?;
         assert_eq!(
             stored.format,
             T::FORMAT,
@@ -341,13 +393,15 @@ impl TestBot {
     /// Sets the chat's state, as if an earlier update had left it.
     pub fn set_state<T: ChatState>(&mut self, chat: i64, value: &T) {
         let key = self.state_key(chat);
-        let version = self.store.state(&key).map_or(0, |s| s.version) + 1;
+        let stored = self.store.state(&key);
+        let version = stored.as_ref().map_or(0, |s| s.version) + 1;
         self.store.put_state(
             key,
             StoredState {
                 format: T::FORMAT.to_owned(),
                 json: serde_json::to_string(value).expect("state serializes"),
                 version,
+                time: stored.and_then(|s| s.time),
             },
         );
     }
@@ -419,7 +473,7 @@ impl TestBot {
     fn queue_record(&mut self, update: &Value) -> QueueRecord {
         let id = update["update_id"].as_i64().unwrap_or_default();
         let body = Bytes::from(update.to_string());
-        let group = match Envelope::parse(&body) {
+        let group = match Envelope::parse_queued(&body) {
             Ok(envelope) => MessageGroupId::new(&self.bot_id, &envelope.group),
             Err(_) => MessageGroupId::from_raw(format!("{}:poison", self.bot_id)),
         };

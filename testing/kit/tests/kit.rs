@@ -213,3 +213,6 @@ async fn a_file_a_user_sent_is_downloaded_and_one_over_twenty_megabytes_is_refus
     }
     assert!(refused.sent.is_empty());
 }
+
+#[path = "kit/time.rs"]
+mod time;

@@ -111,5 +111,6 @@ pub fn worker_ports(
         clock,
         reset: store.clone(),
         audit: store.clone(),
+        timers: Some(Arc::new(crate::MemoryTimers::new())),
     }
 }

@@ -12,6 +12,7 @@ mod lease;
 mod outage;
 mod queue;
 mod store;
+mod timers;
 mod visibility;
 
 pub use bot_api::{RecordedCall, RecordingBotApi};
@@ -22,4 +23,5 @@ pub use lease::MemoryPollerLease;
 pub use outage::{Fault, Outage};
 pub use queue::MemoryQueue;
 pub use store::MemoryStore;
+pub use timers::MemoryTimers;
 pub use visibility::RecordingVisibility;

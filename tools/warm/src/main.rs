@@ -159,6 +159,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             clock: clock.clone(),
             reset: store.clone(),
             audit: store,
+            timers: None,
         },
         Arc::new(OneBot::new(api, Arc::new(EchoBot))),
     );

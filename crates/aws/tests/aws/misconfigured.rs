@@ -88,6 +88,7 @@ async fn a_missing_table_answers_503_buries_nothing_and_the_retry_goes_through_o
             ledger: store.clone(),
             reset: store.clone(),
             audit: store,
+            timers: None,
             visibility: e.queue.clone(),
             dead: e.dlq.clone(),
             pacer: Arc::new(Pacer::new(RateLimits::UNLIMITED)),

@@ -87,6 +87,7 @@ fn rig() -> Rig {
             clock: Arc::new(clock.clone()),
             reset: store.clone(),
             audit: store.clone(),
+            timers: None,
         },
         Arc::new(OneBot::new(api.clone(), bot.clone())),
     );

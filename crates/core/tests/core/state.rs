@@ -158,6 +158,7 @@ async fn a_state_another_writer_changed_after_the_claim_is_not_overwritten_and_t
         format: "tally/v1".into(),
         json: r#"{"count":40}"#.into(),
         version: 7,
+        time: None,
     };
     let written = theirs.clone();
     *bot.meddle.lock() = Some(Box::new(move || store.put_state(state_of(10), written)));
@@ -183,6 +184,7 @@ async fn a_state_stored_under_another_format_is_refused_naming_both_and_left_as_
         format: "tally/v0".into(),
         json: r#"{"n":5}"#.into(),
         version: 2,
+        time: None,
     };
     harness.store.put_state(state_of(10), old.clone());
     let report = harness.run(&[text(1, 10)]).await;

@@ -199,6 +199,7 @@ fn rig_built(limits: RateLimits, store_patience: Duration, api: RecordingBotApi)
         clock: Arc::new(clock.clone()),
         reset: store.clone(),
         audit: store.clone(),
+        timers: None,
     };
     let settings = WorkerSettings {
         retry: RetryPolicy::default(),

@@ -3,4 +3,5 @@
 mod conformance;
 mod damage_and_backup;
 mod store;
+mod timers;
 mod worker;

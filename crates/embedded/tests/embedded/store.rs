@@ -545,6 +545,7 @@ async fn a_store_of_the_previous_layout_is_upgraded_in_place_keeping_its_records
             format: "tally/v1".into(),
             json: r#"{"count":1}"#.into(),
             read_version: 0,
+            time: None,
         }),
     };
     store.settle(&lease, &done, &[]).await.unwrap();
@@ -563,7 +564,7 @@ async fn a_store_of_the_previous_layout_is_upgraded_in_place_keeping_its_records
         .unwrap()
         .unwrap()
         .value();
-    assert_eq!(version, 5);
+    assert_eq!(version, 6);
 }
 
 #[tokio::test]

@@ -51,6 +51,7 @@ async fn an_offline_reply_costs_the_worker_three_writes_claim_send_and_settle() 
             clock: Arc::new(clock.clone()),
             reset: store.clone(),
             audit: store.clone(),
+            timers: None,
         },
         Arc::new(OneBot::new(
             Arc::new(OfflineBotApi::new(store.clone())),

@@ -65,6 +65,7 @@ async fn rig_with(more: &[(&str, &str)]) -> Rig {
         clock: Arc::new(SystemClock),
         reset: store.clone(),
         audit: store.clone(),
+        timers: None,
     };
     Rig {
         worker: Worker::new(

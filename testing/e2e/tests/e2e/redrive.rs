@@ -104,6 +104,7 @@ where
         ledger: store.clone(),
         reset: store.clone(),
         audit: store,
+        timers: None,
         visibility,
         dead,
         pacer: Arc::new(Pacer::new(RateLimits::UNLIMITED)),
