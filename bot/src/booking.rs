@@ -39,9 +39,14 @@ impl Flow for Booking {
 
 /// `/book`: starts the form (again, if the chat was in it).
 pub async fn start(message: &Message, ctx: &mut Context<'_>) -> Result<(), HandlerError> {
-    ctx.wait(&Booking::Name, ANSWER_WITHIN)?;
-    ctx.reply(message, "Booking: what name should it be under? (/cancel leaves)")
-        .await
+    if let Err(error) = ctx.wait(&Booking::Name, ANSWER_WITHIN) {
+        return crate::without_timers(error, message, ctx).await;
+    }
+    ctx.reply(
+        message,
+        "Booking: what name should it be under? (/cancel leaves)",
+    )
+    .await
 }
 
 /// A text while the chat is in the form: the name, when the form asks for one. `false` when the
@@ -56,7 +61,10 @@ pub async fn text(
     };
     let name = text.trim().to_owned();
     let dates = DATES.iter().fold(Keyboard::new(), |keys, date| {
-        keys.push(InlineKeyboardButton::callback(*date, format!("date:{date}")))
+        keys.push(InlineKeyboardButton::callback(
+            *date,
+            format!("date:{date}"),
+        ))
     });
     ctx.wait(&Booking::Date { name: name.clone() }, ANSWER_WITHIN)?;
     ctx.reply_with(message, format!("Which day for {name}?"), dates)
@@ -72,7 +80,9 @@ pub async fn date(
 ) -> Result<(), HandlerError> {
     let (Some(Booking::Date { name }), Some(message)) = (ctx.flow::<Booking>()?, &query.message)
     else {
-        return ctx.answer(query, "That booking is over; /book starts one.").await;
+        return ctx
+            .answer(query, "That booking is over; /book starts one.")
+            .await;
     };
     ctx.answer(query, date).await?;
     let yes_no = Keyboard::new()
@@ -97,7 +107,9 @@ pub async fn confirm(
     let (Some(Booking::Confirm { name, date }), Some(message)) =
         (ctx.flow::<Booking>()?, &query.message)
     else {
-        return ctx.answer(query, "That booking is over; /book starts one.").await;
+        return ctx
+            .answer(query, "That booking is over; /book starts one.")
+            .await;
     };
     ctx.answer(query, "").await?;
     ctx.end_flow();
@@ -155,17 +167,27 @@ mod tests {
     async fn the_form_asks_a_name_then_a_date_then_a_confirmation_and_books() {
         let mut bot = TestBot::new(handlers()).await;
         let asked = bot.text(ADA, "/book").await;
-        assert!(asked.texts()[0].starts_with("Booking: what name"), "{asked:?}");
+        assert!(
+            asked.texts()[0].starts_with("Booking: what name"),
+            "{asked:?}"
+        );
         at_confirm(&mut bot).await;
         let booked = bot.press(ADA, "Yes").await;
         assert_eq!(booked.texts(), ["Booked: Ada Lovelace, Tomorrow."]);
-        assert!(bot.timers(ADA).is_empty(), "the form's timeout went with it");
+        assert!(
+            bot.timers(ADA).is_empty(),
+            "the form's timeout went with it"
+        );
         assert_eq!(
             bot.text(ADA, "hello").await.texts(),
             ["You said: hello"],
             "the form is over"
         );
-        assert!(bot.advance(ANSWER_WITHIN).await.iter().all(|r| r.sent.is_empty()));
+        assert!(bot
+            .advance(ANSWER_WITHIN)
+            .await
+            .iter()
+            .all(|r| r.sent.is_empty()));
     }
 
     #[tokio::test]
@@ -178,8 +200,14 @@ mod tests {
             ["Which day for Grace?"],
             "the form still waits for the name after /help"
         );
-        assert_eq!(bot.text(ADA, "/cancel").await.texts(), ["Booking cancelled."]);
-        assert_eq!(bot.text(ADA, "/cancel").await.texts(), ["Nothing to cancel."]);
+        assert_eq!(
+            bot.text(ADA, "/cancel").await.texts(),
+            ["Booking cancelled."]
+        );
+        assert_eq!(
+            bot.text(ADA, "/cancel").await.texts(),
+            ["Nothing to cancel."]
+        );
         let late = bot.press(ADA, "Today").await;
         assert_eq!(
             late.calls("answerCallbackQuery")[0].params["text"],
@@ -194,7 +222,10 @@ mod tests {
         bot.advance(ANSWER_WITHIN / 2).await;
         bot.text(ADA, "Ada").await;
         assert!(
-            bot.advance(ANSWER_WITHIN / 2).await.iter().all(|r| r.sent.is_empty()),
+            bot.advance(ANSWER_WITHIN / 2)
+                .await
+                .iter()
+                .all(|r| r.sent.is_empty()),
             "answering moved the timeout on"
         );
         let dropped = bot.advance(ANSWER_WITHIN / 2).await;
@@ -211,19 +242,28 @@ mod tests {
     async fn a_retried_or_repeated_answer_moves_the_form_once() {
         let mut bot = TestBot::new(handlers()).await;
         bot.text(ADA, "/book").await;
-        bot.fail(Call::method("sendMessage"), Failure::api(502, "Bad Gateway"));
+        bot.fail(
+            Call::method("sendMessage"),
+            Failure::api(502, "Bad Gateway"),
+        );
         let failed = bot.text(ADA, "Ada").await;
         assert!(matches!(failed.outcome, Outcome::Retrying(_)), "{failed:?}");
         let again = bot.again().await;
-        assert_eq!(again.texts(), ["Which day for Ada?"], "still at the name on the retry");
+        assert_eq!(
+            again.texts(),
+            ["Which day for Ada?"],
+            "still at the name on the retry"
+        );
         assert_eq!(bot.again().await.outcome, Outcome::AlreadyDone);
         bot.press(ADA, "Today").await;
         bot.crash_after(1);
         assert_eq!(bot.press(ADA, "Yes").await.outcome, Outcome::Crashed);
         let booked = bot.again().await;
         assert_eq!(booked.texts(), ["Booked: Ada, Today."]);
-        assert_eq!(bot.press(ADA, "Yes").await.calls("answerCallbackQuery")[0].params["text"],
-            "That booking is over; /book starts one.");
+        assert_eq!(
+            bot.press(ADA, "Yes").await.calls("answerCallbackQuery")[0].params["text"],
+            "That booking is over; /book starts one."
+        );
     }
 
     #[tokio::test]

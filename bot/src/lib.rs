@@ -168,10 +168,14 @@ async fn remind(what: &str, message: &Message, ctx: &mut Context<'_>) -> Result<
         .and_then(|(n, rest)| Some((n.parse::<u32>().ok()?, rest.trim())));
     let (minutes, what) = counted.unwrap_or((1, what.trim()));
     if what.is_empty() {
-        return ctx.reply(message, "Remind you of what? Try /remind 10 tea").await;
+        return ctx
+            .reply(message, "Remind you of what? Try /remind 10 tea")
+            .await;
     }
     let delay = std::time::Duration::from_secs(60 * u64::from(minutes));
-    ctx.schedule("remind", delay, &what)?;
+    if let Err(error) = ctx.schedule("remind", delay, &what) {
+        return without_timers(error, message, ctx).await;
+    }
     ctx.reply(message, format!("I will remind you in {minutes} min."))
         .await
 }
@@ -240,6 +244,23 @@ async fn shout_inline(query: &InlineQuery, ctx: &mut Context<'_>) -> Result<(), 
     ctx.send(AnswerInlineQuery::new(query.id.clone(), results))
         .await?;
     Ok(())
+}
+
+/// Says so when the deployment has no timers (tgq on AWS schedules none yet); any other refusal
+/// fails the update as it is.
+async fn without_timers(
+    error: HandlerError,
+    message: &Message,
+    ctx: &mut Context<'_>,
+) -> Result<(), HandlerError> {
+    match error {
+        HandlerError::Timer(tgq::TimerError::Unavailable(_)) => {
+            let text =
+                "Reminders and the booking form need timers, which this deployment does not have.";
+            ctx.reply(message, text).await
+        }
+        other => Err(other),
+    }
 }
 
 fn bad_command_reply(error: &ParseError) -> String {

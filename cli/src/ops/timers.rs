@@ -109,9 +109,17 @@ async fn list(args: ListArgs) -> anyhow::Result<()> {
     for timer in &timers {
         let due = match timer.due.checked_sub(now.0) {
             Some(ms) => format!("in {}", human(ms / 1000)),
-            None => format!("{} ago (queued, or waiting behind the chat)", human((now.0 - timer.due) / 1000)),
+            None => format!(
+                "{} ago (queued, or waiting behind the chat)",
+                human((now.0 - timer.due) / 1000)
+            ),
         };
-        outln!("{:<12} {:<16} {:<24} {due}", timer.bot_id, timer.chat, timer.key);
+        outln!(
+            "{:<12} {:<16} {:<24} {due}",
+            timer.bot_id,
+            timer.chat,
+            timer.key
+        );
     }
     Ok(())
 }
@@ -129,7 +137,9 @@ async fn cancel(args: CancelArgs) -> anyhow::Result<()> {
     let dir = local_only(&args.target)?;
     let bot = match args.bot {
         Some(bot) => bot,
-        None => std::env::var("TGQ_BOT_ID").unwrap_or_else(|_| crate::config::LOCAL_BOT_ID.to_owned()),
+        None => {
+            std::env::var("TGQ_BOT_ID").unwrap_or_else(|_| crate::config::LOCAL_BOT_ID.to_owned())
+        }
     };
     let request = CancelRequest {
         bot,
@@ -167,8 +177,7 @@ pub async fn cancel_here(
     store: &EmbeddedStore,
     request: &CancelRequest,
 ) -> anyhow::Result<CancelView> {
-    let bot = BotId::new(request.bot.clone())
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let bot = BotId::new(request.bot.clone()).map_err(|e| anyhow::anyhow!("{e}"))?;
     let done = store
         .cancel_timer(&bot, &GroupKey::new(request.chat.clone()), &request.key)
         .await?;

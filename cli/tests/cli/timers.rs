@@ -109,7 +109,11 @@ async fn a_due_timer_waits_behind_its_chat_s_running_update_and_a_cancelled_one_
         .await;
     assert_eq!(
         texts_by_chat(&local).await[&7],
-        ["echo 1: /later 300 soon", "echo 2: /slow 2000 hold", "echo timer 1: /later 300 soon"],
+        [
+            "echo 1: /later 300 soon",
+            "echo 2: /slow 2000 hold",
+            "echo timer 1: /later 300 soon"
+        ],
         "the timer fell due while chat 7's slow update ran, and waited for it"
     );
 
@@ -119,11 +123,29 @@ async fn a_due_timer_waits_behind_its_chat_s_running_update_and_a_cancelled_one_
     let cancel = ["timers", "cancel", "8", "later:3", "--data-dir", data_dir];
     let (status, out, stderr) = run(&[], &cancel);
     assert!(status.success(), "{stderr}");
-    assert!(out.contains("cancelled timer \"later:3\" of chat 8"), "{out}");
+    assert!(
+        out.contains("cancelled timer \"later:3\" of chat 8"),
+        "{out}"
+    );
     let (status, _, stderr) = run(&[], &cancel);
     assert!(!status.success());
     assert!(stderr.contains("no pending timer"), "{stderr}");
     let (_, listed, _) = run(&[], &["timers", "list", "--data-dir", data_dir]);
     assert!(listed.contains("no pending timers"), "{listed}");
     local.terminate().await;
+}
+
+#[test]
+fn timers_on_a_stack_are_refused_saying_aws_keeps_none() {
+    for args in [
+        &["timers", "list", "--stack", "tgq"][..],
+        &["timers", "cancel", "42", "remind", "--stack", "tgq"][..],
+    ] {
+        let (status, _, stderr) = run(&[], args);
+        assert!(!status.success(), "{args:?}");
+        assert!(
+            stderr.contains("a deployment on AWS does not schedule timers yet"),
+            "{stderr}"
+        );
+    }
 }

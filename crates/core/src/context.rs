@@ -29,6 +29,7 @@ pub const MADE_AGAIN_AFTER_UNKNOWN_OUTCOME: &str = "action has an unknown outcom
 use crate::clock::Clock;
 use crate::error::error_chain;
 use crate::failure::HandlerError;
+use crate::flow::{Flow, FLOW_TIMEOUT_KEY};
 use crate::ids::{GroupKey, RecordKey, StateKey};
 use crate::pacer::Pacer;
 use crate::ports::{Lease, UpdateLedger};
@@ -36,16 +37,15 @@ use crate::record::{
     ActionIntent, ActionOutcome, ActionRecord, ActionResult, ActionState, Delivery, Timestamp,
     MAX_STEP_RESULT_BYTES,
 };
-use crate::flow::{Flow, FLOW_TIMEOUT_KEY};
 use crate::state::{self, ChatState, StateWrite, StoredState};
+use crate::telegram::{
+    chat_id_of, method_name, offline_result, sends_a_message, ActionRef, ApiCall, BotApi,
+    CallError, TelegramError,
+};
 use crate::timer::{
     timer_id, ChatTime, Fired, FlowAt, Pending, TimerError, TimerMessage, When,
     MAX_TIMERS_PER_CHAT, MAX_TIMER_DELAY, MAX_TIMER_KEY_BYTES, MAX_TIMER_PAYLOAD_BYTES,
     RESERVED_KEY_PREFIX,
-};
-use crate::telegram::{
-    chat_id_of, method_name, offline_result, sends_a_message, ActionRef, ApiCall, BotApi,
-    CallError, TelegramError,
 };
 use crate::upload::Upload;
 
@@ -335,10 +335,11 @@ impl<'a> Context<'a> {
             }
             .into());
         }
-        let payload = serde_json::to_value(payload).map_err(|source| TimerError::Unserializable {
-            key: key.to_owned(),
-            source,
-        })?;
+        let payload =
+            serde_json::to_value(payload).map_err(|source| TimerError::Unserializable {
+                key: key.to_owned(),
+                source,
+            })?;
         Ok(self.schedule_timer(key, when.into(), payload)?)
     }
 
@@ -385,9 +386,13 @@ impl<'a> Context<'a> {
         }
         let key_ref = &self.run.lease.key;
         let id = timer_id(&key_ref.bot_id, self.run.group, key, key_ref.update_id);
-        self.time
-            .timers
-            .insert(owned(), Pending { id: id.0, due: due.0 });
+        self.time.timers.insert(
+            owned(),
+            Pending {
+                id: id.0,
+                due: due.0,
+            },
+        );
         self.time_changed = true;
         self.scheduled.insert(
             owned(),

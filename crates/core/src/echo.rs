@@ -9,7 +9,8 @@
 //!   permanently and `/fail transient` fails it transiently on every run, both before any send;
 //!   `/slow MS …` waits MS milliseconds before replying; `/later MS …` replies, and schedules a
 //!   timer MS milliseconds ahead that sends `echo timer U: T` when it fires (its key is
-//!   `later:U`, so a chat can have several);
+//!   `later:U`, so a chat can have several); `/at MS …` does the same for a timer due at MS
+//!   milliseconds since the epoch;
 //! - a button press with data `D` → `answerCallbackQuery`, then `sendMessage(C, "echo U: callback D")`;
 //! - anything else → nothing is sent.
 
@@ -22,7 +23,8 @@ use teloxide_core::types::{AllowedUpdate, ChatId, Message, Update, UpdateKind};
 use crate::context::Context;
 use crate::failure::HandlerError;
 use crate::handler::Handler;
-use crate::timer::Fired;
+use crate::record::Timestamp;
+use crate::timer::{Fired, When};
 
 /// The built-in echo bot.
 #[derive(Clone, Copy, Debug, Default)]
@@ -76,6 +78,15 @@ impl Handler for EchoBot {
     }
 }
 
+/// The first word of `text` as a number (0 when it is not one): the drill and the bench follow it
+/// with words of their own.
+fn first_number(text: &str) -> u64 {
+    text.split_whitespace()
+        .next()
+        .and_then(|word| word.parse().ok())
+        .unwrap_or(0)
+}
+
 /// What the echo bot sends when the timer of `/later` update `update_id` with text `text` fires.
 pub fn timer_reply_text(update_id: i64, text: &str) -> String {
     format!("echo timer {update_id}: {text}")
@@ -109,18 +120,14 @@ async fn on_text(
             .unwrap_or(0);
         tokio::time::sleep(Duration::from_millis(ms)).await;
     }
-    if let Some(rest) = text.strip_prefix("/later ") {
-        let ms: u64 = rest
-            .split_whitespace()
-            .next()
-            .and_then(|word| word.parse().ok())
-            .unwrap_or(0);
+    let timer = match (text.strip_prefix("/later "), text.strip_prefix("/at ")) {
+        (Some(rest), _) => Some(When::In(Duration::from_millis(first_number(rest)))),
+        (_, Some(rest)) => Some(When::At(Timestamp(first_number(rest)))),
+        _ => None,
+    };
+    if let Some(when) = timer {
         let payload = serde_json::json!({ "update_id": update_id, "text": text });
-        ctx.schedule(
-            &format!("later:{update_id}"),
-            Duration::from_millis(ms),
-            &payload,
-        )?;
+        ctx.schedule(&format!("later:{update_id}"), when, &payload)?;
     }
     ctx.send(reply).await?;
     Ok(())

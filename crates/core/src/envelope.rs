@@ -239,9 +239,13 @@ mod tests {
 
     #[test]
     fn a_timer_update_queues_in_its_chat_but_is_poison_from_the_webhook() {
-        let body = br#"{"update_id":-7,"tgq_timer":{"chat":{"id":42},"key":"k","due":1,"payload":null}}"#;
+        let body =
+            br#"{"update_id":-7,"tgq_timer":{"chat":{"id":42},"key":"k","due":1,"payload":null}}"#;
         let queued = Envelope::parse_queued(body).unwrap();
-        assert_eq!((queued.kind.as_str(), queued.group.as_str()), (TIMER_KIND, "42"));
+        assert_eq!(
+            (queued.kind.as_str(), queued.group.as_str()),
+            (TIMER_KIND, "42")
+        );
         assert_eq!(queued.update_id, UpdateId(-7));
         assert_eq!(Envelope::parse(body).unwrap_err(), Poison::NotFromTelegram);
     }

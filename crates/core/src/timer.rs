@@ -88,7 +88,9 @@ pub enum TimerError {
         ahead: Duration,
     },
     /// The payload is over [`MAX_TIMER_PAYLOAD_BYTES`] as JSON.
-    #[error("timer {key:?} has a {size} byte payload, over the {MAX_TIMER_PAYLOAD_BYTES} byte limit")]
+    #[error(
+        "timer {key:?} has a {size} byte payload, over the {MAX_TIMER_PAYLOAD_BYTES} byte limit"
+    )]
     PayloadTooLarge {
         /// The key.
         key: String,
@@ -117,7 +119,9 @@ pub enum TimerError {
     #[error("the chat already has {MAX_TIMERS_PER_CHAT} timers pending, the most a chat may have; cancel one or reuse a key")]
     TooMany,
     /// The update has no chat (an inline query, a poll): a timer needs a chat to come back to.
-    #[error("the update's group {group:?} is not a chat; only updates with a chat can schedule timers")]
+    #[error(
+        "the update's group {group:?} is not a chat; only updates with a chat can schedule timers"
+    )]
     NoChat {
         /// The update's group.
         group: String,
@@ -327,7 +331,10 @@ mod tests {
         assert_eq!(id, timer_id(&bot(), &group, "remind", UpdateId(10)));
         assert_ne!(id, timer_id(&bot(), &group, "remind", UpdateId(11)));
         assert_ne!(id, timer_id(&bot(), &group, "other", UpdateId(10)));
-        assert_ne!(id, timer_id(&bot(), &GroupKey::new("43"), "remind", UpdateId(10)));
+        assert_ne!(
+            id,
+            timer_id(&bot(), &GroupKey::new("43"), "remind", UpdateId(10))
+        );
     }
 
     #[test]
@@ -343,8 +350,10 @@ mod tests {
         };
         let parsed = TimerMessage::parse(&bot(), &message.group, &message.body()).unwrap();
         assert_eq!(parsed, message);
-        assert!(TimerMessage::parse(&bot(), &message.group, br#"{"update_id":1,"message":{}}"#)
-            .is_none());
+        assert!(
+            TimerMessage::parse(&bot(), &message.group, br#"{"update_id":1,"message":{}}"#)
+                .is_none()
+        );
     }
 
     #[test]

@@ -29,9 +29,8 @@ use crate::pacer::Pacer;
 use crate::patience::patiently;
 use crate::policy::{self, within_visibility_ceiling, FailedRun, Jitter, RetryPolicy, Verdict};
 use crate::ports::{
-    TimerScheduler,
     Claim, ClaimRequest, Claimed, DeadLetters, Final, QueueRecord, Reset, ResetRequest, ResetRule,
-    Settlement, UpdateLedger, UpdateReset, Visibility,
+    Settlement, TimerScheduler, UpdateLedger, UpdateReset, Visibility,
 };
 use crate::record::{ActionOutcome, Timestamp};
 use crate::state::StateWrite;
@@ -739,8 +738,10 @@ impl Worker {
             return Ok(());
         };
         let now = self.ports.clock.now();
-        self.patiently("schedule timers", deadline, || timers.schedule(scheduled, now))
-            .await
+        self.patiently("schedule timers", deadline, || {
+            timers.schedule(scheduled, now)
+        })
+        .await
     }
 
     /// Settles a run that ends `DONE` — finished (with its state), or its recipient gone — and

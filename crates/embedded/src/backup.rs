@@ -15,9 +15,8 @@ use redb::{
 use serde::{Deserialize, Serialize};
 
 use crate::schema::{
-    AUDIT, DEAD, DEAD_IDS, DEDUP, META, OUTBOX, POLLER_LEASES, QUEUE, RECORDS, RECORD_EXPIRY, TIMERS,
-    TIMER_IDS,
-    STATES,
+    AUDIT, DEAD, DEAD_IDS, DEDUP, META, OUTBOX, POLLER_LEASES, QUEUE, RECORDS, RECORD_EXPIRY,
+    STATES, TIMERS, TIMER_IDS,
 };
 use crate::{EmbeddedStore, StoreError};
 

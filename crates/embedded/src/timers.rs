@@ -167,8 +167,8 @@ impl EmbeddedStore {
         for entry in read.open_table(STATES)?.iter()? {
             let (key, value) = entry?;
             let pk = key.value();
-            let state = decode_state(value.value())
-                .map_err(StoreError::corrupt(format!("state {pk}")))?;
+            let state =
+                decode_state(value.value()).map_err(StoreError::corrupt(format!("state {pk}")))?;
             let Some((bot_id, chat)) = StateKey::split_pk(pk) else {
                 continue;
             };

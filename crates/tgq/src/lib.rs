@@ -52,9 +52,9 @@ use teloxide_core::types::{CallbackQuery, Message};
 pub use async_trait::async_trait;
 pub use teloxide_core::{payloads, requests::Payload, types};
 pub use tgq_core::error::BoxError;
+pub use tgq_core::flow::Flow;
 pub use tgq_core::handlers::HandlerRegistry;
 pub use tgq_core::state::{ChatState, StateError};
-pub use tgq_core::flow::Flow;
 pub use tgq_core::telegram::TelegramError;
 pub use tgq_core::timer::{
     Fired, TimerError, When, MAX_TIMERS_PER_CHAT, MAX_TIMER_DELAY, MAX_TIMER_KEY_BYTES,

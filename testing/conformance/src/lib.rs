@@ -722,7 +722,10 @@ pub async fn the_chat_s_timers_part_is_written_and_read_with_its_state(a: Adapte
 
     let second = record(&fresh_key(), group.as_str());
     let run = claim(&a, &second, now(), Duration::from_secs(30)).await;
-    let state = run.state.clone().expect("the timers were written as the group's state");
+    let state = run
+        .state
+        .clone()
+        .expect("the timers were written as the group's state");
     assert_eq!(state.time.as_deref(), Some(time));
     assert!(!state.has_value(), "only tgq's part was written");
     a.ledger
@@ -732,7 +735,11 @@ pub async fn the_chat_s_timers_part_is_written_and_read_with_its_state(a: Adapte
 
     let third = record(&fresh_key(), group.as_str());
     let run = claim(&a, &third, now(), Duration::from_secs(30)).await;
-    assert_eq!(run.state, stored(r#"{"n":1}"#, 2), "the timers part is gone");
+    assert_eq!(
+        run.state,
+        stored(r#"{"n":1}"#, 2),
+        "the timers part is gone"
+    );
 }
 
 /// A settle whose state write starts from a version that is no longer stored is refused as a

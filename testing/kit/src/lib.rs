@@ -65,8 +65,8 @@ use tgq_core::ids::{BotId, GroupKey, MessageGroupId, StateKey};
 use tgq_core::ports::{QueueRecord, ReceiptHandle};
 use tgq_core::record::Timestamp;
 use tgq_core::state::StoredState;
-use tgq_core::worker::{RecordOutcome, Worker, WorkerPorts, WorkerSettings};
 use tgq_core::timer::ChatTime;
+use tgq_core::worker::{RecordOutcome, Worker, WorkerPorts, WorkerSettings};
 use tgq_memory::{worker_ports, MemoryDeadLetters, MemoryStore, MemoryTimers};
 
 use api::KitApi;

@@ -58,7 +58,8 @@ impl TimerScheduler for MemoryTimers {
         self.outage.check("schedule timers")?;
         let mut held = self.held.lock();
         for timer in timers {
-            held.entry(timer.dedup_id()).or_insert_with(|| timer.clone());
+            held.entry(timer.dedup_id())
+                .or_insert_with(|| timer.clone());
         }
         *self.handed_over.lock() += timers.len() as u64;
         Ok(())

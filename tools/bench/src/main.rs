@@ -12,6 +12,7 @@ mod report;
 mod server;
 mod stats;
 mod system;
+mod timers;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -53,6 +54,10 @@ struct Args {
     /// Run only the drain phase (a backlog handled by the worker alone) and print its figures.
     #[arg(long)]
     drain_only: bool,
+    /// Run only the timers phase: this many chats each schedule a timer, all due within one
+    /// minute; prints how late they fired and whether each fired exactly once.
+    #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "10000")]
+    timers_only: Option<u64>,
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -96,11 +101,14 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .prefix("run-")
         .tempdir_in(&parent)
         .with_context(|| format!("cannot create a directory in {}", parent.display()))?;
-    let measured = match args.drain_only {
-        true => phases::drain(&tgq, run_dir.path(), &plan)
+    let measured = match (args.timers_only, args.drain_only) {
+        (Some(timers), _) => timers::timers(&tgq, run_dir.path(), timers)
+            .await
+            .and_then(|figures| figures.check().map(|()| figures.summary())),
+        (None, true) => phases::drain(&tgq, run_dir.path(), &plan)
             .await
             .map(|drain| drain.summary()),
-        false => measure(&tgq, run_dir.path(), &plan, args.quick, load_at_start)
+        (None, false) => measure(&tgq, run_dir.path(), &plan, args.quick, load_at_start)
             .await
             .map(|report| match args.markdown {
                 true => report.markdown(),

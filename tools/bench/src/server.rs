@@ -186,6 +186,20 @@ impl Server {
         format!("{}/webhook", self.base)
     }
 
+    /// GETs an admin route and returns its `result`.
+    pub async fn admin(&self, route: &str) -> anyhow::Result<Value> {
+        let answer = self
+            .client
+            .get(format!("{}{route}", self.base))
+            .send()
+            .await?;
+        if !answer.status().is_success() {
+            anyhow::bail!("{route} answered {}", answer.status());
+        }
+        let body: Value = answer.json().await?;
+        Ok(body["result"].clone())
+    }
+
     /// The webhook secret the process was started with.
     pub fn secret(&self) -> &str {
         &self.secret

@@ -56,8 +56,8 @@ async fn a_timer_is_kept_until_due_then_queued_in_its_chat_once_though_handed_ov
     let store = open(dir.path(), &clock);
     let due = START.plus(MINUTE);
     let remind = timer(42, "remind", due);
-    store.schedule(&[remind.clone()], START).await.unwrap();
-    store.schedule(&[remind.clone()], START).await.unwrap();
+    store.schedule(std::slice::from_ref(&remind), START).await.unwrap();
+    store.schedule(std::slice::from_ref(&remind), START).await.unwrap();
     assert_eq!(store.next_timer_due().unwrap(), Some(due));
     assert_eq!(store.fire_due_timers(START, 100).await.unwrap(), 0);
 
@@ -66,7 +66,10 @@ async fn a_timer_is_kept_until_due_then_queued_in_its_chat_once_though_handed_ov
     assert_eq!(delivered.len(), 1);
     assert_eq!(delivered[0].body, remind.body());
     assert_eq!(delivered[0].group_id.as_str(), "demo:42");
-    assert_eq!(store.fire_due_timers(due.plus(MINUTE), 100).await.unwrap(), 0);
+    assert_eq!(
+        store.fire_due_timers(due.plus(MINUTE), 100).await.unwrap(),
+        0
+    );
     assert_eq!(store.next_timer_due().unwrap(), None);
 }
 
@@ -113,10 +116,18 @@ async fn a_due_timer_waits_behind_its_chat_s_message_in_flight() {
     let key = RecordKey::new(bot(), UpdateId(5));
     let body = Bytes::from_static(br#"{"update_id":5,"message":{"chat":{"id":42}}}"#);
     store
-        .enqueue(&OutgoingMessage::for_update(&key, &GroupKey::new("42"), body))
+        .enqueue(&OutgoingMessage::for_update(
+            &key,
+            &GroupKey::new("42"),
+            body,
+        ))
         .await
         .unwrap();
-    assert_eq!(receive(&store).await.len(), 1, "the chat's update is in flight");
+    assert_eq!(
+        receive(&store).await.len(),
+        1,
+        "the chat's update is in flight"
+    );
     store
         .schedule(&[timer(42, "k", START), timer(43, "k", START)], START)
         .await
@@ -166,7 +177,10 @@ async fn a_pending_timer_is_listed_and_a_cancel_removes_it_and_moves_the_state_s
 
     let pending = store.pending_timers(10).unwrap();
     assert_eq!(pending.len(), 1);
-    assert_eq!((pending[0].chat.as_str(), pending[0].key.as_str()), ("42", "remind"));
+    assert_eq!(
+        (pending[0].chat.as_str(), pending[0].key.as_str()),
+        ("42", "remind")
+    );
     assert_eq!(
         store.cancel_timer(&bot(), &group, "remind").await.unwrap(),
         Cancelled::Cancelled
@@ -187,6 +201,10 @@ async fn a_pending_timer_is_listed_and_a_cancel_removes_it_and_moves_the_state_s
         panic!("the claim runs");
     };
     let state = next.state.unwrap();
-    assert_eq!((state.version, state.json.as_str()), (2, "{}"), "the bot's value is kept");
+    assert_eq!(
+        (state.version, state.json.as_str()),
+        (2, "{}"),
+        "the bot's value is kept"
+    );
     assert_eq!(state.time, None);
 }
