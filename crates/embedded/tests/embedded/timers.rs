@@ -56,8 +56,14 @@ async fn a_timer_is_kept_until_due_then_queued_in_its_chat_once_though_handed_ov
     let store = open(dir.path(), &clock);
     let due = START.plus(MINUTE);
     let remind = timer(42, "remind", due);
-    store.schedule(std::slice::from_ref(&remind), START).await.unwrap();
-    store.schedule(std::slice::from_ref(&remind), START).await.unwrap();
+    store
+        .schedule(std::slice::from_ref(&remind), START)
+        .await
+        .unwrap();
+    store
+        .schedule(std::slice::from_ref(&remind), START)
+        .await
+        .unwrap();
     assert_eq!(store.next_timer_due().unwrap(), Some(due));
     assert_eq!(store.fire_due_timers(START, 100).await.unwrap(), 0);
 
