@@ -194,7 +194,7 @@ impl Server {
             .send()
             .await?;
         if !answer.status().is_success() {
-            anyhow::bail!("{route} answered {}", answer.status());
+            bail!("{route} answered {}", answer.status());
         }
         let body: Value = answer.json().await?;
         Ok(body["result"].clone())
@@ -217,16 +217,7 @@ impl Server {
 
     /// `/admin/status`.
     pub async fn status(&self) -> anyhow::Result<Status> {
-        let answer = self
-            .client
-            .get(format!("{}/admin/status", self.base))
-            .send()
-            .await?;
-        if !answer.status().is_success() {
-            bail!("/admin/status answered {}", answer.status());
-        }
-        let body: Value = answer.json().await?;
-        Status::from_json(&body["result"])
+        Status::from_json(&self.admin("/admin/status").await?)
     }
 
     /// Waits until `done` holds for the status, polling; fails after `timeout`.
