@@ -22,7 +22,8 @@ pub fn endpoint() -> String {
         Ok(url) if !url.is_empty() => url,
         _ => panic!(
             "{ENDPOINT_VAR} is not set: the end-to-end tests need an AWS emulator. Run scripts/test \
-             (it starts moto server), or start `.venv/bin/moto_server -H 127.0.0.1 -p 5099` and export \
+             (it starts moto server), or start `.venv/bin/python scripts/moto_server.py -H 127.0.0.1 -p \
+             5099` and export \
              {ENDPOINT_VAR}=http://127.0.0.1:5099 AWS_ACCESS_KEY_ID=testing \
              AWS_SECRET_ACCESS_KEY=testing AWS_REGION=us-east-1"
         ),

@@ -20,7 +20,7 @@ pub struct Emulator {
 
 impl Emulator {
     /// `AWS_ENDPOINT_URL` when set (it must answer), else a moto server started from
-    /// `<workspace>/.venv/bin/moto_server`. Either way the SDK's environment (endpoint, region,
+    /// `<workspace>/scripts/moto_server.py` on the `.venv`'s Python. Either way the SDK's environment (endpoint, region,
     /// test credentials) is set for the rest of the process, as the Lambda functions read it.
     pub async fn start(workspace: &Path) -> anyhow::Result<Emulator> {
         let emulator = match std::env::var("AWS_ENDPOINT_URL") {
@@ -43,7 +43,7 @@ impl Emulator {
             }
             if let Some(child) = &mut emulator.child {
                 if let Some(status) = child.try_wait()? {
-                    bail!("moto_server exited before it listened: {status}");
+                    bail!("moto server exited before it listened: {status}");
                 }
             }
             if started.elapsed() > START_TIMEOUT {
@@ -68,18 +68,21 @@ impl Emulator {
     }
 
     fn spawn(workspace: &Path) -> anyhow::Result<Emulator> {
-        let program = workspace.join(".venv/bin/moto_server");
-        if !program.is_file() {
+        let program = workspace.join(".venv/bin/python");
+        let script = workspace.join("scripts/moto_server.py");
+        if !program.is_file() || !script.is_file() {
             bail!(
-                "AWS_ENDPOINT_URL is not set and {} is missing: run scripts/test once (it installs \
-                 moto into .venv) or point AWS_ENDPOINT_URL at a running moto server",
-                program.display()
+                "AWS_ENDPOINT_URL is not set and {} or {} is missing: run scripts/test once (it \
+                 installs moto into .venv) or point AWS_ENDPOINT_URL at a running moto server",
+                program.display(),
+                script.display()
             );
         }
         let port = TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))?
             .local_addr()?
             .port();
         let child = Command::new(&program)
+            .arg(&script)
             .args(["-H", "127.0.0.1", "-p", &port.to_string()])
             .stdout(Stdio::null())
             .stderr(Stdio::null())

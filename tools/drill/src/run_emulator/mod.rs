@@ -55,7 +55,7 @@ impl Emulator {
             Ok(url) if !url.is_empty() => url,
             _ => bail!(
                 "AWS_ENDPOINT_URL is not set: the emulator target needs moto. Start \
-                 `.venv/bin/moto_server -H 127.0.0.1 -p 5099` and export \
+                 `.venv/bin/python scripts/moto_server.py -H 127.0.0.1 -p 5099` and export \
                  AWS_ENDPOINT_URL=http://127.0.0.1:5099 AWS_ACCESS_KEY_ID=testing \
                  AWS_SECRET_ACCESS_KEY=testing AWS_REGION=us-east-1"
             ),
