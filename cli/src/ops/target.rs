@@ -71,6 +71,8 @@ pub struct Deployment {
     pub bots_parameter_prefix: Option<String>,
     /// `BotWebhookUrlPrefix`: a registry bot's webhook URL is this followed by its id.
     pub bot_webhook_url_prefix: Option<String>,
+    /// `ScheduleGroupName`: the schedules of timers due later than 15 minutes.
+    pub schedule_group: Option<String>,
 }
 
 impl TargetArgs {
@@ -113,6 +115,7 @@ impl Deployment {
             bot_id: None,
             bots_parameter_prefix: None,
             bot_webhook_url_prefix: None,
+            schedule_group: None,
         })
     }
 
@@ -159,6 +162,7 @@ impl Deployment {
             bot_id: output("BotId"),
             bots_parameter_prefix: output("BotsParameterPrefix"),
             bot_webhook_url_prefix: output("BotWebhookUrlPrefix"),
+            schedule_group: output("ScheduleGroupName"),
             sdk,
         })
     }

@@ -1,15 +1,15 @@
-//! `tgq timers list | cancel`: the chats' pending timers in local mode's store. While `tgq local`
-//! runs, the running instance answers through its admin routes.
+//! `tgq timers list | cancel`: the chats' pending timers, in local mode's store (while `tgq local`
+//! runs, the running instance answers through its admin routes) or in a stack's table.
 
 use anyhow::bail;
 use clap::{Args, Subcommand};
 use serde::{Deserialize, Serialize};
 use tgq_core::clock::{Clock as _, SystemClock};
-use tgq_core::ids::{BotId, GroupKey};
+use tgq_core::ids::{BotId, GroupKey, StateKey, UpdateId};
 use tgq_embedded::{Cancelled, EmbeddedStore, PendingTimer};
 
 use super::client::{self, Local};
-use super::target::TargetArgs;
+use super::target::{Deployment, Target, TargetArgs};
 use super::DEFAULT_LIMIT;
 
 /// `tgq timers …`.
@@ -77,25 +77,31 @@ pub async fn run(command: TimersCommand) -> anyhow::Result<()> {
     }
 }
 
-fn local_only(target: &TargetArgs) -> anyhow::Result<std::path::PathBuf> {
-    if target.stack.is_some() || target.table.is_some() {
-        bail!(
-            "timers are kept by local mode's store only: a deployment on AWS does not schedule \
-             timers yet (a handler's schedule there is refused), so a stack has none to list or cancel"
-        );
-    }
-    Ok(target.data_dir.clone())
-}
-
 async fn list(args: ListArgs) -> anyhow::Result<()> {
-    let dir = local_only(&args.target)?;
     let limit = args.limit;
-    let route = format!("/admin/timers?limit={limit}");
-    let (timers, _) = client::read(&dir, &route, move |store: &EmbeddedStore| {
-        Ok(store.pending_timers(limit)?)
-    })
-    .await?;
-    let timers: Vec<PendingTimer> = timers;
+    let timers: Vec<PendingTimer> = match args.target.resolve().await? {
+        Target::Local(dir) => {
+            let route = format!("/admin/timers?limit={limit}");
+            let (timers, _) = client::read(&dir, &route, move |store: &EmbeddedStore| {
+                Ok(store.pending_timers(limit)?)
+            })
+            .await?;
+            timers
+        }
+        Target::Aws(deployment) => deployment
+            .store()
+            .pending_timers(limit)
+            .await?
+            .into_iter()
+            .map(|t| PendingTimer {
+                bot_id: t.bot_id,
+                chat: t.chat,
+                key: t.key,
+                due: t.due,
+                id: t.id,
+            })
+            .collect(),
+    };
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&timers)?);
         return Ok(());
@@ -134,25 +140,32 @@ fn human(secs: u64) -> String {
 }
 
 async fn cancel(args: CancelArgs) -> anyhow::Result<()> {
-    let dir = local_only(&args.target)?;
+    let target = args.target.resolve().await?;
+    let default_bot = match &target {
+        Target::Aws(deployment) => deployment.bot_id.clone(),
+        Target::Local(_) => None,
+    };
     let bot = match args.bot {
         Some(bot) => bot,
-        None => {
-            std::env::var("TGQ_BOT_ID").unwrap_or_else(|_| crate::config::LOCAL_BOT_ID.to_owned())
-        }
+        None => default_bot
+            .or_else(|| std::env::var("TGQ_BOT_ID").ok())
+            .unwrap_or_else(|| crate::config::LOCAL_BOT_ID.to_owned()),
     };
     let request = CancelRequest {
         bot,
         chat: args.chat,
         key: args.key,
     };
-    let view: CancelView = match client::open(&dir, client::Access::Write).await? {
-        Local::Store(store) => {
-            let cancelled = cancel_here(&store, &request).await;
-            client::close(store).await;
-            cancelled?
-        }
-        Local::Running(addr) => client::post(addr, "/admin/timers/cancel", &request).await?,
+    let view: CancelView = match target {
+        Target::Local(dir) => match client::open(&dir, client::Access::Write).await? {
+            Local::Store(store) => {
+                let cancelled = cancel_here(&store, &request).await;
+                client::close(store).await;
+                cancelled?
+            }
+            Local::Running(addr) => client::post(addr, "/admin/timers/cancel", &request).await?,
+        },
+        Target::Aws(deployment) => cancel_on_stack(&deployment, &request).await?,
     };
     match (args.json, view.cancelled) {
         (true, _) => outln!("{}", serde_json::to_string_pretty(&view)?),
@@ -170,6 +183,31 @@ async fn cancel(args: CancelArgs) -> anyhow::Result<()> {
         ),
     }
     Ok(())
+}
+
+/// Cancels in a stack's table, then deletes the timer's schedule if it has one that has not
+/// fired: without it the schedule fires and the timer is acknowledged without running, so a
+/// failure to delete it is only said.
+async fn cancel_on_stack(
+    deployment: &Deployment,
+    request: &CancelRequest,
+) -> anyhow::Result<CancelView> {
+    let bot = BotId::new(request.bot.clone()).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let key = StateKey::new(bot.clone(), GroupKey::new(request.chat.clone()));
+    let Some(id) = deployment.store().cancel_timer(&key, &request.key).await? else {
+        return Ok(CancelView { cancelled: false });
+    };
+    if let Some(group) = &deployment.schedule_group {
+        let client = aws_sdk_scheduler::Client::new(&deployment.sdk);
+        if let Err(error) = tgq_aws::delete_schedule(&client, group, &bot, UpdateId(id)).await {
+            errln!(
+                "the timer is cancelled; its schedule, if it has one, was not deleted ({}): it will \
+                 fire and be acknowledged without running",
+                tgq_core::error::error_chain(&error)
+            );
+        }
+    }
+    Ok(CancelView { cancelled: true })
 }
 
 /// Cancels on a store this process holds: the CLI's own, or the running instance's.

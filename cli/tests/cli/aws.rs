@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_sqs::types::MessageSystemAttributeName;
 use bytes::Bytes;
 use common::{message_update, run};
@@ -1425,5 +1426,113 @@ async fn deploy_keeps_the_secrets_deploys_sets_the_webhook_and_runs_again_in_pla
     assert!(
         ssm_value(&sdk, &token_parameter).await.is_some(),
         "kept without --delete-parameters"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn timers_on_a_stack_are_listed_and_cancelled_in_the_chats_state_and_lose_their_schedule() {
+    let sdk = emulator::sdk_config().await;
+    let scheduler = aws_sdk_scheduler::Client::new(&sdk);
+    let group = format!("timers-{}", std::process::id());
+    let _ = scheduler.create_schedule_group().name(&group).send().await;
+    let deployed = deploy(
+        "timers",
+        "1:TIMERS",
+        &[("BotId", "demo"), ("ScheduleGroupName", group.as_str())],
+    )
+    .await;
+    let due = SystemClock.now().0 + 3_600_000;
+    let time = json!({"timers": {
+        "remind": {"id": -255, "due": due},
+        "later": {"id": -256, "due": due + 60_000},
+    }});
+    let item = std::collections::HashMap::from([
+        ("pk".to_owned(), AttributeValue::S("demo#state#42".into())),
+        ("format".to_owned(), AttributeValue::S("json".into())),
+        ("value".to_owned(), AttributeValue::S("{}".into())),
+        ("version".to_owned(), AttributeValue::N("3".into())),
+        ("time".to_owned(), AttributeValue::S(time.to_string())),
+    ]);
+    let dynamo = aws_sdk_dynamodb::Client::new(&sdk);
+    dynamo
+        .put_item()
+        .table_name(&deployed.resources.table)
+        .set_item(Some(item))
+        .send()
+        .await
+        .unwrap();
+    // The schedule a timer due in an hour has (the worker names it so).
+    let name = tgq_aws::schedule_name(&BotId::new("demo").unwrap(), UpdateId(-255));
+    scheduler
+        .create_schedule()
+        .name(&name)
+        .group_name(&group)
+        .schedule_expression("at(2030-01-01T00:00:00)")
+        .flexible_time_window(
+            aws_sdk_scheduler::types::FlexibleTimeWindow::builder()
+                .mode(aws_sdk_scheduler::types::FlexibleTimeWindowMode::Off)
+                .build()
+                .unwrap(),
+        )
+        .target(
+            aws_sdk_scheduler::types::Target::builder()
+                .arn("arn:aws:sqs:us-east-1:123456789012:timers")
+                .role_arn("arn:aws:iam::123456789012:role/scheduler")
+                .input("{}")
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+
+    let listed = deployed.json(&["timers", "list"]);
+    let keys: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(keys, ["remind", "later"], "earliest first: {listed}");
+    assert_eq!(listed[0]["chat"], "42");
+    assert_eq!(listed[0]["bot_id"], "demo");
+
+    let cancelled = deployed.tgq(&[], &["timers", "cancel", "42", "remind"]);
+    assert!(
+        cancelled.contains("cancelled timer \"remind\" of chat 42"),
+        "{cancelled}"
+    );
+    let state = dynamo
+        .get_item()
+        .table_name(&deployed.resources.table)
+        .key("pk", AttributeValue::S("demo#state#42".into()))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap()
+        .item
+        .unwrap();
+    assert_eq!(
+        state["version"],
+        AttributeValue::N("4".into()),
+        "a run that read 3 is refused"
+    );
+    let left: Value = serde_json::from_str(state["time"].as_s().unwrap()).unwrap();
+    assert!(left["timers"].get("remind").is_none() && left["timers"].get("later").is_some());
+    let schedule = scheduler
+        .get_schedule()
+        .name(&name)
+        .group_name(&group)
+        .send()
+        .await;
+    assert!(schedule.is_err(), "the schedule is deleted: {schedule:?}");
+
+    let mut again = vec!["timers", "cancel", "42", "remind", "--stack"];
+    again.push(deployed.name.as_str());
+    let (status, _, stderr) = run(&[], &again);
+    assert!(!status.success());
+    assert!(
+        stderr.contains("has no pending timer \"remind\""),
+        "{stderr}"
     );
 }

@@ -134,18 +134,3 @@ async fn a_due_timer_waits_behind_its_chat_s_running_update_and_a_cancelled_one_
     assert!(listed.contains("no pending timers"), "{listed}");
     local.terminate().await;
 }
-
-#[test]
-fn timers_on_a_stack_are_refused_saying_aws_keeps_none() {
-    for args in [
-        &["timers", "list", "--stack", "tgq"][..],
-        &["timers", "cancel", "42", "remind", "--stack", "tgq"][..],
-    ] {
-        let (status, _, stderr) = run(&[], args);
-        assert!(!status.success(), "{args:?}");
-        assert!(
-            stderr.contains("a deployment on AWS does not schedule timers yet"),
-            "{stderr}"
-        );
-    }
-}

@@ -607,6 +607,21 @@ impl DynamoStore {
         })
     }
 
+    /// The client, for the other parts of the crate that work on the table.
+    pub(crate) fn client(&self) -> &aws_sdk_dynamodb::Client {
+        &self.client
+    }
+
+    /// The table's name.
+    pub(crate) fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// [`DynamoStore::read_state`], for the other parts of the crate.
+    pub(crate) async fn state_of(&self, key: &StateKey) -> Result<Option<StoredState>, PortError> {
+        self.read_state(key).await
+    }
+
     /// The state of a group, if one was ever written.
     async fn read_state(&self, key: &StateKey) -> Result<Option<StoredState>, PortError> {
         self.read_item(item::state_key(key))

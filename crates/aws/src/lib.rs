@@ -1,11 +1,12 @@
 //! tgq's AWS adapters: update records in DynamoDB ([`DynamoStore`]), the pollers' lease in the same
 //! table ([`DynamoPollerLease`]), the updates queue and the dead-letter queue on SQS FIFO
-//! ([`SqsQueue`]), secrets from SSM Parameter Store
+//! ([`SqsQueue`]), timers on a standard queue and EventBridge Scheduler ([`AwsTimers`]), secrets from SSM Parameter Store
 //! ([`resolve_secret`]), the bot registry under one SSM prefix ([`SsmRegistry`]), and what both functions set up the same way: the client configuration
 //! ([`aws_config`]), their logs ([`init_logging`]) and their metrics ([`init_metrics`]). Every SDK type stays
 //! inside this crate: the ports speak only `tgq_core` types, and [`PortError`](tgq_core::PortError)
 //! says whether a failure is worth retrying.
 
+mod chat_timers;
 mod dynamo;
 mod error;
 mod item;
@@ -16,6 +17,7 @@ mod metrics;
 mod registry;
 mod secret;
 mod sqs;
+mod timers;
 
 use std::time::Duration;
 
@@ -25,6 +27,7 @@ use aws_config::{BehaviorVersion, SdkConfig};
 use aws_smithy_http_client::tls;
 use aws_smithy_runtime_api::client::http::SharedHttpClient;
 
+pub use chat_timers::StackTimer;
 pub use dynamo::DynamoStore;
 pub use lease::DynamoPollerLease;
 pub use letter::dead_letter_marks;
@@ -33,6 +36,9 @@ pub use metrics::init_metrics;
 pub use registry::SsmRegistry;
 pub use secret::{resolve_secret, SecretError};
 pub use sqs::SqsQueue;
+pub use timers::{
+    delete_schedule, schedule_name, AwsTimers, Schedules, SqsTimerQueue, SCHEDULE_LEAD,
+};
 
 /// Longest wait for a connection to an AWS endpoint.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);

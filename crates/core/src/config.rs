@@ -12,6 +12,7 @@ use crate::ids::BotId;
 use crate::pacer::RateLimits;
 use crate::policy::{GoneRecipients, RetryPolicy};
 use crate::registry::Layout;
+use crate::timer::MAX_TIMER_HOLD;
 
 /// A missing or malformed variable. Never carries a secret's value.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -54,11 +55,28 @@ pub struct AwsResources {
     pub dlq_url: String,
 }
 
+/// A stack's timer resources (docs/ARCHITECTURE.md §12), passed to the worker by `template.yaml`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TimerResources {
+    /// `TGQ_TIMERS_QUEUE_URL`: the standard queue where timers wait.
+    pub queue_url: String,
+    /// `TGQ_TIMERS_QUEUE_ARN`: its ARN, which names its records in the worker's events and is
+    /// the schedules' target.
+    pub queue_arn: String,
+    /// `TGQ_SCHEDULE_GROUP`: the stack's EventBridge Scheduler schedule group.
+    pub schedule_group: String,
+    /// `TGQ_SCHEDULER_ROLE_ARN`: the role the schedules send to the queue with.
+    pub scheduler_role_arn: String,
+    /// `TGQ_TIMER_QUEUE_REACH_SECS`: timers due within this wait on the queue, later ones as
+    /// schedules; 900 (the SQS maximum) unless a test shortens it.
+    pub reach: Duration,
+}
+
 /// Every environment variable that changes what a tgq binary does: docs/CONFIGURATION.md describes
 /// each (a test holds the two to the same names, and to every `TGQ_*` and `TELEGRAM_*` name the code
 /// reads), and the tools that start tgq (the drill, the bench, the suite) remove each from the
 /// environment they inherit, so that a developer's shell cannot change what they measure.
-pub const SETTINGS: [&str; 35] = [
+pub const SETTINGS: [&str; 40] = [
     "TELEGRAM_BOT_TOKEN",
     "TELEGRAM_BOT_TOKEN_PARAM",
     "TELEGRAM_API_URL",
@@ -69,6 +87,11 @@ pub const SETTINGS: [&str; 35] = [
     "TGQ_TABLE",
     "TGQ_QUEUE_URL",
     "TGQ_DLQ_URL",
+    "TGQ_TIMERS_QUEUE_URL",
+    "TGQ_TIMERS_QUEUE_ARN",
+    "TGQ_SCHEDULE_GROUP",
+    "TGQ_SCHEDULER_ROLE_ARN",
+    "TGQ_TIMER_QUEUE_REACH_SECS",
     "TGQ_STACK",
     "TGQ_BOTS_PARAMETER_PREFIX",
     "TGQ_REGISTRY_REFRESH_SECS",
@@ -220,6 +243,40 @@ impl Vars {
                 "the dead-letter FIFO queue URL (template output DeadLetterQueueUrl)",
             )?,
         })
+    }
+
+    /// The timer resources, when `TGQ_TIMERS_QUEUE_URL` is set (then all of them are required);
+    /// `None`: the deployment schedules no timers, and a handler that tries is told so.
+    pub fn timer_resources(&self) -> Result<Option<TimerResources>, ConfigError> {
+        if self.get("TGQ_TIMERS_QUEUE_URL").is_none() {
+            return Ok(None);
+        }
+        let reach = self.seconds("TGQ_TIMER_QUEUE_REACH_SECS", MAX_TIMER_HOLD)?;
+        if reach > MAX_TIMER_HOLD {
+            return Err(ConfigError::Malformed {
+                name: "TGQ_TIMER_QUEUE_REACH_SECS",
+                expected: "1 to 900 seconds, the longest an SQS message timer holds a message",
+            });
+        }
+        Ok(Some(TimerResources {
+            queue_url: self.required(
+                "TGQ_TIMERS_QUEUE_URL",
+                "the timer queue URL (template output TimersQueueUrl)",
+            )?,
+            queue_arn: self.required(
+                "TGQ_TIMERS_QUEUE_ARN",
+                "the timer queue's ARN, which its records name",
+            )?,
+            schedule_group: self.required(
+                "TGQ_SCHEDULE_GROUP",
+                "the EventBridge Scheduler schedule group for timers due later than 15 minutes",
+            )?,
+            scheduler_role_arn: self.required(
+                "TGQ_SCHEDULER_ROLE_ARN",
+                "the role EventBridge Scheduler sends due timers to the timer queue with",
+            )?,
+            reach,
+        }))
     }
 
     /// `TGQ_HANDLER`: the bot in `bot/` (unset or `bot`) or the built-in echo bot (`echo`).

@@ -29,6 +29,7 @@ pub mod poller;
 pub mod ports;
 pub mod record;
 pub mod registry;
+pub mod relay;
 pub mod state;
 pub mod telegram;
 pub mod timer;

@@ -385,6 +385,15 @@ pub struct OutgoingMessage {
 }
 
 impl OutgoingMessage {
+    /// The message that delivers a due timer to its chat's message group.
+    pub fn timer(timer: &TimerMessage) -> Self {
+        Self {
+            group_id: MessageGroupId::new(&timer.bot_id, &timer.group),
+            dedup_id: timer.dedup_id(),
+            body: timer.body(),
+        }
+    }
+
     /// The queue message for one stored update.
     pub fn for_update(key: &RecordKey, group: &GroupKey, body: Bytes) -> Self {
         Self {
@@ -585,4 +594,14 @@ pub trait DeadLetterStore: Send + Sync {
 pub trait TimerScheduler: Send + Sync {
     /// Keeps each timer until it is due, then delivers it to its chat's message group.
     async fn schedule(&self, timers: &[TimerMessage], now: Timestamp) -> Result<(), PortError>;
+}
+
+/// A deployment's timer queue (AWS: a standard SQS queue, whose messages may wait up to
+/// [`MAX_TIMER_HOLD`](crate::timer::MAX_TIMER_HOLD) before they show): where a timer waits for its time before the relay moves
+/// it into its chat's message group (docs/ARCHITECTURE.md §12).
+#[async_trait]
+pub trait TimerQueue: Send + Sync {
+    /// Sends the timer to the queue, to show after `delay` (at most [`MAX_TIMER_HOLD`](crate::timer::MAX_TIMER_HOLD); rounded up
+    /// to whole seconds).
+    async fn hold(&self, timer: &TimerMessage, delay: Duration) -> Result<(), PortError>;
 }

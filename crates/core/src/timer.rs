@@ -34,6 +34,10 @@ pub const MAX_TIMER_PAYLOAD_BYTES: usize = 4096;
 /// every update of the chat that changes it.
 pub const MAX_TIMERS_PER_CHAT: usize = 64;
 
+/// The longest an SQS message timer holds a message back (15 minutes): on AWS a timer due within
+/// it waits on the timer queue, a later one as a schedule.
+pub const MAX_TIMER_HOLD: Duration = Duration::from_secs(900);
+
 /// The longest timer key.
 pub const MAX_TIMER_KEY_BYTES: usize = 64;
 
@@ -231,7 +235,18 @@ struct ChatRef {
 impl TimerMessage {
     /// The update's body, as the queue carries it.
     pub fn body(&self) -> Bytes {
-        let body = TimerBody {
+        // A struct of strings, integers and a JSON value always serializes.
+        Bytes::from(serde_json::to_vec(&self.timer_body()).unwrap_or_default())
+    }
+
+    /// Reads a timer update of `bot_id`'s group `group`; `None` when the body is not one.
+    pub fn parse(bot_id: &BotId, group: &GroupKey, body: &[u8]) -> Option<Self> {
+        let body: TimerBody = serde_json::from_slice(body).ok()?;
+        Some(Self::from_body(bot_id.clone(), group.clone(), body))
+    }
+
+    fn timer_body(&self) -> TimerBody {
+        TimerBody {
             update_id: self.update_id.0,
             tgq_timer: TimerFields {
                 chat: ChatRef { id: self.chat_id },
@@ -239,28 +254,65 @@ impl TimerMessage {
                 due: self.due.0,
                 payload: self.payload.clone(),
             },
-        };
-        // A struct of strings, integers and a JSON value always serializes.
-        Bytes::from(serde_json::to_vec(&body).unwrap_or_default())
+        }
     }
 
-    /// Reads a timer update of `bot_id`'s group `group`; `None` when the body is not one.
-    pub fn parse(bot_id: &BotId, group: &GroupKey, body: &[u8]) -> Option<Self> {
-        let body: TimerBody = serde_json::from_slice(body).ok()?;
-        Some(Self {
-            bot_id: bot_id.clone(),
-            group: group.clone(),
+    fn from_body(bot_id: BotId, group: GroupKey, body: TimerBody) -> Self {
+        Self {
+            bot_id,
+            group,
             update_id: UpdateId(body.update_id),
             chat_id: body.tgq_timer.chat.id,
             key: body.tgq_timer.key,
             due: Timestamp(body.tgq_timer.due),
             payload: body.tgq_timer.payload,
-        })
+        }
     }
 
     /// The SQS FIFO deduplication id (and the scheduler's idempotency key): `{bot_id}:{update_id}`.
     pub fn dedup_id(&self) -> String {
         format!("{}:{}", self.bot_id, self.update_id)
+    }
+}
+
+/// A timer on its way through a deployment's timer queue (AWS, docs/ARCHITECTURE.md §12): the
+/// update with the bot and group its FIFO message needs, which neither an SQS message timer nor an
+/// EventBridge Scheduler target can carry as attributes.
+#[derive(Serialize, Deserialize)]
+struct RelayBody {
+    tgq_relay: RelayFields,
+}
+
+#[derive(Serialize, Deserialize)]
+struct RelayFields {
+    bot: String,
+    group: String,
+    update: TimerBody,
+}
+
+impl TimerMessage {
+    /// The body the timer queue carries ([`TimerMessage::from_relay`] reads it back).
+    pub fn relay_body(&self) -> String {
+        let body = RelayBody {
+            tgq_relay: RelayFields {
+                bot: self.bot_id.to_string(),
+                group: self.group.to_string(),
+                update: self.timer_body(),
+            },
+        };
+        // Strings, integers and a JSON value always serialize.
+        serde_json::to_string(&body).unwrap_or_default()
+    }
+
+    /// Reads a timer queue's body; `None` when it is not one tgq wrote.
+    pub fn from_relay(body: &[u8]) -> Option<Self> {
+        let relay: RelayBody = serde_json::from_slice(body).ok()?;
+        let RelayFields { bot, group, update } = relay.tgq_relay;
+        let bot_id = BotId::new(bot).ok()?;
+        if group.is_empty() {
+            return None;
+        }
+        Some(Self::from_body(bot_id, GroupKey::new(group), update))
     }
 }
 
@@ -354,6 +406,26 @@ mod tests {
             TimerMessage::parse(&bot(), &message.group, br#"{"update_id":1,"message":{}}"#)
                 .is_none()
         );
+    }
+
+    #[test]
+    fn a_relayed_timer_reads_back_and_a_foreign_body_does_not() {
+        let message = TimerMessage {
+            bot_id: bot(),
+            group: GroupKey::new("42"),
+            update_id: UpdateId(-7),
+            chat_id: 42,
+            key: "remind".into(),
+            due: Timestamp(9_000),
+            payload: serde_json::json!(["tea"]),
+        };
+        let relayed = TimerMessage::from_relay(message.relay_body().as_bytes()).unwrap();
+        assert_eq!(relayed, message);
+        assert!(TimerMessage::from_relay(&message.body()).is_none());
+        let bad_bot = message
+            .relay_body()
+            .replace(r#""bot":"b""#, r#""bot":"a:b""#);
+        assert!(TimerMessage::from_relay(bad_bot.as_bytes()).is_none());
     }
 
     #[test]

@@ -13,7 +13,7 @@ use secrecy::SecretString;
 use tgq_core::bots::{BotRuntime, Connect, Fleet, RegistryBots};
 use tgq_core::clock::{Clock, SystemClock};
 use tgq_core::config::HandlerChoice;
-use tgq_core::config::{AwsResources, ConfigError, SecretSource, Vars};
+use tgq_core::config::{AwsResources, ConfigError, SecretSource, TimerResources, Vars};
 use tgq_core::defaults;
 use tgq_core::error::BoxError;
 use tgq_core::handler::BotConfig;
@@ -23,6 +23,7 @@ use tgq_core::pacer::RateLimits;
 use tgq_core::ports::{QueueRecord, ReceiptHandle};
 use tgq_core::record::Timestamp;
 use tgq_core::registry::{BotSource, Layout, Registry};
+use tgq_core::relay::{RelayRecord, Relayed, TimerRelay};
 use tgq_core::telegram::BotApi;
 use tgq_core::worker::{Worker, WorkerSettings};
 use tgq_telegram::HttpBotApi;
@@ -48,6 +49,8 @@ pub struct WorkerConfig {
     pub handler: HandlerChoice,
     /// `TGQ_RATE_*`: Telegram's flood limits, per bot and container.
     pub rate_limits: RateLimits,
+    /// `TGQ_TIMERS_QUEUE_URL` and the rest: where timers wait; `None`, no timers.
+    pub timers: Option<TimerResources>,
 }
 
 impl WorkerConfig {
@@ -84,6 +87,7 @@ impl WorkerConfig {
             settings: WorkerSettings::from_vars(vars, max_inline_wait)?,
             rate_limits: vars.rate_limits()?,
             handler: vars.handler()?,
+            timers: vars.timer_resources()?,
         })
     }
 
@@ -145,6 +149,57 @@ fn telegram_for(url: String) -> Connect {
 #[derive(Debug, thiserror::Error)]
 #[error("an SQS record has no messageId, so its failure could not be reported alone; failing the whole batch, which Lambda returns to the queue")]
 pub struct NamelessRecord;
+
+/// The worker's second event source: the timer queue, whose records the relay moves
+/// (docs/ARCHITECTURE.md §12).
+pub struct TimerSource {
+    /// The relay.
+    pub relay: TimerRelay,
+    /// The timer queue's ARN: records naming it as their source are timers on their way.
+    pub queue_arn: String,
+}
+
+/// [`handle`] for a worker with a timer queue: the event's records from that queue go to the relay,
+/// the others to the worker. (An event comes from one event source mapping, so it holds one kind.)
+pub async fn handle_event(
+    worker: &Worker,
+    timers: Option<&TimerSource>,
+    mut event: LambdaEvent<SqsEvent>,
+) -> Result<SqsBatchResponse, NamelessRecord> {
+    let Some(source) = timers else {
+        return handle(worker, event).await;
+    };
+    let (relayed, updates): (Vec<_>, Vec<_>) = std::mem::take(&mut event.payload.records)
+        .into_iter()
+        .partition(|m| m.event_source_arn.as_deref() == Some(source.queue_arn.as_str()));
+    let records = relayed
+        .into_iter()
+        .map(|m| {
+            let message_id = m
+                .message_id
+                .filter(|id| !id.is_empty())
+                .ok_or(NamelessRecord)?;
+            Ok(RelayRecord {
+                message_id,
+                body: Bytes::from(m.body.unwrap_or_default()),
+            })
+        })
+        .collect::<Result<Vec<_>, NamelessRecord>>()?;
+    let mut response = SqsBatchResponse::default();
+    if !updates.is_empty() {
+        event.payload.records = updates;
+        response = handle(worker, event).await?;
+    }
+    let outcomes = source.relay.relay(&records).await;
+    for (record, outcome) in records.into_iter().zip(outcomes) {
+        if outcome == Relayed::Failed {
+            let mut failure = BatchItemFailure::default();
+            failure.item_identifier = record.message_id;
+            response.batch_item_failures.push(failure);
+        }
+    }
+    Ok(response)
+}
 
 /// Handles one SQS event: every record in order, failures reported by message id. A record without
 /// a message id fails the whole batch before anything runs: Lambda then returns every message to the

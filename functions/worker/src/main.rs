@@ -5,13 +5,15 @@ use std::sync::Arc;
 
 use aws_lambda_events::event::sqs::SqsEvent;
 use lambda_runtime::{Error, LambdaEvent};
-use tgq_aws::{DynamoStore, SqsQueue, SsmRegistry};
+use tgq_aws::{AwsTimers, DynamoStore, Schedules, SqsQueue, SqsTimerQueue, SsmRegistry};
 use tgq_core::clock::SystemClock;
 use tgq_core::config::Vars;
 use tgq_core::pacer::Pacer;
+use tgq_core::ports::TimerScheduler;
 use tgq_core::registry::BotSource;
+use tgq_core::relay::TimerRelay;
 use tgq_core::worker::{Worker, WorkerPorts};
-use tgq_worker::{handle, WorkerConfig};
+use tgq_worker::{handle_event, TimerSource, WorkerConfig};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Error> {
@@ -31,32 +33,58 @@ async fn main() -> Result<(), Error> {
         .fleet(&vars, tgq_bot::handlers(), env_token, registry)
         .await?;
     let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let updates = Arc::new(SqsQueue::new(
+        sqs.clone(),
+        config.resources.queue_url.clone(),
+    ));
+    // Timers wait on the timer queue, or as schedules when due later (ARCHITECTURE §12); the
+    // same function relays them from that queue into their chats when they are due.
+    let timers = config.timers.as_ref().map(|resources| {
+        let queue = SqsTimerQueue::new(sqs.clone(), resources.queue_url.clone());
+        let schedules = Schedules {
+            client: aws_sdk_scheduler::Client::new(&sdk),
+            group: resources.schedule_group.clone(),
+            queue_arn: resources.queue_arn.clone(),
+            role_arn: resources.scheduler_role_arn.clone(),
+        };
+        let source = TimerSource {
+            relay: TimerRelay::new(
+                Arc::new(queue.clone()),
+                updates.clone(),
+                Arc::new(SystemClock),
+            ),
+            queue_arn: resources.queue_arn.clone(),
+        };
+        let scheduler = AwsTimers::new(queue, schedules, resources.reach);
+        (Arc::new(scheduler) as Arc<dyn TimerScheduler>, source)
+    });
+    let (scheduler, source) = timers.unzip();
     let store = Arc::new(DynamoStore::new(
         aws_sdk_dynamodb::Client::new(&sdk),
         config.resources.table.clone(),
     ));
     let ports = WorkerPorts {
         ledger: store.clone(),
-        visibility: Arc::new(SqsQueue::new(
-            sqs.clone(),
-            config.resources.queue_url.clone(),
-        )),
+        visibility: updates,
         dead: Arc::new(SqsQueue::new(sqs, config.resources.dlq_url.clone())),
         // Keyed by bot: each bot is paced to Telegram's limits on its own.
         pacer: Arc::new(Pacer::new(config.rate_limits)),
         clock: Arc::new(SystemClock),
         reset: store.clone(),
         audit: store,
-        timers: None,
+        timers: scheduler,
     };
     let worker = Worker::new(config.settings.clone(), ports, Arc::new(bots));
     let worker = &worker;
+    let source = source.as_ref();
     let metrics = tgq_aws::init_metrics()?;
     // Flushes the invocation's metrics as EMF lines after each batch.
     metrics_cloudwatch_embedded::lambda::handler::run(
         metrics,
         |event: LambdaEvent<SqsEvent>| async move {
-            handle(worker, event).await.map_err(Error::from)
+            handle_event(worker, source, event)
+                .await
+                .map_err(Error::from)
         },
     )
     .await

@@ -11,3 +11,4 @@ mod repository;
 mod requests;
 mod stack;
 mod template;
+mod timers;
