@@ -451,4 +451,20 @@ mod tests {
         assert_eq!(ran.sent.len(), 1, "{ran:?}");
         assert_eq!(ran.sent[0].method, "answerCallbackQuery");
     }
+
+    #[tokio::test]
+    async fn without_timers_a_reminder_and_the_booking_form_say_so_and_schedule_nothing() {
+        let mut bot = TestBot::new(handlers()).await.without_timers();
+        let no_timers =
+            "Reminders and the booking form need timers, which this deployment does not have.";
+        for command in ["/remind 10 tea", "/book"] {
+            let ran = bot.text(ADA, command).await;
+            assert_eq!(ran.outcome, Outcome::Done, "{command}: {ran:?}");
+            assert_eq!(ran.texts(), [no_timers], "{command}");
+        }
+        // The refused form never started: the next text is echoed, not taken as the name.
+        assert_eq!(bot.text(ADA, "Ada").await.texts(), ["You said: Ada"]);
+        assert!(bot.timers(ADA).is_empty());
+        assert_eq!(bot.dead_letters(), 0);
+    }
 }
