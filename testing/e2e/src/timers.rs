@@ -155,17 +155,9 @@ impl TimerParts {
     /// timer queue) `times` times — Scheduler delivers at least once — and deletes it, as
     /// `ActionAfterCompletion: DELETE` does. Returns how many it fired.
     pub async fn fire_due_schedules(&mut self, times: usize) -> anyhow::Result<usize> {
-        let listed = self
-            .scheduler
-            .list_schedules()
-            .group_name(&self.group)
-            .send()
-            .await
-            .context("ListSchedules")?;
         let now = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs();
         let mut fired = 0;
-        for summary in listed.schedules {
-            let Some(name) = summary.name else { continue };
+        for name in self.schedule_names().await? {
             let schedule = self
                 .scheduler
                 .get_schedule()
@@ -209,6 +201,11 @@ impl TimerParts {
 
     /// The schedules the group still holds.
     pub async fn pending_schedules(&self) -> anyhow::Result<usize> {
+        Ok(self.schedule_names().await?.len())
+    }
+
+    /// The names of the group's schedules (one page: a test holds a handful).
+    async fn schedule_names(&self) -> anyhow::Result<Vec<String>> {
         let listed = self
             .scheduler
             .list_schedules()
@@ -216,7 +213,11 @@ impl TimerParts {
             .send()
             .await
             .context("ListSchedules")?;
-        Ok(listed.schedules.len())
+        Ok(listed
+            .schedules
+            .into_iter()
+            .filter_map(|s| s.name)
+            .collect())
     }
 }
 
