@@ -83,7 +83,7 @@ const RUN_TIME: Duration = Duration::from_secs(60);
 /// moves it.
 pub struct TestBot {
     worker: Worker,
-    handler: Arc<dyn Handler>,
+    bots: Arc<OneBot>,
     bot_id: BotId,
     api: Arc<KitApi>,
     store: Arc<MemoryStore>,
@@ -207,14 +207,17 @@ impl TestBot {
         let clock = ManualClock::at(Timestamp(1_800_000_000_000));
         let crash = Arc::new(CrashSwitch::default());
         let timers = Arc::new(MemoryTimers::new());
-        let mut bot = TestBot {
-            // A stand-in until the worker on the bot's own parts is built just below.
-            worker: Worker::new(
-                WorkerSettings::default(),
-                worker_ports(&store, dead.clone(), Arc::new(clock.clone())),
-                Arc::new(OneBot::new(api.clone(), handler.clone())),
+        let bots = Arc::new(OneBot::new(api.clone(), handler));
+        TestBot {
+            worker: kit_worker(
+                &store,
+                &dead,
+                &clock,
+                &crash,
+                bots.clone(),
+                Some(timers.clone()),
             ),
-            handler,
+            bots,
             bot_id,
             api,
             store,
@@ -226,34 +229,21 @@ impl TestBot {
             next_message_id: 1,
             deliveries: HashMap::new(),
             last: None,
-        };
-        bot.worker = bot.worker_with(Some(bot.timers.clone()));
-        bot
+        }
     }
 
     /// The bot on a deployment without timers: `ctx.schedule` is refused with
     /// `TimerError::Unavailable`, as on a stack whose worker has no timer queue.
     pub fn without_timers(mut self) -> TestBot {
-        self.worker = self.worker_with(None);
+        self.worker = kit_worker(
+            &self.store,
+            &self.dead,
+            &self.clock,
+            &self.crash,
+            self.bots.clone(),
+            None,
+        );
         self
-    }
-
-    /// The in-memory worker on this bot's store and clock, its ledger dying where the crash switch
-    /// says, with `timers` or none.
-    fn worker_with(&self, timers: Option<Arc<MemoryTimers>>) -> Worker {
-        let ports = WorkerPorts {
-            ledger: Arc::new(CrashingLedger {
-                inner: self.store.clone(),
-                switch: self.crash.clone(),
-            }),
-            timers: timers.map(|timers| timers as _),
-            ..worker_ports(&self.store, self.dead.clone(), Arc::new(self.clock.clone()))
-        };
-        Worker::new(
-            WorkerSettings::default(),
-            ports,
-            Arc::new(OneBot::new(self.api.clone(), self.handler.clone())),
-        )
     }
 
     /// A user sends `text` in a private chat (the chat's id is the user's).
@@ -539,4 +529,25 @@ fn command_entity(text: &str) -> Value {
         .next()
         .map_or(0, |word| word.encode_utf16().count());
     json!([{"type": "bot_command", "offset": 0, "length": length}])
+}
+
+/// The in-memory worker on the kit's store and clock, its ledger dying where the crash switch says,
+/// with `timers` or none.
+fn kit_worker(
+    store: &Arc<MemoryStore>,
+    dead: &Arc<MemoryDeadLetters>,
+    clock: &ManualClock,
+    crash: &Arc<CrashSwitch>,
+    bots: Arc<OneBot>,
+    timers: Option<Arc<MemoryTimers>>,
+) -> Worker {
+    let ports = WorkerPorts {
+        ledger: Arc::new(CrashingLedger {
+            inner: store.clone(),
+            switch: crash.clone(),
+        }),
+        timers: timers.map(|timers| timers as _),
+        ..worker_ports(store, dead.clone(), Arc::new(clock.clone()))
+    };
+    Worker::new(WorkerSettings::default(), ports, bots)
 }
