@@ -103,7 +103,11 @@ impl LocalSettings {
             secret_origin,
             max_body_bytes: vars.max_body_bytes()?,
             // One process, many loops: a loop waiting out a bot's pacing holds only itself.
-            worker: WorkerSettings::from_vars(vars, defaults::MAX_INLINE_WAIT)?,
+            worker: WorkerSettings {
+                // A local loop holds only itself, whatever bots its batch carries.
+                shared_inline_wait: defaults::MAX_INLINE_WAIT,
+                ..WorkerSettings::from_vars(vars)?
+            },
             rate_limits: vars.rate_limits()?,
             token: bot_token(vars)?,
             telegram_api_url: vars.telegram_api_url()?,

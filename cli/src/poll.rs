@@ -20,7 +20,8 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use rand::distr::{Alphanumeric, SampleString as _};
 use secrecy::SecretString;
 use serde::{Deserialize, Serialize};
-use tgq_aws::{DynamoPollerLease, DynamoStore, SqsQueue};
+use tgq_aws::{DynamoBudgetCells, DynamoPollerLease, DynamoStore, SqsQueue};
+use tgq_core::budget::{SendBudget, SharedBudget};
 use tgq_core::clock::{Clock, SystemClock};
 use tgq_core::config::{SecretSource, Vars};
 use tgq_core::defaults;
@@ -186,7 +187,18 @@ pub async fn run(args: PollArgs) -> anyhow::Result<()> {
             clock: clock.clone(),
         },
     );
-    let lease = Arc::new(DynamoPollerLease::new(dynamodb, &deployment.table, &bot_id));
+    let lease = Arc::new(DynamoPollerLease::new(
+        dynamodb.clone(),
+        &deployment.table,
+        &bot_id,
+    ));
+    // The stack's workers book the bot's sends in the table: a 429 this poller hears is written
+    // there, and holds them too (docs/ARCHITECTURE.md §4).
+    let budget = SharedBudget::new(
+        Arc::new(DynamoBudgetCells::new(dynamodb, &deployment.table)),
+        vars.rate_limits()?,
+        clock.clone(),
+    );
     // What the ingest use case and the poller count, served at /metrics (Prometheus text format),
     // each metric labelled with its bot by tgq_core::metrics.
     let metrics = crate::prometheus::install()?;
@@ -200,7 +212,8 @@ pub async fn run(args: PollArgs) -> anyhow::Result<()> {
         PollerPorts {
             api: Arc::new(api),
             lease,
-            clock,
+            clock: clock.clone(),
+            budget: Arc::new(budget),
         },
         webhook,
     );
@@ -424,11 +437,13 @@ pub fn render(view: &PollerView) {
     );
 }
 
-/// Where local mode polls from: the poller on the embedded store's lease.
+/// Where local mode polls from: the poller on the embedded store's lease, sharing its flood
+/// waits with local mode's worker loops through their pacer.
 pub fn local_poller(
     api: Arc<dyn BotApi>,
     lease: Arc<dyn PollerLease>,
     clock: Arc<dyn Clock>,
+    budget: Arc<dyn SendBudget>,
     webhook: Webhook,
 ) -> anyhow::Result<Poller> {
     Ok(Poller::new(
@@ -437,7 +452,12 @@ pub fn local_poller(
             timing: LeaseTiming::default(),
             poll_timeout: POLL_TIMEOUT,
         },
-        PollerPorts { api, lease, clock },
+        PollerPorts {
+            api,
+            lease,
+            clock,
+            budget,
+        },
         webhook,
     ))
 }

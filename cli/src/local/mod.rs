@@ -291,6 +291,7 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
             Arc::new(api),
             Arc::new(store.poller_lease(&settings.bot_id)),
             clock.clone(),
+            pacer.clone(),
             webhook,
         )?;
         let stop = shutdown.subscribe();
@@ -432,7 +433,7 @@ fn worker(
             ledger: store.clone(),
             visibility: store.clone(),
             dead: store.clone(),
-            pacer: pacer.clone(),
+            budget: pacer.clone(),
             clock: clock.clone(),
             reset: store.clone(),
             audit: store.clone(),

@@ -279,10 +279,7 @@ fn put_condition_failed(err: &SdkError<PutItemError, HttpResponse>) -> Option<Op
 
 /// The old item (if returned) when an update failed on its condition; `None` for any other failure.
 fn update_condition_failed(err: &SdkError<UpdateItemError, HttpResponse>) -> Option<Option<Item>> {
-    match err.as_service_error() {
-        Some(UpdateItemError::ConditionalCheckFailedException(e)) => Some(e.item.clone().map(Item)),
-        _ => None,
-    }
+    crate::error::update_condition_failed(err).map(|item| item.map(Item))
 }
 
 #[async_trait]

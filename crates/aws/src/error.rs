@@ -1,8 +1,12 @@
 //! The one place that decides whether an AWS failure is worth retrying: every SDK error from DynamoDB,
 //! SQS or SSM becomes a [`PortError`] here.
 
+use std::collections::HashMap;
+
 use aws_sdk_dynamodb::config::http::HttpResponse;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::types::AttributeValue;
 use tgq_core::PortError;
 
 /// Error codes that mean "too much, too fast" or "not now": the same request may succeed later.
@@ -152,6 +156,17 @@ where
         Kind::Misconfigured => PortError::misconfigured(what, err),
         Kind::TooLarge => PortError::too_large(what, err),
         Kind::Rejected => PortError::rejected(what, err),
+    }
+}
+
+/// The stored item (when DynamoDB returned it) of an update refused by its condition; `None`
+/// for any other failure.
+pub(crate) fn update_condition_failed(
+    err: &SdkError<UpdateItemError, HttpResponse>,
+) -> Option<Option<HashMap<String, AttributeValue>>> {
+    match err.as_service_error() {
+        Some(UpdateItemError::ConditionalCheckFailedException(e)) => Some(e.item.clone()),
+        _ => None,
     }
 }
 

@@ -8,10 +8,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use aws_sdk_dynamodb::config::http::HttpResponse;
-use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
-use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 use tgq_core::ids::BotId;
 use tgq_core::leadership::{
@@ -20,7 +17,7 @@ use tgq_core::leadership::{
 use tgq_core::record::Timestamp;
 use tgq_core::PortError;
 
-use crate::error::port_error;
+use crate::error::{port_error, update_condition_failed};
 use crate::item::{number, string};
 
 // The parts conditions are built from, each true of the stored item.
@@ -143,7 +140,7 @@ impl DynamoPollerLease {
                     lease_state(&item).map_err(|e| PortError::rejected(UPDATE, e))?
                 ))
             }
-            Err(err) => match condition_failed(&err) {
+            Err(err) => match update_condition_failed(&err) {
                 Some(old) => {
                     let old = old
                         .map(|item| lease_state(&item))
@@ -234,15 +231,6 @@ fn mentions(expression: &str, placeholder: &str) -> bool {
 }
 
 /// The old item (if returned) when an update failed on its condition; `None` for any other failure.
-fn condition_failed(
-    err: &SdkError<UpdateItemError, HttpResponse>,
-) -> Option<Option<HashMap<String, AttributeValue>>> {
-    match err.as_service_error() {
-        Some(UpdateItemError::ConditionalCheckFailedException(e)) => Some(e.item.clone()),
-        _ => None,
-    }
-}
-
 /// A lease item that does not read as one.
 #[derive(Debug, thiserror::Error)]
 #[error("the poller lease item's {0} is missing or malformed")]

@@ -6,6 +6,7 @@
 //! inside this crate: the ports speak only `tgq_core` types, and [`PortError`](tgq_core::PortError)
 //! says whether a failure is worth retrying.
 
+mod budget;
 mod chat_timers;
 mod dynamo;
 mod error;
@@ -27,6 +28,7 @@ use aws_config::{BehaviorVersion, SdkConfig};
 use aws_smithy_http_client::tls;
 use aws_smithy_runtime_api::client::http::SharedHttpClient;
 
+pub use budget::DynamoBudgetCells;
 pub use chat_timers::StackTimer;
 pub use dynamo::DynamoStore;
 pub use lease::DynamoPollerLease;

@@ -99,6 +99,7 @@ fn process_batch(c: &mut Criterion) {
         store_patience: Duration::ZERO,
         ack_callbacks: false,
         max_inline_wait: tgq_core::defaults::MAX_INLINE_WAIT,
+        shared_inline_wait: tgq_core::defaults::SHARED_INLINE_WAIT,
     };
     let bots = OneBot::new(Arc::new(RecordingBotApi::new()), Arc::new(NoOpBot));
     let worker = Worker::new(settings, ports, Arc::new(bots));

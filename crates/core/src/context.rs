@@ -19,19 +19,18 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
 use teloxide_core::requests::Payload;
-use tokio::time::Instant;
 use tracing::warn;
 
 /// What the worker logs, in the update's span, when it makes an at-least-once action again
 /// because an earlier run's outcome is unknown; `tgq-drill` counts those updates by it.
 pub const MADE_AGAIN_AFTER_UNKNOWN_OUTCOME: &str = "action has an unknown outcome; making it again";
 
+use crate::budget::{Clear, Reserved, SendBudget, Slot, RECHECK_AFTER};
 use crate::clock::Clock;
 use crate::error::error_chain;
 use crate::failure::HandlerError;
 use crate::flow::{Flow, FLOW_TIMEOUT_KEY};
 use crate::ids::{GroupKey, RecordKey, StateKey};
-use crate::pacer::Pacer;
 use crate::ports::{Lease, UpdateLedger};
 use crate::record::{
     ActionIntent, ActionOutcome, ActionRecord, ActionResult, ActionState, Delivery, Timestamp,
@@ -72,8 +71,9 @@ pub struct RunParts<'a> {
     pub ledger: &'a dyn UpdateLedger,
     /// Where calls go.
     pub api: &'a dyn BotApi,
-    /// Telegram's pacing, shared by the process.
-    pub pacer: &'a Pacer,
+    /// Telegram's pacing: the bot's budget, shared by the process or by every process that
+    /// sends for the bot.
+    pub budget: &'a dyn SendBudget,
     /// Tells the time.
     pub clock: &'a dyn Clock,
     /// When the run must be over: waits for Telegram's pacing never reach past it.
@@ -608,18 +608,57 @@ impl<'a> Context<'a> {
             // Paced first, the intent written as the call leaves: a run that stops while it waits
             // for its slot sent nothing and leaves no unknown outcome behind. Giving up here leaves
             // the action certainly not sent.
-            if let Err(paced) = self.pace(chat).await {
-                if intent_written {
-                    self.unwritten.push(ActionOutcome {
-                        seq,
-                        state: ActionState::failed(0, "held back by Telegram's pacing; not sent"),
-                    });
+            let mut slot = match self.pace(chat).await {
+                Ok(slot) => slot,
+                Err(paced) => {
+                    if intent_written {
+                        self.unwritten.push(ActionOutcome {
+                            seq,
+                            state: ActionState::failed(
+                                0,
+                                "held back by Telegram's pacing; not sent",
+                            ),
+                        });
+                    }
+                    return Err(paced);
                 }
-                return Err(paced);
-            }
+            };
             if needs_intent && !intent_written {
                 self.write_intent(seq, &method, delivery).await?;
                 intent_written = true;
+            }
+            // Asked after the intent is written, as late before the call as it can be: a flood
+            // wait another process heard meanwhile holds this call too (ARCHITECTURE §4).
+            let bot = &self.run.lease.key.bot_id;
+            let clear = match &mut slot {
+                Some(slot) => loop {
+                    match self.run.budget.clear_to_send(bot, slot).await {
+                        Ok(Clear::After(wait)) => {
+                            tokio::time::sleep(wait).await;
+                            if wait <= RECHECK_AFTER {
+                                break Ok(Clear::Go);
+                            }
+                        }
+                        other => break other,
+                    }
+                },
+                None => Ok(Clear::Go),
+            };
+            match clear {
+                Ok(Clear::Go) => {}
+                Ok(Clear::After(_) | Clear::Held(_) | Clear::Late) => continue,
+                Err(e) => {
+                    if intent_written {
+                        self.unwritten.push(ActionOutcome {
+                            seq,
+                            state: ActionState::failed(
+                                0,
+                                "the send budget is unavailable; not sent",
+                            ),
+                        });
+                    }
+                    return Err(e.into());
+                }
             }
             match self.call(seq, &method, &params, delivery, files).await {
                 Ok(value) => return Ok(Some(self.succeeded(seq, &method, value)?)),
@@ -660,9 +699,12 @@ impl<'a> Context<'a> {
                             None => e.into(),
                         });
                     };
-                    self.run
-                        .pacer
-                        .pause(&self.run.lease.key.bot_id, Instant::now() + wait);
+                    let bot = &self.run.lease.key.bot_id;
+                    if let Err(e) = self.run.budget.pause(bot, wait).await {
+                        // This process holds the bot all the same; other processes learn of the
+                        // wait from their own 429s.
+                        warn!(error = %error_chain(&e), "the flood wait could not be shared");
+                    }
                     if flood_retries >= INLINE_RETRIES || wait > self.inline_wait_allowed() {
                         return Err(e.into());
                     }
@@ -884,37 +926,30 @@ impl<'a> Context<'a> {
         decode(method, value)
     }
 
-    /// Waits for the pacer's slot; a wait longer than the run may spend gives the update back. A
-    /// flood wait that began while this call waited for its slot (another run's 429) is waited out
-    /// as well, with a new slot after it.
-    async fn pace(&mut self, chat: Option<i64>) -> Result<(), HandlerError> {
+    /// Books the call's slot in the bot's budget and waits for it; a slot further off than the
+    /// run may wait gives the update back. A flood wait that began while this call waited (another
+    /// run's 429) is waited out as well, with a new slot after it.
+    /// `None`: the Bot API is not Telegram's (the offline outbox), and nothing is paced.
+    async fn pace(&mut self, chat: Option<i64>) -> Result<Option<Slot>, HandlerError> {
         if !self.run.api.paced() {
-            return Ok(());
+            return Ok(None);
         }
         let bot = &self.run.lease.key.bot_id;
-        loop {
-            let allowed = self.inline_wait_allowed();
-            let wait = match self
-                .run
-                .pacer
-                .reserve_within(bot, chat, Instant::now(), allowed)
-            {
-                Ok(wait) => wait,
-                Err(wait) => return Err(HandlerError::Paced(wait)),
-            };
-            if !wait.is_zero() {
-                // What the run's earlier calls did is written before it waits: a run stopped
-                // during the wait must not leave calls that went out with unknown outcomes.
-                if !self.unwritten.is_empty() {
-                    self.write_outcomes().await?;
-                }
-                tokio::time::sleep(wait).await;
-                self.summary.paced += wait;
+        let allowed = self.inline_wait_allowed();
+        let slot = match self.run.budget.reserve(bot, chat, allowed).await? {
+            Reserved::Booked(slot) => slot,
+            Reserved::Later(wait) => return Err(HandlerError::Paced(wait)),
+        };
+        if !slot.wait.is_zero() {
+            // What the run's earlier calls did is written before it waits: a run stopped during
+            // the wait must not leave calls that went out with unknown outcomes.
+            if !self.unwritten.is_empty() {
+                self.write_outcomes().await?;
             }
-            if self.run.pacer.paused_for(bot, Instant::now()).is_zero() {
-                return Ok(());
-            }
+            tokio::time::sleep(slot.wait).await;
+            self.summary.paced += slot.wait;
         }
+        Ok(Some(slot))
     }
 
     /// How long a send may still wait inside this run.

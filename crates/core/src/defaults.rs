@@ -60,8 +60,8 @@ pub const RATE_PER_GROUP_PER_MINUTE: u32 = 20;
 /// How long a send may wait inside a run for Telegram's pacing (the limiter, or a short flood wait)
 /// before the run gives the update back to the queue instead.
 pub const MAX_INLINE_WAIT: Duration = Duration::from_secs(5);
-/// [`MAX_INLINE_WAIT`] for a worker whose invocations carry several bots' updates (a bot
-/// registry, docs/ARCHITECTURE.md §11): a run waiting out one bot's flood wait, or its chats' one
+/// [`MAX_INLINE_WAIT`] for an invocation whose batch carries several bots' updates
+/// (docs/ARCHITECTURE.md §11): a run waiting out one bot's flood wait, or its chats' one
 /// message a second, would hold the invocation, and with it one of the mapping's few concurrent
 /// invocations, from every other bot. The spacing of a bot's 30 messages a second is still waited
 /// for; anything longer gives the update back to the queue for as long.

@@ -49,9 +49,40 @@ impl RateLimits {
 
 /// Telegram counts a send when it arrives; a little slack keeps two sends that left a window apart
 /// from arriving inside one.
-const SLACK: Duration = Duration::from_millis(100);
-const SECOND: Duration = Duration::from_secs(1);
-const MINUTE: Duration = Duration::from_secs(60);
+pub(crate) const SLACK: Duration = Duration::from_millis(100);
+pub(crate) const SECOND: Duration = Duration::from_secs(1);
+pub(crate) const MINUTE: Duration = Duration::from_secs(60);
+
+/// A point in time a window counts sends at: the process's monotonic clock for a [`Pacer`],
+/// wall-clock milliseconds for a budget kept in a store.
+pub(crate) trait Moment: Copy + Ord {
+    /// This moment moved on by `d`.
+    fn after(self, d: Duration) -> Self;
+}
+
+impl Moment for Instant {
+    fn after(self, d: Duration) -> Self {
+        self + d
+    }
+}
+
+impl Moment for Timestamp {
+    fn after(self, d: Duration) -> Self {
+        self.plus(d)
+    }
+}
+
+/// The earliest moment at or after `from` at which one more send keeps at most `limit` of
+/// `sends` (the window's send times, oldest first) in any `span`; never before the window's last
+/// send, so a window's sends stay in order.
+pub(crate) fn ready<T: Moment>(sends: &[T], from: T, limit: u32, span: Duration) -> T {
+    let limit = limit.max(1) as usize;
+    let mut ready = sends.last().map_or(from, |last| from.max(*last));
+    if sends.len() >= limit {
+        ready = ready.max(sends[sends.len() - limit].after(span + SLACK));
+    }
+    ready
+}
 
 /// The limiter of every bot of the process.
 #[derive(Debug)]
@@ -84,13 +115,8 @@ struct Window(VecDeque<Instant>);
 impl Window {
     /// The earliest instant at or after `from` at which one more send keeps at most `limit` in any
     /// `span`.
-    fn ready(&self, from: Instant, limit: u32, span: Duration) -> Instant {
-        let limit = limit.max(1) as usize;
-        let mut ready = from.max(self.0.back().copied().unwrap_or(from));
-        if self.0.len() >= limit {
-            ready = ready.max(self.0[self.0.len() - limit] + span + SLACK);
-        }
-        ready
+    fn ready(&mut self, from: Instant, limit: u32, span: Duration) -> Instant {
+        ready(self.0.make_contiguous(), from, limit, span)
     }
 
     fn reserve(&mut self, at: Instant, limit: u32) {
@@ -188,7 +214,7 @@ impl Pacer {
     }
 
     /// How long every call of `bot` is still held by a flood wait.
-    pub fn paused_for(&self, bot: &BotId, now: Instant) -> Duration {
+    pub fn paused_at(&self, bot: &BotId, now: Instant) -> Duration {
         let bots = self.bots.lock();
         bots.get(bot)
             .and_then(|pace| pace.paused_until)
@@ -196,7 +222,7 @@ impl Pacer {
     }
 
     /// Holds every call of `bot` until `until`: Telegram named a wait in a 429.
-    pub fn pause(&self, bot: &BotId, until: Instant) {
+    pub fn pause_until(&self, bot: &BotId, until: Instant) {
         if self.hold(bot, until) {
             if let Some(memory) = &self.memory {
                 let left = until.saturating_duration_since(Instant::now());
@@ -288,7 +314,7 @@ mod tests {
     fn a_pause_holds_every_call_of_that_bot_only() {
         let pacer = Pacer::new(RateLimits::default());
         let now = Instant::now();
-        pacer.pause(&bot("a"), now + Duration::from_secs(7));
+        pacer.pause_until(&bot("a"), now + Duration::from_secs(7));
         assert_eq!(pacer.reserve(&bot("a"), None, now), Duration::from_secs(7));
         assert_eq!(
             pacer.reserve(&bot("a"), Some(1), now),
@@ -302,13 +328,13 @@ mod tests {
         let pacer = Pacer::new(RateLimits::default());
         let now = Instant::now();
         assert_eq!(pacer.reserve(&bot("a"), Some(1), now), Duration::ZERO);
-        pacer.pause(&bot("a"), now + Duration::from_secs(3));
-        assert_eq!(pacer.paused_for(&bot("a"), now), Duration::from_secs(3));
+        pacer.pause_until(&bot("a"), now + Duration::from_secs(3));
+        assert_eq!(pacer.paused_at(&bot("a"), now), Duration::from_secs(3));
         assert_eq!(
-            pacer.paused_for(&bot("a"), now + Duration::from_secs(4)),
+            pacer.paused_at(&bot("a"), now + Duration::from_secs(4)),
             Duration::ZERO
         );
-        assert_eq!(pacer.paused_for(&bot("b"), now), Duration::ZERO);
+        assert_eq!(pacer.paused_at(&bot("b"), now), Duration::ZERO);
     }
 
     #[test]

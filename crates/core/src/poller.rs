@@ -20,6 +20,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
+use crate::budget::SendBudget;
 use crate::clock::Clock;
 use crate::error::{error_chain, ErrorClass};
 use crate::ingest::Webhook;
@@ -111,6 +112,9 @@ pub struct PollerPorts {
     pub lease: Arc<dyn PollerLease>,
     /// Tells the time stored in the lease.
     pub clock: Arc<dyn Clock>,
+    /// The bot's send budget: a 429 Telegram answers getUpdates with binds the token, so its wait
+    /// is shared with every process sending for the bot (docs/ARCHITECTURE.md §4).
+    pub budget: Arc<dyn SendBudget>,
 }
 
 /// What a poller is doing.
@@ -728,7 +732,15 @@ impl Poller {
                     warn!("getUpdates answered something other than a list of updates");
                     backoff(failures)
                 }
-                Err(error) => self.failed_poll(error, failures)?,
+                Err(error) => {
+                    if let ErrorClass::RateLimited(wait) = error.class() {
+                        let bot = &self.webhook.settings().bot_id;
+                        if let Err(e) = self.ports.budget.pause(bot, wait).await {
+                            warn!(error = %error_chain(&e), "the flood wait could not be shared with the bot's senders");
+                        }
+                    }
+                    self.failed_poll(error, failures)?
+                }
             };
             failures = failures.saturating_add(1);
             tokio::select! {

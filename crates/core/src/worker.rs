@@ -15,6 +15,7 @@ use ::metrics::{counter, histogram};
 
 use crate::audit::{AuditAction, AuditEntry, AuditLog};
 use crate::bots::{BotDirectory, BotRuntime, Lookup};
+use crate::budget::SendBudget;
 use crate::clock::Clock;
 use crate::config::{ConfigError, Vars};
 use crate::context::{ActionSummary, Context, RunParts};
@@ -25,7 +26,6 @@ use crate::error::{error_chain, ErrorClass, PortError};
 use crate::failure::HandlerError;
 use crate::ids::{BotId, GroupKey, MessageGroupId, RecordKey};
 use crate::metrics as names;
-use crate::pacer::Pacer;
 use crate::patience::patiently;
 use crate::policy::{self, within_visibility_ceiling, FailedRun, Jitter, RetryPolicy, Verdict};
 use crate::ports::{
@@ -57,9 +57,13 @@ pub struct WorkerSettings {
     /// `TGQ_ACK_CALLBACKS`: the webhook answered each queued callback query in its reply, so the
     /// handler's own `answerCallbackQuery` for it is recorded as done without a call.
     pub ack_callbacks: bool,
-    /// The longest a send waits inside a run for Telegram's pacing (the limiter, a flood wait);
-    /// a longer wait gives the update back to the queue for as long, spending no attempt.
+    /// The longest a send waits inside a run for Telegram's pacing (the limiter, a flood wait)
+    /// when the invocation holds only its bot's updates; a longer wait gives the update back to
+    /// the queue for as long, spending no attempt.
     pub max_inline_wait: Duration,
+    /// [`WorkerSettings::max_inline_wait`] when the invocation holds several bots' updates: one
+    /// bot's waits must not hold the others' records back.
+    pub shared_inline_wait: Duration,
 }
 
 impl Default for WorkerSettings {
@@ -73,6 +77,7 @@ impl Default for WorkerSettings {
             store_patience: defaults::STORE_PATIENCE,
             ack_callbacks: false,
             max_inline_wait: defaults::MAX_INLINE_WAIT,
+            shared_inline_wait: defaults::SHARED_INLINE_WAIT,
         }
     }
 }
@@ -81,9 +86,8 @@ impl WorkerSettings {
     /// The settings the environment gives: `TGQ_MAX_ATTEMPTS`, `TGQ_BACKOFF_BASE_MS`,
     /// `TGQ_BACKOFF_CAP_MS`, `TGQ_MAX_RETRY_AGE_SECS`, `TGQ_RECORD_TTL_SECS`,
     /// `TGQ_MAX_RECEIVE_COUNT`, `TGQ_DEAD_LETTER_GONE_RECIPIENTS` and `TGQ_ACK_CALLBACKS`, the same
-    /// for the worker function and local mode. `max_inline_wait` is how the process runs rather
-    /// than a setting: a Lambda invocation's bots share its time, a local loop holds only itself.
-    pub fn from_vars(vars: &Vars, max_inline_wait: Duration) -> Result<Self, ConfigError> {
+    /// for the worker function and local mode.
+    pub fn from_vars(vars: &Vars) -> Result<Self, ConfigError> {
         Ok(Self {
             retry: vars.retry_policy()?,
             deadline_margin: defaults::DEADLINE_MARGIN,
@@ -92,7 +96,8 @@ impl WorkerSettings {
             gone_recipients: vars.gone_recipients()?,
             store_patience: defaults::STORE_PATIENCE,
             ack_callbacks: vars.ack_callbacks()?,
-            max_inline_wait,
+            max_inline_wait: defaults::MAX_INLINE_WAIT,
+            shared_inline_wait: defaults::SHARED_INLINE_WAIT,
         })
     }
 }
@@ -108,9 +113,10 @@ pub struct WorkerPorts {
     pub visibility: Arc<dyn Visibility>,
     /// Receives updates given up on.
     pub dead: Arc<dyn DeadLetters>,
-    /// Telegram's pacing, shared by every run of the process (and keyed by bot: one bot's pace
-    /// and flood waits hold back none of another's sends).
-    pub pacer: Arc<Pacer>,
+    /// Telegram's pacing: each bot's budget, shared by every run of the process, or by every
+    /// process that sends for the bot (and keyed by bot: one bot's pace and flood waits hold back
+    /// none of another's sends).
+    pub budget: Arc<dyn SendBudget>,
     /// Tells the time.
     pub clock: Arc<dyn Clock>,
     /// Restarts the record of a dead letter an operator moved back to the queue (the SQS
@@ -121,6 +127,13 @@ pub struct WorkerPorts {
     /// Keeps the timers runs schedule until they are due; `None` where the deployment has no
     /// scheduler, and then a handler's schedule is refused.
     pub timers: Option<Arc<dyn TimerScheduler>>,
+}
+
+/// One bot's share of a batch: what was found for its bot, and how long its sends may wait
+/// inside a run for Telegram's pacing.
+struct Share<'a> {
+    bot: &'a Lookup,
+    inline_wait: Duration,
 }
 
 /// Who an audit entry names for a dead letter moved back to the updates queue outside tgq.
@@ -273,6 +286,12 @@ impl Worker {
                 None => shares.push((bot, vec![index])),
             }
         }
+        // A bot alone in the invocation waits for Telegram's pacing as long as a run may; beside
+        // other bots, its waits must not keep their updates from the next invocation.
+        let inline_wait = match shares.len() {
+            1 => self.settings.max_inline_wait,
+            _ => self.settings.shared_inline_wait,
+        };
         let runs = shares.iter().map(|(bot, indices)| async move {
             let lookup = match bot {
                 Some(bot) => self.bots.lookup(bot).await,
@@ -284,7 +303,11 @@ impl Worker {
                 ),
             };
             let share: Vec<&QueueRecord> = indices.iter().map(|&i| &records[i]).collect();
-            let report = self.process_share(&share, &lookup, deadline).await;
+            let with = Share {
+                bot: &lookup,
+                inline_wait,
+            };
+            let report = self.process_share(&share, &with, deadline).await;
             let unknown = BotId::unknown();
             count(bot.as_ref().unwrap_or(&unknown), &report);
             report
@@ -320,7 +343,7 @@ impl Worker {
     async fn process_share(
         &self,
         records: &[&QueueRecord],
-        bot: &Lookup,
+        share: &Share<'_>,
         deadline: Timestamp,
     ) -> BatchReport {
         let mut outcomes: Vec<Option<RecordOutcome>> = vec![None; records.len()];
@@ -338,7 +361,7 @@ impl Worker {
                 later.push((index, step));
                 continue;
             }
-            match self.pass(step, bot, deadline, &failed, true).await {
+            match self.pass(step, share, deadline, &failed, true).await {
                 Processed::Deferred(resumed) => {
                     held.insert(group);
                     later.push((index, Step::Resumed(records[index], resumed)));
@@ -355,7 +378,7 @@ impl Worker {
         for (index, step) in later {
             let group = &step.record().group_id;
             if let Processed::Outcome(outcome, run) =
-                self.pass(step, bot, deadline, &failed, false).await
+                self.pass(step, share, deadline, &failed, false).await
             {
                 if outcome.is_failure() {
                     failed.insert(group);
@@ -385,7 +408,7 @@ impl Worker {
     async fn pass(
         &self,
         step: Step<'_>,
-        bot: &Lookup,
+        share: &Share<'_>,
         deadline: Timestamp,
         failed: &HashSet<&MessageGroupId>,
         may_defer: bool,
@@ -402,7 +425,10 @@ impl Worker {
             return Processed::Outcome(RecordOutcome::SkippedBehindFailure, None);
         }
         match step {
-            Step::Waiting(record) => self.process_record(record, bot, deadline, may_defer).await,
+            Step::Waiting(record) => {
+                self.process_record(record, share, deadline, may_defer)
+                    .await
+            }
             Step::Resumed(record, resumed) => {
                 let Resumed {
                     key,
@@ -419,7 +445,7 @@ impl Worker {
                     attempt = tracing::field::Empty,
                 );
                 let (outcome, run) = self
-                    .run_claimed(record, bot, &key, &group, claimed, deadline)
+                    .run_claimed(record, share, &key, &group, claimed, deadline)
                     .instrument(span)
                     .await;
                 Processed::Outcome(outcome, run)
@@ -431,7 +457,7 @@ impl Worker {
     async fn process_record(
         &self,
         record: &QueueRecord,
-        bot: &Lookup,
+        share: &Share<'_>,
         deadline: Timestamp,
         may_defer: bool,
     ) -> Processed {
@@ -447,7 +473,7 @@ impl Worker {
             .record("update_id", key.update_id.0)
             .record("group", group.as_str());
         self.warn_near_redrive(record);
-        if let Lookup::Unavailable(e) = bot {
+        if let Lookup::Unavailable(e) = share.bot {
             // Nothing is wrong with the update: its bot cannot be looked up or built right now.
             warn!(error = %error_chain(e), cause = e.cause(), "the record's bot is unavailable; backing off without spending an attempt");
             let outcome = self
@@ -458,11 +484,8 @@ impl Worker {
         // A bot held by a flood wait longer than a run may sit out gets its update back for as
         // long before anything is claimed: nothing is written, no attempt is spent, and with
         // several bots the invocation is not kept busy by one bot's pause (ARCHITECTURE §11).
-        let paused = self
-            .ports
-            .pacer
-            .paused_for(&key.bot_id, tokio::time::Instant::now());
-        if paused > self.settings.max_inline_wait {
+        let paused = self.ports.budget.paused_for(&key.bot_id);
+        if paused > share.inline_wait {
             let class = ErrorClass::RateLimited(paused);
             let delay = self
                 .show_again(record, policy::after_flood_wait(paused), deadline)
@@ -498,7 +521,7 @@ impl Worker {
             }
             Ok(Claim::Run(claimed)) => {
                 let (outcome, run) = self
-                    .run_claimed(record, bot, &key, &group, claimed, deadline)
+                    .run_claimed(record, share, &key, &group, claimed, deadline)
                     .await;
                 return Processed::Outcome(outcome, run);
             }
@@ -544,14 +567,14 @@ impl Worker {
     async fn run_claimed(
         &self,
         record: &QueueRecord,
-        bot: &Lookup,
+        share: &Share<'_>,
         key: &RecordKey,
         group: &GroupKey,
         claimed: Claimed,
         deadline: Timestamp,
     ) -> (RecordOutcome, Option<RunReport>) {
         Span::current().record("attempt", claimed.lease.token);
-        let runtime = match bot {
+        let runtime = match share.bot {
             Lookup::Found(runtime) => runtime,
             Lookup::Refused(reason, why) => {
                 let error = HandlerError::permanent(why.clone());
@@ -604,7 +627,14 @@ impl Worker {
             state,
             scheduled,
         } = self
-            .run_handler(record, runtime, group, &claimed, deadline)
+            .run_handler(
+                record,
+                runtime,
+                share.inline_wait,
+                group,
+                &claimed,
+                deadline,
+            )
             .await;
         let ended = self.ports.clock.now();
         let run = Run {
@@ -655,6 +685,7 @@ impl Worker {
         &self,
         record: &QueueRecord,
         runtime: &BotRuntime,
+        inline_wait: Duration,
         group: &GroupKey,
         claimed: &Claimed,
         deadline: Timestamp,
@@ -680,10 +711,10 @@ impl Worker {
             state: claimed.state.as_ref(),
             ledger: &*self.ports.ledger,
             api: &*runtime.api,
-            pacer: &self.ports.pacer,
+            budget: &*self.ports.budget,
             clock: &*self.ports.clock,
             cutoff,
-            max_inline_wait: self.settings.max_inline_wait,
+            max_inline_wait: inline_wait,
             timers: self.ports.timers.is_some(),
         });
         let budget = cutoff.since(self.ports.clock.now());

@@ -73,18 +73,13 @@ impl WorkerConfig {
                 Some((bot_id, token))
             }
         };
-        // One bot's pacing must not hold an invocation that carries other bots' updates.
-        let max_inline_wait = match &bots {
-            Some(_) => defaults::SHARED_INLINE_WAIT,
-            None => defaults::MAX_INLINE_WAIT,
-        };
         Ok(Self {
             env_bot,
             bots,
             registry_refresh: vars.registry_refresh()?,
             telegram_api_url: vars.telegram_api_url()?,
             resources: vars.aws_resources()?,
-            settings: WorkerSettings::from_vars(vars, max_inline_wait)?,
+            settings: WorkerSettings::from_vars(vars)?,
             rate_limits: vars.rate_limits()?,
             handler: vars.handler()?,
             timers: vars.timer_resources()?,

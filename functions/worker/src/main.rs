@@ -5,10 +5,12 @@ use std::sync::Arc;
 
 use aws_lambda_events::event::sqs::SqsEvent;
 use lambda_runtime::{Error, LambdaEvent};
-use tgq_aws::{AwsTimers, DynamoStore, Schedules, SqsQueue, SqsTimerQueue, SsmRegistry};
+use tgq_aws::{
+    AwsTimers, DynamoBudgetCells, DynamoStore, Schedules, SqsQueue, SqsTimerQueue, SsmRegistry,
+};
+use tgq_core::budget::SharedBudget;
 use tgq_core::clock::SystemClock;
 use tgq_core::config::Vars;
-use tgq_core::pacer::Pacer;
 use tgq_core::ports::TimerScheduler;
 use tgq_core::registry::BotSource;
 use tgq_core::relay::TimerRelay;
@@ -59,16 +61,26 @@ async fn main() -> Result<(), Error> {
         (Arc::new(scheduler) as Arc<dyn TimerScheduler>, source)
     });
     let (scheduler, source) = timers.unzip();
+    let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
     let store = Arc::new(DynamoStore::new(
-        aws_sdk_dynamodb::Client::new(&sdk),
+        dynamodb.clone(),
         config.resources.table.clone(),
     ));
+    // Telegram's limits belong to the bot, not to this container: each bot's sends are booked in
+    // the table every container of the stack shares (ARCHITECTURE §4).
+    let budget = SharedBudget::new(
+        Arc::new(DynamoBudgetCells::new(
+            dynamodb,
+            config.resources.table.clone(),
+        )),
+        config.rate_limits,
+        Arc::new(SystemClock),
+    );
     let ports = WorkerPorts {
         ledger: store.clone(),
         visibility: updates,
         dead: Arc::new(SqsQueue::new(sqs, config.resources.dlq_url.clone())),
-        // Keyed by bot: each bot is paced to Telegram's limits on its own.
-        pacer: Arc::new(Pacer::new(config.rate_limits)),
+        budget: Arc::new(budget),
         clock: Arc::new(SystemClock),
         reset: store.clone(),
         audit: store,

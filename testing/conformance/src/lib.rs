@@ -1,7 +1,8 @@
 //! The port conformance suite: one set of test bodies that every adapter (in-memory, embedded, AWS on
 //! an emulator) must pass. An adapter crate instantiates it with [`conformance_tests!`] and a factory
 //! giving fresh, empty adapters for each test. The poller lease has its own bodies in [`lease`],
-//! instantiated with [`lease_conformance_tests!`].
+//! instantiated with [`lease_conformance_tests!`], and the send budget its own in [`budget`],
+//! instantiated with [`budget_conformance_tests!`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,6 +24,7 @@ use tgq_core::record::{
 use tgq_core::state::{StateWrite, StoredState};
 use tgq_core::PortError;
 
+pub mod budget;
 pub mod lease;
 
 /// Fresh adapters for one test; the same object may implement several ports.

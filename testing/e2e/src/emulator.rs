@@ -331,7 +331,8 @@ pub async fn record_status(
     }))
 }
 
-/// How many items the table holds.
+/// How many items the table holds besides the bots' send budgets (items of their own, keyed
+/// `budget#…`, that every send books: docs/ARCHITECTURE.md §4).
 pub async fn item_count(dynamo: &aws_sdk_dynamodb::Client, table: &str) -> anyhow::Result<usize> {
     let mut count = 0;
     let mut start = None;
@@ -339,6 +340,11 @@ pub async fn item_count(dynamo: &aws_sdk_dynamodb::Client, table: &str) -> anyho
         let page = dynamo
             .scan()
             .table_name(table)
+            .filter_expression("NOT begins_with(pk, :budget)")
+            .expression_attribute_values(
+                ":budget",
+                aws_sdk_dynamodb::types::AttributeValue::S("budget#".into()),
+            )
             .set_exclusive_start_key(start)
             .send()
             .await

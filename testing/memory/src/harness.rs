@@ -107,7 +107,7 @@ pub fn worker_ports(
         ledger: store.clone(),
         visibility: Arc::new(RecordingVisibility::new()),
         dead,
-        pacer: Arc::new(Pacer::new(RateLimits::UNLIMITED)),
+        budget: Arc::new(Pacer::new(RateLimits::UNLIMITED)),
         clock,
         reset: store.clone(),
         audit: store.clone(),

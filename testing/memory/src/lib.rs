@@ -6,6 +6,7 @@
 
 mod bot_api;
 mod bots;
+mod budget;
 mod dead_letters;
 mod harness;
 mod lease;
@@ -17,6 +18,7 @@ mod visibility;
 
 pub use bot_api::{RecordedCall, RecordingBotApi};
 pub use bots::MemoryBots;
+pub use budget::MemoryBudgetCells;
 pub use dead_letters::MemoryDeadLetters;
 pub use harness::{worker_ports, Harness};
 pub use lease::MemoryPollerLease;

@@ -35,6 +35,14 @@ const MAX_RECEIVE_COUNT: u32 = 3;
 
 conformance_tests!(adapters());
 
+tgq_conformance::budget_conformance_tests!(async {
+    tgq_conformance::budget::BudgetUnderTest {
+        cells: Arc::new(tgq_memory::MemoryBudgetCells::new()),
+        bot: tgq_core::ids::BotId::new("budget").expect("a valid bot id"),
+        other: tgq_core::ids::BotId::new("other").expect("a valid bot id"),
+    }
+});
+
 tgq_conformance::lease_conformance_tests!(async {
     let lease: tgq_conformance::lease::LeaseUnderTest =
         Arc::new(tgq_memory::MemoryPollerLease::new());

@@ -50,7 +50,7 @@ impl Scenario {
 }
 
 /// Every scenario, in issue 16's order.
-pub const SCENARIOS: [Scenario; 17] = [
+pub const SCENARIOS: [Scenario; 18] = [
     Scenario {
         number: 1,
         name: "triple-delivery",
@@ -183,6 +183,14 @@ pub const SCENARIOS: [Scenario; 17] = [
         number: 17,
         name: "two-bots",
         what: "two bots on one stack: one in a 429 storm with chats failing for good, the other's latency within 10 % of alone and nothing crossing",
+        local: false,
+        emulator: true,
+        waits_for: None,
+    },
+    Scenario {
+        number: 18,
+        name: "one-budget",
+        what: "four workers at once sending for one bot at Telegram's limits through a 429 storm: 0 sends over the limits or inside a wait, throughput near the bot-wide rate",
         local: false,
         emulator: true,
         waits_for: None,

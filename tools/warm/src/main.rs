@@ -151,7 +151,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             visibility: queue,
             dead: dlq,
             // Telegram's limits would pace the sends; what is measured is tgq, not those limits.
-            pacer: Arc::new(Pacer::new(RateLimits {
+            budget: Arc::new(Pacer::new(RateLimits {
                 per_second: None,
                 per_chat_per_second: None,
                 per_group_per_minute: None,

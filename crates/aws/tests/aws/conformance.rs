@@ -5,3 +5,4 @@ use crate::common;
 tgq_conformance::conformance_tests!(async { common::emulator().await.adapters() });
 
 tgq_conformance::lease_conformance_tests!(common::poller_lease());
+tgq_conformance::budget_conformance_tests!(common::budget_cells());

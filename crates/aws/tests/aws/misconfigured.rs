@@ -91,7 +91,7 @@ async fn a_missing_table_answers_503_buries_nothing_and_the_retry_goes_through_o
             timers: None,
             visibility: e.queue.clone(),
             dead: e.dlq.clone(),
-            pacer: Arc::new(Pacer::new(RateLimits::UNLIMITED)),
+            budget: Arc::new(Pacer::new(RateLimits::UNLIMITED)),
             clock: Arc::new(SystemClock),
         },
         Arc::new(OneBot::new(api.clone(), Arc::new(EchoBot))),

@@ -83,7 +83,7 @@ fn rig() -> Rig {
             ledger: store.clone(),
             visibility: Arc::new(RecordingVisibility::new()),
             dead: dead.clone(),
-            pacer: Arc::new(Pacer::new(RateLimits::UNLIMITED)),
+            budget: Arc::new(Pacer::new(RateLimits::UNLIMITED)),
             clock: Arc::new(clock.clone()),
             reset: store.clone(),
             audit: store.clone(),

@@ -12,14 +12,16 @@ use async_trait::async_trait;
 use parking_lot::Mutex;
 use secrecy::SecretString;
 use serde_json::{json, Value};
+use tgq_core::budget::SendBudget;
 use tgq_core::clock::Clock;
 use tgq_core::ids::{BotId, RecordKey, UpdateId};
 use tgq_core::ingest::{Ingest, Webhook, WebhookPorts, WebhookSettings};
 use tgq_core::leadership::{Acquired, HolderId, LeaseError, LeaseState, PollerLease, Term};
+use tgq_core::pacer::{Pacer, RateLimits};
 use tgq_core::poller::{LeaseTiming, Poller, PollerPorts, PollerSettings, Role};
 use tgq_core::ports::{OutgoingMessage, UpdateQueue};
 use tgq_core::record::Timestamp;
-use tgq_core::telegram::{ApiCall, BotApi, CallError};
+use tgq_core::telegram::{ApiCall, BotApi, CallError, TelegramError};
 use tgq_core::PortError;
 use tgq_memory::{MemoryDeadLetters, MemoryPollerLease, MemoryQueue, MemoryStore};
 use tokio::sync::{watch, Notify};
@@ -53,6 +55,8 @@ struct Telegram {
     pending: Mutex<Vec<i64>>,
     arrived: Notify,
     polls: Mutex<Vec<Poll>>,
+    /// The next getUpdates is answered 429 with this `retry_after`.
+    flood: Mutex<Option<Duration>>,
 }
 
 impl Telegram {
@@ -139,6 +143,9 @@ struct PollerApi {
 impl BotApi for PollerApi {
     async fn call(&self, call: &ApiCall<'_>) -> Result<Value, CallError> {
         assert_eq!(call.method, "getUpdates");
+        if let Some(wait) = self.telegram.flood.lock().take() {
+            return Err(CallError::Telegram(TelegramError::RetryAfter(wait)));
+        }
         Ok(self.telegram.get_updates(self.poller, call.params).await)
     }
 }
@@ -226,6 +233,8 @@ struct Rig {
     store: Arc<MemoryStore>,
     queue: Arc<MemoryQueue>,
     clock: Arc<TokioClock>,
+    /// The bot's send budget, as local mode's worker loops share it.
+    budget: Arc<Pacer>,
     members: Vec<Member>,
 }
 
@@ -251,6 +260,7 @@ impl Rig {
             store: Arc::new(MemoryStore::new()),
             queue: Arc::new(MemoryQueue::new(clock.clone())),
             clock,
+            budget: Arc::new(Pacer::new(RateLimits::default())),
             members: Vec::new(),
         }
     }
@@ -299,6 +309,7 @@ impl Rig {
                 }),
                 lease: link.clone(),
                 clock: self.clock.clone(),
+                budget: self.budget.clone(),
             },
             webhook,
         ));
@@ -558,4 +569,19 @@ async fn a_renewal_that_never_answers_stops_polling_before_the_lease_could_end()
             .renewals_failed
             >= 1
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_429_on_get_updates_holds_every_send_of_the_bot_for_its_wait() {
+    let mut rig = Rig::new();
+    *rig.telegram.flood.lock() = Some(Duration::from_secs(30));
+    rig.start();
+    pass(Duration::from_secs(1)).await;
+    assert!(rig.telegram.flood.lock().is_none(), "the poller polled");
+    let held = rig.budget.paused_for(&bot());
+    assert!(held > Duration::from_secs(25), "{held:?}");
+    // Polling goes on after the wait, and the updates sent meanwhile are stored.
+    rig.telegram.send(0..5);
+    pass(Duration::from_secs(40)).await;
+    assert!((0..5).all(|id| rig.queued(id)));
 }

@@ -195,7 +195,7 @@ fn rig_built(limits: RateLimits, store_patience: Duration, api: RecordingBotApi)
         ledger: store.clone(),
         visibility: visibility.clone(),
         dead: dead.clone(),
-        pacer: Arc::new(Pacer::new(limits)),
+        budget: Arc::new(Pacer::new(limits)),
         clock: Arc::new(clock.clone()),
         reset: store.clone(),
         audit: store.clone(),
@@ -210,6 +210,7 @@ fn rig_built(limits: RateLimits, store_patience: Duration, api: RecordingBotApi)
         store_patience,
         ack_callbacks: false,
         max_inline_wait: tgq_core::defaults::MAX_INLINE_WAIT,
+        shared_inline_wait: tgq_core::defaults::SHARED_INLINE_WAIT,
     };
     Rig {
         worker: Worker::new(
@@ -450,6 +451,39 @@ async fn sends_are_paced_to_telegram_s_limits_per_chat() {
         "three sends to one chat took {:?}",
         started.elapsed()
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_batch_of_one_bot_s_updates_waits_inline_for_its_chat_s_next_second() {
+    let rig = rig_with(RateLimits::default());
+    rig.bot.on(1, [Step::Replies(2)]);
+    let report = rig.run(&[update(1, 10), update(2, 20)]).await;
+    assert!(report.failed_message_ids().is_empty(), "{report:?}");
+    assert_eq!(rig.api.sent_texts().len(), 3);
+    let paced: Duration = report.runs.iter().map(|r| r.paced).sum();
+    assert!(paced >= Duration::from_secs(1), "{paced:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_batch_shared_with_another_bot_gives_a_chat_s_second_reply_back_rather_than_wait() {
+    let rig = rig_with(RateLimits::default());
+    rig.bot.on(1, [Step::Replies(2)]);
+    let mut quiet = update(2, 20);
+    quiet.group_id = MessageGroupId::from_raw("quiet:20");
+    let report = rig.run(&[update(1, 10), quiet]).await;
+    assert!(
+        matches!(
+            outcome(&report, 0),
+            RecordOutcome::Retrying(_, ErrorClass::RateLimited(_))
+        ),
+        "{report:?}"
+    );
+    assert!(
+        matches!(outcome(&report, 1), RecordOutcome::Done(_)),
+        "{report:?}"
+    );
+    assert_eq!(rig.api.sent_texts(), ["reply 0", "reply to 2"]);
+    assert_eq!(rig.store.record(&key(1)).unwrap().attempts, 1);
 }
 
 #[tokio::test(start_paused = true)]

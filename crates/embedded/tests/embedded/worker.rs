@@ -47,7 +47,7 @@ async fn an_offline_reply_costs_the_worker_three_writes_claim_send_and_settle() 
             ledger: store.clone(),
             visibility: store.clone(),
             dead: store.clone(),
-            pacer: Arc::new(Pacer::new(RateLimits::UNLIMITED)),
+            budget: Arc::new(Pacer::new(RateLimits::UNLIMITED)),
             clock: Arc::new(clock.clone()),
             reset: store.clone(),
             audit: store.clone(),

@@ -61,7 +61,7 @@ async fn rig_with(more: &[(&str, &str)]) -> Rig {
         ledger: store.clone(),
         visibility: visibility.clone(),
         dead: dead.clone(),
-        pacer: Arc::new(Pacer::new(RateLimits::default())),
+        budget: Arc::new(Pacer::new(RateLimits::default())),
         clock: Arc::new(SystemClock),
         reset: store.clone(),
         audit: store.clone(),

@@ -107,7 +107,7 @@ where
         timers: None,
         visibility,
         dead,
-        pacer: Arc::new(Pacer::new(RateLimits::UNLIMITED)),
+        budget: Arc::new(Pacer::new(RateLimits::UNLIMITED)),
         clock,
     };
     Worker::new(

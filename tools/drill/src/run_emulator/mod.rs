@@ -5,6 +5,7 @@
 
 mod esm;
 mod lambda;
+mod one_budget;
 mod stack;
 mod two_bots;
 
@@ -445,6 +446,7 @@ pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row
         }
         12 => stale_worker(s, o, em, plan).await,
         17 => two_bots::run(s, o, em).await,
+        18 => one_budget::run(s, o, em).await,
         n => bail!("scenario {n} does not apply to the emulator"),
     }
 }

@@ -116,6 +116,20 @@ pub async fn poller_lease() -> tgq_conformance::lease::LeaseUnderTest {
     ))
 }
 
+/// Budget cells on the emulator's shared table, and two bots of their own for each call, so
+/// nothing was booked for them.
+pub async fn budget_cells() -> tgq_conformance::budget::BudgetUnderTest {
+    static BUDGETS: AtomicU32 = AtomicU32::new(0);
+    let emulator = emulator_table().await;
+    let n = BUDGETS.fetch_add(1, Ordering::SeqCst);
+    let bot = |name: &str| tgq_core::ids::BotId::new(format!("{name}{n}")).expect("a valid bot id");
+    tgq_conformance::budget::BudgetUnderTest {
+        cells: Arc::new(tgq_aws::DynamoBudgetCells::new(emulator.0, emulator.1)),
+        bot: bot("budget"),
+        other: bot("other"),
+    }
+}
+
 /// A DynamoDB client on the emulator and the shared table, without the queues [`emulator`] makes.
 async fn emulator_table() -> (aws_sdk_dynamodb::Client, String) {
     let endpoint = std::env::var("AWS_ENDPOINT_URL").unwrap_or_default();

@@ -1,0 +1,492 @@
+//! One send budget per bot (docs/ARCHITECTURE.md §4, "One budget per bot"): Telegram's limits
+//! belong to the bot token, so every process that sends for a bot books its sends in one place.
+//! [`SendBudget`] is the port the worker paces through; [`Pacer`] keeps the budget in the process
+//! (local mode, one process for the bot), [`SharedBudget`] keeps it in a store every worker
+//! container of a stack shares, through [`BudgetCells`].
+//!
+//! The shared budget keeps two kinds of cell: one per bot, holding the times of its last sends
+//! (as many as the bot-wide limit counts) and its flood wait, and one per chat, holding the times
+//! of the last sends to that chat. A send is booked with one conditional write of each, on the
+//! version the process last saw, and the bot's cell is read once more just before the call, so a
+//! 429 heard by any container holds every other one.
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use parking_lot::Mutex;
+use tokio::time::Instant;
+
+use crate::clock::Clock;
+use crate::error::PortError;
+use crate::ids::BotId;
+use crate::pacer::{ready, Pacer, RateLimits, MINUTE, SECOND};
+use crate::record::Timestamp;
+
+/// The pacing the worker asks for before each call to Telegram, for every bot it sends for.
+#[async_trait]
+pub trait SendBudget: Send + Sync {
+    /// Books the next slot for a call of `bot`: a send to `chat`, counted against Telegram's
+    /// limits, when `chat` is given; any other call, held only by a flood wait, when not. A slot
+    /// further off than `within` is not booked: [`Reserved::Later`] says how far off it is.
+    async fn reserve(
+        &self,
+        bot: &BotId,
+        chat: Option<i64>,
+        within: Duration,
+    ) -> Result<Reserved, PortError>;
+
+    /// How long every call of `bot` is held by a flood wait, as this process last heard it
+    /// (no request is made).
+    fn paused_for(&self, bot: &BotId) -> Duration;
+
+    /// Asked just before the call a slot was booked for, after the caller waited for it: whether
+    /// the call may go now.
+    async fn clear_to_send(&self, bot: &BotId, slot: &mut Slot) -> Result<Clear, PortError>;
+
+    /// Holds every call of `bot`, in every process sharing the budget, for `wait`: Telegram
+    /// named it in a 429.
+    async fn pause(&self, bot: &BotId, wait: Duration) -> Result<(), PortError>;
+}
+
+/// The answer of [`SendBudget::reserve`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reserved {
+    /// A slot is booked: wait [`Slot::wait`], then ask [`SendBudget::clear_to_send`].
+    Booked(Slot),
+    /// The next slot is this far off, more than the caller may wait; nothing was booked.
+    Later(Duration),
+}
+
+/// A booked send.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Slot {
+    /// How long to wait before getting ready for the call.
+    pub wait: Duration,
+    /// When the call may reach Telegram, for a budget that keeps its slots in a store: the call
+    /// must go neither before nor much after it.
+    due: Option<Timestamp>,
+    /// How long before `due` the wait ends, so that what the caller does before the call ends
+    /// near `due`.
+    lead: Duration,
+    /// Whether the time from the end of the wait to the first check was measured already.
+    measured: bool,
+}
+
+impl Slot {
+    /// When the call may reach Telegram, for a budget kept in a store; `None` for one kept in
+    /// the process.
+    pub fn due(&self) -> Option<Timestamp> {
+        self.due
+    }
+
+    /// A slot of an in-process budget: its wait is all there is to it.
+    fn after(wait: Duration) -> Self {
+        Self {
+            wait,
+            due: None,
+            lead: Duration::ZERO,
+            measured: true,
+        }
+    }
+}
+
+/// The answer of [`SendBudget::clear_to_send`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Clear {
+    /// Send now.
+    Go,
+    /// Send after this short wait: the slot has not begun yet.
+    After(Duration),
+    /// A flood wait began after the slot was booked and holds the bot this much longer: book
+    /// again.
+    Held(Duration),
+    /// The slot went by while the caller got ready: other processes may be sending in the
+    /// moments after it, so book again.
+    Late,
+}
+
+#[async_trait]
+impl SendBudget for Pacer {
+    async fn reserve(
+        &self,
+        bot: &BotId,
+        chat: Option<i64>,
+        within: Duration,
+    ) -> Result<Reserved, PortError> {
+        Ok(
+            match self.reserve_within(bot, chat, Instant::now(), within) {
+                Ok(wait) => Reserved::Booked(Slot::after(wait)),
+                Err(wait) => Reserved::Later(wait),
+            },
+        )
+    }
+
+    fn paused_for(&self, bot: &BotId) -> Duration {
+        self.paused_at(bot, Instant::now())
+    }
+
+    async fn clear_to_send(&self, bot: &BotId, _slot: &mut Slot) -> Result<Clear, PortError> {
+        Ok(match self.paused_at(bot, Instant::now()) {
+            wait if wait.is_zero() => Clear::Go,
+            wait => Clear::Held(wait),
+        })
+    }
+
+    async fn pause(&self, bot: &BotId, wait: Duration) -> Result<(), PortError> {
+        self.pause_until(bot, Instant::now() + wait);
+        Ok(())
+    }
+}
+
+/// A cell of a bot's shared budget.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum CellKey {
+    /// The bot's own cell: its last sends to any chat, and its flood wait.
+    Bot(BotId),
+    /// The last sends of the bot to one chat.
+    Chat(BotId, i64),
+}
+
+/// A cell as the store keeps it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BudgetCell {
+    /// One more with every write; 0 for a cell never written.
+    pub version: u64,
+    /// The booked times of the last sends, oldest first.
+    pub sends: Vec<Timestamp>,
+    /// Until when a flood wait holds the bot (a bot's cell only).
+    pub paused_until: Option<Timestamp>,
+}
+
+/// The answer of [`BudgetCells::swap`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Swap {
+    /// The sends were written; the cell as it is now.
+    Written(BudgetCell),
+    /// The cell was written by someone else since the version given; the cell as it is (`None`:
+    /// it was deleted, and counts as never written).
+    Changed(Option<BudgetCell>),
+}
+
+/// Where a shared budget keeps its cells (DynamoDB on a stack): conditional writes on a
+/// version, so that two processes booking at once cannot both take the same slot.
+#[async_trait]
+pub trait BudgetCells: Send + Sync {
+    /// Replaces the cell's sends with `sends` and counts one more version, if the cell's version
+    /// is still `seen`; the cell is kept at least until `keep_until`.
+    async fn swap(
+        &self,
+        key: &CellKey,
+        seen: u64,
+        sends: &[Timestamp],
+        keep_until: Timestamp,
+    ) -> Result<Swap, PortError>;
+
+    /// The cell as it is now (a strongly consistent read); `None` when it was never written.
+    async fn read(&self, key: &CellKey) -> Result<Option<BudgetCell>, PortError>;
+
+    /// Holds `bot` until `until` unless it is held longer already, counting one more version of
+    /// its cell so that a booking made on the version before is refused.
+    async fn pause(
+        &self,
+        bot: &BotId,
+        until: Timestamp,
+        keep_until: Timestamp,
+    ) -> Result<(), PortError>;
+}
+
+/// How often a booking starts again after another process changed a cell it booked from.
+const ROUNDS: usize = 32;
+/// What a booking that lost [`ROUNDS`] times in a row is told to wait before trying again.
+const CONTENDED: Duration = Duration::from_millis(200);
+/// How long before its slot a caller's wait ends when nothing has been measured yet.
+const FIRST_LEAD: Duration = Duration::from_millis(50);
+/// The bounds of the lead: below the first, a store's jitter makes calls late; above the second,
+/// the store is too slow for the budget to help and a call rather waits a little longer.
+const MIN_LEAD: Duration = Duration::from_millis(5);
+const MAX_LEAD: Duration = Duration::from_secs(1);
+/// How many of the latest measurements the lead is taken from.
+const LEAD_SAMPLES: usize = 8;
+/// An early caller's wait for its slot after which it checks again before the call: a 429 heard
+/// by another process within this time of the check could hardly have reached the store by it,
+/// so a shorter wait changes nothing a second check could see.
+pub const RECHECK_AFTER: Duration = Duration::from_millis(50);
+/// How late a call may leave after its slot: less than the slack between two slots of a window,
+/// so calls leaving a little late still reach Telegram inside their limits.
+const LATE: Duration = Duration::from_millis(80);
+/// How long a cell is kept after its last booking: longer than any window it counts.
+const KEEP: Duration = Duration::from_secs(24 * 3600);
+/// How many chats' cells a process remembers before it starts again from the store's.
+const REMEMBERED_CHATS: usize = 4096;
+
+/// A bot's budget kept in [`BudgetCells`], shared by every process that sends for the bot.
+pub struct SharedBudget {
+    cells: Arc<dyn BudgetCells>,
+    limits: RateLimits,
+    clock: Arc<dyn Clock>,
+    /// The cells as this process last saw them: a booking starts from them, and a store that
+    /// refuses the write hands back the cell it holds, so a booking costs no read.
+    seen: Mutex<HashMap<CellKey, BudgetCell>>,
+    /// How long the latest callers took from the end of their wait to being clear to send.
+    lead: Mutex<VecDeque<Duration>>,
+}
+
+impl fmt::Debug for SharedBudget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SharedBudget")
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SharedBudget {
+    /// A budget with these limits, kept in `cells`, telling the time by `clock` (the processes
+    /// sharing it must agree on the time within a few milliseconds, as NTP-synced hosts do).
+    pub fn new(cells: Arc<dyn BudgetCells>, limits: RateLimits, clock: Arc<dyn Clock>) -> Self {
+        Self {
+            cells,
+            limits,
+            clock,
+            seen: Mutex::new(HashMap::new()),
+            lead: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    /// The third quartile of the latest measurements: a caller a little late is still inside
+    /// its slot (up to [`LATE`]), one early waits the difference.
+    fn lead(&self) -> Duration {
+        let mut samples: Vec<Duration> = self.lead.lock().iter().copied().collect();
+        if samples.is_empty() {
+            return FIRST_LEAD;
+        }
+        samples.sort();
+        samples[samples.len() * 3 / 4].clamp(MIN_LEAD, MAX_LEAD)
+    }
+
+    fn measured(&self, took: Duration) {
+        let mut samples = self.lead.lock();
+        samples.push_back(took);
+        while samples.len() > LEAD_SAMPLES {
+            samples.pop_front();
+        }
+    }
+
+    fn seen(&self, key: &CellKey) -> BudgetCell {
+        self.seen.lock().get(key).cloned().unwrap_or_default()
+    }
+
+    /// Keeps `cell` as the last seen of `key`, unless a newer one is kept already.
+    fn saw(&self, key: &CellKey, cell: Option<BudgetCell>) {
+        let mut seen = self.seen.lock();
+        if seen.len() >= REMEMBERED_CHATS {
+            seen.retain(|key, _| matches!(key, CellKey::Bot(_)));
+        }
+        match cell {
+            Some(cell) => {
+                let newer = seen
+                    .get(key)
+                    .is_none_or(|kept| cell.version >= kept.version);
+                if newer {
+                    seen.insert(key.clone(), cell);
+                }
+            }
+            None => {
+                seen.remove(key);
+            }
+        }
+    }
+
+    /// Adds a send at `at` to `key`'s window of `limit` sends (none to keep without a limit),
+    /// written from `seen`; `false` when another process wrote the cell first, which is then seen.
+    async fn book(
+        &self,
+        key: &CellKey,
+        seen: &BudgetCell,
+        at: Timestamp,
+        limit: Option<u32>,
+    ) -> Result<bool, PortError> {
+        let Some(limit) = limit else {
+            return Ok(true);
+        };
+        let sends = with_send(&seen.sends, at, limit);
+        match self
+            .cells
+            .swap(key, seen.version, &sends, at.plus(KEEP))
+            .await?
+        {
+            Swap::Written(cell) => {
+                self.saw(key, Some(cell));
+                Ok(true)
+            }
+            Swap::Changed(cell) => {
+                self.saw(key, cell);
+                Ok(false)
+            }
+        }
+    }
+
+    /// The earliest slot at or after `from` both cells allow.
+    fn earliest(
+        &self,
+        bot: &BudgetCell,
+        chat_cell: &BudgetCell,
+        chat: i64,
+        from: Timestamp,
+    ) -> Timestamp {
+        let mut at = bot.paused_until.map_or(from, |until| until.max(from));
+        if let Some(limit) = self.limits.per_second {
+            at = ready(&bot.sends, at, limit, SECOND);
+        }
+        if let Some(limit) = self.limits.per_chat_per_second {
+            at = ready(&chat_cell.sends, at, limit, SECOND);
+        }
+        if let Some(limit) = self.group_limit(chat) {
+            at = ready(&chat_cell.sends, at, limit, MINUTE);
+        }
+        at
+    }
+
+    fn group_limit(&self, chat: i64) -> Option<u32> {
+        self.limits.per_group_per_minute.filter(|_| chat < 0)
+    }
+
+    /// How many of a chat's sends its cell keeps: as many as its longest window counts.
+    fn chat_window(&self, chat: i64) -> Option<u32> {
+        [self.limits.per_chat_per_second, self.group_limit(chat)]
+            .into_iter()
+            .flatten()
+            .max()
+    }
+}
+
+/// `sends` with `at` added, keeping the last `limit`.
+fn with_send(sends: &[Timestamp], at: Timestamp, limit: u32) -> Vec<Timestamp> {
+    let keep = (limit.max(1) as usize).saturating_sub(1);
+    let mut next: Vec<Timestamp> = sends[sends.len().saturating_sub(keep)..].to_vec();
+    next.push(at);
+    next
+}
+
+#[async_trait]
+impl SendBudget for SharedBudget {
+    async fn reserve(
+        &self,
+        bot: &BotId,
+        chat: Option<i64>,
+        within: Duration,
+    ) -> Result<Reserved, PortError> {
+        let bot_key = CellKey::Bot(bot.clone());
+        let chat = chat.filter(|_| self.limits != RateLimits::UNLIMITED);
+        let Some(chat) = chat else {
+            // A call that sends no message (or any call, with every limit lifted) is held by a
+            // flood wait only, as this process last heard it: it books nothing, and reads nothing.
+            return Ok(match self.paused_for(bot) {
+                wait if wait > within => Reserved::Later(wait),
+                wait => Reserved::Booked(Slot::after(wait)),
+            });
+        };
+        let chat_key = CellKey::Chat(bot.clone(), chat);
+        let lead = self.lead();
+        for _ in 0..ROUNDS {
+            let now = self.clock.now();
+            let (bot_cell, chat_cell) = (self.seen(&bot_key), self.seen(&chat_key));
+            let at = self.earliest(&bot_cell, &chat_cell, chat, now.plus(lead));
+            if at.since(now) > within + lead {
+                return Ok(Reserved::Later(at.since(now)));
+            }
+            if !self
+                .book(&bot_key, &bot_cell, at, self.limits.per_second)
+                .await?
+            {
+                continue;
+            }
+            // A chat's cell refusing the booking leaves the bot-wide slot just booked unused: that
+            // only spaces the bot's sends a little more.
+            if !self
+                .book(&chat_key, &chat_cell, at, self.chat_window(chat))
+                .await?
+            {
+                continue;
+            }
+            let now = self.clock.now();
+            let wake = Timestamp(at.0.saturating_sub(lead.as_millis() as u64));
+            return Ok(Reserved::Booked(Slot {
+                wait: wake.since(now),
+                due: Some(at),
+                lead,
+                measured: false,
+            }));
+        }
+        Ok(Reserved::Later(CONTENDED))
+    }
+
+    fn paused_for(&self, bot: &BotId) -> Duration {
+        let now = self.clock.now();
+        self.seen(&CellKey::Bot(bot.clone()))
+            .paused_until
+            .map_or(Duration::ZERO, |until| until.since(now))
+    }
+
+    async fn clear_to_send(&self, bot: &BotId, slot: &mut Slot) -> Result<Clear, PortError> {
+        let Some(due) = slot.due else {
+            return Ok(match self.paused_for(bot) {
+                wait if wait.is_zero() => Clear::Go,
+                wait => Clear::Held(wait),
+            });
+        };
+        let key = CellKey::Bot(bot.clone());
+        let stored = self.cells.read(&key).await?;
+        self.saw(&key, stored);
+        let now = self.clock.now();
+        if !slot.measured {
+            let woke = Timestamp(due.0.saturating_sub(slot.lead.as_millis() as u64));
+            self.measured(now.since(woke));
+            slot.measured = true;
+        }
+        let paused = self.paused_for(bot);
+        if !paused.is_zero() {
+            return Ok(Clear::Held(paused));
+        }
+        if now < due {
+            return Ok(Clear::After(due.since(now)));
+        }
+        if now.since(due) > LATE {
+            return Ok(Clear::Late);
+        }
+        Ok(Clear::Go)
+    }
+
+    async fn pause(&self, bot: &BotId, wait: Duration) -> Result<(), PortError> {
+        let until = self.clock.now().plus(wait);
+        let key = CellKey::Bot(bot.clone());
+        // Heard here first: this process holds its own calls even if the write fails.
+        {
+            let mut seen = self.seen.lock();
+            let cell = seen.entry(key).or_default();
+            if cell.paused_until.is_none_or(|held| held < until) {
+                cell.paused_until = Some(until);
+            }
+        }
+        self.cells.pause(bot, until, until.plus(KEEP)).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Timestamp {
+        Timestamp(n)
+    }
+
+    #[test]
+    fn a_window_keeps_as_many_sends_as_its_limit_counts() {
+        let sends = [ms(1), ms(2), ms(3)];
+        assert_eq!(with_send(&sends, ms(4), 3), vec![ms(2), ms(3), ms(4)]);
+        assert_eq!(with_send(&sends, ms(4), 1), vec![ms(4)]);
+        assert_eq!(with_send(&[], ms(4), 30), vec![ms(4)]);
+    }
+}

@@ -1,0 +1,266 @@
+//! The send budget's conformance bodies (docs/ARCHITECTURE.md §4, "One budget per bot"): the same
+//! tests for every store of [`BudgetCells`]. An adapter crate instantiates them with
+//! [`budget_conformance_tests!`] and a factory giving cells and two bots no test booked for yet.
+//!
+//! Each "process" is a [`SharedBudget`] of its own over the one store, as each worker container
+//! is on a stack. Slots are booked, not waited for: the tests read when each booked send is due.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tgq_core::budget::{
+    BudgetCells, CellKey, Clear, Reserved, SendBudget, SharedBudget, Slot, Swap,
+};
+use tgq_core::clock::{Clock, SystemClock};
+use tgq_core::ids::BotId;
+use tgq_core::pacer::RateLimits;
+use tgq_core::record::Timestamp;
+
+/// Cells for one test, and two bots nothing was booked for in them.
+pub struct BudgetUnderTest {
+    /// The store of the budget's cells.
+    pub cells: Arc<dyn BudgetCells>,
+    /// The bot the test books for.
+    pub bot: BotId,
+    /// Another bot of the same store.
+    pub other: BotId,
+}
+
+/// Expands to one `#[tokio::test]` per budget body, each given what `$make` (an async expression
+/// giving a [`BudgetUnderTest`]) builds.
+#[macro_export]
+macro_rules! budget_conformance_tests {
+    ($make:expr) => {
+        $crate::budget_conformance_tests!(@each $make;
+            a_cell_is_written_only_from_the_version_its_writer_saw,
+            a_pause_is_never_shortened_and_refuses_a_booking_made_before_it,
+            four_processes_book_at_most_the_bot_s_rate_in_any_second,
+            sends_to_one_chat_from_two_processes_are_a_second_apart,
+            a_group_gets_twenty_sends_a_minute_from_two_processes,
+            a_pause_heard_by_one_process_holds_every_other,
+            bots_of_one_store_share_nothing,
+        );
+    };
+    (@each $make:expr; $($name:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                $crate::budget::$name($make.await).await;
+            }
+        )*
+    };
+}
+
+/// Far enough that every booking of a test is made, none refused as too far off.
+const ANY_WAIT: Duration = Duration::from_secs(600);
+
+fn process(cells: &Arc<dyn BudgetCells>, limits: RateLimits) -> SharedBudget {
+    SharedBudget::new(cells.clone(), limits, Arc::new(SystemClock))
+}
+
+async fn book(budget: &SharedBudget, bot: &BotId, chat: i64) -> Slot {
+    match budget
+        .reserve(bot, Some(chat), ANY_WAIT)
+        .await
+        .expect("reserve")
+    {
+        Reserved::Booked(slot) => slot,
+        Reserved::Later(wait) => panic!("a slot {wait:?} off was refused"),
+    }
+}
+
+fn due(slot: &Slot) -> Timestamp {
+    slot.due().expect("a shared budget's slot has a due time")
+}
+
+/// The shortest time between a send and the `n`-th after it.
+fn closest(dues: &mut [Timestamp], n: usize) -> Duration {
+    dues.sort();
+    dues.windows(n + 1)
+        .map(|w| w[n].since(w[0]))
+        .min()
+        .unwrap_or(Duration::MAX)
+}
+
+/// Writes from version 0 create the cell; a writer that saw an older version is refused and
+/// handed the stored cell, so it can book again without reading.
+pub async fn a_cell_is_written_only_from_the_version_its_writer_saw(t: BudgetUnderTest) {
+    let key = CellKey::Chat(t.bot.clone(), 42);
+    let now = SystemClock.now();
+    let keep = now.plus(Duration::from_secs(3600));
+    assert_eq!(t.cells.read(&key).await.expect("read"), None);
+    let Swap::Written(first) = t.cells.swap(&key, 0, &[now], keep).await.expect("swap") else {
+        panic!("the first write of a new cell was refused");
+    };
+    assert_eq!(first.sends, vec![now]);
+    let later = now.plus(Duration::from_secs(1));
+    match t.cells.swap(&key, 0, &[later], keep).await.expect("swap") {
+        Swap::Changed(Some(stored)) => assert_eq!(stored, first),
+        other => panic!("a write from a stale version was not refused with the cell: {other:?}"),
+    }
+    let Swap::Written(second) = t
+        .cells
+        .swap(&key, first.version, &[now, later], keep)
+        .await
+        .expect("swap")
+    else {
+        panic!("a write from the stored version was refused");
+    };
+    assert!(second.version > first.version);
+    assert_eq!(t.cells.read(&key).await.expect("read"), Some(second));
+}
+
+/// A shorter pause leaves the longer one; a pause changes the bot's cell, so a booking made on
+/// the version before it is refused and learns of the pause.
+pub async fn a_pause_is_never_shortened_and_refuses_a_booking_made_before_it(t: BudgetUnderTest) {
+    let key = CellKey::Bot(t.bot.clone());
+    let now = SystemClock.now();
+    let keep = now.plus(Duration::from_secs(3600));
+    let Swap::Written(booked) = t.cells.swap(&key, 0, &[now], keep).await.expect("swap") else {
+        panic!("the first write of a new cell was refused");
+    };
+    let long = now.plus(Duration::from_secs(30));
+    t.cells.pause(&t.bot, long, keep).await.expect("pause");
+    t.cells
+        .pause(&t.bot, now.plus(Duration::from_secs(2)), keep)
+        .await
+        .expect("pause");
+    let stored = t.cells.read(&key).await.expect("read").expect("the cell");
+    assert_eq!(stored.paused_until, Some(long));
+    assert_eq!(stored.sends, vec![now]);
+    match t
+        .cells
+        .swap(&key, booked.version, &[now, now], keep)
+        .await
+        .expect("swap")
+    {
+        Swap::Changed(Some(cell)) => assert_eq!(cell.paused_until, Some(long)),
+        other => panic!("a booking made before the pause was not refused: {other:?}"),
+    }
+}
+
+/// Four processes booking at once for one bot, each send to a chat of its own: the booked sends
+/// keep to the bot-wide rate in every second, summed over the processes.
+pub async fn four_processes_book_at_most_the_bot_s_rate_in_any_second(t: BudgetUnderTest) {
+    const RATE: u32 = 5;
+    let limits = RateLimits {
+        per_second: Some(RATE),
+        ..RateLimits::default()
+    };
+    let processes: Vec<SharedBudget> = (0..4).map(|_| process(&t.cells, limits)).collect();
+    let bookings = processes.iter().enumerate().map(|(p, budget)| {
+        let bot = t.bot.clone();
+        async move {
+            let mut dues = Vec::new();
+            for n in 0..6 {
+                dues.push(due(&book(budget, &bot, 1000 + (p * 10 + n) as i64).await));
+            }
+            dues
+        }
+    });
+    let mut dues: Vec<Timestamp> = futures::future::join_all(bookings)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    assert_eq!(dues.len(), 24);
+    let spread = closest(&mut dues, RATE as usize);
+    assert!(
+        spread >= Duration::from_secs(1),
+        "{} sends were booked within {spread:?}",
+        RATE + 1
+    );
+}
+
+/// Two processes replying in one chat: the second send is booked a second after the first.
+pub async fn sends_to_one_chat_from_two_processes_are_a_second_apart(t: BudgetUnderTest) {
+    let (a, b) = (
+        process(&t.cells, RateLimits::default()),
+        process(&t.cells, RateLimits::default()),
+    );
+    let first = due(&book(&a, &t.bot, 7).await);
+    let second = due(&book(&b, &t.bot, 7).await);
+    let third = due(&book(&a, &t.bot, 7).await);
+    assert!(
+        second.since(first) >= Duration::from_secs(1),
+        "{first:?} {second:?}"
+    );
+    assert!(
+        third.since(second) >= Duration::from_secs(1),
+        "{second:?} {third:?}"
+    );
+}
+
+/// Two processes taking turns in one group: the 21st send is booked a minute after the first.
+pub async fn a_group_gets_twenty_sends_a_minute_from_two_processes(t: BudgetUnderTest) {
+    let limits = RateLimits {
+        per_chat_per_second: None,
+        ..RateLimits::default()
+    };
+    let (a, b) = (process(&t.cells, limits), process(&t.cells, limits));
+    let mut dues = Vec::new();
+    for n in 0..21 {
+        let budget = if n % 2 == 0 { &a } else { &b };
+        dues.push(due(&book(budget, &t.bot, -100).await));
+    }
+    assert!(
+        dues[19].since(dues[0]) < Duration::from_secs(10),
+        "{dues:?}"
+    );
+    assert!(
+        dues[20].since(dues[0]) >= Duration::from_secs(60),
+        "{dues:?}"
+    );
+}
+
+/// A 429 heard by one process: another process's slot booked before it is not clear to send,
+/// and its next booking comes after the wait.
+pub async fn a_pause_heard_by_one_process_holds_every_other(t: BudgetUnderTest) {
+    let (a, b) = (
+        process(&t.cells, RateLimits::default()),
+        process(&t.cells, RateLimits::default()),
+    );
+    let mut slot = book(&b, &t.bot, 5).await;
+    let heard = SystemClock.now();
+    a.pause(&t.bot, Duration::from_secs(30))
+        .await
+        .expect("pause");
+    match b.clear_to_send(&t.bot, &mut slot).await.expect("clear") {
+        Clear::Held(wait) => assert!(wait > Duration::from_secs(25), "{wait:?}"),
+        other => panic!("a slot booked before the pause was {other:?}"),
+    }
+    assert!(b.paused_for(&t.bot) > Duration::from_secs(25));
+    match b
+        .reserve(&t.bot, Some(6), Duration::from_secs(5))
+        .await
+        .expect("reserve")
+    {
+        Reserved::Later(wait) => assert!(wait > Duration::from_secs(25), "{wait:?}"),
+        other => panic!("a booking inside the pause was {other:?}"),
+    }
+    let after = due(&book(&b, &t.bot, 6).await);
+    assert!(after.since(heard) >= Duration::from_secs(30), "{after:?}");
+}
+
+/// One bot at its limit and paused: another bot of the same store books at once.
+pub async fn bots_of_one_store_share_nothing(t: BudgetUnderTest) {
+    let limits = RateLimits {
+        per_second: Some(2),
+        ..RateLimits::default()
+    };
+    let (a, b) = (process(&t.cells, limits), process(&t.cells, limits));
+    for chat in 0..4 {
+        book(&a, &t.bot, chat).await;
+    }
+    a.pause(&t.bot, Duration::from_secs(30))
+        .await
+        .expect("pause");
+    let now = SystemClock.now();
+    let mut slot = book(&b, &t.other, 0).await;
+    assert!(due(&slot).since(now) < Duration::from_secs(1), "{slot:?}");
+    assert_eq!(b.paused_for(&t.other), Duration::ZERO);
+    match b.clear_to_send(&t.other, &mut slot).await.expect("clear") {
+        Clear::Held(wait) => panic!("the other bot was held for {wait:?}"),
+        Clear::Go | Clear::After(_) | Clear::Late => {}
+    }
+}
