@@ -11,7 +11,6 @@ use rand::distr::{Alphanumeric, SampleString as _};
 use secrecy::{ExposeSecret as _, SecretString};
 use tgq_core::config::HandlerChoice;
 use tgq_core::config::{ConfigError, SecretSource, Vars};
-use tgq_core::defaults;
 use tgq_core::ids::BotId;
 use tgq_core::pacer::RateLimits;
 use tgq_core::worker::WorkerSettings;
@@ -103,11 +102,7 @@ impl LocalSettings {
             secret_origin,
             max_body_bytes: vars.max_body_bytes()?,
             // One process, many loops: a loop waiting out a bot's pacing holds only itself.
-            worker: WorkerSettings {
-                // A local loop holds only itself, whatever bots its batch carries.
-                shared_inline_wait: defaults::MAX_INLINE_WAIT,
-                ..WorkerSettings::from_vars(vars)?
-            },
+            worker: WorkerSettings::from_vars(vars)?,
             rate_limits: vars.rate_limits()?,
             token: bot_token(vars)?,
             telegram_api_url: vars.telegram_api_url()?,

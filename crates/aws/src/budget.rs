@@ -29,8 +29,9 @@ const HELD_SHORTER: &str = "attribute_not_exists(#paused_until) OR #paused_until
 const BOOK: &str =
     "SET #sends = :sends, #kind = :kind, #expires_at = :expires_at ADD #version :one";
 /// A pause: the bot's hold, one more version, so bookings made on the version before are refused.
-const PAUSE: &str = "SET #paused_until = :until, #kind = :kind, \
-     #expires_at = if_not_exists(#expires_at, :expires_at) ADD #version :one";
+/// The item is kept a day past the pause's end, however long ago the last booking was.
+const PAUSE: &str = "SET #paused_until = :until, #kind = :kind, #expires_at = :expires_at \
+     ADD #version :one";
 
 const UPDATE: &str = "DynamoDB UpdateItem (send budget)";
 const GET: &str = "DynamoDB GetItem (send budget)";
@@ -73,20 +74,24 @@ fn pk(key: &CellKey) -> String {
 #[error("the send budget item's {0} is malformed")]
 struct Malformed(&'static str);
 
-fn cell(item: &HashMap<String, AttributeValue>) -> Result<BudgetCell, PortError> {
+/// The cell an item holds; `what` names the request that read it, for the error.
+fn cell(
+    item: &HashMap<String, AttributeValue>,
+    what: &'static str,
+) -> Result<BudgetCell, PortError> {
     let millis = |value: &AttributeValue, name| match value {
         AttributeValue::N(n) => n
             .parse::<u64>()
             .map(Timestamp)
-            .map_err(|_| PortError::rejected(UPDATE, Malformed(name))),
-        _ => Err(PortError::rejected(UPDATE, Malformed(name))),
+            .map_err(|_| PortError::rejected(what, Malformed(name))),
+        _ => Err(PortError::rejected(what, Malformed(name))),
     };
     let version = match item.get(VERSION) {
         None => 0,
         Some(AttributeValue::N(n)) => n
             .parse()
-            .map_err(|_| PortError::rejected(UPDATE, Malformed(VERSION)))?,
-        Some(_) => return Err(PortError::rejected(UPDATE, Malformed(VERSION))),
+            .map_err(|_| PortError::rejected(what, Malformed(VERSION)))?,
+        Some(_) => return Err(PortError::rejected(what, Malformed(VERSION))),
     };
     let sends = match item.get(SENDS) {
         None => Vec::new(),
@@ -94,7 +99,7 @@ fn cell(item: &HashMap<String, AttributeValue>) -> Result<BudgetCell, PortError>
             .iter()
             .map(|value| millis(value, SENDS))
             .collect::<Result<_, _>>()?,
-        Some(_) => return Err(PortError::rejected(UPDATE, Malformed(SENDS))),
+        Some(_) => return Err(PortError::rejected(what, Malformed(SENDS))),
     };
     let paused_until = item
         .get(PAUSED_UNTIL)
@@ -145,9 +150,14 @@ impl DynamoBudgetCells {
             update = update.expression_attribute_values(placeholder, value);
         }
         match update.send().await {
-            Ok(output) => Ok(Swap::Written(cell(&output.attributes.unwrap_or_default())?)),
+            Ok(output) => Ok(Swap::Written(cell(
+                &output.attributes.unwrap_or_default(),
+                UPDATE,
+            )?)),
             Err(err) => match update_condition_failed(&err) {
-                Some(stored) => Ok(Swap::Changed(stored.as_ref().map(cell).transpose()?)),
+                Some(stored) => Ok(Swap::Changed(
+                    stored.as_ref().map(|item| cell(item, UPDATE)).transpose()?,
+                )),
                 None => Err(port_error(UPDATE, err)),
             },
         }
@@ -185,7 +195,7 @@ impl BudgetCells for DynamoBudgetCells {
             .send()
             .await
             .map_err(|err| port_error(GET, err))?;
-        output.item.as_ref().map(cell).transpose()
+        output.item.as_ref().map(|item| cell(item, GET)).transpose()
     }
 
     async fn pause(
@@ -193,14 +203,18 @@ impl BudgetCells for DynamoBudgetCells {
         bot: &BotId,
         until: Timestamp,
         keep_until: Timestamp,
-    ) -> Result<(), PortError> {
+    ) -> Result<Option<BudgetCell>, PortError> {
         let values = vec![
             (":until", number(until.0)),
             (":expires_at", expiry_secs(keep_until)),
         ];
-        // A refused condition means the bot is held as long already: nothing to do.
-        self.update(&CellKey::Bot(bot.clone()), PAUSE, HELD_SHORTER, values)
-            .await
-            .map(|_| ())
+        // A refused condition means the bot is held as long already: the stored cell says so.
+        match self
+            .update(&CellKey::Bot(bot.clone()), PAUSE, HELD_SHORTER, values)
+            .await?
+        {
+            Swap::Written(cell) => Ok(Some(cell)),
+            Swap::Changed(stored) => Ok(stored),
+        }
     }
 }

@@ -22,7 +22,7 @@ use tokio::time::Instant;
 use crate::clock::Clock;
 use crate::error::PortError;
 use crate::ids::BotId;
-use crate::pacer::{ready, Pacer, RateLimits, MINUTE, SECOND};
+use crate::pacer::{ready_in_all, with_send, Pacer, RateLimits, MINUTE, SECOND};
 use crate::record::Timestamp;
 
 /// The pacing the worker asks for before each call to Telegram, for every bot it sends for.
@@ -189,13 +189,14 @@ pub trait BudgetCells: Send + Sync {
     async fn read(&self, key: &CellKey) -> Result<Option<BudgetCell>, PortError>;
 
     /// Holds `bot` until `until` unless it is held longer already, counting one more version of
-    /// its cell so that a booking made on the version before is refused.
+    /// its cell so that a booking made on the version before is refused; the cell is kept at
+    /// least until `keep_until`. Returns the bot's cell as it is now.
     async fn pause(
         &self,
         bot: &BotId,
         until: Timestamp,
         keep_until: Timestamp,
-    ) -> Result<(), PortError>;
+    ) -> Result<Option<BudgetCell>, PortError>;
 }
 
 /// How often a booking starts again after another process changed a cell it booked from.
@@ -210,13 +211,15 @@ const MIN_LEAD: Duration = Duration::from_millis(5);
 const MAX_LEAD: Duration = Duration::from_secs(1);
 /// How many of the latest measurements the lead is taken from.
 const LEAD_SAMPLES: usize = 8;
-/// An early caller's wait for its slot after which it checks again before the call: a 429 heard
-/// by another process within this time of the check could hardly have reached the store by it,
-/// so a shorter wait changes nothing a second check could see.
+/// An early caller's wait for its slot after which it reads the bot's cell again before the call.
+/// A trade of cost for certainty: a pause another process writes during a shorter wait goes
+/// unseen by this call (Telegram's in-flight grace covers a call this close behind a 429), and a
+/// second read for every early caller would cost one more request per send.
 pub const RECHECK_AFTER: Duration = Duration::from_millis(50);
-/// How late a call may leave after its slot: less than the slack between two slots of a window,
-/// so calls leaving a little late still reach Telegram inside their limits.
-const LATE: Duration = Duration::from_millis(80);
+/// How late a call may leave after its slot: half the slack between two slots of a window, so
+/// calls leaving a little late still reach Telegram inside their limits, with the other half left
+/// for the hosts' clocks and networks to differ.
+const LATE: Duration = Duration::from_millis(50);
 /// How long a cell is kept after its last booking: longer than any window it counts.
 const KEEP: Duration = Duration::from_secs(24 * 3600);
 /// How many chats' cells a process remembers before it starts again from the store's.
@@ -232,6 +235,8 @@ pub struct SharedBudget {
     seen: Mutex<HashMap<CellKey, BudgetCell>>,
     /// How long the latest callers took from the end of their wait to being clear to send.
     lead: Mutex<VecDeque<Duration>>,
+    /// The flood waits this process heard itself, by bot.
+    heard: Mutex<HashMap<BotId, Timestamp>>,
 }
 
 impl fmt::Debug for SharedBudget {
@@ -252,6 +257,7 @@ impl SharedBudget {
             clock,
             seen: Mutex::new(HashMap::new()),
             lead: Mutex::new(VecDeque::new()),
+            heard: Mutex::new(HashMap::new()),
         }
     }
 
@@ -278,7 +284,9 @@ impl SharedBudget {
         self.seen.lock().get(key).cloned().unwrap_or_default()
     }
 
-    /// Keeps `cell` as the last seen of `key`, unless a newer one is kept already.
+    /// Keeps `cell`, as the store just gave it, as the last seen of `key`: even one of a lower
+    /// version, since a cell the store let expire (or an operator deleted) starts again at 1. A
+    /// bot's runs in one process book one after another, so nothing newer is overwritten.
     fn saw(&self, key: &CellKey, cell: Option<BudgetCell>) {
         let mut seen = self.seen.lock();
         if seen.len() >= REMEMBERED_CHATS {
@@ -286,12 +294,7 @@ impl SharedBudget {
         }
         match cell {
             Some(cell) => {
-                let newer = seen
-                    .get(key)
-                    .is_none_or(|kept| cell.version >= kept.version);
-                if newer {
-                    seen.insert(key.clone(), cell);
-                }
+                seen.insert(key.clone(), cell);
             }
             None => {
                 seen.remove(key);
@@ -299,19 +302,27 @@ impl SharedBudget {
         }
     }
 
-    /// Adds a send at `at` to `key`'s window of `limit` sends (none to keep without a limit),
-    /// written from `seen`; `false` when another process wrote the cell first, which is then seen.
+    /// Until when `bot` is held: by the pause its cell carries as last seen, or one this process
+    /// heard itself (kept apart, so that a read of the cell cannot lose it when sharing it failed).
+    fn held_until(&self, bot: &BotId) -> Option<Timestamp> {
+        let stored = self.seen(&CellKey::Bot(bot.clone())).paused_until;
+        let heard = self.heard.lock().get(bot).copied();
+        stored.max(heard)
+    }
+
+    /// Adds a send at `at` to `key`'s window of `span` (`None`: the cell counts nothing), written
+    /// from `seen` at `now`; `false` when another process wrote the cell first, which is then seen.
     async fn book(
         &self,
         key: &CellKey,
         seen: &BudgetCell,
-        at: Timestamp,
-        limit: Option<u32>,
+        (at, now): (Timestamp, Timestamp),
+        span: Option<Duration>,
     ) -> Result<bool, PortError> {
-        let Some(limit) = limit else {
+        let Some(span) = span else {
             return Ok(true);
         };
-        let sends = with_send(&seen.sends, at, limit);
+        let sends = with_send(&seen.sends, at, now, span);
         match self
             .cells
             .swap(key, seen.version, &sends, at.plus(KEEP))
@@ -331,43 +342,43 @@ impl SharedBudget {
     /// The earliest slot at or after `from` both cells allow.
     fn earliest(
         &self,
-        bot: &BudgetCell,
+        (bot_id, bot): (&BotId, &BudgetCell),
         chat_cell: &BudgetCell,
         chat: i64,
         from: Timestamp,
     ) -> Timestamp {
-        let mut at = bot.paused_until.map_or(from, |until| until.max(from));
-        if let Some(limit) = self.limits.per_second {
-            at = ready(&bot.sends, at, limit, SECOND);
-        }
-        if let Some(limit) = self.limits.per_chat_per_second {
-            at = ready(&chat_cell.sends, at, limit, SECOND);
-        }
-        if let Some(limit) = self.group_limit(chat) {
-            at = ready(&chat_cell.sends, at, limit, MINUTE);
-        }
-        at
+        let from = self
+            .held_until(bot_id)
+            .map_or(from, |until| until.max(from));
+        let windows: Vec<(&[Timestamp], u32, Duration)> = [
+            self.limits
+                .per_second
+                .map(|limit| (&bot.sends[..], limit, SECOND)),
+            self.limits
+                .per_chat_per_second
+                .map(|limit| (&chat_cell.sends[..], limit, SECOND)),
+            self.group_limit(chat)
+                .map(|limit| (&chat_cell.sends[..], limit, MINUTE)),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        ready_in_all(&windows, from)
     }
 
     fn group_limit(&self, chat: i64) -> Option<u32> {
         self.limits.per_group_per_minute.filter(|_| chat < 0)
     }
 
-    /// How many of a chat's sends its cell keeps: as many as its longest window counts.
-    fn chat_window(&self, chat: i64) -> Option<u32> {
-        [self.limits.per_chat_per_second, self.group_limit(chat)]
-            .into_iter()
-            .flatten()
-            .max()
+    /// The longest window a chat's cell counts sends over: a minute for a group, a second for a
+    /// private chat; `None` when the cell counts nothing.
+    fn chat_span(&self, chat: i64) -> Option<Duration> {
+        match (self.limits.per_chat_per_second, self.group_limit(chat)) {
+            (_, Some(_)) => Some(MINUTE),
+            (Some(_), None) => Some(SECOND),
+            (None, None) => None,
+        }
     }
-}
-
-/// `sends` with `at` added, keeping the last `limit`.
-fn with_send(sends: &[Timestamp], at: Timestamp, limit: u32) -> Vec<Timestamp> {
-    let keep = (limit.max(1) as usize).saturating_sub(1);
-    let mut next: Vec<Timestamp> = sends[sends.len().saturating_sub(keep)..].to_vec();
-    next.push(at);
-    next
 }
 
 #[async_trait]
@@ -393,20 +404,19 @@ impl SendBudget for SharedBudget {
         for _ in 0..ROUNDS {
             let now = self.clock.now();
             let (bot_cell, chat_cell) = (self.seen(&bot_key), self.seen(&chat_key));
-            let at = self.earliest(&bot_cell, &chat_cell, chat, now.plus(lead));
+            let at = self.earliest((bot, &bot_cell), &chat_cell, chat, now.plus(lead));
             if at.since(now) > within + lead {
                 return Ok(Reserved::Later(at.since(now)));
             }
-            if !self
-                .book(&bot_key, &bot_cell, at, self.limits.per_second)
-                .await?
-            {
+            let bot_span = self.limits.per_second.map(|_| SECOND);
+            if !self.book(&bot_key, &bot_cell, (at, now), bot_span).await? {
                 continue;
             }
             // A chat's cell refusing the booking leaves the bot-wide slot just booked unused: that
             // only spaces the bot's sends a little more.
+            let chat_span = self.chat_span(chat);
             if !self
-                .book(&chat_key, &chat_cell, at, self.chat_window(chat))
+                .book(&chat_key, &chat_cell, (at, now), chat_span)
                 .await?
             {
                 continue;
@@ -425,8 +435,7 @@ impl SendBudget for SharedBudget {
 
     fn paused_for(&self, bot: &BotId) -> Duration {
         let now = self.clock.now();
-        self.seen(&CellKey::Bot(bot.clone()))
-            .paused_until
+        self.held_until(bot)
             .map_or(Duration::ZERO, |until| until.since(now))
     }
 
@@ -461,32 +470,14 @@ impl SendBudget for SharedBudget {
 
     async fn pause(&self, bot: &BotId, wait: Duration) -> Result<(), PortError> {
         let until = self.clock.now().plus(wait);
-        let key = CellKey::Bot(bot.clone());
         // Heard here first: this process holds its own calls even if the write fails.
         {
-            let mut seen = self.seen.lock();
-            let cell = seen.entry(key).or_default();
-            if cell.paused_until.is_none_or(|held| held < until) {
-                cell.paused_until = Some(until);
-            }
+            let mut heard = self.heard.lock();
+            let held = heard.entry(bot.clone()).or_insert(until);
+            *held = (*held).max(until);
         }
-        self.cells.pause(bot, until, until.plus(KEEP)).await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn ms(n: u64) -> Timestamp {
-        Timestamp(n)
-    }
-
-    #[test]
-    fn a_window_keeps_as_many_sends_as_its_limit_counts() {
-        let sends = [ms(1), ms(2), ms(3)];
-        assert_eq!(with_send(&sends, ms(4), 3), vec![ms(2), ms(3), ms(4)]);
-        assert_eq!(with_send(&sends, ms(4), 1), vec![ms(4)]);
-        assert_eq!(with_send(&[], ms(4), 30), vec![ms(4)]);
+        let stored = self.cells.pause(bot, until, until.plus(KEEP)).await?;
+        self.saw(&CellKey::Bot(bot.clone()), stored);
+        Ok(())
     }
 }

@@ -635,6 +635,7 @@ impl<'a> Context<'a> {
                     match self.run.budget.clear_to_send(bot, slot).await {
                         Ok(Clear::After(wait)) => {
                             tokio::time::sleep(wait).await;
+                            self.summary.paced += wait;
                             if wait <= RECHECK_AFTER {
                                 break Ok(Clear::Go);
                             }
@@ -941,12 +942,14 @@ impl<'a> Context<'a> {
             Reserved::Later(wait) => return Err(HandlerError::Paced(wait)),
         };
         if !slot.wait.is_zero() {
+            // Timed from the booking: the write below is part of the wait, not added to it.
+            let until = tokio::time::Instant::now() + slot.wait;
             // What the run's earlier calls did is written before it waits: a run stopped during
             // the wait must not leave calls that went out with unknown outcomes.
             if !self.unwritten.is_empty() {
                 self.write_outcomes().await?;
             }
-            tokio::time::sleep(slot.wait).await;
+            tokio::time::sleep_until(until).await;
             self.summary.paced += slot.wait;
         }
         Ok(Some(slot))

@@ -4,7 +4,7 @@
 //! of `tgq local`'s worker loops); a [`PauseMemory`] carries its flood waits over to the next
 //! process.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -73,15 +73,64 @@ impl Moment for Timestamp {
 }
 
 /// The earliest moment at or after `from` at which one more send keeps at most `limit` of
-/// `sends` (the window's send times, oldest first) in any `span`; never before the window's last
-/// send, so a window's sends stay in order.
+/// `sends` (booked send times, in order) in any `span` and its slack. It may come before sends
+/// booked later: a chat's slot a second off must not hold back the bot's sends to other chats.
 pub(crate) fn ready<T: Moment>(sends: &[T], from: T, limit: u32, span: Duration) -> T {
     let limit = limit.max(1) as usize;
-    let mut ready = sends.last().map_or(from, |last| from.max(*last));
-    if sends.len() >= limit {
-        ready = ready.max(sends[sends.len() - limit].after(span + SLACK));
+    let width = span + SLACK;
+    // Whether a send at `at` keeps every window holding it under the limit. The fullest window
+    // holding `at` can be moved on until it starts at `at` or at a send before it.
+    let fits = |at: T| {
+        let starts = sends
+            .iter()
+            .copied()
+            .filter(|s| *s <= at && s.after(width) > at)
+            .chain(std::iter::once(at));
+        starts.into_iter().all(|start| {
+            let end = start.after(width);
+            sends.iter().filter(|s| **s >= start && **s < end).count() < limit
+        })
+    };
+    // A send only ever fits more once an earlier one leaves its windows: `from`, or the moment a
+    // booked send is a window's width old. The last of those always fits.
+    let mut candidates: Vec<T> = sends
+        .iter()
+        .map(|s| s.after(width))
+        .filter(|at| *at > from)
+        .collect();
+    candidates.push(from);
+    candidates.sort();
+    candidates.into_iter().find(|at| fits(*at)).unwrap_or(from)
+}
+
+/// The earliest moment at or after `from` at which every one of `windows` (its sends, limit and
+/// span) lets one more send in: a moment one window allows may be one another refuses, so they
+/// are asked again until they agree.
+pub(crate) fn ready_in_all<T: Moment>(windows: &[(&[T], u32, Duration)], from: T) -> T {
+    let mut at = from;
+    loop {
+        let next = windows.iter().fold(at, |at, (sends, limit, span)| {
+            ready(sends, at, *limit, *span)
+        });
+        if next == at {
+            return at;
+        }
+        at = next;
     }
-    ready
+}
+
+/// `sends` (in order) with a send at `at` added in its place, without the sends too old to share
+/// a window of `span` and its slack with anything booked from `now` on.
+pub(crate) fn with_send<T: Moment>(sends: &[T], at: T, now: T, span: Duration) -> Vec<T> {
+    let width = span + SLACK;
+    let mut next: Vec<T> = sends
+        .iter()
+        .copied()
+        .filter(|s| s.after(width) > now)
+        .collect();
+    let place = next.partition_point(|s| *s <= at);
+    next.insert(place, at);
+    next
 }
 
 /// The limiter of every bot of the process.
@@ -108,22 +157,13 @@ struct BotPace {
     paused_until: Option<Instant>,
 }
 
-/// The times of the sends reserved in one window, in order; each new one at or after the last.
+/// The times of the sends reserved in one window, in order.
 #[derive(Debug, Default)]
-struct Window(VecDeque<Instant>);
+struct Window(Vec<Instant>);
 
 impl Window {
-    /// The earliest instant at or after `from` at which one more send keeps at most `limit` in any
-    /// `span`.
-    fn ready(&mut self, from: Instant, limit: u32, span: Duration) -> Instant {
-        ready(self.0.make_contiguous(), from, limit, span)
-    }
-
-    fn reserve(&mut self, at: Instant, limit: u32) {
-        self.0.push_back(at);
-        while self.0.len() > limit.max(1) as usize {
-            self.0.pop_front();
-        }
+    fn reserve(&mut self, at: Instant, now: Instant, span: Duration) {
+        self.0 = with_send(&self.0, at, now, span);
     }
 }
 
@@ -184,31 +224,36 @@ impl Pacer {
                 wait => Ok(wait),
             };
         };
-        if let Some(limit) = self.limits.per_second {
-            at = pace.overall.ready(at, limit, SECOND);
-        }
-        if let Some(limit) = self.limits.per_chat_per_second {
-            at = pace.chats.entry(chat).or_default().ready(at, limit, SECOND);
-        }
         let group_limit = self.limits.per_group_per_minute.filter(|_| chat < 0);
-        if let Some(limit) = group_limit {
-            at = pace
-                .groups
-                .entry(chat)
-                .or_default()
-                .ready(at, limit, MINUTE);
-        }
+        let chat_window = pace.chats.entry(chat).or_default().0.clone();
+        let group_window = pace.groups.entry(chat).or_default().0.clone();
+        let windows: Vec<(&[Instant], u32, Duration)> = [
+            self.limits
+                .per_second
+                .map(|limit| (&pace.overall.0[..], limit, SECOND)),
+            self.limits
+                .per_chat_per_second
+                .map(|limit| (&chat_window[..], limit, SECOND)),
+            group_limit.map(|limit| (&group_window[..], limit, MINUTE)),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        at = ready_in_all(&windows, at);
         if at - now > within {
             return Err(at - now);
         }
-        if let Some(limit) = self.limits.per_second {
-            pace.overall.reserve(at, limit);
+        if self.limits.per_second.is_some() {
+            pace.overall.reserve(at, now, SECOND);
         }
-        if let Some(limit) = self.limits.per_chat_per_second {
-            pace.chats.entry(chat).or_default().reserve(at, limit);
+        if self.limits.per_chat_per_second.is_some() {
+            pace.chats.entry(chat).or_default().reserve(at, now, SECOND);
         }
-        if let Some(limit) = group_limit {
-            pace.groups.entry(chat).or_default().reserve(at, limit);
+        if group_limit.is_some() {
+            pace.groups
+                .entry(chat)
+                .or_default()
+                .reserve(at, now, MINUTE);
         }
         Ok(at - now)
     }
@@ -335,6 +380,44 @@ mod tests {
             Duration::ZERO
         );
         assert_eq!(pacer.paused_at(&bot("b"), now), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_chat_s_slot_a_second_off_does_not_hold_the_bot_s_sends_to_other_chats() {
+        let pacer = Pacer::new(RateLimits::default());
+        let now = Instant::now();
+        assert_eq!(pacer.reserve(&bot("a"), Some(5), now), Duration::ZERO);
+        assert!(pacer.reserve(&bot("a"), Some(5), now) >= SECOND);
+        assert_eq!(pacer.reserve(&bot("a"), Some(6), now), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_send_fits_between_later_bookings_only_where_every_window_holding_it_has_room() {
+        let t0 = Timestamp(1_000_000);
+        let ms = |n: u64| t0.plus(Duration::from_millis(n));
+        // Two a second: 0 and 2000 booked, so 500 has room, and 1000 too.
+        assert_eq!(ready(&[ms(0), ms(2000)], ms(500), 2, SECOND), ms(500));
+        // Three booked within 200 ms fill the window: the next waits for the first to leave it.
+        assert_eq!(
+            ready(&[ms(0), ms(100), ms(200)], ms(300), 3, SECOND),
+            ms(1100)
+        );
+        // A later booking counts too: 1500 would make three in the window from 1000.
+        assert_eq!(ready(&[ms(1000), ms(1600)], ms(1500), 2, SECOND), ms(2100));
+    }
+
+    #[test]
+    fn a_window_keeps_its_sends_in_order_and_forgets_those_too_old_to_matter() {
+        let t0 = Timestamp(1_000_000);
+        let ms = |n: u64| t0.plus(Duration::from_millis(n));
+        assert_eq!(
+            with_send(&[ms(0), ms(2000)], ms(900), ms(500), SECOND),
+            vec![ms(0), ms(900), ms(2000)]
+        );
+        assert_eq!(
+            with_send(&[ms(0), ms(1000)], ms(1500), ms(1200), SECOND),
+            vec![ms(1000), ms(1500)]
+        );
     }
 
     #[test]

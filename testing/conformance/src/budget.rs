@@ -51,6 +51,10 @@ macro_rules! budget_conformance_tests {
     };
 }
 
+/// A second and the slack Telegram's windows are held to with: sends leaving a little late stay
+/// inside their limits.
+const WINDOW: Duration = Duration::from_millis(1100);
+
 /// Far enough that every booking of a test is made, none refused as too far off.
 const ANY_WAIT: Duration = Duration::from_secs(600);
 
@@ -166,7 +170,7 @@ pub async fn four_processes_book_at_most_the_bot_s_rate_in_any_second(t: BudgetU
     assert_eq!(dues.len(), 24);
     let spread = closest(&mut dues, RATE as usize);
     assert!(
-        spread >= Duration::from_secs(1),
+        spread >= WINDOW,
         "{} sends were booked within {spread:?}",
         RATE + 1
     );

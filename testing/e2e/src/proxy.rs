@@ -57,6 +57,8 @@ struct Faults {
     refused: [u64; 2],
     /// Every request, by its `X-Amz-Target` (`DynamoDB_20120810.PutItem`, `AmazonSQS.SendMessage`).
     requests: BTreeMap<String, u64>,
+    /// Of those, the DynamoDB requests on the bots' send budgets (items keyed `budget#…`).
+    budget_requests: BTreeMap<String, u64>,
     /// How long moto took to answer each request it was passed, by `X-Amz-Target`.
     answer_times: BTreeMap<String, Vec<Duration>>,
     /// Every request, by the IAM action it needs (`dynamodb:PutItem`, `cloudformation:DescribeStacks`).
@@ -207,6 +209,13 @@ impl Proxy {
         Requests(std::mem::take(&mut faults.requests))
     }
 
+    /// The requests on the bots' send budgets seen so far (counted in
+    /// [`take_requests`](Self::take_requests) too), starting the count again from zero.
+    pub fn take_budget_requests(&self) -> Requests {
+        let mut faults = self.faults.lock().unwrap_or_else(PoisonError::into_inner);
+        Requests(std::mem::take(&mut faults.budget_requests))
+    }
+
     /// Moto's answer times since the proxy started or this was last called, starting again
     /// from none.
     pub fn take_answer_times(&self) -> AnswerTimes {
@@ -246,6 +255,16 @@ fn service_of(headers: &HeaderMap) -> Option<Service> {
     }
 }
 
+/// Whether a DynamoDB request's key is a send budget's item (docs/ARCHITECTURE.md §4).
+fn names_budget_item(body: &[u8]) -> bool {
+    let Ok(request) = serde_json::from_slice::<serde_json::Value>(body) else {
+        return false;
+    };
+    request["Key"]["pk"]["S"]
+        .as_str()
+        .is_some_and(|pk| pk.starts_with("budget#"))
+}
+
 async fn forward(State(shared): State<Shared>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
     let service = service_of(&parts.headers);
@@ -272,6 +291,9 @@ async fn forward(State(shared): State<Shared>, request: Request) -> Response {
             .and_then(|t| t.to_str().ok())
         {
             *faults.requests.entry(target.to_owned()).or_default() += 1;
+            if service == Some(Service::Dynamo) && names_budget_item(&bytes) {
+                *faults.budget_requests.entry(target.to_owned()).or_default() += 1;
+            }
         }
         let fault = match service {
             Some(Service::Dynamo) => faults.dynamo,

@@ -56,13 +56,13 @@ impl BudgetCells for MemoryBudgetCells {
         bot: &BotId,
         until: Timestamp,
         _keep_until: Timestamp,
-    ) -> Result<(), PortError> {
+    ) -> Result<Option<BudgetCell>, PortError> {
         let mut cells = self.cells.lock();
         let cell = cells.entry(CellKey::Bot(bot.clone())).or_default();
         if cell.paused_until.is_none_or(|held| held < until) {
             cell.paused_until = Some(until);
             cell.version += 1;
         }
-        Ok(())
+        Ok(Some(cell.clone()))
     }
 }

@@ -27,6 +27,7 @@ mod run_local;
 pub mod scenario;
 mod scenarios;
 pub mod tally;
+mod two_bots;
 
 pub use scenario::{Scenario, Target, SCENARIOS};
 pub use tally::{Check, Row};
@@ -46,7 +47,7 @@ Scenarios (number or name; all that apply to the target when none is given):
    5 throttled (emu.)   6 failing-head      7 flood-wait          8 telegram-5xx
    9 permanent-errors  10 poison           11 crash-after-send   12 stale-worker
   13 kill-loop (local) 14 recovery-drain   15 disk-full (local)  16 damaged-store (local)
-  17 two-bots (emulator) 18 one-budget (emulator)
+  17 two-bots         18 one-budget (emulator)
 `tgq-drill failover` runs three `tgq poll` processes on the emulator instead (docs/RELIABILITY.md).
 The emulator target needs AWS_ENDPOINT_URL (moto) and cargo-lambda, as scripts/test provides.
 Exit status 1 when a scenario missed a required figure."

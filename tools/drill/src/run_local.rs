@@ -15,6 +15,7 @@ use crate::poster::{Posted, Poster};
 use crate::scenario::Scenario;
 use crate::scenarios::{self, chats, first_id, no_unexpected_dead, Launcher, Pipeline};
 use crate::tally::{Check, Reported, Row, Tally};
+use crate::two_bots::{self, Against};
 use crate::{Options, SECRET};
 
 /// How long a scenario may take to drain after its fault before what is missing counts as lost.
@@ -232,8 +233,67 @@ pub async fn run(scenario: &Scenario, options: &Options) -> anyhow::Result<Row> 
         13 => kill_loop(scenario, options, ordinary).await,
         15 => disk_full(scenario, options, ordinary.padded(DISK_PADDING)).await,
         16 => damaged_store(scenario, options, ordinary).await,
+        17 => two_bots(scenario, options).await,
         n => bail!("scenario {n} does not apply to local mode"),
     }
+}
+
+/// Scenario 17 on the local target (`crate::two_bots` plans and counts it): both bots in
+/// `tgq local`'s `bots.json`, one process serving both. There the quiet bot's latency beside the
+/// failing bot is held to its latency alone as well as beside the same bot healthy: no emulator
+/// stands between the bots.
+async fn two_bots(s: &Scenario, o: &Options) -> anyhow::Result<Row> {
+    // No rate limits at the fake: Telegram limits each bot on its own, the fake its whole server.
+    let fake = FakeTelegram::start().await?;
+    fake.accept_token(two_bots::NOISY_TOKEN);
+    let dir = o.work.join(format!("local-{:02}-{}", s.number, s.name));
+    let data_dir = dir.join("data");
+    std::fs::create_dir_all(&data_dir)?;
+    tgq_embedded::BotsFile::in_dir(&data_dir).write(&two_bots::entries(&fake)?)?;
+    let mut tgq = LocalTgq::new(
+        &o.exe,
+        &data_dir,
+        &dir.join("tgq-local.log"),
+        base_env(&fake),
+    );
+    tgq.start().await?;
+    let phases = two_bots::run_phases(
+        &fake,
+        &tgq.url("/webhook/"),
+        o.updates,
+        o.seed,
+        |_| {},
+        async || tgq.dead_letters().await,
+    )
+    .await?;
+    let started = Instant::now();
+    while started.elapsed() < DRAIN_LIMIT && !tgq.drained().await.unwrap_or(false) {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let drain = started.elapsed();
+    let calls = fake.calls();
+    let letters = tgq.dead_letters().await?;
+    let reported = tgq.reported().await;
+    let (everything, posted) = phases.everything();
+    let tally = Tally::count(
+        &everything,
+        &posted,
+        &calls,
+        &fake.violations(),
+        &letters,
+        &reported.resent,
+    );
+    let mut checks = tally.base_checks();
+    checks.extend(phases.checks(
+        &calls,
+        &letters,
+        (tally.dead_expected, tally.unexpected_dead()),
+        Against::SoloAndHealthy,
+        None,
+    ));
+    tgq.stop().await;
+    fake.clone().shutdown().await;
+    Ok(tally.row(s.number, s.name, "local", &reported, drain, checks))
 }
 
 /// Bytes of filler in each update of the scenarios that fill the disk (3 and 15). The store reuses

@@ -182,8 +182,8 @@ pub const SCENARIOS: [Scenario; 18] = [
     Scenario {
         number: 17,
         name: "two-bots",
-        what: "two bots on one stack: one in a 429 storm with chats failing for good, the other's latency within 10 % of alone and nothing crossing",
-        local: false,
+        what: "two bots of one registry: one in a 429 storm with chats failing for good, the other's latency within 10 % of beside it healthy (and, locally, of alone) and nothing crossing",
+        local: true,
         emulator: true,
         waits_for: None,
     },
