@@ -101,7 +101,8 @@ impl LocalSettings {
             secret,
             secret_origin,
             max_body_bytes: vars.max_body_bytes()?,
-            // One process, many loops: a loop waiting out a bot's pacing holds only itself.
+            // A loop's batch is acknowledged whole, as an invocation's is: a batch of several bots
+            // keeps to the shorter inline wait here too.
             worker: WorkerSettings::from_vars(vars)?,
             rate_limits: vars.rate_limits()?,
             token: bot_token(vars)?,

@@ -27,7 +27,7 @@ pub const MADE_AGAIN_AFTER_UNKNOWN_OUTCOME: &str = "action has an unknown outcom
 
 use crate::budget::{Clear, Reserved, SendBudget, Slot, RECHECK_AFTER};
 use crate::clock::Clock;
-use crate::error::error_chain;
+use crate::error::{error_chain, PortError};
 use crate::failure::HandlerError;
 use crate::flow::{Flow, FLOW_TIMEOUT_KEY};
 use crate::ids::{GroupKey, RecordKey, StateKey};
@@ -612,13 +612,7 @@ impl<'a> Context<'a> {
                 Ok(slot) => slot,
                 Err(paced) => {
                     if intent_written {
-                        self.unwritten.push(ActionOutcome {
-                            seq,
-                            state: ActionState::failed(
-                                0,
-                                "held back by Telegram's pacing; not sent",
-                            ),
-                        });
+                        self.not_sent(seq, "held back by Telegram's pacing; not sent");
                     }
                     return Err(paced);
                 }
@@ -627,36 +621,12 @@ impl<'a> Context<'a> {
                 self.write_intent(seq, &method, delivery).await?;
                 intent_written = true;
             }
-            // Asked after the intent is written, as late before the call as it can be: a flood
-            // wait another process heard meanwhile holds this call too (ARCHITECTURE §4).
-            let bot = &self.run.lease.key.bot_id;
-            let clear = match &mut slot {
-                Some(slot) => loop {
-                    match self.run.budget.clear_to_send(bot, slot).await {
-                        Ok(Clear::After(wait)) => {
-                            tokio::time::sleep(wait).await;
-                            self.summary.paced += wait;
-                            if wait <= RECHECK_AFTER {
-                                break Ok(Clear::Go);
-                            }
-                        }
-                        other => break other,
-                    }
-                },
-                None => Ok(Clear::Go),
-            };
-            match clear {
-                Ok(Clear::Go) => {}
-                Ok(Clear::After(_) | Clear::Held(_) | Clear::Late) => continue,
+            match self.cleared(slot.as_mut()).await {
+                Ok(true) => {}
+                Ok(false) => continue,
                 Err(e) => {
                     if intent_written {
-                        self.unwritten.push(ActionOutcome {
-                            seq,
-                            state: ActionState::failed(
-                                0,
-                                "the send budget is unavailable; not sent",
-                            ),
-                        });
+                        self.not_sent(seq, "the send budget is unavailable; not sent");
                     }
                     return Err(e.into());
                 }
@@ -953,6 +923,38 @@ impl<'a> Context<'a> {
             self.summary.paced += slot.wait;
         }
         Ok(Some(slot))
+    }
+
+    /// Records that the action at `seq`, whose intent is written, was certainly not sent.
+    fn not_sent(&mut self, seq: u32, why: &str) {
+        self.unwritten.push(ActionOutcome {
+            seq,
+            state: ActionState::failed(0, why),
+        });
+    }
+
+    /// Asked after the intent is written, as late before the call as it can be: whether the call
+    /// may go now (`false`: book again). A flood wait another process heard meanwhile holds this
+    /// call too (ARCHITECTURE §4); an early caller waits for its slot, and reads the budget again
+    /// when that wait was long.
+    async fn cleared(&mut self, slot: Option<&mut Slot>) -> Result<bool, PortError> {
+        let Some(slot) = slot else {
+            return Ok(true);
+        };
+        let bot = &self.run.lease.key.bot_id;
+        loop {
+            match self.run.budget.clear_to_send(bot, slot).await? {
+                Clear::Go => return Ok(true),
+                Clear::Held(_) | Clear::Late => return Ok(false),
+                Clear::After(wait) => {
+                    tokio::time::sleep(wait).await;
+                    self.summary.paced += wait;
+                    if wait <= RECHECK_AFTER {
+                        return Ok(true);
+                    }
+                }
+            }
+        }
     }
 
     /// How long a send may still wait inside this run.

@@ -168,12 +168,12 @@ pub async fn run_phases(
 
     // Beside the other bot while it is healthy, at the same pace: what the other bot's mere
     // traffic costs on this machine, to read the next phase against.
-    let healthy_sending = {
-        let (noisy, plan) = (noisy.clone(), noisy_healthy.clone());
-        tokio::spawn(async move { noisy.send_paced(&plan, EVERY).await })
-    };
-    quiet.send_paced(&control, EVERY).await;
-    replied(fake, &control, &quiet_token).await?;
+    let healthy_sending = beside(
+        fake,
+        (&quiet, &control, &quiet_token),
+        (&noisy, &noisy_healthy),
+    )
+    .await?;
     ended(Phase::BesideHealthy);
     healthy_sending.await?;
     replied(fake, &noisy_healthy, NOISY_TOKEN).await?;
@@ -190,12 +190,12 @@ pub async fn run_phases(
     for &chat in &chats.failing {
         fake.inject(Fault::BadRequest, Scope::Chat(chat), Times::Always);
     }
-    let noisy_sending = {
-        let (noisy, plan) = (noisy.clone(), noisy_failing.clone());
-        tokio::spawn(async move { noisy.send_paced(&plan, EVERY).await })
-    };
-    quiet.send_paced(&shared, EVERY).await;
-    replied(fake, &shared, &quiet_token).await?;
+    let noisy_sending = beside(
+        fake,
+        (&quiet, &shared, &quiet_token),
+        (&noisy, &noisy_failing),
+    )
+    .await?;
     ended(Phase::BesideFailing);
     noisy_sending.await?;
 
@@ -226,6 +226,22 @@ pub async fn run_phases(
         noisy_drain,
         quiet_token,
     })
+}
+
+/// Posts the quiet bot's `plan` while the noisy bot posts its own at the same pace, and waits for
+/// the quiet bot's replies; the noisy bot's posting is handed back, still going.
+async fn beside(
+    fake: &FakeTelegram,
+    (quiet, plan, quiet_token): (&Poster, &Plan, &str),
+    (noisy, noisy_plan): (&Poster, &Plan),
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    let sending = {
+        let (noisy, plan) = (noisy.clone(), noisy_plan.clone());
+        tokio::spawn(async move { noisy.send_paced(&plan, EVERY).await })
+    };
+    quiet.send_paced(plan, EVERY).await;
+    replied(fake, plan, quiet_token).await?;
+    Ok(sending)
 }
 
 /// What the quiet bot's latency beside the failing bot is held to.
