@@ -61,6 +61,12 @@ enum Command {
         #[command(subcommand)]
         command: ops::timers::TimersCommand,
     },
+    /// Send one message to many chats as a durable job: start, status, list, pause, resume,
+    /// cancel (local mode's store; `tgq local` sends it).
+    Broadcast {
+        #[command(subcommand)]
+        command: ops::broadcast::BroadcastCommand,
+    },
     /// Deploy the bot to AWS in one command: check the tools, keep the token and a webhook secret
     /// in SSM, build and deploy the stack with the SAM CLI, set the webhook, show the status.
     Deploy(ops::deploy::DeployArgs),
@@ -151,6 +157,7 @@ fn main() -> ExitCode {
             Command::Outbox(args) => ops::outbox(args).await,
             Command::Dlq { command } => ops::dlq::run(command).await,
             Command::Timers { command } => ops::timers::run(command).await,
+            Command::Broadcast { command } => ops::broadcast::run(command).await,
             Command::Webhook { command } => ops::webhook::run(command).await,
             Command::Bots { command } => ops::bots::run(command).await,
             Command::FakeTelegram(args) => fake_telegram::run(args).await,

@@ -89,6 +89,10 @@ pub fn router(app: App) -> Router {
         .route("/timers", get(admin_timers))
         .route("/timers/cancel", post(admin_timers_cancel))
         .route("/backup", post(admin_backup))
+        .route("/broadcasts", get(admin_broadcasts))
+        .route("/broadcasts/status", get(admin_broadcast_status))
+        .route("/broadcasts/start", post(admin_broadcast_start))
+        .route("/broadcasts/change", post(admin_broadcast_change))
         .route_layer(middleware::from_fn_with_state(app.clone(), admin_only));
     let metrics = Router::new()
         .route("/metrics", get(metrics))
@@ -371,6 +375,54 @@ async fn admin_timers_cancel(
     Json(request): Json<crate::ops::timers::CancelRequest>,
 ) -> Response {
     admin_answer(crate::ops::timers::cancel_here(&app.store, &request).await)
+}
+
+/// `GET /admin/broadcasts`: what `tgq broadcast list --json` prints.
+async fn admin_broadcasts(State(app): State<App>) -> Response {
+    use tgq_core::broadcast::BroadcastStore as _;
+    admin_answer(app.store.jobs().await.map_err(Into::into))
+}
+
+/// `?id=N` on the broadcast status route.
+#[derive(Debug, Deserialize)]
+struct BroadcastIdQuery {
+    id: u64,
+}
+
+/// `GET /admin/broadcasts/status?id=N`: what `tgq broadcast status --json` prints (`null` when
+/// there is no such broadcast).
+async fn admin_broadcast_status(
+    State(app): State<App>,
+    Query(query): Query<BroadcastIdQuery>,
+) -> Response {
+    admin_answer(crate::ops::broadcast::status_here(&app.store, query.id).await)
+}
+
+/// `POST /admin/broadcasts/start`: `tgq broadcast start` run by this instance; a broadcast that
+/// cannot be sent (an empty audience, a method that sends nothing) is a 400 saying why.
+async fn admin_broadcast_start(
+    State(app): State<App>,
+    Json(request): Json<crate::ops::broadcast::StartRequest>,
+) -> Response {
+    let started = crate::ops::broadcast::start_here(&app.store, &request).await;
+    match started {
+        Err(error)
+            if error
+                .downcast_ref::<tgq_core::broadcast::SpecError>()
+                .is_some() =>
+        {
+            answer(StatusCode::BAD_REQUEST, Value::from(format!("{error:#}")))
+        }
+        other => admin_answer(other),
+    }
+}
+
+/// `POST /admin/broadcasts/change`: `tgq broadcast pause | resume | cancel` run by this instance.
+async fn admin_broadcast_change(
+    State(app): State<App>,
+    Json(request): Json<crate::ops::broadcast::ChangeRequest>,
+) -> Response {
+    admin_answer(crate::ops::broadcast::change_here(&app.store, &request).await)
 }
 
 /// `?to=FILE` on the backup route.

@@ -11,6 +11,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::Args;
 use tgq_core::bots::{BotRuntime, Connect, Fleet, RegistryBots};
+use tgq_core::broadcast::BroadcastRunner;
 use tgq_core::clock::{Clock, SystemClock};
 use tgq_core::config::HandlerChoice;
 use tgq_core::config::Vars;
@@ -19,6 +20,7 @@ use tgq_core::error::error_chain;
 use tgq_core::handlers::HandlerRegistry;
 use tgq_core::ingest::{Ingest, SharedSettings, WebhookPorts, Webhooks};
 use tgq_core::pacer::Pacer;
+use tgq_core::policy::RetryPolicy;
 use tgq_core::registry::Registry;
 use tgq_core::telegram::BotApi;
 use tgq_core::worker::{Worker, WorkerPorts};
@@ -37,6 +39,7 @@ use shutdown::Shutdown;
 use worker_loop::{LoopSettings, LoopStats, Loops};
 
 mod admin;
+mod broadcasts;
 mod data_dir;
 mod demo;
 mod fixtures;
@@ -240,6 +243,19 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
     });
     tasks.spawn(timers::timer_loop(
         store.clone(),
+        clock.clone(),
+        shutdown.clone(),
+    ));
+    tasks.spawn(broadcasts::broadcast_loop(
+        store.clone(),
+        bots.clone(),
+        Arc::new(BroadcastRunner {
+            store: store.clone(),
+            budget: pacer.clone(),
+            bot_rate: settings.rate_limits.per_second,
+            clock: clock.clone(),
+            retry: RetryPolicy::default(),
+        }),
         clock.clone(),
         shutdown.clone(),
     ));

@@ -4,6 +4,7 @@
 
 mod aws_status;
 pub mod bots;
+pub mod broadcast;
 mod client;
 pub mod deploy;
 pub mod dlq;

@@ -6,6 +6,7 @@ mod common;
 mod aws;
 mod backup;
 mod bots;
+mod broadcast;
 mod demo;
 mod disk;
 mod dlq;

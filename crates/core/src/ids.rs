@@ -3,8 +3,25 @@
 use std::fmt;
 
 /// Identifies one bot; part of every record key and message group, so bots can share a table and a queue.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(try_from = "String", into = "String")]
 pub struct BotId(String);
+
+impl TryFrom<String> for BotId {
+    type Error = InvalidBotId;
+
+    fn try_from(id: String) -> Result<Self, Self::Error> {
+        Self::new(id)
+    }
+}
+
+impl From<BotId> for String {
+    fn from(id: BotId) -> Self {
+        id.0
+    }
+}
 
 /// Why a string cannot be a [`BotId`].
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

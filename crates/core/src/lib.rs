@@ -3,6 +3,7 @@
 
 pub mod audit;
 pub mod bots;
+pub mod broadcast;
 pub mod budget;
 pub mod clock;
 pub mod config;

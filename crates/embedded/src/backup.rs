@@ -15,8 +15,9 @@ use redb::{
 use serde::{Deserialize, Serialize};
 
 use crate::schema::{
-    AUDIT, DEAD, DEAD_IDS, DEDUP, META, OUTBOX, POLLER_LEASES, QUEUE, RECORDS, RECORD_EXPIRY,
-    STATES, TIMERS, TIMER_IDS,
+    AUDIT, BROADCASTS, BROADCAST_BEGUN, BROADCAST_ORIGINS, BROADCAST_RECIPIENTS, BROADCAST_RETRIES,
+    DEAD, DEAD_IDS, DEDUP, META, OUTBOX, POLLER_LEASES, QUEUE, RECORDS, RECORD_EXPIRY, STATES,
+    TIMERS, TIMER_IDS,
 };
 use crate::{EmbeddedStore, StoreError};
 
@@ -243,6 +244,11 @@ fn write_copy(read: &ReadTransaction, path: &Path) -> Result<u64, StoreError> {
         + copy_table(read, &write, POLLER_LEASES)?
         + copy_table_if_there(read, &write, TIMERS)?
         + copy_table_if_there(read, &write, TIMER_IDS)?
+        + copy_table_if_there(read, &write, BROADCASTS)?
+        + copy_table_if_there(read, &write, BROADCAST_RECIPIENTS)?
+        + copy_table_if_there(read, &write, BROADCAST_RETRIES)?
+        + copy_table_if_there(read, &write, BROADCAST_BEGUN)?
+        + copy_table_if_there(read, &write, BROADCAST_ORIGINS)?
         + copy_table(read, &write, META)?;
     write.commit()?;
     drop(db);

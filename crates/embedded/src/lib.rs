@@ -21,6 +21,7 @@ use tgq_core::clock::Clock;
 
 mod backup;
 mod bots_file;
+mod broadcasts;
 mod error;
 pub mod files;
 mod handle;

@@ -13,8 +13,9 @@ use tgq_core::clock::{Clock, SystemClock};
 use crate::handle::{Db, DbHandle, Health};
 use crate::queue::QueueIndex;
 use crate::schema::{
-    seq, AUDIT, DEAD, DEAD_IDS, DEDUP, META, OUTBOX, POLLER_LEASES, QUEUE, RECORDS, RECORD_EXPIRY,
-    SCHEMA_1_SEQUENCES, SCHEMA_VERSION, STATES, TIMERS, TIMER_IDS, UPGRADABLE_FROM,
+    seq, AUDIT, BROADCASTS, BROADCAST_BEGUN, BROADCAST_ORIGINS, BROADCAST_RECIPIENTS,
+    BROADCAST_RETRIES, DEAD, DEAD_IDS, DEDUP, META, OUTBOX, POLLER_LEASES, QUEUE, RECORDS,
+    RECORD_EXPIRY, SCHEMA_1_SEQUENCES, SCHEMA_VERSION, STATES, TIMERS, TIMER_IDS, UPGRADABLE_FROM,
 };
 use crate::writer::{Settings, Writer};
 use crate::{EmbeddedStore, StoreError, FILE_NAME};
@@ -355,6 +356,11 @@ fn prepare(db: &Database, path: &Path) -> Result<(), StoreError> {
     txn.open_table(POLLER_LEASES)?;
     txn.open_table(TIMERS)?;
     txn.open_table(TIMER_IDS)?;
+    txn.open_table(BROADCASTS)?;
+    txn.open_table(BROADCAST_RECIPIENTS)?;
+    txn.open_table(BROADCAST_RETRIES)?;
+    txn.open_table(BROADCAST_BEGUN)?;
+    txn.open_table(BROADCAST_ORIGINS)?;
     {
         let mut meta = txn.open_table(META)?;
         let found = meta.get(seq::SCHEMA)?.map(|v| v.value());
@@ -363,7 +369,7 @@ fn prepare(db: &Database, path: &Path) -> Result<(), StoreError> {
                 meta.insert(seq::SCHEMA, SCHEMA_VERSION)?;
             }
             Some(version) if version == SCHEMA_VERSION => {}
-            // Versions 4, 5 and 6 only added tables (created above) and new kinds of values: a file
+            // Versions 4 to 7 only added tables (created above) and new kinds of values: a file
             // of version 3 or 4 lacks tables, and nothing it holds changes meaning.
             Some(version) if UPGRADABLE_FROM.contains(&version) => {
                 meta.insert(seq::SCHEMA, SCHEMA_VERSION)?;

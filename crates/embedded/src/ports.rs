@@ -35,7 +35,7 @@ fn port_error(what: &'static str, error: StoreError) -> PortError {
 }
 
 /// Runs a read on the blocking pool.
-async fn read<T, F>(db: &Arc<DbHandle>, what: &'static str, f: F) -> Result<T, PortError>
+pub(crate) async fn read<T, F>(db: &Arc<DbHandle>, what: &'static str, f: F) -> Result<T, PortError>
 where
     T: Send + 'static,
     F: FnOnce(&Db) -> Result<T, StoreError> + Send + 'static,

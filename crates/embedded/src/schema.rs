@@ -23,13 +23,13 @@ use tgq_core::state::StoredState;
 /// Version 3 records actions with their delivery and a compact outcome, the runs' fencing and
 /// throttling, and the burial of a dead record; dead letters name their reason from a closed set.
 /// Version 4 adds the group states and steps' JSON results. Version 5 adds the pollers' leases and
-/// their offset checkpoints. Version 6 adds the timers and the chats' timer part of their state. A
-/// file of version 3, 4 or 5 is upgraded in place when it is opened: it only lacks tables, and
-/// nothing it holds changes meaning. An older tgq refuses a file of version 6, which it would
-/// rewrite without the chats' timers.
-pub(crate) const SCHEMA_VERSION: u64 = 6;
+/// their offset checkpoints. Version 6 adds the timers and the chats' timer part of their state.
+/// Version 7 adds the broadcasts. A file of version 3 to 6 is upgraded in place when it is opened:
+/// it only lacks tables, and nothing it holds changes meaning. An older tgq refuses a file of
+/// version 7, whose broadcasts it would not know.
+pub(crate) const SCHEMA_VERSION: u64 = 7;
 /// The earlier versions a file is upgraded from in place.
-pub(crate) const UPGRADABLE_FROM: [u64; 3] = [3, 4, 5];
+pub(crate) const UPGRADABLE_FROM: [u64; 4] = [3, 4, 5, 6];
 
 /// Update records by `RecordKey::pk()`: framed `StoredRecord` + payload.
 pub(crate) const RECORDS: TableDefinition<&str, &[u8]> = TableDefinition::new("records");
@@ -67,6 +67,20 @@ pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("meta")
 pub(crate) const TIMERS: TableDefinition<(u64, &str), &[u8]> = TableDefinition::new("timers");
 /// The kept timers' dedup ids, with when each is due: a timer handed over again is kept once.
 pub(crate) const TIMER_IDS: TableDefinition<&str, u64> = TableDefinition::new("timer_ids");
+/// Broadcast jobs by id: `StoredJob` JSON (the job and its cursor).
+pub(crate) const BROADCASTS: TableDefinition<u64, &[u8]> = TableDefinition::new("broadcasts");
+/// Each job's recipients by `(job, index)`: `Recipient` JSON.
+pub(crate) const BROADCAST_RECIPIENTS: TableDefinition<(u64, u64), &[u8]> =
+    TableDefinition::new("broadcast_recipients");
+/// The recipients waiting for another try, `(job, due, index)`.
+pub(crate) const BROADCAST_RETRIES: TableDefinition<(u64, u64, u64), ()> =
+    TableDefinition::new("broadcast_retries");
+/// The recipients whose send began and has no outcome yet, `(job, index)`.
+pub(crate) const BROADCAST_BEGUN: TableDefinition<(u64, u64), ()> =
+    TableDefinition::new("broadcast_begun");
+/// The job a handler's start made, by its origin: a retried run finds it.
+pub(crate) const BROADCAST_ORIGINS: TableDefinition<&str, u64> =
+    TableDefinition::new("broadcast_origins");
 /// Where schema 1 kept its version (and sequences), to recognise a file of that layout.
 pub(crate) const SCHEMA_1_SEQUENCES: &str = "sequences";
 
@@ -82,6 +96,8 @@ pub(crate) mod seq {
     pub(crate) const OUTBOX: &str = "seq.outbox";
     /// Audit entry order.
     pub(crate) const AUDIT: &str = "seq.audit";
+    /// Broadcast job ids.
+    pub(crate) const BROADCAST: &str = "seq.broadcast";
 }
 
 /// Counter names in [`META`].

@@ -24,6 +24,7 @@ use tgq_core::record::{
 use tgq_core::state::{StateWrite, StoredState};
 use tgq_core::PortError;
 
+pub mod broadcast;
 pub mod budget;
 pub mod lease;
 
@@ -1263,4 +1264,45 @@ pub async fn a_held_letter_is_hidden_until_released_and_a_removed_one_is_gone(a:
         "the released letter is back under its id; the removed one is gone"
     );
     a.dead_store.release(&again[0].handle).await.unwrap();
+}
+
+/// Writes `json`, of `format`, as chat `chat`'s state of `bot`, the way a run does: an update of
+/// the chat stored, claimed and settled `DONE` with the state (for stores whose states only runs
+/// write).
+pub async fn write_state(
+    store: &dyn UpdateStore,
+    ledger: &dyn UpdateLedger,
+    (bot, chat): (&BotId, i64),
+    format: &str,
+    json: &str,
+) {
+    let key = RecordKey::new(bot.clone(), fresh_key().update_id);
+    let group = GroupKey::new(chat.to_string());
+    let mut record = record(&key, group.as_str());
+    record.key = key;
+    store
+        .insert(&record, now())
+        .await
+        .expect("the record is stored");
+    let claimed = match ledger
+        .claim(&claim_request(&record, now(), Duration::from_secs(30)))
+        .await
+        .expect("the claim is answered")
+    {
+        Claim::Run(claimed) => claimed,
+        other => panic!("expected the claim to run, got {other:?}"),
+    };
+    let settlement = Settlement::Done {
+        state: Some(StateWrite {
+            key: StateKey::new(bot.clone(), group),
+            format: format.into(),
+            json: json.into(),
+            read_version: claimed.state.map_or(0, |s| s.version),
+            time: None,
+        }),
+    };
+    ledger
+        .settle(&claimed.lease, &settlement, &[])
+        .await
+        .expect("the state is written");
 }

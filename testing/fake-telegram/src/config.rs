@@ -54,6 +54,9 @@ pub struct Limits {
     pub global_per_sec: u32,
     /// Messages one group chat (negative chat id) may receive in any one-minute window.
     pub per_group_per_min: u32,
+    /// Paid broadcasts (`allow_paid_broadcast`) the bot may send in any one-second window; they
+    /// count here instead of in `global_per_sec`.
+    pub paid_per_sec: u32,
 }
 
 impl Default for Limits {
@@ -62,6 +65,7 @@ impl Default for Limits {
             per_chat_per_sec: 1,
             global_per_sec: 30,
             per_group_per_min: 20,
+            paid_per_sec: 1000,
         }
     }
 }

@@ -14,6 +14,7 @@ const MINUTE: Duration = Duration::from_secs(60);
 pub(crate) struct RateLimiter {
     limits: Limits,
     global: Window,
+    paid: Window,
     per_chat: HashMap<i64, Window>,
     per_group: HashMap<i64, Window>,
 }
@@ -23,14 +24,16 @@ impl RateLimiter {
         Self {
             limits,
             global: Window::new(SECOND, limits.global_per_sec),
+            paid: Window::new(SECOND, limits.paid_per_sec),
             per_chat: HashMap::new(),
             per_group: HashMap::new(),
         }
     }
 
     /// Counts a send to `chat` at `now`, or refuses it with 429 and the seconds until every window
-    /// it hit has room again. A refused send is not counted.
-    pub(crate) fn admit(&mut self, chat: i64, now: Instant) -> Result<(), ApiError> {
+    /// it hit has room again. A refused send is not counted. A paid broadcast counts against the
+    /// paid lane's window instead of the bot-wide one.
+    pub(crate) fn admit(&mut self, chat: i64, paid: bool, now: Instant) -> Result<(), ApiError> {
         let limits = self.limits;
         let chat_window = self
             .per_chat
@@ -43,8 +46,13 @@ impl RateLimiter {
                 .or_insert_with(|| Window::new(MINUTE, limits.per_group_per_min))
         });
 
+        let overall = if paid {
+            &mut self.paid
+        } else {
+            &mut self.global
+        };
         let wait = [
-            self.global.wait(now),
+            overall.wait(now),
             chat_window.wait(now),
             group_window.as_ref().and_then(|window| window.wait(now)),
         ]
@@ -55,7 +63,7 @@ impl RateLimiter {
             return Err(ApiError::too_many_requests(whole_seconds(wait)));
         }
 
-        self.global.hit(now);
+        overall.hit(now);
         chat_window.hit(now);
         if let Some(window) = group_window {
             window.hit(now);
@@ -124,6 +132,7 @@ mod tests {
             per_chat_per_sec: per_chat,
             global_per_sec: global,
             per_group_per_min: per_group,
+            paid_per_sec: 1000,
         }
     }
 
@@ -132,12 +141,12 @@ mod tests {
         let mut limiter = RateLimiter::new(limits(1, 30, 20));
         let start = Instant::now();
 
-        assert!(limiter.admit(5, start).is_ok());
+        assert!(limiter.admit(5, false, start).is_ok());
         assert_eq!(
-            limiter.admit(5, start + Duration::from_millis(300)),
+            limiter.admit(5, false, start + Duration::from_millis(300)),
             Err(ApiError::too_many_requests(1))
         );
-        assert!(limiter.admit(5, start + SECOND).is_ok());
+        assert!(limiter.admit(5, false, start + SECOND).is_ok());
     }
 
     #[test]
@@ -145,8 +154,8 @@ mod tests {
         let mut limiter = RateLimiter::new(limits(1, 30, 20));
         let now = Instant::now();
 
-        assert!(limiter.admit(5, now).is_ok());
-        assert!(limiter.admit(6, now).is_ok());
+        assert!(limiter.admit(5, false, now).is_ok());
+        assert!(limiter.admit(6, false, now).is_ok());
     }
 
     #[test]
@@ -154,10 +163,12 @@ mod tests {
         let mut limiter = RateLimiter::new(limits(100, 100, 2));
         let start = Instant::now();
 
-        assert!(limiter.admit(-9, start).is_ok());
-        assert!(limiter.admit(-9, start + Duration::from_secs(10)).is_ok());
+        assert!(limiter.admit(-9, false, start).is_ok());
+        assert!(limiter
+            .admit(-9, false, start + Duration::from_secs(10))
+            .is_ok());
         assert_eq!(
-            limiter.admit(-9, start + Duration::from_secs(20)),
+            limiter.admit(-9, false, start + Duration::from_secs(20)),
             Err(ApiError::too_many_requests(40))
         );
     }
@@ -167,8 +178,31 @@ mod tests {
         let mut limiter = RateLimiter::new(limits(0, 30, 20));
 
         assert_eq!(
-            limiter.admit(5, Instant::now()),
+            limiter.admit(5, false, Instant::now()),
             Err(ApiError::too_many_requests(1))
         );
+    }
+
+    #[test]
+    fn paid_broadcasts_count_in_their_own_window_not_the_bot_s() {
+        let mut limiter = RateLimiter::new(Limits {
+            paid_per_sec: 3,
+            ..limits(1, 2, 20)
+        });
+        let now = Instant::now();
+        for chat in 1..=3 {
+            assert!(limiter.admit(chat, true, now).is_ok(), "paid send {chat}");
+        }
+        assert!(
+            limiter.admit(4, true, now).is_err(),
+            "the paid lane's fourth in a second"
+        );
+        for chat in 10..=11 {
+            assert!(
+                limiter.admit(chat, false, now).is_ok(),
+                "the bot's own sends are not held"
+            );
+        }
+        assert!(limiter.admit(12, false, now).is_err());
     }
 }

@@ -332,7 +332,7 @@ impl State {
     /// Delivers a new message to the call's chat, if the rate limits allow it.
     fn send(&mut self, params: &Params, content: Content, at: Instant) -> Result<Value, ApiError> {
         let chat = self.chats.resolve(params.chat())?;
-        self.admit(chat.id, at)?;
+        self.admit(chat.id, params.flag("allow_paid_broadcast"), at)?;
         let message_id = self.chats.next_message_id(chat.id);
         self.chats.remember(chat.id, message_id, &content);
         Ok(objects::message(
@@ -420,7 +420,7 @@ impl State {
         let message_id = params
             .int("message_id")
             .ok_or_else(|| ApiError::bad_request("message identifier is not specified"))?;
-        self.admit(chat.id, at)?;
+        self.admit(chat.id, false, at)?;
         self.chats.remember(chat.id, message_id, &content);
         let mut message = objects::message(
             self.bot_id,
@@ -433,9 +433,9 @@ impl State {
         Ok(message)
     }
 
-    fn admit(&mut self, chat: i64, at: Instant) -> Result<(), ApiError> {
+    fn admit(&mut self, chat: i64, paid: bool, at: Instant) -> Result<(), ApiError> {
         let admitted = match &mut self.limiter {
-            Some(limiter) => limiter.admit(chat, at),
+            Some(limiter) => limiter.admit(chat, paid, at),
             None => Ok(()),
         };
         if let Err(refusal) = &admitted {

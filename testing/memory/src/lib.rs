@@ -6,6 +6,7 @@
 
 mod bot_api;
 mod bots;
+mod broadcasts;
 mod budget;
 mod dead_letters;
 mod harness;
@@ -18,6 +19,7 @@ mod visibility;
 
 pub use bot_api::{RecordedCall, RecordingBotApi};
 pub use bots::MemoryBots;
+pub use broadcasts::MemoryBroadcasts;
 pub use budget::MemoryBudgetCells;
 pub use dead_letters::MemoryDeadLetters;
 pub use harness::{worker_ports, Harness};

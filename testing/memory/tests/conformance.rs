@@ -48,3 +48,14 @@ tgq_conformance::lease_conformance_tests!(async {
         Arc::new(tgq_memory::MemoryPollerLease::new());
     lease
 });
+
+tgq_conformance::broadcast_conformance_tests!(async {
+    let store = Arc::new(tgq_memory::MemoryBroadcasts::new());
+    let states = store.clone();
+    tgq_conformance::broadcast::BroadcastsUnderTest {
+        store,
+        put_state: Box::new(move |bot, chat, format, json| {
+            states.put_state(bot, chat, format, json)
+        }),
+    }
+});

@@ -43,3 +43,27 @@ tgq_conformance::lease_conformance_tests!(async {
         std::sync::Arc::new(store.poller_lease(&bot));
     lease
 });
+
+tgq_conformance::broadcast_conformance_tests!(async {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let store = EmbeddedStore::open(dir.path(), StoreOptions::default()).expect("open the store");
+    drop(dir);
+    let states = store.clone();
+    tgq_conformance::broadcast::BroadcastsUnderTest {
+        store,
+        put_state: Box::new(move |bot, chat, format, json| {
+            let (states, bot, format) = (states.clone(), bot.clone(), format.to_owned());
+            let json = json.to_string();
+            // The body runs on a multi-threaded runtime: block this thread, not the runtime.
+            tokio::task::block_in_place(|| {
+                tokio::runtime::Handle::current().block_on(tgq_conformance::write_state(
+                    &*states,
+                    &*states,
+                    (&bot, chat),
+                    &format,
+                    &json,
+                ))
+            })
+        }),
+    }
+});

@@ -80,6 +80,7 @@ async fn group_limit_counts_per_minute_and_asks_to_wait_out_the_minute() {
         per_chat_per_sec: 100,
         global_per_sec: 100,
         per_group_per_min: 2,
+        ..Limits::default()
     })
     .await;
 

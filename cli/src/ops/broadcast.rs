@@ -1,0 +1,585 @@
+//! `tgq broadcast start | status | list | pause | resume | cancel`: one message to many chats, as
+//! a durable job in local mode's store (docs/ARCHITECTURE.md §11). While `tgq local` runs, the
+//! running instance answers through its admin routes and sends the job; otherwise the command
+//! works on the store, and the job is sent when `tgq local` next runs.
+
+use std::io::Read as _;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+use clap::{Args, Subcommand};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tgq_core::broadcast::{
+    self, Audience, BroadcastId, BroadcastJob, BroadcastSpec, BroadcastStore as _, Change, Changed,
+    Created, JobState, Lane, Recipient, StartError, StateFilter, DEFAULT_PAID_RATE,
+    DEFAULT_RESERVE_PERCENT, PAID_STARS_PER_MESSAGE,
+};
+use tgq_core::clock::{Clock as _, SystemClock};
+use tgq_core::ids::BotId;
+use tgq_embedded::EmbeddedStore;
+
+use super::client::{self, Local};
+use super::target::{Target, TargetArgs};
+
+/// `tgq broadcast …`.
+#[derive(Debug, Subcommand)]
+pub enum BroadcastCommand {
+    /// Start sending one message to a list of chats, or to every chat whose state matches.
+    Start(StartArgs),
+    /// Show a broadcast's progress: a bar, its rate, its counts and the time left.
+    Status(StatusArgs),
+    /// List the broadcasts, the newest first.
+    List(ListArgs),
+    /// Hold a running broadcast; `resume` lets it go on where it stopped.
+    Pause(IdArgs),
+    /// Let a paused broadcast go on.
+    Resume(IdArgs),
+    /// Stop a broadcast for good: the recipients not yet sent to are skipped.
+    Cancel(IdArgs),
+}
+
+/// `tgq broadcast start`.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  tgq broadcast start --text 'We are back!' --to subscribers.txt
+  tgq broadcast start --payload news.json --to-states --state-format subs/v1 --where /on=true
+  tgq broadcast start --method sendPhoto --payload photo.json --to chats.txt --paid
+
+A recipients file holds one chat id a line; blank lines and lines starting with # are skipped, a
+chat listed twice is sent to once, and a line that is not a chat id refuses the whole file, naming
+the line, before anything is stored.")]
+pub struct StartArgs {
+    #[command(flatten)]
+    target: TargetArgs,
+    /// The message's text (sendMessage).
+    #[arg(long, conflicts_with = "payload", required_unless_present = "payload")]
+    text: Option<String>,
+    /// A JSON file with the method's parameters, without chat_id: text or photo, caption,
+    /// parse_mode, reply_markup (buttons), …
+    #[arg(long, value_name = "FILE")]
+    payload: Option<PathBuf>,
+    /// The Bot API method that sends it.
+    #[arg(long, default_value = "sendMessage")]
+    method: String,
+    /// The recipients: a file of chat ids, one a line (`-` reads standard input).
+    #[arg(
+        long,
+        value_name = "FILE",
+        conflicts_with = "to_states",
+        required_unless_present = "to_states"
+    )]
+    to: Option<PathBuf>,
+    /// The recipients: every chat of the bot with a state (narrowed by --state-format and
+    /// --where), as the states are when the broadcast starts.
+    #[arg(long)]
+    to_states: bool,
+    /// Only chats whose state has this format tag (e.g. `subs/v1`).
+    #[arg(long, value_name = "FORMAT", requires = "to_states")]
+    state_format: Option<String>,
+    /// Only chats whose state holds this JSON value at this JSON pointer (`/subscribed=true`).
+    #[arg(long = "where", value_name = "POINTER=JSON", requires = "to_states", value_parser = pointer_equals)]
+    equals: Option<(String, Value)>,
+    /// The bot that sends it [default: TGQ_BOT_ID, or `local`].
+    #[arg(long, value_name = "ID")]
+    bot: Option<String>,
+    /// The share of the bot's rate left to its replies, in percent.
+    #[arg(long, value_name = "PERCENT", default_value_t = DEFAULT_RESERVE_PERCENT)]
+    reserve: u8,
+    /// Send through Telegram's paid broadcasts (allow_paid_broadcast): up to 1,000 messages a
+    /// second apart from the bot's limits, 0.1 Stars each from the bot's balance.
+    #[arg(long)]
+    paid: bool,
+    /// The paid lane's rate, messages a second.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_PAID_RATE, requires = "paid")]
+    paid_rate: u32,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `tgq broadcast status`.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    target: TargetArgs,
+    /// The broadcast's id (`tgq broadcast list`).
+    id: u64,
+    /// Print the status again every second until the broadcast ends or is paused.
+    #[arg(long, conflicts_with = "json")]
+    follow: bool,
+    /// Print JSON instead of text, with the recipients that failed or are uncertain.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `tgq broadcast list`.
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    #[command(flatten)]
+    target: TargetArgs,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `tgq broadcast pause | resume | cancel`.
+#[derive(Debug, Args)]
+pub struct IdArgs {
+    #[command(flatten)]
+    target: TargetArgs,
+    /// The broadcast's id.
+    id: u64,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// What `POST /admin/broadcasts/start` takes.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct StartRequest {
+    /// What to send.
+    pub spec: BroadcastSpec,
+    /// To whom.
+    pub audience: Audience,
+}
+
+/// What `POST /admin/broadcasts/change` takes.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ChangeRequest {
+    /// The job.
+    pub id: u64,
+    /// What to do.
+    pub change: Change,
+}
+
+/// A job with what `status` shows of it.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct StatusView {
+    /// The job as the store keeps it.
+    pub job: BroadcastJob,
+    /// Recipients with no outcome yet.
+    pub pending: u64,
+    /// Messages a second from its first send to its latest.
+    pub rate: Option<f64>,
+    /// The time left at that rate, in seconds.
+    pub seconds_left: Option<u64>,
+    /// Recipients that failed for good or are uncertain (the first 100).
+    pub undelivered: Vec<Recipient>,
+}
+
+/// How many undelivered recipients a status shows.
+const UNDELIVERED_SHOWN: usize = 100;
+
+/// Runs one `tgq broadcast` subcommand.
+pub async fn run(command: BroadcastCommand) -> anyhow::Result<()> {
+    match command {
+        BroadcastCommand::Start(args) => start(args).await,
+        BroadcastCommand::Status(args) => status(args).await,
+        BroadcastCommand::List(args) => list(args).await,
+        BroadcastCommand::Pause(args) => change(args, Change::Pause).await,
+        BroadcastCommand::Resume(args) => change(args, Change::Resume).await,
+        BroadcastCommand::Cancel(args) => change(args, Change::Cancel).await,
+    }
+}
+
+/// `--where /path=JSON`: the value is JSON, or else taken as a string.
+fn pointer_equals(text: &str) -> Result<(String, Value), String> {
+    let Some((pointer, value)) = text.split_once('=') else {
+        return Err(format!(
+            "{text:?} is not POINTER=VALUE, e.g. /subscribed=true"
+        ));
+    };
+    if !pointer.starts_with('/') {
+        return Err(format!(
+            "{pointer:?} is not a JSON pointer: it starts with /, e.g. /subscribed"
+        ));
+    }
+    let value = serde_json::from_str(value).unwrap_or_else(|_| Value::String(value.to_owned()));
+    Ok((pointer.to_owned(), value))
+}
+
+/// The local store's directory, or the refusal a stack gets.
+async fn local_dir(target: &TargetArgs) -> anyhow::Result<PathBuf> {
+    match target.resolve().await? {
+        Target::Local(dir) => Ok(dir),
+        Target::Aws(_) => bail!(
+            "broadcasts run in tgq local's store only: this version cannot send one from a stack \
+             (--stack); run it from tgq local, or send from the bot's handler"
+        ),
+    }
+}
+
+fn default_bot(bot: Option<String>) -> anyhow::Result<BotId> {
+    let bot = bot
+        .or_else(|| std::env::var("TGQ_BOT_ID").ok())
+        .unwrap_or_else(|| crate::config::LOCAL_BOT_ID.to_owned());
+    BotId::new(bot).map_err(|e| anyhow::anyhow!("--bot: {e}"))
+}
+
+fn read_input(path: &PathBuf, what: &str) -> anyhow::Result<String> {
+    if path.as_os_str() == "-" {
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .with_context(|| format!("reading the {what} from standard input"))?;
+        return Ok(text);
+    }
+    std::fs::read_to_string(path)
+        .with_context(|| format!("reading the {what} in {}", path.display()))
+}
+
+/// The request `start` sends, checked: a bad recipients file or payload is refused here, before
+/// anything is stored.
+fn start_request(args: &StartArgs) -> anyhow::Result<StartRequest> {
+    let params = match (&args.text, &args.payload) {
+        (Some(text), _) => serde_json::json!({ "text": text }),
+        (None, Some(path)) => {
+            let text = read_input(path, "payload")?;
+            serde_json::from_str::<Value>(&text)
+                .with_context(|| format!("{} is not JSON", path.display()))?
+        }
+        (None, None) => bail!("give the message with --text or --payload"),
+    };
+    let audience = match (&args.to, args.to_states) {
+        (Some(path), _) => Audience::Chats {
+            chats: broadcast::parse_recipients(&read_input(path, "recipients")?)
+                .with_context(|| format!("{} is refused, and nothing was sent", path.display()))?,
+        },
+        (None, true) => Audience::States {
+            filter: StateFilter {
+                format: args.state_format.clone(),
+                equals: args.equals.clone(),
+            },
+        },
+        (None, false) => bail!("give the recipients with --to FILE or --to-states"),
+    };
+    let spec = BroadcastSpec {
+        bot: default_bot(args.bot.clone())?,
+        method: args.method.clone(),
+        params,
+        lane: if args.paid {
+            Lane::Paid
+        } else {
+            Lane::Standard
+        },
+        reserve_percent: args.reserve,
+        paid_rate: args.paid_rate,
+        origin: "cli".into(),
+    };
+    spec.check()?;
+    Ok(StartRequest { spec, audience })
+}
+
+async fn start(args: StartArgs) -> anyhow::Result<()> {
+    let dir = local_dir(&args.target).await?;
+    let request = start_request(&args)?;
+    let created: Created = match client::open(&dir, client::Access::Write).await? {
+        Local::Store(store) => {
+            let created = start_here(&store, &request).await;
+            client::close(store).await;
+            created?
+        }
+        Local::Running(addr) => client::post(addr, "/admin/broadcasts/start", &request).await?,
+    };
+    let job = created.job();
+    if args.json {
+        outln!("{}", serde_json::to_string_pretty(&created)?);
+        return Ok(());
+    }
+    if let Created::Existing { .. } = created {
+        outln!("broadcast {} of the same origin exists already", job.id);
+        return Ok(());
+    }
+    outln!(
+        "broadcast {} started: {} recipients, bot {}",
+        job.id,
+        job.counts.total,
+        job.spec.bot
+    );
+    if job.spec.lane == Lane::Paid {
+        outln!(
+            "paid lane at {}/s: {:.0} Stars for {} messages, from the bot's balance",
+            job.spec.paid_rate,
+            job.counts.total as f64 * PAID_STARS_PER_MESSAGE,
+            job.counts.total
+        );
+    }
+    outln!(
+        "`tgq broadcast status {} --follow` shows its progress",
+        job.id
+    );
+    Ok(())
+}
+
+/// Starts a broadcast on a store this process holds: the CLI's own, or the running instance's.
+pub async fn start_here(store: &EmbeddedStore, request: &StartRequest) -> anyhow::Result<Created> {
+    let created =
+        broadcast::start(store, &request.spec, &request.audience, SystemClock.now()).await;
+    match created {
+        Ok(created) => Ok(created),
+        Err(StartError::Spec(error)) => Err(anyhow::Error::new(error).context("nothing was sent")),
+        Err(StartError::Store(error)) => Err(error.into()),
+    }
+}
+
+/// The status of job `id` on a store this process holds.
+pub async fn status_here(store: &EmbeddedStore, id: u64) -> anyhow::Result<Option<StatusView>> {
+    let id = BroadcastId(id);
+    let Some(job) = store.job(&id).await? else {
+        return Ok(None);
+    };
+    let undelivered = store.undelivered(&id, UNDELIVERED_SHOWN).await?;
+    let pending = job.counts.pending();
+    let rate = job.rate();
+    let seconds_left = rate
+        .filter(|r| *r > 0.0 && !job.state.is_final())
+        .map(|r| (pending as f64 / r).ceil() as u64);
+    Ok(Some(StatusView {
+        job,
+        pending,
+        rate,
+        seconds_left,
+        undelivered,
+    }))
+}
+
+/// Applies `change` to job `id` on a store this process holds.
+pub async fn change_here(
+    store: &EmbeddedStore,
+    request: &ChangeRequest,
+) -> anyhow::Result<Changed> {
+    Ok(store
+        .change(
+            &BroadcastId(request.id),
+            request.change.clone(),
+            SystemClock.now(),
+        )
+        .await?)
+}
+
+async fn read_status(dir: &std::path::Path, id: u64) -> anyhow::Result<StatusView> {
+    let route = format!("/admin/broadcasts/status?id={id}");
+    let (view, _) = client::read(dir, &route, move |store: &EmbeddedStore| {
+        let handle = tokio::runtime::Handle::current();
+        handle.block_on(status_here(store, id))
+    })
+    .await?;
+    view.with_context(|| format!("there is no broadcast {id}; `tgq broadcast list` shows them"))
+}
+
+async fn status(args: StatusArgs) -> anyhow::Result<()> {
+    let dir = local_dir(&args.target).await?;
+    loop {
+        let view = read_status(&dir, args.id).await?;
+        if args.json {
+            outln!("{}", serde_json::to_string_pretty(&view)?);
+            return Ok(());
+        }
+        render(&view);
+        let settled = !matches!(view.job.state, JobState::Running);
+        if !args.follow || settled {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        outln!();
+    }
+}
+
+/// A bar of `width` cells, `done` of `total` filled.
+fn bar(done: u64, total: u64, width: usize) -> String {
+    let filled = match total {
+        0 => width,
+        total => (done as f64 / total as f64 * width as f64).round() as usize,
+    };
+    format!(
+        "[{}{}]",
+        "#".repeat(filled.min(width)),
+        "-".repeat(width - filled.min(width))
+    )
+}
+
+fn human(secs: u64) -> String {
+    match secs {
+        s if s < 120 => format!("{s} s"),
+        s if s < 7200 => format!("{} min {} s", s / 60, s % 60),
+        s => format!("{} h {} min", s / 3600, s % 3600 / 60),
+    }
+}
+
+fn render(view: &StatusView) {
+    let job = &view.job;
+    let c = job.counts;
+    let done = c.total - view.pending;
+    let lane = match job.spec.lane {
+        Lane::Standard => format!(
+            "{} % of the bot's rate left to replies",
+            job.spec.reserve_percent
+        ),
+        Lane::Paid => format!("paid lane at {}/s", job.spec.paid_rate),
+    };
+    outln!(
+        "broadcast {} of bot {}: {} ({}; {})",
+        job.id,
+        job.spec.bot,
+        job.state.as_str(),
+        job.spec.method,
+        lane
+    );
+    let percent = if c.total == 0 {
+        100.0
+    } else {
+        done as f64 * 100.0 / c.total as f64
+    };
+    outln!(
+        "{} {percent:5.1} %  {done} of {}",
+        bar(done, c.total, 30),
+        c.total
+    );
+    outln!(
+        "sent {} · gone {} · failed {} · uncertain {} · retrying {}",
+        c.sent,
+        c.gone,
+        c.failed,
+        c.uncertain,
+        c.retrying
+    );
+    match (view.rate, view.seconds_left) {
+        (Some(rate), Some(left)) => outln!("rate {rate:.1}/s · about {} left", human(left)),
+        (Some(rate), None) => outln!("rate {rate:.1}/s"),
+        _ => {}
+    }
+    if let JobState::Paused {
+        reason: Some(reason),
+    } = &job.state
+    {
+        outln!("paused by tgq: {reason}");
+        outln!(
+            "a new broadcast with a corrected message replaces it: `tgq broadcast cancel {}`",
+            job.id
+        );
+    }
+    if let Some(error) = &job.last_error {
+        outln!("last error: {error}");
+    }
+    if c.failed + c.uncertain > 0 {
+        outln!(
+            "`tgq broadcast status {} --json` lists the {} recipients not delivered",
+            job.id,
+            c.failed + c.uncertain
+        );
+    }
+}
+
+async fn list(args: ListArgs) -> anyhow::Result<()> {
+    let dir = local_dir(&args.target).await?;
+    let (jobs, _) = client::read(&dir, "/admin/broadcasts", |store: &EmbeddedStore| {
+        let handle = tokio::runtime::Handle::current();
+        Ok(handle.block_on(store.jobs())?)
+    })
+    .await?;
+    let jobs: Vec<BroadcastJob> = jobs;
+    if args.json {
+        outln!("{}", serde_json::to_string_pretty(&jobs)?);
+        return Ok(());
+    }
+    if jobs.is_empty() {
+        outln!("no broadcasts");
+        return Ok(());
+    }
+    outln!(
+        "{:<6} {:<12} {:<10} {:>9} {:>9} {:>7} {:>7} {:>9}",
+        "ID",
+        "BOT",
+        "STATE",
+        "TOTAL",
+        "SENT",
+        "GONE",
+        "FAILED",
+        "UNCERTAIN"
+    );
+    for job in &jobs {
+        let c = job.counts;
+        outln!(
+            "{:<6} {:<12} {:<10} {:>9} {:>9} {:>7} {:>7} {:>9}",
+            job.id.to_string(),
+            job.spec.bot.as_str(),
+            job.state.as_str(),
+            c.total,
+            c.sent,
+            c.gone,
+            c.failed,
+            c.uncertain
+        );
+    }
+    Ok(())
+}
+
+async fn change(args: IdArgs, change: Change) -> anyhow::Result<()> {
+    let dir = local_dir(&args.target).await?;
+    let request = ChangeRequest {
+        id: args.id,
+        change: change.clone(),
+    };
+    let changed: Changed = match client::open(&dir, client::Access::Write).await? {
+        Local::Store(store) => {
+            let changed = change_here(&store, &request).await;
+            client::close(store).await;
+            changed?
+        }
+        Local::Running(addr) => client::post(addr, "/admin/broadcasts/change", &request).await?,
+    };
+    if args.json {
+        outln!("{}", serde_json::to_string_pretty(&changed)?);
+    }
+    let verb = match change {
+        Change::Pause => "pause",
+        Change::Resume => "resume",
+        _ => "cancel",
+    };
+    match changed {
+        Changed::Changed { job } if !args.json => {
+            outln!("broadcast {} is {}", job.id, job.state.as_str())
+        }
+        Changed::Changed { .. } => {}
+        Changed::Refused { job } => bail!(
+            "broadcast {} is {}: it cannot {verb}",
+            job.id,
+            job.state.as_str()
+        ),
+        Changed::NotFound => bail!(
+            "there is no broadcast {}; `tgq broadcast list` shows them",
+            args.id
+        ),
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_where_clause_is_a_pointer_and_a_json_value_or_a_string() {
+        assert_eq!(
+            pointer_equals("/on=true"),
+            Ok(("/on".into(), Value::Bool(true)))
+        );
+        assert_eq!(
+            pointer_equals("/lang=en"),
+            Ok(("/lang".into(), Value::String("en".into())))
+        );
+        assert!(pointer_equals("on=true").is_err());
+        assert!(pointer_equals("/on").is_err());
+    }
+
+    #[test]
+    fn the_bar_fills_with_the_share_done() {
+        assert_eq!(bar(0, 10, 10), "[----------]");
+        assert_eq!(bar(5, 10, 10), "[#####-----]");
+        assert_eq!(bar(10, 10, 10), "[##########]");
+        assert_eq!(bar(0, 0, 4), "[####]");
+    }
+}

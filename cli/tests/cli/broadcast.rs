@@ -1,0 +1,400 @@
+//! Broadcasts in `tgq local` against the fake Bot API with Telegram's limits on: a job killed
+//! midway resumes at the next start, sending nobody a second message and skipping nobody; the
+//! bot's replies go on beside it; a message Telegram refuses pauses the job; the CLI's refusals say
+//! what was wrong.
+
+use crate::common;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use tgq_fake_telegram::{FakeConfig, FakeTelegram, Fault, Limits, Scope, Times};
+
+use common::{free_port, post_text, run, Local};
+
+const SECRET: &str = "broadcast-secret";
+
+async fn limited_fake() -> FakeTelegram {
+    FakeTelegram::start_with(FakeConfig {
+        limits: Some(Limits::default()),
+        ..FakeConfig::default()
+    })
+    .await
+    .unwrap()
+}
+
+fn status(dir: &Path, id: u64) -> Value {
+    let data_dir = dir.to_str().unwrap();
+    let id = id.to_string();
+    let (exit, out, err) = run(
+        &[],
+        &["broadcast", "status", &id, "--json", "--data-dir", data_dir],
+    );
+    assert!(exit.success(), "{err}");
+    serde_json::from_str(&out).unwrap()
+}
+
+async fn wait_for(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !done() {
+        assert!(started.elapsed() < timeout, "{what} within {timeout:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The chats the fake delivered a broadcast message to (its text is "news").
+fn broadcast_deliveries(fake: &FakeTelegram) -> Vec<i64> {
+    fake.delivered()
+        .iter()
+        .filter(|call| call.params["text"] == "news")
+        .filter_map(|call| call.chat_id)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broadcast_killed_midway_resumes_sending_nobody_twice_and_skipping_nobody() {
+    const RECIPIENTS: i64 = 240;
+    let fake = limited_fake().await;
+    let blocked = [7, 70, 170];
+    for chat in blocked {
+        fake.inject(Fault::Blocked, Scope::Chat(chat), Times::Always);
+    }
+    let api_url = fake.url();
+    let envs = [
+        ("TELEGRAM_API_URL", api_url.as_str()),
+        ("TELEGRAM_BOT_TOKEN", fake.token()),
+        ("TGQ_WEBHOOK_SECRET", SECRET),
+        ("TGQ_HANDLER", "echo"),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().to_str().unwrap();
+    let recipients = dir.path().join("recipients.txt");
+    let list: String = (1..=RECIPIENTS).map(|c| format!("{c}\n")).collect();
+    std::fs::write(&recipients, format!("# subscribers\n{list}")).unwrap();
+    let payload = dir.path().join("news.json");
+    let buttons = json!({"text": "news", "reply_markup": {"inline_keyboard": [[{"text": "Read", "url": "https://example.org"}]]}});
+    std::fs::write(&payload, buttons.to_string()).unwrap();
+
+    let port = free_port();
+    let mut local = Local::start_on(port, dir.path(), &envs, &[]);
+    local.wait_ready().await;
+    let (exit, out, err) = run(
+        &envs,
+        &[
+            "broadcast",
+            "start",
+            "--payload",
+            payload.to_str().unwrap(),
+            "--to",
+            recipients.to_str().unwrap(),
+            "--data-dir",
+            data_dir,
+        ],
+    );
+    assert!(exit.success(), "{err}");
+    assert!(out.contains("broadcast 1 started: 240 recipients"), "{out}");
+
+    // The bot's replies go on while the broadcast sends: five chats write to it.
+    for chat in 9001..=9005 {
+        post_text(&local, SECRET, chat, chat, "hello").await;
+    }
+    wait_for("a third of the recipients", Duration::from_secs(60), || {
+        broadcast_deliveries(&fake).len() >= 80
+    })
+    .await;
+    local.kill();
+    let before_restart = broadcast_deliveries(&fake).len();
+    assert!(
+        before_restart < RECIPIENTS as usize - 50,
+        "killed midway: {before_restart}"
+    );
+
+    let mut local = Local::start_on(port, dir.path(), &envs, &[]);
+    local.wait_ready().await;
+    let started = Instant::now();
+    let view = loop {
+        let view = status(dir.path(), 1);
+        if view["job"]["state"]["state"] == "done" {
+            break view;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "{view}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let counts = &view["job"]["counts"];
+    let (sent, gone, uncertain) = (
+        counts["sent"].as_u64().unwrap(),
+        counts["gone"].as_u64().unwrap(),
+        counts["uncertain"].as_u64().unwrap(),
+    );
+    assert_eq!(counts["failed"], 0, "{view}");
+    assert_eq!(sent + gone + uncertain, RECIPIENTS as u64, "{view}");
+    assert_eq!(gone, blocked.len() as u64, "{view}");
+
+    let deliveries = broadcast_deliveries(&fake);
+    let unique: BTreeSet<i64> = deliveries.iter().copied().collect();
+    assert_eq!(
+        unique.len(),
+        deliveries.len(),
+        "a recipient got the message twice"
+    );
+    let delivered_count = deliveries.len() as u64;
+    assert!(
+        (sent..=sent + uncertain).contains(&delivered_count),
+        "{delivered_count} delivered for {sent} sent and {uncertain} uncertain"
+    );
+    let uncertain_chats: BTreeSet<i64> = view["undelivered"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["chat"].as_i64().unwrap())
+        .collect();
+    assert_eq!(uncertain_chats.len() as u64, uncertain);
+    // Skipped by nobody: every recipient was delivered to, is gone, or is uncertain (its send was
+    // in flight at the kill, and the fake shows whether it arrived).
+    for chat in 1..=RECIPIENTS {
+        let accounted =
+            unique.contains(&chat) || blocked.contains(&chat) || uncertain_chats.contains(&chat);
+        assert!(accounted, "chat {chat} was skipped: {view}");
+    }
+    assert!(uncertain <= 32, "at most the sends in flight: {uncertain}");
+    let first = fake
+        .delivered()
+        .into_iter()
+        .find(|call| call.params["text"] == "news")
+        .expect("a broadcast message");
+    assert_eq!(
+        first.params["reply_markup"]["inline_keyboard"][0][0]["text"], "Read",
+        "the buttons went along"
+    );
+    for chat in 9001..=9005 {
+        assert_eq!(
+            fake.delivered_to(chat).len(),
+            1,
+            "the bot's reply to {chat}"
+        );
+    }
+    let violations = fake.violations();
+    assert_eq!(
+        (violations.over_limit, violations.early_sends),
+        (0, 0),
+        "{violations:?}"
+    );
+    local.terminate().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_telegram_refuses_pauses_the_broadcast_with_its_words_after_three_tries() {
+    let fake = limited_fake().await;
+    fake.inject(Fault::BadRequest, Scope::Global, Times::Always);
+    let api_url = fake.url();
+    let envs = [
+        ("TELEGRAM_API_URL", api_url.as_str()),
+        ("TELEGRAM_BOT_TOKEN", fake.token()),
+        ("TGQ_WEBHOOK_SECRET", SECRET),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().to_str().unwrap();
+    let recipients = dir.path().join("r.txt");
+    std::fs::write(
+        &recipients,
+        (1..=100).map(|c| format!("{c}\n")).collect::<String>(),
+    )
+    .unwrap();
+    // Started while tgq local is down: the job waits in the store and runs at the next start.
+    let mut first = Local::start_on(free_port(), dir.path(), &envs, &[]);
+    first.wait_ready().await;
+    first.terminate().await;
+    let (exit, out, err) = run(
+        &envs,
+        &[
+            "broadcast",
+            "start",
+            "--text",
+            "x",
+            "--to",
+            recipients.to_str().unwrap(),
+            "--data-dir",
+            data_dir,
+        ],
+    );
+    assert!(exit.success(), "{err}");
+    assert!(out.contains("100 recipients"), "{out}");
+
+    let mut local = Local::start_on(free_port(), dir.path(), &envs, &[]);
+    local.wait_ready().await;
+    let started = Instant::now();
+    let view = loop {
+        let view = status(dir.path(), 1);
+        if view["job"]["state"]["state"] == "paused" {
+            break view;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "{view}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let reason = view["job"]["state"]["reason"].as_str().unwrap();
+    assert!(reason.contains("message text is empty"), "{reason}");
+    assert_eq!(
+        view["job"]["counts"]["failed"], 0,
+        "nobody failed for the message's fault"
+    );
+    assert_eq!(view["pending"], 100);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(fake.calls().len(), 3, "three refusals, then nothing more");
+
+    let (exit, out, _) = run(&[], &["broadcast", "status", "1", "--data-dir", data_dir]);
+    assert!(exit.success());
+    assert!(out.contains("paused by tgq"), "{out}");
+    let (exit, out, _) = run(&[], &["broadcast", "cancel", "1", "--data-dir", data_dir]);
+    assert!(exit.success());
+    assert!(out.contains("broadcast 1 is cancelled"), "{out}");
+    let (exit, _, err) = run(&[], &["broadcast", "resume", "1", "--data-dir", data_dir]);
+    assert!(!exit.success());
+    assert!(
+        err.contains("broadcast 1 is cancelled: it cannot resume"),
+        "{err}"
+    );
+    let (exit, _, err) = run(&[], &["broadcast", "pause", "9", "--data-dir", data_dir]);
+    assert!(!exit.success());
+    assert!(err.contains("there is no broadcast 9"), "{err}");
+    local.terminate().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_holds_a_running_broadcast_and_a_resume_finishes_it() {
+    let fake = limited_fake().await;
+    let api_url = fake.url();
+    let envs = [
+        ("TELEGRAM_API_URL", api_url.as_str()),
+        ("TELEGRAM_BOT_TOKEN", fake.token()),
+        ("TGQ_WEBHOOK_SECRET", SECRET),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().to_str().unwrap();
+    let recipients = dir.path().join("r.txt");
+    std::fs::write(
+        &recipients,
+        (1..=60).map(|c| format!("{c}\n")).collect::<String>(),
+    )
+    .unwrap();
+    let mut local = Local::start_on(free_port(), dir.path(), &envs, &[]);
+    local.wait_ready().await;
+    let (exit, _, err) = run(
+        &[],
+        &[
+            "broadcast",
+            "start",
+            "--text",
+            "news",
+            "--to",
+            recipients.to_str().unwrap(),
+            "--data-dir",
+            data_dir,
+        ],
+    );
+    assert!(exit.success(), "{err}");
+    wait_for("some deliveries", Duration::from_secs(20), || {
+        broadcast_deliveries(&fake).len() >= 10
+    })
+    .await;
+    let (exit, out, err) = run(&[], &["broadcast", "pause", "1", "--data-dir", data_dir]);
+    assert!(exit.success(), "{err}");
+    assert!(out.contains("broadcast 1 is paused"), "{out}");
+    // Sends in flight at the pause still land; then nothing for a while.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let at_pause = broadcast_deliveries(&fake).len();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        broadcast_deliveries(&fake).len(),
+        at_pause,
+        "nothing is sent while paused"
+    );
+    assert!(at_pause < 60);
+    let (exit, _, err) = run(&[], &["broadcast", "resume", "1", "--data-dir", data_dir]);
+    assert!(exit.success(), "{err}");
+    wait_for("every recipient", Duration::from_secs(30), || {
+        broadcast_deliveries(&fake).len() >= 60
+    })
+    .await;
+    let view = status(dir.path(), 1);
+    assert_eq!(view["job"]["counts"]["sent"], 60, "{view}");
+    let (exit, out, _) = run(&[], &["broadcast", "list", "--data-dir", data_dir]);
+    assert!(exit.success());
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("1 ") && l.contains("done")),
+        "{out}"
+    );
+    local.terminate().await;
+}
+
+#[test]
+fn a_recipients_file_with_a_bad_line_or_nobody_in_it_is_refused_before_anything_is_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().to_str().unwrap();
+    let bad = dir.path().join("bad.txt");
+    std::fs::write(&bad, "42\n\n17 # a comment\n").unwrap();
+    let (exit, _, err) = run(
+        &[],
+        &[
+            "broadcast",
+            "start",
+            "--text",
+            "x",
+            "--to",
+            bad.to_str().unwrap(),
+            "--data-dir",
+            data_dir,
+        ],
+    );
+    assert!(!exit.success());
+    assert!(
+        err.contains("line 3 of the recipients is not a chat id: \"17 # a comment\""),
+        "{err}"
+    );
+    assert!(err.contains("nothing was sent"), "{err}");
+    assert!(
+        !dir.path().join(tgq_embedded::FILE_NAME).exists(),
+        "nothing was stored"
+    );
+
+    let empty = dir.path().join("empty.txt");
+    std::fs::write(&empty, "# nobody yet\n").unwrap();
+    let (exit, _, err) = run(
+        &[],
+        &[
+            "broadcast",
+            "start",
+            "--text",
+            "x",
+            "--to",
+            empty.to_str().unwrap(),
+            "--data-dir",
+            data_dir,
+        ],
+    );
+    assert!(!exit.success());
+    assert!(err.contains("the audience is empty"), "{err}");
+
+    let payload = dir.path().join("p.json");
+    std::fs::write(&payload, r#"{"chat_id": 5, "text": "x"}"#).unwrap();
+    let (exit, _, err) = run(
+        &[],
+        &[
+            "broadcast",
+            "start",
+            "--payload",
+            payload.to_str().unwrap(),
+            "--to",
+            bad.to_str().unwrap(),
+            "--data-dir",
+            data_dir,
+        ],
+    );
+    assert!(!exit.success());
+    assert!(
+        err.contains("line 3"),
+        "the recipients are checked first: {err}"
+    );
+}

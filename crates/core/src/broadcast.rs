@@ -1,0 +1,1265 @@
+//! Broadcasts (docs/ARCHITECTURE.md §11): one message to many chats, as a durable job that sends
+//! to each recipient at most once and counts every one.
+//!
+//! A job is its payload, its recipients (fixed when it starts) and their states. The runner
+//! ([`BroadcastRunner`]) takes the next recipients from the store, books each send in the bot's
+//! budget (the one the worker paces through, so a broadcast and the bot's replies together keep
+//! Telegram's limits) at the job's own lane rate, which leaves a reserve for interactive replies,
+//! and records each send's intent before the call and its outcome after it. A recipient whose send
+//! began and never ended (the process died in between) is recorded as uncertain, never sent again.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tracing::{info, warn};
+
+use crate::budget::{Clear, Reserved, SendBudget, RECHECK_AFTER};
+use crate::clock::Clock;
+use crate::error::{error_chain, PortError};
+use crate::ids::BotId;
+use crate::offline::sends_a_message;
+use crate::policy::{Jitter, RetryPolicy};
+use crate::record::Timestamp;
+use crate::telegram::{ApiCall, BotApi, CallError, TelegramError};
+
+/// The share of the bot's send rate a broadcast leaves to the bot's replies, unless told otherwise.
+pub const DEFAULT_RESERVE_PERCENT: u8 = 20;
+/// The rate of Telegram's paid lane (`allow_paid_broadcast`), unless told otherwise: Telegram's
+/// ceiling.
+pub const DEFAULT_PAID_RATE: u32 = 1000;
+/// What Telegram charges for each message sent in the paid lane, in Stars.
+pub const PAID_STARS_PER_MESSAGE: f64 = 0.1;
+/// How many of the first recipients may refuse the message, before any took it, until the job is
+/// paused: a payload Telegram refuses for everyone must not burn through the list.
+pub const REFUSALS_BEFORE_PAUSE: u32 = 3;
+/// How many times a recipient's send is tried when it fails for a passing reason (a 5xx, a
+/// definite network refusal), before it goes to the job's dead letters.
+pub const MAX_ATTEMPTS: u32 = 5;
+/// The most sends of one job in flight at once.
+const IN_FLIGHT: usize = 32;
+/// How many recipients the runner takes from the store at a time.
+const TAKE: usize = 256;
+/// How often an idle runner looks for work and an active one for a pause or a cancel.
+const LOOK_EVERY: Duration = Duration::from_millis(250);
+/// The longest a send books ahead in the bot's budget: a longer wait is asked for again.
+const BOOK_WITHIN: Duration = Duration::from_secs(2);
+/// Slack on the lane's one-second window, for sends that leave on time and arrive unevenly.
+const LANE_SLACK: Duration = Duration::from_millis(10);
+
+/// A broadcast's id: the store's sequence number.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct BroadcastId(pub u64);
+
+impl fmt::Display for BroadcastId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// Which of Telegram's limits a broadcast is sent under.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Lane {
+    /// The bot's own budget, less the reserve for its replies.
+    #[default]
+    Standard,
+    /// Telegram's paid broadcasts (`allow_paid_broadcast`): up to 1,000 messages a second apart
+    /// from the bot's budget, at [`PAID_STARS_PER_MESSAGE`] Stars each, from the bot's balance.
+    Paid,
+}
+
+/// What a broadcast sends and how fast.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BroadcastSpec {
+    /// The bot that sends it.
+    pub bot: BotId,
+    /// The Bot API method, e.g. `sendMessage`: one that sends a message.
+    pub method: String,
+    /// The method's parameters, without `chat_id` (each recipient's is added).
+    pub params: Value,
+    /// Which limits it is sent under.
+    pub lane: Lane,
+    /// The share of the bot's rate left to its replies, in percent (standard lane).
+    pub reserve_percent: u8,
+    /// The paid lane's rate, messages a second.
+    pub paid_rate: u32,
+    /// Who started it: `cli`, or the update and key of the handler that did (which also makes a
+    /// retried run's start find the job it started before).
+    pub origin: String,
+}
+
+/// Why a spec or an audience cannot be broadcast; each names what was wrong.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SpecError {
+    /// The method sends no message.
+    #[error("{0} sends no message: a broadcast sends one with sendMessage, sendPhoto, copyMessage or another send method")]
+    NotASend(String),
+    /// The parameters are not a JSON object.
+    #[error("the message's parameters must be a JSON object")]
+    NotAnObject,
+    /// The parameters name a chat.
+    #[error("the message's parameters name a chat_id: a broadcast adds each recipient's")]
+    NamesAChat,
+    /// The reserve is not a share.
+    #[error("the reserve for replies is {0} %: it must be between 0 and 90")]
+    Reserve(u8),
+    /// The paid rate is out of Telegram's range.
+    #[error("the paid lane's rate is {0} messages a second: it must be between 1 and 1000")]
+    PaidRate(u32),
+    /// Nobody to send to.
+    #[error("the audience is empty: there is nobody to send to")]
+    EmptyAudience,
+    /// A line of a recipients file is not a chat id.
+    #[error("line {line} of the recipients is not a chat id: {text:?}")]
+    BadLine {
+        /// The line's number, from 1.
+        line: usize,
+        /// The line as it was (cut to 40 characters).
+        text: String,
+    },
+}
+
+impl BroadcastSpec {
+    /// Checks what can be checked before anything is sent.
+    pub fn check(&self) -> Result<(), SpecError> {
+        if !sends_a_message(&self.method) || self.method.starts_with("editMessage") {
+            return Err(SpecError::NotASend(self.method.clone()));
+        }
+        let Some(params) = self.params.as_object() else {
+            return Err(SpecError::NotAnObject);
+        };
+        if params.contains_key("chat_id") {
+            return Err(SpecError::NamesAChat);
+        }
+        if self.reserve_percent > 90 {
+            return Err(SpecError::Reserve(self.reserve_percent));
+        }
+        if !(1..=1000).contains(&self.paid_rate) {
+            return Err(SpecError::PaidRate(self.paid_rate));
+        }
+        Ok(())
+    }
+
+    /// The job's own rate, messages a second, for a bot allowed `bot_rate` (`None`: no limit).
+    pub fn lane_rate(&self, bot_rate: Option<u32>) -> Option<u32> {
+        match self.lane {
+            Lane::Paid => Some(self.paid_rate),
+            Lane::Standard => bot_rate.map(|rate| {
+                let share = u64::from(rate) * u64::from(100 - self.reserve_percent.min(90)) / 100;
+                u32::try_from(share).unwrap_or(u32::MAX).max(1)
+            }),
+        }
+    }
+
+    /// The parameters of the call to one recipient.
+    fn params_for(&self, chat: i64) -> Value {
+        let mut params = self.params.clone();
+        params["chat_id"] = chat.into();
+        if self.lane == Lane::Paid {
+            params["allow_paid_broadcast"] = true.into();
+        }
+        params
+    }
+}
+
+/// Reads a recipients file: one chat id a line; blank lines and lines starting with `#` are
+/// skipped, and a chat listed twice is sent to once. Refused, naming the first bad line, before
+/// anything is stored; an empty list is refused too.
+pub fn parse_recipients(text: &str) -> Result<Vec<i64>, SpecError> {
+    let mut seen = HashSet::new();
+    let mut chats = Vec::new();
+    for (index, line) in text.lines().enumerate() {
+        let trimmed = line.trim();
+        if trimmed.is_empty() || trimmed.starts_with('#') {
+            continue;
+        }
+        let chat = trimmed
+            .parse::<i64>()
+            .ok()
+            .filter(|chat| *chat != 0)
+            .ok_or_else(|| SpecError::BadLine {
+                line: index + 1,
+                text: trimmed.chars().take(40).collect(),
+            })?;
+        if seen.insert(chat) {
+            chats.push(chat);
+        }
+    }
+    if chats.is_empty() {
+        return Err(SpecError::EmptyAudience);
+    }
+    Ok(chats)
+}
+
+/// Which chats' states an audience takes: those of one format, and optionally with one value at a
+/// JSON pointer (`/subscribed` = `true`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StateFilter {
+    /// The state's format tag (`ChatState::FORMAT`); any when `None`.
+    pub format: Option<String>,
+    /// A JSON pointer into the state and the value it must hold.
+    pub equals: Option<(String, Value)>,
+}
+
+impl StateFilter {
+    /// Whether a chat's state, of `format` and holding `json`, is in the audience.
+    pub fn matches(&self, format: &str, json: &Value) -> bool {
+        if self.format.as_deref().is_some_and(|f| f != format) {
+            return false;
+        }
+        match &self.equals {
+            Some((pointer, value)) => json.pointer(pointer) == Some(value),
+            None => true,
+        }
+    }
+}
+
+/// Where a job is.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum JobState {
+    /// Sending, or waiting for its next recipient.
+    Running,
+    /// Held by an operator, or by tgq with the reason (a payload Telegram refuses).
+    Paused {
+        /// Why tgq paused it; `None` when an operator did.
+        reason: Option<String>,
+    },
+    /// Stopped for good; the recipients not yet sent to are skipped.
+    Cancelled,
+    /// Every recipient has an outcome.
+    Done,
+}
+
+impl JobState {
+    /// The word `tgq broadcast` shows.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            JobState::Running => "running",
+            JobState::Paused { .. } => "paused",
+            JobState::Cancelled => "cancelled",
+            JobState::Done => "done",
+        }
+    }
+
+    /// Whether nothing more happens to the job.
+    pub fn is_final(&self) -> bool {
+        matches!(self, JobState::Cancelled | JobState::Done)
+    }
+}
+
+/// What an operator (or the runner) asks of a job.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Change {
+    /// Hold it.
+    Pause,
+    /// Let a paused job go on.
+    Resume,
+    /// Stop it for good.
+    Cancel,
+    /// Hold it with a reason (the runner, on a refused payload).
+    PauseBecause(String),
+    /// Every recipient has an outcome (the runner).
+    Finish,
+}
+
+/// The answer to a [`Change`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum Changed {
+    /// Done; the job as it is now.
+    Changed {
+        /// The job.
+        job: BroadcastJob,
+    },
+    /// The job is in a state the change does not apply to (resuming a running job, pausing a
+    /// finished one); nothing changed.
+    Refused {
+        /// The job as it is.
+        job: BroadcastJob,
+    },
+    /// No such job.
+    NotFound,
+}
+
+/// How many recipients are where.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counts {
+    /// Recipients in all.
+    pub total: u64,
+    /// Sent, with a message id.
+    pub sent: u64,
+    /// Blocked the bot, deleted their account, or left the chat: not retried.
+    pub gone: u64,
+    /// Failed for good (the job's dead letters).
+    pub failed: u64,
+    /// Their send began and never ended (a crash): not sent again, maybe delivered.
+    pub uncertain: u64,
+    /// Waiting for another try after a passing failure.
+    pub retrying: u64,
+}
+
+impl Counts {
+    /// Recipients with no outcome yet (retrying ones included).
+    pub fn pending(&self) -> u64 {
+        self.total
+            .saturating_sub(self.sent + self.gone + self.failed + self.uncertain)
+    }
+}
+
+/// A broadcast job as the store keeps it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BroadcastJob {
+    /// Its id.
+    pub id: BroadcastId,
+    /// What it sends.
+    pub spec: BroadcastSpec,
+    /// Where it is.
+    pub state: JobState,
+    /// Its recipients' outcomes.
+    pub counts: Counts,
+    /// When it was created.
+    pub created_at: Timestamp,
+    /// When its first and its latest message were sent.
+    pub first_sent_at: Option<Timestamp>,
+    /// The latest.
+    pub last_sent_at: Option<Timestamp>,
+    /// When it ended (done or cancelled).
+    pub ended_at: Option<Timestamp>,
+    /// Refusals of the message before any recipient took it (toward [`REFUSALS_BEFORE_PAUSE`]).
+    pub refusals: u32,
+    /// The last error a recipient's send met (never message text).
+    pub last_error: Option<String>,
+}
+
+impl BroadcastJob {
+    /// A new running job of `total` recipients.
+    pub fn new(id: BroadcastId, spec: BroadcastSpec, total: u64, now: Timestamp) -> Self {
+        Self {
+            id,
+            spec,
+            state: JobState::Running,
+            counts: Counts {
+                total,
+                ..Counts::default()
+            },
+            created_at: now,
+            first_sent_at: None,
+            last_sent_at: None,
+            ended_at: None,
+            refusals: 0,
+            last_error: None,
+        }
+    }
+
+    /// Applies `change`, as every store does: `false` when it does not apply.
+    pub fn apply(&mut self, change: &Change, now: Timestamp) -> bool {
+        let next = match (&self.state, change) {
+            (JobState::Running, Change::Pause) => JobState::Paused { reason: None },
+            (JobState::Running, Change::PauseBecause(reason)) => JobState::Paused {
+                reason: Some(reason.clone()),
+            },
+            (JobState::Paused { .. }, Change::Resume) => {
+                self.refusals = 0;
+                JobState::Running
+            }
+            (JobState::Running | JobState::Paused { .. }, Change::Cancel) => JobState::Cancelled,
+            (JobState::Running, Change::Finish) => JobState::Done,
+            _ => return false,
+        };
+        if next.is_final() {
+            self.ended_at = Some(now);
+        }
+        self.state = next;
+        true
+    }
+
+    /// Counts that a recipient in state `was` began its send.
+    pub fn began(&mut self, was: &RecipientState) {
+        if matches!(was, RecipientState::Retrying { .. }) {
+            self.counts.retrying = self.counts.retrying.saturating_sub(1);
+        }
+    }
+
+    /// Counts a begun send's outcome.
+    pub fn count(&mut self, outcome: &Outcome, at: Timestamp) {
+        let c = &mut self.counts;
+        match outcome {
+            Outcome::Sent { .. } => {
+                c.sent += 1;
+                self.first_sent_at.get_or_insert(at);
+                self.last_sent_at = Some(at);
+                self.refusals = 0;
+            }
+            Outcome::Gone { .. } => c.gone += 1,
+            Outcome::Failed { error } => {
+                c.failed += 1;
+                self.last_error = Some(error.clone());
+            }
+            Outcome::Uncertain => c.uncertain += 1,
+            Outcome::Retry { error, .. } => {
+                c.retrying += 1;
+                self.last_error = Some(error.clone());
+            }
+            Outcome::Refused { error } => {
+                c.retrying += 1;
+                self.refusals += 1;
+                self.last_error = Some(error.clone());
+            }
+            Outcome::Held { .. } => c.retrying += 1,
+        }
+    }
+
+    /// The job's rate so far, messages a second from its first send to its latest.
+    pub fn rate(&self) -> Option<f64> {
+        let (first, last) = (self.first_sent_at?, self.last_sent_at?);
+        let secs = last.since(first).as_secs_f64();
+        (self.counts.sent > 1 && secs > 0.0).then(|| (self.counts.sent - 1) as f64 / secs)
+    }
+}
+
+/// One recipient of a job.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Recipient {
+    /// Its place in the job's list.
+    pub index: u64,
+    /// The chat.
+    pub chat: i64,
+    /// Sends tried that failed for a passing reason.
+    pub attempts: u32,
+    /// Where it is.
+    pub state: RecipientState,
+}
+
+/// Where a recipient is.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum RecipientState {
+    /// Not tried yet.
+    Pending,
+    /// Tried; tried again from `due`.
+    Retrying {
+        /// When (ms).
+        due: u64,
+    },
+    /// Its send began: the intent, written before the call.
+    Sending,
+    /// Sent.
+    Sent {
+        /// The message's id.
+        message_id: i64,
+    },
+    /// Gone (blocked the bot, deleted the account, left).
+    Gone {
+        /// Telegram's words.
+        reason: String,
+    },
+    /// Failed for good.
+    Failed {
+        /// Why.
+        error: String,
+    },
+    /// Its send began and never ended.
+    Uncertain,
+}
+
+/// How a recipient's send ended, as the runner settles it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum Outcome {
+    /// Telegram took it.
+    Sent {
+        /// The message's id.
+        message_id: i64,
+    },
+    /// The recipient is gone.
+    Gone {
+        /// Telegram's words.
+        reason: String,
+    },
+    /// Failed for good: the job's dead letters.
+    Failed {
+        /// Why.
+        error: String,
+    },
+    /// Its outcome is unknown (a timeout, a cut connection): not sent again.
+    Uncertain,
+    /// Failed for a passing reason: tried again at `due`, one more attempt spent.
+    Retry {
+        /// When (ms).
+        due: u64,
+        /// Why.
+        error: String,
+    },
+    /// Telegram refused the message itself before anyone took it: back to the list, no attempt
+    /// spent, counted toward pausing the job.
+    Refused {
+        /// Why.
+        error: String,
+    },
+    /// Held by a flood wait: back to the list at `due`, no attempt spent.
+    Held {
+        /// When (ms).
+        due: u64,
+    },
+}
+
+impl Outcome {
+    /// The recipient's state after it.
+    pub fn state(&self, now: Timestamp) -> RecipientState {
+        match self {
+            Outcome::Sent { message_id } => RecipientState::Sent {
+                message_id: *message_id,
+            },
+            Outcome::Gone { reason } => RecipientState::Gone {
+                reason: reason.clone(),
+            },
+            Outcome::Failed { error } => RecipientState::Failed {
+                error: error.clone(),
+            },
+            Outcome::Uncertain => RecipientState::Uncertain,
+            Outcome::Retry { due, .. } | Outcome::Held { due } => {
+                RecipientState::Retrying { due: *due }
+            }
+            Outcome::Refused { .. } => RecipientState::Retrying { due: now.0 },
+        }
+    }
+
+    /// Whether it spends one of the recipient's attempts.
+    pub fn spends_attempt(&self) -> bool {
+        matches!(self, Outcome::Retry { .. })
+    }
+}
+
+/// What [`BroadcastStore::create`] did.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum Created {
+    /// A new job.
+    New {
+        /// It.
+        job: BroadcastJob,
+    },
+    /// A job of the same origin exists already (a handler's retried run): nothing was created.
+    Existing {
+        /// That job.
+        job: BroadcastJob,
+    },
+}
+
+impl Created {
+    /// The job, new or not.
+    pub fn job(&self) -> &BroadcastJob {
+        match self {
+            Created::New { job } | Created::Existing { job } => job,
+        }
+    }
+}
+
+/// Where broadcasts are kept: the embedded store for `tgq local`, memory in tests.
+#[async_trait]
+pub trait BroadcastStore: Send + Sync {
+    /// Creates a running job for `chats` (already checked, without repeats), unless a job of
+    /// the same `spec.origin` exists (an origin of `cli` never matches).
+    async fn create(
+        &self,
+        spec: &BroadcastSpec,
+        chats: &[i64],
+        now: Timestamp,
+    ) -> Result<Created, PortError>;
+
+    /// Every job, the newest first.
+    async fn jobs(&self) -> Result<Vec<BroadcastJob>, PortError>;
+
+    /// One job.
+    async fn job(&self, id: &BroadcastId) -> Result<Option<BroadcastJob>, PortError>;
+
+    /// Applies an operator's or the runner's change ([`BroadcastJob::apply`]).
+    async fn change(
+        &self,
+        id: &BroadcastId,
+        change: Change,
+        now: Timestamp,
+    ) -> Result<Changed, PortError>;
+
+    /// Up to `limit` recipients to send to at `now`: those due for another try first, then the
+    /// next never tried, in list order. Those whose send began are never among them.
+    async fn next(
+        &self,
+        id: &BroadcastId,
+        now: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<Recipient>, PortError>;
+
+    /// When the earliest recipient waiting for another try is due; `None` when none waits.
+    async fn next_retry(&self, id: &BroadcastId) -> Result<Option<Timestamp>, PortError>;
+
+    /// Records that the send to recipient `index` begins: durable before the call.
+    async fn begin(&self, id: &BroadcastId, index: u64) -> Result<(), PortError>;
+
+    /// Records how the send to recipient `index` ended, and counts it on the job.
+    async fn settle(
+        &self,
+        id: &BroadcastId,
+        index: u64,
+        outcome: Outcome,
+        now: Timestamp,
+    ) -> Result<(), PortError>;
+
+    /// Marks every recipient of the job whose send began and never ended as uncertain (the
+    /// process that began them is gone); how many there were.
+    async fn abandon_begun(&self, id: &BroadcastId, now: Timestamp) -> Result<u64, PortError>;
+
+    /// Up to `limit` recipients that failed for good or are uncertain, in list order.
+    async fn undelivered(
+        &self,
+        id: &BroadcastId,
+        limit: usize,
+    ) -> Result<Vec<Recipient>, PortError>;
+
+    /// The chats of `bot` whose state `filter` takes, in chat order.
+    async fn chats_matching(
+        &self,
+        bot: &BotId,
+        filter: &StateFilter,
+    ) -> Result<Vec<i64>, PortError>;
+}
+
+/// Who a broadcast goes to.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Audience {
+    /// These chats (from a recipients file, or the handler).
+    Chats {
+        /// The chat ids.
+        chats: Vec<i64>,
+    },
+    /// The bot's chats whose state the filter takes, as they are when the job starts.
+    States {
+        /// Which states.
+        filter: StateFilter,
+    },
+}
+
+/// Why a broadcast did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// What was asked for cannot be sent; nothing was stored.
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+    /// The store did not answer.
+    #[error(transparent)]
+    Store(#[from] PortError),
+}
+
+/// Starts a broadcast: checks the spec, fixes its audience (without repeats) and stores the job,
+/// which the process running broadcasts picks up. A job of the same origin is found, not made
+/// again.
+pub async fn start(
+    store: &dyn BroadcastStore,
+    spec: &BroadcastSpec,
+    audience: &Audience,
+    now: Timestamp,
+) -> Result<Created, StartError> {
+    spec.check()?;
+    let chats = match audience {
+        Audience::Chats { chats } => {
+            let mut seen = HashSet::new();
+            let chats: Vec<i64> = chats.iter().copied().filter(|c| seen.insert(*c)).collect();
+            if let Some(index) = chats.iter().position(|c| *c == 0) {
+                return Err(SpecError::BadLine {
+                    line: index + 1,
+                    text: "0".into(),
+                }
+                .into());
+            }
+            chats
+        }
+        Audience::States { filter } => store.chats_matching(&spec.bot, filter).await?,
+    };
+    if chats.is_empty() {
+        return Err(SpecError::EmptyAudience.into());
+    }
+    Ok(store.create(spec, &chats, now).await?)
+}
+
+/// How a call's failure ends a recipient's send (the one place it is decided).
+pub fn outcome_of(
+    error: &TelegramError,
+    (chat, attempts): (i64, u32),
+    job: &BroadcastJob,
+    retry: &RetryPolicy,
+    now: Timestamp,
+) -> Outcome {
+    let said = error.to_string();
+    if let TelegramError::RetryAfter(wait) = error {
+        return Outcome::Held {
+            due: now.plus(*wait).0,
+        };
+    }
+    if let Some(gone) = error.recipient_gone(Some(chat)) {
+        return Outcome::Gone {
+            reason: gone.as_str().to_owned(),
+        };
+    }
+    // Any other 403 means this chat cannot be written to: the bot was kicked from the group, or is
+    // no member of the channel, or the user never started it. Trying again never helps.
+    if let TelegramError::Api { code: 403, .. } = error {
+        return Outcome::Gone { reason: said };
+    }
+    if !error.is_definite() {
+        return Outcome::Uncertain;
+    }
+    match error.class() {
+        crate::ErrorClass::Permanent if job.counts.sent == 0 => Outcome::Refused { error: said },
+        crate::ErrorClass::Permanent => Outcome::Failed { error: said },
+        _ if attempts + 1 >= MAX_ATTEMPTS => Outcome::Failed { error: said },
+        _ => Outcome::Retry {
+            due: now.plus(retry.backoff(attempts + 1, Jitter::random())).0,
+            error: said,
+        },
+    }
+}
+
+/// Runs broadcast jobs: one [`BroadcastRunner::run`] per running job, in the process that holds
+/// the store.
+pub struct BroadcastRunner {
+    /// The jobs.
+    pub store: Arc<dyn BroadcastStore>,
+    /// The bot's budget, shared with the worker's runs.
+    pub budget: Arc<dyn SendBudget>,
+    /// The bot-wide rate the budget holds (`None`: no limit).
+    pub bot_rate: Option<u32>,
+    /// Tells the time.
+    pub clock: Arc<dyn Clock>,
+    /// The backoff between a recipient's tries (its attempts are [`MAX_ATTEMPTS`]).
+    pub retry: RetryPolicy,
+}
+
+/// How a run of a job ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RunEnd {
+    /// Every recipient has an outcome.
+    Done,
+    /// The job was paused (by an operator, or because Telegram refused its message) or cancelled.
+    Stopped(JobState),
+    /// The process is stopping.
+    ShutDown,
+}
+
+impl BroadcastRunner {
+    /// Sends job `id` with `api` until it is done, paused or cancelled, or `stop` turns true.
+    /// Recipients whose send an earlier process began and never ended are marked uncertain first.
+    pub async fn run(
+        &self,
+        id: &BroadcastId,
+        api: Arc<dyn BotApi>,
+        mut stop: watch::Receiver<bool>,
+    ) -> Result<RunEnd, PortError> {
+        let abandoned = self.store.abandon_begun(id, self.clock.now()).await?;
+        if abandoned > 0 {
+            warn!(broadcast = %id, recipients = abandoned, "sends an earlier process began and never ended are uncertain: not sent again");
+        }
+        let Some(job) = self.store.job(id).await? else {
+            return Ok(RunEnd::Stopped(JobState::Cancelled));
+        };
+        let paced = api.paced();
+        let mut lane = Lane::pacer(job.spec.lane_rate(self.bot_rate).filter(|_| paced));
+        let mut sends: JoinSet<()> = JoinSet::new();
+        loop {
+            let Some(mut job) = self.running(id).await? else {
+                drain(&mut sends).await;
+                return self.stopped(id).await;
+            };
+            let batch = self.store.next(id, self.clock.now(), TAKE).await?;
+            if batch.is_empty() {
+                drain(&mut sends).await;
+                let Some(job) = self.running(id).await? else {
+                    return self.stopped(id).await;
+                };
+                if job.counts.pending() == 0 {
+                    self.store
+                        .change(id, Change::Finish, self.clock.now())
+                        .await?;
+                    let c = job.counts;
+                    info!(broadcast = %id, sent = c.sent, gone = c.gone, failed = c.failed, uncertain = c.uncertain, "broadcast done");
+                    return Ok(RunEnd::Done);
+                }
+                let wait = match self.store.next_retry(id).await? {
+                    Some(due) => due
+                        .since(self.clock.now())
+                        .clamp(Duration::from_millis(1), LOOK_EVERY),
+                    None => LOOK_EVERY,
+                };
+                if wait_or_stop(wait, &mut stop).await {
+                    return Ok(RunEnd::ShutDown);
+                }
+                continue;
+            }
+            // Until a recipient took the message, sends go one at a time: a message Telegram
+            // refuses for everyone pauses the job after a few refusals, not a batch of them.
+            let mut probing = job.counts.sent == 0;
+            let mut looked = self.clock.now();
+            for recipient in batch {
+                if probing || self.clock.now().since(looked) >= LOOK_EVERY {
+                    looked = self.clock.now();
+                    drain_if(probing, &mut sends).await;
+                    match self.running(id).await? {
+                        Some(now) => {
+                            probing = now.counts.sent == 0;
+                            job = now;
+                        }
+                        // What was taken and not begun stays where it was.
+                        None => break,
+                    }
+                }
+                if let Some(wait) = lane.wait(tokio::time::Instant::now()) {
+                    if wait_or_stop(wait, &mut stop).await {
+                        drain(&mut sends).await;
+                        return Ok(RunEnd::ShutDown);
+                    }
+                }
+                if paced && !self.booked(&job, recipient.chat, &mut stop).await? {
+                    drain(&mut sends).await;
+                    return Ok(RunEnd::ShutDown);
+                }
+                lane.sent(tokio::time::Instant::now());
+                self.store.begin(id, recipient.index).await?;
+                while sends.len() >= IN_FLIGHT {
+                    sends.join_next().await;
+                }
+                let send = RecipientSend {
+                    store: self.store.clone(),
+                    api: api.clone(),
+                    budget: self.budget.clone(),
+                    clock: self.clock.clone(),
+                    job: job.clone(),
+                    recipient,
+                    retry: self.retry,
+                };
+                sends.spawn(send.go());
+            }
+        }
+    }
+
+    /// The job, when it is running; a job that enough of its first recipients refused is paused
+    /// here, with Telegram's words.
+    async fn running(&self, id: &BroadcastId) -> Result<Option<BroadcastJob>, PortError> {
+        let Some(job) = self.store.job(id).await? else {
+            return Ok(None);
+        };
+        if job.state != JobState::Running {
+            return Ok(None);
+        }
+        if job.counts.sent == 0 && job.refusals >= REFUSALS_BEFORE_PAUSE {
+            let reason = format!(
+                "Telegram refused the message for the first {} recipients: {}",
+                job.refusals,
+                job.last_error.as_deref().unwrap_or("no reason given")
+            );
+            warn!(broadcast = %id, "{reason}");
+            self.store
+                .change(id, Change::PauseBecause(reason), self.clock.now())
+                .await?;
+            return Ok(None);
+        }
+        Ok(Some(job))
+    }
+
+    async fn stopped(&self, id: &BroadcastId) -> Result<RunEnd, PortError> {
+        Ok(RunEnd::Stopped(
+            self.store
+                .job(id)
+                .await?
+                .map_or(JobState::Cancelled, |job| job.state),
+        ))
+    }
+
+    /// Books the send to `chat` in the bot's budget and waits for its slot; `false` when the
+    /// process is stopping.
+    async fn booked(
+        &self,
+        job: &BroadcastJob,
+        chat: i64,
+        stop: &mut watch::Receiver<bool>,
+    ) -> Result<bool, PortError> {
+        let bot = &job.spec.bot;
+        // The paid lane is apart from the bot's rate; a flood wait holds it all the same.
+        let counted = (job.spec.lane == Lane::Standard).then_some(chat);
+        loop {
+            let mut slot = match self.budget.reserve(bot, counted, BOOK_WITHIN).await? {
+                Reserved::Booked(slot) => slot,
+                Reserved::Later(wait) => {
+                    if wait_or_stop(wait.min(BOOK_WITHIN), stop).await {
+                        return Ok(false);
+                    }
+                    continue;
+                }
+            };
+            if wait_or_stop(slot.wait, stop).await {
+                return Ok(false);
+            }
+            loop {
+                match self.budget.clear_to_send(bot, &mut slot).await? {
+                    Clear::Go => return Ok(true),
+                    Clear::After(wait) => {
+                        tokio::time::sleep(wait).await;
+                        if wait <= RECHECK_AFTER {
+                            return Ok(true);
+                        }
+                    }
+                    Clear::Held(_) | Clear::Late => break,
+                }
+            }
+        }
+    }
+}
+
+/// One recipient's send, in a task of its own.
+struct RecipientSend {
+    store: Arc<dyn BroadcastStore>,
+    api: Arc<dyn BotApi>,
+    budget: Arc<dyn SendBudget>,
+    clock: Arc<dyn Clock>,
+    job: BroadcastJob,
+    recipient: Recipient,
+    retry: RetryPolicy,
+}
+
+impl RecipientSend {
+    async fn go(self) {
+        let spec = &self.job.spec;
+        let params = spec.params_for(self.recipient.chat);
+        let call = ApiCall::plain(&spec.method, &params);
+        let answer = self.api.call(&call).await;
+        let now = self.clock.now();
+        let outcome = match answer {
+            Ok(result) => Outcome::Sent {
+                message_id: result
+                    .get("message_id")
+                    .and_then(Value::as_i64)
+                    .unwrap_or_default(),
+            },
+            Err(CallError::Telegram(error)) => {
+                if let TelegramError::RetryAfter(wait) = &error {
+                    if let Err(failed) = self.budget.pause(&spec.bot, *wait).await {
+                        warn!(error = %error_chain(&failed), "sharing a flood wait failed; this process holds its sends all the same");
+                    }
+                }
+                outcome_of(
+                    &error,
+                    (self.recipient.chat, self.recipient.attempts),
+                    &self.job,
+                    &self.retry,
+                    now,
+                )
+            }
+            // The store refused what the Bot API records itself: nothing was sent.
+            Err(CallError::Store(error)) => Outcome::Retry {
+                due: now.plus(Duration::from_secs(1)).0,
+                error: error_chain(&error),
+            },
+        };
+        // A settle the store refuses now is tried again: a recipient left begun becomes uncertain
+        // at the next start, which loses no message but leaves a doubt.
+        let mut delay = Duration::from_millis(100);
+        for _ in 0..8 {
+            match self
+                .store
+                .settle(&self.job.id, self.recipient.index, outcome.clone(), now)
+                .await
+            {
+                Ok(()) => return,
+                Err(error) => {
+                    warn!(broadcast = %self.job.id, error = %error_chain(&error), "recording a broadcast send failed; trying again");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(2));
+                }
+            }
+        }
+    }
+}
+
+async fn drain(sends: &mut JoinSet<()>) {
+    while sends.join_next().await.is_some() {}
+}
+
+async fn drain_if(wanted: bool, sends: &mut JoinSet<()>) {
+    if wanted {
+        drain(sends).await;
+    }
+}
+
+/// Sleeps for `wait`; `true` when `stop` turned true first.
+async fn wait_or_stop(wait: Duration, stop: &mut watch::Receiver<bool>) -> bool {
+    if *stop.borrow() {
+        return true;
+    }
+    tokio::select! {
+        () = tokio::time::sleep(wait) => *stop.borrow(),
+        _ = stop.changed() => true,
+    }
+}
+
+/// A job's own pace: at most its rate in any second (and a little slack), evenly spaced.
+struct LanePacer {
+    rate: Option<u32>,
+    /// The times of the last `rate` sends.
+    sent: std::collections::VecDeque<tokio::time::Instant>,
+}
+
+impl Lane {
+    fn pacer(rate: Option<u32>) -> LanePacer {
+        LanePacer {
+            rate,
+            sent: std::collections::VecDeque::new(),
+        }
+    }
+}
+
+impl LanePacer {
+    /// How long until the next send may go; `None` when it may go now.
+    fn wait(&self, now: tokio::time::Instant) -> Option<Duration> {
+        let rate = self.rate?;
+        let spacing = Duration::from_secs(1) / rate.max(1);
+        let mut at = self
+            .sent
+            .back()
+            .map_or(now, |last| (*last + spacing).max(now));
+        if self.sent.len() >= rate as usize {
+            if let Some(oldest) = self.sent.front() {
+                at = at.max(*oldest + Duration::from_secs(1) + LANE_SLACK);
+            }
+        }
+        (at > now).then(|| at - now)
+    }
+
+    fn sent(&mut self, at: tokio::time::Instant) {
+        let Some(rate) = self.rate else {
+            return;
+        };
+        self.sent.push_back(at);
+        while self.sent.len() > rate as usize {
+            self.sent.pop_front();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn spec() -> BroadcastSpec {
+        BroadcastSpec {
+            bot: BotId::new("b").unwrap(),
+            method: "sendMessage".into(),
+            params: json!({"text": "hi"}),
+            lane: Lane::Standard,
+            reserve_percent: DEFAULT_RESERVE_PERCENT,
+            paid_rate: DEFAULT_PAID_RATE,
+            origin: "cli".into(),
+        }
+    }
+
+    #[test]
+    fn a_recipients_file_with_a_bad_line_is_refused_naming_it() {
+        assert_eq!(
+            parse_recipients("# subscribers\n42\n\n-100123\n42\n7\n"),
+            Ok(vec![42, -100123, 7])
+        );
+        assert_eq!(
+            parse_recipients("42\n@channel\n7"),
+            Err(SpecError::BadLine {
+                line: 2,
+                text: "@channel".into()
+            })
+        );
+        assert_eq!(
+            parse_recipients("1\n0\n"),
+            Err(SpecError::BadLine {
+                line: 2,
+                text: "0".into()
+            })
+        );
+        assert_eq!(
+            parse_recipients("# nobody\n\n"),
+            Err(SpecError::EmptyAudience)
+        );
+    }
+
+    #[test]
+    fn a_spec_that_sends_nothing_or_names_a_chat_is_refused() {
+        assert_eq!(spec().check(), Ok(()));
+        let mut s = spec();
+        s.method = "getChat".into();
+        assert_eq!(s.check(), Err(SpecError::NotASend("getChat".into())));
+        let mut s = spec();
+        s.method = "editMessageText".into();
+        assert!(s.check().is_err());
+        let mut s = spec();
+        s.params = json!({"chat_id": 1, "text": "x"});
+        assert_eq!(s.check(), Err(SpecError::NamesAChat));
+        let mut s = spec();
+        s.reserve_percent = 95;
+        assert_eq!(s.check(), Err(SpecError::Reserve(95)));
+        let mut s = spec();
+        s.paid_rate = 1001;
+        assert_eq!(s.check(), Err(SpecError::PaidRate(1001)));
+    }
+
+    #[test]
+    fn the_standard_lane_leaves_the_reserve_and_the_paid_lane_has_its_own_rate() {
+        assert_eq!(spec().lane_rate(Some(30)), Some(24));
+        assert_eq!(spec().lane_rate(None), None);
+        let mut s = spec();
+        s.lane = Lane::Paid;
+        s.paid_rate = 500;
+        assert_eq!(s.lane_rate(Some(30)), Some(500));
+        assert_eq!(s.params_for(9)["allow_paid_broadcast"], json!(true));
+        assert_eq!(spec().params_for(9), json!({"text": "hi", "chat_id": 9}));
+    }
+
+    #[test]
+    fn failures_end_a_recipient_as_telegram_means_them() {
+        let now = Timestamp(1_000);
+        let mut job = BroadcastJob::new(BroadcastId(1), spec(), 10, now);
+        let p = RetryPolicy::default();
+        let api = |code: u16, d: &str| TelegramError::Api {
+            code,
+            description: d.into(),
+        };
+        assert!(matches!(
+            outcome_of(
+                &api(403, "Forbidden: bot was blocked by the user"),
+                (5, 0),
+                &job,
+                &p,
+                now
+            ),
+            Outcome::Gone { .. }
+        ));
+        assert!(matches!(
+            outcome_of(
+                &api(403, "Forbidden: bot was kicked from the group chat"),
+                (-5, 0),
+                &job,
+                &p,
+                now
+            ),
+            Outcome::Gone { .. }
+        ));
+        assert_eq!(
+            outcome_of(
+                &TelegramError::RetryAfter(Duration::from_secs(3)),
+                (5, 0),
+                &job,
+                &p,
+                now
+            ),
+            Outcome::Held { due: 4_000 }
+        );
+        assert_eq!(
+            outcome_of(&TelegramError::Timeout, (5, 0), &job, &p, now),
+            Outcome::Uncertain
+        );
+        assert!(matches!(
+            outcome_of(&api(502, "Bad Gateway"), (5, 0), &job, &p, now),
+            Outcome::Retry { .. }
+        ));
+        assert!(matches!(
+            outcome_of(
+                &api(502, "Bad Gateway"),
+                (5, MAX_ATTEMPTS - 1),
+                &job,
+                &p,
+                now
+            ),
+            Outcome::Failed { .. }
+        ));
+        // Before anyone took the message, a 400 is the message's fault; after, the recipient's.
+        let empty = api(400, "Bad Request: message text is empty");
+        assert!(matches!(
+            outcome_of(&empty, (5, 0), &job, &p, now),
+            Outcome::Refused { .. }
+        ));
+        job.counts.sent = 1;
+        assert!(matches!(
+            outcome_of(&empty, (5, 0), &job, &p, now),
+            Outcome::Failed { .. }
+        ));
+    }
+
+    #[test]
+    fn a_job_moves_only_along_its_states() {
+        let now = Timestamp(0);
+        let mut job = BroadcastJob::new(BroadcastId(1), spec(), 1, now);
+        assert!(!job.apply(&Change::Resume, now));
+        assert!(job.apply(&Change::Pause, now));
+        assert!(!job.apply(&Change::Pause, now));
+        assert!(!job.apply(&Change::Finish, now));
+        assert!(job.apply(&Change::Resume, now));
+        assert!(job.apply(&Change::Cancel, now));
+        assert_eq!(job.ended_at, Some(now));
+        for change in [
+            Change::Pause,
+            Change::Resume,
+            Change::Cancel,
+            Change::Finish,
+        ] {
+            assert!(!job.apply(&change, now), "{change:?} after a cancel");
+        }
+    }
+
+    #[test]
+    fn the_lane_keeps_its_rate_in_any_second() {
+        let mut lane = Lane::pacer(Some(10));
+        let start = tokio::time::Instant::now();
+        let mut at = start;
+        let mut times = Vec::new();
+        for _ in 0..35 {
+            if let Some(wait) = lane.wait(at) {
+                at += wait;
+            }
+            lane.sent(at);
+            times.push(at);
+        }
+        for (i, t) in times.iter().enumerate() {
+            let in_window = times[i..]
+                .iter()
+                .take_while(|u| **u < *t + Duration::from_secs(1))
+                .count();
+            assert!(
+                in_window <= 10,
+                "{in_window} sends in the second from send {i}"
+            );
+        }
+        let took = *times.last().unwrap() - start;
+        assert!(
+            took >= Duration::from_millis(3_400) && took < Duration::from_millis(3_700),
+            "{took:?}"
+        );
+        assert_eq!(Lane::pacer(None).wait(start), None);
+    }
+
+    #[test]
+    fn a_state_filter_takes_the_format_and_the_value_at_its_pointer() {
+        let filter = StateFilter {
+            format: Some("subs/v1".into()),
+            equals: Some(("/on".into(), json!(true))),
+        };
+        assert!(filter.matches("subs/v1", &json!({"on": true})));
+        assert!(!filter.matches("subs/v1", &json!({"on": false})));
+        assert!(!filter.matches("cart/v1", &json!({"on": true})));
+        assert!(StateFilter::default().matches("any", &json!(null)));
+    }
+}

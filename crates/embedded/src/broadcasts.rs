@@ -1,0 +1,427 @@
+//! Broadcast jobs in the embedded store (docs/ARCHITECTURE.md §11): a job, its recipients one row
+//! each, and two indexes the runner takes work from — the recipients waiting for another try, by
+//! when they are due, and those whose send began. Every change is one commit through the writer;
+//! a recipient's intent and its outcome are two.
+
+use async_trait::async_trait;
+use redb::{ReadTransaction, ReadableTable};
+use serde::{Deserialize, Serialize};
+use tgq_core::broadcast::{
+    BroadcastId, BroadcastJob, BroadcastSpec, BroadcastStore, Change, Changed, Created, Outcome,
+    Recipient, RecipientState, StateFilter,
+};
+use tgq_core::error::PortError;
+use tgq_core::ids::{BotId, StateKey};
+use tgq_core::record::Timestamp;
+
+use crate::error::StoreError;
+use crate::ports::read;
+use crate::schema::{
+    decode_state, seq, BROADCASTS, BROADCAST_BEGUN, BROADCAST_ORIGINS, BROADCAST_RECIPIENTS,
+    BROADCAST_RETRIES, STATES,
+};
+use crate::writer::{OpError, Tx};
+use crate::EmbeddedStore;
+
+/// A job as [`BROADCASTS`] keeps it.
+#[derive(Serialize, Deserialize)]
+struct StoredJob {
+    job: BroadcastJob,
+    /// The index of the first recipient never tried: those before it were all begun once.
+    cursor: u64,
+}
+
+fn json<T: Serialize>(value: &T) -> Result<Vec<u8>, OpError> {
+    serde_json::to_vec(value).map_err(|e| OpError::Fatal(e.to_string()))
+}
+
+fn parse<T: for<'de> Deserialize<'de>>(what: &str, bytes: &[u8]) -> Result<T, OpError> {
+    serde_json::from_slice(bytes).map_err(|e| OpError::Rejected(format!("{what}: {e}")))
+}
+
+impl Tx<'_> {
+    fn stored_job(&self, id: u64) -> Result<Option<StoredJob>, OpError> {
+        let jobs = self.table(BROADCASTS)?;
+        let value = jobs.get(id)?;
+        value
+            .map(|v| parse(&format!("broadcast {id}"), v.value()))
+            .transpose()
+    }
+
+    fn put_job(&mut self, stored: &StoredJob) -> Result<(), OpError> {
+        let bytes = json(stored)?;
+        self.table_mut(BROADCASTS)?
+            .insert(stored.job.id.0, bytes.as_slice())?;
+        Ok(())
+    }
+
+    fn recipient(&self, id: u64, index: u64) -> Result<Option<Recipient>, OpError> {
+        let table = self.table(BROADCAST_RECIPIENTS)?;
+        let value = table.get((id, index))?;
+        value
+            .map(|v| parse(&format!("recipient {index} of broadcast {id}"), v.value()))
+            .transpose()
+    }
+
+    fn put_recipient(&mut self, id: u64, recipient: &Recipient) -> Result<(), OpError> {
+        let bytes = json(recipient)?;
+        self.table_mut(BROADCAST_RECIPIENTS)?
+            .insert((id, recipient.index), bytes.as_slice())?;
+        Ok(())
+    }
+
+    fn create_broadcast(
+        &mut self,
+        spec: &BroadcastSpec,
+        chats: &[i64],
+        now: Timestamp,
+    ) -> Result<Created, OpError> {
+        let by_origin = spec.origin != "cli";
+        if by_origin {
+            let found = self
+                .table(BROADCAST_ORIGINS)?
+                .get(spec.origin.as_str())?
+                .map(|v| v.value());
+            if let Some(id) = found {
+                if let Some(stored) = self.stored_job(id)? {
+                    return Ok(Created::Existing { job: stored.job });
+                }
+            }
+        }
+        let id = self.next_in(seq::BROADCAST)?;
+        let job = BroadcastJob::new(BroadcastId(id), spec.clone(), chats.len() as u64, now);
+        for (index, chat) in chats.iter().enumerate() {
+            let recipient = Recipient {
+                index: index as u64,
+                chat: *chat,
+                attempts: 0,
+                state: RecipientState::Pending,
+            };
+            self.put_recipient(id, &recipient)?;
+        }
+        if by_origin {
+            self.table_mut(BROADCAST_ORIGINS)?
+                .insert(spec.origin.as_str(), id)?;
+        }
+        self.put_job(&StoredJob {
+            job: job.clone(),
+            cursor: 0,
+        })?;
+        Ok(Created::New { job })
+    }
+
+    fn change_broadcast(
+        &mut self,
+        id: u64,
+        change: &Change,
+        now: Timestamp,
+    ) -> Result<Changed, OpError> {
+        let Some(mut stored) = self.stored_job(id)? else {
+            return Ok(Changed::NotFound);
+        };
+        if !stored.job.apply(change, now) {
+            return Ok(Changed::Refused { job: stored.job });
+        }
+        self.put_job(&stored)?;
+        Ok(Changed::Changed { job: stored.job })
+    }
+
+    fn begin_broadcast_send(&mut self, id: u64, index: u64) -> Result<(), OpError> {
+        let (Some(mut stored), Some(mut recipient)) =
+            (self.stored_job(id)?, self.recipient(id, index)?)
+        else {
+            return Err(OpError::Rejected(format!(
+                "broadcast {id} has no recipient {index}"
+            )));
+        };
+        match recipient.state {
+            RecipientState::Pending => stored.cursor = stored.cursor.max(index + 1),
+            RecipientState::Retrying { due } => {
+                self.table_mut(BROADCAST_RETRIES)?
+                    .remove((id, due, index))?;
+            }
+            // Begun or ended already: a second begin would be a second send.
+            _ => {
+                return Err(OpError::Rejected(format!(
+                    "recipient {index} of broadcast {id} is not waiting to be sent to"
+                )))
+            }
+        }
+        stored.job.began(&recipient.state);
+        recipient.state = RecipientState::Sending;
+        self.put_recipient(id, &recipient)?;
+        self.table_mut(BROADCAST_BEGUN)?.insert((id, index), ())?;
+        self.put_job(&stored)
+    }
+
+    fn settle_broadcast_send(
+        &mut self,
+        id: u64,
+        index: u64,
+        outcome: &Outcome,
+        now: Timestamp,
+    ) -> Result<(), OpError> {
+        let (Some(mut stored), Some(mut recipient)) =
+            (self.stored_job(id)?, self.recipient(id, index)?)
+        else {
+            return Ok(());
+        };
+        // Only a begun send settles: a settle repeated after it was recorded changes nothing.
+        if recipient.state != RecipientState::Sending {
+            return Ok(());
+        }
+        recipient.attempts += u32::from(outcome.spends_attempt());
+        recipient.state = outcome.state(now);
+        if let RecipientState::Retrying { due } = recipient.state {
+            self.table_mut(BROADCAST_RETRIES)?
+                .insert((id, due, index), ())?;
+        }
+        self.table_mut(BROADCAST_BEGUN)?.remove((id, index))?;
+        stored.job.count(outcome, now);
+        self.put_recipient(id, &recipient)?;
+        self.put_job(&stored)
+    }
+
+    fn abandon_begun_sends(&mut self, id: u64, now: Timestamp) -> Result<u64, OpError> {
+        let Some(mut stored) = self.stored_job(id)? else {
+            return Ok(0);
+        };
+        let begun: Vec<u64> = {
+            let table = self.table(BROADCAST_BEGUN)?;
+            let mut begun = Vec::new();
+            for entry in table.range((id, 0)..=(id, u64::MAX))? {
+                begun.push(entry?.0.value().1);
+            }
+            begun
+        };
+        for index in &begun {
+            if let Some(mut recipient) = self.recipient(id, *index)? {
+                recipient.state = RecipientState::Uncertain;
+                self.put_recipient(id, &recipient)?;
+                stored.job.count(&Outcome::Uncertain, now);
+            }
+            self.table_mut(BROADCAST_BEGUN)?.remove((id, *index))?;
+        }
+        if !begun.is_empty() {
+            self.put_job(&stored)?;
+        }
+        Ok(begun.len() as u64)
+    }
+}
+
+fn read_job(read: &ReadTransaction, id: u64) -> Result<Option<StoredJob>, StoreError> {
+    let jobs = read.open_table(BROADCASTS)?;
+    let Some(value) = jobs.get(id)? else {
+        return Ok(None);
+    };
+    serde_json::from_slice(value.value())
+        .map(Some)
+        .map_err(|e| StoreError::corrupt(format!("broadcast {id}"))(e.into()))
+}
+
+fn read_recipient(bytes: &[u8], id: u64) -> Result<Recipient, StoreError> {
+    serde_json::from_slice(bytes)
+        .map_err(|e| StoreError::corrupt(format!("a recipient of broadcast {id}"))(e.into()))
+}
+
+#[async_trait]
+impl BroadcastStore for EmbeddedStore {
+    async fn create(
+        &self,
+        spec: &BroadcastSpec,
+        chats: &[i64],
+        now: Timestamp,
+    ) -> Result<Created, PortError> {
+        let (spec, chats) = (spec.clone(), chats.to_vec());
+        self.writer
+            .run("broadcast create", move |tx| {
+                tx.create_broadcast(&spec, &chats, now)
+            })
+            .await
+    }
+
+    async fn jobs(&self) -> Result<Vec<BroadcastJob>, PortError> {
+        read(&self.db, "broadcast jobs", |db| {
+            let read = db.begin_read()?;
+            let jobs = read.open_table(BROADCASTS)?;
+            let mut all = Vec::new();
+            for entry in jobs.iter()?.rev() {
+                let (id, value) = entry?;
+                let stored: StoredJob = serde_json::from_slice(value.value()).map_err(|e| {
+                    StoreError::corrupt(format!("broadcast {}", id.value()))(e.into())
+                })?;
+                all.push(stored.job);
+            }
+            Ok(all)
+        })
+        .await
+    }
+
+    async fn job(&self, id: &BroadcastId) -> Result<Option<BroadcastJob>, PortError> {
+        let id = id.0;
+        read(&self.db, "broadcast job", move |db| {
+            Ok(read_job(&db.begin_read()?, id)?.map(|stored| stored.job))
+        })
+        .await
+    }
+
+    async fn change(
+        &self,
+        id: &BroadcastId,
+        change: Change,
+        now: Timestamp,
+    ) -> Result<Changed, PortError> {
+        let id = id.0;
+        self.writer
+            .run("broadcast change", move |tx| {
+                tx.change_broadcast(id, &change, now)
+            })
+            .await
+    }
+
+    async fn next(
+        &self,
+        id: &BroadcastId,
+        now: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<Recipient>, PortError> {
+        let id = id.0;
+        read(&self.db, "broadcast next", move |db| {
+            let read = db.begin_read()?;
+            let Some(stored) = read_job(&read, id)? else {
+                return Ok(Vec::new());
+            };
+            let recipients = read.open_table(BROADCAST_RECIPIENTS)?;
+            let mut taken = Vec::new();
+            for entry in read
+                .open_table(BROADCAST_RETRIES)?
+                .range((id, 0, 0)..=(id, now.0, u64::MAX))?
+                .take(limit)
+            {
+                let (_, _, index) = entry?.0.value();
+                if let Some(value) = recipients.get((id, index))? {
+                    taken.push(read_recipient(value.value(), id)?);
+                }
+            }
+            for entry in recipients.range((id, stored.cursor)..=(id, u64::MAX))? {
+                if taken.len() >= limit {
+                    break;
+                }
+                let recipient = read_recipient(entry?.1.value(), id)?;
+                if recipient.state == RecipientState::Pending {
+                    taken.push(recipient);
+                }
+            }
+            Ok(taken)
+        })
+        .await
+    }
+
+    async fn next_retry(&self, id: &BroadcastId) -> Result<Option<Timestamp>, PortError> {
+        let id = id.0;
+        read(&self.db, "broadcast next retry", move |db| {
+            let read = db.begin_read()?;
+            let retries = read.open_table(BROADCAST_RETRIES)?;
+            let first = retries.range((id, 0, 0)..=(id, u64::MAX, u64::MAX))?.next();
+            Ok(match first {
+                Some(entry) => Some(Timestamp(entry?.0.value().1)),
+                None => None,
+            })
+        })
+        .await
+    }
+
+    async fn begin(&self, id: &BroadcastId, index: u64) -> Result<(), PortError> {
+        let id = id.0;
+        self.writer
+            .run("broadcast begin", move |tx| {
+                tx.begin_broadcast_send(id, index)
+            })
+            .await
+    }
+
+    async fn settle(
+        &self,
+        id: &BroadcastId,
+        index: u64,
+        outcome: Outcome,
+        now: Timestamp,
+    ) -> Result<(), PortError> {
+        let id = id.0;
+        self.writer
+            .run("broadcast settle", move |tx| {
+                tx.settle_broadcast_send(id, index, &outcome, now)
+            })
+            .await
+    }
+
+    async fn abandon_begun(&self, id: &BroadcastId, now: Timestamp) -> Result<u64, PortError> {
+        let id = id.0;
+        self.writer
+            .run("broadcast abandon", move |tx| {
+                tx.abandon_begun_sends(id, now)
+            })
+            .await
+    }
+
+    async fn undelivered(
+        &self,
+        id: &BroadcastId,
+        limit: usize,
+    ) -> Result<Vec<Recipient>, PortError> {
+        let id = id.0;
+        read(&self.db, "broadcast undelivered", move |db| {
+            let read = db.begin_read()?;
+            let recipients = read.open_table(BROADCAST_RECIPIENTS)?;
+            let mut found = Vec::new();
+            for entry in recipients.range((id, 0)..=(id, u64::MAX))? {
+                if found.len() >= limit {
+                    break;
+                }
+                let recipient = read_recipient(entry?.1.value(), id)?;
+                if matches!(
+                    recipient.state,
+                    RecipientState::Failed { .. } | RecipientState::Uncertain
+                ) {
+                    found.push(recipient);
+                }
+            }
+            Ok(found)
+        })
+        .await
+    }
+
+    async fn chats_matching(
+        &self,
+        bot: &BotId,
+        filter: &StateFilter,
+    ) -> Result<Vec<i64>, PortError> {
+        let (bot, filter) = (bot.clone(), filter.clone());
+        read(&self.db, "broadcast audience", move |db| {
+            let read = db.begin_read()?;
+            let mut chats = Vec::new();
+            for entry in read.open_table(STATES)?.iter()? {
+                let (key, value) = entry?;
+                let pk = key.value();
+                let Some((bot_id, group)) = StateKey::split_pk(pk) else {
+                    continue;
+                };
+                let Ok(chat) = group.parse::<i64>() else {
+                    continue;
+                };
+                if bot_id != bot.as_str() {
+                    continue;
+                }
+                let state = decode_state(value.value())
+                    .map_err(StoreError::corrupt(format!("state {pk}")))?;
+                let json = serde_json::from_str(&state.json).unwrap_or(serde_json::Value::Null);
+                if filter.matches(&state.format, &json) {
+                    chats.push(chat);
+                }
+            }
+            chats.sort_unstable();
+            Ok(chats)
+        })
+        .await
+    }
+}

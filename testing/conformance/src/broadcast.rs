@@ -1,0 +1,506 @@
+//! The broadcast store's conformance bodies (docs/ARCHITECTURE.md §11): the same tests, through
+//! the [`BroadcastRunner`], for every store of [`BroadcastStore`]. An adapter crate instantiates
+//! them with [`broadcast_conformance_tests!`] and a factory giving an empty store.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::{json, Value};
+use tgq_core::broadcast::{
+    BroadcastId, BroadcastRunner, BroadcastSpec, BroadcastStore, Change, Changed, Created,
+    JobState, Lane, Outcome, RunEnd, StateFilter, DEFAULT_PAID_RATE, DEFAULT_RESERVE_PERCENT,
+    MAX_ATTEMPTS, REFUSALS_BEFORE_PAUSE,
+};
+use tgq_core::clock::{Clock, SystemClock};
+use tgq_core::ids::BotId;
+use tgq_core::pacer::{Pacer, RateLimits};
+use tgq_core::policy::RetryPolicy;
+use tgq_core::telegram::{ApiCall, BotApi, CallError, TelegramError};
+use tokio::sync::{watch, Mutex};
+
+/// Keeps `json`, of `format`, as the state of `chat` of `bot`.
+pub type PutState = Box<dyn Fn(&BotId, i64, &str, Value) + Send + Sync>;
+
+/// A broadcast store for one test, and a way to give it a chat's state.
+pub struct BroadcastsUnderTest {
+    /// The store.
+    pub store: Arc<dyn BroadcastStore>,
+    /// Keeps `json`, of `format`, as the state of `chat` of `bot`.
+    pub put_state: PutState,
+}
+
+/// Expands to one `#[tokio::test]` per broadcast body, each given what `$make` (an async
+/// expression giving a [`BroadcastsUnderTest`]) builds.
+#[macro_export]
+macro_rules! broadcast_conformance_tests {
+    ($make:expr) => {
+        $crate::broadcast_conformance_tests!(@each $make;
+            every_recipient_gets_the_message_once_and_the_job_is_done,
+            recipients_who_left_are_counted_gone_and_never_tried_again,
+            a_passing_failure_is_tried_again_and_a_lasting_one_ends_in_the_job_s_dead_letters,
+            a_message_refused_by_the_first_recipients_pauses_the_job_with_telegram_s_words,
+            a_send_begun_by_a_process_that_died_is_uncertain_and_never_sent_again,
+            a_paused_job_sends_nothing_until_resumed_and_a_cancelled_one_never,
+            a_flood_wait_holds_the_broadcast_without_spending_an_attempt,
+            a_start_repeated_by_a_retried_run_finds_the_job_it_started,
+            an_audience_is_the_chats_whose_state_the_filter_takes,
+        );
+    };
+    (@each $make:expr; $($name:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                $crate::broadcast::$name($make.await).await;
+            }
+        )*
+    };
+}
+
+/// A Bot API that answers each chat as told, and keeps what it delivered.
+#[derive(Default)]
+struct Api {
+    delivered: Mutex<Vec<(i64, Value)>>,
+    /// Errors to answer a chat with, the first first; a chat with none left is delivered to.
+    errors: Mutex<HashMap<i64, Vec<TelegramError>>>,
+    calls: Mutex<u64>,
+}
+
+impl Api {
+    async fn fail(&self, chat: i64, errors: impl IntoIterator<Item = TelegramError>) {
+        self.errors
+            .lock()
+            .await
+            .entry(chat)
+            .or_default()
+            .extend(errors);
+    }
+
+    async fn delivered_to(&self, chat: i64) -> usize {
+        self.delivered
+            .lock()
+            .await
+            .iter()
+            .filter(|(c, _)| *c == chat)
+            .count()
+    }
+}
+
+#[async_trait]
+impl BotApi for Api {
+    async fn call(&self, call: &ApiCall<'_>) -> Result<Value, CallError> {
+        *self.calls.lock().await += 1;
+        let chat = call.params["chat_id"].as_i64().expect("a chat id");
+        if let Some(errors) = self.errors.lock().await.get_mut(&chat) {
+            if !errors.is_empty() {
+                return Err(errors.remove(0).into());
+            }
+        }
+        let mut delivered = self.delivered.lock().await;
+        delivered.push((chat, call.params.clone()));
+        Ok(json!({"message_id": delivered.len() as i64 + 1000, "chat": {"id": chat}}))
+    }
+}
+
+fn bot() -> BotId {
+    BotId::new("caster").expect("a valid bot id")
+}
+
+fn spec(origin: &str) -> BroadcastSpec {
+    BroadcastSpec {
+        bot: bot(),
+        method: "sendMessage".into(),
+        params: json!({"text": "news", "reply_markup": {"inline_keyboard": [[{"text": "Read", "callback_data": "read"}]]}}),
+        lane: Lane::Standard,
+        reserve_percent: DEFAULT_RESERVE_PERCENT,
+        paid_rate: DEFAULT_PAID_RATE,
+        origin: origin.into(),
+    }
+}
+
+fn runner(store: &Arc<dyn BroadcastStore>) -> BroadcastRunner {
+    BroadcastRunner {
+        store: store.clone(),
+        budget: Arc::new(Pacer::new(RateLimits::UNLIMITED)),
+        bot_rate: None,
+        clock: Arc::new(SystemClock),
+        retry: RetryPolicy {
+            base: Duration::from_millis(20),
+            cap: Duration::from_millis(100),
+            ..RetryPolicy::default()
+        },
+    }
+}
+
+async fn start(store: &Arc<dyn BroadcastStore>, chats: &[i64]) -> BroadcastId {
+    let created = store
+        .create(&spec("cli"), chats, SystemClock.now())
+        .await
+        .expect("the job is created");
+    created.job().id.clone()
+}
+
+/// Runs the job until it ends by itself, within a minute.
+async fn run(store: &Arc<dyn BroadcastStore>, id: &BroadcastId, api: &Arc<Api>) -> RunEnd {
+    let (_stop, stopped) = watch::channel(false);
+    let api: Arc<dyn BotApi> = api.clone();
+    tokio::time::timeout(Duration::from_secs(60), runner(store).run(id, api, stopped))
+        .await
+        .expect("the run ends within a minute")
+        .expect("the store answers")
+}
+
+async fn job_of(
+    store: &Arc<dyn BroadcastStore>,
+    id: &BroadcastId,
+) -> tgq_core::broadcast::BroadcastJob {
+    store
+        .job(id)
+        .await
+        .expect("the store answers")
+        .expect("the job exists")
+}
+
+/// Every recipient gets the message, with its buttons, exactly once, and the job ends done.
+pub async fn every_recipient_gets_the_message_once_and_the_job_is_done(t: BroadcastsUnderTest) {
+    let chats: Vec<i64> = (1..=600).chain([-1_001, -1_002]).collect();
+    let id = start(&t.store, &chats).await;
+    let api = Arc::new(Api::default());
+    assert_eq!(run(&t.store, &id, &api).await, RunEnd::Done);
+    for chat in &chats {
+        assert_eq!(api.delivered_to(*chat).await, 1, "chat {chat}");
+    }
+    let delivered = api.delivered.lock().await;
+    assert_eq!(
+        delivered[0].1["reply_markup"]["inline_keyboard"][0][0]["text"],
+        "Read"
+    );
+    let job = job_of(&t.store, &id).await;
+    assert_eq!(job.state, JobState::Done);
+    assert_eq!(
+        (job.counts.total, job.counts.sent, job.counts.pending()),
+        (602, 602, 0)
+    );
+    assert!(job.ended_at.is_some());
+}
+
+/// A user who blocked the bot or deleted their account, a group that kicked it: counted gone,
+/// tried once.
+pub async fn recipients_who_left_are_counted_gone_and_never_tried_again(t: BroadcastsUnderTest) {
+    let id = start(&t.store, &[1, 2, 3, -4, 5]).await;
+    let api = Arc::new(Api::default());
+    let forbidden = |d: &str| TelegramError::Api {
+        code: 403,
+        description: d.into(),
+    };
+    api.fail(2, [forbidden("Forbidden: bot was blocked by the user")])
+        .await;
+    api.fail(3, [forbidden("Forbidden: user is deactivated")])
+        .await;
+    api.fail(
+        -4,
+        [forbidden(
+            "Forbidden: bot was kicked from the supergroup chat",
+        )],
+    )
+    .await;
+    assert_eq!(run(&t.store, &id, &api).await, RunEnd::Done);
+    let job = job_of(&t.store, &id).await;
+    assert_eq!(
+        (job.counts.sent, job.counts.gone, job.counts.failed),
+        (2, 3, 0)
+    );
+    assert_eq!(*api.calls.lock().await, 5, "each recipient is tried once");
+}
+
+/// A 502 is tried again after a backoff; a chat that keeps failing ends in the job's dead letters
+/// after its attempts, and a 400 once others took the message fails that recipient alone.
+pub async fn a_passing_failure_is_tried_again_and_a_lasting_one_ends_in_the_job_s_dead_letters(
+    t: BroadcastsUnderTest,
+) {
+    let id = start(&t.store, &[1, 2, 3]).await;
+    let api = Arc::new(Api::default());
+    let bad_gateway = || TelegramError::Api {
+        code: 502,
+        description: "Bad Gateway".into(),
+    };
+    api.fail(2, [bad_gateway()]).await;
+    api.fail(
+        3,
+        [TelegramError::Api {
+            code: 400,
+            description: "Bad Request: message is too long".into(),
+        }],
+    )
+    .await;
+    assert_eq!(run(&t.store, &id, &api).await, RunEnd::Done);
+    let job = job_of(&t.store, &id).await;
+    assert_eq!(
+        (job.counts.sent, job.counts.failed, job.counts.retrying),
+        (2, 1, 0)
+    );
+    assert_eq!(api.delivered_to(2).await, 1, "delivered on the second try");
+    let undelivered = t
+        .store
+        .undelivered(&id, 10)
+        .await
+        .expect("the store answers");
+    assert_eq!(undelivered.iter().map(|r| r.chat).collect::<Vec<_>>(), [3]);
+
+    // Two more recipients, of whom one fails every try: its attempts, then a dead letter.
+    let id = start(&t.store, &[10, 11]).await;
+    api.fail(11, (0..MAX_ATTEMPTS).map(|_| bad_gateway())).await;
+    assert_eq!(run(&t.store, &id, &api).await, RunEnd::Done);
+    let job_now = job_of(&t.store, &id).await;
+    assert_eq!((job_now.counts.sent, job_now.counts.failed), (1, 1));
+    let dead = t
+        .store
+        .undelivered(&id, 10)
+        .await
+        .expect("the store answers");
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].chat, 11);
+    assert_eq!(
+        dead[0].attempts,
+        MAX_ATTEMPTS - 1,
+        "the last try fails it without a retry"
+    );
+    assert_eq!(api.delivered_to(11).await, 0);
+}
+
+/// A message Telegram refuses for everyone (a 400 before anyone took it) pauses the job with
+/// Telegram's words after a few recipients, who are kept for a resume, not failed.
+pub async fn a_message_refused_by_the_first_recipients_pauses_the_job_with_telegram_s_words(
+    t: BroadcastsUnderTest,
+) {
+    let chats: Vec<i64> = (1..=50).collect();
+    let id = start(&t.store, &chats).await;
+    let api = Arc::new(Api::default());
+    for chat in &chats {
+        api.fail(
+            *chat,
+            [TelegramError::Api {
+                code: 400,
+                description: "Bad Request: can't parse entities".into(),
+            }],
+        )
+        .await;
+    }
+    let end = run(&t.store, &id, &api).await;
+    let job_now = job_of(&t.store, &id).await;
+    let JobState::Paused {
+        reason: Some(reason),
+    } = &job_now.state
+    else {
+        panic!(
+            "the job is paused with a reason, not {end:?} / {:?}",
+            job_now.state
+        );
+    };
+    assert!(reason.contains("can't parse entities"), "{reason}");
+    assert_eq!(
+        *api.calls.lock().await,
+        u64::from(REFUSALS_BEFORE_PAUSE),
+        "no more calls than the refusals that paused it"
+    );
+    assert_eq!(
+        (job_now.counts.failed, job_now.counts.pending()),
+        (0, 50),
+        "nobody is failed for the message's fault"
+    );
+}
+
+/// A recipient whose send began in a process that died (no outcome recorded) is uncertain, and
+/// the job resumed in another process sends it nothing and everyone else their message once.
+pub async fn a_send_begun_by_a_process_that_died_is_uncertain_and_never_sent_again(
+    t: BroadcastsUnderTest,
+) {
+    let id = start(&t.store, &[1, 2, 3, 4]).await;
+    let now = SystemClock.now();
+    let taken = t.store.next(&id, now, 2).await.expect("the store answers");
+    assert_eq!(taken.iter().map(|r| r.chat).collect::<Vec<_>>(), [1, 2]);
+    t.store
+        .begin(&id, taken[0].index)
+        .await
+        .expect("the store answers");
+    t.store
+        .settle(&id, taken[0].index, Outcome::Sent { message_id: 7 }, now)
+        .await
+        .expect("the store answers");
+    t.store
+        .begin(&id, taken[1].index)
+        .await
+        .expect("the store answers");
+    // The process dies here, with chat 2's send begun. A begun send is never handed out again.
+    let next = t.store.next(&id, now, 10).await.expect("the store answers");
+    assert_eq!(next.iter().map(|r| r.chat).collect::<Vec<_>>(), [3, 4]);
+
+    let api = Arc::new(Api::default());
+    assert_eq!(run(&t.store, &id, &api).await, RunEnd::Done);
+    assert_eq!(api.delivered_to(1).await, 0, "sent before the crash");
+    assert_eq!(api.delivered_to(2).await, 0, "uncertain: never sent again");
+    assert_eq!(
+        (api.delivered_to(3).await, api.delivered_to(4).await),
+        (1, 1)
+    );
+    let job_now = job_of(&t.store, &id).await;
+    assert_eq!((job_now.counts.sent, job_now.counts.uncertain), (3, 1));
+    let undelivered = t
+        .store
+        .undelivered(&id, 10)
+        .await
+        .expect("the store answers");
+    assert_eq!(undelivered.iter().map(|r| r.chat).collect::<Vec<_>>(), [2]);
+}
+
+/// Pause, resume and cancel move a job only along its states; a paused job's run stops and sends
+/// nothing more, a resumed one finishes, and a cancelled one never runs again.
+pub async fn a_paused_job_sends_nothing_until_resumed_and_a_cancelled_one_never(
+    t: BroadcastsUnderTest,
+) {
+    let id = start(&t.store, &[1, 2, 3]).await;
+    let now = SystemClock.now();
+    let changed = t
+        .store
+        .change(&id, Change::Pause, now)
+        .await
+        .expect("the store answers");
+    assert!(matches!(changed, Changed::Changed { .. }), "{changed:?}");
+    let again = t
+        .store
+        .change(&id, Change::Pause, now)
+        .await
+        .expect("the store answers");
+    assert!(matches!(again, Changed::Refused { .. }), "{again:?}");
+    let api = Arc::new(Api::default());
+    assert_eq!(
+        run(&t.store, &id, &api).await,
+        RunEnd::Stopped(JobState::Paused { reason: None })
+    );
+    assert_eq!(*api.calls.lock().await, 0);
+
+    t.store
+        .change(&id, Change::Resume, now)
+        .await
+        .expect("the store answers");
+    assert_eq!(run(&t.store, &id, &api).await, RunEnd::Done);
+    assert_eq!(api.delivered.lock().await.len(), 3);
+
+    let cancelled = start(&t.store, &[5, 6]).await;
+    t.store
+        .change(&cancelled, Change::Cancel, now)
+        .await
+        .expect("the store answers");
+    assert_eq!(
+        run(&t.store, &cancelled, &api).await,
+        RunEnd::Stopped(JobState::Cancelled)
+    );
+    let refused = t
+        .store
+        .change(&cancelled, Change::Resume, now)
+        .await
+        .expect("the store answers");
+    assert!(matches!(refused, Changed::Refused { .. }), "{refused:?}");
+    assert_eq!(
+        api.delivered.lock().await.len(),
+        3,
+        "nothing sent for the cancelled job"
+    );
+    let missing = t
+        .store
+        .change(&BroadcastId(9_999), Change::Pause, now)
+        .await
+        .expect("the store answers");
+    assert_eq!(missing, Changed::NotFound);
+}
+
+/// A 429 holds the bot's sends for its `retry_after` (in the budget the worker shares) and the
+/// recipient is sent to after it, with no attempt spent.
+pub async fn a_flood_wait_holds_the_broadcast_without_spending_an_attempt(t: BroadcastsUnderTest) {
+    let id = start(&t.store, &[1, 2]).await;
+    let api = Arc::new(Api::default());
+    api.fail(1, [TelegramError::RetryAfter(Duration::from_secs(1))])
+        .await;
+    let budget = Arc::new(Pacer::new(RateLimits::UNLIMITED));
+    let runner = BroadcastRunner {
+        budget: budget.clone(),
+        ..runner(&t.store)
+    };
+    let (_stop, stopped) = watch::channel(false);
+    let dyn_api: Arc<dyn BotApi> = api.clone();
+    let started = std::time::Instant::now();
+    let end =
+        tokio::time::timeout(Duration::from_secs(60), runner.run(&id, dyn_api, stopped)).await;
+    assert_eq!(end.expect("ends").expect("the store answers"), RunEnd::Done);
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "the wait was kept: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(api.delivered_to(1).await, 1);
+    let recipients = t
+        .store
+        .undelivered(&id, 10)
+        .await
+        .expect("the store answers");
+    assert!(recipients.is_empty());
+    let job_now = job_of(&t.store, &id).await;
+    assert_eq!((job_now.counts.sent, job_now.counts.failed), (2, 0));
+}
+
+/// A handler's run that started a broadcast and was retried starts nothing new: the job of the
+/// same origin is found. Jobs started from the command line are all new.
+pub async fn a_start_repeated_by_a_retried_run_finds_the_job_it_started(t: BroadcastsUnderTest) {
+    let now = SystemClock.now();
+    let first = t
+        .store
+        .create(&spec("update:7:news"), &[1, 2], now)
+        .await
+        .expect("the store answers");
+    let again = t
+        .store
+        .create(&spec("update:7:news"), &[1, 2, 3], now)
+        .await
+        .expect("the store answers");
+    assert!(matches!(first, Created::New { .. }));
+    assert!(matches!(again, Created::Existing { .. }));
+    assert_eq!(first.job().id, again.job().id);
+    assert_eq!(again.job().counts.total, 2);
+    let a = start(&t.store, &[1]).await;
+    let b = start(&t.store, &[1]).await;
+    assert_ne!(a, b);
+    let listed = t.store.jobs().await.expect("the store answers");
+    assert_eq!(
+        listed.iter().map(|j| j.id.clone()).collect::<Vec<_>>(),
+        [b, a, first.job().id.clone()],
+        "newest first"
+    );
+}
+
+/// The chats whose state has the filter's format and value are the audience; other bots' chats
+/// and other formats are not.
+pub async fn an_audience_is_the_chats_whose_state_the_filter_takes(t: BroadcastsUnderTest) {
+    let other = BotId::new("other").expect("a valid bot id");
+    (t.put_state)(&bot(), 30, "subs/v1", json!({"on": true}));
+    (t.put_state)(&bot(), 10, "subs/v1", json!({"on": true}));
+    (t.put_state)(&bot(), 20, "subs/v1", json!({"on": false}));
+    (t.put_state)(&bot(), 40, "cart/v1", json!({"on": true}));
+    (t.put_state)(&other, 50, "subs/v1", json!({"on": true}));
+    let filter = StateFilter {
+        format: Some("subs/v1".into()),
+        equals: Some(("/on".into(), json!(true))),
+    };
+    let chats = t
+        .store
+        .chats_matching(&bot(), &filter)
+        .await
+        .expect("the store answers");
+    assert_eq!(chats, [10, 30]);
+    let every = t
+        .store
+        .chats_matching(&bot(), &StateFilter::default())
+        .await
+        .expect("the store answers");
+    assert_eq!(every, [10, 20, 30, 40]);
+}

@@ -1,0 +1,264 @@
+//! Broadcast jobs in memory, with the chats' states an audience is chosen from.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use parking_lot::Mutex;
+use serde_json::Value;
+use tgq_core::broadcast::{
+    BroadcastId, BroadcastJob, BroadcastSpec, BroadcastStore, Change, Changed, Created, Outcome,
+    Recipient, RecipientState, StateFilter,
+};
+use tgq_core::error::PortError;
+use tgq_core::ids::BotId;
+use tgq_core::record::Timestamp;
+
+use crate::Outage;
+
+/// Jobs by id, each with its recipients in list order.
+#[derive(Default)]
+pub struct MemoryBroadcasts {
+    jobs: Mutex<BTreeMap<u64, Job>>,
+    states: Mutex<Vec<(BotId, i64, String, Value)>>,
+    /// Fails every call while set.
+    pub outage: Outage,
+}
+
+struct Job {
+    job: BroadcastJob,
+    recipients: Vec<Recipient>,
+}
+
+impl MemoryBroadcasts {
+    /// No jobs, no states.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Keeps a chat's state of `format` for [`BroadcastStore::chats_matching`].
+    pub fn put_state(&self, bot: &BotId, chat: i64, format: &str, json: Value) {
+        self.states
+            .lock()
+            .push((bot.clone(), chat, format.to_owned(), json));
+    }
+
+    /// Every recipient of a job, in list order.
+    pub fn recipients(&self, id: &BroadcastId) -> Vec<Recipient> {
+        self.jobs
+            .lock()
+            .get(&id.0)
+            .map(|job| job.recipients.clone())
+            .unwrap_or_default()
+    }
+}
+
+#[async_trait]
+impl BroadcastStore for MemoryBroadcasts {
+    async fn create(
+        &self,
+        spec: &BroadcastSpec,
+        chats: &[i64],
+        now: Timestamp,
+    ) -> Result<Created, PortError> {
+        self.outage.check("broadcast create")?;
+        let mut jobs = self.jobs.lock();
+        if spec.origin != "cli" {
+            if let Some(job) = jobs.values().find(|j| j.job.spec.origin == spec.origin) {
+                return Ok(Created::Existing {
+                    job: job.job.clone(),
+                });
+            }
+        }
+        let id = BroadcastId(jobs.keys().next_back().map_or(1, |last| last + 1));
+        let job = BroadcastJob::new(id.clone(), spec.clone(), chats.len() as u64, now);
+        let recipients = chats
+            .iter()
+            .enumerate()
+            .map(|(index, chat)| Recipient {
+                index: index as u64,
+                chat: *chat,
+                attempts: 0,
+                state: RecipientState::Pending,
+            })
+            .collect();
+        jobs.insert(
+            id.0,
+            Job {
+                job: job.clone(),
+                recipients,
+            },
+        );
+        Ok(Created::New { job })
+    }
+
+    async fn jobs(&self) -> Result<Vec<BroadcastJob>, PortError> {
+        self.outage.check("broadcast jobs")?;
+        Ok(self
+            .jobs
+            .lock()
+            .values()
+            .rev()
+            .map(|j| j.job.clone())
+            .collect())
+    }
+
+    async fn job(&self, id: &BroadcastId) -> Result<Option<BroadcastJob>, PortError> {
+        self.outage.check("broadcast job")?;
+        Ok(self.jobs.lock().get(&id.0).map(|j| j.job.clone()))
+    }
+
+    async fn change(
+        &self,
+        id: &BroadcastId,
+        change: Change,
+        now: Timestamp,
+    ) -> Result<Changed, PortError> {
+        self.outage.check("broadcast change")?;
+        let mut jobs = self.jobs.lock();
+        let Some(job) = jobs.get_mut(&id.0) else {
+            return Ok(Changed::NotFound);
+        };
+        Ok(match job.job.apply(&change, now) {
+            true => Changed::Changed {
+                job: job.job.clone(),
+            },
+            false => Changed::Refused {
+                job: job.job.clone(),
+            },
+        })
+    }
+
+    async fn next(
+        &self,
+        id: &BroadcastId,
+        now: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<Recipient>, PortError> {
+        self.outage.check("broadcast next")?;
+        let jobs = self.jobs.lock();
+        let Some(job) = jobs.get(&id.0) else {
+            return Ok(Vec::new());
+        };
+        let due = job
+            .recipients
+            .iter()
+            .filter(|r| matches!(r.state, RecipientState::Retrying { due } if due <= now.0));
+        let fresh = job
+            .recipients
+            .iter()
+            .filter(|r| r.state == RecipientState::Pending);
+        Ok(due.chain(fresh).take(limit).cloned().collect())
+    }
+
+    async fn next_retry(&self, id: &BroadcastId) -> Result<Option<Timestamp>, PortError> {
+        self.outage.check("broadcast next retry")?;
+        let jobs = self.jobs.lock();
+        Ok(jobs.get(&id.0).and_then(|job| {
+            job.recipients
+                .iter()
+                .filter_map(|r| match r.state {
+                    RecipientState::Retrying { due } => Some(Timestamp(due)),
+                    _ => None,
+                })
+                .min()
+        }))
+    }
+
+    async fn begin(&self, id: &BroadcastId, index: u64) -> Result<(), PortError> {
+        self.outage.check("broadcast begin")?;
+        let mut jobs = self.jobs.lock();
+        let Some(job) = jobs.get_mut(&id.0) else {
+            return Ok(());
+        };
+        if let Some(recipient) = job.recipients.get_mut(index as usize) {
+            job.job.began(&recipient.state);
+            recipient.state = RecipientState::Sending;
+        }
+        Ok(())
+    }
+
+    async fn settle(
+        &self,
+        id: &BroadcastId,
+        index: u64,
+        outcome: Outcome,
+        now: Timestamp,
+    ) -> Result<(), PortError> {
+        self.outage.check("broadcast settle")?;
+        let mut jobs = self.jobs.lock();
+        let Some(job) = jobs.get_mut(&id.0) else {
+            return Ok(());
+        };
+        let Some(recipient) = job.recipients.get_mut(index as usize) else {
+            return Ok(());
+        };
+        // Only a begun send settles: a settle repeated after it was recorded changes nothing.
+        if recipient.state != RecipientState::Sending {
+            return Ok(());
+        }
+        recipient.attempts += u32::from(outcome.spends_attempt());
+        recipient.state = outcome.state(now);
+        job.job.count(&outcome, now);
+        Ok(())
+    }
+
+    async fn abandon_begun(&self, id: &BroadcastId, now: Timestamp) -> Result<u64, PortError> {
+        self.outage.check("broadcast abandon")?;
+        let mut jobs = self.jobs.lock();
+        let Some(job) = jobs.get_mut(&id.0) else {
+            return Ok(0);
+        };
+        let mut abandoned = 0;
+        for recipient in &mut job.recipients {
+            if recipient.state == RecipientState::Sending {
+                recipient.state = RecipientState::Uncertain;
+                job.job.count(&Outcome::Uncertain, now);
+                abandoned += 1;
+            }
+        }
+        Ok(abandoned)
+    }
+
+    async fn undelivered(
+        &self,
+        id: &BroadcastId,
+        limit: usize,
+    ) -> Result<Vec<Recipient>, PortError> {
+        self.outage.check("broadcast undelivered")?;
+        let jobs = self.jobs.lock();
+        Ok(jobs
+            .get(&id.0)
+            .map(|job| {
+                job.recipients
+                    .iter()
+                    .filter(|r| {
+                        matches!(
+                            r.state,
+                            RecipientState::Failed { .. } | RecipientState::Uncertain
+                        )
+                    })
+                    .take(limit)
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+
+    async fn chats_matching(
+        &self,
+        bot: &BotId,
+        filter: &StateFilter,
+    ) -> Result<Vec<i64>, PortError> {
+        self.outage.check("broadcast audience")?;
+        let mut chats: Vec<i64> = self
+            .states
+            .lock()
+            .iter()
+            .filter(|(b, _, format, json)| b == bot && filter.matches(format, json))
+            .map(|(_, chat, _, _)| *chat)
+            .collect();
+        chats.sort_unstable();
+        chats.dedup();
+        Ok(chats)
+    }
+}
