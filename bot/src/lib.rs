@@ -25,6 +25,8 @@ pub mod booking;
 /// The bot's own setting: its username, so that `/help@that_name` in a group is answered and
 /// `/help@another_bot` is not. Optional: without it only bare commands are.
 pub const USERNAME_VAR: &str = "BOT_USERNAME";
+/// The one chat whose `/announce` is obeyed (a chat id); unset, nobody's is.
+pub const ANNOUNCER_VAR: &str = "ANNOUNCER_CHAT";
 
 // The commands, as users type them. The derive shows the doc comments below to the user: `/help`
 // prints them, and `Command::bot_commands()` is what `setMyCommands` wants.
@@ -47,6 +49,8 @@ pub enum Command {
     Cancel,
     /// "/remind 10 tea": reminds you of tea in 10 minutes.
     Remind(String),
+    /// "/announce text": sends the text to every chat that rolled (the announcer's chat only).
+    Announce(String),
 }
 
 /// What the bot remembers per chat: its die rolls. tgq keeps it with the chat and writes it when
@@ -93,13 +97,19 @@ pub async fn build(config: &BotConfig) -> Result<impl Handler, BoxError> {
     if let Some(username) = config.vars.get(USERNAME_VAR) {
         router = router.username(username);
     }
-    Ok(ExampleBot { router })
+    let announcer = config
+        .vars
+        .get(ANNOUNCER_VAR)
+        .and_then(|chat| chat.trim().parse::<i64>().ok());
+    Ok(ExampleBot { router, announcer })
 }
 
 /// The example bot.
 #[derive(Debug)]
 pub struct ExampleBot {
     router: Router<Command, Button>,
+    /// The chat whose `/announce` is obeyed.
+    announcer: Option<i64>,
 }
 
 #[async_trait]
@@ -125,6 +135,9 @@ impl Handler for ExampleBot {
             Route::Command(Command::Book, message) => booking::start(message, ctx).await,
             Route::Command(Command::Cancel, message) => booking::cancel(message, ctx).await,
             Route::Command(Command::Remind(what), message) => remind(&what, message, ctx).await,
+            Route::Command(Command::Announce(text), message) => {
+                announce(self.announcer, &text, message, ctx).await
+            }
             Route::BadCommand(error, message) => {
                 ctx.reply(message, bad_command_reply(&error)).await
             }
@@ -178,6 +191,43 @@ async fn remind(what: &str, message: &Message, ctx: &mut Context<'_>) -> Result<
     }
     ctx.reply(message, format!("I will remind you in {minutes} min."))
         .await
+}
+
+/// A broadcast to every chat that keeps a score: tgq sends it as a job of its own, once to each,
+/// paced to leave the bot's replies room, and `tgq broadcast status N` follows it.
+async fn announce(
+    announcer: Option<i64>,
+    text: &str,
+    message: &Message,
+    ctx: &mut Context<'_>,
+) -> Result<(), HandlerError> {
+    if announcer != Some(message.chat.id.0) {
+        return ctx
+            .reply(
+                message,
+                format!("Only the announcer's chat ({ANNOUNCER_VAR}) may announce."),
+            )
+            .await;
+    }
+    if text.trim().is_empty() {
+        return ctx
+            .reply(message, "Announce what? Try /announce We are back!")
+            .await;
+    }
+    let everyone_who_rolled = Audience::States {
+        filter: StateFilter {
+            format: Some(Score::FORMAT.into()),
+            equals: None,
+        },
+    };
+    let id = ctx
+        .broadcast(
+            "announce",
+            SendMessage::new(ChatId(0), text.trim()),
+            everyone_who_rolled,
+        )
+        .await?;
+    ctx.reply(message, format!("Broadcast {id} started.")).await
 }
 
 async fn roll(message: &Message, ctx: &mut Context<'_>) -> Result<(), HandlerError> {
@@ -355,6 +405,55 @@ mod tests {
         };
         assert_eq!(texts(&named), ["HI"]);
         assert!(texts(&unnamed).is_empty(), "{:?}", unnamed.sent());
+    }
+
+    #[tokio::test]
+    async fn an_announcement_reaches_every_chat_that_rolled_once_even_when_its_update_is_retried() {
+        const ANNOUNCER: i64 = 99;
+        let mut bot = TestBot::with_vars(handlers(), &[(ANNOUNCER_VAR, "99")]).await;
+        for chat in [11, 12, 13] {
+            assert!(bot.text(chat, "/roll").await.is_done());
+        }
+        bot.text(14, "/help").await;
+        let refused = bot.text(12, "/announce free cake").await;
+        assert_eq!(
+            refused.texts(),
+            ["Only the announcer's chat (ANNOUNCER_CHAT) may announce."]
+        );
+
+        // The run dies after starting the broadcast (its step) and before replying: the retry
+        // finds the job it started, starts no second one, and replies.
+        bot.crash_after(1);
+        assert_eq!(
+            bot.text(ANNOUNCER, "/announce free cake").await.outcome,
+            Outcome::Crashed
+        );
+        let ran = bot.again().await;
+        assert_eq!(ran.texts(), ["Broadcast 1 started."]);
+        assert_eq!(bot.broadcasts().await.len(), 1);
+
+        bot.fail(Call::to_chat(13), Failure::blocked());
+        let ended = bot.run_broadcasts().await;
+        assert_eq!(ended[0].counts.sent, 2);
+        assert_eq!(ended[0].counts.gone, 1, "chat 13 blocked the bot");
+        for chat in [11, 12] {
+            let texts: Vec<_> = bot
+                .sent_to(chat)
+                .into_iter()
+                .filter_map(|s| s.text)
+                .collect();
+            assert_eq!(
+                texts.iter().filter(|t| *t == "free cake").count(),
+                1,
+                "{chat}: {texts:?}"
+            );
+        }
+        assert!(
+            bot.sent_to(14)
+                .iter()
+                .all(|s| s.text.as_deref() != Some("free cake")),
+            "14 never rolled"
+        );
     }
 
     #[tokio::test]

@@ -454,6 +454,7 @@ fn worker(
             reset: store.clone(),
             audit: store.clone(),
             timers: Some(store.clone()),
+            broadcasts: Some(store.clone()),
         },
         bots,
     )

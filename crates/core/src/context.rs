@@ -25,6 +25,10 @@ use tracing::warn;
 /// because an earlier run's outcome is unknown; `tgq-drill` counts those updates by it.
 pub const MADE_AGAIN_AFTER_UNKNOWN_OUTCOME: &str = "action has an unknown outcome; making it again";
 
+use crate::broadcast::{
+    Audience, BroadcastId, BroadcastSpec, BroadcastStore, Lane, StartError, DEFAULT_PAID_RATE,
+    DEFAULT_RESERVE_PERCENT,
+};
 use crate::budget::{Clear, Reserved, SendBudget, Slot, RECHECK_AFTER};
 use crate::clock::Clock;
 use crate::error::{error_chain, PortError};
@@ -85,6 +89,8 @@ pub struct RunParts<'a> {
     /// Whether the deployment has a timer scheduler; without one, [`Context::schedule`] is
     /// refused.
     pub timers: bool,
+    /// Where [`Context::broadcast`] starts a job; `None` refuses it.
+    pub broadcasts: Option<&'a dyn BroadcastStore>,
 }
 
 /// Lent to the handler for one run of one update.
@@ -535,6 +541,55 @@ impl<'a> Context<'a> {
         Fut: Future<Output = Result<T, HandlerError>>,
     {
         self.run_step(name, Delivery::AtMostOnce, run).await
+    }
+
+    /// Starts a broadcast of `payload` (any send method's request, e.g. `SendMessage::new(ChatId(0),
+    /// "news")`; its chat is replaced by each recipient's) to `audience`, and returns the job's
+    /// id. It is a step named `broadcast:{key}`: started once, even when the run is retried, and
+    /// a retry gets the same id back. The job runs apart from this update, paced like
+    /// `tgq broadcast start`, leaving [`DEFAULT_RESERVE_PERCENT`] of the bot's rate to its replies;
+    /// `tgq broadcast status ID` follows it. Refused, saying why, for a payload that sends no
+    /// message, an empty audience, and a deployment that keeps no broadcasts.
+    pub async fn broadcast<P>(
+        &mut self,
+        key: &str,
+        payload: P,
+        audience: Audience,
+    ) -> Result<BroadcastId, HandlerError>
+    where
+        P: Payload + Serialize,
+    {
+        let Some(store) = self.run.broadcasts else {
+            return Err(HandlerError::permanent(
+                "broadcasts are not available: this deployment keeps no broadcast jobs",
+            ));
+        };
+        let mut params = serde_json::to_value(&payload).map_err(|e| {
+            HandlerError::permanent(format!("the broadcast's payload does not serialize: {e}"))
+        })?;
+        if let Some(object) = params.as_object_mut() {
+            object.remove("chat_id");
+        }
+        let key_ref = &self.run.lease.key;
+        let spec = BroadcastSpec {
+            bot: key_ref.bot_id.clone(),
+            method: method_name(P::NAME),
+            params,
+            lane: Lane::Standard,
+            reserve_percent: DEFAULT_RESERVE_PERCENT,
+            paid_rate: DEFAULT_PAID_RATE,
+            origin: format!("update:{}:{key}", key_ref.update_id),
+        };
+        let now = self.run.clock.now();
+        let name = format!("broadcast:{key}");
+        self.step(&name, || async move {
+            match crate::broadcast::start(store, &spec, &audience, now).await {
+                Ok(created) => Ok(created.job().id.clone()),
+                Err(StartError::Spec(error)) => Err(HandlerError::permanent(error.to_string())),
+                Err(StartError::Store(error)) => Err(HandlerError::Store(error)),
+            }
+        })
+        .await
     }
 
     /// What this run did, for the worker's report.

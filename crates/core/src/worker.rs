@@ -15,6 +15,7 @@ use ::metrics::{counter, histogram};
 
 use crate::audit::{AuditAction, AuditEntry, AuditLog};
 use crate::bots::{BotDirectory, BotRuntime, Lookup};
+use crate::broadcast::BroadcastStore;
 use crate::budget::SendBudget;
 use crate::clock::Clock;
 use crate::config::{ConfigError, Vars};
@@ -127,6 +128,9 @@ pub struct WorkerPorts {
     /// Keeps the timers runs schedule until they are due; `None` where the deployment has no
     /// scheduler, and then a handler's schedule is refused.
     pub timers: Option<Arc<dyn TimerScheduler>>,
+    /// Where a handler's broadcasts are started; `None` where the deployment keeps none, and then
+    /// [`Context::broadcast`](crate::Context::broadcast) is refused.
+    pub broadcasts: Option<Arc<dyn BroadcastStore>>,
 }
 
 /// One bot's share of a batch: what was found for its bot, and how long its sends may wait
@@ -716,6 +720,7 @@ impl Worker {
             cutoff,
             max_inline_wait: inline_wait,
             timers: self.ports.timers.is_some(),
+            broadcasts: self.ports.broadcasts.as_deref(),
         });
         let budget = cutoff.since(self.ports.clock.now());
         let run = match event {

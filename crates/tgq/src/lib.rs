@@ -51,6 +51,7 @@ use teloxide_core::types::{CallbackQuery, Message};
 
 pub use async_trait::async_trait;
 pub use teloxide_core::{payloads, requests::Payload, types};
+pub use tgq_core::broadcast::{Audience, BroadcastId, StateFilter};
 pub use tgq_core::error::BoxError;
 pub use tgq_core::flow::Flow;
 pub use tgq_core::handlers::HandlerRegistry;
@@ -74,8 +75,9 @@ pub use teloxide;
 /// The names a bot uses: `use tgq::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        async_trait, teloxide, BotCommands, BotConfig, BoxError, ChatState, Context, Fired, Flow,
-        Handler, HandlerError, HandlerRegistry, Keyboard, Replies, Route, Router, Upload,
+        async_trait, teloxide, Audience, BotCommands, BotConfig, BoxError, BroadcastId, ChatState,
+        Context, Fired, Flow, Handler, HandlerError, HandlerRegistry, Keyboard, Replies, Route,
+        Router, StateFilter, Upload,
     };
     pub use teloxide_core::payloads::setters::*;
     pub use teloxide_core::payloads::*;

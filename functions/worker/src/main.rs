@@ -85,6 +85,7 @@ async fn main() -> Result<(), Error> {
         reset: store.clone(),
         audit: store,
         timers: scheduler,
+        broadcasts: None,
     };
     let worker = Worker::new(config.settings.clone(), ports, Arc::new(bots));
     let worker = &worker;

@@ -58,6 +58,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use tgq::{BotConfig, ChatState, Handler, HandlerRegistry};
 use tgq_core::bots::OneBot;
+use tgq_core::broadcast::{BroadcastJob, BroadcastRunner, BroadcastStore as _, JobState};
 use tgq_core::clock::{Clock, ManualClock};
 use tgq_core::config::{HandlerChoice, Vars};
 use tgq_core::envelope::Envelope;
@@ -67,7 +68,7 @@ use tgq_core::record::Timestamp;
 use tgq_core::state::StoredState;
 use tgq_core::timer::ChatTime;
 use tgq_core::worker::{RecordOutcome, Worker, WorkerPorts, WorkerSettings};
-use tgq_memory::{worker_ports, MemoryDeadLetters, MemoryStore, MemoryTimers};
+use tgq_memory::{worker_ports, MemoryBroadcasts, MemoryDeadLetters, MemoryStore, MemoryTimers};
 
 use api::KitApi;
 pub use api::{Call, Failure, Sent};
@@ -89,6 +90,7 @@ pub struct TestBot {
     store: Arc<MemoryStore>,
     dead: Arc<MemoryDeadLetters>,
     timers: Arc<MemoryTimers>,
+    broadcasts: Arc<MemoryBroadcasts>,
     clock: ManualClock,
     crash: Arc<CrashSwitch>,
     next_update_id: i64,
@@ -207,11 +209,11 @@ impl TestBot {
         let clock = ManualClock::at(Timestamp(1_800_000_000_000));
         let crash = Arc::new(CrashSwitch::default());
         let timers = Arc::new(MemoryTimers::new());
+        let broadcasts = Arc::new(MemoryBroadcasts::over(store.clone()));
         let bots = Arc::new(OneBot::new(api.clone(), handler));
         TestBot {
             worker: kit_worker(
-                &store,
-                &dead,
+                (&store, &dead, &broadcasts),
                 &clock,
                 &crash,
                 bots.clone(),
@@ -223,6 +225,7 @@ impl TestBot {
             store,
             dead,
             timers,
+            broadcasts,
             clock,
             crash,
             next_update_id: 1,
@@ -236,8 +239,7 @@ impl TestBot {
     /// `TimerError::Unavailable`, as on a stack whose worker has no timer queue.
     pub fn without_timers(mut self) -> TestBot {
         self.worker = kit_worker(
-            &self.store,
-            &self.dead,
+            (&self.store, &self.dead, &self.broadcasts),
             &self.clock,
             &self.crash,
             self.bots.clone(),
@@ -337,6 +339,52 @@ impl TestBot {
             .into_iter()
             .map(|(key, pending)| (key, Timestamp(pending.due)))
             .collect()
+    }
+
+    /// The broadcasts the bot's handler started (`ctx.broadcast`), the oldest first.
+    pub async fn broadcasts(&self) -> Vec<BroadcastJob> {
+        let mut jobs = self.broadcasts.jobs().await.expect("memory answers");
+        jobs.reverse();
+        jobs
+    }
+
+    /// Sends every running broadcast to its recipients through the kit's Telegram, as `tgq local`
+    /// would, unpaced: each recipient's message shows in [`TestBot::sent_to`], and a call failed
+    /// with [`TestBot::fail`] counts as Telegram's answer (a blocked user is counted gone). Returns
+    /// the jobs as they end.
+    pub async fn run_broadcasts(&mut self) -> Vec<BroadcastJob> {
+        let runner = BroadcastRunner {
+            store: self.broadcasts.clone(),
+            budget: Arc::new(tgq_core::pacer::Pacer::new(
+                tgq_core::pacer::RateLimits::UNLIMITED,
+            )),
+            bot_rate: None,
+            clock: Arc::new(tgq_core::clock::SystemClock),
+            retry: tgq_core::policy::RetryPolicy {
+                base: Duration::from_millis(1),
+                cap: Duration::from_millis(5),
+                ..tgq_core::policy::RetryPolicy::default()
+            },
+        };
+        let (_stop, stopped) = tokio::sync::watch::channel(false);
+        let mut ended = Vec::new();
+        for job in self.broadcasts().await {
+            if job.state != JobState::Running {
+                continue;
+            }
+            runner
+                .run(&job.id, self.api.clone(), stopped.clone())
+                .await
+                .expect("memory answers");
+            ended.push(
+                self.broadcasts
+                    .job(&job.id)
+                    .await
+                    .expect("memory answers")
+                    .expect("the job"),
+            );
+        }
+        ended
     }
 
     /// How many timers the scheduler holds, not yet due: what runs handed over, each id once.
@@ -534,8 +582,11 @@ fn command_entity(text: &str) -> Value {
 /// The in-memory worker on the kit's store and clock, its ledger dying where the crash switch says,
 /// with `timers` or none.
 fn kit_worker(
-    store: &Arc<MemoryStore>,
-    dead: &Arc<MemoryDeadLetters>,
+    (store, dead, broadcasts): (
+        &Arc<MemoryStore>,
+        &Arc<MemoryDeadLetters>,
+        &Arc<MemoryBroadcasts>,
+    ),
     clock: &ManualClock,
     crash: &Arc<CrashSwitch>,
     bots: Arc<OneBot>,
@@ -547,6 +598,7 @@ fn kit_worker(
             switch: crash.clone(),
         }),
         timers: timers.map(|timers| timers as _),
+        broadcasts: Some(broadcasts.clone()),
         ..worker_ports(store, dead.clone(), Arc::new(clock.clone()))
     };
     Worker::new(WorkerSettings::default(), ports, bots)

@@ -1,6 +1,7 @@
 //! Broadcast jobs in memory, with the chats' states an audience is chosen from.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use parking_lot::Mutex;
@@ -10,16 +11,17 @@ use tgq_core::broadcast::{
     Recipient, RecipientState, StateFilter,
 };
 use tgq_core::error::PortError;
-use tgq_core::ids::BotId;
+use tgq_core::ids::{BotId, GroupKey, StateKey};
 use tgq_core::record::Timestamp;
+use tgq_core::state::StoredState;
 
-use crate::Outage;
+use crate::{MemoryStore, Outage};
 
-/// Jobs by id, each with its recipients in list order.
+/// Jobs by id, each with its recipients in list order; the chats' states are a [`MemoryStore`]'s.
 #[derive(Default)]
 pub struct MemoryBroadcasts {
     jobs: Mutex<BTreeMap<u64, Job>>,
-    states: Mutex<Vec<(BotId, i64, String, Value)>>,
+    states: Arc<MemoryStore>,
     /// Fails every call while set.
     pub outage: Outage,
 }
@@ -35,11 +37,24 @@ impl MemoryBroadcasts {
         Self::default()
     }
 
+    /// No jobs; the audiences are chosen from the states `store` keeps.
+    pub fn over(store: Arc<MemoryStore>) -> Self {
+        Self {
+            states: store,
+            ..Self::default()
+        }
+    }
+
     /// Keeps a chat's state of `format` for [`BroadcastStore::chats_matching`].
     pub fn put_state(&self, bot: &BotId, chat: i64, format: &str, json: Value) {
-        self.states
-            .lock()
-            .push((bot.clone(), chat, format.to_owned(), json));
+        let key = StateKey::new(bot.clone(), GroupKey::new(chat.to_string()));
+        let state = StoredState {
+            format: format.to_owned(),
+            json: json.to_string(),
+            version: 1,
+            time: None,
+        };
+        self.states.put_state(key, state);
     }
 
     /// Every recipient of a job, in list order.
@@ -252,10 +267,14 @@ impl BroadcastStore for MemoryBroadcasts {
         self.outage.check("broadcast audience")?;
         let mut chats: Vec<i64> = self
             .states
-            .lock()
-            .iter()
-            .filter(|(b, _, format, json)| b == bot && filter.matches(format, json))
-            .map(|(_, chat, _, _)| *chat)
+            .states()
+            .into_iter()
+            .filter(|(key, _)| key.bot_id == *bot)
+            .filter_map(|(key, state)| {
+                let chat = key.group.as_str().parse::<i64>().ok()?;
+                let json = serde_json::from_str(&state.json).unwrap_or(Value::Null);
+                filter.matches(&state.format, &json).then_some(chat)
+            })
             .collect();
         chats.sort_unstable();
         chats.dedup();

@@ -112,5 +112,6 @@ pub fn worker_ports(
         reset: store.clone(),
         audit: store.clone(),
         timers: Some(Arc::new(crate::MemoryTimers::new())),
+        broadcasts: Some(Arc::new(crate::MemoryBroadcasts::over(store.clone()))),
     }
 }

@@ -50,6 +50,16 @@ impl MemoryStore {
         self.tables.lock().states.get(key).cloned()
     }
 
+    /// Every group's state.
+    pub fn states(&self) -> Vec<(StateKey, StoredState)> {
+        let tables = self.tables.lock();
+        tables
+            .states
+            .iter()
+            .map(|(key, state)| (key.clone(), state.clone()))
+            .collect()
+    }
+
     /// Overwrites a group's state, to stage another writer.
     pub fn put_state(&self, key: StateKey, state: StoredState) {
         self.tables.lock().states.insert(key, state);

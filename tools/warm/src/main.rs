@@ -160,6 +160,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             reset: store.clone(),
             audit: store,
             timers: None,
+            broadcasts: None,
         },
         Arc::new(OneBot::new(api, Arc::new(EchoBot))),
     );

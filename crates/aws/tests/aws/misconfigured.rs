@@ -89,6 +89,7 @@ async fn a_missing_table_answers_503_buries_nothing_and_the_retry_goes_through_o
             reset: store.clone(),
             audit: store,
             timers: None,
+            broadcasts: None,
             visibility: e.queue.clone(),
             dead: e.dlq.clone(),
             budget: Arc::new(Pacer::new(RateLimits::UNLIMITED)),

@@ -88,6 +88,7 @@ fn rig() -> Rig {
             reset: store.clone(),
             audit: store.clone(),
             timers: None,
+            broadcasts: None,
         },
         Arc::new(OneBot::new(api.clone(), bot.clone())),
     );

@@ -200,6 +200,7 @@ fn rig_built(limits: RateLimits, store_patience: Duration, api: RecordingBotApi)
         reset: store.clone(),
         audit: store.clone(),
         timers: None,
+        broadcasts: None,
     };
     let settings = WorkerSettings {
         retry: RetryPolicy::default(),

@@ -52,6 +52,7 @@ async fn an_offline_reply_costs_the_worker_three_writes_claim_send_and_settle() 
             reset: store.clone(),
             audit: store.clone(),
             timers: None,
+            broadcasts: None,
         },
         Arc::new(OneBot::new(
             Arc::new(OfflineBotApi::new(store.clone())),

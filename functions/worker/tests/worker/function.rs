@@ -66,6 +66,7 @@ async fn rig_with(more: &[(&str, &str)]) -> Rig {
         reset: store.clone(),
         audit: store.clone(),
         timers: None,
+        broadcasts: None,
     };
     Rig {
         worker: Worker::new(

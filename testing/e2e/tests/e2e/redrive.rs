@@ -105,6 +105,7 @@ where
         reset: store.clone(),
         audit: store,
         timers: None,
+        broadcasts: None,
         visibility,
         dead,
         budget: Arc::new(Pacer::new(RateLimits::UNLIMITED)),
