@@ -1,4 +1,4 @@
-//! `tgq local`'s broadcast loop (docs/ARCHITECTURE.md §11): it runs every running broadcast job of
+//! `tgq local`'s broadcast loop (docs/ARCHITECTURE.md §13): it runs every running broadcast job of
 //! the store, one task each, through the bot's own Bot API and the pacer the worker loops share, so
 //! a broadcast and the bot's replies together keep Telegram's limits. A job started, resumed or
 //! left running by an earlier process is picked up within a moment.

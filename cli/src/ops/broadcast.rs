@@ -1,5 +1,5 @@
 //! `tgq broadcast start | status | list | pause | resume | cancel`: one message to many chats, as
-//! a durable job in local mode's store (docs/ARCHITECTURE.md §11). While `tgq local` runs, the
+//! a durable job in local mode's store (docs/ARCHITECTURE.md §13). While `tgq local` runs, the
 //! running instance answers through its admin routes and sends the job; otherwise the command
 //! works on the store, and the job is sent when `tgq local` next runs.
 

@@ -6,6 +6,7 @@
 //! inside this crate: the ports speak only `tgq_core` types, and [`PortError`](tgq_core::PortError)
 //! says whether a failure is worth retrying.
 
+mod broadcasts;
 mod budget;
 mod chat_timers;
 mod dynamo;
@@ -28,6 +29,7 @@ use aws_config::{BehaviorVersion, SdkConfig};
 use aws_smithy_http_client::tls;
 use aws_smithy_runtime_api::client::http::SharedHttpClient;
 
+pub use broadcasts::DynamoBroadcasts;
 pub use budget::DynamoBudgetCells;
 pub use chat_timers::StackTimer;
 pub use dynamo::DynamoStore;

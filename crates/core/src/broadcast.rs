@@ -1,4 +1,4 @@
-//! Broadcasts (docs/ARCHITECTURE.md §11): one message to many chats, as a durable job that sends
+//! Broadcasts (docs/ARCHITECTURE.md §13): one message to many chats, as a durable job that sends
 //! to each recipient at most once and counts every one.
 //!
 //! A job is its payload, its recipients (fixed when it starts) and their states. The runner
@@ -822,18 +822,15 @@ impl BroadcastRunner {
                         None => break,
                     }
                 }
-                if let Some(wait) = lane.wait(tokio::time::Instant::now()) {
-                    if wait_or_stop(wait, &mut stop).await {
-                        drain(&mut sends).await;
-                        return Ok(RunEnd::ShutDown);
-                    }
+                let wait = lane.take(tokio::time::Instant::now());
+                if !wait.is_zero() && wait_or_stop(wait, &mut stop).await {
+                    drain(&mut sends).await;
+                    return Ok(RunEnd::ShutDown);
                 }
                 if paced && !self.booked(&job, recipient.chat, &mut stop).await? {
                     drain(&mut sends).await;
                     return Ok(RunEnd::ShutDown);
                 }
-                lane.sent(tokio::time::Instant::now());
-                self.store.begin(id, recipient.index).await?;
                 while sends.len() >= IN_FLIGHT {
                     sends.join_next().await;
                 }
@@ -848,6 +845,9 @@ impl BroadcastRunner {
                 };
                 sends.spawn(send.go());
             }
+            // Every send of the batch began (or failed to) before the next batch is taken: a
+            // recipient whose begin is still on its way must not be taken twice.
+            drain(&mut sends).await;
         }
     }
 
@@ -937,6 +937,12 @@ struct RecipientSend {
 
 impl RecipientSend {
     async fn go(self) {
+        // The intent, durable before the call; the sends of a batch begin together, so their
+        // commits are shared. Not begun, the recipient is taken again with the next batch.
+        if let Err(error) = self.store.begin(&self.job.id, self.recipient.index).await {
+            warn!(broadcast = %self.job.id, error = %error_chain(&error), "recording a broadcast send's start failed; it is tried again");
+            return;
+        }
         let spec = &self.job.spec;
         let params = spec.params_for(self.recipient.chat);
         let call = ApiCall::plain(&spec.method, &params);
@@ -1027,9 +1033,12 @@ impl Lane {
 }
 
 impl LanePacer {
-    /// How long until the next send may go; `None` when it may go now.
-    fn wait(&self, now: tokio::time::Instant) -> Option<Duration> {
-        let rate = self.rate?;
+    /// Takes the next slot: how long from `now` until it. The slot, not the moment the caller
+    /// wakes, is what is counted, so a sleep that ends late does not push every later slot back.
+    fn take(&mut self, now: tokio::time::Instant) -> Duration {
+        let Some(rate) = self.rate else {
+            return Duration::ZERO;
+        };
         let spacing = Duration::from_secs(1) / rate.max(1);
         let mut at = self
             .sent
@@ -1040,17 +1049,11 @@ impl LanePacer {
                 at = at.max(*oldest + Duration::from_secs(1) + LANE_SLACK);
             }
         }
-        (at > now).then(|| at - now)
-    }
-
-    fn sent(&mut self, at: tokio::time::Instant) {
-        let Some(rate) = self.rate else {
-            return;
-        };
         self.sent.push_back(at);
         while self.sent.len() > rate as usize {
             self.sent.pop_front();
         }
+        at - now
     }
 }
 
@@ -1226,12 +1229,13 @@ mod tests {
         let start = tokio::time::Instant::now();
         let mut at = start;
         let mut times = Vec::new();
-        for _ in 0..35 {
-            if let Some(wait) = lane.wait(at) {
-                at += wait;
-            }
-            lane.sent(at);
+        for i in 0..35 {
+            at += lane.take(at);
             times.push(at);
+            // A sleep that ends a little late does not move the next slot.
+            if i % 3 == 0 {
+                at += Duration::from_millis(7);
+            }
         }
         for (i, t) in times.iter().enumerate() {
             let in_window = times[i..]
@@ -1248,7 +1252,7 @@ mod tests {
             took >= Duration::from_millis(3_400) && took < Duration::from_millis(3_700),
             "{took:?}"
         );
-        assert_eq!(Lane::pacer(None).wait(start), None);
+        assert_eq!(Lane::pacer(None).take(start), Duration::ZERO);
     }
 
     #[test]

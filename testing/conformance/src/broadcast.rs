@@ -1,4 +1,4 @@
-//! The broadcast store's conformance bodies (docs/ARCHITECTURE.md §11): the same tests, through
+//! The broadcast store's conformance bodies (docs/ARCHITECTURE.md §13): the same tests, through
 //! the [`BroadcastRunner`], for every store of [`BroadcastStore`]. An adapter crate instantiates
 //! them with [`broadcast_conformance_tests!`] and a factory giving an empty store.
 

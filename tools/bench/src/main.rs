@@ -6,6 +6,7 @@
 //! It runs the real `tgq` binary (offline, on fresh data directories) and loads it over loopback
 //! HTTP, so what it measures is what a user runs. `docs/PERFORMANCE.md` explains the figures.
 
+mod broadcast;
 mod load;
 mod phases;
 mod report;
@@ -58,6 +59,21 @@ struct Args {
     /// minute; prints how late they fired and whether each fired exactly once.
     #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "10000")]
     timers_only: Option<u64>,
+    /// Run only the broadcast phase: `tgq local` sends one message to this many recipients
+    /// through a fake Bot API enforcing Telegram's limits, while users write to the bot; prints
+    /// the job's rate against its budget, whether each recipient got it exactly once, and the
+    /// latency of the bot's replies meanwhile.
+    #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "100000")]
+    broadcast_only: Option<u64>,
+    /// With --broadcast-only: send in Telegram's paid lane (allow_paid_broadcast).
+    #[arg(long, requires = "broadcast_only")]
+    paid: bool,
+    /// With --broadcast-only: the bot's rate, which the fake enforces.
+    #[arg(long, value_name = "PER_SECOND", default_value_t = 30)]
+    bot_rate: u32,
+    /// With --broadcast-only --paid: the paid lane's rate, which the fake enforces.
+    #[arg(long, value_name = "PER_SECOND", default_value_t = 1000)]
+    paid_rate: u32,
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -101,7 +117,18 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .prefix("run-")
         .tempdir_in(&parent)
         .with_context(|| format!("cannot create a directory in {}", parent.display()))?;
+    let lane = broadcast::Lane {
+        paid: args.paid,
+        bot_rate: args.bot_rate,
+        paid_rate: args.paid_rate,
+    };
     let measured = match (args.timers_only, args.drain_only) {
+        _ if args.broadcast_only.is_some() => {
+            let recipients = args.broadcast_only.unwrap_or_default();
+            broadcast::broadcast(&tgq, run_dir.path(), recipients, lane)
+                .await
+                .and_then(|figures| figures.check().map(|()| figures.summary()))
+        }
         (Some(timers), _) => timers::timers(&tgq, run_dir.path(), timers)
             .await
             .and_then(|figures| figures.check().map(|()| figures.summary())),

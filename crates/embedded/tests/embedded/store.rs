@@ -564,7 +564,63 @@ async fn a_store_of_the_previous_layout_is_upgraded_in_place_keeping_its_records
         .unwrap()
         .unwrap()
         .value();
-    assert_eq!(version, 6);
+    assert_eq!(version, 7);
+}
+
+#[tokio::test]
+async fn a_store_of_version_6_is_upgraded_in_place_and_keeps_broadcasts() {
+    use tgq_core::broadcast::{BroadcastSpec, BroadcastStore as _, Lane};
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::at(START);
+    let kept = record(1, START, DAY);
+    let store = open(dir.path(), &clock, 30);
+    store.insert(&kept, START).await.unwrap();
+    drop(store);
+    {
+        // What version 6 wrote: everything but the broadcasts' tables.
+        let db = redb::Database::create(dir.path().join(FILE_NAME)).unwrap();
+        let txn = db.begin_write().unwrap();
+        assert!(txn
+            .delete_table(redb::TableDefinition::<u64, &[u8]>::new("broadcasts"))
+            .unwrap());
+        assert!(txn
+            .delete_table(redb::TableDefinition::<(u64, u64), &[u8]>::new(
+                "broadcast_recipients"
+            ))
+            .unwrap());
+        assert!(txn
+            .delete_table(redb::TableDefinition::<(u64, u64, u64), ()>::new(
+                "broadcast_retries"
+            ))
+            .unwrap());
+        assert!(txn
+            .delete_table(redb::TableDefinition::<(u64, u64), ()>::new(
+                "broadcast_begun"
+            ))
+            .unwrap());
+        assert!(txn
+            .delete_table(redb::TableDefinition::<&str, u64>::new("broadcast_origins"))
+            .unwrap());
+        txn.open_table(redb::TableDefinition::<&str, u64>::new("meta"))
+            .unwrap()
+            .insert("schema", 6)
+            .unwrap();
+        txn.commit().unwrap();
+    }
+    let store = open(dir.path(), &clock, 30);
+    assert!(store.get(&kept.key, START).await.unwrap().is_some());
+    let spec = BroadcastSpec {
+        bot: bot(),
+        method: "sendMessage".into(),
+        params: serde_json::json!({"text": "news"}),
+        lane: Lane::Standard,
+        reserve_percent: 20,
+        paid_rate: 1000,
+        origin: "cli".into(),
+    };
+    let created = store.create(&spec, &[1, 2], START).await.unwrap();
+    assert_eq!(created.job().counts.total, 2);
+    assert_eq!(store.jobs().await.unwrap().len(), 1);
 }
 
 #[tokio::test]

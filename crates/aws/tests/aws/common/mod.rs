@@ -239,3 +239,29 @@ async fn create_fifo_queue(
         .queue_url
         .expect("CreateQueue returns the queue URL")
 }
+
+/// Broadcasts on a table of their own for each call (a job's ids and listing are the table's), and
+/// the records' store on it, which writes the chats' states an audience is chosen from.
+pub async fn broadcasts() -> tgq_conformance::broadcast::BroadcastsUnderTest {
+    static TABLES: AtomicU32 = AtomicU32::new(0);
+    let dynamodb = aws_sdk_dynamodb::Client::new(&aws_config().await);
+    let n = TABLES.fetch_add(1, Ordering::SeqCst);
+    let table = create_table_named(&dynamodb, &format!("{}-broadcasts-{n}", run_id())).await;
+    let records = Arc::new(tgq_aws::DynamoStore::new(dynamodb.clone(), table.clone()));
+    tgq_conformance::broadcast::BroadcastsUnderTest {
+        store: Arc::new(tgq_aws::DynamoBroadcasts::new(dynamodb, table)),
+        put_state: Box::new(move |bot, chat, format, json| {
+            let (records, bot, format) = (records.clone(), bot.clone(), format.to_owned());
+            let json = json.to_string();
+            tokio::task::block_in_place(|| {
+                tokio::runtime::Handle::current().block_on(tgq_conformance::write_state(
+                    &*records,
+                    &*records,
+                    (&bot, chat),
+                    &format,
+                    &json,
+                ))
+            })
+        }),
+    }
+}

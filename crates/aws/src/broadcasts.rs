@@ -1,0 +1,776 @@
+//! Broadcast jobs in DynamoDB (docs/ARCHITECTURE.md §13): items of the records' table keyed
+//! `broadcast#{id}` (the job), `broadcast#{id}#r#{index}` (each recipient),
+//! `broadcast#origin#{origin}` (the job a handler's start made) and `broadcast#seq` (the last id
+//! given). A job's counts are numbers its recipients' settles add to, in the same transaction as
+//! the recipient's own write, so concurrent settles never contend on the job item.
+
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::{
+    AttributeValue, KeysAndAttributes, PutRequest, ReturnValue, TransactWriteItem, Update,
+    WriteRequest,
+};
+use tgq_core::broadcast::{
+    BroadcastId, BroadcastJob, BroadcastSpec, BroadcastStore, Change, Changed, Counts, Created,
+    Outcome, Recipient, RecipientState, StateFilter,
+};
+use tgq_core::ids::{BotId, StateKey};
+use tgq_core::record::Timestamp;
+use tgq_core::PortError;
+
+use crate::error::{port_error, update_condition_failed};
+use crate::item::{number, string};
+
+const GET: &str = "DynamoDB GetItem (broadcast)";
+const PUT: &str = "DynamoDB PutItem (broadcast)";
+const UPDATE: &str = "DynamoDB UpdateItem (broadcast)";
+const BATCH_GET: &str = "DynamoDB BatchGetItem (broadcast)";
+const BATCH_WRITE: &str = "DynamoDB BatchWriteItem (broadcast)";
+const TRANSACT: &str = "DynamoDB TransactWriteItems (broadcast)";
+const SCAN: &str = "DynamoDB Scan (broadcast audience)";
+
+/// BatchGetItem's most keys a request.
+const BATCH_GET_KEYS: usize = 100;
+/// BatchWriteItem's most items a request.
+const BATCH_WRITE_ITEMS: usize = 25;
+
+// The attributes of a job item.
+const KIND: &str = "kind";
+const SPEC: &str = "spec";
+const STATE: &str = "state";
+const CREATED_AT: &str = "created_at";
+const FIRST_SENT_AT: &str = "first_sent_at";
+const LAST_SENT_AT: &str = "last_sent_at";
+const ENDED_AT: &str = "ended_at";
+const REFUSALS: &str = "refusals";
+const LAST_ERROR: &str = "last_error";
+const COUNTS: [&str; 6] = ["total", "sent", "gone", "failed", "uncertain", "retrying"];
+// The attributes of a recipient item.
+const CHAT: &str = "chat";
+const ATTEMPTS: &str = "attempts";
+/// The recipient's state as JSON, and its tag alone, which conditions compare.
+const TAG: &str = "tag";
+
+/// Every broadcast of a stack, in its records' table.
+#[derive(Clone, Debug)]
+pub struct DynamoBroadcasts {
+    client: aws_sdk_dynamodb::Client,
+    table: String,
+}
+
+/// An item that does not read as what its key says.
+#[derive(Debug, thiserror::Error)]
+#[error("the broadcast item {0} is malformed: {1}")]
+struct Malformed(String, &'static str);
+
+type Item = HashMap<String, AttributeValue>;
+
+fn job_pk(id: u64) -> String {
+    format!("broadcast#{id}")
+}
+
+fn recipient_pk(id: u64, index: u64) -> String {
+    format!("broadcast#{id}#r#{index:010}")
+}
+
+fn key_of(pk: String) -> Item {
+    HashMap::from([("pk".to_owned(), string(pk))])
+}
+
+fn tag(state: &RecipientState) -> &'static str {
+    match state {
+        RecipientState::Pending => "pending",
+        RecipientState::Retrying { .. } => "retrying",
+        RecipientState::Sending => "sending",
+        RecipientState::Sent { .. } => "sent",
+        RecipientState::Gone { .. } => "gone",
+        RecipientState::Failed { .. } => "failed",
+        RecipientState::Uncertain => "uncertain",
+    }
+}
+
+fn json<T: serde::Serialize>(value: &T) -> AttributeValue {
+    string(serde_json::to_string(value).unwrap_or_default())
+}
+
+fn read_str<'a>(item: &'a Item, name: &'static str, pk: &str) -> Result<&'a str, PortError> {
+    match item.get(name) {
+        Some(AttributeValue::S(text)) => Ok(text),
+        _ => Err(PortError::rejected(GET, Malformed(pk.to_owned(), name))),
+    }
+}
+
+fn read_num(item: &Item, name: &'static str) -> Option<u64> {
+    match item.get(name) {
+        Some(AttributeValue::N(n)) => n.parse::<i64>().ok().map(|n| n.max(0) as u64),
+        _ => None,
+    }
+}
+
+fn read_json<T: serde::de::DeserializeOwned>(
+    item: &Item,
+    name: &'static str,
+    pk: &str,
+) -> Result<T, PortError> {
+    serde_json::from_str(read_str(item, name, pk)?)
+        .map_err(|_| PortError::rejected(GET, Malformed(pk.to_owned(), name)))
+}
+
+fn job_of(id: u64, item: &Item) -> Result<BroadcastJob, PortError> {
+    let pk = job_pk(id);
+    let count = |name| read_num(item, name).unwrap_or(0);
+    Ok(BroadcastJob {
+        id: BroadcastId(id),
+        spec: read_json(item, SPEC, &pk)?,
+        state: read_json(item, STATE, &pk)?,
+        counts: Counts {
+            total: count("total"),
+            sent: count("sent"),
+            gone: count("gone"),
+            failed: count("failed"),
+            uncertain: count("uncertain"),
+            retrying: count("retrying"),
+        },
+        created_at: Timestamp(count(CREATED_AT)),
+        first_sent_at: read_num(item, FIRST_SENT_AT).map(Timestamp),
+        last_sent_at: read_num(item, LAST_SENT_AT).map(Timestamp),
+        ended_at: read_num(item, ENDED_AT).map(Timestamp),
+        refusals: u32::try_from(count(REFUSALS)).unwrap_or(u32::MAX),
+        last_error: item.get(LAST_ERROR).and_then(|v| v.as_s().ok()).cloned(),
+    })
+}
+
+fn recipient_of(id: u64, index: u64, item: &Item) -> Result<Recipient, PortError> {
+    let pk = recipient_pk(id, index);
+    Ok(Recipient {
+        index,
+        chat: match item.get(CHAT) {
+            Some(AttributeValue::N(n)) => n
+                .parse()
+                .map_err(|_| PortError::rejected(GET, Malformed(pk.clone(), CHAT)))?,
+            _ => return Err(PortError::rejected(GET, Malformed(pk, CHAT))),
+        },
+        attempts: u32::try_from(read_num(item, ATTEMPTS).unwrap_or(0)).unwrap_or(u32::MAX),
+        state: read_json(item, STATE, &pk)?,
+    })
+}
+
+fn index_of(item: &Item) -> Option<u64> {
+    let pk = item.get("pk")?.as_s().ok()?;
+    pk.rsplit_once("#r#")?.1.parse().ok()
+}
+
+impl DynamoBroadcasts {
+    /// The broadcasts in `table`.
+    pub fn new(client: aws_sdk_dynamodb::Client, table: impl Into<String>) -> Self {
+        Self {
+            client,
+            table: table.into(),
+        }
+    }
+
+    async fn get(&self, pk: String) -> Result<Option<Item>, PortError> {
+        let answer = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(key_of(pk)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| port_error(GET, e))?;
+        Ok(answer.item)
+    }
+
+    /// The items of `keys`, strongly consistent, in any order; keys with no item are left out.
+    async fn batch_get(&self, keys: Vec<String>) -> Result<Vec<Item>, PortError> {
+        let mut found = Vec::new();
+        for chunk in keys.chunks(BATCH_GET_KEYS) {
+            let mut wanted: Vec<Item> = chunk.iter().cloned().map(key_of).collect();
+            while !wanted.is_empty() {
+                let request = KeysAndAttributes::builder()
+                    .set_keys(Some(wanted))
+                    .consistent_read(true)
+                    .build()
+                    .map_err(|e| PortError::rejected(BATCH_GET, e))?;
+                let answer = self
+                    .client
+                    .batch_get_item()
+                    .request_items(&self.table, request)
+                    .send()
+                    .await
+                    .map_err(|e| port_error(BATCH_GET, e))?;
+                if let Some(mut items) = answer.responses {
+                    found.extend(items.remove(&self.table).unwrap_or_default());
+                }
+                wanted = answer
+                    .unprocessed_keys
+                    .and_then(|mut left| left.remove(&self.table))
+                    .map(|left| left.keys)
+                    .unwrap_or_default();
+            }
+        }
+        Ok(found)
+    }
+
+    /// The recipients of job `id` at `indexes`, in index order.
+    async fn recipients_at(
+        &self,
+        id: u64,
+        indexes: impl Iterator<Item = u64>,
+    ) -> Result<Vec<Recipient>, PortError> {
+        let keys = indexes.map(|index| recipient_pk(id, index)).collect();
+        let mut recipients = Vec::new();
+        for item in self.batch_get(keys).await? {
+            let index = index_of(&item).ok_or_else(|| {
+                PortError::rejected(BATCH_GET, Malformed("a recipient".into(), "pk"))
+            })?;
+            recipients.push(recipient_of(id, index, &item)?);
+        }
+        recipients.sort_by_key(|r| r.index);
+        Ok(recipients)
+    }
+
+    /// Every recipient of job `id`, in index order, a page of [`BATCH_GET_KEYS`] at a time.
+    async fn for_each_page(
+        &self,
+        id: u64,
+        total: u64,
+        mut each: impl FnMut(Vec<Recipient>) -> bool,
+    ) -> Result<(), PortError> {
+        let mut from = 0;
+        while from < total {
+            let to = (from + BATCH_GET_KEYS as u64).min(total);
+            if !each(self.recipients_at(id, from..to).await?) {
+                break;
+            }
+            from = to;
+        }
+        Ok(())
+    }
+
+    async fn write_recipients(&self, id: u64, chats: &[i64]) -> Result<(), PortError> {
+        let items: Vec<WriteRequest> = chats
+            .iter()
+            .enumerate()
+            .map(|(index, chat)| {
+                let state = RecipientState::Pending;
+                let item = HashMap::from([
+                    ("pk".to_owned(), string(recipient_pk(id, index as u64))),
+                    (KIND.to_owned(), string("broadcast_recipient")),
+                    (CHAT.to_owned(), number(chat)),
+                    (ATTEMPTS.to_owned(), number(0)),
+                    (TAG.to_owned(), string(tag(&state))),
+                    (STATE.to_owned(), json(&state)),
+                ]);
+                let put = PutRequest::builder()
+                    .set_item(Some(item))
+                    .build()
+                    .map_err(|e| PortError::rejected(BATCH_WRITE, e))?;
+                Ok(WriteRequest::builder().put_request(put).build())
+            })
+            .collect::<Result<_, PortError>>()?;
+        for chunk in items.chunks(BATCH_WRITE_ITEMS) {
+            let mut left = chunk.to_vec();
+            while !left.is_empty() {
+                let answer = self
+                    .client
+                    .batch_write_item()
+                    .request_items(&self.table, left)
+                    .send()
+                    .await
+                    .map_err(|e| port_error(BATCH_WRITE, e))?;
+                left = answer
+                    .unprocessed_items
+                    .and_then(|mut items| items.remove(&self.table))
+                    .unwrap_or_default();
+            }
+        }
+        Ok(())
+    }
+
+    /// An update of job `id`'s counts and times for `outcome`, as [`BroadcastJob::count`] makes
+    /// them, to go in one transaction with the recipient's write.
+    fn count_update(
+        &self,
+        id: u64,
+        outcome: &Outcome,
+        now: Timestamp,
+    ) -> Result<Update, PortError> {
+        let mut values: Item = HashMap::from([(":one".to_owned(), number(1))]);
+        let expression = match outcome {
+            Outcome::Sent { .. } => {
+                values.insert(":now".into(), number(now.0));
+                values.insert(":zero".into(), number(0));
+                "ADD sent :one SET first_sent_at = if_not_exists(first_sent_at, :now), \
+                 last_sent_at = :now, refusals = :zero"
+            }
+            Outcome::Gone { .. } => "ADD gone :one",
+            Outcome::Failed { error } => {
+                values.insert(":error".into(), string(error.clone()));
+                "ADD failed :one SET last_error = :error"
+            }
+            Outcome::Uncertain => "ADD uncertain :one",
+            Outcome::Retry { error, .. } => {
+                values.insert(":error".into(), string(error.clone()));
+                "ADD retrying :one SET last_error = :error"
+            }
+            Outcome::Refused { error } => {
+                values.insert(":error".into(), string(error.clone()));
+                "ADD retrying :one, refusals :one SET last_error = :error"
+            }
+            Outcome::Held { .. } => "ADD retrying :one",
+        };
+        Update::builder()
+            .table_name(&self.table)
+            .set_key(Some(key_of(job_pk(id))))
+            .update_expression(expression)
+            .set_expression_attribute_values(Some(values))
+            .build()
+            .map_err(|e| PortError::rejected(TRANSACT, e))
+    }
+
+    /// Runs `items` as one transaction; `false` when a condition refused it.
+    async fn transact(&self, items: Vec<TransactWriteItem>) -> Result<bool, PortError> {
+        match self
+            .client
+            .transact_write_items()
+            .set_transact_items(Some(items))
+            .send()
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(err) => match err.as_service_error() {
+                Some(TransactWriteItemsError::TransactionCanceledException(cancelled))
+                    if cancelled
+                        .cancellation_reasons()
+                        .iter()
+                        .any(|r| r.code() == Some("ConditionalCheckFailed")) =>
+                {
+                    Ok(false)
+                }
+                _ => Err(port_error(TRANSACT, err)),
+            },
+        }
+    }
+
+    /// Moves recipient `index` from the state tagged `from` to `to`, counting `outcome` on the
+    /// job, in one transaction; `false` when the recipient was not in `from`.
+    async fn move_recipient(
+        &self,
+        id: u64,
+        index: u64,
+        from: &str,
+        (to, attempts): (&RecipientState, u32),
+        job: Update,
+    ) -> Result<bool, PortError> {
+        let recipient = Update::builder()
+            .table_name(&self.table)
+            .set_key(Some(key_of(recipient_pk(id, index))))
+            .update_expression("SET #state = :state, #tag = :to, #attempts = #attempts + :attempts")
+            .condition_expression("#tag = :from")
+            .expression_attribute_names("#state", STATE)
+            .expression_attribute_names("#tag", TAG)
+            .expression_attribute_names("#attempts", ATTEMPTS)
+            .expression_attribute_values(":state", json(to))
+            .expression_attribute_values(":to", string(tag(to)))
+            .expression_attribute_values(":from", string(from))
+            .expression_attribute_values(":attempts", number(attempts))
+            .build()
+            .map_err(|e| PortError::rejected(TRANSACT, e))?;
+        self.transact(vec![
+            TransactWriteItem::builder().update(recipient).build(),
+            TransactWriteItem::builder().update(job).build(),
+        ])
+        .await
+    }
+}
+
+#[async_trait]
+impl BroadcastStore for DynamoBroadcasts {
+    async fn create(
+        &self,
+        spec: &BroadcastSpec,
+        chats: &[i64],
+        now: Timestamp,
+    ) -> Result<Created, PortError> {
+        let origin_pk = format!("broadcast#origin#{}", spec.origin);
+        let by_origin = spec.origin != "cli";
+        let known = match by_origin {
+            true => self
+                .get(origin_pk.clone())
+                .await?
+                .and_then(|item| read_num(&item, "job")),
+            false => None,
+        };
+        if let Some(id) = known {
+            if let Some(job) = self.job(&BroadcastId(id)).await? {
+                return Ok(Created::Existing { job });
+            }
+        }
+        let id = match known {
+            // A start that died after taking its id: it goes on with it.
+            Some(id) => id,
+            None => {
+                let answer = self
+                    .client
+                    .update_item()
+                    .table_name(&self.table)
+                    .set_key(Some(key_of("broadcast#seq".into())))
+                    .update_expression("ADD #last :one SET #kind = :kind")
+                    .expression_attribute_names("#last", "last")
+                    .expression_attribute_names("#kind", KIND)
+                    .expression_attribute_values(":one", number(1))
+                    .expression_attribute_values(":kind", string("broadcast_seq"))
+                    .return_values(ReturnValue::UpdatedNew)
+                    .send()
+                    .await
+                    .map_err(|e| port_error(UPDATE, e))?;
+                let id = answer
+                    .attributes
+                    .as_ref()
+                    .and_then(|item| read_num(item, "last"))
+                    .ok_or_else(|| {
+                        PortError::rejected(UPDATE, Malformed("broadcast#seq".into(), "last"))
+                    })?;
+                if by_origin {
+                    let put = self
+                        .client
+                        .put_item()
+                        .table_name(&self.table)
+                        .item("pk", string(origin_pk.clone()))
+                        .item(KIND, string("broadcast_origin"))
+                        .item("job", number(id))
+                        .condition_expression("attribute_not_exists(pk)")
+                        .send()
+                        .await;
+                    if let Err(err) = put {
+                        let taken = err
+                            .as_service_error()
+                            .is_some_and(|e| e.is_conditional_check_failed_exception());
+                        if !taken {
+                            return Err(port_error(PUT, err));
+                        }
+                        // Another start of the same origin won: its job is the one.
+                        let item = self.get(origin_pk).await?;
+                        let other = item.and_then(|item| read_num(&item, "job"));
+                        if let Some(job) = match other {
+                            Some(other) => self.job(&BroadcastId(other)).await?,
+                            None => None,
+                        } {
+                            return Ok(Created::Existing { job });
+                        }
+                    }
+                }
+                id
+            }
+        };
+        self.write_recipients(id, chats).await?;
+        let job = BroadcastJob::new(BroadcastId(id), spec.clone(), chats.len() as u64, now);
+        let mut item = HashMap::from([
+            ("pk".to_owned(), string(job_pk(id))),
+            (KIND.to_owned(), string("broadcast")),
+            (SPEC.to_owned(), json(&job.spec)),
+            (STATE.to_owned(), json(&job.state)),
+            (CREATED_AT.to_owned(), number(now.0)),
+            (REFUSALS.to_owned(), number(0)),
+        ]);
+        for name in COUNTS {
+            item.insert(name.to_owned(), number(0));
+        }
+        item.insert("total".to_owned(), number(job.counts.total));
+        self.client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .send()
+            .await
+            .map_err(|e| port_error(PUT, e))?;
+        Ok(Created::New { job })
+    }
+
+    async fn jobs(&self) -> Result<Vec<BroadcastJob>, PortError> {
+        let last = self
+            .get("broadcast#seq".into())
+            .await?
+            .and_then(|item| read_num(&item, "last"))
+            .unwrap_or(0);
+        let keys = (1..=last).map(job_pk).collect();
+        let mut jobs = Vec::new();
+        for item in self.batch_get(keys).await? {
+            let id = item
+                .get("pk")
+                .and_then(|pk| pk.as_s().ok())
+                .and_then(|pk| pk.strip_prefix("broadcast#"))
+                .and_then(|id| id.parse().ok())
+                .ok_or_else(|| PortError::rejected(BATCH_GET, Malformed("a job".into(), "pk")))?;
+            jobs.push(job_of(id, &item)?);
+        }
+        jobs.sort_by(|a, b| b.id.cmp(&a.id));
+        Ok(jobs)
+    }
+
+    async fn job(&self, id: &BroadcastId) -> Result<Option<BroadcastJob>, PortError> {
+        match self.get(job_pk(id.0)).await? {
+            Some(item) => Ok(Some(job_of(id.0, &item)?)),
+            None => Ok(None),
+        }
+    }
+
+    async fn change(
+        &self,
+        id: &BroadcastId,
+        change: Change,
+        now: Timestamp,
+    ) -> Result<Changed, PortError> {
+        // The state is compared as it was read: a change another writer made first refuses this
+        // one, which reads again.
+        loop {
+            let Some(mut job) = self.job(id).await? else {
+                return Ok(Changed::NotFound);
+            };
+            let was = serde_json::to_string(&job.state).unwrap_or_default();
+            if !job.apply(&change, now) {
+                return Ok(Changed::Refused { job });
+            }
+            let mut update = self
+                .client
+                .update_item()
+                .table_name(&self.table)
+                .set_key(Some(key_of(job_pk(id.0))))
+                .condition_expression("#state = :was")
+                .expression_attribute_names("#state", STATE)
+                .expression_attribute_values(":was", string(was))
+                .expression_attribute_values(":state", json(&job.state))
+                .expression_attribute_values(":refusals", number(job.refusals));
+            update = match job.ended_at {
+                Some(ended) => update
+                    .update_expression(
+                        "SET #state = :state, refusals = :refusals, ended_at = :ended",
+                    )
+                    .expression_attribute_values(":ended", number(ended.0)),
+                None => update.update_expression("SET #state = :state, refusals = :refusals"),
+            };
+            match update.send().await {
+                Ok(_) => return Ok(Changed::Changed { job }),
+                Err(err) if update_condition_failed(&err).is_some() => continue,
+                Err(err) => return Err(port_error(UPDATE, err)),
+            }
+        }
+    }
+
+    async fn next(
+        &self,
+        id: &BroadcastId,
+        now: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<Recipient>, PortError> {
+        let Some(job) = self.job(id).await? else {
+            return Ok(Vec::new());
+        };
+        let (mut due, mut fresh) = (Vec::new(), Vec::new());
+        self.for_each_page(id.0, job.counts.total, |page| {
+            for recipient in page {
+                match recipient.state {
+                    RecipientState::Retrying { due: at } if at <= now.0 => due.push(recipient),
+                    RecipientState::Pending => fresh.push(recipient),
+                    _ => {}
+                }
+            }
+            due.len() + fresh.len() < limit
+        })
+        .await?;
+        due.extend(fresh);
+        due.truncate(limit);
+        Ok(due)
+    }
+
+    async fn next_retry(&self, id: &BroadcastId) -> Result<Option<Timestamp>, PortError> {
+        let Some(job) = self.job(id).await? else {
+            return Ok(None);
+        };
+        if job.counts.retrying == 0 {
+            return Ok(None);
+        }
+        let mut earliest: Option<u64> = None;
+        self.for_each_page(id.0, job.counts.total, |page| {
+            for recipient in page {
+                if let RecipientState::Retrying { due } = recipient.state {
+                    earliest = Some(earliest.map_or(due, |e| e.min(due)));
+                }
+            }
+            true
+        })
+        .await?;
+        Ok(earliest.map(Timestamp))
+    }
+
+    async fn begin(&self, id: &BroadcastId, index: u64) -> Result<(), PortError> {
+        let sending = RecipientState::Sending;
+        let pending = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(key_of(recipient_pk(id.0, index))))
+            .update_expression("SET #state = :state, #tag = :to")
+            .condition_expression("#tag = :from")
+            .expression_attribute_names("#state", STATE)
+            .expression_attribute_names("#tag", TAG)
+            .expression_attribute_values(":state", json(&sending))
+            .expression_attribute_values(":to", string(tag(&sending)))
+            .expression_attribute_values(":from", string("pending"))
+            .send()
+            .await;
+        match pending {
+            Ok(_) => return Ok(()),
+            Err(err) if update_condition_failed(&err).is_some() => {}
+            Err(err) => return Err(port_error(UPDATE, err)),
+        }
+        // Waiting for another try: one fewer retrying on the job, in the same transaction.
+        let job = Update::builder()
+            .table_name(&self.table)
+            .set_key(Some(key_of(job_pk(id.0))))
+            .update_expression("ADD retrying :less")
+            .expression_attribute_values(":less", number(-1))
+            .build()
+            .map_err(|e| PortError::rejected(TRANSACT, e))?;
+        if self
+            .move_recipient(id.0, index, "retrying", (&sending, 0), job)
+            .await?
+        {
+            return Ok(());
+        }
+        Err(PortError::rejected(
+            UPDATE,
+            Malformed(
+                recipient_pk(id.0, index),
+                "state: not waiting to be sent to",
+            ),
+        ))
+    }
+
+    async fn settle(
+        &self,
+        id: &BroadcastId,
+        index: u64,
+        outcome: Outcome,
+        now: Timestamp,
+    ) -> Result<(), PortError> {
+        let state = outcome.state(now);
+        let attempts = u32::from(outcome.spends_attempt());
+        let job = self.count_update(id.0, &outcome, now)?;
+        // Only a begun send settles: a settle repeated after it was recorded changes nothing.
+        self.move_recipient(id.0, index, "sending", (&state, attempts), job)
+            .await?;
+        Ok(())
+    }
+
+    async fn abandon_begun(&self, id: &BroadcastId, now: Timestamp) -> Result<u64, PortError> {
+        let Some(job) = self.job(id).await? else {
+            return Ok(0);
+        };
+        let mut begun = Vec::new();
+        self.for_each_page(id.0, job.counts.total, |page| {
+            begun.extend(
+                page.into_iter()
+                    .filter(|r| r.state == RecipientState::Sending),
+            );
+            true
+        })
+        .await?;
+        let mut abandoned = 0;
+        for recipient in begun {
+            let update = self.count_update(id.0, &Outcome::Uncertain, now)?;
+            if self
+                .move_recipient(
+                    id.0,
+                    recipient.index,
+                    "sending",
+                    (&RecipientState::Uncertain, 0),
+                    update,
+                )
+                .await?
+            {
+                abandoned += 1;
+            }
+        }
+        Ok(abandoned)
+    }
+
+    async fn undelivered(
+        &self,
+        id: &BroadcastId,
+        limit: usize,
+    ) -> Result<Vec<Recipient>, PortError> {
+        let Some(job) = self.job(id).await? else {
+            return Ok(Vec::new());
+        };
+        let mut found = Vec::new();
+        if job.counts.failed + job.counts.uncertain == 0 {
+            return Ok(found);
+        }
+        self.for_each_page(id.0, job.counts.total, |page| {
+            found.extend(page.into_iter().filter(|r| {
+                matches!(
+                    r.state,
+                    RecipientState::Failed { .. } | RecipientState::Uncertain
+                )
+            }));
+            found.len() < limit
+        })
+        .await?;
+        found.truncate(limit);
+        Ok(found)
+    }
+
+    async fn chats_matching(
+        &self,
+        bot: &BotId,
+        filter: &StateFilter,
+    ) -> Result<Vec<i64>, PortError> {
+        // The chats' states are items keyed `{bot}#state#{group}`; a scan finds them. An operator
+        // starts a broadcast now and then, so a scan's cost is paid then, not on any update's path.
+        let prefix = format!("{bot}#state#");
+        let mut chats = Vec::new();
+        let mut start: Option<Item> = None;
+        loop {
+            let answer = self
+                .client
+                .scan()
+                .table_name(&self.table)
+                .filter_expression("begins_with(pk, :prefix)")
+                .expression_attribute_values(":prefix", string(prefix.clone()))
+                .set_exclusive_start_key(start)
+                .consistent_read(true)
+                .send()
+                .await
+                .map_err(|e| port_error(SCAN, e))?;
+            for item in answer.items.unwrap_or_default() {
+                let Some(pk) = item.get("pk").and_then(|pk| pk.as_s().ok()) else {
+                    continue;
+                };
+                let Some((_, group)) = StateKey::split_pk(pk) else {
+                    continue;
+                };
+                let Ok(chat) = group.parse::<i64>() else {
+                    continue;
+                };
+                let state = crate::item::Item(item.clone()).state();
+                let Ok(state) = state else { continue };
+                let value = serde_json::from_str(&state.json).unwrap_or(serde_json::Value::Null);
+                if filter.matches(&state.format, &value) {
+                    chats.push(chat);
+                }
+            }
+            match answer.last_evaluated_key {
+                Some(key) if !key.is_empty() => start = Some(key),
+                _ => break,
+            }
+        }
+        chats.sort_unstable();
+        chats.dedup();
+        Ok(chats)
+    }
+}
