@@ -2,7 +2,8 @@
 //! `broadcast#{id}` (the job), `broadcast#{id}#r#{index}` (each recipient),
 //! `broadcast#origin#{origin}` (the job a handler's start made) and `broadcast#seq` (the last id
 //! given). A job's counts are numbers its recipients' settles add to, in the same transaction as
-//! the recipient's own write, so concurrent settles never contend on the job item.
+//! the recipient's own write. Settles of one job meet on its item: a transaction cancelled by
+//! another one on it is run again, and one job's sends are bounded by the item's write rate.
 
 use std::collections::HashMap;
 
@@ -332,27 +333,43 @@ impl DynamoBroadcasts {
             .map_err(|e| PortError::rejected(TRANSACT, e))
     }
 
-    /// Runs `items` as one transaction; `false` when a condition refused it.
+    /// Runs `items` as one transaction; `false` when a condition refused it. A transaction
+    /// cancelled because another one held the job item at that moment is run again.
     async fn transact(&self, items: Vec<TransactWriteItem>) -> Result<bool, PortError> {
-        match self
-            .client
-            .transact_write_items()
-            .set_transact_items(Some(items))
-            .send()
-            .await
-        {
-            Ok(_) => Ok(true),
-            Err(err) => match err.as_service_error() {
-                Some(TransactWriteItemsError::TransactionCanceledException(cancelled))
-                    if cancelled
-                        .cancellation_reasons()
-                        .iter()
-                        .any(|r| r.code() == Some("ConditionalCheckFailed")) =>
-                {
-                    Ok(false)
+        let mut pause = std::time::Duration::from_millis(10);
+        let mut tries = 0;
+        loop {
+            let err = match self
+                .client
+                .transact_write_items()
+                .set_transact_items(Some(items.clone()))
+                .send()
+                .await
+            {
+                Ok(_) => return Ok(true),
+                Err(err) => err,
+            };
+            let reasons = match err.as_service_error() {
+                Some(TransactWriteItemsError::TransactionCanceledException(cancelled)) => {
+                    cancelled.cancellation_reasons().to_vec()
                 }
-                _ => Err(port_error(TRANSACT, err)),
-            },
+                _ => return Err(port_error(TRANSACT, err)),
+            };
+            if reasons
+                .iter()
+                .any(|r| r.code() == Some("ConditionalCheckFailed"))
+            {
+                return Ok(false);
+            }
+            tries += 1;
+            let conflict = reasons
+                .iter()
+                .any(|r| r.code() == Some("TransactionConflict"));
+            if !conflict || tries >= 8 {
+                return Err(port_error(TRANSACT, err));
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(std::time::Duration::from_millis(500));
         }
     }
 
@@ -453,7 +470,9 @@ impl BroadcastStore for DynamoBroadcasts {
                         if !taken {
                             return Err(port_error(PUT, err));
                         }
-                        // Another start of the same origin won: its job is the one.
+                        // Another start of the same origin won: its job is the one. Until that
+                        // start has written its job, writing its recipients here could undo sends
+                        // it has begun, so this start is told to try again.
                         let item = self.get(origin_pk).await?;
                         let other = item.and_then(|item| read_num(&item, "job"));
                         if let Some(job) = match other {
@@ -462,6 +481,13 @@ impl BroadcastStore for DynamoBroadcasts {
                         } {
                             return Ok(Created::Existing { job });
                         }
+                        return Err(PortError::unavailable(
+                            PUT,
+                            Malformed(
+                                format!("broadcast#origin#{}", spec.origin),
+                                "another start of this origin is still writing its job",
+                            ),
+                        ));
                     }
                 }
                 id

@@ -42,16 +42,21 @@ pub const REFUSALS_BEFORE_PAUSE: u32 = 3;
 /// How many times a recipient's send is tried when it fails for a passing reason (a 5xx, a
 /// definite network refusal), before it goes to the job's dead letters.
 pub const MAX_ATTEMPTS: u32 = 5;
-/// The most sends of one job in flight at once.
-const IN_FLIGHT: usize = 32;
-/// How many recipients the runner takes from the store at a time.
-const TAKE: usize = 256;
+/// The most sends of one job in flight at once, a quarter of its lane's rate within these bounds:
+/// each send waits for two durable writes and Telegram's answer, tens of milliseconds in all, so a
+/// lane of 1,000 a second needs a few hundred under way to keep its pace.
+const IN_FLIGHT: (usize, usize) = (8, 256);
+/// How many recipients the runner takes from the store at a time: the sends in flight drain
+/// between two takes.
+const TAKE: usize = 1000;
 /// How often an idle runner looks for work and an active one for a pause or a cancel.
 const LOOK_EVERY: Duration = Duration::from_millis(250);
 /// The longest a send books ahead in the bot's budget: a longer wait is asked for again.
 const BOOK_WITHIN: Duration = Duration::from_secs(2);
 /// Slack on the lane's one-second window, for sends that leave on time and arrive unevenly.
-const LANE_SLACK: Duration = Duration::from_millis(10);
+const LANE_SLACK: Duration = Duration::from_millis(20);
+/// How far behind its schedule the lane catches up.
+const CATCH_UP: Duration = Duration::from_millis(20);
 
 /// A broadcast's id: the store's sequence number.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -720,7 +725,9 @@ pub fn outcome_of(
         return Outcome::Uncertain;
     }
     match error.class() {
-        crate::ErrorClass::Permanent if job.counts.sent == 0 => Outcome::Refused { error: said },
+        crate::ErrorClass::Permanent if job.counts.sent == 0 && !about_the_chat(error) => {
+            Outcome::Refused { error: said }
+        }
         crate::ErrorClass::Permanent => Outcome::Failed { error: said },
         _ if attempts + 1 >= MAX_ATTEMPTS => Outcome::Failed { error: said },
         _ => Outcome::Retry {
@@ -728,6 +735,24 @@ pub fn outcome_of(
             error: said,
         },
     }
+}
+
+/// Whether a refusal is about the chat it went to, not the message: a group that is gone or lets
+/// the bot write nothing fails that recipient, whatever the others make of the message.
+fn about_the_chat(error: &TelegramError) -> bool {
+    let TelegramError::Api { description, .. } = error else {
+        return false;
+    };
+    let description = description.to_ascii_lowercase();
+    [
+        "chat not found",
+        "rights",
+        "chat_write_forbidden",
+        "not a member",
+        "bot was kicked",
+    ]
+    .iter()
+    .any(|said| description.contains(said))
 }
 
 /// Runs broadcast jobs: one [`BroadcastRunner::run`] per running job, in the process that holds
@@ -772,24 +797,49 @@ impl BroadcastRunner {
         let Some(job) = self.store.job(id).await? else {
             return Ok(RunEnd::Stopped(JobState::Cancelled));
         };
-        let paced = api.paced();
-        let mut lane = Lane::pacer(job.spec.lane_rate(self.bot_rate).filter(|_| paced));
         let mut sends: JoinSet<()> = JoinSet::new();
+        let ended = self.sending(&job, api, &mut stop, &mut sends).await;
+        // Whatever ended the run, a send under way lands and is recorded: dropping its task
+        // could leave a message Telegram took counted uncertain.
+        drain(&mut sends).await;
+        ended
+    }
+
+    /// The body of [`BroadcastRunner::run`], with its sends in `sends`.
+    async fn sending(
+        &self,
+        job: &BroadcastJob,
+        api: Arc<dyn BotApi>,
+        stop: &mut watch::Receiver<bool>,
+        sends: &mut JoinSet<()>,
+    ) -> Result<RunEnd, PortError> {
+        let id = &job.id;
+        let paced = api.paced();
+        let rate = job.spec.lane_rate(self.bot_rate).filter(|_| paced);
+        let in_flight = rate.map_or(IN_FLIGHT.1, |r| {
+            (r as usize / 4).clamp(IN_FLIGHT.0, IN_FLIGHT.1)
+        });
+        let mut lane = Lane::pacer(rate);
         loop {
             let Some(mut job) = self.running(id).await? else {
-                drain(&mut sends).await;
+                drain(sends).await;
                 return self.stopped(id).await;
             };
             let batch = self.store.next(id, self.clock.now(), TAKE).await?;
             if batch.is_empty() {
-                drain(&mut sends).await;
+                drain(sends).await;
                 let Some(job) = self.running(id).await? else {
                     return self.stopped(id).await;
                 };
                 if job.counts.pending() == 0 {
-                    self.store
+                    let Changed::Changed { job } = self
+                        .store
                         .change(id, Change::Finish, self.clock.now())
-                        .await?;
+                        .await?
+                    else {
+                        // Paused or cancelled in the meantime.
+                        return self.stopped(id).await;
+                    };
                     let c = job.counts;
                     info!(broadcast = %id, sent = c.sent, gone = c.gone, failed = c.failed, uncertain = c.uncertain, "broadcast done");
                     return Ok(RunEnd::Done);
@@ -798,9 +848,19 @@ impl BroadcastRunner {
                     Some(due) => due
                         .since(self.clock.now())
                         .clamp(Duration::from_millis(1), LOOK_EVERY),
-                    None => LOOK_EVERY,
+                    None => {
+                        // Nothing waits and nothing of this run is in flight, yet some have no
+                        // outcome: their sends began and could not be recorded (a settle that
+                        // gave up). They are uncertain.
+                        let stuck = self.store.abandon_begun(id, self.clock.now()).await?;
+                        if stuck > 0 {
+                            warn!(broadcast = %id, recipients = stuck, "sends whose outcome could not be recorded are uncertain: not sent again");
+                            continue;
+                        }
+                        LOOK_EVERY
+                    }
                 };
-                if wait_or_stop(wait, &mut stop).await {
+                if wait_or_stop(wait, stop).await {
                     return Ok(RunEnd::ShutDown);
                 }
                 continue;
@@ -812,7 +872,7 @@ impl BroadcastRunner {
             for recipient in batch {
                 if probing || self.clock.now().since(looked) >= LOOK_EVERY {
                     looked = self.clock.now();
-                    drain_if(probing, &mut sends).await;
+                    drain_if(probing, sends).await;
                     match self.running(id).await? {
                         Some(now) => {
                             probing = now.counts.sent == 0;
@@ -823,15 +883,15 @@ impl BroadcastRunner {
                     }
                 }
                 let wait = lane.take(tokio::time::Instant::now());
-                if !wait.is_zero() && wait_or_stop(wait, &mut stop).await {
-                    drain(&mut sends).await;
+                if !wait.is_zero() && wait_or_stop(wait, stop).await {
+                    drain(sends).await;
                     return Ok(RunEnd::ShutDown);
                 }
-                if paced && !self.booked(&job, recipient.chat, &mut stop).await? {
-                    drain(&mut sends).await;
+                if paced && !self.booked(&job, recipient.chat, stop).await? {
+                    drain(sends).await;
                     return Ok(RunEnd::ShutDown);
                 }
-                while sends.len() >= IN_FLIGHT {
+                while sends.len() >= in_flight {
                     sends.join_next().await;
                 }
                 let send = RecipientSend {
@@ -847,7 +907,7 @@ impl BroadcastRunner {
             }
             // Every send of the batch began (or failed to) before the next batch is taken: a
             // recipient whose begin is still on its way must not be taken twice.
-            drain(&mut sends).await;
+            drain(sends).await;
         }
     }
 
@@ -905,7 +965,7 @@ impl BroadcastRunner {
                     continue;
                 }
             };
-            if wait_or_stop(slot.wait, stop).await {
+            if !slot.wait.is_zero() && wait_or_stop(slot.wait, stop).await {
                 return Ok(false);
             }
             loop {
@@ -975,10 +1035,10 @@ impl RecipientSend {
                 error: error_chain(&error),
             },
         };
-        // A settle the store refuses now is tried again: a recipient left begun becomes uncertain
-        // at the next start, which loses no message but leaves a doubt.
+        // A settle the store refuses now is tried again for about a minute: a recipient left
+        // begun becomes uncertain, which loses no message but leaves a doubt.
         let mut delay = Duration::from_millis(100);
-        for _ in 0..8 {
+        for _ in 0..40 {
             match self
                 .store
                 .settle(&self.job.id, self.recipient.index, outcome.clone(), now)
@@ -1019,7 +1079,9 @@ async fn wait_or_stop(wait: Duration, stop: &mut watch::Receiver<bool>) -> bool 
 /// A job's own pace: at most its rate in any second (and a little slack), evenly spaced.
 struct LanePacer {
     rate: Option<u32>,
-    /// The times of the last `rate` sends.
+    /// The next slot of the even schedule.
+    next: Option<tokio::time::Instant>,
+    /// When the last `rate` sends may leave at the earliest: what the one-second window counts.
     sent: std::collections::VecDeque<tokio::time::Instant>,
 }
 
@@ -1027,33 +1089,37 @@ impl Lane {
     fn pacer(rate: Option<u32>) -> LanePacer {
         LanePacer {
             rate,
+            next: None,
             sent: std::collections::VecDeque::new(),
         }
     }
 }
 
 impl LanePacer {
-    /// Takes the next slot: how long from `now` until it. The slot, not the moment the caller
-    /// wakes, is what is counted, so a sleep that ends late does not push every later slot back.
+    /// Takes the next slot: how long from `now` until the send may leave. The even schedule, not
+    /// the moment the caller woke, sets the next slot, and slots a late wake-up missed are caught
+    /// up on, up to [`CATCH_UP`] back: timers tick in milliseconds, and a lane of 1,000 a second
+    /// would otherwise lose a third of its slots. The window counts when sends leave, so what is
+    /// caught up never puts more than the rate in a second.
     fn take(&mut self, now: tokio::time::Instant) -> Duration {
         let Some(rate) = self.rate else {
             return Duration::ZERO;
         };
         let spacing = Duration::from_secs(1) / rate.max(1);
-        let mut at = self
-            .sent
-            .back()
-            .map_or(now, |last| (*last + spacing).max(now));
+        let earliest = now.checked_sub(CATCH_UP).unwrap_or(now);
+        let mut slot = self.next.map_or(now, |next| next.max(earliest));
         if self.sent.len() >= rate as usize {
             if let Some(oldest) = self.sent.front() {
-                at = at.max(*oldest + Duration::from_secs(1) + LANE_SLACK);
+                slot = slot.max(*oldest + Duration::from_secs(1) + LANE_SLACK);
             }
         }
-        self.sent.push_back(at);
+        let leaves = slot.max(now);
+        self.next = Some(slot + spacing);
+        self.sent.push_back(leaves);
         while self.sent.len() > rate as usize {
             self.sent.pop_front();
         }
-        at - now
+        leaves - now
     }
 }
 
@@ -1253,6 +1319,43 @@ mod tests {
             "{took:?}"
         );
         assert_eq!(Lane::pacer(None).take(start), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_fast_lane_woken_late_catches_up_without_a_second_over_its_rate() {
+        let mut lane = Lane::pacer(Some(1000));
+        let start = tokio::time::Instant::now();
+        let mut now = start;
+        let mut leaves = Vec::new();
+        for i in 0..3000 {
+            let wait = lane.take(now);
+            let leave = now + wait;
+            leaves.push(leave);
+            // A timer that ticks in milliseconds: every wait ends up to a millisecond late; and
+            // now and then the process stalls for 15 ms (a busy core, a slow commit).
+            now = leave
+                + match (i % 250 == 0, wait.is_zero()) {
+                    (true, _) => Duration::from_millis(15),
+                    (false, true) => Duration::from_micros(50),
+                    (false, false) => Duration::from_micros(900),
+                };
+        }
+        let mut first = 0;
+        for (last, at) in leaves.iter().enumerate() {
+            while *at - leaves[first] >= Duration::from_secs(1) {
+                first += 1;
+            }
+            assert!(
+                last - first < 1000,
+                "{} sends in one second",
+                last - first + 1
+            );
+        }
+        let took = *leaves.last().unwrap() - start;
+        assert!(
+            took < Duration::from_millis(3_150),
+            "3,000 at 1,000/s took {took:?}"
+        );
     }
 
     #[test]

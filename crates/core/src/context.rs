@@ -578,7 +578,7 @@ impl<'a> Context<'a> {
             lane: Lane::Standard,
             reserve_percent: DEFAULT_RESERVE_PERCENT,
             paid_rate: DEFAULT_PAID_RATE,
-            origin: format!("update:{}:{key}", key_ref.update_id),
+            origin: format!("update:{}:{}:{key}", key_ref.bot_id, key_ref.update_id),
         };
         let now = self.run.clock.now();
         let name = format!("broadcast:{key}");

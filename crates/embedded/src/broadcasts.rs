@@ -27,7 +27,7 @@ use crate::EmbeddedStore;
 #[derive(Serialize, Deserialize)]
 struct StoredJob {
     job: BroadcastJob,
-    /// The index of the first recipient never tried: those before it were all begun once.
+    /// No recipient before it is pending: `next` looks for fresh ones from here.
     cursor: u64,
 }
 
@@ -135,7 +135,7 @@ impl Tx<'_> {
             )));
         };
         match recipient.state {
-            RecipientState::Pending => stored.cursor = stored.cursor.max(index + 1),
+            RecipientState::Pending => {}
             RecipientState::Retrying { due } => {
                 self.table_mut(BROADCAST_RETRIES)?
                     .remove((id, due, index))?;
@@ -151,7 +151,29 @@ impl Tx<'_> {
         recipient.state = RecipientState::Sending;
         self.put_recipient(id, &recipient)?;
         self.table_mut(BROADCAST_BEGUN)?.insert((id, index), ())?;
+        // The cursor moves only over recipients no longer pending: sends begin in tasks of their
+        // own, and one whose begin failed must still be found.
+        if index == stored.cursor {
+            stored.cursor = self.next_pending(id, index + 1)?;
+        }
         self.put_job(&stored)
+    }
+
+    /// The first index at or after `from` whose recipient is pending, or the end of the list.
+    fn next_pending(&self, id: u64, from: u64) -> Result<u64, OpError> {
+        let table = self.table(BROADCAST_RECIPIENTS)?;
+        for entry in table.range((id, from)..=(id, u64::MAX))? {
+            let (key, value) = entry?;
+            let index = key.value().1;
+            let recipient: Recipient = parse(
+                &format!("recipient {index} of broadcast {id}"),
+                value.value(),
+            )?;
+            if recipient.state == RecipientState::Pending {
+                return Ok(index);
+            }
+        }
+        Ok(u64::MAX)
     }
 
     fn settle_broadcast_send(
@@ -303,7 +325,7 @@ impl BroadcastStore for EmbeddedStore {
                     taken.push(read_recipient(value.value(), id)?);
                 }
             }
-            for entry in recipients.range((id, stored.cursor)..=(id, u64::MAX))? {
+            for entry in recipients.range((id, stored.cursor.min(u64::MAX - 1))..=(id, u64::MAX))? {
                 if taken.len() >= limit {
                     break;
                 }
@@ -372,6 +394,11 @@ impl BroadcastStore for EmbeddedStore {
         let id = id.0;
         read(&self.db, "broadcast undelivered", move |db| {
             let read = db.begin_read()?;
+            // Nothing undelivered (the usual case) reads no recipient.
+            let counted = read_job(&read, id)?.map(|s| s.job.counts);
+            if counted.is_none_or(|c| c.failed + c.uncertain == 0) {
+                return Ok(Vec::new());
+            }
             let recipients = read.open_table(BROADCAST_RECIPIENTS)?;
             let mut found = Vec::new();
             for entry in recipients.range((id, 0)..=(id, u64::MAX))? {

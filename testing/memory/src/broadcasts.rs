@@ -154,15 +154,21 @@ impl BroadcastStore for MemoryBroadcasts {
         let Some(job) = jobs.get(&id.0) else {
             return Ok(Vec::new());
         };
-        let due = job
+        let mut due: Vec<&Recipient> = job
             .recipients
             .iter()
-            .filter(|r| matches!(r.state, RecipientState::Retrying { due } if due <= now.0));
+            .filter(|r| matches!(r.state, RecipientState::Retrying { due } if due <= now.0))
+            .collect();
+        // The earliest due first, as the stores that index them by due time give them.
+        due.sort_by_key(|r| match r.state {
+            RecipientState::Retrying { due } => (due, r.index),
+            _ => (0, r.index),
+        });
         let fresh = job
             .recipients
             .iter()
             .filter(|r| r.state == RecipientState::Pending);
-        Ok(due.chain(fresh).take(limit).cloned().collect())
+        Ok(due.into_iter().chain(fresh).take(limit).cloned().collect())
     }
 
     async fn next_retry(&self, id: &BroadcastId) -> Result<Option<Timestamp>, PortError> {
@@ -182,13 +188,27 @@ impl BroadcastStore for MemoryBroadcasts {
     async fn begin(&self, id: &BroadcastId, index: u64) -> Result<(), PortError> {
         self.outage.check("broadcast begin")?;
         let mut jobs = self.jobs.lock();
-        let Some(job) = jobs.get_mut(&id.0) else {
-            return Ok(());
+        let refused = |why: &str| {
+            Err(PortError::rejected(
+                "broadcast begin",
+                format!("recipient {index} of broadcast {id} {why}"),
+            ))
         };
-        if let Some(recipient) = job.recipients.get_mut(index as usize) {
-            job.job.began(&recipient.state);
-            recipient.state = RecipientState::Sending;
+        let Some(job) = jobs.get_mut(&id.0) else {
+            return refused("has no job");
+        };
+        let Some(recipient) = job.recipients.get_mut(index as usize) else {
+            return refused("does not exist");
+        };
+        // Begun or ended already: a second begin would be a second send.
+        if !matches!(
+            recipient.state,
+            RecipientState::Pending | RecipientState::Retrying { .. }
+        ) {
+            return refused("is not waiting to be sent to");
         }
+        job.job.began(&recipient.state);
+        recipient.state = RecipientState::Sending;
         Ok(())
     }
 

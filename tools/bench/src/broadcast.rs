@@ -176,7 +176,7 @@ pub async fn broadcast(
                 bail!("/webhook answered {}", answer.status());
             }
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(250)).await;
     }
     // The replies to the last users are let in.
     tokio::time::sleep(Duration::from_secs(3)).await;
