@@ -46,6 +46,9 @@ pub const MAX_ATTEMPTS: u32 = 5;
 /// each send waits for two durable writes and Telegram's answer, tens of milliseconds in all, so a
 /// lane of 1,000 a second needs a few hundred under way to keep its pace.
 const IN_FLIGHT: (usize, usize) = (8, 256);
+/// The sends under way for a Bot API nobody paces (the offline outbox): as many as the store's
+/// commits share well.
+const UNPACED_IN_FLIGHT: usize = 32;
 /// How many recipients the runner takes from the store at a time: the sends in flight drain
 /// between two takes.
 const TAKE: usize = 1000;
@@ -816,10 +819,11 @@ impl BroadcastRunner {
         let id = &job.id;
         let paced = api.paced();
         let rate = job.spec.lane_rate(self.bot_rate).filter(|_| paced);
-        let in_flight = rate.map_or(IN_FLIGHT.1, |r| {
+        let in_flight = rate.map_or(UNPACED_IN_FLIGHT, |r| {
             (r as usize / 4).clamp(IN_FLIGHT.0, IN_FLIGHT.1)
         });
         let mut lane = Lane::pacer(rate);
+        let gate = Arc::new(LaneGate::new(rate));
         loop {
             let Some(mut job) = self.running(id).await? else {
                 drain(sends).await;
@@ -902,6 +906,7 @@ impl BroadcastRunner {
                     job: job.clone(),
                     recipient,
                     retry: self.retry,
+                    gate: gate.clone(),
                 };
                 sends.spawn(send.go());
             }
@@ -993,6 +998,7 @@ struct RecipientSend {
     job: BroadcastJob,
     recipient: Recipient,
     retry: RetryPolicy,
+    gate: Arc<LaneGate>,
 }
 
 impl RecipientSend {
@@ -1005,6 +1011,9 @@ impl RecipientSend {
         }
         let spec = &self.job.spec;
         let params = spec.params_for(self.recipient.chat);
+        // Intents take their own time to be written: the calls leave no closer together than the
+        // lane allows, whatever that time was.
+        self.gate.pass().await;
         let call = ApiCall::plain(&spec.method, &params);
         let answer = self.api.call(&call).await;
         let now = self.clock.now();
@@ -1120,6 +1129,51 @@ impl LanePacer {
             self.sent.pop_front();
         }
         leaves - now
+    }
+}
+
+/// The lane's last check, just before each call: the moments the last `rate` calls left, so that
+/// no more than the rate leave in any second and its slack however the intents' writes delayed
+/// them. It waits only when writes bunched calls together, a few milliseconds.
+struct LaneGate {
+    rate: Option<u32>,
+    left: parking_lot::Mutex<std::collections::VecDeque<tokio::time::Instant>>,
+}
+
+impl LaneGate {
+    fn new(rate: Option<u32>) -> Self {
+        Self {
+            rate,
+            left: parking_lot::Mutex::new(std::collections::VecDeque::new()),
+        }
+    }
+
+    /// Returns when a call may leave, and counts it as leaving then.
+    async fn pass(&self) {
+        let Some(rate) = self.rate else {
+            return;
+        };
+        loop {
+            let wait = {
+                let now = tokio::time::Instant::now();
+                let mut left = self.left.lock();
+                let free_at = match left.front() {
+                    Some(oldest) if left.len() >= rate as usize => {
+                        *oldest + Duration::from_secs(1) + LANE_SLACK
+                    }
+                    _ => now,
+                };
+                if free_at <= now {
+                    left.push_back(now);
+                    while left.len() > rate as usize {
+                        left.pop_front();
+                    }
+                    return;
+                }
+                free_at - now
+            };
+            tokio::time::sleep(wait).await;
+        }
     }
 }
 
@@ -1356,6 +1410,35 @@ mod tests {
             took < Duration::from_millis(3_150),
             "3,000 at 1,000/s took {took:?}"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_gate_lets_no_more_than_the_rate_leave_in_a_second_however_they_come() {
+        let gate = Arc::new(LaneGate::new(Some(50)));
+        let start = tokio::time::Instant::now();
+        // Two hundred calls whose intents were all written at once.
+        let mut calls = JoinSet::new();
+        for _ in 0..200 {
+            let gate = gate.clone();
+            calls.spawn(async move {
+                gate.pass().await;
+                tokio::time::Instant::now()
+            });
+        }
+        let mut left: Vec<tokio::time::Instant> = calls.join_all().await;
+        left.sort();
+        let mut first = 0;
+        for (last, at) in left.iter().enumerate() {
+            while *at - left[first] >= Duration::from_secs(1) {
+                first += 1;
+            }
+            assert!(
+                last - first < 50,
+                "{} calls in one second",
+                last - first + 1
+            );
+        }
+        assert!(*left.last().unwrap() - start < Duration::from_millis(4_200));
     }
 
     #[test]
