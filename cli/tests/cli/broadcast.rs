@@ -44,6 +44,12 @@ async fn wait_for(what: &str, timeout: Duration, mut done: impl FnMut() -> bool)
     }
 }
 
+/// Writes a recipients file of chats 1 to `n`, one a line, after `header`.
+fn write_recipients(path: &Path, header: &str, n: i64) {
+    let list: String = (1..=n).map(|chat| format!("{chat}\n")).collect();
+    std::fs::write(path, format!("{header}{list}")).unwrap();
+}
+
 /// The chats the fake delivered a broadcast message to (its text is "news").
 fn broadcast_deliveries(fake: &FakeTelegram) -> Vec<i64> {
     fake.delivered()
@@ -71,8 +77,7 @@ async fn a_broadcast_killed_midway_resumes_sending_nobody_twice_and_skipping_nob
     let dir = tempfile::tempdir().unwrap();
     let data_dir = dir.path().to_str().unwrap();
     let recipients = dir.path().join("recipients.txt");
-    let list: String = (1..=RECIPIENTS).map(|c| format!("{c}\n")).collect();
-    std::fs::write(&recipients, format!("# subscribers\n{list}")).unwrap();
+    write_recipients(&recipients, "# subscribers\n", RECIPIENTS);
     let payload = dir.path().join("news.json");
     let buttons = json!({"text": "news", "reply_markup": {"inline_keyboard": [[{"text": "Read", "url": "https://example.org"}]]}});
     std::fs::write(&payload, buttons.to_string()).unwrap();
@@ -197,11 +202,7 @@ async fn a_message_telegram_refuses_pauses_the_broadcast_with_its_words_after_th
     let dir = tempfile::tempdir().unwrap();
     let data_dir = dir.path().to_str().unwrap();
     let recipients = dir.path().join("r.txt");
-    std::fs::write(
-        &recipients,
-        (1..=100).map(|c| format!("{c}\n")).collect::<String>(),
-    )
-    .unwrap();
+    write_recipients(&recipients, "", 100);
     // Started while tgq local is down: the job waits in the store and runs at the next start.
     let mut first = Local::start_on(free_port(), dir.path(), &envs, &[]);
     first.wait_ready().await;
@@ -273,11 +274,7 @@ async fn a_pause_holds_a_running_broadcast_and_a_resume_finishes_it() {
     let dir = tempfile::tempdir().unwrap();
     let data_dir = dir.path().to_str().unwrap();
     let recipients = dir.path().join("r.txt");
-    std::fs::write(
-        &recipients,
-        (1..=60).map(|c| format!("{c}\n")).collect::<String>(),
-    )
-    .unwrap();
+    write_recipients(&recipients, "", 60);
     let mut local = Local::start_on(free_port(), dir.path(), &envs, &[]);
     local.wait_ready().await;
     let (exit, _, err) = run(

@@ -738,12 +738,7 @@ impl BroadcastStore for DynamoBroadcasts {
             return Ok(found);
         }
         self.for_each_page(id.0, job.counts.total, |page| {
-            found.extend(page.into_iter().filter(|r| {
-                matches!(
-                    r.state,
-                    RecipientState::Failed { .. } | RecipientState::Uncertain
-                )
-            }));
+            found.extend(page.into_iter().filter(|r| r.state.is_undelivered()));
             found.len() < limit
         })
         .await?;

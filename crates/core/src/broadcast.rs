@@ -480,6 +480,17 @@ pub enum RecipientState {
     Uncertain,
 }
 
+impl RecipientState {
+    /// Whether the message certainly did not reach the recipient, or may not have: failed for
+    /// good, or uncertain. `tgq broadcast status --json` lists them.
+    pub fn is_undelivered(&self) -> bool {
+        matches!(
+            self,
+            RecipientState::Failed { .. } | RecipientState::Uncertain
+        )
+    }
+}
+
 /// How a recipient's send ended, as the runner settles it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]

@@ -406,10 +406,7 @@ impl BroadcastStore for EmbeddedStore {
                     break;
                 }
                 let recipient = read_recipient(entry?.1.value(), id)?;
-                if matches!(
-                    recipient.state,
-                    RecipientState::Failed { .. } | RecipientState::Uncertain
-                ) {
+                if recipient.state.is_undelivered() {
                     found.push(recipient);
                 }
             }

@@ -266,12 +266,7 @@ impl BroadcastStore for MemoryBroadcasts {
             .map(|job| {
                 job.recipients
                     .iter()
-                    .filter(|r| {
-                        matches!(
-                            r.state,
-                            RecipientState::Failed { .. } | RecipientState::Uncertain
-                        )
-                    })
+                    .filter(|r| r.state.is_undelivered())
                     .take(limit)
                     .cloned()
                     .collect()
