@@ -395,7 +395,7 @@ async fn admin_broadcast_status(
     State(app): State<App>,
     Query(query): Query<BroadcastIdQuery>,
 ) -> Response {
-    admin_answer(crate::ops::broadcast::status_here(&app.store, query.id).await)
+    admin_answer(crate::ops::broadcast::status_here(&*app.store, query.id).await)
 }
 
 /// `POST /admin/broadcasts/start`: `tgq broadcast start` run by this instance; a broadcast that
@@ -404,7 +404,7 @@ async fn admin_broadcast_start(
     State(app): State<App>,
     Json(request): Json<crate::ops::broadcast::StartRequest>,
 ) -> Response {
-    let started = crate::ops::broadcast::start_here(&app.store, &request).await;
+    let started = crate::ops::broadcast::start_here(&*app.store, &request).await;
     match started {
         Err(error)
             if error
@@ -422,7 +422,7 @@ async fn admin_broadcast_change(
     State(app): State<App>,
     Json(request): Json<crate::ops::broadcast::ChangeRequest>,
 ) -> Response {
-    admin_answer(crate::ops::broadcast::change_here(&app.store, &request).await)
+    admin_answer(crate::ops::broadcast::change_here(&*app.store, &request).await)
 }
 
 /// `?to=FILE` on the backup route.

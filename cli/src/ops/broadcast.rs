@@ -1,18 +1,21 @@
 //! `tgq broadcast start | status | list | pause | resume | cancel`: one message to many chats, as
-//! a durable job in local mode's store (docs/ARCHITECTURE.md §13). While `tgq local` runs, the
-//! running instance answers through its admin routes and sends the job; otherwise the command
-//! works on the store, and the job is sent when `tgq local` next runs.
+//! a durable job (docs/ARCHITECTURE.md §13). Locally, while `tgq local` runs, the running instance
+//! answers through its admin routes and sends the job; otherwise the command works on the store,
+//! and the job is sent when `tgq local` next runs. With `--stack`, the job is kept in the stack's
+//! table and run by its worker from the stack's broadcasts queue.
 
 use std::io::Read as _;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 use clap::{Args, Subcommand};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use tgq_aws::{DynamoBroadcasts, SqsQueue};
 use tgq_core::broadcast::{
-    self, Audience, BroadcastId, BroadcastJob, BroadcastSpec, BroadcastStore as _, Change, Changed,
+    self, Audience, BroadcastId, BroadcastJob, BroadcastSpec, BroadcastStore, Change, Changed,
     Created, JobState, Lane, Recipient, StartError, StateFilter, DEFAULT_PAID_RATE,
     DEFAULT_RESERVE_PERCENT, PAID_STARS_PER_MESSAGE,
 };
@@ -82,7 +85,7 @@ pub struct StartArgs {
     /// Only chats whose state holds this JSON value at this JSON pointer (`/subscribed=true`).
     #[arg(long = "where", value_name = "POINTER=JSON", requires = "to_states", value_parser = pointer_equals)]
     equals: Option<(String, Value)>,
-    /// The bot that sends it [default: TGQ_BOT_ID, or `local`].
+    /// The bot that sends it [default: the stack's bot, TGQ_BOT_ID, or `local`].
     #[arg(long, value_name = "ID")]
     bot: Option<String>,
     /// The share of the bot's rate left to its replies, in percent.
@@ -201,19 +204,42 @@ fn pointer_equals(text: &str) -> Result<(String, Value), String> {
     Ok((pointer.to_owned(), value))
 }
 
-/// The local store's directory, or the refusal a stack gets.
-async fn local_dir(target: &TargetArgs) -> anyhow::Result<PathBuf> {
+/// Where a command's broadcasts are.
+enum Jobs {
+    /// Local mode's store in this data directory.
+    Local(PathBuf),
+    /// A stack's table, its jobs run from its broadcasts queue; with the stack's bot.
+    Stack(DynamoBroadcasts, Option<String>),
+}
+
+/// Where the target keeps its broadcasts. A stack must have its broadcasts queue: a job started
+/// or resumed there is queued on it.
+async fn jobs(target: &TargetArgs) -> anyhow::Result<Jobs> {
     match target.resolve().await? {
-        Target::Local(dir) => Ok(dir),
-        Target::Aws(_) => bail!(
-            "broadcasts run in tgq local's store only: this version cannot send one from a stack \
-             (--stack); run it from tgq local, or send from the bot's handler"
-        ),
+        Target::Local(dir) => Ok(Jobs::Local(dir)),
+        Target::Aws(deployment) => {
+            let Some(url) = deployment.broadcasts_queue_url.clone() else {
+                bail!(
+                    "broadcasts on AWS run from the stack's broadcasts queue, which --table and \
+                     --queue-url do not name (or the stack is older than it): give --stack NAME \
+                     of a stack deployed with this version"
+                );
+            };
+            let queue = SqsQueue::new(aws_sdk_sqs::Client::new(&deployment.sdk), url);
+            let store = DynamoBroadcasts::new(
+                aws_sdk_dynamodb::Client::new(&deployment.sdk),
+                deployment.table.clone(),
+            )
+            .run_on(Arc::new(queue));
+            Ok(Jobs::Stack(store, deployment.bot_id.clone()))
+        }
     }
 }
 
-fn default_bot(bot: Option<String>) -> anyhow::Result<BotId> {
+/// `--bot`, or else the stack's bot, `TGQ_BOT_ID`, or local mode's.
+fn default_bot(bot: Option<String>, stack_bot: Option<String>) -> anyhow::Result<BotId> {
     let bot = bot
+        .or(stack_bot)
         .or_else(|| std::env::var("TGQ_BOT_ID").ok())
         .unwrap_or_else(|| crate::config::LOCAL_BOT_ID.to_owned());
     BotId::new(bot).map_err(|e| anyhow::anyhow!("--bot: {e}"))
@@ -233,7 +259,7 @@ fn read_input(path: &PathBuf, what: &str) -> anyhow::Result<String> {
 
 /// The request `start` sends, checked: a bad recipients file or payload is refused here, before
 /// anything is stored.
-fn start_request(args: &StartArgs) -> anyhow::Result<StartRequest> {
+fn start_request(args: &StartArgs, stack_bot: Option<String>) -> anyhow::Result<StartRequest> {
     let params = match (&args.text, &args.payload) {
         (Some(text), _) => serde_json::json!({ "text": text }),
         (None, Some(path)) => {
@@ -257,7 +283,7 @@ fn start_request(args: &StartArgs) -> anyhow::Result<StartRequest> {
         (None, false) => bail!("give the recipients with --to FILE or --to-states"),
     };
     let spec = BroadcastSpec {
-        bot: default_bot(args.bot.clone())?,
+        bot: default_bot(args.bot.clone(), stack_bot)?,
         method: args.method.clone(),
         params,
         lane: if args.paid {
@@ -274,15 +300,21 @@ fn start_request(args: &StartArgs) -> anyhow::Result<StartRequest> {
 }
 
 async fn start(args: StartArgs) -> anyhow::Result<()> {
-    let dir = local_dir(&args.target).await?;
-    let request = start_request(&args)?;
-    let created: Created = match client::open(&dir, client::Access::Write).await? {
-        Local::Store(store) => {
-            let created = start_here(&store, &request).await;
-            client::close(store).await;
-            created?
+    let created: Created = match jobs(&args.target).await? {
+        Jobs::Local(dir) => {
+            let request = start_request(&args, None)?;
+            match client::open(&dir, client::Access::Write).await? {
+                Local::Store(store) => {
+                    let created = start_here(&*store, &request).await;
+                    client::close(store).await;
+                    created?
+                }
+                Local::Running(addr) => {
+                    client::post(addr, "/admin/broadcasts/start", &request).await?
+                }
+            }
         }
-        Local::Running(addr) => client::post(addr, "/admin/broadcasts/start", &request).await?,
+        Jobs::Stack(store, bot) => start_here(&store, &start_request(&args, bot)?).await?,
     };
     let job = created.job();
     if args.json {
@@ -314,8 +346,12 @@ async fn start(args: StartArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Starts a broadcast on a store this process holds: the CLI's own, or the running instance's.
-pub async fn start_here(store: &EmbeddedStore, request: &StartRequest) -> anyhow::Result<Created> {
+/// Starts a broadcast on a store this process holds: the CLI's own, the running instance's, or a
+/// stack's.
+pub async fn start_here(
+    store: &dyn BroadcastStore,
+    request: &StartRequest,
+) -> anyhow::Result<Created> {
     let created =
         broadcast::start(store, &request.spec, &request.audience, SystemClock.now()).await;
     match created {
@@ -326,7 +362,10 @@ pub async fn start_here(store: &EmbeddedStore, request: &StartRequest) -> anyhow
 }
 
 /// The status of job `id` on a store this process holds.
-pub async fn status_here(store: &EmbeddedStore, id: u64) -> anyhow::Result<Option<StatusView>> {
+pub async fn status_here(
+    store: &dyn BroadcastStore,
+    id: u64,
+) -> anyhow::Result<Option<StatusView>> {
     let id = BroadcastId(id);
     let Some(job) = store.job(&id).await? else {
         return Ok(None);
@@ -348,7 +387,7 @@ pub async fn status_here(store: &EmbeddedStore, id: u64) -> anyhow::Result<Optio
 
 /// Applies `change` to job `id` on a store this process holds.
 pub async fn change_here(
-    store: &EmbeddedStore,
+    store: &dyn BroadcastStore,
     request: &ChangeRequest,
 ) -> anyhow::Result<Changed> {
     Ok(store
@@ -360,20 +399,26 @@ pub async fn change_here(
         .await?)
 }
 
-async fn read_status(dir: &std::path::Path, id: u64) -> anyhow::Result<StatusView> {
-    let route = format!("/admin/broadcasts/status?id={id}");
-    let (view, _) = client::read(dir, &route, move |store: &EmbeddedStore| {
-        let handle = tokio::runtime::Handle::current();
-        handle.block_on(status_here(store, id))
-    })
-    .await?;
+async fn read_status(jobs: &Jobs, id: u64) -> anyhow::Result<StatusView> {
+    let view = match jobs {
+        Jobs::Local(dir) => {
+            let route = format!("/admin/broadcasts/status?id={id}");
+            let (view, _) = client::read(dir, &route, move |store: &EmbeddedStore| {
+                let handle = tokio::runtime::Handle::current();
+                handle.block_on(status_here(store, id))
+            })
+            .await?;
+            view
+        }
+        Jobs::Stack(store, _) => status_here(store, id).await?,
+    };
     view.with_context(|| format!("there is no broadcast {id}; `tgq broadcast list` shows them"))
 }
 
 async fn status(args: StatusArgs) -> anyhow::Result<()> {
-    let dir = local_dir(&args.target).await?;
+    let jobs = jobs(&args.target).await?;
     loop {
-        let view = read_status(&dir, args.id).await?;
+        let view = read_status(&jobs, args.id).await?;
         if args.json {
             outln!("{}", serde_json::to_string_pretty(&view)?);
             return Ok(());
@@ -474,13 +519,17 @@ fn render(view: &StatusView) {
 }
 
 async fn list(args: ListArgs) -> anyhow::Result<()> {
-    let dir = local_dir(&args.target).await?;
-    let (jobs, _) = client::read(&dir, "/admin/broadcasts", |store: &EmbeddedStore| {
-        let handle = tokio::runtime::Handle::current();
-        Ok(handle.block_on(store.jobs())?)
-    })
-    .await?;
-    let jobs: Vec<BroadcastJob> = jobs;
+    let jobs: Vec<BroadcastJob> = match jobs(&args.target).await? {
+        Jobs::Local(dir) => {
+            client::read(&dir, "/admin/broadcasts", |store: &EmbeddedStore| {
+                let handle = tokio::runtime::Handle::current();
+                Ok(handle.block_on(store.jobs())?)
+            })
+            .await?
+            .0
+        }
+        Jobs::Stack(store, _) => store.jobs().await?,
+    };
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&jobs)?);
         return Ok(());
@@ -518,18 +567,22 @@ async fn list(args: ListArgs) -> anyhow::Result<()> {
 }
 
 async fn change(args: IdArgs, change: Change) -> anyhow::Result<()> {
-    let dir = local_dir(&args.target).await?;
     let request = ChangeRequest {
         id: args.id,
         change: change.clone(),
     };
-    let changed: Changed = match client::open(&dir, client::Access::Write).await? {
-        Local::Store(store) => {
-            let changed = change_here(&store, &request).await;
-            client::close(store).await;
-            changed?
-        }
-        Local::Running(addr) => client::post(addr, "/admin/broadcasts/change", &request).await?,
+    let changed: Changed = match jobs(&args.target).await? {
+        Jobs::Local(dir) => match client::open(&dir, client::Access::Write).await? {
+            Local::Store(store) => {
+                let changed = change_here(&*store, &request).await;
+                client::close(store).await;
+                changed?
+            }
+            Local::Running(addr) => {
+                client::post(addr, "/admin/broadcasts/change", &request).await?
+            }
+        },
+        Jobs::Stack(store, _) => change_here(&store, &request).await?,
     };
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&changed)?);

@@ -73,6 +73,8 @@ pub struct Deployment {
     pub bot_webhook_url_prefix: Option<String>,
     /// `ScheduleGroupName`: the schedules of timers due later than 15 minutes.
     pub schedule_group: Option<String>,
+    /// `BroadcastsQueueUrl`: where each broadcast's steps wait.
+    pub broadcasts_queue_url: Option<String>,
 }
 
 impl TargetArgs {
@@ -116,6 +118,7 @@ impl Deployment {
             bots_parameter_prefix: None,
             bot_webhook_url_prefix: None,
             schedule_group: None,
+            broadcasts_queue_url: None,
         })
     }
 
@@ -163,6 +166,7 @@ impl Deployment {
             bots_parameter_prefix: output("BotsParameterPrefix"),
             bot_webhook_url_prefix: output("BotWebhookUrlPrefix"),
             schedule_group: output("ScheduleGroupName"),
+            broadcasts_queue_url: output("BroadcastsQueueUrl"),
             sdk,
         })
     }

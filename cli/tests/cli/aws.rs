@@ -22,6 +22,7 @@ use tgq_core::ports::{
     UpdateLedger as _, UpdateStore as _,
 };
 use tgq_core::record::{Status, UpdateRecord};
+use tgq_e2e::broadcasts::BroadcastParts;
 use tgq_e2e::emulator::{self, Stack};
 use tgq_fake_telegram::FakeTelegram;
 
@@ -64,11 +65,15 @@ async fn deploy_as(
         }
         None => resources.table.replace("tgq-e2e-", "ops-"),
     };
+    let broadcasts = BroadcastParts::create(&sdk, &resources)
+        .await
+        .expect("a broadcasts queue on moto");
     let mut template_outputs = serde_json::Map::new();
     for (key, value) in [
         ("TableName", resources.table.as_str()),
         ("UpdatesQueueUrl", resources.queue_url.as_str()),
         ("DeadLetterQueueUrl", resources.dlq_url.as_str()),
+        ("BroadcastsQueueUrl", broadcasts.queue_url.as_str()),
     ]
     .iter()
     .chain(outputs)
@@ -622,6 +627,17 @@ async fn run_operating_guide(
     for mut args in operating_guide_commands().into_iter().filter(|a| wanted(a)) {
         if let Some(at) = args.iter().position(|a| a == "--stack") {
             args[at + 1] = d.name.clone();
+        }
+        // The guide's recipients and payload files, written where the command finds them.
+        for (name, content) in [
+            ("subscribers.txt", "# the guide's subscribers\n41\n42\n43\n"),
+            ("news.json", r#"{"text": "We are back!"}"#),
+        ] {
+            if let Some(at) = args.iter().position(|a| a == name) {
+                let file = std::env::temp_dir().join(format!("{}-{name}", d.name));
+                std::fs::write(&file, content).unwrap();
+                args[at] = file.display().to_string();
+            }
         }
         if args.iter().any(|a| a == "ID") {
             let mut letters = d.json(&["dlq", "list"]);

@@ -6,6 +6,7 @@
 //! another one on it is run again, and one job's sends are bounded by the item's write rate.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
@@ -13,9 +14,10 @@ use aws_sdk_dynamodb::types::{
     AttributeValue, KeysAndAttributes, PutRequest, ReturnValue, TransactWriteItem, Update,
     WriteRequest,
 };
+use tgq_core::broadcast::chain::{BroadcastQueue, ChainStep};
 use tgq_core::broadcast::{
     BroadcastId, BroadcastJob, BroadcastSpec, BroadcastStore, Change, Changed, Counts, Created,
-    Outcome, Recipient, RecipientState, StateFilter,
+    JobState, Outcome, Recipient, RecipientState, Span, StateFilter, EVERY,
 };
 use tgq_core::ids::{BotId, StateKey};
 use tgq_core::record::Timestamp;
@@ -54,11 +56,13 @@ const ATTEMPTS: &str = "attempts";
 /// The recipient's state as JSON, and its tag alone, which conditions compare.
 const TAG: &str = "tag";
 
-/// Every broadcast of a stack, in its records' table.
-#[derive(Clone, Debug)]
+/// Every broadcast of a stack, in its records' table; with the stack's broadcasts queue, a job
+/// started or resumed here is queued to run there.
+#[derive(Clone)]
 pub struct DynamoBroadcasts {
     client: aws_sdk_dynamodb::Client,
     table: String,
+    queue: Option<Arc<dyn BroadcastQueue>>,
 }
 
 /// An item that does not read as what its key says.
@@ -169,6 +173,27 @@ impl DynamoBroadcasts {
         Self {
             client,
             table: table.into(),
+            queue: None,
+        }
+    }
+
+    /// The same broadcasts, whose jobs run on `queue`: a job is queued there when it starts and
+    /// when it is resumed (docs/ARCHITECTURE.md §13).
+    pub fn run_on(self, queue: Arc<dyn BroadcastQueue>) -> Self {
+        Self {
+            queue: Some(queue),
+            ..self
+        }
+    }
+
+    /// Queues the first step of `job` when it is running. `dedup` names the queueing: a start
+    /// repeated by a retried run within SQS's deduplication window queues one step.
+    async fn queue_run(&self, job: &BroadcastJob, dedup: String) -> Result<(), PortError> {
+        match &self.queue {
+            Some(queue) if job.state == JobState::Running => {
+                queue.queue(&ChainStep::start(&job.id), &dedup).await
+            }
+            _ => Ok(()),
         }
     }
 
@@ -234,16 +259,17 @@ impl DynamoBroadcasts {
         Ok(recipients)
     }
 
-    /// Every recipient of job `id`, in index order, a page of [`BATCH_GET_KEYS`] at a time.
+    /// The recipients of job `id` in `span` (of `total`), in index order, a page of
+    /// [`BATCH_GET_KEYS`] at a time, until `each` says enough.
     async fn for_each_page(
         &self,
         id: u64,
-        total: u64,
+        (span, total): (&Span, u64),
         mut each: impl FnMut(Vec<Recipient>) -> bool,
     ) -> Result<(), PortError> {
-        let mut from = 0;
-        while from < total {
-            let to = (from + BATCH_GET_KEYS as u64).min(total);
+        let (mut from, end) = (span.start, span.end.min(total));
+        while from < end {
+            let to = (from + BATCH_GET_KEYS as u64).min(end);
             if !each(self.recipients_at(id, from..to).await?) {
                 break;
             }
@@ -405,9 +431,9 @@ impl DynamoBroadcasts {
     }
 }
 
-#[async_trait]
-impl BroadcastStore for DynamoBroadcasts {
-    async fn create(
+impl DynamoBroadcasts {
+    /// [`BroadcastStore::create`] without the queueing.
+    async fn create_job(
         &self,
         spec: &BroadcastSpec,
         chats: &[i64],
@@ -517,35 +543,8 @@ impl BroadcastStore for DynamoBroadcasts {
         Ok(Created::New { job })
     }
 
-    async fn jobs(&self) -> Result<Vec<BroadcastJob>, PortError> {
-        let last = self
-            .get("broadcast#seq".into())
-            .await?
-            .and_then(|item| read_num(&item, "last"))
-            .unwrap_or(0);
-        let keys = (1..=last).map(job_pk).collect();
-        let mut jobs = Vec::new();
-        for item in self.batch_get(keys).await? {
-            let id = item
-                .get("pk")
-                .and_then(|pk| pk.as_s().ok())
-                .and_then(|pk| pk.strip_prefix("broadcast#"))
-                .and_then(|id| id.parse().ok())
-                .ok_or_else(|| PortError::rejected(BATCH_GET, Malformed("a job".into(), "pk")))?;
-            jobs.push(job_of(id, &item)?);
-        }
-        jobs.sort_by(|a, b| b.id.cmp(&a.id));
-        Ok(jobs)
-    }
-
-    async fn job(&self, id: &BroadcastId) -> Result<Option<BroadcastJob>, PortError> {
-        match self.get(job_pk(id.0)).await? {
-            Some(item) => Ok(Some(job_of(id.0, &item)?)),
-            None => Ok(None),
-        }
-    }
-
-    async fn change(
+    /// [`BroadcastStore::change`] without the queueing.
+    async fn change_job(
         &self,
         id: &BroadcastId,
         change: Change,
@@ -586,10 +585,77 @@ impl BroadcastStore for DynamoBroadcasts {
             }
         }
     }
+}
+
+#[async_trait]
+impl BroadcastStore for DynamoBroadcasts {
+    async fn create(
+        &self,
+        spec: &BroadcastSpec,
+        chats: &[i64],
+        now: Timestamp,
+    ) -> Result<Created, PortError> {
+        let created = self.create_job(spec, chats, now).await?;
+        // A job found again (a retried start) is queued again too: the start that made it may
+        // have died before it queued it; SQS keeps one of the two.
+        let job = created.job();
+        self.queue_run(job, format!("{}-start", job.id)).await?;
+        Ok(created)
+    }
+
+    async fn jobs(&self) -> Result<Vec<BroadcastJob>, PortError> {
+        let last = self
+            .get("broadcast#seq".into())
+            .await?
+            .and_then(|item| read_num(&item, "last"))
+            .unwrap_or(0);
+        let keys = (1..=last).map(job_pk).collect();
+        let mut jobs = Vec::new();
+        for item in self.batch_get(keys).await? {
+            let id = item
+                .get("pk")
+                .and_then(|pk| pk.as_s().ok())
+                .and_then(|pk| pk.strip_prefix("broadcast#"))
+                .and_then(|id| id.parse().ok())
+                .ok_or_else(|| PortError::rejected(BATCH_GET, Malformed("a job".into(), "pk")))?;
+            jobs.push(job_of(id, &item)?);
+        }
+        jobs.sort_by(|a, b| b.id.cmp(&a.id));
+        Ok(jobs)
+    }
+
+    async fn job(&self, id: &BroadcastId) -> Result<Option<BroadcastJob>, PortError> {
+        match self.get(job_pk(id.0)).await? {
+            Some(item) => Ok(Some(job_of(id.0, &item)?)),
+            None => Ok(None),
+        }
+    }
+
+    async fn change(
+        &self,
+        id: &BroadcastId,
+        change: Change,
+        now: Timestamp,
+    ) -> Result<Changed, PortError> {
+        let resume = change == Change::Resume;
+        match self.change_job(id, change, now).await? {
+            // A resumed job runs again from its first chunk; resuming a running one queues it
+            // again, for a job whose run was lost (its queue message gone).
+            Changed::Changed { job } | Changed::Refused { job }
+                if resume && self.queue.is_some() && job.state == JobState::Running =>
+            {
+                self.queue_run(&job, format!("{}-resume-{}", job.id, now.0))
+                    .await?;
+                Ok(Changed::Changed { job })
+            }
+            changed => Ok(changed),
+        }
+    }
 
     async fn next(
         &self,
         id: &BroadcastId,
+        span: &Span,
         now: Timestamp,
         limit: usize,
     ) -> Result<Vec<Recipient>, PortError> {
@@ -597,7 +663,7 @@ impl BroadcastStore for DynamoBroadcasts {
             return Ok(Vec::new());
         };
         let (mut due, mut fresh) = (Vec::new(), Vec::new());
-        self.for_each_page(id.0, job.counts.total, |page| {
+        self.for_each_page(id.0, (span, job.counts.total), |page| {
             for recipient in page {
                 match recipient.state {
                     RecipientState::Retrying { due: at } if at <= now.0 => due.push(recipient),
@@ -613,7 +679,11 @@ impl BroadcastStore for DynamoBroadcasts {
         Ok(due)
     }
 
-    async fn next_retry(&self, id: &BroadcastId) -> Result<Option<Timestamp>, PortError> {
+    async fn next_retry(
+        &self,
+        id: &BroadcastId,
+        span: &Span,
+    ) -> Result<Option<Timestamp>, PortError> {
         let Some(job) = self.job(id).await? else {
             return Ok(None);
         };
@@ -621,7 +691,7 @@ impl BroadcastStore for DynamoBroadcasts {
             return Ok(None);
         }
         let mut earliest: Option<u64> = None;
-        self.for_each_page(id.0, job.counts.total, |page| {
+        self.for_each_page(id.0, (span, job.counts.total), |page| {
             for recipient in page {
                 if let RecipientState::Retrying { due } = recipient.state {
                     earliest = Some(earliest.map_or(due, |e| e.min(due)));
@@ -693,12 +763,17 @@ impl BroadcastStore for DynamoBroadcasts {
         Ok(())
     }
 
-    async fn abandon_begun(&self, id: &BroadcastId, now: Timestamp) -> Result<u64, PortError> {
+    async fn abandon_begun(
+        &self,
+        id: &BroadcastId,
+        span: &Span,
+        now: Timestamp,
+    ) -> Result<u64, PortError> {
         let Some(job) = self.job(id).await? else {
             return Ok(0);
         };
         let mut begun = Vec::new();
-        self.for_each_page(id.0, job.counts.total, |page| {
+        self.for_each_page(id.0, (span, job.counts.total), |page| {
             begun.extend(
                 page.into_iter()
                     .filter(|r| r.state == RecipientState::Sending),
@@ -737,7 +812,7 @@ impl BroadcastStore for DynamoBroadcasts {
         if job.counts.failed + job.counts.uncertain == 0 {
             return Ok(found);
         }
-        self.for_each_page(id.0, job.counts.total, |page| {
+        self.for_each_page(id.0, (&EVERY, job.counts.total), |page| {
             found.extend(page.into_iter().filter(|r| r.state.is_undelivered()));
             found.len() < limit
         })

@@ -6,6 +6,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use aws_sdk_sqs::types::{Message, MessageSystemAttributeName, QueueAttributeName};
 use bytes::Bytes;
+use tgq_core::broadcast::chain::{BroadcastQueue, ChainStep};
 use tgq_core::defaults::MAX_VISIBILITY;
 use tgq_core::ids::{BotId, MessageGroupId};
 use tgq_core::ports::{
@@ -149,6 +150,23 @@ impl UpdateQueue for SqsQueue {
             .message_body(body)
             .message_group_id(message.group_id.as_str())
             .message_deduplication_id(&message.dedup_id)
+            .send()
+            .await
+            .map_err(|e| port_error(SEND, e))?;
+        Ok(())
+    }
+}
+
+/// The stack's broadcasts queue (FIFO): a job's steps in its own message group.
+#[async_trait]
+impl BroadcastQueue for SqsQueue {
+    async fn queue(&self, step: &ChainStep, dedup: &str) -> Result<(), PortError> {
+        self.client
+            .send_message()
+            .queue_url(&self.url)
+            .message_body(step.body())
+            .message_group_id(step.group())
+            .message_deduplication_id(dedup)
             .send()
             .await
             .map_err(|e| port_error(SEND, e))?;

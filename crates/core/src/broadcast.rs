@@ -10,6 +10,7 @@
 
 use std::collections::HashSet;
 use std::fmt;
+use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,6 +20,8 @@ use serde_json::Value;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tracing::{info, warn};
+
+pub mod chain;
 
 use crate::budget::{Clear, Reserved, SendBudget, RECHECK_AFTER};
 use crate::clock::Clock;
@@ -60,6 +63,15 @@ const BOOK_WITHIN: Duration = Duration::from_secs(2);
 const LANE_SLACK: Duration = Duration::from_millis(20);
 /// How far behind its schedule the lane catches up.
 const CATCH_UP: Duration = Duration::from_millis(20);
+
+/// A share of a job's recipients, by index: what one run on a stack works through (a chunk of
+/// [`CHUNK`]), or every recipient ([`EVERY`]) for the process that runs the whole job.
+pub type Span = Range<u64>;
+/// Every recipient of a job.
+pub const EVERY: Span = 0..u64::MAX;
+/// How many recipients a chunk on a stack holds: what one run reads and works through before the
+/// next chunk (docs/ARCHITECTURE.md §13).
+pub const CHUNK: u64 = 1000;
 
 /// A broadcast's id: the store's sequence number.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -584,7 +596,8 @@ impl Created {
     }
 }
 
-/// Where broadcasts are kept: the embedded store for `tgq local`, memory in tests.
+/// Where broadcasts are kept: the embedded store for `tgq local`, DynamoDB on a stack, memory in
+/// tests.
 #[async_trait]
 pub trait BroadcastStore: Send + Sync {
     /// Creates a running job for `chats` (already checked, without repeats), unless a job of
@@ -610,17 +623,23 @@ pub trait BroadcastStore: Send + Sync {
         now: Timestamp,
     ) -> Result<Changed, PortError>;
 
-    /// Up to `limit` recipients to send to at `now`: those due for another try first, then the
-    /// next never tried, in list order. Those whose send began are never among them.
+    /// Up to `limit` recipients of `span` to send to at `now`: those due for another try first,
+    /// then the next never tried, in list order. Those whose send began are never among them.
     async fn next(
         &self,
         id: &BroadcastId,
+        span: &Span,
         now: Timestamp,
         limit: usize,
     ) -> Result<Vec<Recipient>, PortError>;
 
-    /// When the earliest recipient waiting for another try is due; `None` when none waits.
-    async fn next_retry(&self, id: &BroadcastId) -> Result<Option<Timestamp>, PortError>;
+    /// When the earliest recipient of `span` waiting for another try is due; `None` when none
+    /// waits.
+    async fn next_retry(
+        &self,
+        id: &BroadcastId,
+        span: &Span,
+    ) -> Result<Option<Timestamp>, PortError>;
 
     /// Records that the send to recipient `index` begins: durable before the call.
     async fn begin(&self, id: &BroadcastId, index: u64) -> Result<(), PortError>;
@@ -634,9 +653,14 @@ pub trait BroadcastStore: Send + Sync {
         now: Timestamp,
     ) -> Result<(), PortError>;
 
-    /// Marks every recipient of the job whose send began and never ended as uncertain (the
+    /// Marks every recipient of `span` whose send began and never ended as uncertain (the
     /// process that began them is gone); how many there were.
-    async fn abandon_begun(&self, id: &BroadcastId, now: Timestamp) -> Result<u64, PortError>;
+    async fn abandon_begun(
+        &self,
+        id: &BroadcastId,
+        span: &Span,
+        now: Timestamp,
+    ) -> Result<u64, PortError>;
 
     /// Up to `limit` recipients that failed for good or are uncertain, in list order.
     async fn undelivered(
@@ -791,8 +815,23 @@ pub enum RunEnd {
     Done,
     /// The job was paused (by an operator, or because Telegram refused its message) or cancelled.
     Stopped(JobState),
-    /// The process is stopping.
+    /// The process is stopping (or, on a stack, the invocation's time is up).
     ShutDown,
+    /// A span's run that does not wait ([`Waits::No`]): nothing of the span can be sent before
+    /// this time, when a recipient's next try is due.
+    Later(Timestamp),
+    /// A span's run that does not wait: every recipient of the span has an outcome, and some of
+    /// the job's others have not.
+    SpanDone,
+}
+
+/// Whether a run waits for its recipients' next tries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Waits {
+    /// The process that runs the whole job waits for them.
+    Yes,
+    /// A run on a stack hands the wait to its queue ([`RunEnd::Later`]) and ends.
+    No,
 }
 
 impl BroadcastRunner {
@@ -802,9 +841,22 @@ impl BroadcastRunner {
         &self,
         id: &BroadcastId,
         api: Arc<dyn BotApi>,
+        stop: watch::Receiver<bool>,
+    ) -> Result<RunEnd, PortError> {
+        self.run_span(id, &EVERY, Waits::Yes, api, stop).await
+    }
+
+    /// [`BroadcastRunner::run`] over the recipients of `span` alone; with [`Waits::No`] it ends
+    /// when nothing of the span can be sent now, rather than wait.
+    pub async fn run_span(
+        &self,
+        id: &BroadcastId,
+        span: &Span,
+        waits: Waits,
+        api: Arc<dyn BotApi>,
         mut stop: watch::Receiver<bool>,
     ) -> Result<RunEnd, PortError> {
-        let abandoned = self.store.abandon_begun(id, self.clock.now()).await?;
+        let abandoned = self.store.abandon_begun(id, span, self.clock.now()).await?;
         if abandoned > 0 {
             warn!(broadcast = %id, recipients = abandoned, "sends an earlier process began and never ended are uncertain: not sent again");
         }
@@ -812,17 +864,20 @@ impl BroadcastRunner {
             return Ok(RunEnd::Stopped(JobState::Cancelled));
         };
         let mut sends: JoinSet<()> = JoinSet::new();
-        let ended = self.sending(&job, api, &mut stop, &mut sends).await;
+        let ended = self
+            .sending(&job, (span, waits), api, &mut stop, &mut sends)
+            .await;
         // Whatever ended the run, a send under way lands and is recorded: dropping its task
         // could leave a message Telegram took counted uncertain.
         drain(&mut sends).await;
         ended
     }
 
-    /// The body of [`BroadcastRunner::run`], with its sends in `sends`.
+    /// The body of [`BroadcastRunner::run_span`], with its sends in `sends`.
     async fn sending(
         &self,
         job: &BroadcastJob,
+        (span, waits): (&Span, Waits),
         api: Arc<dyn BotApi>,
         stop: &mut watch::Receiver<bool>,
         sends: &mut JoinSet<()>,
@@ -840,7 +895,10 @@ impl BroadcastRunner {
                 drain(sends).await;
                 return self.stopped(id).await;
             };
-            let batch = self.store.next(id, self.clock.now(), TAKE).await?;
+            if *stop.borrow() {
+                return Ok(RunEnd::ShutDown);
+            }
+            let batch = self.store.next(id, span, self.clock.now(), TAKE).await?;
             if batch.is_empty() {
                 drain(sends).await;
                 let Some(job) = self.running(id).await? else {
@@ -859,7 +917,8 @@ impl BroadcastRunner {
                     info!(broadcast = %id, sent = c.sent, gone = c.gone, failed = c.failed, uncertain = c.uncertain, "broadcast done");
                     return Ok(RunEnd::Done);
                 }
-                let wait = match self.store.next_retry(id).await? {
+                let wait = match self.store.next_retry(id, span).await? {
+                    Some(due) if waits == Waits::No => return Ok(RunEnd::Later(due)),
                     Some(due) => due
                         .since(self.clock.now())
                         .clamp(Duration::from_millis(1), LOOK_EVERY),
@@ -867,10 +926,15 @@ impl BroadcastRunner {
                         // Nothing waits and nothing of this run is in flight, yet some have no
                         // outcome: their sends began and could not be recorded (a settle that
                         // gave up). They are uncertain.
-                        let stuck = self.store.abandon_begun(id, self.clock.now()).await?;
+                        let stuck = self.store.abandon_begun(id, span, self.clock.now()).await?;
                         if stuck > 0 {
                             warn!(broadcast = %id, recipients = stuck, "sends whose outcome could not be recorded are uncertain: not sent again");
                             continue;
+                        }
+                        // Every recipient of the span has its outcome; the others are
+                        // another run's.
+                        if waits == Waits::No {
+                            return Ok(RunEnd::SpanDone);
                         }
                         LOOK_EVERY
                     }
@@ -885,6 +949,10 @@ impl BroadcastRunner {
             let mut probing = job.counts.sent == 0;
             let mut looked = self.clock.now();
             for recipient in batch {
+                // What was taken and not begun stays where it was for the next run.
+                if *stop.borrow() {
+                    break;
+                }
                 if probing || self.clock.now().since(looked) >= LOOK_EVERY {
                     looked = self.clock.now();
                     drain_if(probing, sends).await;

@@ -72,11 +72,23 @@ pub struct TimerResources {
     pub reach: Duration,
 }
 
+/// Where a stack's broadcasts run (docs/ARCHITECTURE.md §13).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BroadcastResources {
+    /// `TGQ_BROADCASTS_QUEUE_URL`: the FIFO queue where a job's steps wait, a group per job.
+    pub queue_url: String,
+    /// `TGQ_BROADCASTS_QUEUE_ARN`: its ARN, which names its records in the worker's events.
+    pub queue_arn: String,
+    /// `TGQ_BROADCAST_CHUNK`: how many recipients a step works through before the next chunk;
+    /// [`CHUNK`](crate::broadcast::CHUNK) unless a test shortens it.
+    pub chunk: u64,
+}
+
 /// Every environment variable that changes what a tgq binary does: docs/CONFIGURATION.md describes
 /// each (a test holds the two to the same names, and to every `TGQ_*` and `TELEGRAM_*` name the code
 /// reads), and the tools that start tgq (the drill, the bench, the suite) remove each from the
 /// environment they inherit, so that a developer's shell cannot change what they measure.
-pub const SETTINGS: [&str; 40] = [
+pub const SETTINGS: [&str; 43] = [
     "TELEGRAM_BOT_TOKEN",
     "TELEGRAM_BOT_TOKEN_PARAM",
     "TELEGRAM_API_URL",
@@ -92,6 +104,9 @@ pub const SETTINGS: [&str; 40] = [
     "TGQ_SCHEDULE_GROUP",
     "TGQ_SCHEDULER_ROLE_ARN",
     "TGQ_TIMER_QUEUE_REACH_SECS",
+    "TGQ_BROADCASTS_QUEUE_URL",
+    "TGQ_BROADCASTS_QUEUE_ARN",
+    "TGQ_BROADCAST_CHUNK",
     "TGQ_STACK",
     "TGQ_BOTS_PARAMETER_PREFIX",
     "TGQ_REGISTRY_REFRESH_SECS",
@@ -276,6 +291,29 @@ impl Vars {
                 "the role EventBridge Scheduler sends due timers to the timer queue with",
             )?,
             reach,
+        }))
+    }
+
+    /// The broadcasts queue, when `TGQ_BROADCASTS_QUEUE_URL` is set (then its ARN is required);
+    /// `None`: the deployment runs no broadcasts, and a handler that starts one is told so.
+    pub fn broadcast_resources(&self) -> Result<Option<BroadcastResources>, ConfigError> {
+        if self.get("TGQ_BROADCASTS_QUEUE_URL").is_none() {
+            return Ok(None);
+        }
+        Ok(Some(BroadcastResources {
+            queue_url: self.required(
+                "TGQ_BROADCASTS_QUEUE_URL",
+                "the broadcasts queue URL (template output BroadcastsQueueUrl)",
+            )?,
+            queue_arn: self.required(
+                "TGQ_BROADCASTS_QUEUE_ARN",
+                "the broadcasts queue's ARN, which its records name",
+            )?,
+            chunk: self.positive(
+                "TGQ_BROADCAST_CHUNK",
+                "a whole number of recipients from 1",
+                crate::broadcast::CHUNK,
+            )?,
         }))
     }
 

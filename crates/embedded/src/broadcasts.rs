@@ -8,7 +8,7 @@ use redb::{ReadTransaction, ReadableTable};
 use serde::{Deserialize, Serialize};
 use tgq_core::broadcast::{
     BroadcastId, BroadcastJob, BroadcastSpec, BroadcastStore, Change, Changed, Created, Outcome,
-    Recipient, RecipientState, StateFilter,
+    Recipient, RecipientState, Span, StateFilter,
 };
 use tgq_core::error::PortError;
 use tgq_core::ids::{BotId, StateKey};
@@ -204,15 +204,22 @@ impl Tx<'_> {
         self.put_job(&stored)
     }
 
-    fn abandon_begun_sends(&mut self, id: u64, now: Timestamp) -> Result<u64, OpError> {
+    fn abandon_begun_sends(
+        &mut self,
+        id: u64,
+        span: &Span,
+        now: Timestamp,
+    ) -> Result<u64, OpError> {
         let Some(mut stored) = self.stored_job(id)? else {
             return Ok(0);
         };
         let begun: Vec<u64> = {
             let table = self.table(BROADCAST_BEGUN)?;
             let mut begun = Vec::new();
-            for entry in table.range((id, 0)..=(id, u64::MAX))? {
-                begun.push(entry?.0.value().1);
+            if !span.is_empty() {
+                for entry in table.range((id, span.start)..=(id, span.end - 1))? {
+                    begun.push(entry?.0.value().1);
+                }
             }
             begun
         };
@@ -304,10 +311,14 @@ impl BroadcastStore for EmbeddedStore {
     async fn next(
         &self,
         id: &BroadcastId,
+        span: &Span,
         now: Timestamp,
         limit: usize,
     ) -> Result<Vec<Recipient>, PortError> {
-        let id = id.0;
+        let (id, span) = (id.0, span.clone());
+        if span.is_empty() {
+            return Ok(Vec::new());
+        }
         read(&self.db, "broadcast next", move |db| {
             let read = db.begin_read()?;
             let Some(stored) = read_job(&read, id)? else {
@@ -318,14 +329,20 @@ impl BroadcastStore for EmbeddedStore {
             for entry in read
                 .open_table(BROADCAST_RETRIES)?
                 .range((id, 0, 0)..=(id, now.0, u64::MAX))?
-                .take(limit)
             {
+                if taken.len() >= limit {
+                    break;
+                }
                 let (_, _, index) = entry?.0.value();
+                if !span.contains(&index) {
+                    continue;
+                }
                 if let Some(value) = recipients.get((id, index))? {
                     taken.push(read_recipient(value.value(), id)?);
                 }
             }
-            for entry in recipients.range((id, stored.cursor.min(u64::MAX - 1))..=(id, u64::MAX))? {
+            let from = stored.cursor.max(span.start).min(span.end - 1);
+            for entry in recipients.range((id, from)..=(id, span.end - 1))? {
                 if taken.len() >= limit {
                     break;
                 }
@@ -339,16 +356,23 @@ impl BroadcastStore for EmbeddedStore {
         .await
     }
 
-    async fn next_retry(&self, id: &BroadcastId) -> Result<Option<Timestamp>, PortError> {
-        let id = id.0;
+    async fn next_retry(
+        &self,
+        id: &BroadcastId,
+        span: &Span,
+    ) -> Result<Option<Timestamp>, PortError> {
+        let (id, span) = (id.0, span.clone());
         read(&self.db, "broadcast next retry", move |db| {
             let read = db.begin_read()?;
             let retries = read.open_table(BROADCAST_RETRIES)?;
-            let first = retries.range((id, 0, 0)..=(id, u64::MAX, u64::MAX))?.next();
-            Ok(match first {
-                Some(entry) => Some(Timestamp(entry?.0.value().1)),
-                None => None,
-            })
+            // Earliest due first: the first of the span is the earliest.
+            for entry in retries.range((id, 0, 0)..=(id, u64::MAX, u64::MAX))? {
+                let (_, due, index) = entry?.0.value();
+                if span.contains(&index) {
+                    return Ok(Some(Timestamp(due)));
+                }
+            }
+            Ok(None)
         })
         .await
     }
@@ -377,11 +401,16 @@ impl BroadcastStore for EmbeddedStore {
             .await
     }
 
-    async fn abandon_begun(&self, id: &BroadcastId, now: Timestamp) -> Result<u64, PortError> {
-        let id = id.0;
+    async fn abandon_begun(
+        &self,
+        id: &BroadcastId,
+        span: &Span,
+        now: Timestamp,
+    ) -> Result<u64, PortError> {
+        let (id, span) = (id.0, span.clone());
         self.writer
             .run("broadcast abandon", move |tx| {
-                tx.abandon_begun_sends(id, now)
+                tx.abandon_begun_sends(id, &span, now)
             })
             .await
     }

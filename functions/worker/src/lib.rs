@@ -10,16 +10,23 @@ use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent
 use bytes::Bytes;
 use lambda_runtime::LambdaEvent;
 use secrecy::SecretString;
+use tgq_core::bots::{BotDirectory, Lookup};
 use tgq_core::bots::{BotRuntime, Connect, Fleet, RegistryBots};
+use tgq_core::broadcast::chain::{BroadcastQueue, ChainNext, ChainStep};
+use tgq_core::broadcast::{BroadcastRunner, Change, JobState};
 use tgq_core::clock::{Clock, SystemClock};
 use tgq_core::config::HandlerChoice;
-use tgq_core::config::{AwsResources, ConfigError, SecretSource, TimerResources, Vars};
+use tgq_core::config::{
+    AwsResources, BroadcastResources, ConfigError, SecretSource, TimerResources, Vars,
+};
 use tgq_core::defaults;
+use tgq_core::error::error_chain;
 use tgq_core::error::BoxError;
 use tgq_core::handler::BotConfig;
 use tgq_core::handlers::HandlerRegistry;
 use tgq_core::ids::{BotId, MessageGroupId};
 use tgq_core::pacer::RateLimits;
+use tgq_core::ports::Visibility;
 use tgq_core::ports::{QueueRecord, ReceiptHandle};
 use tgq_core::record::Timestamp;
 use tgq_core::registry::{BotSource, Layout, Registry};
@@ -27,7 +34,8 @@ use tgq_core::relay::{RelayRecord, Relayed, TimerRelay};
 use tgq_core::telegram::BotApi;
 use tgq_core::worker::{Worker, WorkerSettings};
 use tgq_telegram::HttpBotApi;
-use tracing::{warn, Instrument as _};
+use tokio::sync::watch;
+use tracing::{error, info, warn, Instrument as _};
 
 /// The worker's configuration, read once per cold start.
 #[derive(Clone, Debug)]
@@ -51,6 +59,8 @@ pub struct WorkerConfig {
     pub rate_limits: RateLimits,
     /// `TGQ_TIMERS_QUEUE_URL` and the rest: where timers wait; `None`, no timers.
     pub timers: Option<TimerResources>,
+    /// `TGQ_BROADCASTS_QUEUE_URL` and its ARN: where broadcasts run; `None`, no broadcasts.
+    pub broadcasts: Option<BroadcastResources>,
 }
 
 impl WorkerConfig {
@@ -83,6 +93,7 @@ impl WorkerConfig {
             rate_limits: vars.rate_limits()?,
             handler: vars.handler()?,
             timers: vars.timer_resources()?,
+            broadcasts: vars.broadcast_resources()?,
         })
     }
 
@@ -154,19 +165,142 @@ pub struct TimerSource {
     pub queue_arn: String,
 }
 
-/// [`handle`] for a worker with a timer queue: the event's records from that queue go to the relay,
-/// the others to the worker. (An event comes from one event source mapping, so it holds one kind.)
+/// The worker's third event source: the broadcasts queue, whose records are the steps of the
+/// stack's broadcast jobs (docs/ARCHITECTURE.md §13).
+pub struct BroadcastSource {
+    /// Runs the steps, with the bot's budget the worker's runs share.
+    pub runner: BroadcastRunner,
+    /// The bots, for the Bot API of each job's bot.
+    pub bots: Arc<dyn BotDirectory>,
+    /// Where the next step of a job is queued.
+    pub queue: Arc<dyn BroadcastQueue>,
+    /// Hides a step until it is due.
+    pub visibility: Arc<dyn Visibility>,
+    /// The broadcasts queue's ARN: records naming it as their source are steps.
+    pub queue_arn: String,
+    /// How many recipients a chunk holds.
+    pub chunk: u64,
+    /// Tells the time.
+    pub clock: Arc<dyn Clock>,
+}
+
+/// How long a step that could not run waits before it is tried again.
+const STEP_RETRY: Duration = Duration::from_secs(10);
+
+impl BroadcastSource {
+    /// Runs each step of `records` in turn until `deadline`; the ids of those to be received
+    /// again (not yet due, or not run).
+    async fn run(&self, records: Vec<QueueRecord>, deadline: Timestamp) -> Vec<String> {
+        let mut failed = Vec::new();
+        for record in records {
+            if !self.step(&record, deadline).await {
+                failed.push(record.message_id);
+            }
+        }
+        failed
+    }
+
+    /// One step; `true` when its message is done with.
+    async fn step(&self, record: &QueueRecord, deadline: Timestamp) -> bool {
+        let Some(step) = ChainStep::parse(&record.body) else {
+            // Only tgq writes to this queue; a message it cannot read has nothing to run.
+            error!(message_id = %record.message_id, "a message on the broadcasts queue is not a broadcast step; deleted");
+            return true;
+        };
+        let span = tracing::info_span!("broadcast", broadcast = %step.job, chunk = step.chunk);
+        let next = async {
+            let job = match self.runner.store.job(&step.job).await {
+                Ok(Some(job)) if job.state == JobState::Running => job,
+                Ok(_) => return Ok(ChainNext::End(JobState::Cancelled)),
+                Err(error) => return Err(error),
+            };
+            let api = match self.bots.lookup(&job.spec.bot).await {
+                Lookup::Found(bot) => bot.api.clone(),
+                Lookup::Refused(_, why) => {
+                    let reason = format!("bot {} cannot send: {why}", job.spec.bot);
+                    warn!("{reason}");
+                    self.runner
+                        .store
+                        .change(&job.id, Change::PauseBecause(reason), self.clock.now())
+                        .await?;
+                    return Ok(ChainNext::End(JobState::Paused { reason: None }));
+                }
+                Lookup::Unavailable(error) => return Err(error),
+            };
+            // The step ends in time to land its sends under way and queue its successor.
+            let (stop, stopped) = watch::channel(false);
+            let until = deadline
+                .since(self.clock.now())
+                .saturating_sub(defaults::DEADLINE_MARGIN);
+            let timer = tokio::spawn(async move {
+                tokio::time::sleep(until).await;
+                let _ = stop.send(true);
+            });
+            let next = self.runner.run_step(&step, self.chunk, api, stopped).await;
+            timer.abort();
+            next
+        }
+        .instrument(span.clone())
+        .await;
+        let _entered = span.enter();
+        let wait = match next {
+            Ok(ChainNext::End(state)) => {
+                info!(state = state.as_str(), "broadcast step ended its chain");
+                return true;
+            }
+            // Named after the message that queued it: a step run again queues it once.
+            Ok(ChainNext::Queue(next)) => {
+                let dedup = format!("{}-next", record.message_id);
+                match self.queue.queue(&next, &dedup).await {
+                    Ok(()) => return true,
+                    Err(error) => {
+                        warn!(error = %error_chain(&error), "queueing a broadcast's next step failed; this step runs again");
+                        STEP_RETRY
+                    }
+                }
+            }
+            Ok(ChainNext::Hold(at)) => at.since(self.clock.now()),
+            Err(error) => {
+                warn!(error = %error_chain(&error), "a broadcast step could not run; it runs again");
+                STEP_RETRY
+            }
+        };
+        if let Err(error) = self
+            .visibility
+            .change_visibility(&record.receipt, wait)
+            .await
+        {
+            warn!(error = %error_chain(&error), "hiding a broadcast step failed; it shows again when its visibility timeout ends");
+        }
+        false
+    }
+}
+
+/// The worker's event sources besides the updates queue.
+#[derive(Default)]
+pub struct Sources {
+    /// The timer queue, when the stack has one.
+    pub timers: Option<TimerSource>,
+    /// The broadcasts queue, when the stack has one.
+    pub broadcasts: Option<BroadcastSource>,
+}
+
+/// [`handle`] for every event source of the worker: the event's records from the timer queue go
+/// to the relay, those from the broadcasts queue to their jobs, the others to the worker. (An
+/// event comes from one event source mapping, so it holds one kind.)
 pub async fn handle_event(
     worker: &Worker,
-    timers: Option<&TimerSource>,
+    sources: &Sources,
     mut event: LambdaEvent<SqsEvent>,
 ) -> Result<SqsBatchResponse, NamelessRecord> {
-    let Some(source) = timers else {
-        return handle(worker, event).await;
-    };
-    let (relayed, updates): (Vec<_>, Vec<_>) = std::mem::take(&mut event.payload.records)
+    let from =
+        |m: &SqsMessage, arn: Option<&str>| arn.is_some() && m.event_source_arn.as_deref() == arn;
+    let timer_arn = sources.timers.as_ref().map(|t| t.queue_arn.as_str());
+    let broadcast_arn = sources.broadcasts.as_ref().map(|b| b.queue_arn.as_str());
+    let (relayed, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut event.payload.records)
         .into_iter()
-        .partition(|m| m.event_source_arn.as_deref() == Some(source.queue_arn.as_str()));
+        .partition(|m| from(m, timer_arn));
+    let (steps, updates): (Vec<_>, Vec<_>) = rest.into_iter().partition(|m| from(m, broadcast_arn));
     let records = relayed
         .into_iter()
         .map(|m| {
@@ -180,18 +314,32 @@ pub async fn handle_event(
             })
         })
         .collect::<Result<Vec<_>, NamelessRecord>>()?;
+    let steps = steps
+        .into_iter()
+        .map(queue_record)
+        .collect::<Result<Vec<_>, _>>()?;
+    let deadline = invocation_deadline(Timestamp(event.context.deadline), SystemClock.now());
     let mut response = SqsBatchResponse::default();
     if !updates.is_empty() {
         event.payload.records = updates;
         response = handle(worker, event).await?;
     }
-    let outcomes = source.relay.relay(&records).await;
-    for (record, outcome) in records.into_iter().zip(outcomes) {
-        if outcome == Relayed::Failed {
-            let mut failure = BatchItemFailure::default();
-            failure.item_identifier = record.message_id;
-            response.batch_item_failures.push(failure);
+    let mut failed = Vec::new();
+    if let Some(source) = &sources.timers {
+        let outcomes = source.relay.relay(&records).await;
+        for (record, outcome) in records.into_iter().zip(outcomes) {
+            if outcome == Relayed::Failed {
+                failed.push(record.message_id);
+            }
         }
+    }
+    if let Some(source) = &sources.broadcasts {
+        failed.extend(source.run(steps, deadline).await);
+    }
+    for id in failed {
+        let mut failure = BatchItemFailure::default();
+        failure.item_identifier = id;
+        response.batch_item_failures.push(failure);
     }
     Ok(response)
 }

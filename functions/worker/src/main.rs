@@ -6,16 +6,20 @@ use std::sync::Arc;
 use aws_lambda_events::event::sqs::SqsEvent;
 use lambda_runtime::{Error, LambdaEvent};
 use tgq_aws::{
-    AwsTimers, DynamoBudgetCells, DynamoStore, Schedules, SqsQueue, SqsTimerQueue, SsmRegistry,
+    AwsTimers, DynamoBroadcasts, DynamoBudgetCells, DynamoStore, Schedules, SqsQueue,
+    SqsTimerQueue, SsmRegistry,
 };
-use tgq_core::budget::SharedBudget;
+use tgq_core::bots::BotDirectory;
+use tgq_core::broadcast::{BroadcastRunner, BroadcastStore};
+use tgq_core::budget::{SendBudget, SharedBudget};
 use tgq_core::clock::SystemClock;
 use tgq_core::config::Vars;
+use tgq_core::policy::RetryPolicy;
 use tgq_core::ports::TimerScheduler;
 use tgq_core::registry::BotSource;
 use tgq_core::relay::TimerRelay;
 use tgq_core::worker::{Worker, WorkerPorts};
-use tgq_worker::{handle_event, TimerSource, WorkerConfig};
+use tgq_worker::{handle_event, BroadcastSource, Sources, TimerSource, WorkerConfig};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Error> {
@@ -31,9 +35,11 @@ async fn main() -> Result<(), Error> {
     let registry = config.bots.clone().map(|layout| {
         Arc::new(SsmRegistry::without_secrets(ssm.clone(), layout)) as Arc<dyn BotSource>
     });
-    let bots = config
-        .fleet(&vars, tgq_bot::handlers(), env_token, registry)
-        .await?;
+    let bots: Arc<dyn BotDirectory> = Arc::new(
+        config
+            .fleet(&vars, tgq_bot::handlers(), env_token, registry)
+            .await?,
+    );
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let updates = Arc::new(SqsQueue::new(
         sqs.clone(),
@@ -68,34 +74,64 @@ async fn main() -> Result<(), Error> {
     ));
     // Telegram's limits belong to the bot, not to this container: each bot's sends are booked in
     // the table every container of the stack shares (ARCHITECTURE §4).
-    let budget = SharedBudget::new(
+    let budget: Arc<dyn SendBudget> = Arc::new(SharedBudget::new(
         Arc::new(DynamoBudgetCells::new(
-            dynamodb,
+            dynamodb.clone(),
             config.resources.table.clone(),
         )),
         config.rate_limits,
         Arc::new(SystemClock),
-    );
+    ));
+    // Broadcasts run as chains of steps on their own queue, a message group per job, paced by
+    // the same budget (ARCHITECTURE §13); a handler's broadcast starts one there.
+    let broadcasts = config.broadcasts.as_ref().map(|resources| {
+        let queue = Arc::new(SqsQueue::new(sqs.clone(), resources.queue_url.clone()));
+        let store = Arc::new(
+            DynamoBroadcasts::new(dynamodb.clone(), config.resources.table.clone())
+                .run_on(queue.clone()),
+        );
+        let source = BroadcastSource {
+            runner: BroadcastRunner {
+                store: store.clone(),
+                budget: budget.clone(),
+                bot_rate: config.rate_limits.per_second,
+                clock: Arc::new(SystemClock),
+                retry: RetryPolicy::default(),
+            },
+            bots: bots.clone(),
+            queue: queue.clone(),
+            visibility: queue,
+            queue_arn: resources.queue_arn.clone(),
+            chunk: resources.chunk,
+            clock: Arc::new(SystemClock),
+        };
+        (store as Arc<dyn BroadcastStore>, source)
+    });
+    let (broadcast_store, broadcast_source) = broadcasts.unzip();
     let ports = WorkerPorts {
         ledger: store.clone(),
         visibility: updates,
         dead: Arc::new(SqsQueue::new(sqs, config.resources.dlq_url.clone())),
-        budget: Arc::new(budget),
+        budget,
         clock: Arc::new(SystemClock),
         reset: store.clone(),
         audit: store,
         timers: scheduler,
-        broadcasts: None,
+        broadcasts: broadcast_store,
     };
-    let worker = Worker::new(config.settings.clone(), ports, Arc::new(bots));
+    let worker = Worker::new(config.settings.clone(), ports, bots);
     let worker = &worker;
-    let source = source.as_ref();
+    let sources = Sources {
+        timers: source,
+        broadcasts: broadcast_source,
+    };
+    let sources = &sources;
     let metrics = tgq_aws::init_metrics()?;
     // Flushes the invocation's metrics as EMF lines after each batch.
     metrics_cloudwatch_embedded::lambda::handler::run(
         metrics,
         |event: LambdaEvent<SqsEvent>| async move {
-            handle_event(worker, source, event)
+            handle_event(worker, sources, event)
                 .await
                 .map_err(Error::from)
         },

@@ -8,15 +8,17 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::{json, Value};
+use tgq_core::broadcast::chain::{ChainNext, ChainStep};
 use tgq_core::broadcast::{
     BroadcastId, BroadcastRunner, BroadcastSpec, BroadcastStore, Change, Changed, Created,
     JobState, Lane, Outcome, RunEnd, StateFilter, DEFAULT_PAID_RATE, DEFAULT_RESERVE_PERCENT,
-    MAX_ATTEMPTS, REFUSALS_BEFORE_PAUSE,
+    EVERY, MAX_ATTEMPTS, REFUSALS_BEFORE_PAUSE,
 };
 use tgq_core::clock::{Clock, SystemClock};
 use tgq_core::ids::BotId;
 use tgq_core::pacer::{Pacer, RateLimits};
 use tgq_core::policy::RetryPolicy;
+use tgq_core::record::Timestamp;
 use tgq_core::telegram::{ApiCall, BotApi, CallError, TelegramError};
 use tokio::sync::{watch, Mutex};
 
@@ -46,6 +48,8 @@ macro_rules! broadcast_conformance_tests {
             a_flood_wait_holds_the_broadcast_without_spending_an_attempt,
             a_start_repeated_by_a_retried_run_finds_the_job_it_started,
             an_audience_is_the_chats_whose_state_the_filter_takes,
+            a_span_hands_out_waits_on_and_abandons_only_its_own_recipients,
+            a_job_run_as_a_chain_of_steps_reaches_everyone_once_and_comes_back_for_its_retries,
         );
     };
     (@each $make:expr; $($name:ident),* $(,)?) => {
@@ -318,7 +322,11 @@ pub async fn a_send_begun_by_a_process_that_died_is_uncertain_and_never_sent_aga
 ) {
     let id = start(&t.store, &[1, 2, 3, 4]).await;
     let now = SystemClock.now();
-    let taken = t.store.next(&id, now, 2).await.expect("the store answers");
+    let taken = t
+        .store
+        .next(&id, &EVERY, now, 2)
+        .await
+        .expect("the store answers");
     assert_eq!(taken.iter().map(|r| r.chat).collect::<Vec<_>>(), [1, 2]);
     t.store
         .begin(&id, taken[0].index)
@@ -333,7 +341,11 @@ pub async fn a_send_begun_by_a_process_that_died_is_uncertain_and_never_sent_aga
         .await
         .expect("the store answers");
     // The process dies here, with chat 2's send begun. A begun send is never handed out again.
-    let next = t.store.next(&id, now, 10).await.expect("the store answers");
+    let next = t
+        .store
+        .next(&id, &EVERY, now, 10)
+        .await
+        .expect("the store answers");
     assert_eq!(next.iter().map(|r| r.chat).collect::<Vec<_>>(), [3, 4]);
 
     let api = Arc::new(Api::default());
@@ -503,4 +515,174 @@ pub async fn an_audience_is_the_chats_whose_state_the_filter_takes(t: Broadcasts
         .await
         .expect("the store answers");
     assert_eq!(every, [10, 20, 30, 40]);
+}
+
+/// A span's run sees only its own recipients: the next ones to send, the retries it waits for and
+/// the begun sends it gives up on are all of the span, so one chunk's run on a stack never touches
+/// another's.
+pub async fn a_span_hands_out_waits_on_and_abandons_only_its_own_recipients(
+    t: BroadcastsUnderTest,
+) {
+    let id = start(&t.store, &[1, 2, 3, 4, 5, 6]).await;
+    let now = SystemClock.now();
+    let chats = |recipients: Vec<tgq_core::broadcast::Recipient>| {
+        recipients.into_iter().map(|r| r.chat).collect::<Vec<_>>()
+    };
+    let second = t
+        .store
+        .next(&id, &(2..4), now, 10)
+        .await
+        .expect("the store answers");
+    assert_eq!(chats(second.clone()), [3, 4]);
+    // Chat 3's send begins and dies with its process; chat 5 waits for another try.
+    t.store
+        .begin(&id, second[0].index)
+        .await
+        .expect("the store answers");
+    let third = t
+        .store
+        .next(&id, &(4..6), now, 1)
+        .await
+        .expect("the store answers");
+    assert_eq!(chats(third.clone()), [5]);
+    t.store
+        .begin(&id, third[0].index)
+        .await
+        .expect("the store answers");
+    let due = now.0 + 60_000;
+    t.store
+        .settle(
+            &id,
+            third[0].index,
+            Outcome::Retry {
+                due,
+                error: "502".into(),
+            },
+            now,
+        )
+        .await
+        .expect("the store answers");
+    let later = Timestamp(now.0 + 120_000);
+    assert_eq!(
+        chats(
+            t.store
+                .next(&id, &(4..6), later, 10)
+                .await
+                .expect("the store answers")
+        ),
+        [5, 6],
+        "the due retry first, then the span's fresh recipient"
+    );
+    assert_eq!(
+        chats(
+            t.store
+                .next(&id, &(0..2), later, 10)
+                .await
+                .expect("the store answers")
+        ),
+        [1, 2],
+        "no other span's retry"
+    );
+    assert_eq!(
+        t.store
+            .next_retry(&id, &(0..4))
+            .await
+            .expect("the store answers"),
+        None
+    );
+    assert_eq!(
+        t.store
+            .next_retry(&id, &(4..6))
+            .await
+            .expect("the store answers"),
+        Some(Timestamp(due))
+    );
+    assert_eq!(
+        t.store
+            .abandon_begun(&id, &(0..2), now)
+            .await
+            .expect("the store answers"),
+        0,
+        "chat 3's send is not this span's"
+    );
+    assert_eq!(
+        t.store
+            .abandon_begun(&id, &(2..4), now)
+            .await
+            .expect("the store answers"),
+        1
+    );
+    let job_now = job_of(&t.store, &id).await;
+    assert_eq!((job_now.counts.uncertain, job_now.counts.retrying), (1, 1));
+}
+
+/// A job run on a stack: steps over chunks of 3, each ended after a moment as an invocation's
+/// time ends, every next step queued as the broadcasts queue would hold it. Everyone gets the
+/// message once; a chunk whose retry is not due is passed over, and a later step comes back for
+/// it when it is due; the last step finishes the job.
+pub async fn a_job_run_as_a_chain_of_steps_reaches_everyone_once_and_comes_back_for_its_retries(
+    t: BroadcastsUnderTest,
+) {
+    let chats: Vec<i64> = (1..=10).collect();
+    let id = start(&t.store, &chats).await;
+    let api = Arc::new(Api::default());
+    api.fail(
+        2,
+        [TelegramError::Api {
+            code: 502,
+            description: "Bad Gateway".into(),
+        }],
+    )
+    .await;
+    // A retry due well after the pass over the chunks ends, however slow the store.
+    let runner = BroadcastRunner {
+        retry: RetryPolicy {
+            base: Duration::from_secs(3),
+            cap: Duration::from_secs(3),
+            ..RetryPolicy::default()
+        },
+        ..runner(&t.store)
+    };
+    let mut step = ChainStep::start(&id);
+    let (mut steps, mut waited) = (0, false);
+    let ended = loop {
+        steps += 1;
+        assert!(steps < 400, "the chain ends");
+        let (stop, stopped) = watch::channel(false);
+        // The invocation's time: a moment, so a slow store's job takes several steps.
+        let timer = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            let _ = stop.send(true);
+        });
+        let api: Arc<dyn BotApi> = api.clone();
+        let next = runner
+            .run_step(&step, 3, api, stopped)
+            .await
+            .expect("the store answers");
+        timer.abort();
+        match next {
+            ChainNext::End(state) => break state,
+            ChainNext::Queue(queued) => {
+                waited |= queued.not_before.is_some();
+                step = ChainStep::parse(queued.body().as_bytes()).expect("a step reads back");
+            }
+            ChainNext::Hold(at) => {
+                waited = true;
+                tokio::time::sleep(Duration::from_millis(
+                    at.0.saturating_sub(SystemClock.now().0),
+                ))
+                .await;
+            }
+        }
+    };
+    assert_eq!(ended, JobState::Done);
+    for chat in &chats {
+        assert_eq!(api.delivered_to(*chat).await, 1, "chat {chat}");
+    }
+    assert!(
+        waited,
+        "the retry of chunk 0 was waited for through the queue, not in a step"
+    );
+    let job_now = job_of(&t.store, &id).await;
+    assert_eq!((job_now.counts.sent, job_now.counts.pending()), (10, 0));
 }

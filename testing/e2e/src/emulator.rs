@@ -156,7 +156,8 @@ async fn create_fifo_queue(
         .with_context(|| format!("CreateQueue {name} returned no URL"))
 }
 
-async fn queue_arn(sqs: &aws_sdk_sqs::Client, url: &str) -> anyhow::Result<String> {
+/// The ARN of the queue at `url`.
+pub async fn queue_arn(sqs: &aws_sdk_sqs::Client, url: &str) -> anyhow::Result<String> {
     let attributes = sqs
         .get_queue_attributes()
         .queue_url(url)

@@ -3,11 +3,13 @@
 //! the fake Bot API — with the harness playing the two parts AWS and Telegram play around them:
 //! Telegram posting updates to the function URL ([`telegram::Telegram`]) and the SQS event source
 //! mapping feeding the worker ([`esm::EventSourceMapping`]), and for timers the second mapping and
-//! EventBridge Scheduler ([`timers::TimerParts`]).
+//! EventBridge Scheduler ([`timers::TimerParts`]), and for broadcasts the third mapping
+//! ([`broadcasts::BroadcastParts`]).
 //!
 //! Nothing here skips: a test that cannot reach the emulator or `cargo lambda` panics saying what is
 //! missing.
 
+pub mod broadcasts;
 pub mod cargo;
 pub mod dashboard;
 pub mod emulator;

@@ -8,7 +8,7 @@ use parking_lot::Mutex;
 use serde_json::Value;
 use tgq_core::broadcast::{
     BroadcastId, BroadcastJob, BroadcastSpec, BroadcastStore, Change, Changed, Created, Outcome,
-    Recipient, RecipientState, StateFilter,
+    Recipient, RecipientState, Span, StateFilter,
 };
 use tgq_core::error::PortError;
 use tgq_core::ids::{BotId, GroupKey, StateKey};
@@ -146,6 +146,7 @@ impl BroadcastStore for MemoryBroadcasts {
     async fn next(
         &self,
         id: &BroadcastId,
+        span: &Span,
         now: Timestamp,
         limit: usize,
     ) -> Result<Vec<Recipient>, PortError> {
@@ -154,9 +155,8 @@ impl BroadcastStore for MemoryBroadcasts {
         let Some(job) = jobs.get(&id.0) else {
             return Ok(Vec::new());
         };
-        let mut due: Vec<&Recipient> = job
-            .recipients
-            .iter()
+        let in_span = || job.recipients.iter().filter(|r| span.contains(&r.index));
+        let mut due: Vec<&Recipient> = in_span()
             .filter(|r| matches!(r.state, RecipientState::Retrying { due } if due <= now.0))
             .collect();
         // The earliest due first, as the stores that index them by due time give them.
@@ -164,19 +164,21 @@ impl BroadcastStore for MemoryBroadcasts {
             RecipientState::Retrying { due } => (due, r.index),
             _ => (0, r.index),
         });
-        let fresh = job
-            .recipients
-            .iter()
-            .filter(|r| r.state == RecipientState::Pending);
+        let fresh = in_span().filter(|r| r.state == RecipientState::Pending);
         Ok(due.into_iter().chain(fresh).take(limit).cloned().collect())
     }
 
-    async fn next_retry(&self, id: &BroadcastId) -> Result<Option<Timestamp>, PortError> {
+    async fn next_retry(
+        &self,
+        id: &BroadcastId,
+        span: &Span,
+    ) -> Result<Option<Timestamp>, PortError> {
         self.outage.check("broadcast next retry")?;
         let jobs = self.jobs.lock();
         Ok(jobs.get(&id.0).and_then(|job| {
             job.recipients
                 .iter()
+                .filter(|r| span.contains(&r.index))
                 .filter_map(|r| match r.state {
                     RecipientState::Retrying { due } => Some(Timestamp(due)),
                     _ => None,
@@ -237,7 +239,12 @@ impl BroadcastStore for MemoryBroadcasts {
         Ok(())
     }
 
-    async fn abandon_begun(&self, id: &BroadcastId, now: Timestamp) -> Result<u64, PortError> {
+    async fn abandon_begun(
+        &self,
+        id: &BroadcastId,
+        span: &Span,
+        now: Timestamp,
+    ) -> Result<u64, PortError> {
         self.outage.check("broadcast abandon")?;
         let mut jobs = self.jobs.lock();
         let Some(job) = jobs.get_mut(&id.0) else {
@@ -245,7 +252,7 @@ impl BroadcastStore for MemoryBroadcasts {
         };
         let mut abandoned = 0;
         for recipient in &mut job.recipients {
-            if recipient.state == RecipientState::Sending {
+            if recipient.state == RecipientState::Sending && span.contains(&recipient.index) {
                 recipient.state = RecipientState::Uncertain;
                 job.job.count(&Outcome::Uncertain, now);
                 abandoned += 1;

@@ -4,6 +4,7 @@
 mod ack_callbacks;
 mod bot_swap;
 mod bots;
+mod broadcasts;
 mod operations;
 mod pipeline;
 mod redrive;

@@ -34,16 +34,23 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_config::BehaviorVersion;
 use aws_sdk_ssm::types::ParameterType;
 use secrecy::SecretString;
 use serde_json::Value;
-use tgq_aws::SsmRegistry;
+use tgq_aws::{DynamoBroadcasts, SqsQueue, SsmRegistry};
+use tgq_core::broadcast::{
+    self, Audience, BroadcastSpec, BroadcastStore as _, Lane, DEFAULT_PAID_RATE,
+    DEFAULT_RESERVE_PERCENT,
+};
+use tgq_core::clock::{Clock as _, SystemClock};
 use tgq_core::ids::BotId;
 use tgq_core::ingest::SECRET_HEADER;
 use tgq_core::registry::{BotEntry, Layout};
+use tgq_e2e::broadcasts::BroadcastParts;
 use tgq_e2e::cargo::workspace_root;
 use tgq_e2e::emulator::{self, record_status, Stack};
 use tgq_e2e::esm::EventSourceMapping;
@@ -229,7 +236,11 @@ fn the_template_sam_deploy_sends_creates_on_moto_and_passes_cfn_lint() {
     // The stack's event source mapping was made, and disabled for the harness's (see sam_transform.py).
     assert_eq!(
         deployed["disabled_mappings"],
-        serde_json::json!(["WorkerFunctionTimers", "WorkerFunctionUpdates"])
+        serde_json::json!([
+            "WorkerFunctionBroadcasts",
+            "WorkerFunctionTimers",
+            "WorkerFunctionUpdates"
+        ])
     );
     for output in ["TableName", "UpdatesQueueUrl", "DeadLetterQueueUrl"] {
         assert!(
@@ -441,6 +452,49 @@ async fn the_real_functions_run_on_the_stacks_own_resources_and_use_exactly_what
         );
     }
 
+    // A broadcast, started on the stack's table and queue as `tgq broadcast start --stack` does,
+    // run by the worker from its third event source (its receives and deletes the worker role's).
+    let broadcasts_url = text(&outputs["BroadcastsQueueUrl"]);
+    let broadcasts_arn = format!(
+        "arn:aws:sqs:{region}:{account}:{}",
+        broadcasts_url.rsplit('/').next().unwrap()
+    );
+    let store = DynamoBroadcasts::new(aws_sdk_dynamodb::Client::new(&config), stack.table.clone())
+        .run_on(Arc::new(SqsQueue::new(sqs.clone(), broadcasts_url.clone())));
+    let spec = BroadcastSpec {
+        bot: BotId::new("demo").unwrap(),
+        method: "sendMessage".into(),
+        params: serde_json::json!({"text": "news"}),
+        lane: Lane::Standard,
+        reserve_percent: DEFAULT_RESERVE_PERCENT,
+        paid_rate: DEFAULT_PAID_RATE,
+        origin: "cli".into(),
+    };
+    let audience = Audience::Chats {
+        chats: vec![21, 22, 23],
+    };
+    let job = broadcast::start(&store, &spec, &audience, SystemClock.now())
+        .await
+        .unwrap()
+        .job()
+        .id
+        .clone();
+    let mut steps = BroadcastParts::on(
+        aws_sdk_sqs::Client::new(&as_worker),
+        broadcasts_url,
+        broadcasts_arn,
+    );
+    let started = std::time::Instant::now();
+    while !store.job(&job).await.unwrap().unwrap().state.is_final() {
+        assert!(started.elapsed() < DRAIN_LIMIT, "the broadcast never ended");
+        if !steps.step_once(&worker, &stack).await.unwrap() {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    for chat in [21, 22, 23] {
+        assert_eq!(fake.delivered_to(chat).len(), 1, "chat {chat}");
+    }
+
     let customer_key_parameters = BTreeSet::from([token_parameter, secret_parameter]);
     let parameter_arn = |name: &str| format!("arn:aws:ssm:{region}:{account}:parameter{name}");
     let mut failures = Vec::new();
@@ -459,6 +513,8 @@ async fn the_real_functions_run_on_the_stacks_own_resources_and_use_exactly_what
                 "sqs:SendMessageBatch" => "sqs:SendMessage".to_owned(),
                 "sqs:DeleteMessageBatch" => "sqs:DeleteMessage".to_owned(),
                 "sqs:ChangeMessageVisibilityBatch" => "sqs:ChangeMessageVisibility".to_owned(),
+                // DynamoDB authorizes a transaction by each of its actions; tgq's are updates.
+                "dynamodb:TransactWriteItems" => "dynamodb:UpdateItem".to_owned(),
                 _ => action,
             })
             .collect();

@@ -1,0 +1,186 @@
+//! Broadcasts on a stack (docs/ARCHITECTURE.md §13): a job runs as a chain of queue messages, one
+//! at a time in the job's own message group of the broadcasts queue, so it survives any container
+//! and never holds a chat's updates. Each message names the chunk of [`CHUNK`](super::CHUNK) recipients to go on
+//! from; an invocation works through chunks until its time is up, then queues the next step and is
+//! acknowledged. A chunk whose retries are not due yet is passed over and visited again when the
+//! earliest of them is, so one slow recipient holds no other chunk back.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use super::{BroadcastId, BroadcastJob, BroadcastRunner, Change, Changed, JobState, RunEnd, Waits};
+use crate::error::PortError;
+use crate::record::Timestamp;
+use crate::telegram::BotApi;
+
+/// Where a job's run goes on from: the body of a broadcasts-queue message.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChainStep {
+    /// The job.
+    pub job: BroadcastId,
+    /// The chunk to go on from.
+    pub chunk: u64,
+    /// Not to run before this time (ms): the earliest retry of the chunks passed over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_before: Option<u64>,
+    /// The first chunk of this pass whose recipients wait for another try, if any: where the
+    /// next pass begins, since the chunks before it are done for good.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_from: Option<u64>,
+    /// The earliest of those tries (ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_at: Option<u64>,
+}
+
+/// The queue message's body: `{"tgq_broadcast": {...}}`.
+#[derive(Serialize, Deserialize)]
+struct ChainBody {
+    tgq_broadcast: ChainStep,
+}
+
+impl ChainStep {
+    /// The first step of job `id`: every chunk from the first.
+    pub fn start(id: &BroadcastId) -> Self {
+        Self {
+            job: id.clone(),
+            chunk: 0,
+            not_before: None,
+            retry_from: None,
+            retry_at: None,
+        }
+    }
+
+    /// The message body.
+    pub fn body(&self) -> String {
+        // A struct of integers always serializes.
+        serde_json::to_string(&ChainBody {
+            tgq_broadcast: self.clone(),
+        })
+        .unwrap_or_default()
+    }
+
+    /// Reads a message body; `None` when it is not a step.
+    pub fn parse(body: &[u8]) -> Option<Self> {
+        serde_json::from_slice::<ChainBody>(body)
+            .ok()
+            .map(|b| b.tgq_broadcast)
+    }
+
+    /// The job's message group: its steps run one at a time, apart from every other job.
+    pub fn group(&self) -> String {
+        format!("broadcast:{}", self.job)
+    }
+
+    /// The recipients of the chunk it names, in chunks of `size`.
+    fn span(&self, size: u64) -> super::Span {
+        self.chunk * size..(self.chunk + 1) * size
+    }
+}
+
+/// Where a job's steps wait: the stack's broadcasts queue (FIFO, a message group per job).
+#[async_trait]
+pub trait BroadcastQueue: Send + Sync {
+    /// Queues `step` in its job's group. `dedup` names it: the same name queued again within the
+    /// queue's deduplication window is one message.
+    async fn queue(&self, step: &ChainStep, dedup: &str) -> Result<(), PortError>;
+}
+
+/// What to do with the message of a step once it ran.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ChainNext {
+    /// The job is done, paused, cancelled or gone: acknowledge, queue nothing.
+    End(JobState),
+    /// Queue this step, then acknowledge.
+    Queue(ChainStep),
+    /// Not yet: show the message again at this time.
+    Hold(Timestamp),
+}
+
+impl BroadcastRunner {
+    /// Runs `step` of a job on a stack, in chunks of `size` recipients ([`CHUNK`](super::CHUNK) on a stack),
+    /// with `api` until the job ends or `stop` turns true (the invocation's time is up), and
+    /// says what comes next.
+    pub async fn run_step(
+        &self,
+        step: &ChainStep,
+        size: u64,
+        api: Arc<dyn BotApi>,
+        stop: watch::Receiver<bool>,
+    ) -> Result<ChainNext, PortError> {
+        if let Some(at) = step.not_before.filter(|at| *at > self.clock.now().0) {
+            return Ok(ChainNext::Hold(Timestamp(at)));
+        }
+        let mut step = ChainStep {
+            not_before: None,
+            ..step.clone()
+        };
+        loop {
+            let Some(job) = self.store.job(&step.job).await? else {
+                return Ok(ChainNext::End(JobState::Cancelled));
+            };
+            if job.state != JobState::Running {
+                return Ok(ChainNext::End(job.state));
+            }
+            if *stop.borrow() {
+                return Ok(ChainNext::Queue(step));
+            }
+            if step.chunk * size >= job.counts.total {
+                match self.next_pass(&job, &mut step).await? {
+                    Some(next) => return Ok(next),
+                    None => continue,
+                }
+            }
+            let end = self
+                .run_span(
+                    &step.job,
+                    &step.span(size),
+                    Waits::No,
+                    api.clone(),
+                    stop.clone(),
+                )
+                .await?;
+            match end {
+                RunEnd::Done => return Ok(ChainNext::End(JobState::Done)),
+                RunEnd::Stopped(state) => return Ok(ChainNext::End(state)),
+                RunEnd::ShutDown => return Ok(ChainNext::Queue(step)),
+                RunEnd::Later(due) => {
+                    step.retry_from.get_or_insert(step.chunk);
+                    step.retry_at = Some(step.retry_at.map_or(due.0, |at| at.min(due.0)));
+                    step.chunk += 1;
+                }
+                RunEnd::SpanDone => step.chunk += 1,
+            }
+        }
+    }
+
+    /// The end of a pass over the chunks: the next pass begins at the first chunk that waits for
+    /// a retry, when that is due (`Some`: the step to queue; `None`: run it now). With none
+    /// waiting every chunk is done, and so is the job.
+    async fn next_pass(
+        &self,
+        job: &BroadcastJob,
+        step: &mut ChainStep,
+    ) -> Result<Option<ChainNext>, PortError> {
+        let now = self.clock.now();
+        let Some(from) = step.retry_from.take() else {
+            return Ok(Some(
+                match self.store.change(&job.id, Change::Finish, now).await? {
+                    Changed::Changed { job } => ChainNext::End(job.state),
+                    Changed::Refused { job } => ChainNext::End(job.state),
+                    Changed::NotFound => ChainNext::End(JobState::Cancelled),
+                },
+            ));
+        };
+        step.chunk = from;
+        match step.retry_at.take().filter(|at| *at > now.0) {
+            Some(at) => Ok(Some(ChainNext::Queue(ChainStep {
+                not_before: Some(at),
+                ..step.clone()
+            }))),
+            None => Ok(None),
+        }
+    }
+}
