@@ -33,6 +33,7 @@ const BATCH_GET: &str = "DynamoDB BatchGetItem (broadcast)";
 const BATCH_WRITE: &str = "DynamoDB BatchWriteItem (broadcast)";
 const TRANSACT: &str = "DynamoDB TransactWriteItems (broadcast)";
 const SCAN: &str = "DynamoDB Scan (broadcast audience)";
+const QUEUE: &str = "SQS SendMessage (broadcast step)";
 
 /// BatchGetItem's most keys a request.
 const BATCH_GET_KEYS: usize = 100;
@@ -69,6 +70,15 @@ pub struct DynamoBroadcasts {
 #[derive(Debug, thiserror::Error)]
 #[error("the broadcast item {0} is malformed: {1}")]
 struct Malformed(String, &'static str);
+
+/// A running job whose step could not be queued: it is kept, and runs once it is queued.
+#[derive(Debug, thiserror::Error)]
+#[error("broadcast {id} is stored and running, but its first step could not be queued on the broadcasts queue; `tgq broadcast resume {id} --stack …` queues it (do not start it again: that would make a second job)")]
+struct NotQueued {
+    id: u64,
+    #[source]
+    error: PortError,
+}
 
 type Item = HashMap<String, AttributeValue>;
 
@@ -187,12 +197,22 @@ impl DynamoBroadcasts {
     }
 
     /// Queues the first step of `job` when it is running. `dedup` names the queueing: a start
-    /// repeated by a retried run within SQS's deduplication window queues one step.
+    /// repeated by a retried run within SQS's deduplication window queues one step. A job that
+    /// could not be queued is kept, and the error says how to queue it.
     async fn queue_run(&self, job: &BroadcastJob, dedup: String) -> Result<(), PortError> {
         match &self.queue {
-            Some(queue) if job.state == JobState::Running => {
-                queue.queue(&ChainStep::start(&job.id), &dedup).await
-            }
+            Some(queue) if job.state == JobState::Running => queue
+                .queue(&ChainStep::start(&job.id), &dedup)
+                .await
+                .map_err(|error| {
+                    PortError::unavailable(
+                        QUEUE,
+                        NotQueued {
+                            id: job.id.0,
+                            error,
+                        },
+                    )
+                }),
             _ => Ok(()),
         }
     }

@@ -184,8 +184,20 @@ pub struct BroadcastSource {
     pub clock: Arc<dyn Clock>,
 }
 
-/// How long a step that could not run waits before it is tried again.
+/// How long a step that could not run waits before it is tried again, the first time; it doubles
+/// with each receive up to [`STEP_RETRY_CAP`].
 const STEP_RETRY: Duration = Duration::from_secs(10);
+/// The longest wait between two runs of a step that cannot run.
+const STEP_RETRY_CAP: Duration = Duration::from_secs(600);
+/// Receives of one step after which its failures are logged as errors: the job is stuck.
+const STEP_STUCK_AFTER: u32 = 10;
+
+/// The wait before a step that could not run, received `receives` times, runs again.
+fn step_retry(receives: u32) -> Duration {
+    STEP_RETRY
+        .saturating_mul(1 << receives.saturating_sub(1).min(6))
+        .min(STEP_RETRY_CAP)
+}
 
 impl BroadcastSource {
     /// Runs each step of `records` in turn until `deadline`; the ids of those to be received
@@ -207,7 +219,7 @@ impl BroadcastSource {
             error!(message_id = %record.message_id, "a message on the broadcasts queue is not a broadcast step; deleted");
             return true;
         };
-        let span = tracing::info_span!("broadcast", broadcast = %step.job, chunk = step.chunk);
+        let span = tracing::info_span!("broadcast", broadcast = %step.job, from = step.from);
         let next = async {
             let job = match self.runner.store.job(&step.job).await {
                 Ok(Some(job)) if job.state == JobState::Running => job,
@@ -255,14 +267,18 @@ impl BroadcastSource {
                     Ok(()) => return true,
                     Err(error) => {
                         warn!(error = %error_chain(&error), "queueing a broadcast's next step failed; this step runs again");
-                        STEP_RETRY
+                        step_retry(record.receive_count)
                     }
                 }
             }
             Ok(ChainNext::Hold(at)) => at.since(self.clock.now()),
+            Err(error) if record.receive_count >= STEP_STUCK_AFTER => {
+                error!(error = %error_chain(&error), receives = record.receive_count, "a broadcast step has failed again and again: the job makes no progress until its cause is fixed");
+                step_retry(record.receive_count)
+            }
             Err(error) => {
                 warn!(error = %error_chain(&error), "a broadcast step could not run; it runs again");
-                STEP_RETRY
+                step_retry(record.receive_count)
             }
         };
         if let Err(error) = self
@@ -416,4 +432,18 @@ pub fn queue_record(message: SqsMessage) -> Result<QueueRecord, NamelessRecord> 
                 .and_then(|a| a.string_value.as_deref())
         }),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_step_that_cannot_run_waits_longer_each_time_up_to_ten_minutes() {
+        assert_eq!(step_retry(1), Duration::from_secs(10));
+        assert_eq!(step_retry(2), Duration::from_secs(20));
+        assert_eq!(step_retry(4), Duration::from_secs(80));
+        assert_eq!(step_retry(7), Duration::from_secs(600));
+        assert_eq!(step_retry(900), Duration::from_secs(600));
+    }
 }

@@ -1,7 +1,8 @@
 //! Broadcasts on a stack (docs/ARCHITECTURE.md §13): a job runs as a chain of queue messages, one
 //! at a time in the job's own message group of the broadcasts queue, so it survives any container
-//! and never holds a chat's updates. Each message names the chunk of [`CHUNK`](super::CHUNK) recipients to go on
-//! from; an invocation works through chunks until its time is up, then queues the next step and is
+//! and never holds a chat's updates. Each message names the recipient to go on from, by index (so
+//! a step means the same whatever chunk size reads it); an invocation works through chunks of
+//! [`CHUNK`](super::CHUNK) recipients until its time is up, then queues the next step and is
 //! acknowledged. A chunk whose retries are not due yet is passed over and visited again when the
 //! earliest of them is, so one slow recipient holds no other chunk back.
 
@@ -21,13 +22,13 @@ use crate::telegram::BotApi;
 pub struct ChainStep {
     /// The job.
     pub job: BroadcastId,
-    /// The chunk to go on from.
-    pub chunk: u64,
+    /// The index of the recipient to go on from: the first of a chunk.
+    pub from: u64,
     /// Not to run before this time (ms): the earliest retry of the chunks passed over.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub not_before: Option<u64>,
-    /// The first chunk of this pass whose recipients wait for another try, if any: where the
-    /// next pass begins, since the chunks before it are done for good.
+    /// The first recipient of the first chunk of this pass whose recipients wait for another
+    /// try, if any: where the next pass begins, since the chunks before it are done for good.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_from: Option<u64>,
     /// The earliest of those tries (ms).
@@ -46,7 +47,7 @@ impl ChainStep {
     pub fn start(id: &BroadcastId) -> Self {
         Self {
             job: id.clone(),
-            chunk: 0,
+            from: 0,
             not_before: None,
             retry_from: None,
             retry_at: None,
@@ -74,9 +75,9 @@ impl ChainStep {
         format!("broadcast:{}", self.job)
     }
 
-    /// The recipients of the chunk it names, in chunks of `size`.
+    /// The chunk of `size` recipients it begins.
     fn span(&self, size: u64) -> super::Span {
-        self.chunk * size..(self.chunk + 1) * size
+        self.from..self.from.saturating_add(size)
     }
 }
 
@@ -127,7 +128,7 @@ impl BroadcastRunner {
             if *stop.borrow() {
                 return Ok(ChainNext::Queue(step));
             }
-            if step.chunk * size >= job.counts.total {
+            if step.from >= job.counts.total {
                 match self.next_pass(&job, &mut step).await? {
                     Some(next) => return Ok(next),
                     None => continue,
@@ -147,11 +148,11 @@ impl BroadcastRunner {
                 RunEnd::Stopped(state) => return Ok(ChainNext::End(state)),
                 RunEnd::ShutDown => return Ok(ChainNext::Queue(step)),
                 RunEnd::Later(due) => {
-                    step.retry_from.get_or_insert(step.chunk);
+                    step.retry_from.get_or_insert(step.from);
                     step.retry_at = Some(step.retry_at.map_or(due.0, |at| at.min(due.0)));
-                    step.chunk += 1;
+                    step.from = step.from.saturating_add(size);
                 }
-                RunEnd::SpanDone => step.chunk += 1,
+                RunEnd::SpanDone => step.from = step.from.saturating_add(size),
             }
         }
     }
@@ -166,6 +167,11 @@ impl BroadcastRunner {
     ) -> Result<Option<ChainNext>, PortError> {
         let now = self.clock.now();
         let Some(from) = step.retry_from.take() else {
+            if job.counts.pending() > 0 {
+                // Every chunk of the pass ended with its recipients' outcomes, yet the job's
+                // counts say some have none: the counts are off, not the recipients.
+                tracing::error!(broadcast = %job.id, pending = job.counts.pending(), "every recipient of the broadcast has an outcome but its counts disagree; finishing it");
+            }
             return Ok(Some(
                 match self.store.change(&job.id, Change::Finish, now).await? {
                     Changed::Changed { job } => ChainNext::End(job.state),
@@ -174,7 +180,7 @@ impl BroadcastRunner {
                 },
             ));
         };
-        step.chunk = from;
+        step.from = from;
         match step.retry_at.take().filter(|at| *at > now.0) {
             Some(at) => Ok(Some(ChainNext::Queue(ChainStep {
                 not_before: Some(at),
@@ -182,5 +188,26 @@ impl BroadcastRunner {
             }))),
             None => Ok(None),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_step_names_the_recipient_it_goes_on_from_whatever_the_chunk_size() {
+        let step = ChainStep {
+            from: 300,
+            retry_from: Some(100),
+            ..ChainStep::start(&BroadcastId(7))
+        };
+        let read = ChainStep::parse(step.body().as_bytes()).expect("a step reads back");
+        assert_eq!(read, step);
+        assert_eq!(step.group(), "broadcast:7");
+        // A worker deployed with another chunk size goes on from the same recipient.
+        assert_eq!(read.span(100), 300..400);
+        assert_eq!(read.span(1000), 300..1300);
+        assert_eq!(ChainStep::parse(br#"{"tgq_timer": {}}"#), None);
     }
 }
