@@ -7,11 +7,23 @@ conditional writes racing for one item can both pass their condition. DynamoDB i
 that happen: a conditional write is atomic on its item. Serving DynamoDB requests in turn gives
 moto that guarantee, which the lease's and the dedup's tests rely on; SQS, CloudFormation and the
 rest stay concurrent, so a long poll on a queue still blocks nothing else.
+
+And one more: a TransactWriteItems backs up only the items it writes. moto copies every table a
+transaction touches, whole, before it writes (moto/dynamodb/models/__init__.py,
+`transact_write_items`), to put them back if the transaction is cancelled; a transaction then costs
+time in proportion to the table, where DynamoDB's costs the same at any size, and a broadcast's
+10,000 recipients make every settle slower than Telegram's pace. Backing up the written items
+keeps the cancelled transaction's all-or-nothing, at DynamoDB's cost.
 """
 
+import copy
 import functools
 import threading
 
+import moto.dynamodb.models as dynamodb_models
+from moto.dynamodb.models import DynamoDBBackend
+from moto.dynamodb.models.dynamo_type import DynamoType
+from moto.dynamodb.models.table import Table
 from moto.dynamodb.responses import DynamoHandler
 from moto.server import main
 
@@ -26,6 +38,56 @@ def _one_at_a_time(self):
 
 
 DynamoHandler.call_action = _one_at_a_time
+
+
+class _TablesUncopied:
+    """`copy` as moto's DynamoDB models see it during one transaction: a table is not copied."""
+
+    def deepcopy(self, value, *args, **kwargs):
+        if isinstance(value, Table):
+            return value
+        return copy.deepcopy(value, *args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(copy, name)
+
+
+_transact_write_items = DynamoDBBackend.transact_write_items
+
+
+@functools.wraps(_transact_write_items)
+def _backing_up_written_items(self, transact_items):
+    touched = []
+    for entry in transact_items:
+        _, op = next(iter(entry.items()))
+        table = self.tables.get(op.get("TableName"))
+        # Tables with a sort key, or an operation this cannot read, keep moto's own backup.
+        if table is None or table.range_key_attr is not None:
+            return _transact_write_items(self, transact_items)
+        key = op.get("Item") or op.get("Key") or {}
+        if table.hash_key_attr not in key:
+            return _transact_write_items(self, transact_items)
+        touched.append((table, DynamoType(key[table.hash_key_attr])))
+    saved = [
+        (table, hash_value, hash_value in table.items, copy.deepcopy(table.items.get(hash_value)))
+        for table, hash_value in touched
+    ]
+    # Requests are served one at a time (above): nothing else sees the module's `copy` meanwhile.
+    dynamodb_models.copy = _TablesUncopied()
+    try:
+        return _transact_write_items(self, transact_items)
+    except Exception:
+        for table, hash_value, existed, item in reversed(saved):
+            if existed:
+                table.items[hash_value] = item
+            else:
+                table.items.pop(hash_value, None)
+        raise
+    finally:
+        dynamodb_models.copy = copy
+
+
+DynamoDBBackend.transact_write_items = _backing_up_written_items
 
 if __name__ == "__main__":
     main()

@@ -11,6 +11,7 @@ async fn triple_delivery_poison_and_a_damaged_store_keep_their_required_figures_
         exe: env!("CARGO_BIN_EXE_tgq").into(),
         updates: 60,
         seed: 16,
+        recipients: 100,
         work: work.path().to_owned(),
         progress: Progress { enabled: false },
     };

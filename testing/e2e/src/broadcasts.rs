@@ -8,7 +8,7 @@ use std::future::Future;
 
 use anyhow::Context as _;
 use aws_config::SdkConfig;
-use aws_lambda_events::event::sqs::SqsEvent;
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
 
 use crate::emulator::{queue_arn, Stack};
@@ -36,6 +36,11 @@ pub struct BroadcastParts {
 impl BroadcastParts {
     /// Creates `stack`'s broadcasts queue, as template.yaml declares it.
     pub async fn create(config: &SdkConfig, stack: &Stack) -> anyhow::Result<BroadcastParts> {
+        Self::create_named(config, &format!("{}-broadcasts.fifo", stack.table)).await
+    }
+
+    /// Creates a broadcasts queue named `name` (ending `.fifo`).
+    pub async fn create_named(config: &SdkConfig, name: &str) -> anyhow::Result<BroadcastParts> {
         let sqs = aws_sdk_sqs::Client::new(config);
         let attributes = HashMap::from([
             (QueueAttributeName::FifoQueue, "true".to_owned()),
@@ -46,7 +51,7 @@ impl BroadcastParts {
         ]);
         let queue_url = sqs
             .create_queue()
-            .queue_name(format!("{}-broadcasts.fifo", stack.table))
+            .queue_name(name)
             .set_attributes(Some(attributes))
             .send()
             .await
@@ -98,6 +103,22 @@ impl BroadcastParts {
         stack: &Stack,
         crash: impl Future<Output = ()>,
     ) -> anyhow::Result<bool> {
+        let invoke = |event: SqsEvent| async move { functions.invoke_worker(&event).await };
+        self.step_with(stack, invoke, crash).await
+    }
+
+    /// [`BroadcastParts::step_or_crash`] with the worker invoked by `invoke` (another harness's
+    /// runtime).
+    pub async fn step_with<F, Fut>(
+        &mut self,
+        stack: &Stack,
+        invoke: F,
+        crash: impl Future<Output = ()>,
+    ) -> anyhow::Result<bool>
+    where
+        F: FnOnce(SqsEvent) -> Fut,
+        Fut: Future<Output = anyhow::Result<SqsBatchResponse>>,
+    {
         let messages = self
             .sqs
             .receive_message()
@@ -120,7 +141,7 @@ impl BroadcastParts {
         event.records = vec![record];
         self.steps += 1;
         let response = tokio::select! {
-            response = functions.invoke_worker(&event) => response?,
+            response = invoke(event) => response?,
             () = crash => {
                 self.crashed += 1;
                 return Ok(true);

@@ -47,7 +47,7 @@ Scenarios (number or name; all that apply to the target when none is given):
    5 throttled (emu.)   6 failing-head      7 flood-wait          8 telegram-5xx
    9 permanent-errors  10 poison           11 crash-after-send   12 stale-worker
   13 kill-loop (local) 14 recovery-drain   15 disk-full (local)  16 damaged-store (local)
-  17 two-bots         18 one-budget (emulator)
+  17 two-bots         18 one-budget (emulator) 19 broadcast (emulator)
 `tgq-drill failover` runs three `tgq poll` processes on the emulator instead (docs/RELIABILITY.md).
 The emulator target needs AWS_ENDPOINT_URL (moto) and cargo-lambda, as scripts/test provides.
 Exit status 1 when a scenario missed a required figure."
@@ -65,6 +65,9 @@ pub struct DrillArgs {
     /// Seed of the traffic's interleaving.
     #[arg(long, default_value_t = 16)]
     pub seed: u64,
+    /// `broadcast`: the job's recipients.
+    #[arg(long, default_value_t = 10_000)]
+    pub recipients: u64,
     /// `failover`: rounds of SIGKILL, then as many of SIGSTOP/SIGCONT.
     #[arg(long, default_value_t = 10)]
     pub rounds: usize,
@@ -98,6 +101,8 @@ pub struct Options {
     pub updates: usize,
     /// The traffic's seed.
     pub seed: u64,
+    /// `broadcast`'s recipients.
+    pub recipients: u64,
     /// Data directories and logs.
     pub work: PathBuf,
     /// Whether to draw progress.
@@ -138,6 +143,7 @@ pub async fn run(args: &DrillArgs, exe: PathBuf) -> anyhow::Result<Vec<Row>> {
         exe,
         updates: args.updates.max(10),
         seed: args.seed,
+        recipients: args.recipients.max(1),
         work,
         progress: progress::Progress {
             enabled: !args.json,

@@ -50,7 +50,7 @@ impl Scenario {
 }
 
 /// Every scenario, in issue 16's order.
-pub const SCENARIOS: [Scenario; 18] = [
+pub const SCENARIOS: [Scenario; 19] = [
     Scenario {
         number: 1,
         name: "triple-delivery",
@@ -191,6 +191,14 @@ pub const SCENARIOS: [Scenario; 18] = [
         number: 18,
         name: "one-budget",
         what: "four workers at once sending for one bot at Telegram's limits through a 429 storm: 0 sends over the limits or inside a wait, throughput near the bot-wide rate",
+        local: false,
+        emulator: true,
+        waits_for: None,
+    },
+    Scenario {
+        number: 19,
+        name: "broadcast",
+        what: "a broadcast to --recipients chats run by the worker from the broadcasts queue while users write to the bot, Telegram's limits on: each recipient once, 0 over the limits, at least 95 % of the lane's rate, the replies' latency",
         local: false,
         emulator: true,
         waits_for: None,

@@ -459,7 +459,14 @@ fn noisy_done(fake: &FakeTelegram, plan: &Plan, letters: &[Letter]) -> bool {
 }
 
 /// Milliseconds from each update's 200 to its reply at Telegram.
-fn latencies(plan: &Plan, posted: &Posted, calls: &[RecordedCall], token: &str) -> Vec<f64> {
+/// How long each update of `plan` the bot of `token` answered took, from the webhook's 2xx to the
+/// reply, in milliseconds.
+pub(crate) fn latencies(
+    plan: &Plan,
+    posted: &Posted,
+    calls: &[RecordedCall],
+    token: &str,
+) -> Vec<f64> {
     let answered = replies(calls, token);
     plan.updates
         .iter()

@@ -3,6 +3,7 @@
 //! processes under `cargo lambda watch`, moto behind a fault-injecting proxy per function, the
 //! drill's event source mapping, and the fake Bot API — counted from the outside as on local mode.
 
+mod broadcast;
 mod esm;
 mod lambda;
 mod one_budget;
@@ -447,6 +448,7 @@ pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row
         12 => stale_worker(s, o, em, plan).await,
         17 => two_bots::run(s, o, em).await,
         18 => one_budget::run(s, o, em).await,
+        19 => broadcast::run(s, o, em).await,
         n => bail!("scenario {n} does not apply to the emulator"),
     }
 }
