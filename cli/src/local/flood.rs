@@ -48,6 +48,16 @@ impl FloodWaits {
         let waits = Mutex::new(waits);
         (Self { path, waits }, running)
     }
+
+    /// The waits still running at `now` (epoch milliseconds): bot id → when each ends.
+    pub fn running(&self, now: u64) -> BTreeMap<String, u64> {
+        let waits = self.waits.lock().unwrap_or_else(PoisonError::into_inner);
+        waits
+            .iter()
+            .filter(|(_, until)| **until > now)
+            .map(|(bot, until)| (bot.clone(), *until))
+            .collect()
+    }
 }
 
 impl PauseMemory for FloodWaits {

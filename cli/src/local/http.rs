@@ -1,7 +1,7 @@
 //! The HTTP face of `tgq local` (axum): `POST /webhook` (the environment's bot) and `POST
 //! /webhook/{bot_id}` (a bot of `bots.json`) answered exactly as the webhook Lambda answers,
-//! `GET /healthz` and `GET /readyz` for supervisors, `GET /metrics` for Prometheus, and admin
-//! routes that read the store.
+//! `GET /healthz` and `GET /readyz` for supervisors, `GET /metrics` for Prometheus, admin
+//! routes that read the store, and the console at `/` (`console`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -24,6 +24,7 @@ use tgq_embedded::EmbeddedStore;
 use tracing::warn;
 
 use super::admin;
+use super::console::{self, ConsoleIds};
 use super::share::LoopShare;
 use super::shutdown::Shutdown;
 use super::worker_loop::LoopStats;
@@ -53,6 +54,12 @@ pub struct App {
     pub metrics: PrometheusHandle,
     /// Where the store lives: /readyz checks the space left on its filesystem.
     pub data_dir: std::path::PathBuf,
+    /// The bot the console talks to when a request names none: the environment's.
+    pub console_bot: tgq_core::ids::BotId,
+    /// The update ids of what the console types.
+    pub console_ids: Arc<ConsoleIds>,
+    /// Telegram's flood waits of the bots, which the console shows as what holds them.
+    pub flood_waits: Arc<super::flood::FloodWaits>,
 }
 
 /// Below this much free space on the store's filesystem, /readyz answers 503: the next commit that
@@ -93,12 +100,14 @@ pub fn router(app: App) -> Router {
         .route("/broadcasts/status", get(admin_broadcast_status))
         .route("/broadcasts/start", post(admin_broadcast_start))
         .route("/broadcasts/change", post(admin_broadcast_change))
+        .merge(console::routes())
         .route_layer(middleware::from_fn_with_state(app.clone(), admin_only));
     let metrics = Router::new()
         .route("/metrics", get(metrics))
         .route_layer(middleware::from_fn_with_state(app.clone(), admin_only));
     Router::new()
         .merge(metrics)
+        .merge(console::assets())
         .route("/webhook", any(webhook))
         .route("/webhook/{bot_id}", any(webhook))
         .route("/healthz", get(healthz))
@@ -108,7 +117,7 @@ pub fn router(app: App) -> Router {
 }
 
 /// The answer shape of the webhook Lambda, used by every route: `{"ok": …, "result": …}`.
-fn answer(status: StatusCode, result: Value) -> Response {
+pub(super) fn answer(status: StatusCode, result: Value) -> Response {
     let body = json!({ "ok": status == StatusCode::OK, "result": result });
     (
         status,
@@ -444,7 +453,7 @@ async fn admin_backup(State(app): State<App>, Query(query): Query<BackupTo>) -> 
 }
 
 /// Runs a blocking store read off the async threads and answers with its view as JSON.
-async fn admin_read<T, F>(app: &App, read: F) -> Response
+pub(super) async fn admin_read<T, F>(app: &App, read: F) -> Response
 where
     T: serde::Serialize + Send + 'static,
     F: FnOnce(&EmbeddedStore) -> anyhow::Result<T> + Send + 'static,

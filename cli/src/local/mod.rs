@@ -40,6 +40,7 @@ use worker_loop::{LoopSettings, LoopStats, Loops};
 
 mod admin;
 mod broadcasts;
+mod console;
 mod data_dir;
 mod demo;
 mod fixtures;
@@ -210,9 +211,10 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
     // One pacer for every worker loop: Telegram's limits are per bot, not per loop. Its flood
     // waits outlive the process.
     let (waits, running) = flood::FloodWaits::open(data.path());
+    let waits = Arc::new(waits);
     let pacer = Arc::new(Pacer::remembering(
         settings.rate_limits,
-        Arc::new(waits),
+        waits.clone(),
         &running,
     ));
     let mut tasks: JoinSet<anyhow::Result<()>> = JoinSet::new();
@@ -276,6 +278,9 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
         shutdown: shutdown.clone(),
         metrics,
         data_dir: data.path().to_owned(),
+        console_bot: settings.bot_id.clone(),
+        console_ids: Arc::default(),
+        flood_waits: waits,
     };
     let server_shutdown = shutdown.clone();
     tasks.spawn(async move {
@@ -542,6 +547,11 @@ fn print_banner(
         data.path().display()
     );
     outln!("  listening  {base}  (/webhook, /webhook/{{bot_id}} for the bots of bots.json, /healthz, /readyz, /metrics, /admin/status, /admin/outbox, /admin/dlq)");
+    let console = match addr.ip().is_loopback() {
+        true => format!("{base}/  (open it in a browser: each update, the chats, talk to the bot)"),
+        false => format!("{base}/  (from another machine it asks for TGQ_ADMIN_TOKEN)"),
+    };
+    outln!("  console    {console}");
     outln!("  secret     {secret} (header X-Telegram-Bot-Api-Secret-Token)");
     let bot = match settings.handler {
         HandlerChoice::Bot => "the bot in bot/",

@@ -1,12 +1,14 @@
 //! The tgq command's integration tests, one binary: each module drives the real `tgq` binary
 //! (`CARGO_BIN_EXE_tgq`) or its adapters from outside, as a user or an operator would.
 
+mod browser;
 mod common;
 
 mod aws;
 mod backup;
 mod bots;
 mod broadcast;
+mod console;
 mod demo;
 mod disk;
 mod dlq;

@@ -10,21 +10,37 @@
 //!   `/slow MS …` waits MS milliseconds before replying; `/later MS …` replies, and schedules a
 //!   timer MS milliseconds ahead that sends `echo timer U: T` when it fires (its key is
 //!   `later:U`, so a chat can have several); `/at MS …` does the same for a timer due at MS
-//!   milliseconds since the epoch;
+//!   milliseconds since the epoch; `/buttons D…` replies with one inline button per word `D` (its
+//!   text and its data); `/remember …` keeps the text in the chat's state ([`Remembered`]) and
+//!   replies;
 //! - a button press with data `D` → `answerCallbackQuery`, then `sendMessage(C, "echo U: callback D")`;
 //! - anything else → nothing is sent.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
-use teloxide_core::payloads::{AnswerCallbackQuery, SendMessage};
-use teloxide_core::types::{AllowedUpdate, ChatId, Message, Update, UpdateKind};
+use serde::{Deserialize, Serialize};
+use teloxide_core::payloads::{AnswerCallbackQuery, SendMessage, SendMessageSetters as _};
+use teloxide_core::types::{
+    AllowedUpdate, ChatId, InlineKeyboardButton, InlineKeyboardMarkup, Message, Update, UpdateKind,
+};
 
 use crate::context::Context;
 use crate::failure::HandlerError;
 use crate::handler::Handler;
 use crate::record::Timestamp;
 use crate::timer::{Fired, When};
+
+/// What `/remember …` keeps in the chat's state: the text it was sent.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Remembered {
+    /// The whole text, `/remember` included.
+    pub said: String,
+}
+
+impl crate::state::ChatState for Remembered {
+    const FORMAT: &'static str = "tgq.echo.remembered/v1";
+}
 
 /// The built-in echo bot.
 #[derive(Clone, Copy, Debug, Default)]
@@ -100,7 +116,19 @@ async fn on_text(
     let Some(text) = message.text() else {
         return Ok(());
     };
-    let reply = SendMessage::new(message.chat.id, reply_text(update_id, text));
+    let mut reply = SendMessage::new(message.chat.id, reply_text(update_id, text));
+    if let Some(rest) = text.strip_prefix("/buttons ") {
+        let row = rest
+            .split_whitespace()
+            .map(|data| InlineKeyboardButton::callback(data, data))
+            .collect::<Vec<_>>();
+        reply = reply.reply_markup(InlineKeyboardMarkup::new([row]));
+    }
+    if text.starts_with("/remember") {
+        ctx.set_state(&Remembered {
+            said: text.to_owned(),
+        })?;
+    }
     if text.starts_with("/fail permanent") {
         return Err(HandlerError::permanent("the echo bot was asked to fail"));
     }

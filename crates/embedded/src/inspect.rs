@@ -14,8 +14,7 @@ use tgq_core::record::Timestamp;
 use crate::handle::Db;
 use crate::queue::{self, QueueIndex};
 use crate::schema::{
-    counter, decode_letter, decode_outbox_entry, decode_record, unframe, DEAD, META, OUTBOX, QUEUE,
-    RECORDS,
+    counter, decode_letter, decode_record, unframe, DEAD, META, OUTBOX, QUEUE, RECORDS,
 };
 use crate::{EmbeddedStore, StoreError};
 
@@ -224,20 +223,7 @@ impl EmbeddedStore {
         let table = read.open_table(OUTBOX)?;
         let mut entries = Vec::new();
         for entry in table.range::<u64>(after.saturating_add(1)..)?.take(limit) {
-            let (id, value) = entry?;
-            let stored = decode_outbox_entry(value.value())
-                .map_err(StoreError::corrupt(format!("outbox entry {}", id.value())))?;
-            entries.push(OutboxEntry {
-                id: id.value(),
-                bot_id: stored.bot_id,
-                chat_id: stored.chat_id,
-                update_id: stored.update_id,
-                seq: stored.seq,
-                method: stored.method,
-                text: stored.text,
-                params: stored.params,
-                at: Timestamp(stored.at),
-            });
+            entries.push(crate::updates::outbox_entry(entry?)?);
         }
         Ok(entries)
     }

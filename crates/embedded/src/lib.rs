@@ -26,6 +26,7 @@ mod error;
 pub mod files;
 mod handle;
 mod inspect;
+mod journal;
 mod lease;
 mod offline;
 mod open;
@@ -36,17 +37,23 @@ mod records;
 mod retention;
 mod schema;
 mod timers;
+mod updates;
 mod writer;
 
 pub use backup::{Backup, Restored};
 pub use bots_file::{BotsFile, BOTS_FILE};
 pub use error::StoreError;
 pub use inspect::{Counters, OldestPending, OutboxEntry, StoreStats};
+pub use journal::{JournalEntry, StateChange, JOURNAL_CAPACITY};
 pub use lease::EmbeddedPollerLease;
 pub use offline::OfflineBotApi;
 pub use open::StoreOptions;
 pub use retention::Purged;
 pub use timers::{Cancelled, PendingTimer};
+pub use updates::{
+    ActionView, BurialView, ChatView, Conversation, PendingView, QueuedView, SaidView,
+    UpdateDetail, UpdateView,
+};
 
 use handle::{DbHandle, Health};
 use writer::Writer;
@@ -119,6 +126,19 @@ impl EmbeddedStore {
             })
             .await
             .map_err(|e| tgq_core::error::error_chain(&e))
+    }
+
+    /// What the store did to the record `pk` (`{bot_id}#{update_id}`) while this process has
+    /// held it, oldest first: each status it was written with, when, and the chat state a
+    /// finished run replaced and wrote. In memory only; see [`JOURNAL_CAPACITY`].
+    pub fn journal_of(&self, pk: &str) -> Vec<JournalEntry> {
+        self.writer.journal.of(pk)
+    }
+
+    /// A receiver that sees a counter change after every commit: a watcher waits on it instead
+    /// of reading the store on a timer.
+    pub fn commits_watch(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.writer.journal.watch()
     }
 
     /// Durably adds `sends` to [`Counters::resent_after_unknown_outcome`].

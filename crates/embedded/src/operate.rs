@@ -81,6 +81,7 @@ impl Tx<'_> {
             let value = encode_record(&record).map_err(|e| OpError::Fatal(e.to_string()))?;
             self.table_mut(RECORDS)?
                 .insert(pk.as_str(), value.as_slice())?;
+            self.journal_record(&record, None);
         }
         Ok(reset)
     }

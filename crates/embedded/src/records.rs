@@ -12,6 +12,7 @@ use tgq_core::record::{ActionIntent, ActionOutcome, ActionState, Status, Timesta
 use tgq_core::state::StoredState;
 use tgq_core::PortError;
 
+use crate::journal::{Draft, StateChange};
 use crate::schema::{
     counter, decode_record, decode_state, encode_letter, encode_record, encode_state,
     StoredOutboxEntry, DEAD, DEAD_IDS, META, OUTBOX, RECORDS, RECORD_EXPIRY, STATES,
@@ -45,7 +46,18 @@ impl Tx<'_> {
             }
             expiry.insert((record.expires_at.0, pk.as_str()), ())?;
         }
+        self.journal_record(record, None);
         Ok(())
+    }
+
+    /// Notes a record's write for the journal (kept once the batch commits).
+    pub(crate) fn journal_record(&mut self, record: &UpdateRecord, state: Option<StateChange>) {
+        self.journal.push(Draft {
+            pk: record.key.pk(),
+            status: record.status,
+            attempts: record.attempts,
+            state,
+        });
     }
 
     /// The state of a group, if one was ever written.
@@ -216,12 +228,18 @@ impl Tx<'_> {
             None => None,
         };
         let checked = settled(stored.as_ref(), state.as_ref(), lease, settlement, outcomes);
+        let before = state.map(|state| state.json);
         let (record, state) = self.refused_or(checked)?;
         self.put_run(&record, outcomes)?;
         if let (Some(key), Some(state)) = (state_key, state) {
             let value = encode_state(&state).map_err(|e| OpError::Fatal(e.to_string()))?;
             self.table_mut(STATES)?
                 .insert(key.pk().as_str(), value.as_slice())?;
+            let change = StateChange {
+                before,
+                after: state.json,
+            };
+            self.journal_record(&record, Some(change));
         }
         self.bump(match settlement {
             Settlement::Done { .. } => counter::PROCESSED,

@@ -18,6 +18,7 @@ use tokio::sync::{oneshot, Notify};
 use tracing::{error, info};
 
 use crate::handle::{DbHandle, Health};
+use crate::journal::{Draft, Journal};
 use crate::queue::QueueIndex;
 use crate::schema::CodecError;
 
@@ -92,6 +93,8 @@ pub(crate) struct Tx<'t> {
     pub(crate) sequences: BTreeMap<&'static str, u64>,
     /// Whether this batch has already forgotten the dedup ids that left the window.
     pub(crate) dedup_pruned: bool,
+    /// What the batch did to update records, for the journal once it is committed.
+    pub(crate) journal: Vec<Draft>,
 }
 
 impl<'t> Tx<'t> {
@@ -135,6 +138,8 @@ pub(crate) struct Writer {
     stats: Arc<CommitStats>,
     /// Woken after a commit that may have made a message deliverable.
     pub(crate) notify: Arc<Notify>,
+    /// What committed batches did to update records.
+    pub(crate) journal: Arc<Journal>,
 }
 
 /// How many commits the writer made and how many operations they carried.
@@ -155,7 +160,9 @@ impl Writer {
         let (sender, receiver) = mpsc::channel::<Job>();
         let stats = Arc::new(CommitStats::default());
         let notify = Arc::new(Notify::new());
+        let journal = Arc::new(Journal::default());
         let mut state = WriterThread {
+            journal: journal.clone(),
             db,
             queue: Some(queue),
             suspect: false,
@@ -174,6 +181,7 @@ impl Writer {
             thread: Some(thread),
             stats,
             notify,
+            journal,
         })
     }
 
@@ -184,6 +192,7 @@ impl Writer {
             thread: None,
             stats: Arc::default(),
             notify: Arc::default(),
+            journal: Arc::default(),
         }
     }
 
@@ -270,6 +279,7 @@ struct WriterThread {
     settings: Settings,
     stats: Arc<CommitStats>,
     notify: Arc<Notify>,
+    journal: Arc<Journal>,
     /// When a failed batch was last logged, and how many failed since without a line.
     failure_log: Option<(std::time::Instant, u64)>,
     /// When the last reopen after a failed batch was tried.
@@ -315,27 +325,28 @@ impl WriterThread {
     fn run_batch(&mut self, jobs: Vec<Job>) {
         let count = jobs.len() as u64;
         let (replies, outcome) = self.apply(jobs);
-        let wake = match &outcome {
-            Ok(Applied::Committed { wake }) => {
+        let failure = outcome.as_ref().err().cloned();
+        let wake = match outcome {
+            Ok(Applied::Committed { wake, journal }) => {
+                self.journal.committed(self.settings.clock.now(), journal);
                 self.stats.commits.fetch_add(1, Ordering::Relaxed);
                 self.stats.ops.fetch_add(count, Ordering::Relaxed);
                 self.health.committed();
                 if self.failure_log.take().is_some() {
                     info!("the store commits again");
                 }
-                *wake
+                wake
             }
             Ok(Applied::ReadOnly) => false,
             Err(failure) => {
-                self.log_failure(failure, count);
-                self.health.failed(failure);
+                self.log_failure(&failure, count);
+                self.health.failed(&failure);
                 self.suspect = true;
                 false
             }
         };
-        let failure = outcome.as_ref().err().map(String::as_str);
         for reply in replies {
-            reply(failure);
+            reply(failure.as_deref());
         }
         if wake {
             self.notify.notify_waiters();
@@ -389,7 +400,7 @@ impl WriterThread {
             return fail_all(jobs, e.to_string());
         }
         let mut replies = Vec::with_capacity(jobs.len());
-        let (wrote, wake, failure) = {
+        let (wrote, wake, failure, journal) = {
             let mut tx = Tx {
                 txn: &txn,
                 queue: &mut queue,
@@ -400,6 +411,7 @@ impl WriterThread {
                 counter_deltas: BTreeMap::new(),
                 sequences: BTreeMap::new(),
                 dedup_pruned: false,
+                journal: Vec::new(),
             };
             for job in jobs {
                 // Once an operation has failed the transaction, the rest are only told so.
@@ -418,7 +430,7 @@ impl WriterThread {
                     });
                 }
             }
-            (tx.wrote, tx.wake, tx.failure)
+            (tx.wrote, tx.wake, tx.failure, tx.journal)
         };
         let outcome = match failure {
             Some(reason) => {
@@ -434,7 +446,7 @@ impl WriterThread {
             }
             None => txn
                 .commit()
-                .map(|()| Applied::Committed { wake })
+                .map(|()| Applied::Committed { wake, journal })
                 .map_err(|e| e.to_string()),
         };
         // After a failure the index may hold changes that were never committed: the next batch
@@ -448,8 +460,9 @@ impl WriterThread {
 
 /// What a batch came to.
 enum Applied {
-    /// Committed durably; `wake` if receivers may find something new.
-    Committed { wake: bool },
+    /// Committed durably; `wake` if receivers may find something new; `journal` what it did to
+    /// update records.
+    Committed { wake: bool, journal: Vec<Draft> },
     /// Nothing was written, so nothing was committed.
     ReadOnly,
 }

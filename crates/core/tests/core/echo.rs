@@ -62,3 +62,34 @@ async fn slow_waits_the_milliseconds_of_its_first_word_whatever_follows() {
     );
     assert_eq!(api.sent_texts(), [reply_text(20, "/slow 300 c5 m2")]);
 }
+
+#[tokio::test]
+async fn buttons_come_as_one_inline_button_per_word_and_remember_keeps_the_text_in_the_state() {
+    let api = Arc::new(RecordingBotApi::new());
+    let harness = Harness::new(BotId::new("demo").unwrap(), Arc::new(EchoBot), api.clone());
+    harness
+        .run(&[
+            message(30, 5, "/buttons yes no"),
+            message(31, 6, "/remember tea"),
+        ])
+        .await;
+
+    let calls = api.calls();
+    let buttons = &calls[0].params["reply_markup"]["inline_keyboard"][0];
+    let pairs: Vec<_> = buttons
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| (b["text"].clone(), b["callback_data"].clone()))
+        .collect();
+    assert_eq!(
+        pairs,
+        [(json!("yes"), json!("yes")), (json!("no"), json!("no"))]
+    );
+    assert_eq!(api.sent_texts()[1], reply_text(31, "/remember tea"));
+    let states = harness.store.states();
+    assert_eq!(states.len(), 1, "only /remember writes a state: {states:?}");
+    let said: Value = serde_json::from_str(&states[0].1.json).unwrap();
+    assert_eq!(said, json!({ "said": "/remember tea" }));
+    assert_eq!(states[0].1.format, "tgq.echo.remembered/v1");
+}

@@ -18,6 +18,28 @@ use tgq_embedded::{EmbeddedStore, OfflineBotApi, StoreOptions};
 const START: Timestamp = Timestamp(1_700_000_000_000);
 const DAY: Duration = Duration::from_secs(86_400);
 
+/// The worker as `tgq local` runs it without a token: the echo bot, its sends to the outbox.
+pub(crate) fn offline_echo_worker(store: &Arc<EmbeddedStore>, clock: &ManualClock) -> Worker {
+    Worker::new(
+        WorkerSettings::default(),
+        WorkerPorts {
+            ledger: store.clone(),
+            visibility: store.clone(),
+            dead: store.clone(),
+            budget: Arc::new(Pacer::new(RateLimits::UNLIMITED)),
+            clock: Arc::new(clock.clone()),
+            reset: store.clone(),
+            audit: store.clone(),
+            timers: None,
+            broadcasts: None,
+        },
+        Arc::new(OneBot::new(
+            Arc::new(OfflineBotApi::new(store.clone())),
+            Arc::new(EchoBot),
+        )),
+    )
+}
+
 #[tokio::test]
 async fn an_offline_reply_costs_the_worker_three_writes_claim_send_and_settle() {
     let dir = tempfile::tempdir().unwrap();
@@ -41,24 +63,7 @@ async fn an_offline_reply_costs_the_worker_three_writes_claim_send_and_settle() 
         .receive(10, Duration::from_secs(60), Duration::ZERO)
         .await
         .unwrap();
-    let worker = Worker::new(
-        WorkerSettings::default(),
-        WorkerPorts {
-            ledger: store.clone(),
-            visibility: store.clone(),
-            dead: store.clone(),
-            budget: Arc::new(Pacer::new(RateLimits::UNLIMITED)),
-            clock: Arc::new(clock.clone()),
-            reset: store.clone(),
-            audit: store.clone(),
-            timers: None,
-            broadcasts: None,
-        },
-        Arc::new(OneBot::new(
-            Arc::new(OfflineBotApi::new(store.clone())),
-            Arc::new(EchoBot),
-        )),
-    );
+    let worker = offline_echo_worker(&store, &clock);
 
     let before = store.ops_committed();
     let report = worker
