@@ -1,4 +1,4 @@
-//! The console of `tgq local` (docs/CONSOLE.md): a page at `/` and the admin routes it reads.
+//! The console of `tgq local` (docs/BOT.md, "The console"): a page at `/` and the admin routes it reads.
 //!
 //! The page, its script and its style are files of this crate built into the binary; nothing is
 //! fetched from elsewhere and nothing is built before `cargo run`. The page reads the store
@@ -287,9 +287,10 @@ async fn send(State(app): State<App>, Json(request): Json<SendRequest>) -> Respo
         Ok(bot) => bot,
         Err(reason) => return answer(StatusCode::BAD_REQUEST, Value::from(reason)),
     };
-    let path = match request.bot.as_deref().filter(|name| !name.is_empty()) {
-        Some(name) => format!("/webhook/{name}"),
-        None => String::from("/webhook"),
+    // The environment's bot answers on /webhook, the registry's on /webhook/{bot_id}.
+    let path = match bot == app.console_bot {
+        true => String::from("/webhook"),
+        false => format!("/webhook/{bot}"),
     };
     let webhook = match app.webhooks.route(&path).await {
         Ok(webhook) => webhook,
@@ -358,7 +359,7 @@ fn typed_update(request: &SendRequest, update_id: i64, now_secs: u64) -> Result<
         (Some(text), None) if !text.is_empty() => Ok(json!({
             "update_id": update_id,
             "message": {
-                "message_id": update_id,
+                "message_id": typed_message_id(update_id),
                 "date": now_secs,
                 "chat": chat,
                 "from": user,
@@ -395,20 +396,36 @@ fn typed_update(request: &SendRequest, update_id: i64, now_secs: u64) -> Result<
     }
 }
 
-/// Update ids for what the console types: above every stored id of the bot and every id this
-/// process handed out, so a typed message is never taken for a duplicate.
+/// The update ids of what the console types start above this: Telegram numbers a bot's updates
+/// upwards from a point of its own, well below it, so a typed update never takes the id of one
+/// Telegram sends later (which would then be dropped as a duplicate). The Bot API's ids fit 32
+/// bits unsigned (teloxide-core's `UpdateId`), and so do these.
+pub const CONSOLE_UPDATE_IDS_FROM: i64 = 3_000_000_000;
+
+/// Update ids for what the console types: above [`CONSOLE_UPDATE_IDS_FROM`], every stored id of
+/// the bot and every id this process handed out, so a typed message is never a duplicate.
 #[derive(Debug, Default)]
 pub struct ConsoleIds {
     last: std::sync::Mutex<i64>,
 }
 
 impl ConsoleIds {
-    /// The next id above `highest` (the store's) and the last one handed out.
+    /// The next id above `highest` (the store's), the floor and the last one handed out.
     fn next_after(&self, highest: Option<i64>) -> i64 {
         let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-        *last = (*last).max(highest.unwrap_or(0)) + 1;
+        *last = (*last)
+            .max(highest.unwrap_or(0))
+            .max(CONSOLE_UPDATE_IDS_FROM)
+            + 1;
         *last
     }
+}
+
+/// The message id of a message typed in the console: the Bot API's message ids are 32-bit
+/// signed, so the typed update's id is brought under that, above the small ids the offline outbox
+/// gives the bot's own messages.
+fn typed_message_id(update_id: i64) -> i64 {
+    2_000_000_000 + (update_id - CONSOLE_UPDATE_IDS_FROM).rem_euclid(100_000_000)
 }
 
 #[cfg(test)]
@@ -428,16 +445,21 @@ mod tests {
 
     #[test]
     fn a_typed_message_and_a_pressed_button_are_updates_telegram_could_have_sent() {
-        for update in [
-            typed_update(&request(Some("hi"), None), 5, 1_700_000_000).unwrap(),
-            typed_update(&request(None, Some("book:1")), 6, 1_700_000_000).unwrap(),
-        ] {
-            let text = update.to_string();
-            let parsed: teloxide_core::types::Update = serde_json::from_str(&text).unwrap();
-            assert!(
-                !matches!(parsed.kind, teloxide_core::types::UpdateKind::Error(_)),
-                "{text}"
-            );
+        let ids = ConsoleIds::default();
+        // The highest id the console may reach before u32's end, as well as its first.
+        for id in [ids.next_after(Some(7)), 4_294_967_295] {
+            for update in [
+                typed_update(&request(Some("hi"), None), id, 1_700_000_000).unwrap(),
+                typed_update(&request(None, Some("book:1")), id, 1_700_000_000).unwrap(),
+            ] {
+                let text = update.to_string();
+                let parsed: teloxide_core::types::Update = serde_json::from_str(&text).unwrap();
+                assert!(
+                    !matches!(parsed.kind, teloxide_core::types::UpdateKind::Error(_)),
+                    "{text}"
+                );
+                assert_eq!(i64::from(parsed.id.0), id);
+            }
         }
     }
 
@@ -457,11 +479,17 @@ mod tests {
     }
 
     #[test]
-    fn console_ids_climb_above_the_store_and_each_other() {
+    fn console_ids_climb_above_telegrams_the_store_and_each_other() {
         let ids = ConsoleIds::default();
-        assert_eq!(ids.next_after(None), 1);
-        assert_eq!(ids.next_after(Some(40)), 41);
-        assert_eq!(ids.next_after(Some(3)), 42);
+        let first = CONSOLE_UPDATE_IDS_FROM + 1;
+        assert_eq!(ids.next_after(None), first);
+        assert_eq!(
+            ids.next_after(Some(812_345_678)),
+            first + 1,
+            "a real bot's ids stay below"
+        );
+        assert_eq!(ids.next_after(Some(first + 40)), first + 41);
+        assert_eq!(ids.next_after(Some(3)), first + 42);
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //!
 //! The writer thread appends what a batch did once the batch is committed, so the journal never
 //! shows what a failed commit left unwritten, and bumps a counter that watchers (the console's
-//! event stream) wait on: a watcher costs nothing while the store is idle.
+//! event stream) wait on: a watcher costs nothing while the store is idle, a poller renewing its
+//! lease included.
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -56,7 +57,8 @@ pub(crate) struct Draft {
 /// The journal and its change counter.
 pub(crate) struct Journal {
     entries: Mutex<Entries>,
-    /// Bumped after every commit, whatever it changed (records, the outbox, dead letters, audit).
+    /// Bumped after every commit that changed what an operator sees (anything but a poller's
+    /// lease).
     commits: watch::Sender<u64>,
 }
 
@@ -76,16 +78,19 @@ impl Default for Journal {
 }
 
 impl Journal {
-    /// Appends what a committed batch did at `at`, and tells the watchers. A record written again
-    /// with the status and attempts it already had (an action's intent or outcome) adds nothing.
-    pub(crate) fn committed(&self, at: Timestamp, drafts: Vec<Draft>) {
+    /// Appends what a committed batch did at `at`, and tells the watchers when it changed what
+    /// they show (`seen`). A record written again with the status and attempts it already had (an
+    /// action's intent or outcome) adds nothing.
+    pub(crate) fn committed(&self, at: Timestamp, drafts: Vec<Draft>, seen: bool) {
         if !drafts.is_empty() {
             let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
             for draft in drafts {
                 entries.append(at, draft);
             }
         }
-        self.commits.send_modify(|commits| *commits += 1);
+        if seen {
+            self.commits.send_modify(|commits| *commits += 1);
+        }
     }
 
     /// The entries of `pk`, oldest first.
@@ -159,10 +164,20 @@ mod tests {
                 draft("b#1", Status::Received, 0),
                 draft("b#1", Status::Queued, 0),
             ],
+            true,
         );
-        journal.committed(Timestamp(2), vec![draft("b#1", Status::Processing, 1)]);
-        journal.committed(Timestamp(3), vec![draft("b#1", Status::Processing, 1)]);
-        journal.committed(Timestamp(4), vec![]);
+        journal.committed(
+            Timestamp(2),
+            vec![draft("b#1", Status::Processing, 1)],
+            true,
+        );
+        journal.committed(
+            Timestamp(3),
+            vec![draft("b#1", Status::Processing, 1)],
+            true,
+        );
+        journal.committed(Timestamp(4), vec![], true);
+        journal.committed(Timestamp(5), vec![], false);
         let seen: Vec<_> = journal
             .of("b#1")
             .into_iter()
@@ -188,6 +203,7 @@ mod tests {
             journal.committed(
                 Timestamp(u64::from(n)),
                 vec![draft(&format!("b#{n}"), Status::Queued, 0)],
+                true,
             );
         }
         assert!(journal.of("b#0").is_empty());

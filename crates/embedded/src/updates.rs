@@ -17,6 +17,10 @@ use crate::schema::{
 };
 use crate::{EmbeddedStore, OutboxEntry, PendingTimer, StoreError};
 
+/// How many of the newest records, and of the newest outbox entries, a conversation looks
+/// through for its chat's: a quiet chat in a busy store shows what these hold of it.
+pub const CONVERSATION_SCAN: usize = 10_000;
+
 /// One update as the console's feed shows it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct UpdateView {
@@ -204,7 +208,7 @@ impl EmbeddedStore {
             .into_iter()
             .filter(|t| t.bot_id == bot_id.as_str() && t.chat == record.group.as_str())
             .collect();
-        let sent = sent_by(&read, bot_id.as_str(), update_id)?;
+        let sent = sent_by(&read, bot_id.as_str(), update_id, record.received_at)?;
         let actions = record
             .actions
             .iter()
@@ -294,7 +298,12 @@ impl EmbeddedStore {
         let chat_id: Option<i64> = group.parse().ok();
         let mut sent = Vec::new();
         if chat_id.is_some() {
-            for entry in read.open_table(OUTBOX)?.iter()?.rev() {
+            for entry in read
+                .open_table(OUTBOX)?
+                .iter()?
+                .rev()
+                .take(CONVERSATION_SCAN)
+            {
                 if sent.len() == limit {
                     break;
                 }
@@ -476,20 +485,26 @@ fn queued_by_record(
     Ok(by_record)
 }
 
-/// The outbox entries of one update, oldest first.
+/// The outbox entries of one update, oldest first: read from the newest back to the update's
+/// receipt, as none before it can be its run's.
 fn sent_by(
     read: &ReadTransaction,
     bot_id: &str,
     update_id: i64,
+    received_at: Timestamp,
 ) -> Result<Vec<OutboxEntry>, StoreError> {
     let mut sent = Vec::new();
-    for entry in read.open_table(OUTBOX)?.iter()? {
+    for entry in read.open_table(OUTBOX)?.iter()?.rev() {
         let entry = outbox_entry(entry?)?;
+        if entry.at < received_at {
+            break;
+        }
         if entry.update_id == Some(update_id) && entry.bot_id.as_deref().is_none_or(|b| b == bot_id)
         {
             sent.push(entry);
         }
     }
+    sent.reverse();
     Ok(sent)
 }
 

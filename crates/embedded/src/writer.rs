@@ -11,7 +11,7 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use redb::{Durability, Key, Table, TableDefinition, Value, WriteTransaction};
+use redb::{Durability, Key, Table, TableDefinition, TableHandle as _, Value, WriteTransaction};
 use tgq_core::clock::Clock;
 use tgq_core::PortError;
 use tokio::sync::{oneshot, Notify};
@@ -95,6 +95,9 @@ pub(crate) struct Tx<'t> {
     pub(crate) dedup_pruned: bool,
     /// What the batch did to update records, for the journal once it is committed.
     pub(crate) journal: Vec<Draft>,
+    /// The batch changed what an operator sees (anything but the pollers' leases): its commit is
+    /// announced to the store's watchers.
+    seen: bool,
 }
 
 impl<'t> Tx<'t> {
@@ -112,6 +115,8 @@ impl<'t> Tx<'t> {
         definition: TableDefinition<K, V>,
     ) -> Result<Table<'t, K, V>, OpError> {
         self.wrote = true;
+        // A poller renews its lease every few seconds: watchers (the console) are not woken for it.
+        self.seen |= definition.name() != crate::schema::POLLER_LEASES.name();
         self.table(definition)
     }
 
@@ -327,8 +332,13 @@ impl WriterThread {
         let (replies, outcome) = self.apply(jobs);
         let failure = outcome.as_ref().err().cloned();
         let wake = match outcome {
-            Ok(Applied::Committed { wake, journal }) => {
-                self.journal.committed(self.settings.clock.now(), journal);
+            Ok(Applied::Committed {
+                wake,
+                journal,
+                seen,
+            }) => {
+                self.journal
+                    .committed(self.settings.clock.now(), journal, seen);
                 self.stats.commits.fetch_add(1, Ordering::Relaxed);
                 self.stats.ops.fetch_add(count, Ordering::Relaxed);
                 self.health.committed();
@@ -412,6 +422,7 @@ impl WriterThread {
                 sequences: BTreeMap::new(),
                 dedup_pruned: false,
                 journal: Vec::new(),
+                seen: false,
             };
             for job in jobs {
                 // Once an operation has failed the transaction, the rest are only told so.
@@ -430,7 +441,7 @@ impl WriterThread {
                     });
                 }
             }
-            (tx.wrote, tx.wake, tx.failure, tx.journal)
+            (tx.wrote, tx.wake, tx.failure, (tx.journal, tx.seen))
         };
         let outcome = match failure {
             Some(reason) => {
@@ -446,7 +457,11 @@ impl WriterThread {
             }
             None => txn
                 .commit()
-                .map(|()| Applied::Committed { wake, journal })
+                .map(|()| Applied::Committed {
+                    wake,
+                    journal: journal.0,
+                    seen: journal.1,
+                })
                 .map_err(|e| e.to_string()),
         };
         // After a failure the index may hold changes that were never committed: the next batch
@@ -461,8 +476,12 @@ impl WriterThread {
 /// What a batch came to.
 enum Applied {
     /// Committed durably; `wake` if receivers may find something new; `journal` what it did to
-    /// update records.
-    Committed { wake: bool, journal: Vec<Draft> },
+    /// update records; `seen` if it changed what watchers show.
+    Committed {
+        wake: bool,
+        journal: Vec<Draft>,
+        seen: bool,
+    },
     /// Nothing was written, so nothing was committed.
     ReadOnly,
 }

@@ -66,7 +66,7 @@ pub struct DrillArgs {
     #[arg(long, default_value_t = 16)]
     pub seed: u64,
     /// `broadcast`: the job's recipients.
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, default_value_t = 10000)]
     pub recipients: u64,
     /// `failover`: rounds of SIGKILL, then as many of SIGSTOP/SIGCONT.
     #[arg(long, default_value_t = 10)]

@@ -1,4 +1,4 @@
-// The console of `tgq local` (docs/CONSOLE.md). Plain script, no build step: it reads the admin
+// The console of `tgq local` (docs/BOT.md, "The console"). Plain script, no build step: it reads the admin
 // routes, listens to /admin/console/events and redraws the view on show. Every value from the
 // store reaches the page as text nodes, never as markup.
 "use strict";
@@ -232,7 +232,7 @@ function timeline(detail) {
       if (entry.status === "PROCESSING") run = entry.attempts;
       items.push(el("li", {}, el("span", { class: "mono" }, clock(entry.at)), " ", badge(entry.status), " ", WORDS[entry.status] + runText));
     }
-    if (run === 0 && detail.first_attempt_at) items.unshift(el("li", {}, clock(detail.first_attempt_at) + " first run"));
+    if (run === 0 && detail.first_attempt_at) items.splice(1, 0, el("li", {}, el("span", { class: "mono" }, clock(detail.first_attempt_at)), " first run"));
   } else {
     if (detail.first_attempt_at) items.push(el("li", {}, el("span", { class: "mono" }, clock(detail.first_attempt_at)), " first run"));
     items.push(el("li", {}, "now ", badge(detail.status), " ", WORDS[detail.status],
@@ -377,7 +377,7 @@ async function drawChats() {
     "Telegram's flood control holds every send of bot " + w.bot_id + " until " + clock(w.until) + " (",
     el("span", { "data-until": w.until }, until(w.until)), ")")));
   $("#chats tbody").replaceChildren(...chats.map((c) => el("tr", { "data-chat": c.group },
-    el("td", {}, c.bot_id), el("td", { class: "mono" }, /^\d+$/.test(c.group) ? el("a", { href: "#talk/" + c.group }, c.group) : c.group),
+    el("td", {}, c.bot_id), el("td", { class: "mono" }, /^\d+$/.test(c.group) ? el("a", { href: "#talk/" + c.group + "/" + encodeURIComponent(c.bot_id) }, c.group) : c.group),
     el("td", {}, c.pending.map((p) => p.update_id).join(", ") || "—"), el("td", {}, holds(c)),
     el("td", {}, c.state === null ? el("span", { class: "hint" }, "none") : el("pre", {}, pretty(c.state))))));
   $("#chats-empty").hidden = chats.length > 0;
@@ -612,6 +612,10 @@ function route() {
   if (view === "talk" && parts[1]) {
     state.chat = parts[1];
     $("#pick").chat.value = parts[1];
+    if (parts[2] !== undefined) {
+      state.bot = parts[2];
+      $("#pick").bot.value = state.bot;
+    }
   }
   if (!document.getElementById("view-" + view)) view = "updates";
   state.view = view;
@@ -633,7 +637,7 @@ function start() {
   $("#pick").addEventListener("submit", (event) => {
     event.preventDefault();
     state.bot = event.target.bot.value.trim();
-    location.hash = "#talk/" + event.target.chat.value;
+    location.hash = "#talk/" + event.target.chat.value + (state.bot ? "/" + encodeURIComponent(state.bot) : "");
   });
   $("#say").addEventListener("submit", (event) => {
     event.preventDefault();

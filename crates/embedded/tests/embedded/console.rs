@@ -110,3 +110,29 @@ async fn the_console_follows_an_update_from_its_receipt_to_done_with_the_state_i
         .unwrap()
         .is_none());
 }
+
+#[tokio::test]
+async fn a_poller_renewing_its_lease_wakes_no_watcher_of_the_store() {
+    use tgq_core::leadership::{Acquired, HolderId, PollerLease as _};
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = EmbeddedStore::open(dir.path(), StoreOptions::default()).unwrap();
+    let lease = store.poller_lease(&BotId::new("demo").unwrap());
+    let holder = HolderId::new("poller-a").unwrap();
+    let ttl = Duration::from_secs(15);
+    let Acquired::Won(won) = lease.acquire(&holder, START, ttl).await.unwrap() else {
+        panic!("a free lease is won");
+    };
+    let mut commits = store.commits_watch();
+    commits.borrow_and_update();
+    let mut term = won.term;
+    for n in 1..=3 {
+        let now = START.plus(Duration::from_secs(5 * n));
+        term = lease.renew(&term, now, ttl).await.unwrap();
+    }
+    lease.checkpoint(&term, 1234).await.unwrap();
+    assert!(
+        !commits.has_changed().unwrap(),
+        "the lease's renewals and checkpoint are committed, but change nothing a watcher shows"
+    );
+}
