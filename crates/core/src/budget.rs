@@ -7,8 +7,9 @@
 //! The shared budget keeps two kinds of cell: one per bot, holding the times of its last sends
 //! (as many as the bot-wide limit counts) and its flood wait, and one per chat, holding the times
 //! of the last sends to that chat. A send is booked with one conditional write of each, on the
-//! version the process last saw, and the bot's cell is read once more just before the call, so a
-//! 429 heard by any container holds every other one.
+//! version the process last saw, and the bot's cell, as the booking's write returned it or read
+//! once more just before the call when that was longer ago than [`RECHECK_AFTER`], holds the call
+//! in a 429 any container heard.
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
@@ -73,6 +74,9 @@ pub struct Slot {
     lead: Duration,
     /// Whether the time from the end of the wait to the first check was measured already.
     measured: bool,
+    /// When the store last gave this process the bot's cell for this slot (the booking's write
+    /// returns it): a check within [`RECHECK_AFTER`] of it needs no read.
+    seen_at: Option<Timestamp>,
 }
 
 impl Slot {
@@ -89,6 +93,7 @@ impl Slot {
             due: None,
             lead: Duration::ZERO,
             measured: true,
+            seen_at: None,
         }
     }
 }
@@ -211,10 +216,11 @@ const MIN_LEAD: Duration = Duration::from_millis(5);
 const MAX_LEAD: Duration = Duration::from_secs(1);
 /// How many of the latest measurements the lead is taken from.
 const LEAD_SAMPLES: usize = 8;
-/// An early caller's wait for its slot after which it reads the bot's cell again before the call.
-/// A trade of cost for certainty: a pause another process writes during a shorter wait goes
+/// How old the bot's cell, as the store last gave it for a slot, may be when the call is cleared
+/// without reading it again; an early caller's wait for its slot after which it asks once more. A
+/// trade of cost for certainty: a pause another process writes in these few milliseconds goes
 /// unseen by this call (Telegram's in-flight grace covers a call this close behind a 429), and a
-/// second read for every early caller would cost one more request per send.
+/// read for every call booked a moment before it would cost one more request per send.
 pub const RECHECK_AFTER: Duration = Duration::from_millis(50);
 /// How late a call may leave after its slot: half the slack between two slots of a window, so
 /// calls leaving a little late still reach Telegram inside their limits, with the other half left
@@ -412,6 +418,8 @@ impl SendBudget for SharedBudget {
             if !self.book(&bot_key, &bot_cell, (at, now), bot_span).await? {
                 continue;
             }
+            // The write returned the bot's cell as it is now, its pause included.
+            let seen_at = bot_span.map(|_| self.clock.now());
             // A chat's cell refusing the booking leaves the bot-wide slot just booked unused: that
             // only spaces the bot's sends a little more.
             let chat_span = self.chat_span(chat);
@@ -428,6 +436,7 @@ impl SendBudget for SharedBudget {
                 due: Some(at),
                 lead,
                 measured: false,
+                seen_at,
             }));
         }
         Ok(Reserved::Later(CONTENDED))
@@ -446,9 +455,15 @@ impl SendBudget for SharedBudget {
                 wait => Clear::Held(wait),
             });
         };
-        let key = CellKey::Bot(bot.clone());
-        let stored = self.cells.read(&key).await?;
-        self.saw(&key, stored);
+        let fresh = slot
+            .seen_at
+            .is_some_and(|at| self.clock.now().since(at) <= RECHECK_AFTER);
+        if !fresh {
+            let key = CellKey::Bot(bot.clone());
+            let stored = self.cells.read(&key).await?;
+            self.saw(&key, stored);
+            slot.seen_at = Some(self.clock.now());
+        }
         let now = self.clock.now();
         if !slot.measured {
             let woke = Timestamp(due.0.saturating_sub(slot.lead.as_millis() as u64));

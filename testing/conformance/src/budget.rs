@@ -5,16 +5,19 @@
 //! Each "process" is a [`SharedBudget`] of its own over the one store, as each worker container
 //! is on a stack. Slots are booked, not waited for: the tests read when each booked send is due.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tgq_core::budget::{
-    BudgetCells, CellKey, Clear, Reserved, SendBudget, SharedBudget, Slot, Swap,
+    BudgetCell, BudgetCells, CellKey, Clear, Reserved, SendBudget, SharedBudget, Slot, Swap,
+    RECHECK_AFTER,
 };
 use tgq_core::clock::{Clock, SystemClock};
 use tgq_core::ids::BotId;
 use tgq_core::pacer::RateLimits;
 use tgq_core::record::Timestamp;
+use tgq_core::PortError;
 
 /// Cells for one test, and two bots nothing was booked for in them.
 pub struct BudgetUnderTest {
@@ -38,6 +41,7 @@ macro_rules! budget_conformance_tests {
             sends_to_one_chat_from_two_processes_are_a_second_apart,
             a_group_gets_twenty_sends_a_minute_from_two_processes,
             a_pause_heard_by_one_process_holds_every_other,
+            a_call_cleared_just_after_its_booking_reads_nothing_more,
             bots_of_one_store_share_nothing,
         );
     };
@@ -217,8 +221,9 @@ pub async fn a_group_gets_twenty_sends_a_minute_from_two_processes(t: BudgetUnde
     );
 }
 
-/// A 429 heard by one process: another process's slot booked before it is not clear to send,
-/// and its next booking comes after the wait.
+/// A 429 heard by one process: another process's slot booked before it is not clear to send
+/// (once the bot's cell it booked from is older than `RECHECK_AFTER`), and its next booking comes
+/// after the wait.
 pub async fn a_pause_heard_by_one_process_holds_every_other(t: BudgetUnderTest) {
     let (a, b) = (
         process(&t.cells, RateLimits::default()),
@@ -229,6 +234,7 @@ pub async fn a_pause_heard_by_one_process_holds_every_other(t: BudgetUnderTest) 
     a.pause(&t.bot, Duration::from_secs(30))
         .await
         .expect("pause");
+    tokio::time::sleep(RECHECK_AFTER + Duration::from_millis(10)).await;
     match b.clear_to_send(&t.bot, &mut slot).await.expect("clear") {
         Clear::Held(wait) => assert!(wait > Duration::from_secs(25), "{wait:?}"),
         other => panic!("a slot booked before the pause was {other:?}"),
@@ -244,6 +250,60 @@ pub async fn a_pause_heard_by_one_process_holds_every_other(t: BudgetUnderTest) 
     }
     let after = due(&book(&b, &t.bot, 6).await);
     assert!(after.since(heard) >= Duration::from_secs(30), "{after:?}");
+}
+
+/// The store under test, counting its reads.
+struct CountedReads {
+    cells: Arc<dyn BudgetCells>,
+    reads: AtomicU64,
+}
+
+#[async_trait::async_trait]
+impl BudgetCells for CountedReads {
+    async fn swap(
+        &self,
+        key: &CellKey,
+        seen: u64,
+        sends: &[Timestamp],
+        keep_until: Timestamp,
+    ) -> Result<Swap, PortError> {
+        self.cells.swap(key, seen, sends, keep_until).await
+    }
+
+    async fn read(&self, key: &CellKey) -> Result<Option<BudgetCell>, PortError> {
+        self.reads.fetch_add(1, Ordering::SeqCst);
+        self.cells.read(key).await
+    }
+
+    async fn pause(
+        &self,
+        bot: &BotId,
+        until: Timestamp,
+        keep_until: Timestamp,
+    ) -> Result<Option<BudgetCell>, PortError> {
+        self.cells.pause(bot, until, keep_until).await
+    }
+}
+
+/// A send booked a moment before its call costs its two writes alone: the bot's cell the booking's
+/// write returned is fresh enough to clear it. One whose wait was longer reads the cell again.
+pub async fn a_call_cleared_just_after_its_booking_reads_nothing_more(t: BudgetUnderTest) {
+    let counted = Arc::new(CountedReads {
+        cells: t.cells.clone(),
+        reads: AtomicU64::new(0),
+    });
+    let cells: Arc<dyn BudgetCells> = counted.clone();
+    let b = process(&cells, RateLimits::default());
+    let mut slot = book(&b, &t.bot, 8).await;
+    match b.clear_to_send(&t.bot, &mut slot).await.expect("clear") {
+        Clear::Go | Clear::After(_) => {}
+        other => panic!("a slot booked just now was {other:?}"),
+    }
+    assert_eq!(counted.reads.load(Ordering::SeqCst), 0);
+    let mut slot = book(&b, &t.bot, 9).await;
+    tokio::time::sleep(RECHECK_AFTER + Duration::from_millis(10)).await;
+    b.clear_to_send(&t.bot, &mut slot).await.expect("clear");
+    assert_eq!(counted.reads.load(Ordering::SeqCst), 1);
 }
 
 /// One bot at its limit and paused: another bot of the same store books at once.
