@@ -288,9 +288,10 @@ async fn send(State(app): State<App>, Json(request): Json<SendRequest>) -> Respo
         Err(reason) => return answer(StatusCode::BAD_REQUEST, Value::from(reason)),
     };
     // The environment's bot answers on /webhook, the registry's on /webhook/{bot_id}.
-    let path = match bot == app.console_bot {
-        true => String::from("/webhook"),
-        false => format!("/webhook/{bot}"),
+    let path = if bot == app.console_bot {
+        String::from("/webhook")
+    } else {
+        format!("/webhook/{bot}")
     };
     let webhook = match app.webhooks.route(&path).await {
         Ok(webhook) => webhook,

@@ -410,7 +410,7 @@ impl WriterThread {
             return fail_all(jobs, e.to_string());
         }
         let mut replies = Vec::with_capacity(jobs.len());
-        let (wrote, wake, failure, journal) = {
+        let (wrote, wake, failure, journal, seen) = {
             let mut tx = Tx {
                 txn: &txn,
                 queue: &mut queue,
@@ -441,7 +441,7 @@ impl WriterThread {
                     });
                 }
             }
-            (tx.wrote, tx.wake, tx.failure, (tx.journal, tx.seen))
+            (tx.wrote, tx.wake, tx.failure, tx.journal, tx.seen)
         };
         let outcome = match failure {
             Some(reason) => {
@@ -459,8 +459,8 @@ impl WriterThread {
                 .commit()
                 .map(|()| Applied::Committed {
                     wake,
-                    journal: journal.0,
-                    seen: journal.1,
+                    journal,
+                    seen,
                 })
                 .map_err(|e| e.to_string()),
         };
