@@ -14,6 +14,7 @@ use aws_sdk_dynamodb::types::{
     AttributeValue, KeysAndAttributes, PutRequest, ReturnValue, TransactWriteItem, Update,
     WriteRequest,
 };
+use futures::StreamExt;
 use tgq_core::broadcast::chain::{BroadcastQueue, ChainStep};
 use tgq_core::broadcast::{
     BroadcastId, BroadcastJob, BroadcastSpec, BroadcastStore, Change, Changed, Counts, Created,
@@ -37,6 +38,8 @@ const QUEUE: &str = "SQS SendMessage (broadcast step)";
 
 /// BatchGetItem's most keys a request.
 const BATCH_GET_KEYS: usize = 100;
+/// How many pages of a span's recipients are read at once.
+const PAGES_AT_ONCE: usize = 4;
 /// BatchWriteItem's most items a request.
 const BATCH_WRITE_ITEMS: usize = 25;
 
@@ -280,20 +283,23 @@ impl DynamoBroadcasts {
     }
 
     /// The recipients of job `id` in `span` (of `total`), in index order, a page of
-    /// [`BATCH_GET_KEYS`] at a time, until `each` says enough.
+    /// [`BATCH_GET_KEYS`] at a time, until `each` says enough. [`PAGES_AT_ONCE`] pages are read
+    /// at a time: a chunk is read between its sends, which wait for it.
     async fn for_each_page(
         &self,
         id: u64,
         (span, total): (&Span, u64),
         mut each: impl FnMut(Vec<Recipient>) -> bool,
     ) -> Result<(), PortError> {
-        let (mut from, end) = (span.start, span.end.min(total));
-        while from < end {
-            let to = (from + BATCH_GET_KEYS as u64).min(end);
-            if !each(self.recipients_at(id, from..to).await?) {
+        let end = span.end.min(total);
+        let pages = (span.start..end)
+            .step_by(BATCH_GET_KEYS)
+            .map(|from| self.recipients_at(id, from..(from + BATCH_GET_KEYS as u64).min(end)));
+        let mut pages = futures::stream::iter(pages).buffered(PAGES_AT_ONCE);
+        while let Some(page) = pages.next().await {
+            if !each(page?) {
                 break;
             }
-            from = to;
         }
         Ok(())
     }

@@ -11,6 +11,7 @@
 use std::collections::HashSet;
 use std::fmt;
 use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -890,6 +891,13 @@ impl BroadcastRunner {
         });
         let mut lane = Lane::pacer(rate);
         let gate = Arc::new(LaneGate::new(rate));
+        // A send whose booking the budget's store refused: the run ends with the error, as it
+        // would had it booked the send itself.
+        let failed: Arc<parking_lot::Mutex<Option<PortError>>> = Arc::default();
+        let left = Arc::new(LeftBehind::default());
+        // Whether the span may hold recipients to send now that the last batch did not: the
+        // first time, and after a batch that left some, ended early or took all it could.
+        let mut look = true;
         loop {
             let Some(mut job) = self.running(id).await? else {
                 drain(sends).await;
@@ -898,7 +906,11 @@ impl BroadcastRunner {
             if *stop.borrow() {
                 return Ok(RunEnd::ShutDown);
             }
-            let batch = self.store.next(id, span, self.clock.now(), TAKE).await?;
+            let batch = match look {
+                true => self.store.next(id, span, self.clock.now(), TAKE).await?,
+                false => Vec::new(),
+            };
+            look = true;
             if batch.is_empty() {
                 drain(sends).await;
                 let Some(job) = self.running(id).await? else {
@@ -925,8 +937,12 @@ impl BroadcastRunner {
                     None => {
                         // Nothing waits and nothing of this run is in flight, yet some have no
                         // outcome: their sends began and could not be recorded (a settle that
-                        // gave up). They are uncertain.
-                        let stuck = self.store.abandon_begun(id, span, self.clock.now()).await?;
+                        // gave up). They are uncertain. Only a send of this run can have left
+                        // one: the run began by marking those of earlier runs.
+                        let stuck = match left.doubt.swap(false, Ordering::SeqCst) {
+                            true => self.store.abandon_begun(id, span, self.clock.now()).await?,
+                            false => 0,
+                        };
                         if stuck > 0 {
                             warn!(broadcast = %id, recipients = stuck, "sends whose outcome could not be recorded are uncertain: not sent again");
                             continue;
@@ -948,7 +964,14 @@ impl BroadcastRunner {
             // refuses for everyone pauses the job after a few refusals, not a batch of them.
             let mut probing = job.counts.sent == 0;
             let mut looked = self.clock.now();
+            let taken = batch.len();
+            let mut begun_all = true;
             for recipient in batch {
+                let failure = failed.lock().take();
+                if let Some(error) = failure {
+                    drain(sends).await;
+                    return Err(error);
+                }
                 // What was taken and not begun stays where it was for the next run.
                 if *stop.borrow() {
                     break;
@@ -962,7 +985,10 @@ impl BroadcastRunner {
                             job = now;
                         }
                         // What was taken and not begun stays where it was.
-                        None => break,
+                        None => {
+                            begun_all = false;
+                            break;
+                        }
                     }
                 }
                 let wait = lane.take(tokio::time::Instant::now());
@@ -970,13 +996,11 @@ impl BroadcastRunner {
                     drain(sends).await;
                     return Ok(RunEnd::ShutDown);
                 }
-                if paced && !self.booked(&job, recipient.chat, stop).await? {
-                    drain(sends).await;
-                    return Ok(RunEnd::ShutDown);
-                }
                 while sends.len() >= in_flight {
                     sends.join_next().await;
                 }
+                // Each send books its own slot: a booking slowed by the store holds up no other,
+                // and the bookings under way at once share a write of the bot's budget.
                 let send = RecipientSend {
                     store: self.store.clone(),
                     api: api.clone(),
@@ -986,12 +1010,27 @@ impl BroadcastRunner {
                     recipient,
                     retry: self.retry,
                     gate: gate.clone(),
+                    paced,
+                    stop: stop.clone(),
+                    failed: failed.clone(),
+                    left: left.clone(),
                 };
                 sends.spawn(send.go());
             }
             // Every send of the batch began (or failed to) before the next batch is taken: a
             // recipient whose begin is still on its way must not be taken twice.
             drain(sends).await;
+            let failure = failed.lock().take();
+            if let Some(error) = failure {
+                return Err(error);
+            }
+            // A batch whose every recipient has its outcome now, none to be tried again, and that
+            // held every recipient the span could still send to (fewer than it could take, or
+            // the whole span), left nothing to send now: the span is not read again to learn it
+            // (a chunk's thousand recipients are ten reads on DynamoDB).
+            let retries = left.retries.swap(false, Ordering::SeqCst);
+            let whole = taken < TAKE || span.end.saturating_sub(span.start) <= taken as u64;
+            look = retries || !begun_all || !whole || left.doubt.load(Ordering::SeqCst);
         }
     }
 
@@ -1027,29 +1066,65 @@ impl BroadcastRunner {
                 .map_or(JobState::Cancelled, |job| job.state),
         ))
     }
+}
 
-    /// Books the send to `chat` in the bot's budget and waits for its slot; `false` when the
-    /// process is stopping.
-    async fn booked(
-        &self,
-        job: &BroadcastJob,
-        chat: i64,
-        stop: &mut watch::Receiver<bool>,
-    ) -> Result<bool, PortError> {
-        let bot = &job.spec.bot;
+/// One recipient's send, in a task of its own.
+struct RecipientSend {
+    store: Arc<dyn BroadcastStore>,
+    api: Arc<dyn BotApi>,
+    budget: Arc<dyn SendBudget>,
+    clock: Arc<dyn Clock>,
+    job: BroadcastJob,
+    recipient: Recipient,
+    retry: RetryPolicy,
+    gate: Arc<LaneGate>,
+    /// Whether the send books its slot in the bot's budget.
+    paced: bool,
+    stop: watch::Receiver<bool>,
+    failed: Arc<parking_lot::Mutex<Option<PortError>>>,
+    left: Arc<LeftBehind>,
+}
+
+/// What the sends of a run left for it to look at again.
+#[derive(Default)]
+struct LeftBehind {
+    /// A send ended with a recipient to try again, or without beginning its send.
+    retries: AtomicBool,
+    /// A send may have left its recipient begun with no outcome: its begin's answer was lost,
+    /// its settle gave up, or its task ended before it settled.
+    doubt: AtomicBool,
+}
+
+/// Set while a send is begun and not settled: a task that ends in between leaves a doubt.
+struct Begun<'a>(Option<&'a LeftBehind>);
+
+impl Drop for Begun<'_> {
+    fn drop(&mut self) {
+        if let Some(left) = self.0 {
+            left.doubt.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
+impl RecipientSend {
+    /// Books the send to the recipient in the bot's budget and waits for its slot; `false` when
+    /// the process is stopping.
+    async fn booked(&mut self) -> Result<bool, PortError> {
+        let bot = &self.job.spec.bot;
+        let chat = self.recipient.chat;
         // The paid lane is apart from the bot's rate; a flood wait holds it all the same.
-        let counted = (job.spec.lane == Lane::Standard).then_some(chat);
+        let counted = (self.job.spec.lane == Lane::Standard).then_some(chat);
         loop {
             let mut slot = match self.budget.reserve(bot, counted, BOOK_WITHIN).await? {
                 Reserved::Booked(slot) => slot,
                 Reserved::Later(wait) => {
-                    if wait_or_stop(wait.min(BOOK_WITHIN), stop).await {
+                    if wait_or_stop(wait.min(BOOK_WITHIN), &mut self.stop).await {
                         return Ok(false);
                     }
                     continue;
                 }
             };
-            if !slot.wait.is_zero() && wait_or_stop(slot.wait, stop).await {
+            if !slot.wait.is_zero() && wait_or_stop(slot.wait, &mut self.stop).await {
                 return Ok(false);
             }
             loop {
@@ -1066,25 +1141,31 @@ impl BroadcastRunner {
             }
         }
     }
-}
 
-/// One recipient's send, in a task of its own.
-struct RecipientSend {
-    store: Arc<dyn BroadcastStore>,
-    api: Arc<dyn BotApi>,
-    budget: Arc<dyn SendBudget>,
-    clock: Arc<dyn Clock>,
-    job: BroadcastJob,
-    recipient: Recipient,
-    retry: RetryPolicy,
-    gate: Arc<LaneGate>,
-}
-
-impl RecipientSend {
-    async fn go(self) {
+    async fn go(mut self) {
+        // Not booked (the process is stopping, or the budget's store failed), the recipient is
+        // not begun: it stays for the next run.
+        if self.paced {
+            match self.booked().await {
+                Ok(true) => {}
+                Ok(false) => {
+                    self.left.retries.store(true, Ordering::SeqCst);
+                    return;
+                }
+                Err(error) => {
+                    self.left.retries.store(true, Ordering::SeqCst);
+                    self.failed.lock().get_or_insert(error);
+                    return;
+                }
+            }
+        }
+        // Until it settles, an end of this task leaves a doubt; so does a begin whose answer was
+        // lost, which may have been written.
+        let mut begun = Begun(Some(&*self.left));
         // The intent, durable before the call; the sends of a batch begin together, so their
         // commits are shared. Not begun, the recipient is taken again with the next batch.
         if let Err(error) = self.store.begin(&self.job.id, self.recipient.index).await {
+            self.left.retries.store(true, Ordering::SeqCst);
             warn!(broadcast = %self.job.id, error = %error_chain(&error), "recording a broadcast send's start failed; it is tried again");
             return;
         }
@@ -1123,6 +1204,9 @@ impl RecipientSend {
                 error: error_chain(&error),
             },
         };
+        if matches!(outcome.state(now), RecipientState::Retrying { .. }) {
+            self.left.retries.store(true, Ordering::SeqCst);
+        }
         // A settle the store refuses now is tried again for about a minute: a recipient left
         // begun becomes uncertain, which loses no message but leaves a doubt.
         let mut delay = Duration::from_millis(100);
@@ -1132,7 +1216,10 @@ impl RecipientSend {
                 .settle(&self.job.id, self.recipient.index, outcome.clone(), now)
                 .await
             {
-                Ok(()) => return,
+                Ok(()) => {
+                    begun.0 = None;
+                    return;
+                }
                 Err(error) => {
                     warn!(broadcast = %self.job.id, error = %error_chain(&error), "recording a broadcast send failed; trying again");
                     tokio::time::sleep(delay).await;

@@ -7,9 +7,10 @@
 //! The shared budget keeps two kinds of cell: one per bot, holding the times of its last sends
 //! (as many as the bot-wide limit counts) and its flood wait, and one per chat, holding the times
 //! of the last sends to that chat. A send is booked with one conditional write of each, on the
-//! version the process last saw, and the bot's cell, as the booking's write returned it or read
-//! once more just before the call when that was longer ago than [`RECHECK_AFTER`], holds the call
-//! in a 429 any container heard.
+//! version the process last saw: the chat's first, then the bot's, in one write with the process's
+//! other bookings waiting for it. The bot's cell, as that write returned it or read once more just
+//! before the call when that was longer ago than [`RECHECK_AFTER`], holds the call in a 429 any
+//! container heard. A slot booked and not used is given back at the cell's next write.
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
@@ -77,6 +78,8 @@ pub struct Slot {
     /// When the store last gave this process the bot's cell for this slot (the booking's write
     /// returns it): a check within [`RECHECK_AFTER`] of it needs no read.
     seen_at: Option<Timestamp>,
+    /// The chat whose cell holds this slot, when it counts in one.
+    chat: Option<i64>,
 }
 
 impl Slot {
@@ -94,6 +97,7 @@ impl Slot {
             lead: Duration::ZERO,
             measured: true,
             seen_at: None,
+            chat: None,
         }
     }
 }
@@ -106,10 +110,10 @@ pub enum Clear {
     /// Send after this short wait: the slot has not begun yet.
     After(Duration),
     /// A flood wait began after the slot was booked and holds the bot this much longer: book
-    /// again.
+    /// again. The slot is given back: it holds no later send.
     Held(Duration),
     /// The slot went by while the caller got ready: other processes may be sending in the
-    /// moments after it, so book again.
+    /// moments after it, so book again. The slot is given back: it holds no later send.
     Late,
 }
 
@@ -231,6 +235,14 @@ const KEEP: Duration = Duration::from_secs(24 * 3600);
 /// How many chats' cells a process remembers before it starts again from the store's.
 const REMEMBERED_CHATS: usize = 4096;
 
+/// A cell as a booking counts it: as last seen, less the slots this process did not use.
+#[derive(Clone)]
+struct Usable {
+    cell: BudgetCell,
+    /// The unused slots the booking's write leaves out (whether the cell still held them or not).
+    left_out: Vec<Timestamp>,
+}
+
 /// A bot's budget kept in [`BudgetCells`], shared by every process that sends for the bot.
 pub struct SharedBudget {
     cells: Arc<dyn BudgetCells>,
@@ -243,6 +255,74 @@ pub struct SharedBudget {
     lead: Mutex<VecDeque<Duration>>,
     /// The flood waits this process heard itself, by bot.
     heard: Mutex<HashMap<BotId, Timestamp>>,
+    /// Slots this process booked and did not use (late, or held by a flood wait), by cell: the
+    /// next write of the cell leaves them out, so a send booked again is not kept a window apart
+    /// from a send that never went.
+    unused: Mutex<HashMap<CellKey, Vec<Timestamp>>>,
+    /// Bookings of each bot's cell waiting to be written, and what was written for them: the
+    /// bookings a process makes while its last write of the cell is under way go in one write.
+    queues: Mutex<HashMap<BotId, BotQueue>>,
+    /// One writer of each bot's cell at a time in the process: the others' bookings wait for
+    /// its write, and the next writer takes them all.
+    writers: Mutex<HashMap<BotId, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+/// The bookings of one bot's cell in a process, waiting or answered.
+#[derive(Default)]
+struct BotQueue {
+    last_ticket: u64,
+    waiting: Vec<Waiting>,
+    answered: HashMap<u64, BotBooking>,
+}
+
+/// A booking waiting for a write of its bot's cell: its slot, chosen and held in its chat's cell
+/// already.
+#[derive(Clone, Copy)]
+struct Waiting {
+    ticket: u64,
+    at: Timestamp,
+}
+
+/// What a write of the bot's cell did for one booking.
+#[derive(Clone, Copy, Debug)]
+enum BotBooking {
+    /// The bot's cell holds the send; the cell was seen, as the write returned it, at this time.
+    Booked(Timestamp),
+    /// The slot no longer fits the bot's window (another process booked into it first) or a
+    /// flood wait holds it: nothing was booked.
+    Taken,
+    /// Other processes wrote the cell first, round after round.
+    Contended,
+}
+
+/// A booking's place in its bot's queue. Dropped before it was answered (its caller gave up),
+/// it leaves the queue, and a slot already written for it is given back.
+struct Ticket<'a> {
+    budget: &'a SharedBudget,
+    bot: &'a BotId,
+    ticket: u64,
+    at: Timestamp,
+    settled: bool,
+}
+
+impl Drop for Ticket<'_> {
+    fn drop(&mut self) {
+        if self.settled {
+            return;
+        }
+        let answer = {
+            let mut queues = self.budget.queues.lock();
+            let Some(queue) = queues.get_mut(self.bot) else {
+                return;
+            };
+            queue.waiting.retain(|w| w.ticket != self.ticket);
+            queue.answered.remove(&self.ticket)
+        };
+        if let Some(BotBooking::Booked(_)) = answer {
+            self.budget
+                .give_back(&CellKey::Bot(self.bot.clone()), self.at);
+        }
+    }
 }
 
 impl fmt::Debug for SharedBudget {
@@ -264,6 +344,9 @@ impl SharedBudget {
             seen: Mutex::new(HashMap::new()),
             lead: Mutex::new(VecDeque::new()),
             heard: Mutex::new(HashMap::new()),
+            unused: Mutex::new(HashMap::new()),
+            queues: Mutex::new(HashMap::new()),
+            writers: Mutex::new(HashMap::new()),
         }
     }
 
@@ -288,6 +371,188 @@ impl SharedBudget {
 
     fn seen(&self, key: &CellKey) -> BudgetCell {
         self.seen.lock().get(key).cloned().unwrap_or_default()
+    }
+
+    /// The cell as last seen, less the slots this process booked in it and did not use: what a
+    /// booking counts and writes, with the slots left out. Its version is the one seen, so the
+    /// write is refused if another process wrote the cell since.
+    fn usable(&self, key: &CellKey) -> Usable {
+        let mut cell = self.seen(key);
+        let left_out = self.unused.lock().get(key).cloned().unwrap_or_default();
+        for at in &left_out {
+            if let Some(i) = cell.sends.iter().position(|send| send == at) {
+                cell.sends.remove(i);
+            }
+        }
+        Usable { cell, left_out }
+    }
+
+    /// The slots a write of `key` left out are out of the store: forgets them, and only them
+    /// (another call may have given one back since).
+    fn written_without(&self, key: &CellKey, left_out: &[Timestamp]) {
+        let mut unused = self.unused.lock();
+        let Some(slots) = unused.get_mut(key) else {
+            return;
+        };
+        for at in left_out {
+            if let Some(i) = slots.iter().position(|slot| slot == at) {
+                slots.remove(i);
+            }
+        }
+        if slots.is_empty() {
+            unused.remove(key);
+        }
+    }
+
+    /// Keeps `slot`, which the caller will not use, to be left out of its cells' next writes.
+    fn unused(&self, bot: &BotId, slot: &Slot) {
+        let Some(due) = slot.due else {
+            return;
+        };
+        if self.limits.per_second.is_some() {
+            self.give_back(&CellKey::Bot(bot.clone()), due);
+        }
+        if let Some(chat) = slot.chat {
+            self.give_back(&CellKey::Chat(bot.clone(), chat), due);
+        }
+    }
+
+    /// Keeps the send at `at`, booked in `key` and never to go, to be left out of its next write.
+    fn give_back(&self, key: &CellKey, at: Timestamp) {
+        let now = self.clock.now();
+        let mut unused = self.unused.lock();
+        // A slot older than the longest window counts in nothing any more.
+        unused.retain(|_, slots| {
+            slots.retain(|at| now.since(*at) < MINUTE);
+            !slots.is_empty()
+        });
+        let slots = unused.entry(key.clone()).or_default();
+        // Given back twice, it is left out once: leaving out a send that will go would let
+        // another through inside its window.
+        if !slots.contains(&at) {
+            slots.push(at);
+        }
+    }
+
+    /// Books the send at `at` in `bot`'s cell, in one write with the bookings of the process's
+    /// other calls that wait for the cell meanwhile.
+    async fn book_bot(&self, bot: &BotId, at: Timestamp) -> Result<BotBooking, PortError> {
+        let writer = self.writers.lock().entry(bot.clone()).or_default().clone();
+        let me = {
+            let mut queues = self.queues.lock();
+            let queue = queues.entry(bot.clone()).or_default();
+            queue.last_ticket += 1;
+            let me = Waiting {
+                ticket: queue.last_ticket,
+                at,
+            };
+            queue.waiting.push(me);
+            me
+        };
+        let mut ticket = Ticket {
+            budget: self,
+            bot,
+            ticket: me.ticket,
+            at,
+            settled: false,
+        };
+        let _writing = writer.lock().await;
+        let batch = {
+            let mut queues = self.queues.lock();
+            let queue = queues.entry(bot.clone()).or_default();
+            if let Some(answer) = queue.answered.remove(&me.ticket) {
+                ticket.settled = true;
+                return Ok(answer);
+            }
+            // This call writes for every booking waiting, its own among them (put back if a
+            // writer that took it was dropped before it answered).
+            let mut batch = std::mem::take(&mut queue.waiting);
+            if !batch.iter().any(|w| w.ticket == me.ticket) {
+                batch.push(me);
+            }
+            batch
+        };
+        ticket.settled = true;
+        match self.write_bot(bot, &batch).await {
+            Ok(answers) => {
+                let mut queues = self.queues.lock();
+                let queue = queues.entry(bot.clone()).or_default();
+                let mut mine = BotBooking::Contended;
+                for (waiting, answer) in batch.iter().zip(answers) {
+                    if waiting.ticket == me.ticket {
+                        mine = answer;
+                    } else {
+                        queue.answered.insert(waiting.ticket, answer);
+                    }
+                }
+                Ok(mine)
+            }
+            Err(error) => {
+                // The others write for themselves: they wait for the cell again.
+                let mut queues = self.queues.lock();
+                let queue = queues.entry(bot.clone()).or_default();
+                queue
+                    .waiting
+                    .extend(batch.iter().filter(|w| w.ticket != me.ticket));
+                Err(error)
+            }
+        }
+    }
+
+    /// One write of `bot`'s cell booking each send of `batch` its slot still fits; the answers
+    /// in the batch's order.
+    async fn write_bot(
+        &self,
+        bot: &BotId,
+        batch: &[Waiting],
+    ) -> Result<Vec<BotBooking>, PortError> {
+        let bot_key = CellKey::Bot(bot.clone());
+        let Some(limit) = self.limits.per_second else {
+            return Ok(vec![BotBooking::Booked(self.clock.now()); batch.len()]);
+        };
+        for _ in 0..ROUNDS {
+            let now = self.clock.now();
+            let seen = self.usable(&bot_key);
+            let held = self.held_until(bot);
+            let mut sends = seen.cell.sends.clone();
+            let mut answers = Vec::with_capacity(batch.len());
+            let mut last = None;
+            for waiting in batch {
+                let at = waiting.at;
+                let fits = held.is_none_or(|until| until <= at)
+                    && ready_in_all(&[(&sends[..], limit, SECOND)], at) == at;
+                if !fits {
+                    answers.push(BotBooking::Taken);
+                    continue;
+                }
+                answers.push(BotBooking::Booked(now));
+                sends = with_send(&sends, at, now, SECOND);
+                last = last.max(Some(at));
+            }
+            let Some(last) = last else {
+                return Ok(answers);
+            };
+            match self
+                .cells
+                .swap(&bot_key, seen.cell.version, &sends, last.plus(KEEP))
+                .await?
+            {
+                Swap::Written(cell) => {
+                    self.written_without(&bot_key, &seen.left_out);
+                    self.saw(&bot_key, Some(cell));
+                    // The write returned the bot's cell as it is now, its pause included.
+                    let written = self.clock.now();
+                    for answer in &mut answers {
+                        if let BotBooking::Booked(seen_at) = answer {
+                            *seen_at = written;
+                        }
+                    }
+                    return Ok(answers);
+                }
+                Swap::Changed(cell) => self.saw(&bot_key, cell),
+            }
+        }
+        Ok(vec![BotBooking::Contended; batch.len()])
     }
 
     /// Keeps `cell`, as the store just gave it, as the last seen of `key`: even one of a lower
@@ -321,13 +586,17 @@ impl SharedBudget {
     async fn book(
         &self,
         key: &CellKey,
-        seen: &BudgetCell,
+        seen: &Usable,
         (at, now): (Timestamp, Timestamp),
         span: Option<Duration>,
     ) -> Result<bool, PortError> {
         let Some(span) = span else {
             return Ok(true);
         };
+        let Usable {
+            cell: seen,
+            left_out,
+        } = seen;
         let sends = with_send(&seen.sends, at, now, span);
         match self
             .cells
@@ -335,6 +604,7 @@ impl SharedBudget {
             .await?
         {
             Swap::Written(cell) => {
+                self.written_without(key, left_out);
                 self.saw(key, Some(cell));
                 Ok(true)
             }
@@ -395,7 +665,6 @@ impl SendBudget for SharedBudget {
         chat: Option<i64>,
         within: Duration,
     ) -> Result<Reserved, PortError> {
-        let bot_key = CellKey::Bot(bot.clone());
         let chat = chat.filter(|_| self.limits != RateLimits::UNLIMITED);
         let Some(chat) = chat else {
             // A call that sends no message (or any call, with every limit lifted) is held by a
@@ -405,30 +674,43 @@ impl SendBudget for SharedBudget {
                 wait => Reserved::Booked(Slot::after(wait)),
             });
         };
-        let chat_key = CellKey::Chat(bot.clone(), chat);
-        let lead = self.lead();
+        let (bot_key, chat_key) = (CellKey::Bot(bot.clone()), CellKey::Chat(bot.clone(), chat));
         for _ in 0..ROUNDS {
-            let now = self.clock.now();
-            let (bot_cell, chat_cell) = (self.seen(&bot_key), self.seen(&chat_key));
-            let at = self.earliest((bot, &bot_cell), &chat_cell, chat, now.plus(lead));
+            let (now, lead) = (self.clock.now(), self.lead());
+            let chat_cell = self.usable(&chat_key);
+            let at = self.earliest(
+                (bot, &self.usable(&bot_key).cell),
+                &chat_cell.cell,
+                chat,
+                now.plus(lead),
+            );
             if at.since(now) > within + lead {
                 return Ok(Reserved::Later(at.since(now)));
             }
-            let bot_span = self.limits.per_second.map(|_| SECOND);
-            if !self.book(&bot_key, &bot_cell, (at, now), bot_span).await? {
-                continue;
-            }
-            // The write returned the bot's cell as it is now, its pause included.
-            let seen_at = bot_span.map(|_| self.clock.now());
-            // A chat's cell refusing the booking leaves the bot-wide slot just booked unused: that
-            // only spaces the bot's sends a little more.
-            let chat_span = self.chat_span(chat);
+            // The chat's cell first, the bot's last: the bot's cell, with any flood wait, is then
+            // as fresh as the booking can leave it when the call is cleared.
             if !self
-                .book(&chat_key, &chat_cell, (at, now), chat_span)
+                .book(&chat_key, &chat_cell, (at, now), self.chat_span(chat))
                 .await?
             {
                 continue;
             }
+            let seen_at = match self.book_bot(bot, at).await? {
+                BotBooking::Booked(seen_at) => seen_at,
+                BotBooking::Taken => {
+                    // The chat's slot just booked goes unused.
+                    if self.chat_span(chat).is_some() {
+                        self.give_back(&chat_key, at);
+                    }
+                    continue;
+                }
+                BotBooking::Contended => {
+                    if self.chat_span(chat).is_some() {
+                        self.give_back(&chat_key, at);
+                    }
+                    break;
+                }
+            };
             let now = self.clock.now();
             let wake = Timestamp(at.0.saturating_sub(lead.as_millis() as u64));
             return Ok(Reserved::Booked(Slot {
@@ -436,7 +718,8 @@ impl SendBudget for SharedBudget {
                 due: Some(at),
                 lead,
                 measured: false,
-                seen_at,
+                seen_at: self.limits.per_second.map(|_| seen_at),
+                chat: self.chat_span(chat).map(|_| chat),
             }));
         }
         Ok(Reserved::Later(CONTENDED))
@@ -472,12 +755,14 @@ impl SendBudget for SharedBudget {
         }
         let paused = self.paused_for(bot);
         if !paused.is_zero() {
+            self.unused(bot, slot);
             return Ok(Clear::Held(paused));
         }
         if now < due {
             return Ok(Clear::After(due.since(now)));
         }
         if now.since(due) > LATE {
+            self.unused(bot, slot);
             return Ok(Clear::Late);
         }
         Ok(Clear::Go)

@@ -3,6 +3,7 @@
 //! them with [`broadcast_conformance_tests!`] and a factory giving an empty store.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,8 +12,8 @@ use serde_json::{json, Value};
 use tgq_core::broadcast::chain::{ChainNext, ChainStep};
 use tgq_core::broadcast::{
     BroadcastId, BroadcastRunner, BroadcastSpec, BroadcastStore, Change, Changed, Created,
-    JobState, Lane, Outcome, RunEnd, StateFilter, DEFAULT_PAID_RATE, DEFAULT_RESERVE_PERCENT,
-    EVERY, MAX_ATTEMPTS, REFUSALS_BEFORE_PAUSE,
+    JobState, Lane, Outcome, Recipient, RunEnd, Span, StateFilter, Waits, CHUNK, DEFAULT_PAID_RATE,
+    DEFAULT_RESERVE_PERCENT, EVERY, MAX_ATTEMPTS, REFUSALS_BEFORE_PAUSE,
 };
 use tgq_core::clock::{Clock, SystemClock};
 use tgq_core::ids::BotId;
@@ -20,6 +21,7 @@ use tgq_core::pacer::{Pacer, RateLimits};
 use tgq_core::policy::RetryPolicy;
 use tgq_core::record::Timestamp;
 use tgq_core::telegram::{ApiCall, BotApi, CallError, TelegramError};
+use tgq_core::PortError;
 use tokio::sync::{watch, Mutex};
 
 /// Keeps `json`, of `format`, as the state of `chat` of `bot`.
@@ -50,6 +52,8 @@ macro_rules! broadcast_conformance_tests {
             an_audience_is_the_chats_whose_state_the_filter_takes,
             a_span_hands_out_waits_on_and_abandons_only_its_own_recipients,
             a_job_run_as_a_chain_of_steps_reaches_everyone_once_and_comes_back_for_its_retries,
+            a_batch_whose_sends_all_ended_is_not_read_again,
+            a_begin_whose_answer_was_lost_leaves_its_recipient_uncertain,
         );
     };
     (@each $make:expr; $($name:ident),* $(,)?) => {
@@ -685,4 +689,182 @@ pub async fn a_job_run_as_a_chain_of_steps_reaches_everyone_once_and_comes_back_
     );
     let job_now = job_of(&t.store, &id).await;
     assert_eq!((job_now.counts.sent, job_now.counts.pending()), (10, 0));
+}
+
+/// The store under test, counting the runner's reads of a span's recipients; a begin of the
+/// recipient at `lost_begin` is written and then answered with an error, as a request whose
+/// answer the network lost.
+struct Watched {
+    store: Arc<dyn BroadcastStore>,
+    nexts: AtomicU64,
+    abandons: AtomicU64,
+    lost_begin: Option<u64>,
+}
+
+impl Watched {
+    fn new(store: &Arc<dyn BroadcastStore>, lost_begin: Option<u64>) -> Arc<Self> {
+        Arc::new(Self {
+            store: store.clone(),
+            nexts: AtomicU64::new(0),
+            abandons: AtomicU64::new(0),
+            lost_begin,
+        })
+    }
+}
+
+#[async_trait]
+impl BroadcastStore for Watched {
+    async fn create(
+        &self,
+        spec: &BroadcastSpec,
+        chats: &[i64],
+        now: Timestamp,
+    ) -> Result<Created, PortError> {
+        self.store.create(spec, chats, now).await
+    }
+
+    async fn jobs(&self) -> Result<Vec<tgq_core::broadcast::BroadcastJob>, PortError> {
+        self.store.jobs().await
+    }
+
+    async fn job(
+        &self,
+        id: &BroadcastId,
+    ) -> Result<Option<tgq_core::broadcast::BroadcastJob>, PortError> {
+        self.store.job(id).await
+    }
+
+    async fn change(
+        &self,
+        id: &BroadcastId,
+        change: Change,
+        now: Timestamp,
+    ) -> Result<Changed, PortError> {
+        self.store.change(id, change, now).await
+    }
+
+    async fn next(
+        &self,
+        id: &BroadcastId,
+        span: &Span,
+        now: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<Recipient>, PortError> {
+        self.nexts.fetch_add(1, Ordering::SeqCst);
+        self.store.next(id, span, now, limit).await
+    }
+
+    async fn next_retry(
+        &self,
+        id: &BroadcastId,
+        span: &Span,
+    ) -> Result<Option<Timestamp>, PortError> {
+        self.store.next_retry(id, span).await
+    }
+
+    async fn begin(&self, id: &BroadcastId, index: u64) -> Result<(), PortError> {
+        self.store.begin(id, index).await?;
+        if self.lost_begin == Some(index) {
+            return Err(PortError::unavailable(
+                "the test's begin",
+                "the answer was lost on its way back",
+            ));
+        }
+        Ok(())
+    }
+
+    async fn settle(
+        &self,
+        id: &BroadcastId,
+        index: u64,
+        outcome: Outcome,
+        now: Timestamp,
+    ) -> Result<(), PortError> {
+        self.store.settle(id, index, outcome, now).await
+    }
+
+    async fn abandon_begun(
+        &self,
+        id: &BroadcastId,
+        span: &Span,
+        now: Timestamp,
+    ) -> Result<u64, PortError> {
+        self.abandons.fetch_add(1, Ordering::SeqCst);
+        self.store.abandon_begun(id, span, now).await
+    }
+
+    async fn undelivered(
+        &self,
+        id: &BroadcastId,
+        limit: usize,
+    ) -> Result<Vec<Recipient>, PortError> {
+        self.store.undelivered(id, limit).await
+    }
+
+    async fn chats_matching(
+        &self,
+        bot: &BotId,
+        filter: &StateFilter,
+    ) -> Result<Vec<i64>, PortError> {
+        self.store.chats_matching(bot, filter).await
+    }
+}
+
+/// A chunk whose every send ended with its outcome is read twice in its run, not four times: once
+/// to mark what an earlier run left begun, once to take its recipients; its batch held the whole
+/// chunk, so nothing is left to look for. (On DynamoDB a chunk's read is ten requests.)
+pub async fn a_batch_whose_sends_all_ended_is_not_read_again(t: BroadcastsUnderTest) {
+    let chats: Vec<i64> = (1..=CHUNK as i64 + 5).collect();
+    let id = start(&t.store, &chats).await;
+    let watched = Watched::new(&t.store, None);
+    let store: Arc<dyn BroadcastStore> = watched.clone();
+    let api = Arc::new(Api::default());
+    let (_stop, stopped) = watch::channel(false);
+    let bot_api: Arc<dyn BotApi> = api.clone();
+    let end = tokio::time::timeout(
+        Duration::from_secs(120),
+        runner(&store).run_span(&id, &(0..CHUNK), Waits::No, bot_api, stopped),
+    )
+    .await
+    .expect("the run ends within two minutes")
+    .expect("the store answers");
+    assert_eq!(end, RunEnd::SpanDone);
+    assert_eq!(api.delivered.lock().await.len(), CHUNK as usize);
+    assert_eq!(
+        api.delivered_to(CHUNK as i64 + 1).await,
+        0,
+        "another chunk's"
+    );
+    assert_eq!(
+        (
+            watched.nexts.load(Ordering::SeqCst),
+            watched.abandons.load(Ordering::SeqCst)
+        ),
+        (1, 1),
+        "reads of the chunk to take its recipients, and to mark what was left begun"
+    );
+}
+
+/// A begin the store wrote but whose answer was lost: the recipient is begun with no outcome, so
+/// before the run ends it is marked uncertain and counted, never sent; the others are sent.
+pub async fn a_begin_whose_answer_was_lost_leaves_its_recipient_uncertain(t: BroadcastsUnderTest) {
+    let id = start(&t.store, &[1, 2, 3, 4, 5]).await;
+    let watched = Watched::new(&t.store, Some(2));
+    let store: Arc<dyn BroadcastStore> = watched.clone();
+    let api = Arc::new(Api::default());
+    assert_eq!(run(&store, &id, &api).await, RunEnd::Done);
+    assert_eq!(api.delivered_to(3).await, 0, "begun, never sent");
+    for chat in [1, 2, 4, 5] {
+        assert_eq!(api.delivered_to(chat).await, 1, "chat {chat}");
+    }
+    let job = job_of(&t.store, &id).await;
+    assert_eq!(
+        (
+            job.state,
+            job.counts.sent,
+            job.counts.uncertain,
+            job.counts.pending()
+        ),
+        (JobState::Done, 4, 1, 0)
+    );
 }

@@ -42,6 +42,8 @@ macro_rules! budget_conformance_tests {
             a_group_gets_twenty_sends_a_minute_from_two_processes,
             a_pause_heard_by_one_process_holds_every_other,
             a_call_cleared_just_after_its_booking_reads_nothing_more,
+            a_slot_gone_by_unused_holds_no_later_send,
+            bookings_made_at_once_in_a_process_share_the_bot_s_write,
             bots_of_one_store_share_nothing,
         );
     };
@@ -304,6 +306,123 @@ pub async fn a_call_cleared_just_after_its_booking_reads_nothing_more(t: BudgetU
     tokio::time::sleep(RECHECK_AFTER + Duration::from_millis(10)).await;
     b.clear_to_send(&t.bot, &mut slot).await.expect("clear");
     assert_eq!(counted.reads.load(Ordering::SeqCst), 1);
+}
+
+/// A slot that went by while its caller got ready is not used, and counts in no window: the
+/// chat's send booked again goes at once, not a second after a send that never went, and the
+/// cells keep only the send that will go, for every process to see.
+pub async fn a_slot_gone_by_unused_holds_no_later_send(t: BudgetUnderTest) {
+    let (a, b) = (
+        process(&t.cells, RateLimits::default()),
+        process(&t.cells, RateLimits::default()),
+    );
+    let mut late = book(&a, &t.bot, 11).await;
+    let gone = due(&late);
+    tokio::time::sleep(gone.since(SystemClock.now()) + Duration::from_millis(150)).await;
+    match a.clear_to_send(&t.bot, &mut late).await.expect("clear") {
+        Clear::Late => {}
+        other => panic!("a slot 150 ms gone by was {other:?}"),
+    }
+    let again = due(&book(&a, &t.bot, 11).await);
+    assert!(
+        again.since(SystemClock.now()) < Duration::from_millis(500),
+        "booked again for {again:?}, a second after the unused {gone:?}"
+    );
+    let chat = t
+        .cells
+        .read(&CellKey::Chat(t.bot.clone(), 11))
+        .await
+        .expect("read")
+        .expect("the chat's cell");
+    assert_eq!(chat.sends, vec![again]);
+    let bot = t
+        .cells
+        .read(&CellKey::Bot(t.bot.clone()))
+        .await
+        .expect("read")
+        .expect("the bot's cell");
+    assert!(!bot.sends.contains(&gone), "{bot:?}");
+    assert!(bot.sends.contains(&again), "{bot:?}");
+    let other = due(&book(&b, &t.bot, 11).await);
+    assert!(
+        other.since(again) >= Duration::from_secs(1),
+        "{again:?} {other:?}"
+    );
+}
+
+/// The store under test, counting its writes of bots' cells; each write lets the other tasks run
+/// before it goes, as a request on a network does.
+struct CountedBotWrites {
+    cells: Arc<dyn BudgetCells>,
+    writes: AtomicU64,
+}
+
+#[async_trait::async_trait]
+impl BudgetCells for CountedBotWrites {
+    async fn swap(
+        &self,
+        key: &CellKey,
+        seen: u64,
+        sends: &[Timestamp],
+        keep_until: Timestamp,
+    ) -> Result<Swap, PortError> {
+        if matches!(key, CellKey::Bot(_)) {
+            self.writes.fetch_add(1, Ordering::SeqCst);
+        }
+        tokio::task::yield_now().await;
+        self.cells.swap(key, seen, sends, keep_until).await
+    }
+
+    async fn read(&self, key: &CellKey) -> Result<Option<BudgetCell>, PortError> {
+        self.cells.read(key).await
+    }
+
+    async fn pause(
+        &self,
+        bot: &BotId,
+        until: Timestamp,
+        keep_until: Timestamp,
+    ) -> Result<Option<BudgetCell>, PortError> {
+        self.cells.pause(bot, until, keep_until).await
+    }
+}
+
+/// Eight sends booked at once by one process (a broadcast's sends under way, a worker's runs):
+/// the bookings that wait while one write of the bot's cell is under way go in the next one,
+/// not in a write each that the others would refuse. A write that books several still keeps the
+/// bot's rate: a slot the window has no room for is booked again, later.
+pub async fn bookings_made_at_once_in_a_process_share_the_bot_s_write(t: BudgetUnderTest) {
+    const RATE: u32 = 5;
+    let counted = Arc::new(CountedBotWrites {
+        cells: t.cells.clone(),
+        writes: AtomicU64::new(0),
+    });
+    let cells: Arc<dyn BudgetCells> = counted.clone();
+    let a = process(&cells, RateLimits::default());
+    let bookings = (0..8).map(|chat| book(&a, &t.bot, 2000 + chat));
+    futures::future::join_all(bookings).await;
+    let writes = counted.writes.load(Ordering::SeqCst);
+    assert!(
+        writes <= 2,
+        "8 bookings made at once wrote the bot's cell {writes} times"
+    );
+    let limits = RateLimits {
+        per_second: Some(RATE),
+        ..RateLimits::default()
+    };
+    let b = process(&cells, limits);
+    let bookings = (0..8).map(|chat| book(&b, &t.other, 3000 + chat));
+    let mut dues: Vec<Timestamp> = futures::future::join_all(bookings)
+        .await
+        .iter()
+        .map(due)
+        .collect();
+    let spread = closest(&mut dues, RATE as usize);
+    assert!(
+        spread >= WINDOW,
+        "{} sends were booked within {spread:?}",
+        RATE + 1
+    );
 }
 
 /// One bot at its limit and paused: another bot of the same store books at once.
