@@ -254,14 +254,26 @@ pub async fn a_pause_heard_by_one_process_holds_every_other(t: BudgetUnderTest) 
     assert!(after.since(heard) >= Duration::from_secs(30), "{after:?}");
 }
 
-/// The store under test, counting its reads.
-struct CountedReads {
+/// The store under test, counting its reads and its writes of bots' cells; each write lets the
+/// other tasks run before it goes, as a request on a network does.
+struct Counted {
     cells: Arc<dyn BudgetCells>,
     reads: AtomicU64,
+    bot_writes: AtomicU64,
+}
+
+impl Counted {
+    fn new(cells: &Arc<dyn BudgetCells>) -> Arc<Self> {
+        Arc::new(Self {
+            cells: cells.clone(),
+            reads: AtomicU64::new(0),
+            bot_writes: AtomicU64::new(0),
+        })
+    }
 }
 
 #[async_trait::async_trait]
-impl BudgetCells for CountedReads {
+impl BudgetCells for Counted {
     async fn swap(
         &self,
         key: &CellKey,
@@ -269,6 +281,10 @@ impl BudgetCells for CountedReads {
         sends: &[Timestamp],
         keep_until: Timestamp,
     ) -> Result<Swap, PortError> {
+        if matches!(key, CellKey::Bot(_)) {
+            self.bot_writes.fetch_add(1, Ordering::SeqCst);
+        }
+        tokio::task::yield_now().await;
         self.cells.swap(key, seen, sends, keep_until).await
     }
 
@@ -290,10 +306,7 @@ impl BudgetCells for CountedReads {
 /// A send booked a moment before its call costs its two writes alone: the bot's cell the booking's
 /// write returned is fresh enough to clear it. One whose wait was longer reads the cell again.
 pub async fn a_call_cleared_just_after_its_booking_reads_nothing_more(t: BudgetUnderTest) {
-    let counted = Arc::new(CountedReads {
-        cells: t.cells.clone(),
-        reads: AtomicU64::new(0),
-    });
+    let counted = Counted::new(&t.cells);
     let cells: Arc<dyn BudgetCells> = counted.clone();
     let b = process(&cells, RateLimits::default());
     let mut slot = book(&b, &t.bot, 8).await;
@@ -350,58 +363,18 @@ pub async fn a_slot_gone_by_unused_holds_no_later_send(t: BudgetUnderTest) {
     );
 }
 
-/// The store under test, counting its writes of bots' cells; each write lets the other tasks run
-/// before it goes, as a request on a network does.
-struct CountedBotWrites {
-    cells: Arc<dyn BudgetCells>,
-    writes: AtomicU64,
-}
-
-#[async_trait::async_trait]
-impl BudgetCells for CountedBotWrites {
-    async fn swap(
-        &self,
-        key: &CellKey,
-        seen: u64,
-        sends: &[Timestamp],
-        keep_until: Timestamp,
-    ) -> Result<Swap, PortError> {
-        if matches!(key, CellKey::Bot(_)) {
-            self.writes.fetch_add(1, Ordering::SeqCst);
-        }
-        tokio::task::yield_now().await;
-        self.cells.swap(key, seen, sends, keep_until).await
-    }
-
-    async fn read(&self, key: &CellKey) -> Result<Option<BudgetCell>, PortError> {
-        self.cells.read(key).await
-    }
-
-    async fn pause(
-        &self,
-        bot: &BotId,
-        until: Timestamp,
-        keep_until: Timestamp,
-    ) -> Result<Option<BudgetCell>, PortError> {
-        self.cells.pause(bot, until, keep_until).await
-    }
-}
-
 /// Eight sends booked at once by one process (a broadcast's sends under way, a worker's runs):
 /// the bookings that wait while one write of the bot's cell is under way go in the next one,
 /// not in a write each that the others would refuse. A write that books several still keeps the
 /// bot's rate: a slot the window has no room for is booked again, later.
 pub async fn bookings_made_at_once_in_a_process_share_the_bot_s_write(t: BudgetUnderTest) {
     const RATE: u32 = 5;
-    let counted = Arc::new(CountedBotWrites {
-        cells: t.cells.clone(),
-        writes: AtomicU64::new(0),
-    });
+    let counted = Counted::new(&t.cells);
     let cells: Arc<dyn BudgetCells> = counted.clone();
     let a = process(&cells, RateLimits::default());
     let bookings = (0..8).map(|chat| book(&a, &t.bot, 2000 + chat));
     futures::future::join_all(bookings).await;
-    let writes = counted.writes.load(Ordering::SeqCst);
+    let writes = counted.bot_writes.load(Ordering::SeqCst);
     assert!(
         writes <= 2,
         "8 bookings made at once wrote the bot's cell {writes} times"
