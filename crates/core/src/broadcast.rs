@@ -891,9 +891,6 @@ impl BroadcastRunner {
         });
         let mut lane = Lane::pacer(rate);
         let gate = Arc::new(LaneGate::new(rate));
-        // A send whose booking the budget's store refused: the run ends with the error, as it
-        // would had it booked the send itself.
-        let failed: Arc<parking_lot::Mutex<Option<PortError>>> = Arc::default();
         let left = Arc::new(LeftBehind::default());
         // Whether the span may hold recipients to send now that the last batch did not: the
         // first time, and after a batch that left some, ended early or took all it could.
@@ -967,7 +964,7 @@ impl BroadcastRunner {
             let taken = batch.len();
             let mut begun_all = true;
             for recipient in batch {
-                let failure = failed.lock().take();
+                let failure = left.failed.lock().take();
                 if let Some(error) = failure {
                     drain(sends).await;
                     return Err(error);
@@ -1012,7 +1009,6 @@ impl BroadcastRunner {
                     gate: gate.clone(),
                     paced,
                     stop: stop.clone(),
-                    failed: failed.clone(),
                     left: left.clone(),
                 };
                 sends.spawn(send.go());
@@ -1020,7 +1016,7 @@ impl BroadcastRunner {
             // Every send of the batch began (or failed to) before the next batch is taken: a
             // recipient whose begin is still on its way must not be taken twice.
             drain(sends).await;
-            let failure = failed.lock().take();
+            let failure = left.failed.lock().take();
             if let Some(error) = failure {
                 return Err(error);
             }
@@ -1081,7 +1077,6 @@ struct RecipientSend {
     /// Whether the send books its slot in the bot's budget.
     paced: bool,
     stop: watch::Receiver<bool>,
-    failed: Arc<parking_lot::Mutex<Option<PortError>>>,
     left: Arc<LeftBehind>,
 }
 
@@ -1093,6 +1088,9 @@ struct LeftBehind {
     /// A send may have left its recipient begun with no outcome: its begin's answer was lost,
     /// its settle gave up, or its task ended before it settled.
     doubt: AtomicBool,
+    /// A booking the budget's store refused: the run ends with the error, as it would had it
+    /// booked the send itself.
+    failed: parking_lot::Mutex<Option<PortError>>,
 }
 
 /// Set while a send is begun and not settled: a task that ends in between leaves a doubt.
@@ -1154,7 +1152,7 @@ impl RecipientSend {
                 }
                 Err(error) => {
                     self.left.retries.store(true, Ordering::SeqCst);
-                    self.failed.lock().get_or_insert(error);
+                    self.left.failed.lock().get_or_insert(error);
                     return;
                 }
             }

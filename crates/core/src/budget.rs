@@ -695,20 +695,15 @@ impl SendBudget for SharedBudget {
             {
                 continue;
             }
-            let seen_at = match self.book_bot(bot, at).await? {
-                BotBooking::Booked(seen_at) => seen_at,
-                BotBooking::Taken => {
-                    // The chat's slot just booked goes unused.
-                    if self.chat_span(chat).is_some() {
-                        self.give_back(&chat_key, at);
-                    }
-                    continue;
+            let booked = self.book_bot(bot, at).await?;
+            let BotBooking::Booked(seen_at) = booked else {
+                // The chat's slot just booked goes unused.
+                if self.chat_span(chat).is_some() {
+                    self.give_back(&chat_key, at);
                 }
-                BotBooking::Contended => {
-                    if self.chat_span(chat).is_some() {
-                        self.give_back(&chat_key, at);
-                    }
-                    break;
+                match booked {
+                    BotBooking::Contended => break,
+                    _ => continue,
                 }
             };
             let now = self.clock.now();
