@@ -98,7 +98,7 @@ impl AwsTimers {
     /// Creates the timer's schedule; one that exists already (a retried run) is kept.
     async fn create_schedule(&self, timer: &TimerMessage, now: Timestamp) -> Result<(), PortError> {
         let lead = SCHEDULE_LEAD.min(self.reach);
-        let fire = Timestamp(timer.due.0.saturating_sub(lead.as_millis() as u64)).max(now);
+        let fire = timer.due.minus(lead).max(now);
         let target = Target::builder()
             .arn(&self.schedules.queue_arn)
             .role_arn(&self.schedules.role_arn)

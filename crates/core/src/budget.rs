@@ -707,7 +707,7 @@ impl SendBudget for SharedBudget {
                 }
             };
             let now = self.clock.now();
-            let wake = Timestamp(at.0.saturating_sub(lead.as_millis() as u64));
+            let wake = at.minus(lead);
             return Ok(Reserved::Booked(Slot {
                 wait: wake.since(now),
                 due: Some(at),
@@ -744,7 +744,7 @@ impl SendBudget for SharedBudget {
         }
         let now = self.clock.now();
         if !slot.measured {
-            let woke = Timestamp(due.0.saturating_sub(slot.lead.as_millis() as u64));
+            let woke = due.minus(slot.lead);
             self.measured(now.since(woke));
             slot.measured = true;
         }

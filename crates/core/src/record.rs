@@ -29,6 +29,14 @@ impl Timestamp {
         )
     }
 
+    /// This instant less a duration; the epoch if it is longer.
+    pub fn minus(self, d: Duration) -> Self {
+        Self(
+            self.0
+                .saturating_sub(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        )
+    }
+
     /// How long after `earlier` this instant is; zero if it is not later.
     pub fn since(self, earlier: Timestamp) -> Duration {
         Duration::from_millis(self.0.saturating_sub(earlier.0))

@@ -705,9 +705,7 @@ impl Worker {
             Ok(event) => event,
             Err(error) => return ended(Err(error)),
         };
-        let cutoff = Timestamp(deadline.0.saturating_sub(
-            u64::try_from(self.settings.deadline_margin.as_millis()).unwrap_or(u64::MAX),
-        ));
+        let cutoff = deadline.minus(self.settings.deadline_margin);
         let mut ctx = Context::new(RunParts {
             lease: &claimed.lease,
             group,

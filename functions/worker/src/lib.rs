@@ -34,7 +34,6 @@ use tgq_core::relay::{RelayRecord, Relayed, TimerRelay};
 use tgq_core::telegram::BotApi;
 use tgq_core::worker::{Worker, WorkerSettings};
 use tgq_telegram::HttpBotApi;
-use tokio::sync::watch;
 use tracing::{error, info, warn, Instrument as _};
 
 /// The worker's configuration, read once per cold start.
@@ -240,17 +239,8 @@ impl BroadcastSource {
                 Lookup::Unavailable(error) => return Err(error),
             };
             // The step ends in time to land its sends under way and queue its successor.
-            let (stop, stopped) = watch::channel(false);
-            let until = deadline
-                .since(self.clock.now())
-                .saturating_sub(defaults::DEADLINE_MARGIN);
-            let timer = tokio::spawn(async move {
-                tokio::time::sleep(until).await;
-                let _ = stop.send(true);
-            });
-            let next = self.runner.run_step(&step, self.chunk, api, stopped).await;
-            timer.abort();
-            next
+            let until = deadline.minus(defaults::DEADLINE_MARGIN);
+            self.runner.run_step(&step, self.chunk, api, until).await
         }
         .instrument(span.clone())
         .await;

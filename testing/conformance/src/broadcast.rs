@@ -52,6 +52,7 @@ macro_rules! broadcast_conformance_tests {
             an_audience_is_the_chats_whose_state_the_filter_takes,
             a_span_hands_out_waits_on_and_abandons_only_its_own_recipients,
             a_job_run_as_a_chain_of_steps_reaches_everyone_once_and_comes_back_for_its_retries,
+            a_step_begins_no_chunk_it_has_no_time_to_finish,
             a_batch_whose_sends_all_ended_is_not_read_again,
             a_begin_whose_answer_was_lost_leaves_its_recipient_uncertain,
         );
@@ -73,6 +74,8 @@ struct Api {
     /// Errors to answer a chat with, the first first; a chat with none left is delivered to.
     errors: Mutex<HashMap<i64, Vec<TelegramError>>>,
     calls: Mutex<u64>,
+    /// How long each call takes.
+    delay: Duration,
 }
 
 impl Api {
@@ -99,6 +102,9 @@ impl Api {
 impl BotApi for Api {
     async fn call(&self, call: &ApiCall<'_>) -> Result<Value, CallError> {
         *self.calls.lock().await += 1;
+        if !self.delay.is_zero() {
+            tokio::time::sleep(self.delay).await;
+        }
         let chat = call.params["chat_id"].as_i64().expect("a chat id");
         if let Some(errors) = self.errors.lock().await.get_mut(&chat) {
             if !errors.is_empty() {
@@ -652,18 +658,13 @@ pub async fn a_job_run_as_a_chain_of_steps_reaches_everyone_once_and_comes_back_
     let ended = loop {
         steps += 1;
         assert!(steps < 400, "the chain ends");
-        let (stop, stopped) = watch::channel(false);
         // The invocation's time: a moment, so a slow store's job takes several steps.
-        let timer = tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(250)).await;
-            let _ = stop.send(true);
-        });
+        let until = SystemClock.now().plus(Duration::from_millis(250));
         let api: Arc<dyn BotApi> = api.clone();
         let next = runner
-            .run_step(&step, 3, api, stopped)
+            .run_step(&step, 3, api, until)
             .await
             .expect("the store answers");
-        timer.abort();
         match next {
             ChainNext::End(state) => break state,
             ChainNext::Queue(queued) => {
@@ -689,6 +690,50 @@ pub async fn a_job_run_as_a_chain_of_steps_reaches_everyone_once_and_comes_back_
     );
     let job_now = job_of(&t.store, &id).await;
     assert_eq!((job_now.counts.sent, job_now.counts.pending()), (10, 0));
+}
+
+/// A step whose time left cannot hold another chunk as long as its first ends at the chunk's
+/// boundary: the next step goes on from the second chunk, which nobody has begun.
+pub async fn a_step_begins_no_chunk_it_has_no_time_to_finish(t: BroadcastsUnderTest) {
+    let chats: Vec<i64> = (1..=6).collect();
+    let id = start(&t.store, &chats).await;
+    let api = Arc::new(Api {
+        delay: Duration::from_secs(1),
+        ..Api::default()
+    });
+    // The first chunk takes two seconds and the store's moments: its first send alone, since no
+    // recipient has taken the message yet, then the other two at once. It has time to finish
+    // while the store's answers in it take under 1.6 s together, and then less than two seconds
+    // are left.
+    let until = SystemClock.now().plus(Duration::from_millis(3_600));
+    let dyn_api: Arc<dyn BotApi> = api.clone();
+    let next = runner(&t.store)
+        .run_step(&ChainStep::start(&id), 3, dyn_api, until)
+        .await
+        .expect("the store answers");
+    let ChainNext::Queue(queued) = next else {
+        panic!("the step queues the next, not {next:?}");
+    };
+    assert_eq!(queued.from, 3, "the next step begins at the second chunk");
+    for chat in 1..=3 {
+        assert_eq!(api.delivered_to(chat).await, 1, "chat {chat}");
+    }
+    for chat in 4..=6 {
+        assert_eq!(
+            api.delivered_to(chat).await,
+            0,
+            "chat {chat} is the next step's"
+        );
+    }
+    let job_now = job_of(&t.store, &id).await;
+    assert_eq!(
+        (
+            job_now.counts.sent,
+            job_now.counts.uncertain,
+            job_now.counts.pending()
+        ),
+        (3, 0, 3)
+    );
 }
 
 /// The store under test, counting the runner's reads of a span's recipients; a begin of the

@@ -3,10 +3,14 @@
 //! and never holds a chat's updates. Each message names the recipient to go on from, by index (so
 //! a step means the same whatever chunk size reads it); an invocation works through chunks of
 //! [`CHUNK`](super::CHUNK) recipients until its time is up, then queues the next step and is
-//! acknowledged. A chunk whose retries are not due yet is passed over and visited again when the
-//! earliest of them is, so one slow recipient holds no other chunk back.
+//! acknowledged. After its first chunk it begins none the time left cannot hold, judged by the
+//! longest it has run, so the next step seldom begins inside a chunk and reads its recipients
+//! again; only a chunk that outlasts the time left is cut. A chunk whose retries
+//! are not due yet is passed over and visited again when the earliest of them is, so one slow
+//! recipient holds no other chunk back.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -101,14 +105,35 @@ pub enum ChainNext {
 }
 
 impl BroadcastRunner {
-    /// Runs `step` of a job on a stack, in chunks of `size` recipients ([`CHUNK`](super::CHUNK) on a stack),
-    /// with `api` until the job ends or `stop` turns true (the invocation's time is up), and
-    /// says what comes next.
+    /// Runs `step` of a job on a stack, in chunks of `size` recipients ([`CHUNK`](super::CHUNK) on
+    /// a stack), with `api` until the job ends or `until` (the end of the invocation's time), and
+    /// says what comes next. The first chunk begins whatever the time left, so a step whose time
+    /// is short still sends; a later one begins only when the time left holds the longest chunk
+    /// so far. `until` and the chunks' lengths are read on the runner's clock.
     pub async fn run_step(
         &self,
         step: &ChainStep,
         size: u64,
         api: Arc<dyn BotApi>,
+        until: Timestamp,
+    ) -> Result<ChainNext, PortError> {
+        let (stop, stopped) = watch::channel(false);
+        let left = until.since(self.clock.now());
+        let timer = tokio::spawn(async move {
+            tokio::time::sleep(left).await;
+            let _ = stop.send(true);
+        });
+        let next = self.chunks(step, size, api, until, stopped).await;
+        timer.abort();
+        next
+    }
+
+    async fn chunks(
+        &self,
+        step: &ChainStep,
+        size: u64,
+        api: Arc<dyn BotApi>,
+        until: Timestamp,
         stop: watch::Receiver<bool>,
     ) -> Result<ChainNext, PortError> {
         if let Some(at) = step.not_before.filter(|at| *at > self.clock.now().0) {
@@ -118,6 +143,8 @@ impl BroadcastRunner {
             not_before: None,
             ..step.clone()
         };
+        // The longest a chunk of this step took; none yet.
+        let mut longest: Option<Duration> = None;
         loop {
             let Some(job) = self.store.job(&step.job).await? else {
                 return Ok(ChainNext::End(JobState::Cancelled));
@@ -125,7 +152,8 @@ impl BroadcastRunner {
             if job.state != JobState::Running {
                 return Ok(ChainNext::End(job.state));
             }
-            if *stop.borrow() {
+            let now = self.clock.now();
+            if *stop.borrow() || longest.is_some_and(|chunk| now.plus(chunk) > until) {
                 return Ok(ChainNext::Queue(step));
             }
             if step.from >= job.counts.total {
@@ -143,6 +171,8 @@ impl BroadcastRunner {
                     stop.clone(),
                 )
                 .await?;
+            let took = self.clock.now().since(now);
+            longest = Some(longest.map_or(took, |chunk| chunk.max(took)));
             match end {
                 RunEnd::Done => return Ok(ChainNext::End(JobState::Done)),
                 RunEnd::Stopped(state) => return Ok(ChainNext::End(state)),
