@@ -50,6 +50,10 @@ pub const UNCERTAIN_SEND: &str = "UncertainSend";
 /// A read of the bot registry (SSM Parameter Store on AWS) that failed; by [`CAUSE`] alone, as the
 /// registry belongs to no one bot. The function went on with the bots it had read before, if any.
 pub const REGISTRY_UNAVAILABLE: &str = "RegistryUnavailable";
+/// A broadcast step that could not run again on its tenth receive or later (its job makes no
+/// progress: the table unreachable, the registry unreadable); by [`CAUSE`] alone, as its job's bot
+/// is unknown when the job cannot be read.
+pub const BROADCAST_STUCK: &str = "BroadcastStuck";
 /// How long a run's sends waited for Telegram's pacing, in milliseconds.
 pub const THROTTLED_WAIT_MS: &str = "ThrottledWaitMs";
 /// From an update's arrival at the webhook to its `DONE`, in milliseconds.
@@ -77,7 +81,7 @@ pub const POLLER_COUNTERS: [&str; 4] = [
 ];
 
 /// Every counter, for recorders and dashboards that list them.
-pub const COUNTERS: [&str; 13] = [
+pub const COUNTERS: [&str; 14] = [
     RECEIVED,
     DUPLICATE,
     REQUEUED,
@@ -91,6 +95,7 @@ pub const COUNTERS: [&str; 13] = [
     FENCED,
     UNCERTAIN_SEND,
     REGISTRY_UNAVAILABLE,
+    BROADCAST_STUCK,
 ];
 
 /// Every histogram, in milliseconds.
@@ -128,6 +133,9 @@ pub fn help(name: &str) -> &'static str {
         FENCED => "Runs that lost their lease to another run and stopped.",
         UNCERTAIN_SEND => "At-most-once sends with an unknown earlier outcome, not sent again.",
         REGISTRY_UNAVAILABLE => "Failed reads of the bot registry.",
+        BROADCAST_STUCK => {
+            "Broadcast steps that could not run again on their tenth receive or later."
+        }
         THROTTLED_WAIT_MS => "How long a run's sends waited for Telegram's pacing.",
         END_TO_END_LATENCY_MS => "From an update's arrival at the webhook to its end.",
         HANDLER_DURATION_MS => "How long a handler run took.",
@@ -144,6 +152,11 @@ pub fn help(name: &str) -> &'static str {
 /// Counts a failed read of the bot registry.
 pub fn registry_unavailable(error: &crate::PortError) {
     counter!(REGISTRY_UNAVAILABLE, CAUSE => error.cause()).increment(1);
+}
+
+/// Counts a broadcast step that failed again on its tenth receive or later.
+pub fn broadcast_stuck(error: &crate::PortError) {
+    counter!(BROADCAST_STUCK, CAUSE => error.cause()).increment(1);
 }
 
 /// Counts one event of `bot`'s poller: one of [`POLLER_COUNTERS`].

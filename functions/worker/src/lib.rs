@@ -188,7 +188,8 @@ pub struct BroadcastSource {
 const STEP_RETRY: Duration = Duration::from_secs(10);
 /// The longest wait between two runs of a step that cannot run.
 const STEP_RETRY_CAP: Duration = Duration::from_secs(600);
-/// Receives of one step after which its failures are logged as errors: the job is stuck.
+/// Receives of one step after which its failures are logged as errors and counted as
+/// `BroadcastStuck`, which the stack's `broadcast-stuck` alarm watches: the job is stuck.
 const STEP_STUCK_AFTER: u32 = 10;
 
 /// The wait before a step that could not run, received `receives` times, runs again.
@@ -263,6 +264,7 @@ impl BroadcastSource {
             }
             Ok(ChainNext::Hold(at)) => at.since(self.clock.now()),
             Err(error) if record.receive_count >= STEP_STUCK_AFTER => {
+                tgq_core::metrics::broadcast_stuck(&error);
                 error!(error = %error_chain(&error), receives = record.receive_count, "a broadcast step has failed again and again: the job makes no progress until its cause is fixed");
                 step_retry(record.receive_count)
             }

@@ -15,18 +15,29 @@ use lambda_http::Body;
 use lambda_runtime::{Context, LambdaEvent};
 use secrecy::SecretString;
 use serde_json::Value;
+use tgq_core::bots::OneBot;
+use tgq_core::broadcast::chain::{BroadcastQueue, ChainStep};
+use tgq_core::broadcast::{BroadcastId, BroadcastRunner};
 use tgq_core::clock::{Clock, SystemClock};
 use tgq_core::config::Vars;
+use tgq_core::echo::EchoBot;
 use tgq_core::handlers::HandlerRegistry;
 use tgq_core::ids::{BotId, MessageGroupId, RecordKey, UpdateId};
 use tgq_core::ingest::{Ingest, WebhookPorts, SECRET_HEADER};
+use tgq_core::pacer::{Pacer, RateLimits};
+use tgq_core::policy::RetryPolicy;
 use tgq_core::ports::{QueueRecord, ReceiptHandle};
 use tgq_core::record::Status;
 use tgq_core::registry::{BotEntry, Registry};
+use tgq_core::telegram::BotApi;
 use tgq_core::worker::Worker;
+use tgq_core::PortError;
 use tgq_fake_telegram::{FakeTelegram, Fault, Scope, Times};
-use tgq_memory::{Fault as Outage, MemoryBots, MemoryDeadLetters, MemoryQueue, MemoryStore};
-use tgq_worker::handle;
+use tgq_memory::{
+    Fault as Outage, MemoryBots, MemoryBroadcasts, MemoryDeadLetters, MemoryQueue, MemoryStore,
+    RecordingBotApi, RecordingVisibility,
+};
+use tgq_worker::{handle, handle_event, BroadcastSource, Sources};
 
 const BATCH: &str = include_str!("../../../../events/sqs/batch_three_groups.json");
 const SECRET: &str = "metrics-test-secret";
@@ -55,7 +66,11 @@ impl Emitted {
                 .iter()
                 .map(|d| d.as_str().unwrap())
                 .collect();
-            assert!(dimensions.contains(&"BotId"), "{line}");
+            // A count of the stack's, not of one bot's, goes by its cause alone.
+            assert!(
+                dimensions.contains(&"BotId") || dimensions == ["Cause"],
+                "{line}"
+            );
             let labels: BTreeMap<String, String> = dimensions
                 .iter()
                 .map(|d| ((*d).to_owned(), doc[*d].as_str().unwrap().to_owned()))
@@ -82,6 +97,15 @@ impl Emitted {
     fn counter(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
         let key = (name.to_owned(), label_map(labels));
         self.counters.get(&key).copied().unwrap_or(0.0)
+    }
+
+    /// The counter `name` of the stack, counted by its cause alone.
+    fn stack_counter(&self, name: &str, cause: &str) -> f64 {
+        let labels = BTreeMap::from([("Cause".to_owned(), cause.to_owned())]);
+        self.counters
+            .get(&(name.to_owned(), labels))
+            .copied()
+            .unwrap_or(0.0)
     }
 
     /// How many values the histogram `name` of `bot` received.
@@ -141,8 +165,8 @@ async fn webhook_outcomes() {
     store.outage.set(false);
 }
 
-async fn worker_outcomes() {
-    let fake = FakeTelegram::start().await.unwrap();
+/// The echo worker of bot `demo`, sending to `fake`, on an empty in-memory store.
+fn demo_worker(fake: &FakeTelegram) -> Worker {
     let vars = Vars::from_pairs([
         ("TELEGRAM_BOT_TOKEN", fake.token()),
         ("TGQ_BOT_ID", "demo"),
@@ -150,12 +174,17 @@ async fn worker_outcomes() {
         ("TGQ_QUEUE_URL", "q"),
         ("TGQ_DLQ_URL", "d"),
     ]);
-    let worker = common::echo_worker(
+    common::echo_worker(
         &vars,
-        &fake,
+        fake,
         Duration::from_secs(5),
         Arc::new(MemoryStore::new()),
-    );
+    )
+}
+
+async fn worker_outcomes() {
+    let fake = FakeTelegram::start().await.unwrap();
+    let worker = demo_worker(&fake);
     // Chat 111111111: its first update fails with a 502 (the second waits behind it). Chat
     // 222222222: Telegram refuses its first reply as a bad request (a dead letter), and the user
     // has blocked the bot by the second (recipient gone).
@@ -263,12 +292,80 @@ async fn registry_outcomes() {
     assert!(report.failed_message_ids().is_empty(), "{report:?}");
 }
 
+/// Where the steps' successors would go; none is queued here.
+struct NoSuccessors;
+
+#[async_trait::async_trait]
+impl BroadcastQueue for NoSuccessors {
+    async fn queue(&self, _step: &ChainStep, _dedup: &str) -> Result<(), PortError> {
+        panic!("a step that could not run queued a successor")
+    }
+}
+
+/// Two steps of a job whose table is down, on their ninth and tenth receive: the tenth is stuck.
+async fn broadcast_outcomes() {
+    const STEPS_ARN: &str = "arn:aws:sqs:us-east-1:123456789012:tgq-broadcasts.fifo";
+    let fake = FakeTelegram::start().await.unwrap();
+    let worker = demo_worker(&fake);
+    let store = Arc::new(MemoryBroadcasts::new());
+    store.outage.fail(Outage::Unavailable);
+    let visibility = Arc::new(RecordingVisibility::new());
+    let api: Arc<dyn BotApi> = Arc::new(RecordingBotApi::new());
+    let sources = Sources {
+        timers: None,
+        broadcasts: Some(BroadcastSource {
+            runner: BroadcastRunner {
+                store,
+                budget: Arc::new(Pacer::new(RateLimits::UNLIMITED)),
+                bot_rate: None,
+                clock: Arc::new(SystemClock),
+                retry: RetryPolicy::default(),
+            },
+            bots: Arc::new(OneBot::new(api, Arc::new(EchoBot))),
+            queue: Arc::new(NoSuccessors),
+            visibility: visibility.clone(),
+            queue_arn: STEPS_ARN.to_owned(),
+            chunk: 1_000,
+            clock: Arc::new(SystemClock),
+        }),
+    };
+    let step = ChainStep::start(&BroadcastId(1)).body();
+    let record = |receives: u32| {
+        serde_json::json!({
+            "messageId": format!("step-{receives}"),
+            "receiptHandle": format!("r-{receives}"),
+            "body": step,
+            "attributes": {
+                "ApproximateReceiveCount": receives.to_string(),
+                "MessageGroupId": "broadcast:1",
+            },
+            "messageAttributes": {},
+            "eventSourceARN": STEPS_ARN,
+        })
+    };
+    let event: SqsEvent =
+        serde_json::from_value(serde_json::json!({"Records": [record(9), record(10)]})).unwrap();
+    let mut context = Context::default();
+    context.deadline = SystemClock.now().plus(Duration::from_secs(60)).0;
+    let response = handle_event(&worker, &sources, LambdaEvent::new(event, context))
+        .await
+        .unwrap();
+    let failed: Vec<_> = response
+        .batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.clone())
+        .collect();
+    assert_eq!(failed, ["step-9", "step-10"], "both run again later");
+    assert_eq!(visibility.changes().len(), 2, "each hidden for a while");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn both_functions_emit_every_outcome_as_embedded_metric_format_lines() {
     let collector = tgq_aws::init_metrics().unwrap();
     webhook_outcomes().await;
     worker_outcomes().await;
     registry_outcomes().await;
+    broadcast_outcomes().await;
     let mut flushed = Vec::new();
     collector.flush(&mut flushed).unwrap();
     let emitted = Emitted::parse(&String::from_utf8(flushed).unwrap());
@@ -321,6 +418,12 @@ async fn both_functions_emit_every_outcome_as_embedded_metric_format_lines() {
     }
     assert_eq!(
         emitted.values("EndToEndLatencyMs", "shop"),
+        1.0,
+        "{emitted:#?}"
+    );
+    // The step on its tenth receive is stuck; the one on its ninth is not yet.
+    assert_eq!(
+        emitted.stack_counter("BroadcastStuck", "unavailable"),
         1.0,
         "{emitted:#?}"
     );

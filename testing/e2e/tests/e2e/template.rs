@@ -409,6 +409,59 @@ fn throttled_table_requests_and_unreadable_registries_page_someone() {
 }
 
 #[test]
+fn a_broadcast_step_stuck_past_its_tenth_receive_pages_someone_until_it_runs() {
+    let t = Template::load();
+    assert_eq!(
+        insights_query(&t, "BroadcastStuckAlarm"),
+        format!(
+            "SELECT SUM({}) FROM SCHEMA({}, {})",
+            tgq_core::metrics::BROADCAST_STUCK,
+            tgq_core::metrics::NAMESPACE,
+            tgq_core::metrics::CAUSE
+        )
+    );
+    let alarm = alarm(&t, "BroadcastStuckAlarm");
+    // The worker receives a stuck step again every 10 minutes at most: one count in a window
+    // longer than that keeps the alarm on between two receives.
+    let window = t.number(&alarm["EvaluationPeriods"]).unwrap() * 60;
+    assert!(window > 600, "{window} s");
+    assert_eq!(t.number(&alarm["DatapointsToAlarm"]), Some(1));
+    assert!(
+        !alarm["AlarmActions"].is_null() && !alarm["OKActions"].is_null(),
+        "it notifies"
+    );
+}
+
+#[test]
+fn every_alarm_of_the_stack_has_its_row_in_the_operating_guide() {
+    const GUIDE: &str = include_str!("../../../../docs/OPERATIONS.md");
+    let t = Template::load();
+    let mut names = Vec::new();
+    for (_, resource) in t.0["Resources"].as_mapping().unwrap() {
+        if resource["Type"].as_str() != Some("AWS::CloudWatch::Alarm") {
+            continue;
+        }
+        let name = match &resource["Properties"]["AlarmName"] {
+            Value::Tagged(tagged) if tagged.tag == "Sub" => tagged.value.as_str().unwrap(),
+            other => panic!("an alarm's name is not a !Sub string: {other:?}"),
+        };
+        let suffix = name
+            .strip_prefix("${AWS::StackName}-")
+            .unwrap_or_else(|| panic!("{name} begins with the stack's name"));
+        names.push(suffix.to_owned());
+    }
+    assert!(names.len() >= 10, "{names:?}");
+    for name in names {
+        assert!(
+            GUIDE
+                .lines()
+                .any(|line| line.starts_with('|') && line.contains(&format!("`{name}`"))),
+            "docs/OPERATIONS.md's alarm table has no row for `{name}`"
+        );
+    }
+}
+
+#[test]
 fn the_function_url_alarm_watches_the_series_lambda_publishes_for_the_url() {
     let t = Template::load();
     let dimensions = alarm(&t, "WebhookUrl5xxAlarm")["Dimensions"]
