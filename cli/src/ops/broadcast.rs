@@ -15,8 +15,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tgq_aws::{DynamoBroadcasts, SqsQueue};
 use tgq_core::broadcast::{
-    self, Audience, BroadcastId, BroadcastJob, BroadcastSpec, BroadcastStore, Change, Changed,
-    Created, JobState, Lane, Recipient, StartError, StateFilter, DEFAULT_PAID_RATE,
+    self, ahead_of, Audience, BroadcastId, BroadcastJob, BroadcastSpec, BroadcastStore, Change,
+    Changed, Created, JobState, Lane, Recipient, StartError, StateFilter, DEFAULT_PAID_RATE,
     DEFAULT_RESERVE_PERCENT, PAID_STARS_PER_MESSAGE,
 };
 use tgq_core::clock::{Clock as _, SystemClock};
@@ -169,6 +169,9 @@ pub struct StatusView {
     pub rate: Option<f64>,
     /// The time left at that rate, in seconds.
     pub seconds_left: Option<u64>,
+    /// The older running job of the bot it waits for: a bot sends one broadcast at a time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub behind: Option<BroadcastId>,
     /// Recipients that failed for good or are uncertain (the first 100).
     pub undelivered: Vec<Recipient>,
 }
@@ -376,11 +379,16 @@ pub async fn status_here(
     let seconds_left = rate
         .filter(|r| *r > 0.0 && !job.state.is_final())
         .map(|r| (pending as f64 / r).ceil() as u64);
+    let behind = match job.state {
+        JobState::Running => ahead_of(&store.jobs().await?, &job),
+        _ => None,
+    };
     Ok(Some(StatusView {
         job,
         pending,
         rate,
         seconds_left,
+        behind,
         undelivered,
     }))
 }
@@ -491,6 +499,9 @@ fn render(view: &StatusView) {
         c.uncertain,
         c.retrying
     );
+    if let Some(first) = &view.behind {
+        outln!("waiting: the bot sends one broadcast at a time, and broadcast {first} goes first");
+    }
     match (view.rate, view.seconds_left) {
         (Some(rate), Some(left)) => outln!("rate {rate:.1}/s · about {} left", human(left)),
         (Some(rate), None) => outln!("rate {rate:.1}/s"),
@@ -626,6 +637,38 @@ mod tests {
         );
         assert!(pointer_equals("on=true").is_err());
         assert!(pointer_equals("/on").is_err());
+    }
+
+    #[tokio::test]
+    async fn a_status_names_the_older_broadcast_a_running_one_waits_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(dir.path(), tgq_embedded::StoreOptions::default()).unwrap();
+        let spec = |bot: &str| {
+            BroadcastSpec::standard(
+                BotId::new(bot).unwrap(),
+                "sendMessage",
+                serde_json::json!({"text": "news"}),
+                "cli",
+            )
+        };
+        for bot in ["shop", "shop", "news"] {
+            store
+                .create(&spec(bot), &[1, 2], SystemClock.now())
+                .await
+                .unwrap();
+        }
+        let behind = |id| {
+            let store = store.clone();
+            async move { status_here(&*store, id).await.unwrap().unwrap().behind }
+        };
+        assert_eq!(behind(1).await, None);
+        assert_eq!(behind(2).await, Some(BroadcastId(1)));
+        assert_eq!(behind(3).await, None, "another bot's");
+        store
+            .change(&BroadcastId(1), Change::Pause, SystemClock.now())
+            .await
+            .unwrap();
+        assert_eq!(behind(2).await, None, "the older one paused");
     }
 
     #[test]

@@ -44,6 +44,15 @@ async fn wait_for(what: &str, timeout: Duration, mut done: impl FnMut() -> bool)
     }
 }
 
+/// The environment of a `tgq local` whose bot sends to `fake`, at `api_url`.
+fn sending_to<'a>(fake: &'a FakeTelegram, api_url: &'a str) -> [(&'static str, &'a str); 3] {
+    [
+        ("TELEGRAM_API_URL", api_url),
+        ("TELEGRAM_BOT_TOKEN", fake.token()),
+        ("TGQ_WEBHOOK_SECRET", SECRET),
+    ]
+}
+
 /// Writes a recipients file of chats 1 to `n`, one a line, after `header`.
 fn write_recipients(path: &Path, header: &str, n: i64) {
     let list: String = (1..=n).map(|chat| format!("{chat}\n")).collect();
@@ -194,11 +203,7 @@ async fn a_message_telegram_refuses_pauses_the_broadcast_with_its_words_after_th
     let fake = limited_fake().await;
     fake.inject(Fault::BadRequest, Scope::Global, Times::Always);
     let api_url = fake.url();
-    let envs = [
-        ("TELEGRAM_API_URL", api_url.as_str()),
-        ("TELEGRAM_BOT_TOKEN", fake.token()),
-        ("TGQ_WEBHOOK_SECRET", SECRET),
-    ];
+    let envs = sending_to(&fake, &api_url);
     let dir = tempfile::tempdir().unwrap();
     let data_dir = dir.path().to_str().unwrap();
     let recipients = dir.path().join("r.txt");
@@ -266,11 +271,7 @@ async fn a_message_telegram_refuses_pauses_the_broadcast_with_its_words_after_th
 async fn a_pause_holds_a_running_broadcast_and_a_resume_finishes_it() {
     let fake = limited_fake().await;
     let api_url = fake.url();
-    let envs = [
-        ("TELEGRAM_API_URL", api_url.as_str()),
-        ("TELEGRAM_BOT_TOKEN", fake.token()),
-        ("TGQ_WEBHOOK_SECRET", SECRET),
-    ];
+    let envs = sending_to(&fake, &api_url);
     let dir = tempfile::tempdir().unwrap();
     let data_dir = dir.path().to_str().unwrap();
     let recipients = dir.path().join("r.txt");
@@ -394,4 +395,64 @@ fn a_recipients_file_with_a_bad_line_or_nobody_in_it_is_refused_before_anything_
         err.contains("line 3"),
         "the recipients are checked first: {err}"
     );
+}
+
+/// Two broadcasts of one bot, both stored while `tgq local` is down: at its start it sends the older one
+/// whole, then the later one, which `status` shows waiting for it meanwhile. Both at once would
+/// together take the replies' share of the bot's rate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bot_s_second_broadcast_waits_for_its_first_to_end() {
+    let fake = limited_fake().await;
+    let api_url = fake.url();
+    let envs = sending_to(&fake, &api_url);
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().to_str().unwrap();
+    // The store made, and no process sending while both jobs are stored.
+    let mut local = Local::start_on(free_port(), dir.path(), &envs, &[]);
+    local.wait_ready().await;
+    local.terminate().await;
+    for (text, first_chat) in [("first", 1), ("second", 101)] {
+        let recipients = dir.path().join(format!("{text}.txt"));
+        let list: String = (first_chat..first_chat + 40)
+            .map(|chat| format!("{chat}\n"))
+            .collect();
+        std::fs::write(&recipients, list).unwrap();
+        let (exit, _, err) = run(
+            &[],
+            &[
+                "broadcast",
+                "start",
+                "--text",
+                text,
+                "--to",
+                recipients.to_str().unwrap(),
+                "--data-dir",
+                data_dir,
+            ],
+        );
+        assert!(exit.success(), "{err}");
+    }
+    let view = status(dir.path(), 2);
+    assert_eq!(view["behind"], 1, "{view}");
+    let mut local = Local::start_on(free_port(), dir.path(), &envs, &[]);
+    local.wait_ready().await;
+    let texts = || -> Vec<String> {
+        fake.delivered()
+            .iter()
+            .filter_map(|call| call.params["text"].as_str().map(str::to_owned))
+            .collect()
+    };
+    wait_for("both broadcasts", Duration::from_secs(30), || {
+        texts().len() >= 80
+    })
+    .await;
+    let texts = texts();
+    let last_first = texts.iter().rposition(|t| t == "first").unwrap();
+    let first_second = texts.iter().position(|t| t == "second").unwrap();
+    assert!(
+        last_first < first_second,
+        "the second began before the first ended: {texts:?}"
+    );
+    assert_eq!(status(dir.path(), 2)["job"]["counts"]["sent"], 40);
+    local.terminate().await;
 }

@@ -149,6 +149,20 @@ pub enum SpecError {
 }
 
 impl BroadcastSpec {
+    /// `method` with `params` from `bot` in the standard lane, leaving the bot's replies the
+    /// default reserve; `origin` says who started it.
+    pub fn standard(bot: BotId, method: &str, params: Value, origin: &str) -> Self {
+        Self {
+            bot,
+            method: method.to_owned(),
+            params,
+            lane: Lane::Standard,
+            reserve_percent: DEFAULT_RESERVE_PERCENT,
+            paid_rate: DEFAULT_PAID_RATE,
+            origin: origin.to_owned(),
+        }
+    }
+
     /// Checks what can be checked before anything is sent.
     pub fn check(&self) -> Result<(), SpecError> {
         if !sends_a_message(&self.method) || self.method.starts_with("editMessage") {
@@ -835,6 +849,17 @@ pub enum Waits {
     No,
 }
 
+/// The running job of `job`'s bot that sends before it, if any: a bot's broadcasts go one at a
+/// time, the oldest running one first, so two of them neither take the reserve the bot's replies
+/// keep nor pass the paid lane's rate together (docs/ARCHITECTURE.md §13). `None` when `job` is
+/// the one to send.
+pub fn ahead_of(jobs: &[BroadcastJob], job: &BroadcastJob) -> Option<BroadcastId> {
+    jobs.iter()
+        .filter(|j| j.state == JobState::Running && j.spec.bot == job.spec.bot && j.id < job.id)
+        .map(|j| j.id.clone())
+        .min()
+}
+
 impl BroadcastRunner {
     /// Sends job `id` with `api` until it is done, paused or cancelled, or `stop` turns true.
     /// Recipients whose send an earlier process began and never ended are marked uncertain first.
@@ -1347,15 +1372,12 @@ mod tests {
     use serde_json::json;
 
     fn spec() -> BroadcastSpec {
-        BroadcastSpec {
-            bot: BotId::new("b").unwrap(),
-            method: "sendMessage".into(),
-            params: json!({"text": "hi"}),
-            lane: Lane::Standard,
-            reserve_percent: DEFAULT_RESERVE_PERCENT,
-            paid_rate: DEFAULT_PAID_RATE,
-            origin: "cli".into(),
-        }
+        BroadcastSpec::standard(
+            BotId::new("b").unwrap(),
+            "sendMessage",
+            json!({"text": "hi"}),
+            "cli",
+        )
     }
 
     #[test]

@@ -25,10 +25,7 @@ use tracing::warn;
 /// because an earlier run's outcome is unknown; `tgq-drill` counts those updates by it.
 pub const MADE_AGAIN_AFTER_UNKNOWN_OUTCOME: &str = "action has an unknown outcome; making it again";
 
-use crate::broadcast::{
-    Audience, BroadcastId, BroadcastSpec, BroadcastStore, Lane, StartError, DEFAULT_PAID_RATE,
-    DEFAULT_RESERVE_PERCENT,
-};
+use crate::broadcast::{Audience, BroadcastId, BroadcastSpec, BroadcastStore, StartError};
 use crate::budget::{Clear, Reserved, SendBudget, Slot, RECHECK_AFTER};
 use crate::clock::Clock;
 use crate::error::{error_chain, PortError};
@@ -571,15 +568,12 @@ impl<'a> Context<'a> {
             object.remove("chat_id");
         }
         let key_ref = &self.run.lease.key;
-        let spec = BroadcastSpec {
-            bot: key_ref.bot_id.clone(),
-            method: method_name(P::NAME),
+        let spec = BroadcastSpec::standard(
+            key_ref.bot_id.clone(),
+            &method_name(P::NAME),
             params,
-            lane: Lane::Standard,
-            reserve_percent: DEFAULT_RESERVE_PERCENT,
-            paid_rate: DEFAULT_PAID_RATE,
-            origin: format!("update:{}:{}:{key}", key_ref.bot_id, key_ref.update_id),
-        };
+            &format!("update:{}:{}:{key}", key_ref.bot_id, key_ref.update_id),
+        );
         let now = self.run.clock.now();
         let name = format!("broadcast:{key}");
         self.step(&name, || async move {

@@ -12,8 +12,8 @@ use serde_json::{json, Value};
 use tgq_core::broadcast::chain::{ChainNext, ChainStep};
 use tgq_core::broadcast::{
     BroadcastId, BroadcastRunner, BroadcastSpec, BroadcastStore, Change, Changed, Created,
-    JobState, Lane, Outcome, Recipient, RunEnd, Span, StateFilter, Waits, CHUNK, DEFAULT_PAID_RATE,
-    DEFAULT_RESERVE_PERCENT, EVERY, MAX_ATTEMPTS, REFUSALS_BEFORE_PAUSE,
+    JobState, Outcome, Recipient, RunEnd, Span, StateFilter, Waits, CHUNK, EVERY, MAX_ATTEMPTS,
+    REFUSALS_BEFORE_PAUSE,
 };
 use tgq_core::clock::{Clock, SystemClock};
 use tgq_core::ids::BotId;
@@ -53,6 +53,7 @@ macro_rules! broadcast_conformance_tests {
             a_span_hands_out_waits_on_and_abandons_only_its_own_recipients,
             a_job_run_as_a_chain_of_steps_reaches_everyone_once_and_comes_back_for_its_retries,
             a_step_begins_no_chunk_it_has_no_time_to_finish,
+            a_bot_s_later_broadcast_waits_on_a_stack_until_its_older_one_ends,
             a_batch_whose_sends_all_ended_is_not_read_again,
             a_begin_whose_answer_was_lost_leaves_its_recipient_uncertain,
         );
@@ -122,15 +123,12 @@ fn bot() -> BotId {
 }
 
 fn spec(origin: &str) -> BroadcastSpec {
-    BroadcastSpec {
-        bot: bot(),
-        method: "sendMessage".into(),
-        params: json!({"text": "news", "reply_markup": {"inline_keyboard": [[{"text": "Read", "callback_data": "read"}]]}}),
-        lane: Lane::Standard,
-        reserve_percent: DEFAULT_RESERVE_PERCENT,
-        paid_rate: DEFAULT_PAID_RATE,
-        origin: origin.into(),
-    }
+    BroadcastSpec::standard(
+        bot(),
+        "sendMessage",
+        json!({"text": "news", "reply_markup": {"inline_keyboard": [[{"text": "Read", "callback_data": "read"}]]}}),
+        origin,
+    )
 }
 
 fn runner(store: &Arc<dyn BroadcastStore>) -> BroadcastRunner {
@@ -734,6 +732,58 @@ pub async fn a_step_begins_no_chunk_it_has_no_time_to_finish(t: BroadcastsUnderT
         ),
         (3, 0, 3)
     );
+}
+
+/// Two broadcasts of one bot on a stack: the later one's step sends nothing while the older one
+/// runs, and is hidden to look again; a broadcast of another bot is not held; once the older one
+/// is done, the later one goes.
+pub async fn a_bot_s_later_broadcast_waits_on_a_stack_until_its_older_one_ends(
+    t: BroadcastsUnderTest,
+) {
+    let older = start(&t.store, &[1, 2, 3]).await;
+    let later = start(&t.store, &[11, 12, 13]).await;
+    let other = t
+        .store
+        .create(
+            &BroadcastSpec {
+                bot: BotId::new("other").expect("a valid bot id"),
+                ..spec("cli")
+            },
+            &[21, 22],
+            SystemClock.now(),
+        )
+        .await
+        .expect("the job is created")
+        .job()
+        .id
+        .clone();
+    let api = Arc::new(Api::default());
+    let step = |id: &BroadcastId| {
+        let api: Arc<dyn BotApi> = api.clone();
+        let step = ChainStep::start(id);
+        let runner = runner(&t.store);
+        async move {
+            let until = SystemClock.now().plus(Duration::from_secs(30));
+            runner
+                .run_step(&step, 3, api, until)
+                .await
+                .expect("the store answers")
+        }
+    };
+    let before = SystemClock.now();
+    match step(&later).await {
+        ChainNext::Hold(at) => assert!(at > before, "hidden until {at:?}"),
+        other => panic!("the later broadcast's step went on: {other:?}"),
+    }
+    for chat in [11, 12, 13] {
+        assert_eq!(api.delivered_to(chat).await, 0, "chat {chat}");
+    }
+    assert_eq!(step(&other).await, ChainNext::End(JobState::Done));
+    assert_eq!(step(&older).await, ChainNext::End(JobState::Done));
+    assert_eq!(step(&later).await, ChainNext::End(JobState::Done));
+    for chat in [1, 2, 3, 11, 12, 13, 21, 22] {
+        assert_eq!(api.delivered_to(chat).await, 1, "chat {chat}");
+    }
 }
 
 /// The store under test, counting the runner's reads of a span's recipients; a begin of the

@@ -7,7 +7,9 @@
 //! longest it has run, so the next step seldom begins inside a chunk and reads its recipients
 //! again; only a chunk that outlasts the time left is cut. A chunk whose retries
 //! are not due yet is passed over and visited again when the earliest of them is, so one slow
-//! recipient holds no other chunk back.
+//! recipient holds no other chunk back. Before each chunk a step looks for an older running job of
+//! its bot ([`super::ahead_of`]); while there is one it sends nothing and looks again after
+//! [`WAIT_BEHIND`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,6 +22,9 @@ use super::{BroadcastId, BroadcastJob, BroadcastRunner, Change, Changed, JobStat
 use crate::error::PortError;
 use crate::record::Timestamp;
 use crate::telegram::BotApi;
+
+/// How long a step of a job waiting behind an older one of its bot is hidden before it looks again.
+pub const WAIT_BEHIND: Duration = Duration::from_secs(20);
 
 /// Where a job's run goes on from: the body of a broadcasts-queue message.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -155,6 +160,17 @@ impl BroadcastRunner {
             let now = self.clock.now();
             if *stop.borrow() || longest.is_some_and(|chunk| now.plus(chunk) > until) {
                 return Ok(ChainNext::Queue(step));
+            }
+            if let Some(first) = super::ahead_of(&self.store.jobs().await?, &job) {
+                tracing::info!(broadcast = %job.id, behind = %first, "the bot's older broadcast sends first; this one waits");
+                let at = now.plus(WAIT_BEHIND);
+                return Ok(match longest {
+                    None => ChainNext::Hold(at),
+                    Some(_) => ChainNext::Queue(ChainStep {
+                        not_before: Some(at.0),
+                        ..step
+                    }),
+                });
             }
             if step.from >= job.counts.total {
                 match self.next_pass(&job, &mut step).await? {

@@ -569,7 +569,7 @@ async fn a_store_of_the_previous_layout_is_upgraded_in_place_keeping_its_records
 
 #[tokio::test]
 async fn a_store_of_version_6_is_upgraded_in_place_and_keeps_broadcasts() {
-    use tgq_core::broadcast::{BroadcastSpec, BroadcastStore as _, Lane};
+    use tgq_core::broadcast::{BroadcastSpec, BroadcastStore as _};
     let dir = tempfile::tempdir().unwrap();
     let clock = ManualClock::at(START);
     let kept = record(1, START, DAY);
@@ -609,15 +609,12 @@ async fn a_store_of_version_6_is_upgraded_in_place_and_keeps_broadcasts() {
     }
     let store = open(dir.path(), &clock, 30);
     assert!(store.get(&kept.key, START).await.unwrap().is_some());
-    let spec = BroadcastSpec {
-        bot: bot(),
-        method: "sendMessage".into(),
-        params: serde_json::json!({"text": "news"}),
-        lane: Lane::Standard,
-        reserve_percent: 20,
-        paid_rate: 1000,
-        origin: "cli".into(),
-    };
+    let spec = BroadcastSpec::standard(
+        bot(),
+        "sendMessage",
+        serde_json::json!({"text": "news"}),
+        "cli",
+    );
     let created = store.create(&spec, &[1, 2], START).await.unwrap();
     assert_eq!(created.job().counts.total, 2);
     assert_eq!(store.jobs().await.unwrap().len(), 1);

@@ -10,10 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use tgq_aws::{DynamoBroadcasts, SqsQueue};
-use tgq_core::broadcast::{
-    self, Audience, BroadcastSpec, BroadcastStore as _, JobState, Lane, DEFAULT_PAID_RATE,
-    DEFAULT_RESERVE_PERCENT,
-};
+use tgq_core::broadcast::{self, Audience, BroadcastSpec, BroadcastStore as _, JobState};
 use tgq_core::clock::{Clock as _, SystemClock};
 use tgq_core::ids::BotId;
 use tgq_e2e::broadcasts::BroadcastParts;
@@ -52,15 +49,12 @@ async fn a_broadcast_on_a_stack_reaches_each_recipient_once_across_a_killed_work
     let queue = SqsQueue::new(aws_sdk_sqs::Client::new(&config), parts.queue_url.clone());
     let store = DynamoBroadcasts::new(aws_sdk_dynamodb::Client::new(&config), stack.table.clone())
         .run_on(Arc::new(queue));
-    let spec = BroadcastSpec {
-        bot: BotId::new("demo").unwrap(),
-        method: "sendMessage".into(),
-        params: json!({"text": "news", "reply_markup": {"inline_keyboard": [[{"text": "Read", "callback_data": "read"}]]}}),
-        lane: Lane::Standard,
-        reserve_percent: DEFAULT_RESERVE_PERCENT,
-        paid_rate: DEFAULT_PAID_RATE,
-        origin: "cli".into(),
-    };
+    let spec = BroadcastSpec::standard(
+        BotId::new("demo").unwrap(),
+        "sendMessage",
+        json!({"text": "news", "reply_markup": {"inline_keyboard": [[{"text": "Read", "callback_data": "read"}]]}}),
+        "cli",
+    );
     let chats: Vec<i64> = (1..=RECIPIENTS).collect();
     let created = broadcast::start(
         &store,

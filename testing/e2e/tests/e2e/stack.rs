@@ -42,10 +42,7 @@ use aws_sdk_ssm::types::ParameterType;
 use secrecy::SecretString;
 use serde_json::Value;
 use tgq_aws::{DynamoBroadcasts, SqsQueue, SsmRegistry};
-use tgq_core::broadcast::{
-    self, Audience, BroadcastSpec, BroadcastStore as _, Lane, DEFAULT_PAID_RATE,
-    DEFAULT_RESERVE_PERCENT,
-};
+use tgq_core::broadcast::{self, Audience, BroadcastSpec, BroadcastStore as _};
 use tgq_core::clock::{Clock as _, SystemClock};
 use tgq_core::ids::BotId;
 use tgq_core::ingest::SECRET_HEADER;
@@ -461,15 +458,12 @@ async fn the_real_functions_run_on_the_stacks_own_resources_and_use_exactly_what
     );
     let store = DynamoBroadcasts::new(aws_sdk_dynamodb::Client::new(&config), stack.table.clone())
         .run_on(Arc::new(SqsQueue::new(sqs.clone(), broadcasts_url.clone())));
-    let spec = BroadcastSpec {
-        bot: BotId::new("demo").unwrap(),
-        method: "sendMessage".into(),
-        params: serde_json::json!({"text": "news"}),
-        lane: Lane::Standard,
-        reserve_percent: DEFAULT_RESERVE_PERCENT,
-        paid_rate: DEFAULT_PAID_RATE,
-        origin: "cli".into(),
-    };
+    let spec = BroadcastSpec::standard(
+        BotId::new("demo").unwrap(),
+        "sendMessage",
+        serde_json::json!({"text": "news"}),
+        "cli",
+    );
     let audience = Audience::Chats {
         chats: vec![21, 22, 23],
     };

@@ -14,8 +14,7 @@ use aws_lambda_events::event::sqs::SqsBatchResponse;
 use serde_json::json;
 use tgq_aws::{DynamoBroadcasts, SqsQueue};
 use tgq_core::broadcast::{
-    self, Audience, BroadcastSpec, BroadcastStore as _, Lane, DEFAULT_PAID_RATE,
-    DEFAULT_RESERVE_PERCENT,
+    self, Audience, BroadcastSpec, BroadcastStore as _, DEFAULT_RESERVE_PERCENT,
 };
 use tgq_core::clock::{Clock as _, SystemClock};
 use tgq_core::ids::BotId;
@@ -98,15 +97,12 @@ pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row
     let chats: Vec<i64> = (0..recipients as i64)
         .map(|i| FIRST_RECIPIENT + i)
         .collect();
-    let spec = BroadcastSpec {
-        bot: BotId::new(BOT_ID)?,
-        method: "sendMessage".into(),
-        params: json!({"text": "news"}),
-        lane: Lane::Standard,
-        reserve_percent: DEFAULT_RESERVE_PERCENT,
-        paid_rate: DEFAULT_PAID_RATE,
-        origin: "cli".into(),
-    };
+    let spec = BroadcastSpec::standard(
+        BotId::new(BOT_ID)?,
+        "sendMessage",
+        json!({"text": "news"}),
+        "cli",
+    );
     let started = Instant::now();
     let id = broadcast::start(
         &store,
