@@ -1,8 +1,9 @@
 //! `tgq local`'s broadcast loop (docs/ARCHITECTURE.md §13): it runs the running broadcast jobs of
 //! the store, one task each, through the bot's own Bot API and the pacer the worker loops share, so
 //! a broadcast and the bot's replies together keep Telegram's limits. A bot sends one broadcast at
-//! a time: of its running jobs the oldest starts, and the next when that one ends or is paused. A
-//! job started, resumed or left running by an earlier process is picked up within a moment.
+//! a time: of its running jobs the oldest runs, the next when that one ends or is paused, and a run
+//! stops for an older job of its bot resumed meanwhile. A job started, resumed or left running by
+//! an earlier process is picked up within a moment.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -16,6 +17,7 @@ use tgq_core::clock::Clock;
 use tgq_core::error::error_chain;
 use tgq_core::ids::BotId;
 use tgq_embedded::EmbeddedStore;
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
@@ -23,6 +25,15 @@ use super::shutdown::Shutdown;
 
 /// How often the loop looks for jobs to run.
 const LOOK_EVERY: Duration = Duration::from_millis(500);
+
+/// A job's run in this process.
+struct Run {
+    /// The job's bot.
+    bot: BotId,
+    /// Turned true to end the run: the process stops, or an older job of the bot was resumed.
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
 
 /// Runs until `shutdown`, then waits for the jobs' runs to stop (each ends its sends in flight).
 pub(super) async fn broadcast_loop(
@@ -32,13 +43,26 @@ pub(super) async fn broadcast_loop(
     clock: Arc<dyn Clock>,
     shutdown: Shutdown,
 ) -> anyhow::Result<()> {
-    let mut running: HashMap<u64, (BotId, JoinHandle<()>)> = HashMap::new();
+    let mut running: HashMap<u64, Run> = HashMap::new();
     loop {
-        running.retain(|_, (_, run)| !run.is_finished());
+        running.retain(|_, run| !run.task.is_finished());
         match store.jobs().await {
             Ok(jobs) => {
-                let start: Vec<BroadcastJob> =
-                    startable(&jobs, &running).into_iter().cloned().collect();
+                for id in overtaken(&jobs, running.keys().copied()) {
+                    if let Some(run) = running.get(&id) {
+                        if !run.stop.send_replace(true) {
+                            info!(
+                                broadcast = id,
+                                "an older broadcast of the bot was resumed: this one waits for it"
+                            );
+                        }
+                    }
+                }
+                let bots_running: Vec<BotId> = running.values().map(|r| r.bot.clone()).collect();
+                let start: Vec<BroadcastJob> = startable(&jobs, &bots_running)
+                    .into_iter()
+                    .cloned()
+                    .collect();
                 for job in start {
                     let api = match bots.lookup(&job.spec.bot).await {
                         Lookup::Found(bot) => bot.api.clone(),
@@ -56,22 +80,22 @@ pub(super) async fn broadcast_loop(
                             continue;
                         }
                     };
-                    let (runner, stop, id) = (runner.clone(), shutdown.subscribe(), job.id.clone());
+                    let (stop, stopped) = watch::channel(false);
+                    let (runner, id) = (runner.clone(), job.id.clone());
                     info!(broadcast = %id, recipients = job.counts.total, "running broadcast");
-                    running.insert(
-                        id.0,
-                        (job.spec.bot.clone(), tokio::spawn(async move {
-                            match runner.run(&id, api, stop).await {
-                                Ok(RunEnd::Stopped(state)) => {
-                                    info!(broadcast = %id, state = state.as_str(), "broadcast stopped")
-                                }
-                                Ok(_) => {}
-                                Err(error) => {
-                                    warn!(broadcast = %id, error = %error_chain(&error), "the broadcast's store failed; it goes on at the next look")
-                                }
+                    let task = tokio::spawn(async move {
+                        match runner.run(&id, api, stopped).await {
+                            Ok(RunEnd::Stopped(state)) => {
+                                info!(broadcast = %id, state = state.as_str(), "broadcast stopped")
                             }
-                        })),
-                    );
+                            Ok(_) => {}
+                            Err(error) => {
+                                warn!(broadcast = %id, error = %error_chain(&error), "the broadcast's store failed; it goes on at the next look")
+                            }
+                        }
+                    });
+                    let bot = job.spec.bot.clone();
+                    running.insert(job.id.0, Run { bot, stop, task });
                 }
             }
             Err(error) => warn!(error = %error_chain(&error), "reading the broadcasts failed"),
@@ -81,21 +105,33 @@ pub(super) async fn broadcast_loop(
             () = shutdown.wait() => break,
         }
     }
-    for (_, (_, run)) in running {
-        let _ = run.await;
+    for run in running.values() {
+        run.stop.send_replace(true);
+    }
+    for (_, run) in running {
+        let _ = run.task.await;
     }
     Ok(())
 }
 
 /// The jobs to start now: each bot's oldest running job ([`ahead_of`]), unless a job of that bot
-/// already runs here.
-fn startable<'j, T>(
-    jobs: &'j [BroadcastJob],
-    running: &HashMap<u64, (BotId, T)>,
-) -> Vec<&'j BroadcastJob> {
+/// runs here (`bots_running`).
+fn startable<'j>(jobs: &'j [BroadcastJob], bots_running: &[BotId]) -> Vec<&'j BroadcastJob> {
     jobs.iter()
         .filter(|job| job.state == JobState::Running && ahead_of(jobs, job).is_none())
-        .filter(|job| running.values().all(|(bot, _)| *bot != job.spec.bot))
+        .filter(|job| !bots_running.contains(&job.spec.bot))
+        .collect()
+}
+
+/// Of the jobs that run here (`running`), those an older running job of their bot now goes
+/// before: one resumed while they sent. Each stops, as at a shutdown, and runs again after it.
+fn overtaken(jobs: &[BroadcastJob], running: impl Iterator<Item = u64>) -> Vec<u64> {
+    running
+        .filter(|id| {
+            jobs.iter()
+                .find(|job| job.id.0 == *id)
+                .is_some_and(|job| ahead_of(jobs, job).is_some())
+        })
         .collect()
 }
 
@@ -132,14 +168,27 @@ mod tests {
             job(2, "shop", JobState::Paused { reason: None }),
             job(1, "news", JobState::Done),
         ];
-        let none: HashMap<u64, (BotId, ())> = HashMap::new();
-        assert_eq!(ids(startable(&jobs, &none)), [4, 3]);
-        // Job 3 ended and 5 is the shop's oldest, but a shop job still runs here (one resumed
-        // while 5 waited, say): 5 waits for it.
+        assert_eq!(ids(startable(&jobs, &[])), [4, 3]);
+        // Job 3 ended and 5 is the shop's oldest, but a shop job still runs here (one stopping
+        // for an older one, say): 5 waits for it.
         let mut jobs = jobs;
         jobs[2].state = JobState::Done;
-        let shop_runs = HashMap::from([(9, (BotId::new("shop").unwrap(), ()))]);
-        assert_eq!(ids(startable(&jobs, &shop_runs)), [4]);
-        assert_eq!(ids(startable(&jobs, &none)), [5, 4]);
+        let shop = BotId::new("shop").unwrap();
+        assert_eq!(ids(startable(&jobs, std::slice::from_ref(&shop))), [4]);
+        assert_eq!(ids(startable(&jobs, &[])), [5, 4]);
+    }
+
+    #[test]
+    fn a_broadcast_stops_for_an_older_one_of_its_bot_resumed_while_it_sends() {
+        let mut jobs = [
+            job(3, "shop", JobState::Running),
+            job(2, "news", JobState::Running),
+            job(1, "shop", JobState::Paused { reason: None }),
+        ];
+        assert!(overtaken(&jobs, [3, 2].into_iter()).is_empty());
+        jobs[2].state = JobState::Running;
+        assert_eq!(overtaken(&jobs, [3, 2].into_iter()), [3]);
+        // A run whose job is gone from the list stops by itself.
+        assert!(overtaken(&jobs, [7].into_iter()).is_empty());
     }
 }

@@ -501,6 +501,7 @@ fn render(view: &StatusView) {
     );
     if let Some(first) = &view.behind {
         outln!("waiting: the bot sends one broadcast at a time, and broadcast {first} goes first");
+        outln!("if broadcast {first} is not sending, `tgq broadcast resume {first}` sets it going again");
     }
     match (view.rate, view.seconds_left) {
         (Some(rate), Some(left)) => outln!("rate {rate:.1}/s · about {} left", human(left)),

@@ -7,9 +7,9 @@
 //! longest it has run, so the next step seldom begins inside a chunk and reads its recipients
 //! again; only a chunk that outlasts the time left is cut. A chunk whose retries
 //! are not due yet is passed over and visited again when the earliest of them is, so one slow
-//! recipient holds no other chunk back. Before each chunk a step looks for an older running job of
-//! its bot ([`super::ahead_of`]); while there is one it sends nothing and looks again after
-//! [`WAIT_BEHIND`].
+//! recipient holds no other chunk back. A step first looks for an older running job of its bot
+//! ([`super::ahead_of`]); while there is one it sends nothing and queues itself again
+//! [`WAIT_BEHIND`] later.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,7 +23,7 @@ use crate::error::PortError;
 use crate::record::Timestamp;
 use crate::telegram::BotApi;
 
-/// How long a step of a job waiting behind an older one of its bot is hidden before it looks again.
+/// How long after a step of a job waiting behind an older one of its bot the next looks again.
 pub const WAIT_BEHIND: Duration = Duration::from_secs(20);
 
 /// Where a job's run goes on from: the body of a broadcasts-queue message.
@@ -148,6 +148,14 @@ impl BroadcastRunner {
             not_before: None,
             ..step.clone()
         };
+        // A new message, not this one hidden: waiting counts no receive toward a stuck step.
+        if let Some(first) = self.older_running(&step.job).await {
+            tracing::info!(broadcast = %step.job, behind = %first, "the bot's older broadcast sends first; this one waits");
+            return Ok(ChainNext::Queue(ChainStep {
+                not_before: Some(self.clock.now().plus(WAIT_BEHIND).0),
+                ..step
+            }));
+        }
         // The longest a chunk of this step took; none yet.
         let mut longest: Option<Duration> = None;
         loop {
@@ -160,17 +168,6 @@ impl BroadcastRunner {
             let now = self.clock.now();
             if *stop.borrow() || longest.is_some_and(|chunk| now.plus(chunk) > until) {
                 return Ok(ChainNext::Queue(step));
-            }
-            if let Some(first) = super::ahead_of(&self.store.jobs().await?, &job) {
-                tracing::info!(broadcast = %job.id, behind = %first, "the bot's older broadcast sends first; this one waits");
-                let at = now.plus(WAIT_BEHIND);
-                return Ok(match longest {
-                    None => ChainNext::Hold(at),
-                    Some(_) => ChainNext::Queue(ChainStep {
-                        not_before: Some(at.0),
-                        ..step
-                    }),
-                });
             }
             if step.from >= job.counts.total {
                 match self.next_pass(&job, &mut step).await? {
@@ -199,6 +196,24 @@ impl BroadcastRunner {
                     step.from = step.from.saturating_add(size);
                 }
                 RunEnd::SpanDone => step.from = step.from.saturating_add(size),
+            }
+        }
+    }
+
+    /// The older running job of job `id`'s bot, which sends first ([`super::ahead_of`]). Looked
+    /// for once a step; when the jobs cannot be read the step sends as if none were, since the
+    /// look only paces the bot's jobs and the chunk's own reads say whether the store answers.
+    async fn older_running(&self, id: &BroadcastId) -> Option<BroadcastId> {
+        let looked = async {
+            let job = self.store.job(id).await?;
+            let jobs = self.store.jobs().await?;
+            Ok::<_, PortError>(job.and_then(|job| super::ahead_of(&jobs, &job)))
+        };
+        match looked.await {
+            Ok(first) => first,
+            Err(error) => {
+                tracing::warn!(broadcast = %id, error = %crate::error::error_chain(&error), "the bot's other broadcasts could not be read; this one sends without waiting for them");
+                None
             }
         }
     }
