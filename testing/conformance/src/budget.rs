@@ -255,19 +255,29 @@ pub async fn a_pause_heard_by_one_process_holds_every_other(t: BudgetUnderTest) 
 }
 
 /// The store under test, counting its reads and its writes of bots' cells; each write lets the
-/// other tasks run before it goes, as a request on a network does.
+/// other tasks run before it goes, as a request on a network does. With `hold_bot_until`, a write
+/// of a bot's cell waits (up to 5 s) until that many writes of chats' cells have been answered,
+/// so a test need not rely on how fast the store answers them.
 struct Counted {
     cells: Arc<dyn BudgetCells>,
     reads: AtomicU64,
     bot_writes: AtomicU64,
+    chat_writes: AtomicU64,
+    hold_bot_until: u64,
 }
 
 impl Counted {
     fn new(cells: &Arc<dyn BudgetCells>) -> Arc<Self> {
+        Self::holding(cells, 0)
+    }
+
+    fn holding(cells: &Arc<dyn BudgetCells>, chat_writes: u64) -> Arc<Self> {
         Arc::new(Self {
             cells: cells.clone(),
             reads: AtomicU64::new(0),
             bot_writes: AtomicU64::new(0),
+            chat_writes: AtomicU64::new(0),
+            hold_bot_until: chat_writes,
         })
     }
 }
@@ -283,9 +293,19 @@ impl BudgetCells for Counted {
     ) -> Result<Swap, PortError> {
         if matches!(key, CellKey::Bot(_)) {
             self.bot_writes.fetch_add(1, Ordering::SeqCst);
+            let until = tokio::time::Instant::now() + Duration::from_secs(5);
+            while self.chat_writes.load(Ordering::SeqCst) < self.hold_bot_until
+                && tokio::time::Instant::now() < until
+            {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
         }
         tokio::task::yield_now().await;
-        self.cells.swap(key, seen, sends, keep_until).await
+        let swapped = self.cells.swap(key, seen, sends, keep_until).await;
+        if matches!(key, CellKey::Chat(..)) {
+            self.chat_writes.fetch_add(1, Ordering::SeqCst);
+        }
+        swapped
     }
 
     async fn read(&self, key: &CellKey) -> Result<Option<BudgetCell>, PortError> {
@@ -372,7 +392,9 @@ pub async fn a_slot_gone_by_unused_holds_no_later_send(t: BudgetUnderTest) {
 /// bot's rate: a slot the window has no room for is booked again, later.
 pub async fn bookings_made_at_once_in_a_process_share_the_bot_s_write(t: BudgetUnderTest) {
     const RATE: u32 = 5;
-    let counted = Counted::new(&t.cells);
+    // The first write of the bot's cell goes once every chat's is answered: the other seven
+    // bookings are then waiting, however the store spread its answers.
+    let counted = Counted::holding(&t.cells, 8);
     let cells: Arc<dyn BudgetCells> = counted.clone();
     let a = process(&cells, RateLimits::default());
     let bookings = (0..8).map(|chat| book(&a, &t.bot, 2000 + chat));
