@@ -148,22 +148,26 @@ impl BroadcastRunner {
             not_before: None,
             ..step.clone()
         };
-        // A new message, not this one hidden: waiting counts no receive toward a stuck step.
-        if let Some(first) = self.older_running(&step.job).await {
-            tracing::info!(broadcast = %step.job, behind = %first, "the bot's older broadcast sends first; this one waits");
-            return Ok(ChainNext::Queue(ChainStep {
-                not_before: Some(self.clock.now().plus(WAIT_BEHIND).0),
-                ..step
-            }));
-        }
         // The longest a chunk of this step took; none yet.
         let mut longest: Option<Duration> = None;
+        let mut looked_behind = false;
         loop {
             let Some(job) = self.store.job(&step.job).await? else {
                 return Ok(ChainNext::End(JobState::Cancelled));
             };
             if job.state != JobState::Running {
                 return Ok(ChainNext::End(job.state));
+            }
+            // Looked for once, before the first chunk. A new message, not this one hidden:
+            // waiting counts no receive toward a stuck step.
+            if !std::mem::replace(&mut looked_behind, true) {
+                if let Some(first) = self.older_running(&job).await {
+                    tracing::info!(broadcast = %job.id, behind = %first, "the bot's older broadcast sends first; this one waits");
+                    return Ok(ChainNext::Queue(ChainStep {
+                        not_before: Some(self.clock.now().plus(WAIT_BEHIND).0),
+                        ..step
+                    }));
+                }
             }
             let now = self.clock.now();
             if *stop.borrow() || longest.is_some_and(|chunk| now.plus(chunk) > until) {
@@ -200,19 +204,14 @@ impl BroadcastRunner {
         }
     }
 
-    /// The older running job of job `id`'s bot, which sends first ([`super::ahead_of`]). Looked
-    /// for once a step; when the jobs cannot be read the step sends as if none were, since the
-    /// look only paces the bot's jobs and the chunk's own reads say whether the store answers.
-    async fn older_running(&self, id: &BroadcastId) -> Option<BroadcastId> {
-        let looked = async {
-            let job = self.store.job(id).await?;
-            let jobs = self.store.jobs().await?;
-            Ok::<_, PortError>(job.and_then(|job| super::ahead_of(&jobs, &job)))
-        };
-        match looked.await {
-            Ok(first) => first,
+    /// The older running job of `job`'s bot, which sends first ([`super::ahead_of`]). When the
+    /// jobs cannot be read the step sends as if none were: the look only paces the bot's jobs,
+    /// and the chunk's own reads say whether the store answers.
+    async fn older_running(&self, job: &BroadcastJob) -> Option<BroadcastId> {
+        match self.store.jobs().await {
+            Ok(jobs) => super::ahead_of(&jobs, job),
             Err(error) => {
-                tracing::warn!(broadcast = %id, error = %crate::error::error_chain(&error), "the bot's other broadcasts could not be read; this one sends without waiting for them");
+                tracing::warn!(broadcast = %job.id, error = %crate::error::error_chain(&error), "the bot's other broadcasts could not be read; this one sends without waiting for them");
                 None
             }
         }
