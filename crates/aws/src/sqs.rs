@@ -327,7 +327,7 @@ impl SqsQueue {
 fn held_letter(message: Message) -> Result<HeldLetter, PortError> {
     let missing = |what: &str| PortError::rejected(RECEIVE, format!("a message without {what}"));
     let letter = dead_letter(&message).unwrap_or_else(|error| {
-        DeadLetter::unreadable(
+        DeadLetter::unidentified(
             BotId::unknown(),
             bytes::Bytes::from(message.body.clone().unwrap_or_default()),
             format!("its dead-letter attributes cannot be read: {error}"),

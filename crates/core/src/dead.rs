@@ -30,6 +30,10 @@ pub enum DeadReason {
     UnknownBot,
     /// Its bot names a handler the deployed `bot/` does not have (docs/ARCHITECTURE.md §11).
     UnknownHandler,
+    /// An update the webhook stored that this version's parser cannot read (a field it does not
+    /// know the shape of, or a parser that panicked on it): buried on its first run, never a crash,
+    /// and replayable after an upgrade that reads it.
+    Unreadable,
 }
 
 impl DeadReason {
@@ -44,6 +48,7 @@ impl DeadReason {
             DeadReason::TooLarge => "too_large",
             DeadReason::UnknownBot => "unknown_bot",
             DeadReason::UnknownHandler => "unknown_handler",
+            DeadReason::Unreadable => "unreadable",
         }
     }
 }
@@ -60,6 +65,7 @@ impl DeadReason {
             DeadReason::TooLarge => "too large to store",
             DeadReason::UnknownBot => "its bot is not in the registry",
             DeadReason::UnknownHandler => "its bot's handler is not in bot/",
+            DeadReason::Unreadable => "unreadable: this version cannot parse the update",
         }
     }
 }
@@ -152,7 +158,8 @@ from_stored!(
         DeadReason::Redriven,
         DeadReason::TooLarge,
         DeadReason::UnknownBot,
-        DeadReason::UnknownHandler
+        DeadReason::UnknownHandler,
+        DeadReason::Unreadable
     ]
 );
 from_stored!(
@@ -216,9 +223,9 @@ impl DeadLetter {
         }
     }
 
-    /// A queue message tgq cannot read (its group id or its body), addressed to `bot_id` as far as
-    /// it tells.
-    pub fn unreadable(bot_id: BotId, body: Bytes, error: String) -> Self {
+    /// A queue message that names no update tgq can key (its group id or its envelope), addressed
+    /// to `bot_id` as far as it tells: poison.
+    pub fn unidentified(bot_id: BotId, body: Bytes, error: String) -> Self {
         Self {
             bot_id,
             update_id: None,
@@ -304,6 +311,7 @@ mod tests {
             DeadReason::TooLarge,
             DeadReason::UnknownBot,
             DeadReason::UnknownHandler,
+            DeadReason::Unreadable,
         ] {
             assert_eq!(reason.as_str().parse::<DeadReason>(), Ok(reason));
         }

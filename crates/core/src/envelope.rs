@@ -33,18 +33,14 @@ pub enum Poison {
     /// `update_id` is present but not an integer.
     #[error("update_id is not an integer")]
     UpdateIdNotInteger,
+    /// `update_id` is negative: Telegram's never are, and negative ids are tgq's own timers'
+    /// ([`TIMER_KIND`]), which a body from outside must not take.
+    #[error("update_id is negative")]
+    UpdateIdNegative,
     /// The body is one of tgq's own timer updates ([`TIMER_KIND`]): those come from the bot's
     /// scheduler, never from Telegram, so one posted to the webhook is not run.
     #[error("a {TIMER_KIND} update comes from tgq's scheduler, not from Telegram")]
     NotFromTelegram,
-    /// A known update kind lacks the field that names its chat or user, or has it in the wrong type.
-    #[error("{kind} has no valid {field}")]
-    MalformedKind {
-        /// The update kind.
-        kind: String,
-        /// The path of the missing or mistyped field.
-        field: &'static str,
-    },
 }
 
 /// The field that names tgq's own timer updates (docs/ARCHITECTURE.md §12): a timer travels as an
@@ -73,10 +69,17 @@ impl Envelope {
             None => return Err(Poison::MissingUpdateId),
             Some(id) => UpdateId(id.as_i64().ok_or(Poison::UpdateIdNotInteger)?),
         };
+        let timer = update.contains_key(TIMER_KIND);
+        if update_id.0 < 0 && !timer {
+            return Err(Poison::UpdateIdNegative);
+        }
         let Some((kind, body)) = update.iter().find(|(key, _)| key.as_str() != "update_id") else {
             return Ok(Self::unordered(update_id, "unknown"));
         };
-        let group = match group_of(kind, body)? {
+        // A known kind without the field that names its chat or user is kept all the same, in a
+        // group of what else it names (or its own): the worker finds it unreadable and
+        // dead-letters it with the reason, where a poison letter would keep no record of it.
+        let group = match group_of(kind, body).or_else(|| named_group(body)) {
             Some(group) => group,
             None => return Ok(Self::unordered(update_id, kind)),
         };
@@ -118,26 +121,16 @@ impl ClassifyName for serde_json::Error {
     }
 }
 
-/// The group key of one update kind (docs/ARCHITECTURE.md §2); `None` for a kind this version does
-/// not know.
+/// The group key of one update kind (docs/ARCHITECTURE.md §2); `None` when the field its kind
+/// is ordered by is missing.
 ///
 /// Telegram's Bot API server queues every kind it delivers under a chat or a user and delivers
 /// each queue in order (`webhook_queue_id` in tdlib/telegram-bot-api's `Client.cpp`); each group
 /// here is that chat or user, or one that holds it: a chat's updates of every kind share one group,
 /// so a button press or a reaction runs in order with the chat's messages.
-fn group_of(kind: &str, body: &Value) -> Result<Option<GroupKey>, Poison> {
-    let malformed = |field| Poison::MalformedKind {
-        kind: kind.to_owned(),
-        field,
-    };
-    let chat = |field: &'static str| -> Result<Option<GroupKey>, Poison> {
-        let id = int_at(body, &["chat", "id"]).ok_or_else(|| malformed(field))?;
-        Ok(Some(GroupKey::new(id.to_string())))
-    };
-    let user = |path: &[&str], field: &'static str| -> Result<Option<GroupKey>, Poison> {
-        let id = int_at(body, path).ok_or_else(|| malformed(field))?;
-        Ok(Some(GroupKey::new(format!("user:{id}"))))
-    };
+fn group_of(kind: &str, body: &Value) -> Option<GroupKey> {
+    let chat = |path: &[&str]| int_at(body, path).map(|id| GroupKey::new(id.to_string()));
+    let user = |path: &[&str]| int_at(body, path).map(|id| GroupKey::new(format!("user:{id}")));
     match kind {
         "message"
         | "edited_message"
@@ -157,32 +150,35 @@ fn group_of(kind: &str, body: &Value) -> Result<Option<GroupKey>, Poison> {
         // these per chat.
         | "guest_message"
         // A timer runs in the chat that scheduled it, behind the chat's earlier updates.
-        | "tgq_timer" => chat("chat.id"),
-        "callback_query" => match int_at(body, &["message", "chat", "id"]) {
-            Some(chat_id) => Ok(Some(GroupKey::new(chat_id.to_string()))),
-            None => user(&["from", "id"], "from.id"),
-        },
+        | "tgq_timer" => chat(&["chat", "id"]),
+        "callback_query" => chat(&["message", "chat", "id"]).or_else(|| user(&["from", "id"])),
         "inline_query"
         | "chosen_inline_result"
         | "shipping_query"
         | "pre_checkout_query"
-        | "purchased_paid_media" => user(&["from", "id"], "from.id"),
+        | "purchased_paid_media" => user(&["from", "id"]),
         // The user a business connection or a bot made for them (`managed_bot`) belongs to.
-        "business_connection" | "managed_bot" => user(&["user", "id"], "user.id"),
+        "business_connection" | "managed_bot" => user(&["user", "id"]),
         // A poll answer names a user, or a chat when the vote was cast anonymously on its behalf.
-        "poll_answer" => match int_at(body, &["voter_chat", "id"]) {
-            Some(chat_id) => Ok(Some(GroupKey::new(chat_id.to_string()))),
-            None => user(&["user", "id"], "user.id"),
-        },
-        "poll" => {
-            let id = body
-                .get("id")
-                .and_then(Value::as_str)
-                .ok_or_else(|| malformed("id"))?;
-            Ok(Some(GroupKey::new(format!("poll:{id}"))))
-        }
-        _ => Ok(None),
+        "poll_answer" => chat(&["voter_chat", "id"]).or_else(|| user(&["user", "id"])),
+        "poll" => body
+            .get("id")
+            .and_then(Value::as_str)
+            .map(|id| GroupKey::new(format!("poll:{id}"))),
+        // A kind this version does not know is ordered by what it names, as the server queues
+        // it: its chat, else its user.
+        _ => named_group(body),
     }
+}
+
+/// The group of a kind tgq does not know: the `chat.id` at its top level, else its `from.id` or
+/// `user.id`.
+fn named_group(body: &Value) -> Option<GroupKey> {
+    if let Some(chat_id) = int_at(body, &["chat", "id"]) {
+        return Some(GroupKey::new(chat_id.to_string()));
+    }
+    let user = int_at(body, &["from", "id"]).or_else(|| int_at(body, &["user", "id"]))?;
+    Some(GroupKey::new(format!("user:{user}")))
 }
 
 /// The integer at a path of object fields, if every step exists and the leaf is an integer.
@@ -216,6 +212,20 @@ mod tests {
     }
 
     #[test]
+    fn a_kind_this_version_does_not_know_orders_by_the_chat_or_user_it_names() {
+        let user = r#"{"update_id":9,"subscription":{"user":{"id":7,"is_bot":false}}}"#;
+        assert_eq!(group(user), "user:7");
+        let from = r#"{"update_id":9,"future_kind":{"from":{"id":8},"user":{"id":7}}}"#;
+        assert_eq!(group(from), "user:8");
+        let chat = r#"{"update_id":9,"future_kind":{"chat":{"id":-100},"from":{"id":8}}}"#;
+        assert_eq!(group(chat), "-100");
+        assert_eq!(
+            group(r#"{"update_id":9,"future_kind":{"id":"x"}}"#),
+            "update:9"
+        );
+    }
+
+    #[test]
     fn an_update_with_no_kind_is_unordered_not_poison() {
         assert_eq!(group(r#"{"update_id":5}"#), "update:5");
     }
@@ -229,12 +239,16 @@ mod tests {
         assert_eq!(poison(r#"{"update_id":"12"}"#), Poison::UpdateIdNotInteger);
         assert_eq!(poison(r#"{"update_id":1.5}"#), Poison::UpdateIdNotInteger);
         assert_eq!(
-            poison(r#"{"update_id":1,"message":{"chat":{"id":"x"}}}"#),
-            Poison::MalformedKind {
-                kind: "message".into(),
-                field: "chat.id"
-            }
+            poison(r#"{"update_id":-3,"message":{"chat":{"id":1}}}"#),
+            Poison::UpdateIdNegative
         );
+    }
+
+    #[test]
+    fn a_known_kind_without_its_chat_is_kept_in_a_group_of_what_else_it_names() {
+        let no_chat = r#"{"update_id":4,"message":{"chat":{"id":"x"},"from":{"id":7}}}"#;
+        assert_eq!(group(no_chat), "user:7");
+        assert_eq!(group(r#"{"update_id":4,"inline_query":{}}"#), "update:4");
     }
 
     #[test]

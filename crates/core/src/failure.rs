@@ -45,6 +45,11 @@ pub enum HandlerError {
     /// The handler panicked; counted as a transient failure.
     #[error("handler panicked: {0}")]
     Panicked(String),
+    /// The update could not be read into Telegram's types (a parse error, or a parser that
+    /// panicked): no retry reads it better, so it is dead-lettered as `unreadable` on its first
+    /// run (docs/ARCHITECTURE.md §3). tgq returns it; a handler never sees the update.
+    #[error("the update cannot be read: {0}")]
+    Unreadable(String),
     /// The run reached the invocation's deadline less the margin and was cut off.
     #[error("the run was cut off at the invocation's deadline")]
     Deadline,
@@ -105,7 +110,7 @@ impl HandlerError {
             HandlerError::Transient(_) | HandlerError::Panicked(_) | HandlerError::Deadline => {
                 ErrorClass::Transient
             }
-            HandlerError::Permanent(_) => ErrorClass::Permanent,
+            HandlerError::Permanent(_) | HandlerError::Unreadable(_) => ErrorClass::Permanent,
             HandlerError::Paced(wait) => ErrorClass::RateLimited(*wait),
         }
     }

@@ -29,6 +29,7 @@ pub mod patience;
 pub mod policy;
 pub mod poller;
 pub mod ports;
+mod reading;
 pub mod record;
 pub mod registry;
 pub mod relay;

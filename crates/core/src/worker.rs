@@ -33,6 +33,7 @@ use crate::ports::{
     Claim, ClaimRequest, Claimed, DeadLetters, Final, QueueRecord, Reset, ResetRequest, ResetRule,
     Settlement, TimerScheduler, UpdateLedger, UpdateReset, Visibility,
 };
+use crate::reading::panic_message;
 use crate::record::{ActionOutcome, Timestamp};
 use crate::state::StateWrite;
 use crate::telegram::Gone;
@@ -549,7 +550,7 @@ impl Worker {
                     error_class: FailureClass::Permanent,
                     update_id: Some(key.update_id),
                     group: Some(group.clone()),
-                    ..DeadLetter::unreadable(
+                    ..DeadLetter::unidentified(
                         key.bot_id.clone(),
                         record.body.clone(),
                         error_chain(&e),
@@ -748,7 +749,7 @@ impl Worker {
         };
         let result = match tokio::time::timeout(budget, run).await {
             Ok(Ok(result)) => result,
-            Ok(Err(panic)) => Err(HandlerError::Panicked(panic_message(&panic))),
+            Ok(Err(panic)) => Err(HandlerError::Panicked(panic_message(&*panic))),
             Err(_) => Err(HandlerError::Deadline),
         };
         RunEnd {
@@ -875,6 +876,7 @@ impl Worker {
                 // A record the store can no longer grow says so, rather than "permanent".
                 let reason = match error {
                     HandlerError::Store(PortError::TooLarge { .. }) => DeadReason::TooLarge,
+                    HandlerError::Unreadable(_) => DeadReason::Unreadable,
                     _ => reason,
                 };
                 return self
@@ -1219,9 +1221,11 @@ impl Event {
         if let Some(timer) = TimerMessage::parse(bot_id, group, body) {
             return Ok(Event::Timer(timer));
         }
-        serde_json::from_slice(body)
+        // A parser's panic or an update it cannot read is the update's end, never the process's
+        // or the batch's (docs/ARCHITECTURE.md §3).
+        crate::reading::read_update(body)
             .map(|update| Event::Update(Box::new(update)))
-            .map_err(|e| HandlerError::permanent(format!("update does not decode: {e}")))
+            .map_err(HandlerError::Unreadable)
     }
 }
 
@@ -1229,7 +1233,7 @@ impl Event {
 /// poison letter.
 fn identify(record: &QueueRecord) -> Result<(RecordKey, GroupKey), Box<DeadLetter>> {
     let (bot_id, group) = record.group_id.split().map_err(|e| {
-        Box::new(DeadLetter::unreadable(
+        Box::new(DeadLetter::unidentified(
             BotId::unknown(),
             record.body.clone(),
             e.to_string(),
@@ -1245,13 +1249,6 @@ fn identify(record: &QueueRecord) -> Result<(RecordKey, GroupKey), Box<DeadLette
     Ok((RecordKey::new(bot_id, envelope.update_id), group))
 }
 
-fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
-    match (panic.downcast_ref::<&str>(), panic.downcast_ref::<String>()) {
-        (Some(text), _) => (*text).to_owned(),
-        (_, Some(text)) => text.clone(),
-        _ => "non-string panic payload".to_owned(),
-    }
-}
 /// Counts what one bot's share of a worker batch did.
 fn count(bot: &BotId, report: &BatchReport) {
     let bot = bot.to_string();

@@ -412,7 +412,7 @@ async fn poison_is_not_replayed_and_a_letter_that_cannot_be_replayed_holds_back_
     rig.bury(1, 10).await;
     rig.bury(2, 10).await;
     rig.bury(3, 20).await;
-    let poison = DeadLetter::unreadable(bot_id(), Bytes::from_static(b"not json"), "x".into());
+    let poison = DeadLetter::unidentified(bot_id(), Bytes::from_static(b"not json"), "x".into());
     rig.dead.dead_letter(&poison).await.unwrap();
     // Update 1 ran since (a stray letter): it cannot be replayed, so update 2 of the same chat
     // must not overtake it; chat 20 goes on.

@@ -528,6 +528,66 @@ async fn a_permanent_error_is_dead_lettered_on_the_first_attempt() {
     assert_eq!(rig.status(1).await, Status::Dead);
 }
 
+/// A reaction with neither `user` nor `actor_chat`: teloxide-core's parser unwraps a `None` on it.
+fn reaction_naming_nobody(update_id: i64, chat: i64) -> QueueRecord {
+    let body = format!(
+        r#"{{"update_id":{update_id},"message_reaction":{{"chat":{{"id":{chat},"type":"private","first_name":"Ada"}},"message_id":5,"date":1700000000,"old_reaction":[],"new_reaction":[{{"type":"emoji","emoji":"👍"}}]}}}}"#
+    );
+    QueueRecord {
+        body: Bytes::from(body),
+        ..update(update_id, chat)
+    }
+}
+
+#[tokio::test]
+async fn an_update_the_parser_panics_on_is_dead_lettered_unreadable_and_its_chat_goes_on() {
+    let rig = rig();
+    let report = rig
+        .run(&[reaction_naming_nobody(1, 10), update(2, 10)])
+        .await;
+    assert_eq!(
+        *outcome(&report, 0),
+        RecordOutcome::DeadLettered(DeadReason::Unreadable)
+    );
+    assert!(
+        matches!(outcome(&report, 1), RecordOutcome::Done(_)),
+        "{:?}",
+        outcome(&report, 1)
+    );
+    assert!(report.failed_message_ids().is_empty());
+    let letters = rig.dead.letters();
+    assert_eq!(letters.len(), 1);
+    assert_eq!(
+        (letters[0].reason, letters[0].attempts),
+        (DeadReason::Unreadable, 1)
+    );
+    assert!(
+        letters[0].error.contains("the parser panicked"),
+        "{}",
+        letters[0].error
+    );
+    assert_eq!(letters[0].body, reaction_naming_nobody(1, 10).body);
+    assert_eq!(rig.status(1).await, Status::Dead);
+}
+
+#[tokio::test]
+async fn an_update_that_does_not_parse_names_the_field_but_never_a_value() {
+    let rig = rig();
+    let mistyped = QueueRecord {
+        body: Bytes::from_static(
+            br#"{"update_id":3,"message":{"message_id":"a secret","date":1700000000,"chat":{"id":10,"type":"private","first_name":"Ada"},"text":"hi"}}"#,
+        ),
+        ..update(3, 10)
+    };
+    let report = rig.run(&[mistyped]).await;
+    let letters = rig.dead.letters();
+    assert_eq!(
+        *outcome(&report, 0),
+        RecordOutcome::DeadLettered(DeadReason::Unreadable)
+    );
+    assert!(!letters[0].error.contains("secret"), "{}", letters[0].error);
+}
+
 #[tokio::test]
 async fn the_attempt_budget_ends_in_the_dead_letter_queue() {
     let rig = rig();

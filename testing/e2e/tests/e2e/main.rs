@@ -5,6 +5,7 @@ mod ack_callbacks;
 mod bot_swap;
 mod bots;
 mod broadcasts;
+mod corpus;
 mod operations;
 mod pipeline;
 mod redrive;
