@@ -2,10 +2,14 @@
 //!
 //! [`FakeTelegram::start`] serves on `127.0.0.1` at a free port and answers
 //! `POST {url}/bot{token}/{method}` as api.telegram.org does: the same envelope, the same status
-//! codes, the same error descriptions. A test points its client at [`FakeTelegram::url`], queues
-//! faults with [`FakeTelegram::inject`], feeds `getUpdates` with [`FakeTelegram::push_update`],
-//! and afterwards reads what was sent from [`FakeTelegram::calls`] and
-//! [`FakeTelegram::delivered`].
+//! codes, the same error descriptions. It serves the methods tgq, the example bots and the guides
+//! call (sends, edits, answers to button presses and inline queries, `getChat`, `setMyCommands`,
+//! files, updates, webhooks); any other is answered 404, as Telegram answers a method it does not
+//! have.
+//!
+//! A test points its client at [`FakeTelegram::url`], queues faults with [`FakeTelegram::inject`],
+//! feeds `getUpdates` with [`FakeTelegram::push_update`], and afterwards reads what was sent from
+//! [`FakeTelegram::calls`] and [`FakeTelegram::delivered`].
 //!
 //! ```no_run
 //! # async fn example() -> std::io::Result<()> {
@@ -20,6 +24,7 @@
 //! ```
 
 mod chats;
+mod checks;
 mod config;
 mod envelope;
 mod fault;
@@ -163,7 +168,8 @@ impl FakeTelegram {
     }
 
     /// Queues a fault. A fault scoped to a call's chat is used before a global one; each use
-    /// counts against `times`. `getMe`, `getUpdates` and the webhook methods never see faults.
+    /// counts against `times`. `getMe`, `getUpdates`, `setMyCommands` and the webhook methods
+    /// never see faults.
     pub fn inject(&self, fault: Fault, scope: Scope, times: Times) {
         self.inner.shared.state().faults.inject(fault, scope, times);
     }

@@ -1,5 +1,5 @@
-//! Bot API objects in the shapes Telegram sends them: User, Message, WebhookInfo, and the content
-//! fields of the messages the bot sends.
+//! Bot API objects in the shapes Telegram sends them: User, Message, ChatFullInfo, WebhookInfo,
+//! and the content fields of the messages the bot sends.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -57,6 +57,21 @@ pub(crate) fn webhook_info(url: Option<&str>, pending_update_count: usize) -> Va
         "has_custom_certificate": false,
         "pending_update_count": pending_update_count,
     })
+}
+
+/// The answer to `getChat`: the chat as messages show it, with the fields Telegram always adds to
+/// a ChatFullInfo.
+pub(crate) fn chat_full_info(chat: &Target) -> Value {
+    let mut info = chat.json();
+    info["accent_color_id"] = 0.into();
+    info["max_reaction_count"] = 11.into();
+    info["accepted_gift_types"] = json!({
+        "unlimited_gifts": true,
+        "limited_gifts": true,
+        "unique_gifts": true,
+        "premium_subscription": true,
+    });
+    info
 }
 
 /// A Message the bot sent to `chat`. Channel posts carry the channel as `sender_chat`, other

@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::chats::{Chats, Target};
+use crate::checks;
 use crate::config::FakeConfig;
 use crate::envelope::{Answer, ApiError};
 use crate::fault::{Effect, Faults, Scope};
@@ -76,11 +77,14 @@ enum Method {
     ForwardMessage,
     SendChatAction,
     AnswerCallbackQuery,
+    AnswerInlineQuery,
     DeleteMessage,
+    GetChat,
+    SetMyCommands,
 }
 
 impl Method {
-    const ALL: [(&'static str, Method); 17] = [
+    const ALL: [(&'static str, Method); 20] = [
         ("getMe", Self::GetMe),
         ("getFile", Self::GetFile),
         ("setWebhook", Self::SetWebhook),
@@ -97,7 +101,10 @@ impl Method {
         ("forwardMessage", Self::ForwardMessage),
         ("sendChatAction", Self::SendChatAction),
         ("answerCallbackQuery", Self::AnswerCallbackQuery),
+        ("answerInlineQuery", Self::AnswerInlineQuery),
         ("deleteMessage", Self::DeleteMessage),
+        ("getChat", Self::GetChat),
+        ("setMyCommands", Self::SetMyCommands),
     ];
 
     fn parse(name: &str) -> Option<Self> {
@@ -111,7 +118,11 @@ impl Method {
     fn accepts_faults(self) -> bool {
         !matches!(
             self,
-            Self::GetMe | Self::SetWebhook | Self::DeleteWebhook | Self::GetWebhookInfo
+            Self::GetMe
+                | Self::SetWebhook
+                | Self::DeleteWebhook
+                | Self::GetWebhookInfo
+                | Self::SetMyCommands
         )
     }
 }
@@ -286,7 +297,21 @@ impl State {
                 self.webhook_url.as_deref(),
                 self.updates.len(),
             )),
+            // Answers to a query send no message: they count against no rate limit.
             Method::AnswerCallbackQuery => Ok(true.into()),
+            Method::AnswerInlineQuery => {
+                checks::query_id(params, "inline_query_id")?;
+                checks::inline_query_results(params)?;
+                Ok(true.into())
+            }
+            Method::SetMyCommands => {
+                checks::bot_commands(params)?;
+                Ok(true.into())
+            }
+            Method::GetChat => {
+                let chat = self.chats.resolve(params.chat())?;
+                Ok(objects::chat_full_info(&chat))
+            }
             Method::SendChatAction | Method::DeleteMessage => {
                 self.chats.resolve(params.chat()).map(|_| true.into())
             }

@@ -265,6 +265,95 @@ async fn simple_methods_answer_true() {
 }
 
 #[tokio::test]
+async fn an_inline_query_is_answered_true_and_recorded_with_its_results() {
+    let telegram = FakeTelegram::start().await.unwrap();
+    let results = json!([{
+        "type": "article", "id": "shout", "title": "Shout HELLO",
+        "input_message_content": { "message_text": "HELLO" },
+    }]);
+
+    let (status, body) = call(
+        &telegram,
+        "answerInlineQuery",
+        json!({ "inline_query_id": "4382139112311411203", "results": results }),
+    )
+    .await;
+    let (empty, _) = call(
+        &telegram,
+        "answerInlineQuery",
+        json!({ "inline_query_id": "4382139112311411204", "results": [] }),
+    )
+    .await;
+
+    assert_eq!((status, body), (200, json!({ "ok": true, "result": true })));
+    assert_eq!(empty, 200, "no results is an answer too");
+    let calls = telegram.delivered();
+    assert_eq!(calls[0].method, "answerInlineQuery");
+    assert_eq!(calls[0].params["results"], results);
+    assert_eq!((calls[0].chat_id, calls[0].message_id), (None, None));
+}
+
+#[tokio::test]
+async fn an_inline_answer_without_a_query_id_or_with_a_result_lacking_its_id_is_refused() {
+    let telegram = FakeTelegram::start().await.unwrap();
+
+    let (no_id, no_id_body) = call(&telegram, "answerInlineQuery", json!({ "results": [] })).await;
+    let (bad_result, bad_result_body) = call(
+        &telegram,
+        "answerInlineQuery",
+        json!({ "inline_query_id": "1", "results": [{ "type": "article" }] }),
+    )
+    .await;
+
+    assert_eq!((no_id, bad_result), (400, 400));
+    assert_eq!(
+        no_id_body["description"],
+        "Bad Request: query is too old and response timeout expired or query ID is invalid"
+    );
+    assert_eq!(
+        bad_result_body["description"],
+        "Bad Request: can't parse inline query result: Can't find field \"id\""
+    );
+    assert!(telegram.delivered().is_empty());
+    assert_eq!(telegram.calls().len(), 2, "refused calls are recorded too");
+}
+
+#[tokio::test]
+async fn set_my_commands_takes_a_valid_list_and_refuses_a_name_telegram_does_not_allow() {
+    let telegram = FakeTelegram::start().await.unwrap();
+    let commands =
+        |name: &str| json!({ "commands": [{ "command": name, "description": "Rolls a die." }] });
+
+    let (status, body) = call(&telegram, "setMyCommands", commands("roll")).await;
+    let (refused, refused_body) = call(&telegram, "setMyCommands", commands("Roll")).await;
+
+    assert_eq!((status, body), (200, json!({ "ok": true, "result": true })));
+    assert_eq!(refused, 400);
+    assert_eq!(
+        refused_body["description"],
+        "Bad Request: BOT_COMMAND_INVALID"
+    );
+}
+
+#[tokio::test]
+async fn get_chat_describes_private_chats_groups_and_channels() {
+    let telegram = FakeTelegram::start().await.unwrap();
+
+    let (_, private) = call(&telegram, "getChat", json!({ "chat_id": 42 })).await;
+    let (_, group) = call(&telegram, "getChat", json!({ "chat_id": -100_200 })).await;
+    let (_, channel) = call(&telegram, "getChat", json!({ "chat_id": "@news" })).await;
+    let (missing, missing_body) = call(&telegram, "getChat", json!({})).await;
+
+    assert_eq!(private["result"]["id"], 42);
+    assert_eq!(private["result"]["type"], "private");
+    assert_eq!(group["result"]["type"], "supergroup");
+    assert_eq!(channel["result"]["type"], "channel");
+    assert_eq!(channel["result"]["username"], "news");
+    assert_eq!(missing, 400);
+    assert_eq!(missing_body["description"], "Bad Request: chat_id is empty");
+}
+
+#[tokio::test]
 async fn get_updates_serves_pushed_updates_until_an_offset_confirms_them() {
     let telegram = FakeTelegram::start().await.unwrap();
     telegram.push_update(json!({ "update_id": 7, "message": { "text": "a" } }));

@@ -134,7 +134,7 @@ async fn unauthorized_fault_answers_401_to_the_right_token() {
 }
 
 #[tokio::test]
-async fn faults_spare_get_me_get_updates_and_the_webhook_methods() {
+async fn faults_spare_get_me_get_updates_set_my_commands_and_the_webhook_methods() {
     let telegram = FakeTelegram::start().await.unwrap();
     telegram.inject(Fault::ServerError(500), Scope::Global, Times::Once);
 
@@ -144,6 +144,7 @@ async fn faults_spare_get_me_get_updates_and_the_webhook_methods() {
         "setWebhook",
         "getWebhookInfo",
         "deleteWebhook",
+        "setMyCommands",
     ] {
         let (status, _) = call(&telegram, method, json!({})).await;
         assert_eq!(status, 200, "{method}");
@@ -248,4 +249,16 @@ async fn a_send_before_retry_after_ran_out_and_an_answer_the_client_gave_up_on_a
         telegram.violations().unanswered,
         std::collections::BTreeSet::from([delivered[0].seq])
     );
+}
+
+#[tokio::test]
+async fn an_inline_query_answer_sees_global_faults() {
+    let telegram = FakeTelegram::start().await.unwrap();
+    telegram.inject(Fault::ServerError(502), Scope::Global, Times::Once);
+    let answer = json!({ "inline_query_id": "7", "results": [] });
+
+    let (first, _) = call(&telegram, "answerInlineQuery", answer.clone()).await;
+    let (second, _) = call(&telegram, "answerInlineQuery", answer).await;
+
+    assert_eq!((first, second), (502, 200));
 }

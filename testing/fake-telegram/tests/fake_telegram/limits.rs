@@ -122,6 +122,33 @@ async fn send_chat_action_is_not_rate_limited() {
 }
 
 #[tokio::test]
+async fn answers_to_queries_and_get_chat_are_not_rate_limited() {
+    let telegram = limited(Limits {
+        global_per_sec: 1,
+        ..Limits::default()
+    })
+    .await;
+    send_text(&telegram, 5).await;
+
+    for (method, params) in [
+        (
+            "answerInlineQuery",
+            json!({ "inline_query_id": "7", "results": [] }),
+        ),
+        ("answerCallbackQuery", json!({ "callback_query_id": "8" })),
+        ("getChat", json!({ "chat_id": 5 })),
+    ] {
+        let (status, _) = call(&telegram, method, params).await;
+        assert_eq!(status, 200, "{method}");
+    }
+    assert_eq!(
+        send_text(&telegram, 6).await.0,
+        429,
+        "the second send waits"
+    );
+}
+
+#[tokio::test]
 async fn edits_count_against_the_chat_limit() {
     let telegram = limited(Limits::default()).await;
     send_text(&telegram, 5).await;

@@ -6,7 +6,12 @@ use crate::support;
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 use support::call;
-use teloxide_core::types::{ChatId, Me, Message, MessageId, MessageOrigin, WebhookInfo};
+use teloxide_core::payloads::{AnswerInlineQuery, SetMyCommands};
+use teloxide_core::types::{
+    BotCommand, ChatFullInfo, ChatId, InlineQueryId, InlineQueryResult, InlineQueryResultArticle,
+    InputMessageContent, InputMessageContentText, Me, Message, MessageId, MessageOrigin,
+    WebhookInfo,
+};
 use tgq_fake_telegram::FakeTelegram;
 
 async fn result_as<T: DeserializeOwned>(telegram: &FakeTelegram, method: &str, params: Value) -> T {
@@ -164,4 +169,49 @@ async fn webhook_info_deserializes_into_teloxide_webhook_info() {
         with.url.map(String::from),
         Some("https://example.com/hook".to_owned())
     );
+}
+
+#[tokio::test]
+async fn get_chat_deserializes_into_a_teloxide_chat_full_info() {
+    let telegram = FakeTelegram::start().await.unwrap();
+
+    let private: ChatFullInfo = result_as(&telegram, "getChat", json!({ "chat_id": 42 })).await;
+    let group: ChatFullInfo = result_as(&telegram, "getChat", json!({ "chat_id": -1_009 })).await;
+    let channel: ChatFullInfo =
+        result_as(&telegram, "getChat", json!({ "chat_id": "@news" })).await;
+
+    assert_eq!(private.id, ChatId(42));
+    assert!(private.is_private());
+    assert!(group.is_supergroup());
+    assert!(channel.is_channel());
+}
+
+#[tokio::test]
+async fn teloxide_inline_answers_and_command_lists_are_accepted() {
+    let telegram = FakeTelegram::start().await.unwrap();
+    let article = InlineQueryResultArticle::new(
+        "shout",
+        "Shout HELLO",
+        InputMessageContent::Text(InputMessageContentText::new("HELLO")),
+    );
+    let answer = AnswerInlineQuery::new(
+        InlineQueryId("4382139112311411203".to_owned()),
+        [InlineQueryResult::Article(article)],
+    );
+    let commands = SetMyCommands::new([BotCommand::new("roll", "Rolls a die.")]);
+
+    let answered: bool = result_as(
+        &telegram,
+        "answerInlineQuery",
+        serde_json::to_value(&answer).unwrap(),
+    )
+    .await;
+    let set: bool = result_as(
+        &telegram,
+        "setMyCommands",
+        serde_json::to_value(&commands).unwrap(),
+    )
+    .await;
+
+    assert!(answered && set);
 }
