@@ -21,8 +21,12 @@ use tracing::warn;
 pub const LOCAL_BOT_ID: &str = "local";
 /// The file in the data directory that keeps a generated webhook secret.
 pub const SECRET_FILE: &str = "webhook-secret";
-/// The file in the data directory where a running `tgq local` writes its listen address.
+/// The file in the data directory where a running `tgq local` writes its admin listener's
+/// address, where the `tgq` commands reach it.
 pub const ADDR_FILE: &str = "local.addr";
+/// The file in the data directory where a running `tgq local` writes its webhook listener's
+/// address.
+pub const WEBHOOK_ADDR_FILE: &str = "webhook.addr";
 /// The data directory when `--data-dir` is not given.
 pub const DEFAULT_DATA_DIR: &str = "./.tgq";
 /// Worker loops when `TGQ_WORKER_LOOPS` is unset. Each loop handles its batch's records one after
@@ -32,6 +36,13 @@ pub const DEFAULT_WORKER_LOOPS: usize = 64;
 
 /// How often retention runs when `TGQ_PURGE_INTERVAL_SECS` is unset.
 pub const DEFAULT_PURGE_INTERVAL: Duration = Duration::from_secs(5 * 60);
+
+/// `TGQ_ADMIN_TOKEN`: what a client that is not on this machine presents to the admin routes.
+pub fn admin_token(vars: &Vars) -> Option<SecretString> {
+    vars.get("TGQ_ADMIN_TOKEN")
+        .filter(|token| !token.is_empty())
+        .map(|token| SecretString::from(token.to_owned()))
+}
 
 /// A mistake in how the command was called; reported like clap's own errors (exit code 2).
 #[derive(Debug, thiserror::Error)]
@@ -107,9 +118,7 @@ impl LocalSettings {
             rate_limits: vars.rate_limits()?,
             token: bot_token(vars)?,
             telegram_api_url: vars.telegram_api_url()?,
-            admin_token: vars
-                .get("TGQ_ADMIN_TOKEN")
-                .map(|token| SecretString::from(token.to_owned())),
+            admin_token: admin_token(vars),
             record_ttl: vars.record_ttl()?,
             purge_every: purge_interval(vars)?,
             handler: vars.handler()?,

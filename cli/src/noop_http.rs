@@ -20,7 +20,8 @@ pub struct NoopHttpArgs {
     /// The address to listen on (port 0: the kernel picks one).
     #[arg(long, default_value = "127.0.0.1:0")]
     addr: String,
-    /// The address the server got is written to `<DIR>/local.addr`, as `tgq local` does.
+    /// The address the server got is written to `<DIR>/webhook.addr` (and `local.addr`), as
+    /// `tgq local` writes its listeners'.
     #[arg(long, value_name = "DIR")]
     data_dir: PathBuf,
 }
@@ -31,9 +32,12 @@ pub async fn run(args: NoopHttpArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {}", args.addr))?;
     std::fs::create_dir_all(&args.data_dir)?;
-    let addr_file = args.data_dir.join(crate::config::ADDR_FILE);
-    std::fs::write(&addr_file, format!("{}\n", listener.local_addr()?))
-        .with_context(|| format!("cannot write {}", addr_file.display()))?;
+    // It has one listener: the webhook's address and the admin's are the same.
+    for file in [crate::config::WEBHOOK_ADDR_FILE, crate::config::ADDR_FILE] {
+        let addr_file = args.data_dir.join(file);
+        std::fs::write(&addr_file, format!("{}\n", listener.local_addr()?))
+            .with_context(|| format!("cannot write {}", addr_file.display()))?;
+    }
     let router = Router::new()
         .route("/webhook", any(answer))
         .route("/readyz", get(|| async { StatusCode::OK }));

@@ -1,7 +1,8 @@
-//! The HTTP face of `tgq local` (axum): `POST /webhook` (the environment's bot) and `POST
-//! /webhook/{bot_id}` (a bot of `bots.json`) answered exactly as the webhook Lambda answers,
-//! `GET /healthz` and `GET /readyz` for supervisors, `GET /metrics` for Prometheus, admin
-//! routes that read the store, and the console at `/` (`console`).
+//! The HTTP faces of `tgq local` (axum), on two listeners. `--addr`: `POST /webhook` (the
+//! environment's bot) and `POST /webhook/{bot_id}` (a bot of `bots.json`) answered exactly as the
+//! webhook Lambda answers, and `GET /healthz` and `GET /readyz` for supervisors. `--admin-addr`:
+//! `GET /metrics` for Prometheus, admin routes that read the store, and the console at `/`
+//! (`console`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -42,6 +43,8 @@ pub struct App {
     pub clock: Arc<dyn Clock>,
     /// `TGQ_ADMIN_TOKEN`.
     pub admin_token: Option<SecretString>,
+    /// `--backup-dir`: the one directory the backup route writes into.
+    pub backup_dir: Option<std::path::PathBuf>,
     /// The worker loops' state.
     pub loops: Arc<LoopStats>,
     /// Counts webhook requests, so that the worker loops yield to a busy webhook.
@@ -82,9 +85,20 @@ fn free_bytes(dir: &std::path::Path) -> Option<u64> {
     Some(u64::from(stat.f_bavail).saturating_mul(u64::from(stat.f_frsize)))
 }
 
-/// Every route of `tgq local`. The admin routes sit behind one access check, so a new one cannot
-/// forget it.
-pub fn router(app: App) -> Router {
+/// The routes of `--addr`, the listener a user exposes to Telegram through a proxy or a tunnel:
+/// the webhook and the health checks, nothing else (docs/ARCHITECTURE.md §6, "Two listeners").
+pub fn webhook_router(app: App) -> Router {
+    Router::new()
+        .route("/webhook", any(webhook))
+        .route("/webhook/{bot_id}", any(webhook))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .with_state(app)
+}
+
+/// The routes of `--admin-addr`: the console, the admin routes and the metrics, every one behind
+/// one access check, so a new one cannot forget it.
+pub fn admin_router(app: App) -> Router {
     let admin = Router::new()
         .route("/status", get(admin_status))
         .route("/outbox", get(admin_outbox))
@@ -100,19 +114,17 @@ pub fn router(app: App) -> Router {
         .route("/broadcasts/status", get(admin_broadcast_status))
         .route("/broadcasts/start", post(admin_broadcast_start))
         .route("/broadcasts/change", post(admin_broadcast_change))
-        .merge(console::routes())
-        .route_layer(middleware::from_fn_with_state(app.clone(), admin_only));
-    let metrics = Router::new()
+        .merge(console::routes());
+    let guarded = Router::new()
         .route("/metrics", get(metrics))
+        .nest("/admin", admin)
         .route_layer(middleware::from_fn_with_state(app.clone(), admin_only));
     Router::new()
-        .merge(metrics)
+        .merge(guarded)
         .merge(console::assets())
-        .route("/webhook", any(webhook))
-        .route("/webhook/{bot_id}", any(webhook))
+        // A supervisor watching the admin listener alone sees the same health.
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .nest("/admin", admin)
         .with_state(app)
 }
 
@@ -413,6 +425,19 @@ async fn admin_broadcast_start(
     State(app): State<App>,
     Json(request): Json<crate::ops::broadcast::StartRequest>,
 ) -> Response {
+    // A job for a bot this instance does not serve would wait for ever, then fail every
+    // recipient with the bot's refusal: it is refused before anything is stored.
+    let served = served_bots(&app).await;
+    if !served.contains(&request.spec.bot) {
+        let names: Vec<String> = served.iter().map(ToString::to_string).collect();
+        let reason = format!(
+            "bot `{}` is not served by this tgq local, which serves {}: pass --bot with one of \
+             them, or add the bot with `tgq bots add`; nothing was stored",
+            request.spec.bot,
+            names.join(", ")
+        );
+        return answer(StatusCode::BAD_REQUEST, Value::from(reason));
+    }
     let started = crate::ops::broadcast::start_here(&*app.store, &request).await;
     match started {
         Err(error)
@@ -426,6 +451,19 @@ async fn admin_broadcast_start(
     }
 }
 
+/// The bots this instance serves: the environment's, and those of `bots.json`.
+async fn served_bots(app: &App) -> Vec<tgq_core::ids::BotId> {
+    let file = tgq_embedded::BotsFile::in_dir(&app.data_dir);
+    let listed = tokio::task::spawn_blocking(move || file.read()).await;
+    let mut served = vec![app.console_bot.clone()];
+    match listed {
+        Ok(Ok(entries)) => served.extend(entries.into_iter().map(|entry| entry.id)),
+        Ok(Err(error)) => warn!(error = %error, "reading bots.json for a broadcast's bot"),
+        Err(_) => warn!("reading bots.json for a broadcast's bot did not finish"),
+    }
+    served
+}
+
 /// `POST /admin/broadcasts/change`: `tgq broadcast pause | resume | cancel` run by this instance.
 async fn admin_broadcast_change(
     State(app): State<App>,
@@ -434,20 +472,40 @@ async fn admin_broadcast_change(
     admin_answer(crate::ops::broadcast::change_here(&*app.store, &request).await)
 }
 
-/// `?to=FILE` on the backup route.
+/// `?name=FILE` on the backup route.
 #[derive(Debug, Deserialize)]
-struct BackupTo {
-    to: std::path::PathBuf,
-    /// Replace a file already at `to` (never the live store, nor anything in the data directory).
-    #[serde(default)]
-    force: bool,
+struct BackupName {
+    name: String,
 }
 
-/// `POST /admin/backup?to=FILE`: what `tgq backup --to FILE` does, inside one read transaction of
-/// the store this instance holds, while it goes on serving.
-async fn admin_backup(State(app): State<App>, Query(query): Query<BackupTo>) -> Response {
+/// `POST /admin/backup?name=FILE`: a backup, taken inside one read transaction while the instance
+/// goes on serving, written as `FILE` in `--backup-dir` and nowhere else, never over a file
+/// already there: whoever reaches this route can write no other path. `tgq backup --to` takes
+/// one here and moves it where its user asked.
+async fn admin_backup(State(app): State<App>, Query(query): Query<BackupName>) -> Response {
+    let Some(dir) = app.backup_dir.clone() else {
+        return answer(
+            StatusCode::CONFLICT,
+            Value::from(
+                "this tgq local was started without --backup-dir: restart it with \
+                 --backup-dir DIR, or stop it and run `tgq backup` again (it then reads the store \
+                 itself)",
+            ),
+        );
+    };
+    let plain = std::path::Path::new(&query.name)
+        .file_name()
+        .is_some_and(|name| name == query.name.as_str())
+        && !query.name.starts_with('.');
+    if !plain {
+        let reason = format!(
+            "{:?} is not a plain file name: a backup is written only into --backup-dir",
+            query.name
+        );
+        return answer(StatusCode::BAD_REQUEST, Value::from(reason));
+    }
     admin_read(&app, move |store| {
-        Ok(store.backup_to(&query.to, query.force)?)
+        Ok(store.backup_to(&dir.join(&query.name), false)?)
     })
     .await
 }

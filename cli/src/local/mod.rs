@@ -31,7 +31,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tracing::{error, info, warn};
 
-use crate::config::{LocalSettings, SecretOrigin, UsageError, ADDR_FILE};
+use crate::config::{LocalSettings, SecretOrigin, UsageError, ADDR_FILE, WEBHOOK_ADDR_FILE};
 use data_dir::DataDir;
 use http::App;
 use share::LoopShare;
@@ -72,10 +72,19 @@ Environment (the same variables as the Lambda functions):
   TGQ_ADMIN_TOKEN        lets non-loopback clients read /admin/* with `Authorization: Bearer …`
   TGQ_LOG_FORMAT=json    JSON log lines on stderr (RUST_LOG sets the level)")]
 pub struct LocalArgs {
-    /// The address to listen on (port 0 picks a free port; the address used is written to
-    /// <data-dir>/local.addr).
+    /// Where Telegram's webhook requests come: `/webhook`, `/webhook/{bot_id}`, `/healthz` and
+    /// `/readyz`, nothing else, so a proxy or tunnel to it exposes nothing more (port 0 picks a free
+    /// port; the address used is written to <data-dir>/webhook.addr).
     #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:8080", value_parser = listen_addr)]
     addr: String,
+    /// Where the console, `/admin/*` and `/metrics` are served: loopback, unless TGQ_ADMIN_TOKEN
+    /// is set (the `tgq` commands find it in <data-dir>/local.addr).
+    #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:8088", value_parser = listen_addr)]
+    admin_addr: String,
+    /// The one directory `POST /admin/backup` (and `tgq backup` while this instance runs) may
+    /// write a backup into; without it, backups are taken only while tgq local is stopped.
+    #[arg(long, value_name = "DIR")]
+    backup_dir: Option<PathBuf>,
     /// Where the store, the generated webhook secret and local.addr live [default: ./.tgq; with
     /// --demo, a fresh directory for each run, removed when it ends].
     #[arg(long, value_name = "DIR")]
@@ -113,6 +122,55 @@ fn listen_addr(text: &str) -> Result<String, String> {
     }
 }
 
+/// Binds `addr` (named on the command line by `flag`); the demo takes a free loopback port when
+/// the default one is in use rather than fail.
+async fn listen(addr: &str, flag: &str, demo: bool) -> anyhow::Result<TcpListener> {
+    match TcpListener::bind(addr).await {
+        Ok(listener) => Ok(listener),
+        Err(e) if demo && e.kind() == std::io::ErrorKind::AddrInUse => {
+            errln!("  note       {addr} is in use; the demo listens on a free port instead");
+            TcpListener::bind("127.0.0.1:0")
+                .await
+                .context("cannot listen on a free loopback port")
+        }
+        Err(e) => Err(e).with_context(|| {
+            format!("cannot listen on {addr} (choose another address with {flag})")
+        }),
+    }
+}
+
+/// The admin listener serves the bot's messages, dead letters and backups: on an address other
+/// machines reach, only with a token they must present.
+fn admin_reachable_only_by_its_operator(addr: &str, has_token: bool) -> anyhow::Result<()> {
+    use std::net::ToSocketAddrs as _;
+    let loopback = addr
+        .to_socket_addrs()
+        .map(|mut addrs| addrs.all(|a| a.ip().to_canonical().is_loopback()))
+        .unwrap_or(false);
+    if loopback || has_token {
+        return Ok(());
+    }
+    Err(UsageError(format!(
+        "--admin-addr {addr} is not a loopback address and TGQ_ADMIN_TOKEN is not set: the console \
+         and /admin/* would answer anyone who reaches it. Set TGQ_ADMIN_TOKEN (clients then send \
+         `Authorization: Bearer <token>`), or keep it on 127.0.0.1"
+    ))
+    .into())
+}
+
+/// `--backup-dir`: an existing directory, made absolute, so that what the admin route writes
+/// stays inside it whatever the working directory.
+fn backup_dir(dir: &Path) -> anyhow::Result<PathBuf> {
+    let absolute = std::fs::canonicalize(dir)
+        .with_context(|| format!("--backup-dir {} cannot be used", dir.display()))?;
+    if !absolute.is_dir() {
+        return Err(
+            UsageError(format!("--backup-dir {} is not a directory", dir.display())).into(),
+        );
+    }
+    Ok(absolute)
+}
+
 /// Runs local mode until SIGINT/SIGTERM (or the end of `--demo --exit`).
 pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
     let vars = Vars::from_env();
@@ -130,29 +188,13 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
         )
         .into());
     }
+    let admin_token = crate::config::admin_token(&vars);
+    admin_reachable_only_by_its_operator(&args.admin_addr, admin_token.is_some())?;
+    let backup_dir = args.backup_dir.as_deref().map(backup_dir).transpose()?;
     // Listening first: an address that cannot be had stops the run before the data directory,
     // its secret or its store exist.
-    let listener = match TcpListener::bind(&args.addr).await {
-        Ok(listener) => listener,
-        // The demo must not fail because something else already uses the default port.
-        Err(e) if args.demo && e.kind() == std::io::ErrorKind::AddrInUse => {
-            errln!(
-                "  note       {} is in use; the demo listens on a free port instead",
-                args.addr
-            );
-            TcpListener::bind("127.0.0.1:0")
-                .await
-                .context("cannot listen on a free loopback port")?
-        }
-        Err(e) => {
-            return Err(e).with_context(|| {
-                format!(
-                    "cannot listen on {} (choose another address with --addr)",
-                    args.addr
-                )
-            })
-        }
-    };
+    let listener = listen(&args.addr, "--addr", args.demo).await?;
+    let admin_listener = listen(&args.admin_addr, "--admin-addr", args.demo).await?;
     // Declared before the store, so that a temporary directory outlives it and goes last.
     let data = DataDir::choose(args.data_dir.clone(), args.demo)?;
     let mut settings = LocalSettings::from_vars(&vars, data.path())?;
@@ -187,8 +229,13 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
     }
 
     let addr = listener.local_addr()?;
+    let admin_addr = admin_listener.local_addr()?;
+    // The commands reach the admin routes through local.addr; webhook.addr is for whoever posts
+    // updates (a bench, a test) to an instance that picked its own port.
     let addr_file = data.path().join(ADDR_FILE);
-    write_addr_file(&addr_file, addr)?;
+    let webhook_addr_file = data.path().join(WEBHOOK_ADDR_FILE);
+    write_addr_file(&addr_file, admin_addr)?;
+    write_addr_file(&webhook_addr_file, addr)?;
 
     // What the use cases count, served at /metrics in the Prometheus text format, each metric
     // labelled with its bot.
@@ -210,12 +257,12 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
     let bots = Arc::new(bots(&settings, &vars, &store, registry).await?);
     // One pacer for every worker loop: Telegram's limits are per bot, not per loop. Its flood
     // waits outlive the process.
-    let (waits, running) = flood::FloodWaits::open(data.path());
+    let (waits, remembered) = flood::FloodWaits::open(data.path());
     let waits = Arc::new(waits);
     let pacer = Arc::new(Pacer::remembering(
         settings.rate_limits,
         waits.clone(),
-        &running,
+        &remembered,
     ));
     let mut tasks: JoinSet<anyhow::Result<()>> = JoinSet::new();
 
@@ -272,6 +319,7 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
         store: store.clone(),
         clock: clock.clone(),
         admin_token: settings.admin_token.clone(),
+        backup_dir,
         loops,
         share,
         expected_loops: loop_settings.loops,
@@ -282,15 +330,19 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
         console_ids: Arc::default(),
         flood_waits: waits,
     };
-    let server_shutdown = shutdown.clone();
-    tasks.spawn(async move {
-        let service =
-            http::router(app).into_make_service_with_connect_info::<std::net::SocketAddr>();
-        axum::serve(listener, service)
-            .with_graceful_shutdown(async move { server_shutdown.wait().await })
-            .await
-            .context("the HTTP server failed")
-    });
+    for (listener, routes) in [
+        (listener, http::webhook_router(app.clone())),
+        (admin_listener, http::admin_router(app)),
+    ] {
+        let server_shutdown = shutdown.clone();
+        tasks.spawn(async move {
+            let service = routes.into_make_service_with_connect_info::<std::net::SocketAddr>();
+            axum::serve(listener, service)
+                .with_graceful_shutdown(async move { server_shutdown.wait().await })
+                .await
+                .context("the HTTP server failed")
+        });
+    }
     if args.poll {
         let token = settings
             .token
@@ -319,7 +371,7 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
         tasks.spawn(async move { Ok(poller.run(stop).await?) });
     }
 
-    print_banner(&args, &data, &settings, addr);
+    print_banner(&args, &data, &settings, addr, admin_addr);
 
     if args.demo {
         let (secret, store, shutdown, exit) = (
@@ -360,6 +412,7 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
         }
     }
     remove_addr_file(&addr_file);
+    remove_addr_file(&webhook_addr_file);
     drop(webhooks);
     // The last handle: closing the store releases its file for the next `tgq` command.
     tokio::task::spawn_blocking(move || drop(store)).await?;
@@ -511,8 +564,10 @@ fn print_banner(
     data: &DataDir,
     settings: &LocalSettings,
     addr: std::net::SocketAddr,
+    admin_addr: std::net::SocketAddr,
 ) {
     let base = format!("http://{}", crate::ops::loopback(addr));
+    let admin = format!("http://{}", crate::ops::loopback(admin_addr));
     let secret = match &settings.secret_origin {
         SecretOrigin::Environment => "from TGQ_WEBHOOK_SECRET".to_owned(),
         SecretOrigin::File {
@@ -546,10 +601,13 @@ fn print_banner(
         settings.bot_id,
         data.path().display()
     );
-    outln!("  listening  {base}  (/webhook, /webhook/{{bot_id}} for the bots of bots.json, /healthz, /readyz, /metrics, /admin/status, /admin/outbox, /admin/dlq)");
-    let console = match addr.ip().is_loopback() {
-        true => format!("{base}/  (open it in a browser: each update, the chats, talk to the bot)"),
-        false => format!("{base}/  (from another machine it asks for TGQ_ADMIN_TOKEN)"),
+    outln!("  webhook    {base}  (/webhook, /webhook/{{bot_id}} for the bots of bots.json, /healthz, /readyz: all it serves)");
+    outln!("  admin      {admin}  (the console, /admin/*, /metrics)");
+    let console = match admin_addr.ip().is_loopback() {
+        true => {
+            format!("{admin}/  (open it in a browser: each update, the chats, talk to the bot)")
+        }
+        false => format!("{admin}/  (from another machine it asks for TGQ_ADMIN_TOKEN)"),
     };
     outln!("  console    {console}");
     outln!("  secret     {secret} (header X-Telegram-Bot-Api-Secret-Token)");

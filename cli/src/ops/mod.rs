@@ -22,6 +22,7 @@ pub use client::loopback;
 
 use crate::config::DEFAULT_DATA_DIR;
 use crate::views::{self, StatusView};
+use tgq_embedded::EmbeddedStore;
 
 /// How many entries the list commands show when `--limit` is not given.
 pub const DEFAULT_LIMIT: usize = 50;
@@ -137,22 +138,36 @@ pub async fn restore(args: RestoreArgs) -> anyhow::Result<()> {
 /// `tgq backup`: a consistent copy of the store, taken by the running `tgq local` inside one read
 /// transaction while it serves, or from the file itself when nothing runs on it.
 pub async fn backup(args: BackupArgs) -> anyhow::Result<()> {
-    // The running instance may have another working directory.
     let to = std::path::absolute(&args.to)?;
-    let mut url = reqwest::Url::parse("http://tgq.invalid/admin/backup")?;
-    url.query_pairs_mut()
-        .append_pair("to", &to.display().to_string())
-        .append_pair("force", if args.force { "true" } else { "false" });
-    let force = args.force;
-    let route = format!("{}?{}", url.path(), url.query().unwrap_or_default());
-    let direct_to = to.clone();
-    let (backup, source) = client::reach(
-        &args.store.data_dir,
-        reqwest::Method::POST,
-        &route,
-        move |store| Ok(store.backup_to(&direct_to, force)?),
-    )
+    let data_dir = args.store.data_dir.clone();
+    // A running instance writes only into its --backup-dir, under a name of this call's; the
+    // backup is then moved where it was asked for, with this command's own checks and --force.
+    let name = format!(
+        "tgq-backup-{}-{}.redb",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos()
+    );
+    let route = format!("/admin/backup?name={name}");
+    let (force, direct_to) = (args.force, to.clone());
+    let (backup, source) = client::reach(&data_dir, reqwest::Method::POST, &route, move |store| {
+        Ok(store.backup_to(&direct_to, force)?)
+    })
     .await?;
+    let backup = match source {
+        client::Source::Store => backup,
+        client::Source::Running(_) => {
+            let placed = tokio::task::spawn_blocking(move || {
+                let taken = backup.path.clone();
+                EmbeddedStore::place_backup(&data_dir, backup, &to, force).inspect_err(|_| {
+                    let _ = std::fs::remove_file(&taken);
+                })
+            });
+            placed.await??
+        }
+    };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&backup)?);
     } else {

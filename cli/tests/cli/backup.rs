@@ -28,7 +28,9 @@ async fn post_update(local: &Local, update_id: i64, chat: i64) {
 async fn a_backup_taken_while_serving_restores_into_a_store_tgq_local_starts_from() {
     let envs = [("TGQ_WEBHOOK_SECRET", SECRET), ("TGQ_HANDLER", "echo")];
     let data = tempfile::tempdir().unwrap();
-    let mut local = Local::start(data.path(), &envs, &[]);
+    let taken = tempfile::tempdir().unwrap();
+    let taken_dir = taken.path().display().to_string();
+    let mut local = Local::start(data.path(), &envs, &["--backup-dir", &taken_dir]);
     local.wait_ready().await;
     for update_id in 1..=20 {
         post_update(&local, update_id, update_id % 3).await;
@@ -58,6 +60,11 @@ async fn a_backup_taken_while_serving_restores_into_a_store_tgq_local_starts_fro
         "{stdout}"
     );
     assert!(file.exists());
+    let left: Vec<_> = std::fs::read_dir(taken.path()).unwrap().collect();
+    assert!(
+        left.is_empty(),
+        "the backup was moved, not copied: {left:?}"
+    );
     local.terminate().await;
 
     // Restored into a new data directory, the copy serves: what was processed stays processed
@@ -123,7 +130,9 @@ fn backup_to(data_dir: &std::path::Path, to: &std::path::Path, extra: &[&str]) -
 async fn a_backup_never_lands_in_the_data_directory_nor_over_a_file_without_force() {
     let envs = [("TGQ_HANDLER", "echo")];
     let data = tempfile::tempdir().unwrap();
-    let mut local = Local::start(data.path(), &envs, &[]);
+    let taken = tempfile::tempdir().unwrap();
+    let taken_dir = taken.path().display().to_string();
+    let mut local = Local::start(data.path(), &envs, &["--backup-dir", &taken_dir]);
     local.wait_ready().await;
     let secret_file = data.path().join("webhook-secret");
     let secret = std::fs::read_to_string(&secret_file).unwrap();
@@ -160,6 +169,8 @@ async fn a_backup_never_lands_in_the_data_directory_nor_over_a_file_without_forc
     assert!(done, "{said}");
     assert_eq!(mode_of(&existing), 0o600, "the backup holds every message");
     assert_eq!(mode_of(&store), 0o600, "the store holds every message");
+    let left: Vec<_> = std::fs::read_dir(taken.path()).unwrap().collect();
+    assert!(left.is_empty(), "refused backups are removed: {left:?}");
     assert!(local.terminate().await.success());
 }
 
@@ -168,7 +179,9 @@ async fn restore_waits_for_local_to_stop_and_keeps_the_store_it_replaces() {
     let envs = [("TGQ_WEBHOOK_SECRET", SECRET), ("TGQ_HANDLER", "echo")];
     let data = tempfile::tempdir().unwrap();
     let data_dir = data.path().display().to_string();
-    let mut local = Local::start(data.path(), &envs, &[]);
+    let backups = tempfile::tempdir().unwrap();
+    let backup_dir = backups.path().display().to_string();
+    let mut local = Local::start(data.path(), &envs, &["--backup-dir", &backup_dir]);
     local.wait_ready().await;
     for update_id in 1..=3 {
         post_update(&local, update_id, 1).await;
@@ -176,7 +189,6 @@ async fn restore_waits_for_local_to_stop_and_keeps_the_store_it_replaces() {
     local
         .wait_settled(Duration::from_secs(30), |s| s["counters"]["processed"] == 3)
         .await;
-    let backups = tempfile::tempdir().unwrap();
     let file = backups.path().join("three.redb");
     let (done, said) = backup_to(data.path(), &file, &[]);
     assert!(done, "{said}");

@@ -46,7 +46,7 @@ async fn the_console_shows_each_update_go_through_and_talks_to_the_bot_offline()
         &[],
     );
     local.wait_ready().await;
-    let page = local.url("/");
+    let page = local.admin_url("/");
     let mut browser = tokio::task::block_in_place(|| {
         let mut browser = Browser::start(1360, 900);
         browser.open(&page);
@@ -187,7 +187,7 @@ async fn the_console_shows_why_an_update_failed_and_replays_its_dead_letter_once
     common::post_text(&local, SECRET, 1, 21, "first").await;
     common::post_text(&local, SECRET, 2, 22, "second").await;
     common::post_text(&local, SECRET, 3, 23, "third").await;
-    let page = local.url("/");
+    let page = local.admin_url("/");
     let mut browser = tokio::task::block_in_place(|| {
         let mut browser = Browser::start(1360, 900);
         browser.open(&page);
@@ -278,7 +278,7 @@ async fn the_console_shows_why_an_update_failed_and_replays_its_dead_letter_once
     // Through a proxy the data needs the admin token; the page itself holds none.
     let forwarded = [("x-forwarded-for", "198.51.100.4")];
     let refused = reqwest::Client::new()
-        .get(local.url("/admin/console/feed"))
+        .get(local.admin_url("/admin/console/feed"))
         .header(forwarded[0].0, forwarded[0].1)
         .send()
         .await
@@ -286,14 +286,14 @@ async fn the_console_shows_why_an_update_failed_and_replays_its_dead_letter_once
     assert_eq!(refused.status(), 403);
     let admitted = admin_get(&local, "/admin/console/feed", Some(ADMIN_TOKEN)).await;
     assert_eq!(admitted["ok"], true);
-    let page = reqwest::get(local.url("/")).await.unwrap();
+    let page = reqwest::get(local.admin_url("/")).await.unwrap();
     assert!(page.headers()["content-security-policy"]
         .to_str()
         .unwrap()
         .contains("default-src 'none'"));
     // A request the console cannot send is refused with the reason, and nothing is stored.
     let bad = reqwest::Client::new()
-        .post(local.url("/admin/console/send"))
+        .post(local.admin_url("/admin/console/send"))
         .json(&serde_json::json!({ "chat_id": 21 }))
         .send()
         .await
@@ -308,7 +308,7 @@ async fn the_console_shows_why_an_update_failed_and_replays_its_dead_letter_once
 }
 
 async fn get_text(local: &Local, path: &str, token: Option<&str>) -> String {
-    let mut request = reqwest::Client::new().get(local.url(path));
+    let mut request = reqwest::Client::new().get(local.admin_url(path));
     if let Some(token) = token {
         request = request.bearer_auth(token);
     }

@@ -44,7 +44,7 @@ async fn post(local: &Local, path: &str, secret: &str, update_id: i64, chat: i64
 }
 
 async fn outbox(local: &Local) -> Vec<Value> {
-    let answer: Value = reqwest::get(local.url("/admin/outbox"))
+    let answer: Value = reqwest::get(local.admin_url("/admin/outbox"))
         .await
         .unwrap()
         .json()
@@ -151,7 +151,7 @@ async fn the_bots_of_bots_json_are_served_on_their_paths_and_reply_as_themselves
         [(NEWS_TOKEN.to_owned(), reply_text(2, "to /webhook/news"))]
     );
 
-    let metrics = reqwest::get(local.url("/metrics"))
+    let metrics = reqwest::get(local.admin_url("/metrics"))
         .await
         .unwrap()
         .text()

@@ -52,7 +52,7 @@ async fn status_and_outbox_read_the_running_instance_through_local_addr() {
     local.wait_ready().await;
     feed(&local, 3).await;
     let written = std::fs::read_to_string(dir.path().join("local.addr")).unwrap();
-    assert_eq!(written.trim(), local.addr.to_string());
+    assert_eq!(written.trim(), local.admin_addr.to_string());
 
     let status = json_of(&["status", "--json", "--data-dir", data_dir]);
     assert_eq!(status["counters"]["processed"], 3, "{status}");
@@ -278,7 +278,7 @@ async fn metrics_gauge_the_queue_and_status_names_the_update_that_holds_a_chat()
         "{line}"
     );
 
-    let text = reqwest::get(local.url("/metrics"))
+    let text = reqwest::get(local.admin_url("/metrics"))
         .await
         .unwrap()
         .text()
@@ -318,7 +318,7 @@ async fn local_mode_serves_the_same_counters_at_metrics_in_the_prometheus_text_f
     let mut local = Local::start(dir.path(), &[("TGQ_WEBHOOK_SECRET", SECRET)], &[]);
     local.wait_ready().await;
     feed(&local, 3).await;
-    let response = reqwest::get(local.url("/metrics")).await.unwrap();
+    let response = reqwest::get(local.admin_url("/metrics")).await.unwrap();
     assert_eq!(response.status(), 200);
     assert!(response.headers()["content-type"]
         .to_str()

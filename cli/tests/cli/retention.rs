@@ -36,7 +36,7 @@ async fn post(local: &Local, update_id: i64, chat: i64) -> String {
 
 /// The outbox entries as `/admin/outbox` lists them: (update id, when sent in ms since the epoch).
 async fn outbox(local: &Local) -> Vec<(i64, u64)> {
-    let answer: Value = reqwest::get(local.url("/admin/outbox?limit=100"))
+    let answer: Value = reqwest::get(local.admin_url("/admin/outbox?limit=100"))
         .await
         .unwrap()
         .json()

@@ -15,7 +15,7 @@ const CHATS: i64 = 20;
 
 /// The outbox's texts by chat, in the order they were sent.
 async fn texts_by_chat(local: &Local) -> BTreeMap<i64, Vec<String>> {
-    let answer: Value = reqwest::get(local.url("/admin/outbox?limit=1000"))
+    let answer: Value = reqwest::get(local.admin_url("/admin/outbox?limit=1000"))
         .await
         .unwrap()
         .json()

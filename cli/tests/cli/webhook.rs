@@ -94,7 +94,7 @@ async fn an_accepted_update_is_answered_200_and_its_reply_lands_in_the_outbox() 
     local
         .wait_settled(Duration::from_secs(20), |s| s["counters"]["processed"] == 1)
         .await;
-    let outbox: Value = reqwest::get(local.url("/admin/outbox"))
+    let outbox: Value = reqwest::get(local.admin_url("/admin/outbox"))
         .await
         .unwrap()
         .json()
@@ -132,7 +132,7 @@ async fn with_ack_callbacks_a_callback_query_is_answered_in_the_reply_and_not_ag
     local
         .wait_settled(Duration::from_secs(20), |s| s["counters"]["processed"] == 1)
         .await;
-    let outbox: Value = reqwest::get(local.url("/admin/outbox"))
+    let outbox: Value = reqwest::get(local.admin_url("/admin/outbox"))
         .await
         .unwrap()
         .json()
@@ -274,7 +274,7 @@ async fn admin_routes_refuse_a_forwarded_request_without_the_token_and_admit_it_
     // A tunnel on this machine connects from loopback but forwards someone else's request.
     let forwarded = || {
         client
-            .get(local.url("/admin/status"))
+            .get(local.admin_url("/admin/status"))
             .header("x-forwarded-for", "203.0.113.9")
     };
 
@@ -294,7 +294,14 @@ async fn admin_routes_refuse_a_forwarded_request_without_the_token_and_admit_it_
     assert!(answer["result"]["stats"]["pending"].is_u64(), "{answer}");
 
     // A direct loopback client needs no token.
-    let (status, _) = json(client.get(local.url("/admin/outbox")).send().await.unwrap()).await;
+    let (status, _) = json(
+        client
+            .get(local.admin_url("/admin/outbox"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     assert_eq!(status, 200);
 }
 

@@ -80,6 +80,47 @@ impl EmbeddedStore {
         })
     }
 
+    /// Moves a backup that a running `tgq local` wrote into its backup directory to `to`, with
+    /// [`EmbeddedStore::backup_to`]'s checks for the store of `data_dir`: only the command's own
+    /// user replaces a file, with `replace`; the admin route that wrote `backup` never does.
+    pub fn place_backup(
+        data_dir: &Path,
+        backup: Backup,
+        to: &Path,
+        replace: bool,
+    ) -> Result<Backup, StoreError> {
+        check_target(&data_dir.join(crate::FILE_NAME), to, replace)?;
+        let moved = match std::fs::rename(&backup.path, to) {
+            Ok(()) => crate::files::sync_parent(to).map_err(|source| StoreError::Backup {
+                path: to.to_owned(),
+                source,
+            }),
+            // Another filesystem: copied whole beside `to`, then renamed over it.
+            Err(error) if error.kind() == std::io::ErrorKind::CrossesDevices => {
+                let partial = crate::files::temporary_beside(to);
+                copy_private(&backup.path, &partial).and_then(|()| {
+                    crate::files::rename_durably(&partial, to).map_err(|source| {
+                        let _ = std::fs::remove_file(&partial);
+                        StoreError::Backup {
+                            path: to.to_owned(),
+                            source,
+                        }
+                    })
+                })?;
+                let _ = std::fs::remove_file(&backup.path);
+                Ok(())
+            }
+            Err(source) => Err(StoreError::Backup {
+                path: to.to_owned(),
+                source,
+            }),
+        };
+        moved.map(|()| Backup {
+            path: to.to_owned(),
+            ..backup
+        })
+    }
+
     /// Puts the backup `from` in place as the store of `data_dir`, keeping the store it replaces
     /// at `keep_as`. Refused while a process has the store open (`tgq local`, or a command reading
     /// it), and when `from` is not a whole store file of a layout this build reads: it is copied

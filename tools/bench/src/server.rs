@@ -23,6 +23,7 @@ pub struct Server {
     child: Child,
     pid: u32,
     base: String,
+    admin_base: String,
     secret: String,
     data_dir: PathBuf,
     client: reqwest::Client,
@@ -97,8 +98,15 @@ impl Server {
         }
         command
             .arg("local")
-            // Port 0: the kernel picks a free port; tgq writes the one it got to local.addr.
-            .args(["--addr", "127.0.0.1:0", "--data-dir"])
+            // Port 0: the kernel picks free ports; tgq writes the ones it got to webhook.addr and
+            // local.addr.
+            .args([
+                "--addr",
+                "127.0.0.1:0",
+                "--admin-addr",
+                "127.0.0.1:0",
+                "--data-dir",
+            ])
             .arg(data_dir)
             .env("TGQ_WEBHOOK_SECRET", &secret)
             // The built-in echo bot: one sendMessage per update, so the figures measure tgq and
@@ -135,7 +143,7 @@ impl Server {
         Self::spawn(command, tgq, dir, log, String::new()).await
     }
 
-    /// Runs `command` and waits until the address it writes to `<data_dir>/local.addr` answers
+    /// Runs `command` and waits until the address it writes to `<data_dir>/webhook.addr` answers
     /// `/readyz` with 200.
     async fn spawn(
         mut command: Command,
@@ -151,7 +159,9 @@ impl Server {
         let client = reqwest::Client::builder()
             .timeout(Duration::from_secs(60))
             .build()?;
-        let addr_file = data_dir.join("local.addr");
+        // The webhook listener's address, and the admin listener's, as tgq writes them.
+        let webhook_addr_file = data_dir.join("webhook.addr");
+        let admin_addr_file = data_dir.join("local.addr");
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
             if let Some(status) = child.try_wait()? {
@@ -163,14 +173,20 @@ impl Server {
                     log.display()
                 );
             }
-            if let Ok(addr) = std::fs::read_to_string(&addr_file) {
+            let addrs = (
+                std::fs::read_to_string(&webhook_addr_file),
+                std::fs::read_to_string(&admin_addr_file),
+            );
+            if let (Ok(addr), Ok(admin_addr)) = addrs {
                 let base = format!("http://{}", addr.trim());
+                let admin_base = format!("http://{}", admin_addr.trim());
                 let ready = client.get(format!("{base}/readyz")).send().await;
                 if ready.is_ok_and(|answer| answer.status().is_success()) {
                     return Ok(Self {
                         child,
                         pid,
                         base,
+                        admin_base,
                         secret,
                         data_dir: data_dir.to_owned(),
                         client,
@@ -190,7 +206,7 @@ impl Server {
     pub async fn admin(&self, route: &str) -> anyhow::Result<Value> {
         let answer = self
             .client
-            .get(format!("{}{route}", self.base))
+            .get(format!("{}{route}", self.admin_base))
             .send()
             .await?;
         if !answer.status().is_success() {

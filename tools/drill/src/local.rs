@@ -20,6 +20,7 @@ pub struct LocalTgq {
     data_dir: PathBuf,
     log: PathBuf,
     port: u16,
+    admin_port: u16,
     envs: Vec<(String, String)>,
     child: Option<Child>,
     http: reqwest::Client,
@@ -39,15 +40,18 @@ impl LocalTgq {
     /// A `tgq local` on `data_dir` listening on a free loopback port, with `envs` on top of a
     /// clean environment; its output goes to `log`. Not started yet.
     pub fn new(exe: &Path, data_dir: &Path, log: &Path, envs: Vec<(String, String)>) -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .unwrap_or(18_080);
+        let free = |fallback| {
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .map(|a| a.port())
+                .unwrap_or(fallback)
+        };
         LocalTgq {
             exe: exe.to_owned(),
             data_dir: data_dir.to_owned(),
             log: log.to_owned(),
-            port,
+            port: free(18_080),
+            admin_port: free(18_081),
             envs,
             child: None,
             http: reqwest::Client::builder()
@@ -58,9 +62,14 @@ impl LocalTgq {
         }
     }
 
-    /// `http://127.0.0.1:port{path}`; the same port across restarts.
+    /// `http://127.0.0.1:port{path}` on the webhook listener; the same port across restarts.
     pub fn url(&self, path: &str) -> String {
         format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    /// `http://127.0.0.1:admin_port{path}` on the admin listener.
+    fn admin_url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.admin_port)
     }
 
     /// The data directory.
@@ -80,6 +89,9 @@ impl LocalTgq {
             .append(true)
             .open(&self.log)
             .with_context(|| format!("opening {}", self.log.display()))?;
+        let backups = self.data_dir.with_extension("backups");
+        std::fs::create_dir_all(&backups)
+            .with_context(|| format!("creating {}", backups.display()))?;
         let mut command = Command::new(&self.exe);
         for name in tgq_core::config::SETTINGS {
             command.env_remove(name);
@@ -88,6 +100,11 @@ impl LocalTgq {
             .arg("local")
             .arg("--addr")
             .arg(format!("127.0.0.1:{}", self.port))
+            .arg("--admin-addr")
+            .arg(format!("127.0.0.1:{}", self.admin_port))
+            // Where `tgq backup` may have the running instance write (a scenario backs up).
+            .arg("--backup-dir")
+            .arg(&backups)
             .arg("--data-dir")
             .arg(&self.data_dir)
             .envs(self.envs.iter().map(|(k, v)| (k, v)))
@@ -259,7 +276,7 @@ impl LocalTgq {
     }
 
     async fn admin(&self, route: &str) -> anyhow::Result<Value> {
-        let answer = self.http.get(self.url(route)).send().await?;
+        let answer = self.http.get(self.admin_url(route)).send().await?;
         let status = answer.status();
         let body: Value = answer.json().await?;
         if !status.is_success() {

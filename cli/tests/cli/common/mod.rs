@@ -98,6 +98,16 @@ pub fn update_fixture_count() -> usize {
         .count()
 }
 
+/// The fixtures of `events/updates` this build's parser (teloxide-core 0.13) cannot read: the
+/// worker dead-letters them as `unreadable` (its `message_ids` are integers, as the Bot API says,
+/// where the parser expects objects).
+pub const UNREADABLE_FIXTURES: [&str; 1] = ["deleted_business_messages.json"];
+
+/// The fixtures of `events/updates` a run of the bot processes.
+pub fn readable_fixture_count() -> usize {
+    update_fixture_count() - UNREADABLE_FIXTURES.len()
+}
+
 /// A message update from `chat` (a private chat with that user) carrying `text`.
 pub fn message_update(update_id: i64, chat: i64, text: &str) -> Value {
     serde_json::json!({
@@ -117,8 +127,10 @@ pub struct Local {
     child: Child,
     /// Its data directory.
     pub data_dir: PathBuf,
-    /// Where it listens.
+    /// Where its webhook listener is (`--addr`).
     pub addr: SocketAddr,
+    /// Where its console, admin routes and metrics are (`--admin-addr`).
+    pub admin_addr: SocketAddr,
     stdout: Arc<Mutex<String>>,
     stderr: Arc<Mutex<String>>,
     /// The threads copying stdout and stderr; they end when the process is gone.
@@ -145,12 +157,17 @@ impl Local {
         prepare: impl FnOnce(&mut Command),
     ) -> Local {
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("an address");
+        let admin_addr: SocketAddr = format!("127.0.0.1:{}", free_port())
+            .parse()
+            .expect("an address");
         let mut command = tgq(envs);
         prepare(&mut command);
         let mut child = command
             .arg("local")
             .arg("--addr")
             .arg(addr.to_string())
+            .arg("--admin-addr")
+            .arg(admin_addr.to_string())
             .arg("--data-dir")
             .arg(data_dir)
             .args(args)
@@ -164,6 +181,7 @@ impl Local {
             child,
             data_dir: data_dir.to_owned(),
             addr,
+            admin_addr,
             stdout,
             stderr,
             readers: vec![out_reader, err_reader],
@@ -175,9 +193,14 @@ impl Local {
         self.child.id()
     }
 
-    /// `http://addr/path`.
+    /// `http://addr/path` on the webhook listener.
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
+    }
+
+    /// `http://admin_addr/path` on the admin listener: the console, `/admin/*`, `/metrics`.
+    pub fn admin_url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.admin_addr)
     }
 
     /// What it printed so far: (stdout, stderr).
@@ -215,7 +238,7 @@ impl Local {
 
     /// `GET /admin/status`'s result.
     pub async fn status(&self) -> Value {
-        let body: Value = reqwest::get(self.url("/admin/status"))
+        let body: Value = reqwest::get(self.admin_url("/admin/status"))
             .await
             .expect("admin/status answers")
             .json()
