@@ -19,10 +19,12 @@ pub enum StoreError {
         source: std::io::Error,
     },
     /// Another store (in this process or another) has the file open.
-    #[error("{} is already open: is `tgq local` already running on this data directory?", path.display())]
+    #[error("{} is already open{}: is `tgq local` already running on this data directory?", path.display(), holder.map(|pid| format!(" by process {pid}")).unwrap_or_default())]
     AlreadyOpen {
         /// The database file.
         path: PathBuf,
+        /// The process that holds it, when the system tells.
+        holder: Option<u32>,
     },
     /// There is no store file (read-only opens never create one).
     #[error("there is no tgq store at {}", path.display())]

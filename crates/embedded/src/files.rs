@@ -26,14 +26,20 @@ pub fn write_whole(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> 
 /// already is (two starts racing to create a secret keep the first one's).
 pub fn create_whole(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<bool> {
     let temporary = write_temporary(path, bytes, mode)?;
-    // A hard link never replaces an existing name, unlike rename.
-    let linked = match std::fs::hard_link(&temporary, path) {
-        Ok(()) => sync_parent(path).map(|()| true),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
-        Err(e) => Err(e),
-    };
+    let linked = link_new(&temporary, path);
     let _ = std::fs::remove_file(&temporary);
     linked
+}
+
+/// Gives the file `from` the name `to` only if nothing has that name, durably: `Ok(false)` when
+/// something has. A hard link never replaces an existing name, unlike a rename; `from` keeps its
+/// own name, for the caller to remove.
+pub fn link_new(from: &Path, to: &Path) -> std::io::Result<bool> {
+    match std::fs::hard_link(from, to) {
+        Ok(()) => sync_parent(to).map(|()| true),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 /// Renames `from` to `to` and syncs `to`'s directory, so the rename survives a crash.

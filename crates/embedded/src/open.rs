@@ -129,7 +129,8 @@ impl EmbeddedStore {
         let db = match opened {
             Ok(Ok(db)) => db,
             Ok(Err(DatabaseError::DatabaseAlreadyOpen | DatabaseError::LockProtocolMismatch)) => {
-                return Err(StoreError::AlreadyOpen { path })
+                let holder = holder(&path);
+                return Err(StoreError::AlreadyOpen { path, holder });
             }
             Ok(Err(DatabaseError::RepairAborted)) => return Err(StoreError::NeedsRepair { path }),
             Ok(Err(source)) => {
@@ -193,19 +194,36 @@ fn refuse_empty(path: &Path) -> Result<(), StoreError> {
     }
 }
 
-/// Writes a new, empty store beside `path` (private, synced) and renames it into place.
+/// Writes a new, empty store beside `path` (private, synced) and gives it the name `path` only if
+/// nothing has it yet: two first starts at once on one data directory make one store, and the
+/// second opens (or is refused) the first's rather than replacing it under a process serving it.
 fn create_whole(path: &Path) -> Result<(), StoreError> {
     let temporary = files::temporary_beside(path);
     let created = write_new_store(&temporary, path).and_then(|()| {
-        files::rename_durably(&temporary, path).map_err(|source| StoreError::DataDir {
-            path: path.to_owned(),
-            source,
-        })
+        files::link_new(&temporary, path)
+            .map(drop)
+            .map_err(|source| StoreError::DataDir {
+                path: path.to_owned(),
+                source,
+            })
     });
-    if created.is_err() {
-        let _ = std::fs::remove_file(&temporary);
-    }
+    let _ = std::fs::remove_file(&temporary);
     created
+}
+
+/// The process holding `path`'s lock (redb locks the whole file with `flock`), as the kernel
+/// lists it in `/proc/locks`; `None` where that cannot be read or names nobody.
+pub(crate) fn holder(path: &Path) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt as _;
+    let inode = std::fs::metadata(path).ok()?.ino();
+    let locks = std::fs::read_to_string("/proc/locks").ok()?;
+    // `1: FLOCK  ADVISORY  WRITE 4242 fd:01:131090 0 EOF`: the pid, then major:minor:inode.
+    locks.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let (pid, device) = (fields.get(4)?, fields.get(5)?);
+        let held = device.rsplit(':').next()?.parse::<u64>().ok()? == inode;
+        held.then(|| pid.parse().ok()).flatten()
+    })
 }
 
 /// A new store file at `at` with the current layout, committed with fsync; `path` names the store
@@ -279,6 +297,7 @@ pub(crate) fn open_verified(path: &Path) -> Result<(Database, QueueIndex), Store
             DatabaseError::DatabaseAlreadyOpen | DatabaseError::LockProtocolMismatch => {
                 StoreError::AlreadyOpen {
                     path: path.to_owned(),
+                    holder: holder(path),
                 }
             }
             source => StoreError::Open {

@@ -655,6 +655,49 @@ async fn a_store_of_version_4_is_upgraded_in_place_and_its_poller_lease_works() 
     );
 }
 
+#[test]
+fn two_first_starts_at_once_make_one_store_and_the_second_is_refused_naming_the_first() {
+    for round in 0..10 {
+        let dir = tempfile::tempdir().unwrap();
+        let barrier = std::sync::Barrier::new(2);
+        let (a, b) = std::thread::scope(|scope| {
+            let open = || {
+                barrier.wait();
+                EmbeddedStore::open(dir.path(), StoreOptions::default())
+            };
+            let a = scope.spawn(open);
+            let b = scope.spawn(open);
+            (a.join().unwrap(), b.join().unwrap())
+        });
+        let (winner, loser) = match (a, b) {
+            (Ok(store), Err(error)) | (Err(error), Ok(store)) => (store, error),
+            (Ok(_), Ok(_)) => panic!("round {round}: both opened a store of their own"),
+            (Err(a), Err(b)) => panic!("round {round}: neither opened: {a}; {b}"),
+        };
+        let text = loser.to_string();
+        assert!(
+            matches!(loser, StoreError::AlreadyOpen { .. }),
+            "round {round}: {text}"
+        );
+        assert!(
+            text.contains(&format!("by process {}", std::process::id())),
+            "round {round}: {text}"
+        );
+        // The store the winner serves is the one under the name.
+        use std::os::unix::fs::MetadataExt as _;
+        let named = std::fs::metadata(dir.path().join(FILE_NAME)).unwrap();
+        assert_eq!(named.nlink(), 1, "round {round}: the file is linked once");
+        drop(winner);
+        let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter_map(Result::ok)
+            .map(|entry| entry.file_name())
+            .filter(|name| name != FILE_NAME)
+            .collect();
+        assert!(leftovers.is_empty(), "round {round}: {leftovers:?}");
+    }
+}
+
 #[tokio::test]
 async fn a_second_open_of_the_same_directory_fails_with_a_clear_message() {
     let dir = tempfile::tempdir().unwrap();
