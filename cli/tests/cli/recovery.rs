@@ -153,3 +153,74 @@ async fn a_flood_wait_heard_before_a_sigkill_holds_the_bot_after_the_restart() {
     assert_eq!(fake.violations().early_sends, 0, "{:?}", fake.violations());
     second.terminate().await;
 }
+
+/// Telegram's one-message-a-second per chat binds the bot too: a chat sent to just before a
+/// SIGKILL is not sent to again within that second by the restarted process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chat_sent_to_just_before_a_sigkill_waits_out_its_second_after_the_restart() {
+    use tgq_fake_telegram::{FakeConfig, FakeTelegram, Limits};
+    const CHAT: i64 = 601;
+    let fake = FakeTelegram::start_with(FakeConfig {
+        limits: Some(Limits::default()),
+        ..FakeConfig::default()
+    })
+    .await
+    .unwrap();
+    let api_url = fake.url();
+    let envs = [
+        ("TELEGRAM_API_URL", api_url.as_str()),
+        ("TELEGRAM_BOT_TOKEN", fake.token()),
+        ("TGQ_WEBHOOK_SECRET", SECRET),
+        ("TGQ_HANDLER", "echo"),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let client = reqwest::Client::new();
+    let post = async |local: &Local, update_id: i64| {
+        let status = client
+            .post(local.url("/webhook"))
+            .header("x-telegram-bot-api-secret-token", SECRET)
+            .json(&message_update(update_id, CHAT, "hello"))
+            .send()
+            .await
+            .unwrap()
+            .status();
+        assert_eq!(status, 200);
+    };
+    let sends = || {
+        fake.calls()
+            .into_iter()
+            .filter(|call| call.method == "sendMessage")
+            .collect::<Vec<_>>()
+    };
+
+    let mut first = Local::start_on(port, dir.path(), &envs, &[]);
+    first.wait_ready().await;
+    post(&first, 1).await;
+    let started = Instant::now();
+    while sends().is_empty() {
+        assert!(started.elapsed() < Duration::from_secs(10), "no send");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    first.kill();
+
+    let mut second = Local::start_on(port, dir.path(), &envs, &[]);
+    second.wait_ready().await;
+    post(&second, 2).await;
+    while sends().len() < 2 {
+        assert!(started.elapsed() < Duration::from_secs(20), "{:?}", sends());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let sent = sends();
+    assert!(
+        sent.iter().all(|call| call.status == 200),
+        "Telegram refused a send over the chat's limit: {:?}",
+        sent.iter().map(|call| call.status).collect::<Vec<_>>()
+    );
+    assert!(
+        sent[1].at - sent[0].at >= Duration::from_millis(990),
+        "the second send came {:?} after the first, across the restart",
+        sent[1].at - sent[0].at
+    );
+    second.terminate().await;
+}

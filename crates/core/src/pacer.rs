@@ -141,12 +141,26 @@ pub struct Pacer {
     memory: Option<Arc<dyn PauseMemory>>,
 }
 
-/// Where a pacer keeps its flood waits so that they outlive the process: Telegram's `retry_after`
-/// binds the bot, not the process that heard it, and a process started inside the wait must not
-/// send into it (local mode keeps them in its data directory).
+/// Where a pacer keeps what must outlive the process: Telegram's limits bind the bot, not the
+/// process that sent, so a process started inside a flood wait must not send into it, nor send to
+/// a chat again within a second (a group within its minute) of the last run's sends (local mode
+/// keeps both in its data directory).
 pub trait PauseMemory: Send + Sync + std::fmt::Debug {
     /// Keeps that every call of `bot` waits until `until`.
     fn remember(&self, bot: &BotId, until: Timestamp);
+
+    /// Keeps that `bot` sends to `chat` at `at`, counted against that chat's limits.
+    fn sent(&self, bot: &BotId, chat: i64, at: Timestamp);
+}
+
+/// What an earlier process's [`PauseMemory`] kept: its flood waits, and its sends of the last
+/// minute.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Remembered {
+    /// Each bot's flood wait and when it ends.
+    pub waits: Vec<(BotId, Timestamp)>,
+    /// Each send: its bot, its chat and when it was made.
+    pub sends: Vec<(BotId, i64, Timestamp)>,
 }
 
 #[derive(Debug, Default)]
@@ -177,18 +191,40 @@ impl Pacer {
         }
     }
 
-    /// A limiter that hands every new flood wait to `memory`, and holds the bots of `remembered`
-    /// (what `memory` kept for an earlier process) until their waits end.
+    /// A limiter that hands every new flood wait and every send to `memory`, holds the bots of
+    /// `remembered` (what `memory` kept for an earlier process) until their waits end, and counts
+    /// that process's sends of the last minute in their chats' windows.
     pub fn remembering(
         limits: RateLimits,
         memory: Arc<dyn PauseMemory>,
-        remembered: &[(BotId, Timestamp)],
+        remembered: &Remembered,
     ) -> Self {
         let pacer = Self::new(limits);
         let (now, wall) = (Instant::now(), SystemClock.now());
-        for (bot, until) in remembered {
+        for (bot, until) in &remembered.waits {
             if *until > wall {
                 pacer.hold(bot, now + until.since(wall));
+            }
+        }
+        {
+            let mut bots = pacer.bots.lock();
+            for (bot, chat, at) in &remembered.sends {
+                // An instant before this process began, as far back as it was before `wall`.
+                let Some(at) = now.checked_sub(wall.since(*at)) else {
+                    continue;
+                };
+                let pace = bots.entry(bot.clone()).or_default();
+                pace.overall.reserve(at, now, SECOND);
+                pace.chats
+                    .entry(*chat)
+                    .or_default()
+                    .reserve(at, now, SECOND);
+                if *chat < 0 {
+                    pace.groups
+                        .entry(*chat)
+                        .or_default()
+                        .reserve(at, now, MINUTE);
+                }
             }
         }
         Self {
@@ -255,7 +291,14 @@ impl Pacer {
                 .or_default()
                 .reserve(at, now, MINUTE);
         }
-        Ok(at - now)
+        let wait = at - now;
+        drop(bots);
+        // Kept outside the lock: the next process counts it in the chat's windows.
+        let limited = self.limits.per_chat_per_second.is_some() || group_limit.is_some();
+        if let Some(memory) = self.memory.as_ref().filter(|_| limited) {
+            memory.sent(bot, chat, SystemClock.now().plus(wait));
+        }
+        Ok(wait)
     }
 
     /// How long every call of `bot` is still held by a flood wait.
@@ -324,6 +367,37 @@ mod tests {
             pacer.reserve_within(&bot("a"), Some(5), now + SECOND + SLACK, Duration::ZERO),
             Ok(Duration::ZERO)
         );
+    }
+
+    #[derive(Debug, Default)]
+    struct Forgetful;
+
+    impl PauseMemory for Forgetful {
+        fn remember(&self, _: &BotId, _: Timestamp) {}
+        fn sent(&self, _: &BotId, _: i64, _: Timestamp) {}
+    }
+
+    #[test]
+    fn sends_an_earlier_process_made_count_in_their_chat_s_second_and_group_s_minute() {
+        let wall = SystemClock.now();
+        let ago = |ms: u64| Timestamp(wall.0 - ms);
+        let mut sends = vec![(bot("a"), 5, ago(400)), (bot("a"), 6, ago(5_000))];
+        sends.extend((0..20).map(|i| (bot("a"), -100, ago(30_000 + i))));
+        let remembered = Remembered {
+            waits: Vec::new(),
+            sends,
+        };
+        let pacer = Pacer::remembering(RateLimits::default(), Arc::new(Forgetful), &remembered);
+        let now = Instant::now();
+        let chat = pacer.reserve(&bot("a"), Some(5), now);
+        assert!(
+            chat >= Duration::from_millis(500) && chat <= Duration::from_millis(700),
+            "{chat:?}"
+        );
+        assert_eq!(pacer.reserve(&bot("a"), Some(6), now), Duration::ZERO);
+        let group = pacer.reserve(&bot("a"), Some(-100), now);
+        assert!(group >= Duration::from_secs(29), "{group:?}");
+        assert_eq!(pacer.reserve(&bot("b"), Some(5), now), Duration::ZERO);
     }
 
     #[test]
