@@ -456,3 +456,86 @@ async fn a_bot_s_second_broadcast_waits_for_its_first_to_end() {
     assert_eq!(status(dir.path(), 2)["job"]["counts"]["sent"], 40);
     local.terminate().await;
 }
+
+/// Telegram unreachable (connection refused) and then answering 502 in the middle of a broadcast:
+/// nobody is written off, failed or uncertain for it; the lane waits and, once Telegram answers,
+/// every recipient gets the message once, within Telegram's limits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_telegram_outage_mid_broadcast_writes_nobody_off_and_everyone_gets_it_once() {
+    const RECIPIENTS: i64 = 120;
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let limited = || FakeConfig {
+        limits: Some(Limits::default()),
+        ..FakeConfig::default()
+    };
+    let before = FakeTelegram::start_at(addr, limited()).await.unwrap();
+    let api_url = before.url();
+    let envs = sending_to(&before, &api_url);
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().to_str().unwrap();
+    let recipients = dir.path().join("recipients.txt");
+    write_recipients(&recipients, "", RECIPIENTS);
+    let mut local = Local::start(dir.path(), &envs, &[]);
+    local.wait_ready().await;
+    let (exit, _, err) = run(
+        &envs,
+        &[
+            "broadcast",
+            "start",
+            "--text",
+            "news",
+            "--to",
+            recipients.to_str().unwrap(),
+            "--data-dir",
+            data_dir,
+        ],
+    );
+    assert!(exit.success(), "{err}");
+    wait_for("the first recipients", Duration::from_secs(30), || {
+        broadcast_deliveries(&before).len() >= 20
+    })
+    .await;
+
+    // Telegram goes away: connections are refused for four seconds.
+    let delivered_before = broadcast_deliveries(&before);
+    let over_limit_before = before.violations();
+    drop(before);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    // It comes back behind an edge that answers 502 for three more seconds.
+    let after = FakeTelegram::start_at(addr, limited()).await.unwrap();
+    after.inject(Fault::ServerError(502), Scope::Global, Times::Always);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    after.clear_faults();
+
+    let started = Instant::now();
+    let view = loop {
+        let view = status(dir.path(), 1);
+        if view["job"]["state"]["state"] == "done" {
+            break view;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "{view}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let counts = &view["job"]["counts"];
+    assert_eq!(
+        (&counts["sent"], &counts["failed"], &counts["uncertain"]),
+        (&json!(RECIPIENTS), &json!(0), &json!(0)),
+        "{view}"
+    );
+    let mut delivered = delivered_before.clone();
+    delivered.extend(broadcast_deliveries(&after));
+    delivered.sort_unstable();
+    assert_eq!(
+        delivered,
+        (1..=RECIPIENTS).collect::<Vec<_>>(),
+        "each recipient once across the outage"
+    );
+    for violations in [over_limit_before, after.violations()] {
+        assert_eq!(
+            (violations.over_limit, violations.early_sends),
+            (0, 0),
+            "{violations:?}"
+        );
+    }
+    local.terminate().await;
+}

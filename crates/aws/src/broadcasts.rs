@@ -375,6 +375,10 @@ impl DynamoBroadcasts {
                 "ADD retrying :one, refusals :one SET last_error = :error"
             }
             Outcome::Held { .. } => "ADD retrying :one",
+            Outcome::Unsent { error, .. } | Outcome::Halted { error } => {
+                values.insert(":error".into(), string(error.clone()));
+                "ADD retrying :one SET last_error = :error"
+            }
         };
         Update::builder()
             .table_name(&self.table)

@@ -23,13 +23,17 @@ use tokio::task::JoinSet;
 use tracing::{info, warn};
 
 pub mod chain;
+mod outage;
+mod refusal;
 
-use crate::budget::{Clear, Reserved, SendBudget, RECHECK_AFTER};
+pub use refusal::outcome_of;
+
+use crate::budget::{Clear, Reserved, SendBudget, Slot, RECHECK_AFTER};
 use crate::clock::Clock;
 use crate::error::{error_chain, PortError};
 use crate::ids::BotId;
 use crate::offline::sends_a_message;
-use crate::policy::{Jitter, RetryPolicy};
+use crate::policy::RetryPolicy;
 use crate::record::Timestamp;
 use crate::telegram::{ApiCall, BotApi, CallError, TelegramError};
 
@@ -451,6 +455,10 @@ impl BroadcastJob {
                 self.last_error = Some(error.clone());
             }
             Outcome::Held { .. } => c.retrying += 1,
+            Outcome::Unsent { error, .. } | Outcome::Halted { error } => {
+                c.retrying += 1;
+                self.last_error = Some(error.clone());
+            }
         }
     }
 
@@ -492,6 +500,9 @@ pub enum RecipientState {
     Sent {
         /// The message's id.
         message_id: i64,
+        /// The supergroup a group became, which the message went to instead.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        migrated_to: Option<i64>,
     },
     /// Gone (blocked the bot, deleted the account, left).
     Gone {
@@ -526,6 +537,9 @@ pub enum Outcome {
     Sent {
         /// The message's id.
         message_id: i64,
+        /// The supergroup a group became, followed once.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        migrated_to: Option<i64>,
     },
     /// The recipient is gone.
     Gone {
@@ -557,14 +571,33 @@ pub enum Outcome {
         /// When (ms).
         due: u64,
     },
+    /// Telegram did not take the call for a passing reason of its own — the request never left,
+    /// or a 5xx: not sent, back to the list at `due`, no attempt spent; the lane backs off until
+    /// Telegram answers again.
+    Unsent {
+        /// When (ms).
+        due: u64,
+        /// Why.
+        error: String,
+    },
+    /// Telegram refused the message itself or the bot (a 401, a payload or file it cannot take):
+    /// back to the list, no attempt spent, and the job pauses with the reason.
+    Halted {
+        /// Why.
+        error: String,
+    },
 }
 
 impl Outcome {
     /// The recipient's state after it.
     pub fn state(&self, now: Timestamp) -> RecipientState {
         match self {
-            Outcome::Sent { message_id } => RecipientState::Sent {
+            Outcome::Sent {
+                message_id,
+                migrated_to,
+            } => RecipientState::Sent {
                 message_id: *message_id,
+                migrated_to: *migrated_to,
             },
             Outcome::Gone { reason } => RecipientState::Gone {
                 reason: reason.clone(),
@@ -573,10 +606,12 @@ impl Outcome {
                 error: error.clone(),
             },
             Outcome::Uncertain => RecipientState::Uncertain,
-            Outcome::Retry { due, .. } | Outcome::Held { due } => {
+            Outcome::Retry { due, .. } | Outcome::Held { due } | Outcome::Unsent { due, .. } => {
                 RecipientState::Retrying { due: *due }
             }
-            Outcome::Refused { .. } => RecipientState::Retrying { due: now.0 },
+            Outcome::Refused { .. } | Outcome::Halted { .. } => {
+                RecipientState::Retrying { due: now.0 }
+            }
         }
     }
 
@@ -748,64 +783,6 @@ pub async fn start(
         return Err(SpecError::EmptyAudience.into());
     }
     Ok(store.create(spec, &chats, now).await?)
-}
-
-/// How a call's failure ends a recipient's send (the one place it is decided).
-pub fn outcome_of(
-    error: &TelegramError,
-    (chat, attempts): (i64, u32),
-    job: &BroadcastJob,
-    retry: &RetryPolicy,
-    now: Timestamp,
-) -> Outcome {
-    let said = error.to_string();
-    if let TelegramError::RetryAfter(wait) = error {
-        return Outcome::Held {
-            due: now.plus(*wait).0,
-        };
-    }
-    if let Some(gone) = error.recipient_gone(Some(chat)) {
-        return Outcome::Gone {
-            reason: gone.as_str().to_owned(),
-        };
-    }
-    // Any other 403 means this chat cannot be written to: the bot was kicked from the group, or is
-    // no member of the channel, or the user never started it. Trying again never helps.
-    if let TelegramError::Api { code: 403, .. } = error {
-        return Outcome::Gone { reason: said };
-    }
-    if !error.is_definite() {
-        return Outcome::Uncertain;
-    }
-    match error.class() {
-        crate::ErrorClass::Permanent if job.counts.sent == 0 && !about_the_chat(error) => {
-            Outcome::Refused { error: said }
-        }
-        crate::ErrorClass::Permanent => Outcome::Failed { error: said },
-        _ if attempts + 1 >= MAX_ATTEMPTS => Outcome::Failed { error: said },
-        _ => Outcome::Retry {
-            due: now.plus(retry.backoff(attempts + 1, Jitter::random())).0,
-            error: said,
-        },
-    }
-}
-
-/// Whether a refusal is about the chat it went to, not the message: a group that is gone or lets
-/// the bot write nothing fails that recipient, whatever the others make of the message.
-fn about_the_chat(error: &TelegramError) -> bool {
-    let TelegramError::Api { description, .. } = error else {
-        return false;
-    };
-    let description = description.to_ascii_lowercase();
-    [
-        "chat not found",
-        "rights",
-        "chat_write_forbidden",
-        "not a member",
-        "bot was kicked",
-    ]
-    .iter()
-    .any(|said| description.contains(said))
 }
 
 /// Runs broadcast jobs: one [`BroadcastRunner::run`] per running job, in the process that holds
@@ -1013,6 +990,17 @@ impl BroadcastRunner {
                         }
                     }
                 }
+                let halted = left.halted.lock().take();
+                if let Some(reason) = halted {
+                    drain(sends).await;
+                    return self.halt(id, reason).await;
+                }
+                // Telegram is down: the lane holds, longer while it stays so.
+                let held = left.outage.wait(tokio::time::Instant::now());
+                if !held.is_zero() && wait_or_stop(held, stop).await {
+                    drain(sends).await;
+                    return Ok(RunEnd::ShutDown);
+                }
                 let wait = lane.take(tokio::time::Instant::now());
                 if !wait.is_zero() && wait_or_stop(wait, stop).await {
                     drain(sends).await;
@@ -1044,6 +1032,10 @@ impl BroadcastRunner {
             let failure = left.failed.lock().take();
             if let Some(error) = failure {
                 return Err(error);
+            }
+            let halted = left.halted.lock().take();
+            if let Some(reason) = halted {
+                return self.halt(id, reason).await;
             }
             // A batch whose every recipient has its outcome now, none to be tried again, and that
             // held every recipient the span could still send to (fewer than it could take, or
@@ -1077,6 +1069,17 @@ impl BroadcastRunner {
             return Ok(None);
         }
         Ok(Some(job))
+    }
+
+    /// Pauses job `id`: Telegram refused its message or its bot, as it would for every recipient
+    /// left. An operator resumes it once the cause is fixed.
+    async fn halt(&self, id: &BroadcastId, reason: String) -> Result<RunEnd, PortError> {
+        let reason = format!("Telegram refused the message or the bot: {reason}");
+        warn!(broadcast = %id, "{reason}; the job is paused");
+        self.store
+            .change(id, Change::PauseBecause(reason), self.clock.now())
+            .await?;
+        self.stopped(id).await
     }
 
     async fn stopped(&self, id: &BroadcastId) -> Result<RunEnd, PortError> {
@@ -1116,6 +1119,10 @@ struct LeftBehind {
     /// A booking the budget's store refused: the run ends with the error, as it would had it
     /// booked the send itself.
     failed: parking_lot::Mutex<Option<PortError>>,
+    /// Telegram refused the message or the bot: the run pauses the job with these words.
+    halted: parking_lot::Mutex<Option<String>>,
+    /// How long the lane holds for Telegram's outage.
+    outage: outage::Outage,
 }
 
 /// Set while a send is begun and not settled: a task that ends in between leaves a doubt.
@@ -1130,108 +1137,175 @@ impl Drop for Begun<'_> {
 }
 
 impl RecipientSend {
-    /// Books the send to the recipient in the bot's budget and waits for its slot; `false` when
-    /// the process is stopping.
-    async fn booked(&mut self) -> Result<bool, PortError> {
+    /// Books a send to `chat` in the bot's budget and waits for its slot; `None` when the process
+    /// is stopping.
+    async fn booked(&mut self, chat: i64) -> Result<Option<Slot>, PortError> {
         let bot = &self.job.spec.bot;
-        let chat = self.recipient.chat;
         // The paid lane is apart from the bot's rate; a flood wait holds it all the same.
         let counted = (self.job.spec.lane == Lane::Standard).then_some(chat);
         loop {
-            let mut slot = match self.budget.reserve(bot, counted, BOOK_WITHIN).await? {
+            let slot = match self.budget.reserve(bot, counted, BOOK_WITHIN).await? {
                 Reserved::Booked(slot) => slot,
                 Reserved::Later(wait) => {
                     if wait_or_stop(wait.min(BOOK_WITHIN), &mut self.stop).await {
-                        return Ok(false);
+                        return Ok(None);
                     }
                     continue;
                 }
             };
             if !slot.wait.is_zero() && wait_or_stop(slot.wait, &mut self.stop).await {
-                return Ok(false);
+                return Ok(None);
             }
-            loop {
-                match self.budget.clear_to_send(bot, &mut slot).await? {
-                    Clear::Go => return Ok(true),
-                    Clear::After(wait) => {
-                        tokio::time::sleep(wait).await;
-                        if wait <= RECHECK_AFTER {
-                            return Ok(true);
-                        }
+            return Ok(Some(slot));
+        }
+    }
+
+    /// Whether the booked `slot` may go now (after a short wait the budget names): `false` when
+    /// a flood wait began meanwhile or the slot went by, so the send is booked again.
+    async fn cleared(&self, slot: &mut Slot) -> Result<bool, PortError> {
+        loop {
+            match self.budget.clear_to_send(&self.job.spec.bot, slot).await? {
+                Clear::Go => return Ok(true),
+                Clear::After(wait) => {
+                    tokio::time::sleep(wait).await;
+                    if wait <= RECHECK_AFTER {
+                        return Ok(true);
                     }
-                    Clear::Held(_) | Clear::Late => break,
                 }
+                Clear::Held(_) | Clear::Late => return Ok(false),
+            }
+        }
+    }
+
+    /// Books a send to `chat`, waits for the lane, and clears it: the moment just before the
+    /// call. `None` when the process is stopping first.
+    async fn at_the_wire(&mut self, chat: i64) -> Result<Option<()>, PortError> {
+        if !self.paced {
+            self.gate.pass().await;
+            return Ok(Some(()));
+        }
+        loop {
+            let Some(mut slot) = self.booked(chat).await? else {
+                return Ok(None);
+            };
+            // The lane's own pace, after the bot's: calls leave no closer together than the lane
+            // allows, however long the bookings took.
+            self.gate.pass().await;
+            if self.cleared(&mut slot).await? {
+                return Ok(Some(()));
             }
         }
     }
 
     async fn go(mut self) {
-        // Not booked (the process is stopping, or the budget's store failed), the recipient is
-        // not begun: it stays for the next run.
-        if self.paced {
-            match self.booked().await {
-                Ok(true) => {}
-                Ok(false) => {
-                    self.left.retries.store(true, Ordering::SeqCst);
-                    return;
-                }
-                Err(error) => {
-                    self.left.retries.store(true, Ordering::SeqCst);
-                    self.left.failed.lock().get_or_insert(error);
-                    return;
-                }
+        let chat = self.recipient.chat;
+        // Booked, its turn in the lane come and cleared, the send is at the wire before its
+        // intent is written: a process killed meanwhile leaves the recipient as it was, never
+        // uncertain. Not at the wire (stopping, or the budget's store failed), it is not begun
+        // and stays for the next run.
+        match self.at_the_wire(chat).await {
+            Ok(Some(())) => {}
+            Ok(None) => {
+                self.left.retries.store(true, Ordering::SeqCst);
+                return;
+            }
+            Err(error) => {
+                self.left.retries.store(true, Ordering::SeqCst);
+                self.left.failed.lock().get_or_insert(error);
+                return;
             }
         }
         // Until it settles, an end of this task leaves a doubt; so does a begin whose answer was
         // lost, which may have been written.
-        let mut begun = Begun(Some(&*self.left));
-        // The intent, durable before the call; the sends of a batch begin together, so their
-        // commits are shared. Not begun, the recipient is taken again with the next batch.
+        let left = self.left.clone();
+        let mut begun = Begun(Some(&*left));
+        // The intent, durable before the call.
         if let Err(error) = self.store.begin(&self.job.id, self.recipient.index).await {
             self.left.retries.store(true, Ordering::SeqCst);
             warn!(broadcast = %self.job.id, error = %error_chain(&error), "recording a broadcast send's start failed; it is tried again");
             return;
         }
-        let spec = &self.job.spec;
-        let params = spec.params_for(self.recipient.chat);
-        // Intents take their own time to be written: the calls leave no closer together than the
-        // lane allows, whatever that time was.
-        self.gate.pass().await;
-        let call = ApiCall::plain(&spec.method, &params);
-        let answer = self.api.call(&call).await;
-        let now = self.clock.now();
-        let outcome = match answer {
-            Ok(result) => Outcome::Sent {
-                message_id: result
-                    .get("message_id")
-                    .and_then(Value::as_i64)
-                    .unwrap_or_default(),
-            },
-            Err(CallError::Telegram(error)) => {
-                if let TelegramError::RetryAfter(wait) = &error {
-                    if let Err(failed) = self.budget.pause(&spec.bot, *wait).await {
-                        warn!(error = %error_chain(&failed), "sharing a flood wait failed; this process holds its sends all the same");
-                    }
-                }
-                outcome_of(
-                    &error,
-                    (self.recipient.chat, self.recipient.attempts),
-                    &self.job,
-                    &self.retry,
-                    now,
-                )
-            }
-            // The store refused what the Bot API records itself: nothing was sent.
-            Err(CallError::Store(error)) => Outcome::Retry {
-                due: now.plus(Duration::from_secs(1)).0,
-                error: error_chain(&error),
-            },
-        };
-        if matches!(outcome.state(now), RecipientState::Retrying { .. }) {
+        let outcome = self.call(chat).await;
+        match &outcome {
+            Outcome::Unsent { .. } => self.left.outage.failed(tokio::time::Instant::now()),
+            Outcome::Uncertain => {}
+            _ => self.left.outage.answered(),
+        }
+        if let Outcome::Halted { error } = &outcome {
+            self.left.halted.lock().get_or_insert_with(|| error.clone());
+        }
+        if matches!(
+            outcome.state(self.clock.now()),
+            RecipientState::Retrying { .. }
+        ) {
             self.left.retries.store(true, Ordering::SeqCst);
         }
-        // A settle the store refuses now is tried again for about a minute: a recipient left
-        // begun becomes uncertain, which loses no message but leaves a doubt.
+        if self.settled(outcome).await {
+            begun.0 = None;
+        }
+    }
+
+    /// Makes the call to `chat` and says how it ended; a group that became a supergroup is
+    /// followed once, booked again as a send of its own.
+    async fn call(&mut self, chat: i64) -> Outcome {
+        let spec = self.job.spec.clone();
+        let answer = self
+            .api
+            .call(&ApiCall::plain(&spec.method, &spec.params_for(chat)))
+            .await;
+        let error = match answer {
+            Ok(result) => return sent(&result, None),
+            // The store refused what the Bot API records itself: nothing was sent.
+            Err(CallError::Store(error)) => {
+                return Outcome::Retry {
+                    due: self.clock.now().plus(Duration::from_secs(1)).0,
+                    error: error_chain(&error),
+                }
+            }
+            Err(CallError::Telegram(error)) => error,
+        };
+        let error = match error {
+            TelegramError::MigrateToChat(to) => {
+                info!(broadcast = %self.job.id, from = chat, to, "the group became a supergroup; following it once");
+                match self.at_the_wire(to).await {
+                    Ok(Some(())) => {}
+                    // Stopping, or the budget failed: nothing went to the supergroup yet.
+                    Ok(None) | Err(_) => {
+                        return Outcome::Held {
+                            due: self.clock.now().0,
+                        }
+                    }
+                }
+                match self
+                    .api
+                    .call(&ApiCall::plain(&spec.method, &spec.params_for(to)))
+                    .await
+                {
+                    Ok(result) => return sent(&result, Some(to)),
+                    Err(CallError::Telegram(error)) => error,
+                    Err(CallError::Store(error)) => TelegramError::Network(error_chain(&error)),
+                }
+            }
+            error => error,
+        };
+        if let TelegramError::RetryAfter(wait) = &error {
+            if let Err(failed) = self.budget.pause(&spec.bot, *wait).await {
+                warn!(error = %error_chain(&failed), "sharing a flood wait failed; this process holds its sends all the same");
+            }
+        }
+        outcome_of(
+            &error,
+            (chat, self.recipient.attempts),
+            &self.job,
+            &self.retry,
+            self.clock.now(),
+        )
+    }
+
+    /// Records the outcome; a settle the store refuses now is tried again for about a minute: a
+    /// recipient left begun becomes uncertain, which loses no message but leaves a doubt.
+    async fn settled(&self, outcome: Outcome) -> bool {
+        let now = self.clock.now();
         let mut delay = Duration::from_millis(100);
         for _ in 0..40 {
             match self
@@ -1239,10 +1313,7 @@ impl RecipientSend {
                 .settle(&self.job.id, self.recipient.index, outcome.clone(), now)
                 .await
             {
-                Ok(()) => {
-                    begun.0 = None;
-                    return;
-                }
+                Ok(()) => return true,
                 Err(error) => {
                     warn!(broadcast = %self.job.id, error = %error_chain(&error), "recording a broadcast send failed; trying again");
                     tokio::time::sleep(delay).await;
@@ -1250,6 +1321,18 @@ impl RecipientSend {
                 }
             }
         }
+        false
+    }
+}
+
+/// A send Telegram took: its message id, and the supergroup it went to instead, if it did.
+fn sent(result: &Value, migrated_to: Option<i64>) -> Outcome {
+    Outcome::Sent {
+        message_id: result
+            .get("message_id")
+            .and_then(Value::as_i64)
+            .unwrap_or_default(),
+        migrated_to,
     }
 }
 
@@ -1436,76 +1519,6 @@ mod tests {
         assert_eq!(s.lane_rate(Some(30)), Some(500));
         assert_eq!(s.params_for(9)["allow_paid_broadcast"], json!(true));
         assert_eq!(spec().params_for(9), json!({"text": "hi", "chat_id": 9}));
-    }
-
-    #[test]
-    fn failures_end_a_recipient_as_telegram_means_them() {
-        let now = Timestamp(1_000);
-        let mut job = BroadcastJob::new(BroadcastId(1), spec(), 10, now);
-        let p = RetryPolicy::default();
-        let api = |code: u16, d: &str| TelegramError::Api {
-            code,
-            description: d.into(),
-        };
-        assert!(matches!(
-            outcome_of(
-                &api(403, "Forbidden: bot was blocked by the user"),
-                (5, 0),
-                &job,
-                &p,
-                now
-            ),
-            Outcome::Gone { .. }
-        ));
-        assert!(matches!(
-            outcome_of(
-                &api(403, "Forbidden: bot was kicked from the group chat"),
-                (-5, 0),
-                &job,
-                &p,
-                now
-            ),
-            Outcome::Gone { .. }
-        ));
-        assert_eq!(
-            outcome_of(
-                &TelegramError::RetryAfter(Duration::from_secs(3)),
-                (5, 0),
-                &job,
-                &p,
-                now
-            ),
-            Outcome::Held { due: 4_000 }
-        );
-        assert_eq!(
-            outcome_of(&TelegramError::Timeout, (5, 0), &job, &p, now),
-            Outcome::Uncertain
-        );
-        assert!(matches!(
-            outcome_of(&api(502, "Bad Gateway"), (5, 0), &job, &p, now),
-            Outcome::Retry { .. }
-        ));
-        assert!(matches!(
-            outcome_of(
-                &api(502, "Bad Gateway"),
-                (5, MAX_ATTEMPTS - 1),
-                &job,
-                &p,
-                now
-            ),
-            Outcome::Failed { .. }
-        ));
-        // Before anyone took the message, a 400 is the message's fault; after, the recipient's.
-        let empty = api(400, "Bad Request: message text is empty");
-        assert!(matches!(
-            outcome_of(&empty, (5, 0), &job, &p, now),
-            Outcome::Refused { .. }
-        ));
-        job.counts.sent = 1;
-        assert!(matches!(
-            outcome_of(&empty, (5, 0), &job, &p, now),
-            Outcome::Failed { .. }
-        ));
     }
 
     #[test]

@@ -120,9 +120,14 @@ pub enum TelegramError {
     /// No answer in time.
     #[error("Telegram did not answer in time")]
     Timeout,
-    /// The connection failed.
+    /// The connection failed after the request may have been written (reset mid-answer, a body
+    /// cut short): the call may have reached Telegram.
     #[error("network error talking to Telegram: {0}")]
     Network(String),
+    /// The request never left: the connection was refused, the name did not resolve, the TLS
+    /// handshake failed, or no connection came in time. Telegram never saw the call.
+    #[error("Telegram could not be reached: {0}")]
+    NotSent(String),
     /// An answer that is not Telegram's envelope (a proxy's error page, a truncated body).
     #[error("unreadable answer from Telegram (HTTP {status})")]
     InvalidResponse {
@@ -137,7 +142,9 @@ impl TelegramError {
     pub fn class(&self) -> ErrorClass {
         match self {
             TelegramError::RetryAfter(wait) => ErrorClass::RateLimited(*wait),
-            TelegramError::Timeout | TelegramError::Network(_) => ErrorClass::Transient,
+            TelegramError::Timeout | TelegramError::Network(_) | TelegramError::NotSent(_) => {
+                ErrorClass::Transient
+            }
             // A migration is followed once by the context; meeting it again means the chat is unusable.
             TelegramError::MigrateToChat(_) => ErrorClass::Permanent,
             TelegramError::Api { code, .. } | TelegramError::InvalidResponse { status: code } => {
@@ -152,16 +159,33 @@ impl TelegramError {
         }
     }
 
-    /// Whether the answer proves the call did not take effect: an error answer from Telegram or any
-    /// 4xx. A timeout, a network error, or an unreadable answer other than a 4xx leave the outcome
-    /// unknown: the call may have reached Telegram.
+    /// Whether the call certainly did not take effect: an error answer from Telegram, any 4xx, an
+    /// edge's 500, 502 or 503 (it answered that it did not get the call through), or a request
+    /// that never left. A timeout, a connection cut after the request was written, or another
+    /// unreadable answer (a 504: the edge gave up waiting while Telegram may have acted) leave the
+    /// outcome unknown: the call may have reached Telegram.
     pub fn is_definite(&self) -> bool {
         match self {
             TelegramError::RetryAfter(_)
             | TelegramError::MigrateToChat(_)
-            | TelegramError::Api { .. } => true,
-            TelegramError::InvalidResponse { status } => (400..500).contains(status),
+            | TelegramError::Api { .. }
+            | TelegramError::NotSent(_) => true,
+            TelegramError::InvalidResponse { status } => {
+                (400..500).contains(status) || (500..=503).contains(status)
+            }
             TelegramError::Timeout | TelegramError::Network(_) => false,
+        }
+    }
+
+    /// Whether Telegram (or its edge) did not take the call for a passing reason of its own: the
+    /// request never left, or the answer was a 5xx other than a gateway's timeout. Not done and
+    /// worth trying again, it says nothing of the call's recipient or its message.
+    pub fn is_outage(&self) -> bool {
+        match self {
+            TelegramError::NotSent(_) => true,
+            TelegramError::Api { code, .. } => (500..600).contains(code),
+            TelegramError::InvalidResponse { status } => (500..=503).contains(status),
+            _ => false,
         }
     }
 
@@ -172,7 +196,9 @@ impl TelegramError {
             TelegramError::MigrateToChat(_) => (400, self.to_string()),
             TelegramError::Api { code, description } => (*code, description.clone()),
             TelegramError::InvalidResponse { status } => (*status, self.to_string()),
-            TelegramError::Timeout | TelegramError::Network(_) => (0, self.to_string()),
+            TelegramError::Timeout | TelegramError::Network(_) | TelegramError::NotSent(_) => {
+                (0, self.to_string())
+            }
         }
     }
 
@@ -300,13 +326,15 @@ mod tests {
             api(500),
             TelegramError::RetryAfter(Duration::from_secs(1)),
             TelegramError::InvalidResponse { status: 403 },
+            TelegramError::InvalidResponse { status: 502 },
+            TelegramError::NotSent("connection refused".into()),
         ] {
             assert!(definite.is_definite(), "{definite:?}");
         }
         for unknown in [
             TelegramError::Timeout,
             TelegramError::Network("reset".into()),
-            TelegramError::InvalidResponse { status: 502 },
+            TelegramError::InvalidResponse { status: 504 },
             TelegramError::InvalidResponse { status: 200 },
         ] {
             assert!(!unknown.is_definite(), "{unknown:?}");

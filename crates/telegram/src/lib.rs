@@ -149,11 +149,17 @@ impl HttpBotApi {
     }
 }
 
+/// What a failed exchange leaves known: a connection that never came (refused, a name that did
+/// not resolve, a TLS handshake that failed, or a connect timeout) carried no request, so Telegram
+/// never saw the call; any other failure may have come after the request was written.
 fn transport_error(error: reqwest::Error) -> TelegramError {
-    if error.is_timeout() {
-        return TelegramError::Timeout;
+    let (connect, timeout) = (error.is_connect(), error.is_timeout());
+    let said = error_chain(&error.without_url());
+    match (connect, timeout) {
+        (true, _) => TelegramError::NotSent(said),
+        (false, true) => TelegramError::Timeout,
+        (false, false) => TelegramError::Network(said),
     }
-    TelegramError::Network(error_chain(&error.without_url()))
 }
 
 /// A call with files as `multipart/form-data`: each parameter a text part (strings as they are,

@@ -127,6 +127,48 @@ async fn network_errors_never_carry_the_token() {
 }
 
 #[tokio::test]
+async fn a_call_that_never_left_is_not_sent_and_one_cut_after_it_was_written_is_unknown() {
+    // Nobody listens on the port: the connection is refused, the request never left.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let refused = HttpBotApi::new(
+        &url,
+        SecretString::from("1:T".to_owned()),
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    let err = raw(&refused, "sendMessage", json!({"chat_id": 1, "text": "x"}))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, TelegramError::NotSent(_)), "{err:?}");
+    assert!(err.is_definite() && err.is_outage(), "{err:?}");
+
+    // A server that reads the request and hangs up without a word: it may have acted on it.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        use tokio::io::AsyncReadExt as _;
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let mut buffer = [0u8; 4096];
+            let _ = socket.read(&mut buffer).await;
+            drop(socket);
+        }
+    });
+    let cut = HttpBotApi::new(
+        &url,
+        SecretString::from("1:T".to_owned()),
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    let err = raw(&cut, "sendMessage", json!({"chat_id": 1, "text": "x"}))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, TelegramError::Network(_)), "{err:?}");
+    assert!(!err.is_definite(), "{err:?}");
+}
+
+#[tokio::test]
 async fn a_call_with_files_is_sent_as_multipart_with_each_file_where_its_field_names_it() {
     use teloxide_core::payloads::{SendMediaGroup, SendPhoto, SendPhotoSetters};
     use teloxide_core::types::{InputMedia, InputMediaDocument};

@@ -163,7 +163,7 @@ impl Failure {
 
     /// Refused because Telegram could not be reached.
     pub fn network() -> Failure {
-        Failure::Refuse(TelegramError::Network("connection refused".into()))
+        Failure::Refuse(TelegramError::NotSent("connection refused".into()))
     }
 }
 
