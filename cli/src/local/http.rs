@@ -114,6 +114,7 @@ pub fn admin_router(app: App) -> Router {
         .route("/broadcasts/status", get(admin_broadcast_status))
         .route("/broadcasts/start", post(admin_broadcast_start))
         .route("/broadcasts/change", post(admin_broadcast_change))
+        .route("/broadcasts/retry", post(admin_broadcast_retry))
         .merge(console::routes());
     let guarded = Router::new()
         .route("/metrics", get(metrics))
@@ -470,6 +471,14 @@ async fn admin_broadcast_change(
     Json(request): Json<crate::ops::broadcast::ChangeRequest>,
 ) -> Response {
     admin_answer(crate::ops::broadcast::change_here(&*app.store, &request).await)
+}
+
+/// `POST /admin/broadcasts/retry`: `tgq broadcast retry` run by this instance.
+async fn admin_broadcast_retry(
+    State(app): State<App>,
+    Json(request): Json<crate::ops::broadcast::RetryRequest>,
+) -> Response {
+    admin_answer(crate::ops::broadcast::retry_here(&*app.store, &request).await)
 }
 
 /// `?name=FILE` on the backup route.

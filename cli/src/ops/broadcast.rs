@@ -16,8 +16,8 @@ use serde_json::Value;
 use tgq_aws::{DynamoBroadcasts, SqsQueue};
 use tgq_core::broadcast::{
     self, ahead_of, Audience, BroadcastId, BroadcastJob, BroadcastSpec, BroadcastStore, Change,
-    Changed, Created, JobState, Lane, Recipient, StartError, StateFilter, DEFAULT_PAID_RATE,
-    DEFAULT_RESERVE_PERCENT, PAID_STARS_PER_MESSAGE,
+    Changed, Created, JobState, Lane, Recipient, Retried, StartError, StateFilter,
+    DEFAULT_PAID_RATE, DEFAULT_RESERVE_PERCENT, PAID_STARS_PER_MESSAGE,
 };
 use tgq_core::clock::{Clock as _, SystemClock};
 use tgq_core::ids::BotId;
@@ -41,6 +41,109 @@ pub enum BroadcastCommand {
     Resume(IdArgs),
     /// Stop a broadcast for good: the recipients not yet sent to are skipped.
     Cancel(IdArgs),
+    /// Send again to the recipients a finished or paused broadcast failed (and, with
+    /// --uncertain, to those whose send's outcome is unknown).
+    Retry(RetryArgs),
+}
+
+/// `tgq broadcast retry`.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+A recipient is failed when Telegram refused the message for that chat (an id the bot cannot
+reach, no right to write, a closed topic) or a passing refusal outlasted its attempts: fix the
+cause, then retry. An uncertain recipient's send left and no answer came: the message may have
+arrived, so --uncertain may send it twice.")]
+pub struct RetryArgs {
+    #[command(flatten)]
+    target: TargetArgs,
+    /// The broadcast's id.
+    id: u64,
+    /// Also send again to the uncertain recipients, who may then get the message twice.
+    #[arg(long)]
+    uncertain: bool,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// What `POST /admin/broadcasts/retry` takes.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct RetryRequest {
+    /// The job.
+    pub id: u64,
+    /// Whether the uncertain recipients are sent to again too.
+    pub uncertain: bool,
+}
+
+/// Puts job `id`'s failed (and, when asked, uncertain) recipients back, on a store this process
+/// holds.
+pub async fn retry_here(
+    store: &dyn BroadcastStore,
+    request: &RetryRequest,
+) -> anyhow::Result<Retried> {
+    Ok(store
+        .retry(
+            &BroadcastId(request.id),
+            request.uncertain,
+            SystemClock.now(),
+        )
+        .await?)
+}
+
+async fn retry(args: RetryArgs) -> anyhow::Result<()> {
+    let request = RetryRequest {
+        id: args.id,
+        uncertain: args.uncertain,
+    };
+    let retried: Retried = match jobs(&args.target).await? {
+        Jobs::Local(dir) => match client::open(&dir, client::Access::Write).await? {
+            Local::Store(store) => {
+                let retried = retry_here(&*store, &request).await;
+                client::close(store).await;
+                retried?
+            }
+            Local::Running(addr) => client::post(addr, "/admin/broadcasts/retry", &request).await?,
+        },
+        Jobs::Stack(store, _) => retry_here(&store, &request).await?,
+    };
+    if args.json {
+        outln!("{}", serde_json::to_string_pretty(&retried)?);
+    }
+    let uncertain_too = match args.uncertain {
+        true => "failed or uncertain",
+        false => "failed",
+    };
+    match retried {
+        Retried::Retried { recipients, job } if !args.json => outln!(
+            "broadcast {}: {recipients} {uncertain_too} recipients are sent to again; it is {}",
+            job.id,
+            job.state.as_str()
+        ),
+        Retried::Retried { .. } => {}
+        Retried::Nothing { job } => bail!(
+            "broadcast {} has no {uncertain_too} recipient to send to again{}",
+            job.id,
+            match (args.uncertain, job.counts.uncertain) {
+                (false, 1..) => " (--uncertain sends to the uncertain ones, who may get it twice)",
+                _ => "",
+            }
+        ),
+        Retried::Refused { job } => bail!(
+            "broadcast {} is {}: {}",
+            job.id,
+            job.state.as_str(),
+            match job.state {
+                JobState::Running =>
+                    "its failures are still being decided; retry once it is done, or pause it",
+                _ => "a cancelled broadcast is not sent again; start a new one",
+            }
+        ),
+        Retried::NotFound => bail!(
+            "there is no broadcast {}; `tgq broadcast list` shows them",
+            args.id
+        ),
+    }
+    Ok(())
 }
 
 /// `tgq broadcast start`.
@@ -172,12 +275,12 @@ pub struct StatusView {
     /// The older running job of the bot it waits for: a bot sends one broadcast at a time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub behind: Option<BroadcastId>,
-    /// Recipients that failed for good or are uncertain (the first 100).
+    /// Every recipient that failed for good or is uncertain.
     pub undelivered: Vec<Recipient>,
 }
 
-/// How many undelivered recipients a status shows.
-const UNDELIVERED_SHOWN: usize = 100;
+/// How many undelivered recipients a status reads at a time.
+const UNDELIVERED_PAGE: usize = 1000;
 
 /// Runs one `tgq broadcast` subcommand.
 pub async fn run(command: BroadcastCommand) -> anyhow::Result<()> {
@@ -188,6 +291,7 @@ pub async fn run(command: BroadcastCommand) -> anyhow::Result<()> {
         BroadcastCommand::Pause(args) => change(args, Change::Pause).await,
         BroadcastCommand::Resume(args) => change(args, Change::Resume).await,
         BroadcastCommand::Cancel(args) => change(args, Change::Cancel).await,
+        BroadcastCommand::Retry(args) => retry(args).await,
     }
 }
 
@@ -373,7 +477,16 @@ pub async fn status_here(
     let Some(job) = store.job(&id).await? else {
         return Ok(None);
     };
-    let undelivered = store.undelivered(&id, UNDELIVERED_SHOWN).await?;
+    let mut undelivered: Vec<Recipient> = Vec::new();
+    loop {
+        let after = undelivered.last().map(|r| r.index);
+        let page = store.undelivered(&id, after, UNDELIVERED_PAGE).await?;
+        let last = page.len() < UNDELIVERED_PAGE;
+        undelivered.extend(page);
+        if last {
+            break;
+        }
+    }
     let pending = job.counts.pending();
     let rate = job.rate();
     let seconds_left = rate

@@ -539,3 +539,95 @@ async fn a_telegram_outage_mid_broadcast_writes_nobody_off_and_everyone_gets_it_
     }
     local.terminate().await;
 }
+
+/// Groups the bot cannot reach fail their recipients alone (the job never pauses for them), the
+/// status lists every one of them, not the first hundred, and `tgq broadcast retry` sends to them
+/// again once they can be reached; a bot the instance does not serve is refused at start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_recipients_are_all_listed_and_a_retry_reaches_them_once() {
+    const GROUPS: i64 = 130;
+    let fake = limited_fake().await;
+    for group in 1..=GROUPS {
+        fake.inject(Fault::ChatNotFound, Scope::Chat(-group), Times::Once);
+    }
+    let api_url = fake.url();
+    let envs = sending_to(&fake, &api_url);
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().to_str().unwrap();
+    let recipients = dir.path().join("recipients.txt");
+    let list: String = (1..=GROUPS).map(|g| format!("{}\n", -g)).collect();
+    std::fs::write(&recipients, format!("{list}1\n2\n")).unwrap();
+    let mut local = Local::start(dir.path(), &envs, &[]);
+    local.wait_ready().await;
+    let start = |bot: &str| {
+        run(
+            &envs,
+            &[
+                "broadcast",
+                "start",
+                "--text",
+                "news",
+                "--to",
+                recipients.to_str().unwrap(),
+                "--bot",
+                bot,
+                "--data-dir",
+                data_dir,
+            ],
+        )
+    };
+    let (exit, _, err) = start("someone-else");
+    assert!(!exit.success());
+    assert!(
+        err.contains("not served") && err.contains("local"),
+        "names the bots it serves: {err}"
+    );
+    let (exit, out, err) = start("local");
+    assert!(exit.success(), "{err}");
+    assert!(out.contains("broadcast 1 started"), "{out}");
+
+    let done = |dir: &Path| {
+        let started = Instant::now();
+        loop {
+            let view = status(dir, 1);
+            if view["job"]["state"]["state"] == "done" {
+                return view;
+            }
+            assert!(started.elapsed() < Duration::from_secs(60), "{view}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    let view = done(dir.path());
+    assert_eq!(view["job"]["counts"]["failed"], GROUPS, "{view}");
+    assert_eq!(view["job"]["counts"]["sent"], 2, "{view}");
+    let listed = view["undelivered"].as_array().unwrap();
+    assert_eq!(
+        listed.len() as i64,
+        GROUPS,
+        "every failed recipient is listed"
+    );
+
+    // The groups can be reached now.
+    let (exit, out, err) = run(&[], &["broadcast", "retry", "1", "--data-dir", data_dir]);
+    assert!(exit.success(), "{err}");
+    assert!(
+        out.contains("130 failed recipients are sent to again"),
+        "{out}"
+    );
+    let view = done(dir.path());
+    assert_eq!(
+        (
+            &view["job"]["counts"]["sent"],
+            &view["job"]["counts"]["failed"]
+        ),
+        (&json!(GROUPS + 2), &json!(0)),
+        "{view}"
+    );
+    for group in 1..=GROUPS {
+        assert_eq!(fake.delivered_to(-group).len(), 1, "group {}", -group);
+    }
+    let (exit, _, err) = run(&[], &["broadcast", "retry", "1", "--data-dir", data_dir]);
+    assert!(!exit.success());
+    assert!(err.contains("no failed recipient"), "{err}");
+    local.terminate().await;
+}

@@ -18,7 +18,7 @@ use futures::StreamExt;
 use tgq_core::broadcast::chain::{BroadcastQueue, ChainStep};
 use tgq_core::broadcast::{
     BroadcastId, BroadcastJob, BroadcastSpec, BroadcastStore, Change, Changed, Counts, Created,
-    JobState, Outcome, Recipient, RecipientState, Span, StateFilter, EVERY,
+    JobState, Outcome, Recipient, RecipientState, Retried, Span, StateFilter, EVERY,
 };
 use tgq_core::ids::{BotId, StateKey};
 use tgq_core::record::Timestamp;
@@ -429,6 +429,46 @@ impl DynamoBroadcasts {
         }
     }
 
+    /// Puts `recipient` (failed or uncertain, as read) back on the list, due at `now` with no
+    /// attempt spent, and counts it on the job, in one transaction; `false` when it was no longer
+    /// as read.
+    async fn put_back(
+        &self,
+        id: u64,
+        recipient: &Recipient,
+        now: Timestamp,
+    ) -> Result<bool, PortError> {
+        let again = RecipientState::Retrying { due: now.0 };
+        let was = tag(&recipient.state);
+        let item = Update::builder()
+            .table_name(&self.table)
+            .set_key(Some(key_of(recipient_pk(id, recipient.index))))
+            .update_expression("SET #state = :state, #tag = :to, #attempts = :zero")
+            .condition_expression("#tag = :from")
+            .expression_attribute_names("#state", STATE)
+            .expression_attribute_names("#tag", TAG)
+            .expression_attribute_names("#attempts", ATTEMPTS)
+            .expression_attribute_values(":state", json(&again))
+            .expression_attribute_values(":to", string(tag(&again)))
+            .expression_attribute_values(":from", string(was))
+            .expression_attribute_values(":zero", number(0))
+            .build()
+            .map_err(|e| PortError::rejected(TRANSACT, e))?;
+        let job = Update::builder()
+            .table_name(&self.table)
+            .set_key(Some(key_of(job_pk(id))))
+            .update_expression(format!("ADD {was} :less, retrying :one"))
+            .expression_attribute_values(":less", number(-1))
+            .expression_attribute_values(":one", number(1))
+            .build()
+            .map_err(|e| PortError::rejected(TRANSACT, e))?;
+        self.transact(vec![
+            TransactWriteItem::builder().update(item).build(),
+            TransactWriteItem::builder().update(job).build(),
+        ])
+        .await
+    }
+
     /// Moves recipient `index` from the state tagged `from` to `to`, counting `outcome` on the
     /// job, in one transaction; `false` when the recipient was not in `from`.
     async fn move_recipient(
@@ -833,6 +873,7 @@ impl BroadcastStore for DynamoBroadcasts {
     async fn undelivered(
         &self,
         id: &BroadcastId,
+        after: Option<u64>,
         limit: usize,
     ) -> Result<Vec<Recipient>, PortError> {
         let Some(job) = self.job(id).await? else {
@@ -842,13 +883,72 @@ impl BroadcastStore for DynamoBroadcasts {
         if job.counts.failed + job.counts.uncertain == 0 {
             return Ok(found);
         }
-        self.for_each_page(id.0, (&EVERY, job.counts.total), |page| {
+        let span = after.map_or(0, |after| after.saturating_add(1))..u64::MAX;
+        self.for_each_page(id.0, (&span, job.counts.total), |page| {
             found.extend(page.into_iter().filter(|r| r.state.is_undelivered()));
             found.len() < limit
         })
         .await?;
         found.truncate(limit);
         Ok(found)
+    }
+
+    async fn retry(
+        &self,
+        id: &BroadcastId,
+        uncertain: bool,
+        now: Timestamp,
+    ) -> Result<Retried, PortError> {
+        let Some(job) = self.job(id).await? else {
+            return Ok(Retried::NotFound);
+        };
+        if !job.takes_retry() {
+            return Ok(Retried::Refused { job });
+        }
+        let mut again = Vec::new();
+        self.for_each_page(id.0, (&EVERY, job.counts.total), |page| {
+            again.extend(page.into_iter().filter(|r| r.state.is_retried(uncertain)));
+            true
+        })
+        .await?;
+        let mut recipients = 0;
+        for recipient in &again {
+            if self.put_back(id.0, recipient, now).await? {
+                recipients += 1;
+            }
+        }
+        if recipients == 0 {
+            return Ok(Retried::Nothing { job });
+        }
+        // A job that was done runs again: its state, then its first step on a stack.
+        if job.state == JobState::Done {
+            let ran_again = self
+                .client
+                .update_item()
+                .table_name(&self.table)
+                .set_key(Some(key_of(job_pk(id.0))))
+                .update_expression("SET #state = :running REMOVE ended_at")
+                .condition_expression("#state = :done")
+                .expression_attribute_names("#state", STATE)
+                .expression_attribute_values(":running", json(&JobState::Running))
+                .expression_attribute_values(":done", json(&JobState::Done))
+                .send()
+                .await;
+            match ran_again {
+                Ok(_) => {}
+                // Another retry ran it again first.
+                Err(err) if update_condition_failed(&err).is_some() => {}
+                Err(err) => return Err(port_error(UPDATE, err)),
+            }
+        }
+        let job = self.job(id).await?.ok_or_else(|| {
+            PortError::rejected(UPDATE, Malformed(job_pk(id.0), "the job went away"))
+        })?;
+        if self.queue.is_some() && job.state == JobState::Running {
+            self.queue_run(&job, format!("{}-retry-{}", job.id, now.0))
+                .await?;
+        }
+        Ok(Retried::Retried { recipients, job })
     }
 
     async fn chats_matching(

@@ -422,6 +422,27 @@ impl BroadcastJob {
         true
     }
 
+    /// Whether [`BroadcastStore::retry`] may put its recipients back: it is done or paused.
+    pub fn takes_retry(&self) -> bool {
+        matches!(self.state, JobState::Done | JobState::Paused { .. })
+    }
+
+    /// Counts that a recipient in state `was` is on the list again ([`BroadcastStore::retry`]);
+    /// a job that was done runs again.
+    pub fn retried(&mut self, was: &RecipientState) {
+        let c = &mut self.counts;
+        match was {
+            RecipientState::Failed { .. } => c.failed = c.failed.saturating_sub(1),
+            RecipientState::Uncertain => c.uncertain = c.uncertain.saturating_sub(1),
+            _ => return,
+        }
+        c.retrying += 1;
+        if self.state == JobState::Done {
+            self.state = JobState::Running;
+            self.ended_at = None;
+        }
+    }
+
     /// Counts that a recipient in state `was` began its send.
     pub fn began(&mut self, was: &RecipientState) {
         if matches!(was, RecipientState::Retrying { .. }) {
@@ -621,6 +642,42 @@ impl Outcome {
     }
 }
 
+/// What [`BroadcastStore::retry`] did.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum Retried {
+    /// These many recipients are on the list again; the job as it is now.
+    Retried {
+        /// How many.
+        recipients: u64,
+        /// The job.
+        job: BroadcastJob,
+    },
+    /// Nobody to send to again: the job as it is.
+    Nothing {
+        /// The job.
+        job: BroadcastJob,
+    },
+    /// The job is running (its failures are still being decided) or cancelled: nothing changed.
+    Refused {
+        /// The job.
+        job: BroadcastJob,
+    },
+    /// No such job.
+    NotFound,
+}
+
+impl RecipientState {
+    /// Whether [`BroadcastStore::retry`] puts a recipient in this state back on the list.
+    pub fn is_retried(&self, uncertain: bool) -> bool {
+        match self {
+            RecipientState::Failed { .. } => true,
+            RecipientState::Uncertain => uncertain,
+            _ => false,
+        }
+    }
+}
+
 /// What [`BroadcastStore::create`] did.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
@@ -712,12 +769,25 @@ pub trait BroadcastStore: Send + Sync {
         now: Timestamp,
     ) -> Result<u64, PortError>;
 
-    /// Up to `limit` recipients that failed for good or are uncertain, in list order.
+    /// Up to `limit` recipients that failed for good or are uncertain, in list order, after the
+    /// recipient of index `after` (from the first when `None`): a page of them.
     async fn undelivered(
         &self,
         id: &BroadcastId,
+        after: Option<u64>,
         limit: usize,
     ) -> Result<Vec<Recipient>, PortError>;
+
+    /// Puts the recipients that failed for good back on the list, due at `now` with their
+    /// attempts spent again from none, and with `uncertain` those whose outcome is unknown too
+    /// (who may then get the message twice); a job that was done runs again
+    /// ([`BroadcastJob::retried`]). Refused for a job that is running or cancelled.
+    async fn retry(
+        &self,
+        id: &BroadcastId,
+        uncertain: bool,
+        now: Timestamp,
+    ) -> Result<Retried, PortError>;
 
     /// The chats of `bot` whose state `filter` takes, in chat order.
     async fn chats_matching(

@@ -8,7 +8,7 @@ use redb::{ReadTransaction, ReadableTable};
 use serde::{Deserialize, Serialize};
 use tgq_core::broadcast::{
     BroadcastId, BroadcastJob, BroadcastSpec, BroadcastStore, Change, Changed, Created, Outcome,
-    Recipient, RecipientState, Span, StateFilter,
+    Recipient, RecipientState, Retried, Span, StateFilter,
 };
 use tgq_core::error::PortError;
 use tgq_core::ids::{BotId, StateKey};
@@ -202,6 +202,53 @@ impl Tx<'_> {
         stored.job.count(outcome, now);
         self.put_recipient(id, &recipient)?;
         self.put_job(&stored)
+    }
+
+    fn retry_broadcast(
+        &mut self,
+        id: u64,
+        uncertain: bool,
+        now: Timestamp,
+    ) -> Result<Retried, OpError> {
+        let Some(mut stored) = self.stored_job(id)? else {
+            return Ok(Retried::NotFound);
+        };
+        if !stored.job.takes_retry() {
+            return Ok(Retried::Refused { job: stored.job });
+        }
+        let again: Vec<Recipient> = {
+            let table = self.table(BROADCAST_RECIPIENTS)?;
+            let mut again = Vec::new();
+            for entry in table.range((id, 0)..=(id, u64::MAX))? {
+                let (key, value) = entry?;
+                let index = key.value().1;
+                let recipient: Recipient = parse(
+                    &format!("recipient {index} of broadcast {id}"),
+                    value.value(),
+                )?;
+                if recipient.state.is_retried(uncertain) {
+                    again.push(recipient);
+                }
+            }
+            again
+        };
+        for mut recipient in again.iter().cloned() {
+            stored.job.retried(&recipient.state);
+            recipient.state = RecipientState::Retrying { due: now.0 };
+            recipient.attempts = 0;
+            self.put_recipient(id, &recipient)?;
+            self.table_mut(BROADCAST_RETRIES)?
+                .insert((id, now.0, recipient.index), ())?;
+        }
+        let recipients = again.len() as u64;
+        if recipients == 0 {
+            return Ok(Retried::Nothing { job: stored.job });
+        }
+        self.put_job(&stored)?;
+        Ok(Retried::Retried {
+            recipients,
+            job: stored.job,
+        })
     }
 
     fn abandon_begun_sends(
@@ -415,12 +462,27 @@ impl BroadcastStore for EmbeddedStore {
             .await
     }
 
+    async fn retry(
+        &self,
+        id: &BroadcastId,
+        uncertain: bool,
+        now: Timestamp,
+    ) -> Result<Retried, PortError> {
+        let id = id.0;
+        self.writer
+            .run("broadcast retry", move |tx| {
+                tx.retry_broadcast(id, uncertain, now)
+            })
+            .await
+    }
+
     async fn undelivered(
         &self,
         id: &BroadcastId,
+        after: Option<u64>,
         limit: usize,
     ) -> Result<Vec<Recipient>, PortError> {
-        let id = id.0;
+        let (id, from) = (id.0, after.map_or(0, |after| after.saturating_add(1)));
         read(&self.db, "broadcast undelivered", move |db| {
             let read = db.begin_read()?;
             // Nothing undelivered (the usual case) reads no recipient.
@@ -430,7 +492,7 @@ impl BroadcastStore for EmbeddedStore {
             }
             let recipients = read.open_table(BROADCAST_RECIPIENTS)?;
             let mut found = Vec::new();
-            for entry in recipients.range((id, 0)..=(id, u64::MAX))? {
+            for entry in recipients.range((id, from)..=(id, u64::MAX))? {
                 if found.len() >= limit {
                     break;
                 }

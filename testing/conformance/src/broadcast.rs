@@ -12,8 +12,8 @@ use serde_json::{json, Value};
 use tgq_core::broadcast::chain::{ChainNext, ChainStep};
 use tgq_core::broadcast::{
     BroadcastId, BroadcastRunner, BroadcastSpec, BroadcastStore, Change, Changed, Created,
-    JobState, Outcome, Recipient, RunEnd, Span, StateFilter, Waits, CHUNK, EVERY, MAX_ATTEMPTS,
-    REFUSALS_BEFORE_PAUSE,
+    JobState, Outcome, Recipient, Retried, RunEnd, Span, StateFilter, Waits, CHUNK, EVERY,
+    MAX_ATTEMPTS, REFUSALS_BEFORE_PAUSE,
 };
 use tgq_core::clock::{Clock, SystemClock};
 use tgq_core::ids::BotId;
@@ -48,6 +48,7 @@ macro_rules! broadcast_conformance_tests {
             a_refusal_of_the_message_or_the_bot_mid_job_pauses_it_and_fails_nobody,
             refusals_about_one_chat_end_that_recipient_and_never_pause_the_job,
             a_group_that_became_a_supergroup_gets_the_message_there_once,
+            a_retry_sends_again_to_whom_it_failed_and_the_uncertain_only_when_asked,
             a_message_refused_by_the_first_recipients_pauses_the_job_with_telegram_s_words,
             a_send_begun_by_a_process_that_died_is_uncertain_and_never_sent_again,
             a_paused_job_sends_nothing_until_resumed_and_a_cancelled_one_never,
@@ -260,7 +261,7 @@ pub async fn a_passing_failure_is_tried_again_and_a_lasting_one_ends_in_the_job_
     assert_eq!(api.delivered_to(2).await, 1, "delivered on the second try");
     let undelivered = t
         .store
-        .undelivered(&id, 10)
+        .undelivered(&id, None, 10)
         .await
         .expect("the store answers");
     assert_eq!(undelivered.iter().map(|r| r.chat).collect::<Vec<_>>(), [3]);
@@ -273,7 +274,7 @@ pub async fn a_passing_failure_is_tried_again_and_a_lasting_one_ends_in_the_job_
     assert_eq!((job_now.counts.sent, job_now.counts.failed), (1, 1));
     let dead = t
         .store
-        .undelivered(&id, 10)
+        .undelivered(&id, None, 10)
         .await
         .expect("the store answers");
     assert_eq!(dead.len(), 1);
@@ -424,6 +425,106 @@ pub async fn a_group_that_became_a_supergroup_gets_the_message_there_once(t: Bro
     assert_eq!(api.delivered_to(-5).await, 0);
 }
 
+/// `retry` puts the failed recipients back on a finished job, which runs again and reaches them
+/// once; the uncertain ones only when asked. A running job, and one with nothing to retry, say
+/// so; the undelivered are read page by page.
+pub async fn a_retry_sends_again_to_whom_it_failed_and_the_uncertain_only_when_asked(
+    t: BroadcastsUnderTest,
+) {
+    let chats: Vec<i64> = (1..=6).collect();
+    let id = start(&t.store, &chats).await;
+    let api = Arc::new(Api::default());
+    let unreachable = || TelegramError::Api {
+        code: 400,
+        description: "Bad Request: PEER_ID_INVALID".into(),
+    };
+    for chat in [2, 4, 5] {
+        api.fail(chat, [unreachable()]).await;
+    }
+    let now = SystemClock.now();
+    assert!(matches!(
+        t.store
+            .retry(&id, false, now)
+            .await
+            .expect("the store answers"),
+        Retried::Refused { .. }
+    ));
+    // Chat 6's send began in a process that died: it is uncertain when the job runs.
+    let taken = t
+        .store
+        .next(&id, &(5..6), now, 1)
+        .await
+        .expect("the store answers");
+    t.store
+        .begin(&id, taken[0].index)
+        .await
+        .expect("the store answers");
+    assert_eq!(run(&t.store, &id, &api).await, RunEnd::Done);
+    let pages: Vec<Vec<i64>> = {
+        let first = t
+            .store
+            .undelivered(&id, None, 2)
+            .await
+            .expect("the store answers");
+        let last = first.last().map(|r| r.index);
+        let second = t
+            .store
+            .undelivered(&id, last, 2)
+            .await
+            .expect("the store answers");
+        [first, second]
+            .iter()
+            .map(|page| page.iter().map(|r| r.chat).collect())
+            .collect()
+    };
+    assert_eq!(pages, [vec![2, 4], vec![5, 6]]);
+
+    let retried = t
+        .store
+        .retry(&id, false, SystemClock.now())
+        .await
+        .expect("the store answers");
+    let Retried::Retried { recipients, job } = retried else {
+        panic!("retried, not {retried:?}");
+    };
+    assert_eq!(recipients, 3);
+    assert_eq!(job.state, JobState::Running);
+    assert_eq!((job.counts.failed, job.counts.pending()), (0, 3));
+    assert_eq!(run(&t.store, &id, &api).await, RunEnd::Done);
+    assert_eq!(
+        api.delivered_to(6).await,
+        0,
+        "the uncertain one waits to be asked for"
+    );
+    let retried = t
+        .store
+        .retry(&id, true, SystemClock.now())
+        .await
+        .expect("the store answers");
+    assert!(
+        matches!(retried, Retried::Retried { recipients: 1, .. }),
+        "{retried:?}"
+    );
+    assert_eq!(run(&t.store, &id, &api).await, RunEnd::Done);
+    for chat in &chats {
+        assert_eq!(api.delivered_to(*chat).await, 1, "chat {chat}");
+    }
+    assert!(matches!(
+        t.store
+            .retry(&id, true, SystemClock.now())
+            .await
+            .expect("the store answers"),
+        Retried::Nothing { .. }
+    ));
+    assert_eq!(
+        t.store
+            .retry(&BroadcastId(999_999), false, SystemClock.now())
+            .await
+            .expect("the store answers"),
+        Retried::NotFound
+    );
+}
+
 /// A message Telegram refuses for everyone in words tgq does not know (a 400 before anyone took
 /// it) pauses the job with Telegram's words after a few recipients, who are kept for a resume, not
 /// failed.
@@ -523,7 +624,7 @@ pub async fn a_send_begun_by_a_process_that_died_is_uncertain_and_never_sent_aga
     assert_eq!((job_now.counts.sent, job_now.counts.uncertain), (3, 1));
     let undelivered = t
         .store
-        .undelivered(&id, 10)
+        .undelivered(&id, None, 10)
         .await
         .expect("the store answers");
     assert_eq!(undelivered.iter().map(|r| r.chat).collect::<Vec<_>>(), [2]);
@@ -616,7 +717,7 @@ pub async fn a_flood_wait_holds_the_broadcast_without_spending_an_attempt(t: Bro
     assert_eq!(api.delivered_to(1).await, 1);
     let recipients = t
         .store
-        .undelivered(&id, 10)
+        .undelivered(&id, None, 10)
         .await
         .expect("the store answers");
     assert!(recipients.is_empty());
@@ -1053,9 +1154,19 @@ impl BroadcastStore for Watched {
     async fn undelivered(
         &self,
         id: &BroadcastId,
+        after: Option<u64>,
         limit: usize,
     ) -> Result<Vec<Recipient>, PortError> {
-        self.store.undelivered(id, limit).await
+        self.store.undelivered(id, after, limit).await
+    }
+
+    async fn retry(
+        &self,
+        id: &BroadcastId,
+        uncertain: bool,
+        now: Timestamp,
+    ) -> Result<Retried, PortError> {
+        self.store.retry(id, uncertain, now).await
     }
 
     async fn chats_matching(

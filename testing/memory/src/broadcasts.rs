@@ -8,7 +8,7 @@ use parking_lot::Mutex;
 use serde_json::Value;
 use tgq_core::broadcast::{
     BroadcastId, BroadcastJob, BroadcastSpec, BroadcastStore, Change, Changed, Created, Outcome,
-    Recipient, RecipientState, Span, StateFilter,
+    Recipient, RecipientState, Retried, Span, StateFilter,
 };
 use tgq_core::error::PortError;
 use tgq_core::ids::{BotId, GroupKey, StateKey};
@@ -264,6 +264,7 @@ impl BroadcastStore for MemoryBroadcasts {
     async fn undelivered(
         &self,
         id: &BroadcastId,
+        after: Option<u64>,
         limit: usize,
     ) -> Result<Vec<Recipient>, PortError> {
         self.outage.check("broadcast undelivered")?;
@@ -273,12 +274,45 @@ impl BroadcastStore for MemoryBroadcasts {
             .map(|job| {
                 job.recipients
                     .iter()
+                    .filter(|r| after.is_none_or(|after| r.index > after))
                     .filter(|r| r.state.is_undelivered())
                     .take(limit)
                     .cloned()
                     .collect()
             })
             .unwrap_or_default())
+    }
+
+    async fn retry(
+        &self,
+        id: &BroadcastId,
+        uncertain: bool,
+        now: Timestamp,
+    ) -> Result<Retried, PortError> {
+        self.outage.check("broadcast retry")?;
+        let mut jobs = self.jobs.lock();
+        let Some(job) = jobs.get_mut(&id.0) else {
+            return Ok(Retried::NotFound);
+        };
+        if !job.job.takes_retry() {
+            return Ok(Retried::Refused {
+                job: job.job.clone(),
+            });
+        }
+        let mut recipients = 0;
+        for recipient in &mut job.recipients {
+            if recipient.state.is_retried(uncertain) {
+                job.job.retried(&recipient.state);
+                recipient.state = RecipientState::Retrying { due: now.0 };
+                recipient.attempts = 0;
+                recipients += 1;
+            }
+        }
+        let job = job.job.clone();
+        Ok(match recipients {
+            0 => Retried::Nothing { job },
+            recipients => Retried::Retried { recipients, job },
+        })
     }
 
     async fn chats_matching(

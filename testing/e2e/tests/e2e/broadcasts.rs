@@ -147,7 +147,7 @@ async fn a_broadcast_on_a_stack_reaches_each_recipient_once_across_a_killed_work
     let mut twice = Vec::new();
     let mut skipped = Vec::new();
     let undelivered: Vec<i64> = store
-        .undelivered(&id, 100)
+        .undelivered(&id, None, 100)
         .await
         .unwrap()
         .into_iter()
