@@ -47,6 +47,11 @@ pub const PAID_STARS_PER_MESSAGE: f64 = 0.1;
 /// How many of the first recipients may refuse the message, before any took it, until the job is
 /// paused: a payload Telegram refuses for everyone must not burn through the list.
 pub const REFUSALS_BEFORE_PAUSE: u32 = 3;
+/// How long a lane holds after a send met Telegram's outage (a request that never left, a 5xx);
+/// each next failure in a row doubles it.
+pub const OUTAGE_FIRST_WAIT: Duration = Duration::from_millis(200);
+/// The longest a lane holds for an outage between two tries.
+pub const OUTAGE_LONGEST_WAIT: Duration = Duration::from_secs(30);
 /// How many times a recipient's send is tried when it fails for a passing reason (a 5xx, a
 /// definite network refusal), before it goes to the job's dead letters.
 pub const MAX_ATTEMPTS: u32 = 5;
@@ -1211,8 +1216,12 @@ impl RecipientSend {
     /// is stopping.
     async fn booked(&mut self, chat: i64) -> Result<Option<Slot>, PortError> {
         let bot = &self.job.spec.bot;
-        // The paid lane is apart from the bot's rate; a flood wait holds it all the same.
+        // The paid lane is apart from the bot's rate; a flood wait holds it all the same, one
+        // that any process of the bot heard: it books no slot, so it looks for one.
         let counted = (self.job.spec.lane == Lane::Standard).then_some(chat);
+        if counted.is_none() {
+            self.budget.look_again(bot).await?;
+        }
         loop {
             let slot = match self.budget.reserve(bot, counted, BOOK_WITHIN).await? {
                 Reserved::Booked(slot) => slot,

@@ -51,7 +51,21 @@ pub trait SendBudget: Send + Sync {
     /// Holds every call of `bot`, in every process sharing the budget, for `wait`: Telegram
     /// named it in a 429.
     async fn pause(&self, bot: &BotId, wait: Duration) -> Result<(), PortError>;
+
+    /// Learns the flood wait any process sharing the budget heard for `bot`, when what this one
+    /// knows of it is older than [`LOOK_AGAIN_AFTER`]: for sends that book no slot (the paid
+    /// lane), which would otherwise be held only by the pauses this process heard itself. At most
+    /// one read of the store a bot in that time; a budget kept in this process alone knows
+    /// already.
+    async fn look_again(&self, bot: &BotId) -> Result<(), PortError> {
+        let _ = bot;
+        Ok(())
+    }
 }
+
+/// How old what a process knows of a bot's flood wait may be before a send that books no slot
+/// looks again: a 429 another process heard holds this one within a second.
+pub const LOOK_AGAIN_AFTER: Duration = Duration::from_secs(1);
 
 /// The answer of [`SendBudget::reserve`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -265,6 +279,8 @@ pub struct SharedBudget {
     /// One writer of each bot's cell at a time in the process: the others' bookings wait for
     /// its write, and the next writer takes them all.
     writers: Mutex<HashMap<BotId, Arc<tokio::sync::Mutex<()>>>>,
+    /// When this process last read each bot's cell for [`SendBudget::look_again`].
+    looked: Mutex<HashMap<BotId, Timestamp>>,
 }
 
 /// The bookings of one bot's cell in a process, waiting or answered.
@@ -347,6 +363,7 @@ impl SharedBudget {
             unused: Mutex::new(HashMap::new()),
             queues: Mutex::new(HashMap::new()),
             writers: Mutex::new(HashMap::new()),
+            looked: Mutex::new(HashMap::new()),
         }
     }
 
@@ -773,6 +790,23 @@ impl SendBudget for SharedBudget {
         }
         let stored = self.cells.pause(bot, until, until.plus(KEEP)).await?;
         self.saw(&CellKey::Bot(bot.clone()), stored);
+        Ok(())
+    }
+
+    async fn look_again(&self, bot: &BotId) -> Result<(), PortError> {
+        let now = self.clock.now();
+        {
+            let mut looked = self.looked.lock();
+            let last = looked.get(bot).copied();
+            if last.is_some_and(|at| now.since(at) < LOOK_AGAIN_AFTER) {
+                return Ok(());
+            }
+            // Taken before the read: the sends meanwhile do not read too.
+            looked.insert(bot.clone(), now);
+        }
+        let key = CellKey::Bot(bot.clone());
+        let stored = self.cells.read(&key).await?;
+        self.saw(&key, stored);
         Ok(())
     }
 }

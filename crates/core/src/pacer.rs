@@ -169,6 +169,28 @@ struct BotPace {
     chats: HashMap<i64, Window>,
     groups: HashMap<i64, Window>,
     paused_until: Option<Instant>,
+    /// Sends booked since the windows of idle chats were last let go.
+    since_evicted: usize,
+}
+
+/// Sends a bot books between two lookups for the windows of chats that went idle: a broadcast to a
+/// million chats leaves about this many windows behind at any time, not a million.
+const EVICT_EVERY: usize = 4096;
+
+impl BotPace {
+    /// Lets go of the windows that hold no send a limit still counts at `now`: a chat's after its
+    /// second, a group's after its minute.
+    fn evict_idle(&mut self, now: Instant) {
+        self.since_evicted += 1;
+        if self.since_evicted < EVICT_EVERY {
+            return;
+        }
+        self.since_evicted = 0;
+        let counts =
+            |window: &Window, span: Duration| window.0.last().is_some_and(|at| *at + span > now);
+        self.chats.retain(|_, window| counts(window, SECOND));
+        self.groups.retain(|_, window| counts(window, MINUTE));
+    }
 }
 
 /// The times of the sends reserved in one window, in order.
@@ -291,6 +313,7 @@ impl Pacer {
                 .or_default()
                 .reserve(at, now, MINUTE);
         }
+        pace.evict_idle(now);
         let wait = at - now;
         drop(bots);
         // Kept outside the lock: the next process counts it in the chat's windows.
@@ -398,6 +421,31 @@ mod tests {
         let group = pacer.reserve(&bot("a"), Some(-100), now);
         assert!(group >= Duration::from_secs(29), "{group:?}");
         assert_eq!(pacer.reserve(&bot("b"), Some(5), now), Duration::ZERO);
+    }
+
+    #[test]
+    fn the_windows_of_chats_gone_idle_are_let_go() {
+        // The bot's overall rate is left out: this is about the chats' windows alone.
+        let pacer = Pacer::new(RateLimits {
+            per_second: None,
+            ..RateLimits::default()
+        });
+        let start = Instant::now();
+        // A broadcast's pace: each chat once, thirty a second, for five minutes.
+        for i in 0..9_000_i64 {
+            let at = start + Duration::from_millis(i as u64 * 34);
+            pacer.reserve(&bot("a"), Some(-(i + 1)), at);
+        }
+        let bots = pacer.bots.lock();
+        let pace = &bots[&bot("a")];
+        // A group's window counts a minute (1,765 groups at this pace), plus what came since the
+        // last lookup.
+        assert!(
+            pace.groups.len() < 1_765 + EVICT_EVERY,
+            "{}",
+            pace.groups.len()
+        );
+        assert!(pace.chats.len() < 30 + EVICT_EVERY, "{}", pace.chats.len());
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use tgq_core::budget::{
     BudgetCell, BudgetCells, CellKey, Clear, Reserved, SendBudget, SharedBudget, Slot, Swap,
-    RECHECK_AFTER,
+    LOOK_AGAIN_AFTER, RECHECK_AFTER,
 };
 use tgq_core::clock::{Clock, SystemClock};
 use tgq_core::ids::BotId;
@@ -41,6 +41,7 @@ macro_rules! budget_conformance_tests {
             sends_to_one_chat_from_two_processes_are_a_second_apart,
             a_group_gets_twenty_sends_a_minute_from_two_processes,
             a_pause_heard_by_one_process_holds_every_other,
+            a_pause_heard_by_one_process_holds_another_s_sends_that_book_no_slot,
             a_call_cleared_just_after_its_booking_reads_nothing_more,
             a_slot_gone_by_unused_holds_no_later_send,
             bookings_made_at_once_in_a_process_share_the_bot_s_write,
@@ -252,6 +253,37 @@ pub async fn a_pause_heard_by_one_process_holds_every_other(t: BudgetUnderTest) 
     }
     let after = due(&book(&b, &t.bot, 6).await);
     assert!(after.since(heard) >= Duration::from_secs(30), "{after:?}");
+}
+
+/// The paid lane books no slot in the bot's cell, so only looking again tells it of a flood
+/// wait another process heard: within a second, at most one read of the store.
+pub async fn a_pause_heard_by_one_process_holds_another_s_sends_that_book_no_slot(
+    t: BudgetUnderTest,
+) {
+    let counted = Counted::new(&t.cells);
+    let cells: Arc<dyn BudgetCells> = counted.clone();
+    let (a, b) = (
+        process(&t.cells, RateLimits::default()),
+        process(&cells, RateLimits::default()),
+    );
+    b.look_again(&t.bot).await.expect("look");
+    a.pause(&t.bot, Duration::from_secs(30))
+        .await
+        .expect("pause");
+    // Looked a moment ago: no read, and the pause is not known yet.
+    b.look_again(&t.bot).await.expect("look");
+    assert_eq!(counted.reads.load(Ordering::SeqCst), 1);
+    tokio::time::sleep(LOOK_AGAIN_AFTER).await;
+    b.look_again(&t.bot).await.expect("look");
+    assert_eq!(counted.reads.load(Ordering::SeqCst), 2);
+    match b
+        .reserve(&t.bot, None, Duration::from_secs(5))
+        .await
+        .expect("reserve")
+    {
+        Reserved::Later(wait) => assert!(wait > Duration::from_secs(25), "{wait:?}"),
+        other => panic!("a send of the paid lane inside the pause was {other:?}"),
+    }
 }
 
 /// The store under test, counting its reads and its writes of bots' cells; each write lets the

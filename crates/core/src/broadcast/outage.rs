@@ -8,10 +8,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
-/// The lane's first wait after an outage's failure.
-const FIRST_WAIT: Duration = Duration::from_millis(200);
-/// The longest: Telegram re-sends its own updates after at most about a minute.
-const LONGEST_WAIT: Duration = Duration::from_secs(30);
+use super::{OUTAGE_FIRST_WAIT as FIRST_WAIT, OUTAGE_LONGEST_WAIT as LONGEST_WAIT};
 
 /// How long the lane holds for an outage.
 #[derive(Debug, Default)]

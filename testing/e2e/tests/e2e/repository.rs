@@ -531,6 +531,9 @@ fn fixed_limit(sources: &[(PathBuf, String)], name: &str) -> Measure {
         "context::MAX_STEP_NAME_BYTES" => bytes(tgq_core::context::MAX_STEP_NAME_BYTES),
         "poller::POLL_TIMEOUT" => time(tgq_core::poller::POLL_TIMEOUT),
         "leadership::FLAP_WINDOW" => time(tgq_core::leadership::FLAP_WINDOW),
+        "broadcast::OUTAGE_FIRST_WAIT" => time(tgq_core::broadcast::OUTAGE_FIRST_WAIT),
+        "broadcast::OUTAGE_LONGEST_WAIT" => time(tgq_core::broadcast::OUTAGE_LONGEST_WAIT),
+        "budget::LOOK_AGAIN_AFTER" => time(tgq_core::budget::LOOK_AGAIN_AFTER),
         other => {
             let constant = other.rsplit("::").next().unwrap_or(other);
             let value = source_const(sources, constant).replace('_', "");
