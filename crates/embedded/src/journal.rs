@@ -17,6 +17,9 @@ use tokio::sync::watch;
 
 /// How many entries the journal keeps; the oldest leave first.
 pub const JOURNAL_CAPACITY: usize = 20_000;
+/// How many bytes of chat states and keys the journal keeps at most: a state may be 64 KiB before
+/// and after, and 20,000 entries of such would be gigabytes. The oldest leave first.
+pub const JOURNAL_MAX_BYTES: usize = 64 * 1024 * 1024;
 
 /// One committed change of an update record.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -66,6 +69,18 @@ pub(crate) struct Journal {
 struct Entries {
     next_seq: u64,
     kept: VecDeque<JournalEntry>,
+    /// What the kept entries hold, as [`JournalEntry::weight`] counts it.
+    bytes: usize,
+}
+
+impl JournalEntry {
+    /// The bytes it holds beyond its fixed fields: its key and the states it carries.
+    fn weight(&self) -> usize {
+        let state = self.state.as_ref().map_or(0, |change| {
+            change.before.as_ref().map_or(0, String::len) + change.after.len()
+        });
+        self.pk.len() + state
+    }
 }
 
 impl Default for Journal {
@@ -122,22 +137,35 @@ impl Entries {
         if let Some(last) = last {
             // The same write seen again (a settle notes its record, then the state it wrote).
             if draft.state.is_some() {
+                let was = last.weight();
                 last.state = draft.state;
+                self.bytes = self.bytes - was + last.weight();
+                self.shrink();
             }
             return;
         }
         self.next_seq += 1;
-        if self.kept.len() == JOURNAL_CAPACITY {
-            self.kept.pop_front();
-        }
-        self.kept.push_back(JournalEntry {
+        let entry = JournalEntry {
             seq: self.next_seq,
             at,
             pk: draft.pk,
             status: draft.status.as_str(),
             attempts: draft.attempts,
             state: draft.state,
-        });
+        };
+        self.bytes += entry.weight();
+        self.kept.push_back(entry);
+        self.shrink();
+    }
+
+    /// Lets the oldest entries go until the journal is within its count and its bytes.
+    fn shrink(&mut self) {
+        while self.kept.len() > JOURNAL_CAPACITY || self.bytes > JOURNAL_MAX_BYTES {
+            let Some(oldest) = self.kept.pop_front() else {
+                return;
+            };
+            self.bytes -= oldest.weight();
+        }
     }
 }
 
@@ -193,6 +221,33 @@ mod tests {
             *watcher.borrow_and_update(),
             4,
             "each commit bumps the counter"
+        );
+    }
+
+    #[test]
+    fn large_states_are_kept_within_the_journal_s_bytes() {
+        let journal = Journal::default();
+        // Runs that each replace a 64 KiB state with another: twice the bound's worth of them.
+        let state = "x".repeat(64 * 1024);
+        let runs = 2 * JOURNAL_MAX_BYTES / (2 * state.len());
+        for n in 0..runs {
+            let mut done = draft(&format!("b#{n}"), Status::Done, 1);
+            done.state = Some(StateChange {
+                before: Some(state.clone()),
+                after: state.clone(),
+            });
+            journal.committed(Timestamp(n as u64), vec![done], true);
+        }
+        {
+            let entries = journal.entries.lock().unwrap();
+            let held: usize = entries.kept.iter().map(JournalEntry::weight).sum();
+            assert_eq!(held, entries.bytes);
+            assert!(held <= JOURNAL_MAX_BYTES, "{held} bytes kept");
+            assert!(entries.kept.len() < runs, "the oldest left");
+        }
+        assert!(
+            journal.of(&format!("b#{}", runs - 1)).len() == 1,
+            "the newest stays"
         );
     }
 

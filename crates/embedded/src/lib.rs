@@ -44,7 +44,7 @@ pub use backup::{Backup, Restored};
 pub use bots_file::{BotsFile, BOTS_FILE};
 pub use error::StoreError;
 pub use inspect::{Counters, OldestPending, OutboxEntry, StoreStats};
-pub use journal::{JournalEntry, StateChange, JOURNAL_CAPACITY};
+pub use journal::{JournalEntry, StateChange, JOURNAL_CAPACITY, JOURNAL_MAX_BYTES};
 pub use lease::EmbeddedPollerLease;
 pub use offline::OfflineBotApi;
 pub use open::StoreOptions;
@@ -130,7 +130,7 @@ impl EmbeddedStore {
 
     /// What the store did to the record `pk` (`{bot_id}#{update_id}`) while this process has
     /// held it, oldest first: each status it was written with, when, and the chat state a
-    /// finished run replaced and wrote. In memory only; see [`JOURNAL_CAPACITY`].
+    /// finished run replaced and wrote. In memory only; see [`JOURNAL_CAPACITY`] and [`JOURNAL_MAX_BYTES`].
     pub fn journal_of(&self, pk: &str) -> Vec<JournalEntry> {
         self.writer.journal.of(pk)
     }
