@@ -36,6 +36,38 @@ fn status(dir: &Path, id: u64) -> Value {
     serde_json::from_str(&out).unwrap()
 }
 
+/// Waits until broadcast 1 is done, within a minute, and returns its status.
+async fn done(dir: &Path) -> Value {
+    let started = Instant::now();
+    loop {
+        let view = status(dir, 1);
+        if view["job"]["state"]["state"] == "done" {
+            return view;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "{view}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// `tgq broadcast start --text TEXT --to FILE` on the store in `dir`, and what it printed.
+fn start_text(envs: &[(&str, &str)], dir: &Path, text: &str, to: &Path) -> String {
+    let (exit, out, err) = run(
+        envs,
+        &[
+            "broadcast",
+            "start",
+            "--text",
+            text,
+            "--to",
+            to.to_str().unwrap(),
+            "--data-dir",
+            dir.to_str().unwrap(),
+        ],
+    );
+    assert!(exit.success(), "{err}");
+    out
+}
+
 async fn wait_for(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
     let started = Instant::now();
     while !done() {
@@ -212,20 +244,7 @@ async fn a_message_telegram_refuses_pauses_the_broadcast_with_its_words_at_its_f
     let mut first = Local::start_on(free_port(), dir.path(), &envs, &[]);
     first.wait_ready().await;
     first.terminate().await;
-    let (exit, out, err) = run(
-        &envs,
-        &[
-            "broadcast",
-            "start",
-            "--text",
-            "x",
-            "--to",
-            recipients.to_str().unwrap(),
-            "--data-dir",
-            data_dir,
-        ],
-    );
-    assert!(exit.success(), "{err}");
+    let out = start_text(&envs, dir.path(), "x", &recipients);
     assert!(out.contains("100 recipients"), "{out}");
 
     let mut local = Local::start_on(free_port(), dir.path(), &envs, &[]);
@@ -472,25 +491,11 @@ async fn a_telegram_outage_mid_broadcast_writes_nobody_off_and_everyone_gets_it_
     let api_url = before.url();
     let envs = sending_to(&before, &api_url);
     let dir = tempfile::tempdir().unwrap();
-    let data_dir = dir.path().to_str().unwrap();
     let recipients = dir.path().join("recipients.txt");
     write_recipients(&recipients, "", RECIPIENTS);
     let mut local = Local::start(dir.path(), &envs, &[]);
     local.wait_ready().await;
-    let (exit, _, err) = run(
-        &envs,
-        &[
-            "broadcast",
-            "start",
-            "--text",
-            "news",
-            "--to",
-            recipients.to_str().unwrap(),
-            "--data-dir",
-            data_dir,
-        ],
-    );
-    assert!(exit.success(), "{err}");
+    start_text(&envs, dir.path(), "news", &recipients);
     wait_for("the first recipients", Duration::from_secs(30), || {
         broadcast_deliveries(&before).len() >= 20
     })
@@ -507,15 +512,7 @@ async fn a_telegram_outage_mid_broadcast_writes_nobody_off_and_everyone_gets_it_
     tokio::time::sleep(Duration::from_secs(3)).await;
     after.clear_faults();
 
-    let started = Instant::now();
-    let view = loop {
-        let view = status(dir.path(), 1);
-        if view["job"]["state"]["state"] == "done" {
-            break view;
-        }
-        assert!(started.elapsed() < Duration::from_secs(60), "{view}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let view = done(dir.path()).await;
     let counts = &view["job"]["counts"];
     assert_eq!(
         (&counts["sent"], &counts["failed"], &counts["uncertain"]),
@@ -586,18 +583,7 @@ async fn failed_recipients_are_all_listed_and_a_retry_reaches_them_once() {
     assert!(exit.success(), "{err}");
     assert!(out.contains("broadcast 1 started"), "{out}");
 
-    let done = |dir: &Path| {
-        let started = Instant::now();
-        loop {
-            let view = status(dir, 1);
-            if view["job"]["state"]["state"] == "done" {
-                return view;
-            }
-            assert!(started.elapsed() < Duration::from_secs(60), "{view}");
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    };
-    let view = done(dir.path());
+    let view = done(dir.path()).await;
     assert_eq!(view["job"]["counts"]["failed"], GROUPS, "{view}");
     assert_eq!(view["job"]["counts"]["sent"], 2, "{view}");
     let listed = view["undelivered"].as_array().unwrap();
@@ -614,7 +600,7 @@ async fn failed_recipients_are_all_listed_and_a_retry_reaches_them_once() {
         out.contains("130 failed recipients are sent to again"),
         "{out}"
     );
-    let view = done(dir.path());
+    let view = done(dir.path()).await;
     assert_eq!(
         (
             &view["job"]["counts"]["sent"],

@@ -4,44 +4,17 @@
 
 use crate::common;
 
-use std::path::Path;
 use std::time::Duration;
 
 use common::{run, Local};
 use serde_json::Value;
+use tgq_e2e::corpus::samples;
 
 const SECRET: &str = "corpus-test-secret";
 
-/// One row of `events/corpus/MANIFEST.tsv`.
-struct Sample {
-    file: String,
-    group: String,
-    body: Value,
-}
-
-fn corpus() -> Vec<Sample> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../events/corpus");
-    let manifest = std::fs::read_to_string(dir.join("MANIFEST.tsv")).expect("the manifest");
-    let mut lines = manifest.lines();
-    let head: Vec<&str> = lines.next().expect("a header").split('\t').collect();
-    let column = |name| head.iter().position(|h| *h == name).expect(name);
-    let (file, group) = (column("file"), column("group"));
-    lines
-        .map(|line| {
-            let cells: Vec<&str> = line.split('\t').collect();
-            let text = std::fs::read_to_string(dir.join(cells[file])).expect(cells[file]);
-            Sample {
-                file: cells[file].to_owned(),
-                group: cells[group].to_owned(),
-                body: serde_json::from_str(&text).expect(cells[file]),
-            }
-        })
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_update_of_the_corpus_is_processed_or_dead_lettered_unreadable_in_its_group() {
-    let samples = corpus();
+    let samples = samples();
     assert!(samples.len() >= 100, "{} samples", samples.len());
     let dir = tempfile::tempdir().unwrap();
     // The example bot, as a new user runs it: its routes meet every kind.
@@ -52,7 +25,8 @@ async fn every_update_of_the_corpus_is_processed_or_dead_lettered_unreadable_in_
         let answer = client
             .post(local.url("/webhook"))
             .header("x-telegram-bot-api-secret-token", SECRET)
-            .json(&sample.body)
+            .header("content-type", "application/json")
+            .body(sample.body.clone())
             .send()
             .await
             .unwrap();
@@ -70,7 +44,7 @@ async fn every_update_of_the_corpus_is_processed_or_dead_lettered_unreadable_in_
     let mut unreadable = Vec::new();
     let mut wrong = Vec::new();
     for sample in &samples {
-        let id = sample.body["update_id"].as_i64().unwrap();
+        let id = sample.update_id();
         let url = format!("/admin/console/update?bot=local&id={id}");
         let shown: Value = reqwest::get(local.admin_url(&url))
             .await

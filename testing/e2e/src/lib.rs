@@ -11,6 +11,7 @@
 
 pub mod broadcasts;
 pub mod cargo;
+pub mod corpus;
 pub mod dashboard;
 pub mod emulator;
 pub mod esm;

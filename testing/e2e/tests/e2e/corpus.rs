@@ -3,16 +3,15 @@
 //! and queued, and ends `DONE` or dead-lettered `unreadable` in the group the manifest says; a
 //! sample the parser panics on fails no batch, so the records beside it settle as usual.
 
-use std::path::Path;
 use std::time::Duration;
 
-use serde_json::Value;
 use tgq_aws::DynamoStore;
 use tgq_core::clock::{Clock as _, SystemClock};
 use tgq_core::dead::DeadReason;
 use tgq_core::ids::{BotId, RecordKey, UpdateId};
 use tgq_core::ports::RecordReader as _;
 use tgq_core::record::Status;
+use tgq_e2e::corpus::{samples, Sample};
 use tgq_e2e::emulator::{self, drain, Stack};
 use tgq_e2e::esm::EventSourceMapping;
 use tgq_e2e::functions::{Functions, WEBHOOK, WORKER};
@@ -22,35 +21,12 @@ use tgq_fake_telegram::FakeTelegram;
 const BOT_ID: &str = "demo";
 const SECRET: &str = "corpus-secret";
 
-/// One row of `events/corpus/MANIFEST.tsv`: the file, its expected group, its body.
-fn corpus() -> Vec<(String, String, String)> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../events/corpus");
-    let manifest = std::fs::read_to_string(dir.join("MANIFEST.tsv")).expect("the manifest");
-    let mut lines = manifest.lines();
-    let head: Vec<&str> = lines.next().expect("a header").split('\t').collect();
-    let column = |name| head.iter().position(|h| *h == name).expect(name);
-    let (file, group) = (column("file"), column("group"));
-    lines
-        .map(|line| {
-            let cells: Vec<&str> = line.split('\t').collect();
-            let body = std::fs::read_to_string(dir.join(cells[file])).expect(cells[file]);
-            (cells[file].to_owned(), cells[group].to_owned(), body)
-        })
-        .collect()
-}
-
-fn update_id(body: &str) -> i64 {
-    serde_json::from_str::<Value>(body).unwrap()["update_id"]
-        .as_i64()
-        .expect("an update id")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_update_of_the_corpus_is_run_or_dead_lettered_unreadable_by_the_real_worker() {
     // Telegram numbers a bot's updates in the order it sends them; the mapping holds each
     // group to that order.
-    let mut samples = corpus();
-    samples.sort_by_key(|(_, _, body)| update_id(body));
+    let mut samples = samples();
+    samples.sort_by_key(Sample::update_id);
     let config = emulator::sdk_config().await;
     let sqs = aws_sdk_sqs::Client::new(&config);
     let dynamo = aws_sdk_dynamodb::Client::new(&config);
@@ -59,9 +35,9 @@ async fn every_update_of_the_corpus_is_run_or_dead_lettered_unreadable_by_the_re
     let vars = stack.function_vars(BOT_ID, SECRET, Some(&fake));
     let functions = Functions::start(&[WEBHOOK, WORKER], &vars).await;
     let telegram = Telegram::new(functions.function_url(WEBHOOK), SECRET);
-    for (file, _, body) in &samples {
-        let refused = telegram.deliver(body).await.unwrap();
-        assert!(refused.is_empty(), "{file}: refused {refused:?}");
+    for sample in &samples {
+        let refused = telegram.deliver(&sample.body).await.unwrap();
+        assert!(refused.is_empty(), "{}: refused {refused:?}", sample.file);
     }
     let mapping = EventSourceMapping::new(sqs.clone(), stack.clone(), &functions);
     // A batch the worker failed whole would come back for ever: draining is the proof it never did.
@@ -73,8 +49,9 @@ async fn every_update_of_the_corpus_is_run_or_dead_lettered_unreadable_by_the_re
     let store = DynamoStore::new(dynamo.clone(), stack.table.clone());
     let bot = BotId::new(BOT_ID).unwrap();
     let (mut unreadable, mut wrong) = (Vec::new(), Vec::new());
-    for (file, group, body) in &samples {
-        let key = RecordKey::new(bot.clone(), UpdateId(update_id(body)));
+    for sample in &samples {
+        let (file, group) = (&sample.file, &sample.group);
+        let key = RecordKey::new(bot.clone(), UpdateId(sample.update_id()));
         let Some(record) = store.get(&key, SystemClock.now()).await.unwrap() else {
             wrong.push(format!("{file}: no record"));
             continue;
