@@ -7,7 +7,7 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use common::{free_port, message_update, Local};
+use common::{free_port, message_update, post_text, Local};
 
 const SECRET: &str = "recovery-secret";
 const CHATS: i64 = 30;
@@ -175,18 +175,6 @@ async fn a_chat_sent_to_just_before_a_sigkill_waits_out_its_second_after_the_res
     ];
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let client = reqwest::Client::new();
-    let post = async |local: &Local, update_id: i64| {
-        let status = client
-            .post(local.url("/webhook"))
-            .header("x-telegram-bot-api-secret-token", SECRET)
-            .json(&message_update(update_id, CHAT, "hello"))
-            .send()
-            .await
-            .unwrap()
-            .status();
-        assert_eq!(status, 200);
-    };
     let sends = || {
         fake.calls()
             .into_iter()
@@ -196,7 +184,7 @@ async fn a_chat_sent_to_just_before_a_sigkill_waits_out_its_second_after_the_res
 
     let mut first = Local::start_on(port, dir.path(), &envs, &[]);
     first.wait_ready().await;
-    post(&first, 1).await;
+    post_text(&first, SECRET, 1, CHAT, "hello").await;
     let started = Instant::now();
     while sends().is_empty() {
         assert!(started.elapsed() < Duration::from_secs(10), "no send");
@@ -206,7 +194,7 @@ async fn a_chat_sent_to_just_before_a_sigkill_waits_out_its_second_after_the_res
 
     let mut second = Local::start_on(port, dir.path(), &envs, &[]);
     second.wait_ready().await;
-    post(&second, 2).await;
+    post_text(&second, SECRET, 2, CHAT, "hello").await;
     while sends().len() < 2 {
         assert!(started.elapsed() < Duration::from_secs(20), "{:?}", sends());
         tokio::time::sleep(Duration::from_millis(5)).await;
