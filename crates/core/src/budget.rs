@@ -246,6 +246,11 @@ pub const RECHECK_AFTER: Duration = Duration::from_millis(50);
 const LATE: Duration = Duration::from_millis(50);
 /// How long a cell is kept after its last booking: longer than any window it counts.
 const KEEP: Duration = Duration::from_secs(24 * 3600);
+/// How far behind the time of its bot's write a slot may be and still be booked: a write keeps
+/// the sends of every window such a slot shares, so the cell counts each send it is booked
+/// against, however late another process writes. A slot further behind is booked again, from
+/// now (its call would be too late to go anyway).
+const BEHIND: Duration = Duration::from_secs(1);
 /// How many chats' cells a process remembers before it starts again from the store's.
 const REMEMBERED_CHATS: usize = 4096;
 
@@ -528,22 +533,26 @@ impl SharedBudget {
             return Ok(vec![BotBooking::Booked(self.clock.now()); batch.len()]);
         };
         for _ in 0..ROUNDS {
-            let now = self.clock.now();
             let seen = self.usable(&bot_key);
             let held = self.held_until(bot);
+            // Read after the cell: no write this one builds on was made later than `now`.
+            let now = self.clock.now();
+            let oldest = now.minus(BEHIND);
             let mut sends = seen.cell.sends.clone();
             let mut answers = Vec::with_capacity(batch.len());
             let mut last = None;
             for waiting in batch {
                 let at = waiting.at;
-                let fits = held.is_none_or(|until| until <= at)
+                let fits = at >= oldest
+                    && held.is_none_or(|until| until <= at)
                     && ready_in_all(&[(&sends[..], limit, SECOND)], at) == at;
                 if !fits {
                     answers.push(BotBooking::Taken);
                     continue;
                 }
                 answers.push(BotBooking::Booked(now));
-                sends = with_send(&sends, at, now, SECOND);
+                // Kept: every send a slot as far behind as `oldest` shares a window with.
+                sends = with_send(&sends, at, oldest, SECOND);
                 last = last.max(Some(at));
             }
             let Some(last) = last else {

@@ -13,7 +13,7 @@ use tgq_core::budget::{
     BudgetCell, BudgetCells, CellKey, Clear, Reserved, SendBudget, SharedBudget, Slot, Swap,
     LOOK_AGAIN_AFTER, RECHECK_AFTER,
 };
-use tgq_core::clock::{Clock, SystemClock};
+use tgq_core::clock::{Clock, ManualClock, SystemClock};
 use tgq_core::ids::BotId;
 use tgq_core::pacer::RateLimits;
 use tgq_core::record::Timestamp;
@@ -38,6 +38,7 @@ macro_rules! budget_conformance_tests {
             a_cell_is_written_only_from_the_version_its_writer_saw,
             a_pause_is_never_shortened_and_refuses_a_booking_made_before_it,
             four_processes_book_at_most_the_bot_s_rate_in_any_second,
+            a_booking_written_late_counts_every_send_of_its_window,
             sends_to_one_chat_from_two_processes_are_a_second_apart,
             a_group_gets_twenty_sends_a_minute_from_two_processes,
             a_pause_heard_by_one_process_holds_every_other,
@@ -183,6 +184,36 @@ pub async fn four_processes_book_at_most_the_bot_s_rate_in_any_second(t: BudgetU
     );
 }
 
+/// Bookings whose bot's write goes after their slot went by (a store slow to answer, the
+/// process's other writes ahead of them): the write still counts every send of the slot's
+/// window, the ones it is too late to keep included, so no window holds more than the bot's
+/// rate.
+pub async fn a_booking_written_late_counts_every_send_of_its_window(t: BudgetUnderTest) {
+    const RATE: u32 = 2;
+    let limits = RateLimits {
+        per_second: Some(RATE),
+        ..RateLimits::default()
+    };
+    let clock = ManualClock::at(SystemClock.now());
+    // Three bookings choose their slot at once; the bot's cell is written first for one of them
+    // once all three chats' are, and the clock has moved on 1.2 s when the others' write goes.
+    let counted = Counted::late(&t.cells, 3, &clock, Duration::from_millis(1200));
+    let cells: Arc<dyn BudgetCells> = counted.clone();
+    let a = SharedBudget::new(cells, limits, Arc::new(clock.clone()));
+    let bookings = (0..3).map(|chat| book(&a, &t.bot, 4000 + chat));
+    let mut dues: Vec<Timestamp> = futures::future::join_all(bookings)
+        .await
+        .iter()
+        .map(due)
+        .collect();
+    let spread = closest(&mut dues, RATE as usize);
+    assert!(
+        spread >= WINDOW,
+        "{} sends were booked within {spread:?}: {dues:?}",
+        RATE + 1
+    );
+}
+
 /// Two processes replying in one chat: the second send is booked a second after the first.
 pub async fn sends_to_one_chat_from_two_processes_are_a_second_apart(t: BudgetUnderTest) {
     let (a, b) = (
@@ -296,6 +327,8 @@ struct Counted {
     bot_writes: AtomicU64,
     chat_writes: AtomicU64,
     hold_bot_until: u64,
+    /// Moved on by the given time once, when the held write of a bot's cell goes.
+    late_by: Option<(ManualClock, Duration)>,
 }
 
 impl Counted {
@@ -310,6 +343,21 @@ impl Counted {
             bot_writes: AtomicU64::new(0),
             chat_writes: AtomicU64::new(0),
             hold_bot_until: chat_writes,
+            late_by: None,
+        })
+    }
+
+    /// Holds as [`Counted::holding`] does, and moves `clock` on by `by` when the held write
+    /// goes: the bookings waiting meanwhile are written late, as on a store slow to answer.
+    fn late(
+        cells: &Arc<dyn BudgetCells>,
+        chat_writes: u64,
+        clock: &ManualClock,
+        by: Duration,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            late_by: Some((clock.clone(), by)),
+            ..Arc::into_inner(Self::holding(cells, chat_writes)).expect("just made")
         })
     }
 }
@@ -330,6 +378,11 @@ impl BudgetCells for Counted {
                 && tokio::time::Instant::now() < until
             {
                 tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            if let Some((clock, by)) = &self.late_by {
+                if self.bot_writes.load(Ordering::SeqCst) == 1 {
+                    clock.advance(*by);
+                }
             }
         }
         tokio::task::yield_now().await;
