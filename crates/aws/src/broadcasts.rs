@@ -15,7 +15,7 @@ use aws_sdk_dynamodb::types::{
     WriteRequest,
 };
 use futures::StreamExt;
-use tgq_core::broadcast::chain::{BroadcastQueue, ChainStep};
+use tgq_core::broadcast::chain::{BroadcastQueue, ChainStep, StepClaim};
 use tgq_core::broadcast::{
     BroadcastId, BroadcastJob, BroadcastSpec, BroadcastStore, Change, Changed, Counts, Created,
     JobState, Outcome, Recipient, RecipientState, Retried, Span, StateFilter, EVERY,
@@ -53,6 +53,9 @@ const LAST_SENT_AT: &str = "last_sent_at";
 const ENDED_AT: &str = "ended_at";
 const REFUSALS: &str = "refusals";
 const LAST_ERROR: &str = "last_error";
+/// The latest step of the job's chain claimed, and the queue message that holds it.
+const CHAIN_STEP: &str = "chain_step";
+const CHAIN_HOLDER: &str = "chain_holder";
 const COUNTS: [&str; 6] = ["total", "sent", "gone", "failed", "uncertain", "retrying"];
 // The attributes of a recipient item.
 const CHAT: &str = "chat";
@@ -205,7 +208,10 @@ impl DynamoBroadcasts {
     async fn queue_run(&self, job: &BroadcastJob, dedup: String) -> Result<(), PortError> {
         match &self.queue {
             Some(queue) if job.state == JobState::Running => queue
-                .queue(&ChainStep::start(&job.id), &dedup)
+                .queue(
+                    &ChainStep::after(&job.id, self.claimed_step(job.id.0).await?),
+                    &dedup,
+                )
                 .await
                 .map_err(|error| {
                     PortError::unavailable(
@@ -218,6 +224,15 @@ impl DynamoBroadcasts {
                 }),
             _ => Ok(()),
         }
+    }
+
+    /// The latest step of job `id`'s chain claimed; 0 when none was.
+    async fn claimed_step(&self, id: u64) -> Result<u64, PortError> {
+        Ok(self
+            .get(job_pk(id))
+            .await?
+            .and_then(|item| read_num(&item, CHAIN_STEP))
+            .unwrap_or(0))
     }
 
     async fn get(&self, pk: String) -> Result<Option<Item>, PortError> {
@@ -949,6 +964,41 @@ impl BroadcastStore for DynamoBroadcasts {
                 .await?;
         }
         Ok(Retried::Retried { recipients, job })
+    }
+
+    async fn claim_step(
+        &self,
+        id: &BroadcastId,
+        step: u64,
+        holder: &str,
+    ) -> Result<StepClaim, PortError> {
+        // StepClaim::decide, as one conditional write.
+        let claimed = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(key_of(job_pk(id.0))))
+            .update_expression("SET #step = :step, #holder = :holder")
+            .condition_expression(
+                "attribute_exists(pk) AND (attribute_not_exists(#step) OR #step < :step \
+                 OR (#step = :step AND #holder = :holder))",
+            )
+            .expression_attribute_names("#step", CHAIN_STEP)
+            .expression_attribute_names("#holder", CHAIN_HOLDER)
+            .expression_attribute_values(":step", number(step))
+            .expression_attribute_values(":holder", string(holder))
+            .send()
+            .await;
+        match claimed {
+            Ok(_) => Ok(StepClaim::Granted),
+            Err(err) if update_condition_failed(&err).is_some() => {
+                Ok(match self.get(job_pk(id.0)).await? {
+                    Some(_) => StepClaim::Taken,
+                    None => StepClaim::NotFound,
+                })
+            }
+            Err(err) => Err(port_error(UPDATE, err)),
+        }
     }
 
     async fn chats_matching(

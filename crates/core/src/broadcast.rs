@@ -794,6 +794,17 @@ pub trait BroadcastStore: Send + Sync {
         now: Timestamp,
     ) -> Result<Retried, PortError>;
 
+    /// Claims place `step` of job `id`'s chain of steps on a stack for the queue message
+    /// `holder` carrying it, by [`chain::StepClaim::decide`] in one atomic write: a message
+    /// received again keeps its claim; another message for the same place, or for one before
+    /// the latest claimed, is refused.
+    async fn claim_step(
+        &self,
+        id: &BroadcastId,
+        step: u64,
+        holder: &str,
+    ) -> Result<chain::StepClaim, PortError>;
+
     /// The chats of `bot` whose state `filter` takes, in chat order.
     async fn chats_matching(
         &self,

@@ -6,6 +6,7 @@
 use async_trait::async_trait;
 use redb::{ReadTransaction, ReadableTable};
 use serde::{Deserialize, Serialize};
+use tgq_core::broadcast::chain::StepClaim;
 use tgq_core::broadcast::{
     BroadcastId, BroadcastJob, BroadcastSpec, BroadcastStore, Change, Changed, Created, Outcome,
     Recipient, RecipientState, Retried, Span, StateFilter,
@@ -29,6 +30,10 @@ struct StoredJob {
     job: BroadcastJob,
     /// No recipient before it is pending: `next` looks for fresh ones from here.
     cursor: u64,
+    /// The latest step of its chain claimed, and the message that holds it (a job run as a
+    /// chain of queue messages; `tgq local` runs its jobs in the process and claims none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    chain: Option<(u64, String)>,
 }
 
 fn json<T: Serialize>(value: &T) -> Result<Vec<u8>, OpError> {
@@ -106,6 +111,7 @@ impl Tx<'_> {
         self.put_job(&StoredJob {
             job: job.clone(),
             cursor: 0,
+            chain: None,
         })?;
         Ok(Created::New { job })
     }
@@ -124,6 +130,24 @@ impl Tx<'_> {
         }
         self.put_job(&stored)?;
         Ok(Changed::Changed { job: stored.job })
+    }
+
+    fn claim_broadcast_step(
+        &mut self,
+        id: u64,
+        step: u64,
+        holder: &str,
+    ) -> Result<StepClaim, OpError> {
+        let Some(mut stored) = self.stored_job(id)? else {
+            return Ok(StepClaim::NotFound);
+        };
+        let last = stored.chain.as_ref().map(|(last, by)| (*last, by.as_str()));
+        let claim = StepClaim::decide(last, step, holder);
+        if claim == StepClaim::Granted {
+            stored.chain = Some((step, holder.to_owned()));
+            self.put_job(&stored)?;
+        }
+        Ok(claim)
     }
 
     fn begin_broadcast_send(&mut self, id: u64, index: u64) -> Result<(), OpError> {
@@ -504,6 +528,20 @@ impl BroadcastStore for EmbeddedStore {
             Ok(found)
         })
         .await
+    }
+
+    async fn claim_step(
+        &self,
+        id: &BroadcastId,
+        step: u64,
+        holder: &str,
+    ) -> Result<StepClaim, PortError> {
+        let (id, holder) = (id.0, holder.to_owned());
+        self.writer
+            .run("broadcast claim_step", move |tx| {
+                tx.claim_broadcast_step(id, step, &holder)
+            })
+            .await
     }
 
     async fn chats_matching(

@@ -241,7 +241,9 @@ impl BroadcastSource {
             };
             // The step ends in time to land its sends under way and queue its successor.
             let until = deadline.minus(defaults::DEADLINE_MARGIN);
-            self.runner.run_step(&step, self.chunk, api, until).await
+            self.runner
+                .run_step(&step, &record.message_id, self.chunk, api, until)
+                .await
         }
         .instrument(span.clone())
         .await;
@@ -251,6 +253,8 @@ impl BroadcastSource {
                 info!(state = state.as_str(), "broadcast step ended its chain");
                 return true;
             }
+            // A copy, or a step of a chain started again: the job goes on from the other.
+            Ok(ChainNext::Superseded) => return true,
             // Named after the message that queued it: a step run again queues it once.
             Ok(ChainNext::Queue(next)) => {
                 let dedup = format!("{}-next", record.message_id);

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::{json, Value};
-use tgq_core::broadcast::chain::{ChainNext, ChainStep};
+use tgq_core::broadcast::chain::{ChainNext, ChainStep, StepClaim};
 use tgq_core::broadcast::{
     BroadcastId, BroadcastRunner, BroadcastSpec, BroadcastStore, Change, Changed, Created,
     JobState, Outcome, Recipient, Retried, RunEnd, Span, StateFilter, Waits, CHUNK, EVERY,
@@ -58,6 +58,7 @@ macro_rules! broadcast_conformance_tests {
             a_span_hands_out_waits_on_and_abandons_only_its_own_recipients,
             a_job_run_as_a_chain_of_steps_reaches_everyone_once_and_comes_back_for_its_retries,
             a_step_begins_no_chunk_it_has_no_time_to_finish,
+            a_job_runs_as_one_chain_whatever_is_queued_again,
             a_bot_s_later_broadcast_waits_on_a_stack_until_its_older_one_ends,
             a_batch_whose_sends_all_ended_is_not_read_again,
             a_begin_whose_answer_was_lost_leaves_its_recipient_uncertain,
@@ -915,12 +916,15 @@ pub async fn a_job_run_as_a_chain_of_steps_reaches_everyone_once_and_comes_back_
         // The invocation's time: a moment, so a slow store's job takes several steps.
         let until = SystemClock.now().plus(Duration::from_millis(250));
         let api: Arc<dyn BotApi> = api.clone();
+        // Each step its own message; a step held is the same message shown again.
+        let holder = format!("message {}", step.step);
         let next = runner
-            .run_step(&step, 3, api, until)
+            .run_step(&step, &holder, 3, api, until)
             .await
             .expect("the store answers");
         match next {
             ChainNext::End(state) => break state,
+            ChainNext::Superseded => panic!("the chain's own step {step:?} was superseded"),
             ChainNext::Queue(queued) => {
                 waited |= queued.not_before.is_some();
                 step = ChainStep::parse(queued.body().as_bytes()).expect("a step reads back");
@@ -946,6 +950,79 @@ pub async fn a_job_run_as_a_chain_of_steps_reaches_everyone_once_and_comes_back_
     assert_eq!((job_now.counts.sent, job_now.counts.pending()), (10, 0));
 }
 
+/// A job's steps on a stack are one chain. A step queued again for a running job — a resume of
+/// it, or a copy of a step its queue took in again once the deduplication window had passed —
+/// ends at once, sending nothing and queuing nothing, when its place in the chain was claimed by
+/// another message or a later step ran; the message of a step received again runs as itself.
+pub async fn a_job_runs_as_one_chain_whatever_is_queued_again(t: BroadcastsUnderTest) {
+    let chats: Vec<i64> = (1..=6).collect();
+    let id = start(&t.store, &chats).await;
+    let api = Arc::new(Api::default());
+    // Chat 2's first send fails, its retry due well after the pass over the chunks ends: the
+    // first step queues the next for then.
+    api.fail(
+        2,
+        [TelegramError::Api {
+            code: 408,
+            description: "Request Timeout".into(),
+        }],
+    )
+    .await;
+    let runner = BroadcastRunner {
+        retry: RetryPolicy {
+            base: Duration::from_secs(3),
+            cap: Duration::from_secs(3),
+            ..RetryPolicy::default()
+        },
+        ..runner(&t.store)
+    };
+    let run = |step: &ChainStep, holder: &'static str| {
+        let (api, runner, step): (Arc<dyn BotApi>, _, _) = (api.clone(), &runner, step.clone());
+        async move {
+            let until = SystemClock.now().plus(Duration::from_secs(30));
+            runner
+                .run_step(&step, holder, 3, api, until)
+                .await
+                .expect("the store answers")
+        }
+    };
+    let first = ChainStep::start(&id);
+    let ChainNext::Queue(second) = run(&first, "m1").await else {
+        panic!("the first step queues the next");
+    };
+    assert_eq!(second.step, first.step + 1);
+    // The first step's message received again before the next ran (its deletion was lost):
+    // it is still the chain's.
+    assert!(
+        matches!(run(&first, "m1").await, ChainNext::Queue(_)),
+        "the first step's own message was refused"
+    );
+    // The job resumed while running, its chain alive: a first step in the place after the
+    // latest claimed, as the stack's store queues one.
+    let resumed = ChainStep::after(&id, first.step);
+    let held = ChainStep {
+        not_before: None,
+        ..second.clone()
+    };
+    // The queued next runs first (the queue keeps the group's order), held for its retry.
+    assert!(matches!(run(&second, "m2").await, ChainNext::Hold(_)));
+    assert_eq!(run(&resumed, "resume").await, ChainNext::Superseded);
+    // A copy of the second step queued again after the deduplication window, and the first
+    // step's message shown once more: both behind the chain.
+    assert_eq!(run(&held, "m2 copy").await, ChainNext::Superseded);
+    assert_eq!(run(&first, "m1").await, ChainNext::Superseded);
+    // The chain goes on: its held step, shown again when due, reaches chat 2 and ends the job.
+    let due = second.not_before.expect("held for the retry");
+    tokio::time::sleep(Duration::from_millis(
+        due.saturating_sub(SystemClock.now().0),
+    ))
+    .await;
+    assert_eq!(run(&held, "m2").await, ChainNext::End(JobState::Done));
+    for chat in &chats {
+        assert_eq!(api.delivered_to(*chat).await, 1, "chat {chat}");
+    }
+}
+
 /// A step whose time left cannot hold another chunk as long as its first ends at the chunk's
 /// boundary: the next step goes on from the second chunk, which nobody has begun.
 pub async fn a_step_begins_no_chunk_it_has_no_time_to_finish(t: BroadcastsUnderTest) {
@@ -962,7 +1039,7 @@ pub async fn a_step_begins_no_chunk_it_has_no_time_to_finish(t: BroadcastsUnderT
     let until = SystemClock.now().plus(Duration::from_millis(3_600));
     let dyn_api: Arc<dyn BotApi> = api.clone();
     let next = runner(&t.store)
-        .run_step(&ChainStep::start(&id), 3, dyn_api, until)
+        .run_step(&ChainStep::start(&id), "first", 3, dyn_api, until)
         .await
         .expect("the store answers");
     let ChainNext::Queue(queued) = next else {
@@ -1014,20 +1091,20 @@ pub async fn a_bot_s_later_broadcast_waits_on_a_stack_until_its_older_one_ends(
         .id
         .clone();
     let api = Arc::new(Api::default());
-    let step = |id: &BroadcastId| {
+    let run = |step: ChainStep| {
         let api: Arc<dyn BotApi> = api.clone();
-        let step = ChainStep::start(id);
         let runner = runner(&t.store);
         async move {
             let until = SystemClock.now().plus(Duration::from_secs(30));
+            let holder = format!("{} {}", step.job, step.step);
             runner
-                .run_step(&step, 3, api, until)
+                .run_step(&step, &holder, 3, api, until)
                 .await
                 .expect("the store answers")
         }
     };
     let before = SystemClock.now();
-    match step(&later).await {
+    let waiting = match run(ChainStep::start(&later)).await {
         // A new message, so the wait adds no receive to this one's count.
         ChainNext::Queue(next) => {
             assert_eq!(next.from, 0);
@@ -1035,15 +1112,27 @@ pub async fn a_bot_s_later_broadcast_waits_on_a_stack_until_its_older_one_ends(
                 next.not_before.is_some_and(|at| at > before.0),
                 "looks again later: {next:?}"
             );
+            next
         }
         other => panic!("the later broadcast's step went on: {other:?}"),
-    }
+    };
     for chat in [11, 12, 13] {
         assert_eq!(api.delivered_to(chat).await, 0, "chat {chat}");
     }
-    assert_eq!(step(&other).await, ChainNext::End(JobState::Done));
-    assert_eq!(step(&older).await, ChainNext::End(JobState::Done));
-    assert_eq!(step(&later).await, ChainNext::End(JobState::Done));
+    assert_eq!(
+        run(ChainStep::start(&other)).await,
+        ChainNext::End(JobState::Done)
+    );
+    assert_eq!(
+        run(ChainStep::start(&older)).await,
+        ChainNext::End(JobState::Done)
+    );
+    // Shown again when its wait ends.
+    let again = ChainStep {
+        not_before: None,
+        ..waiting
+    };
+    assert_eq!(run(again).await, ChainNext::End(JobState::Done));
     for chat in [1, 2, 3, 11, 12, 13, 21, 22] {
         assert_eq!(api.delivered_to(chat).await, 1, "chat {chat}");
     }
@@ -1167,6 +1256,15 @@ impl BroadcastStore for Watched {
         now: Timestamp,
     ) -> Result<Retried, PortError> {
         self.store.retry(id, uncertain, now).await
+    }
+
+    async fn claim_step(
+        &self,
+        id: &BroadcastId,
+        step: u64,
+        holder: &str,
+    ) -> Result<StepClaim, PortError> {
+        self.store.claim_step(id, step, holder).await
     }
 
     async fn chats_matching(

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use parking_lot::Mutex;
 use serde_json::Value;
+use tgq_core::broadcast::chain::StepClaim;
 use tgq_core::broadcast::{
     BroadcastId, BroadcastJob, BroadcastSpec, BroadcastStore, Change, Changed, Created, Outcome,
     Recipient, RecipientState, Retried, Span, StateFilter,
@@ -29,6 +30,8 @@ pub struct MemoryBroadcasts {
 struct Job {
     job: BroadcastJob,
     recipients: Vec<Recipient>,
+    /// The latest step of its chain claimed, and the message that holds it.
+    chain: Option<(u64, String)>,
 }
 
 impl MemoryBroadcasts {
@@ -101,6 +104,7 @@ impl BroadcastStore for MemoryBroadcasts {
             Job {
                 job: job.clone(),
                 recipients,
+                chain: None,
             },
         );
         Ok(Created::New { job })
@@ -313,6 +317,25 @@ impl BroadcastStore for MemoryBroadcasts {
             0 => Retried::Nothing { job },
             recipients => Retried::Retried { recipients, job },
         })
+    }
+
+    async fn claim_step(
+        &self,
+        id: &BroadcastId,
+        step: u64,
+        holder: &str,
+    ) -> Result<StepClaim, PortError> {
+        self.outage.check("broadcast claim_step")?;
+        let mut jobs = self.jobs.lock();
+        let Some(job) = jobs.get_mut(&id.0) else {
+            return Ok(StepClaim::NotFound);
+        };
+        let last = job.chain.as_ref().map(|(last, by)| (*last, by.as_str()));
+        let claim = StepClaim::decide(last, step, holder);
+        if claim == StepClaim::Granted {
+            job.chain = Some((step, holder.to_owned()));
+        }
+        Ok(claim)
     }
 
     async fn chats_matching(

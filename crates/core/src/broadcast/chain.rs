@@ -7,7 +7,9 @@
 //! longest it has run, so the next step seldom begins inside a chunk and reads its recipients
 //! again; only a chunk that outlasts the time left is cut. A chunk whose retries
 //! are not due yet is passed over and visited again when the earliest of them is, so one slow
-//! recipient holds no other chunk back. A step first looks for an older running job of its bot
+//! recipient holds no other chunk back. Each step holds a place in the chain, claimed in the
+//! store before it does anything ([`StepClaim`]): a copy of a step queued again, or a second chain
+//! started while the first lived, ends at once, so a job never runs as two chains. A step first looks for an older running job of its bot
 //! ([`super::ahead_of`]); while there is one it sends nothing and queues itself again
 //! [`WAIT_BEHIND`] later.
 
@@ -31,6 +33,11 @@ pub const WAIT_BEHIND: Duration = Duration::from_secs(20);
 pub struct ChainStep {
     /// The job.
     pub job: BroadcastId,
+    /// Its place in the job's chain: 1 for the first step, one more for each next. A step runs
+    /// only once it claimed its place ([`super::BroadcastStore::claim_step`]); 0 in a step queued by a
+    /// tgq that did not number them, which claims a job no numbered step has.
+    #[serde(default)]
+    pub step: u64,
     /// The index of the recipient to go on from: the first of a chunk.
     pub from: u64,
     /// Not to run before this time (ms): the earliest retry of the chunks passed over.
@@ -54,8 +61,17 @@ struct ChainBody {
 impl ChainStep {
     /// The first step of job `id`: every chunk from the first.
     pub fn start(id: &BroadcastId) -> Self {
+        Self::after(id, 0)
+    }
+
+    /// The first step of job `id`'s chain started again (resumed, retried) when the chain's
+    /// steps claimed so far end at `claimed`: every chunk from the first, in the place after.
+    /// Should the old chain still be alive, its next step and this one take the same place and
+    /// the first to claim it goes on, alone.
+    pub fn after(id: &BroadcastId, claimed: u64) -> Self {
         Self {
             job: id.clone(),
+            step: claimed.saturating_add(1),
             from: 0,
             not_before: None,
             retry_from: None,
@@ -107,6 +123,34 @@ pub enum ChainNext {
     Queue(ChainStep),
     /// Not yet: show the message again at this time.
     Hold(Timestamp),
+    /// Another message claimed this step's place, or a later one (a copy of a step queued
+    /// again, a chain started again while this one lived): acknowledge, queue nothing. The
+    /// job's chain goes on from that message.
+    Superseded,
+}
+
+/// The answer of [`super::BroadcastStore::claim_step`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StepClaim {
+    /// The step is the job's latest, held by the message that asked: it runs.
+    Granted,
+    /// Another message holds this step, or a later step was claimed.
+    Taken,
+    /// No such job.
+    NotFound,
+}
+
+impl StepClaim {
+    /// Whether a job whose chain claimed `last`, by `holder` (`None`: no step ever), grants
+    /// step `step` to `asking`: the rule every store applies in one atomic write.
+    pub fn decide(last: Option<(u64, &str)>, step: u64, asking: &str) -> Self {
+        match last {
+            None => Self::Granted,
+            Some((last, _)) if last < step => Self::Granted,
+            Some((last, holder)) if last == step && holder == asking => Self::Granted,
+            Some(_) => Self::Taken,
+        }
+    }
 }
 
 impl BroadcastRunner {
@@ -118,10 +162,19 @@ impl BroadcastRunner {
     pub async fn run_step(
         &self,
         step: &ChainStep,
+        holder: &str,
         size: u64,
         api: Arc<dyn BotApi>,
         until: Timestamp,
     ) -> Result<ChainNext, PortError> {
+        match self.store.claim_step(&step.job, step.step, holder).await? {
+            StepClaim::Granted => {}
+            StepClaim::Taken => {
+                tracing::info!(broadcast = %step.job, step = step.step, "another message holds this broadcast step or a later one; this copy ends");
+                return Ok(ChainNext::Superseded);
+            }
+            StepClaim::NotFound => return Ok(ChainNext::End(JobState::Cancelled)),
+        }
         let (stop, stopped) = watch::channel(false);
         let left = until.since(self.clock.now());
         let timer = tokio::spawn(async move {
@@ -130,7 +183,14 @@ impl BroadcastRunner {
         });
         let next = self.chunks(step, size, api, until, stopped).await;
         timer.abort();
-        next
+        // Whatever this step became, what it queues takes the place after it.
+        next.map(|next| match next {
+            ChainNext::Queue(queued) => ChainNext::Queue(ChainStep {
+                step: step.step.saturating_add(1),
+                ..queued
+            }),
+            other => other,
+        })
     }
 
     async fn chunks(

@@ -3,5 +3,6 @@
 mod common;
 
 mod bots;
+mod chain;
 mod function;
 mod metrics;
