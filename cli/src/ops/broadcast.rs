@@ -13,7 +13,7 @@ use anyhow::{bail, Context as _};
 use clap::{Args, Subcommand};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tgq_aws::{DynamoBroadcasts, SqsQueue};
+use tgq_aws::{DynamoBroadcasts, SqsQueue, SsmRegistry};
 use tgq_core::broadcast::{
     self, ahead_of, Audience, BroadcastId, BroadcastJob, BroadcastSpec, BroadcastStore, Change,
     Changed, Created, JobState, Lane, Recipient, Retried, StartError, StateFilter,
@@ -21,10 +21,11 @@ use tgq_core::broadcast::{
 };
 use tgq_core::clock::{Clock as _, SystemClock};
 use tgq_core::ids::BotId;
+use tgq_core::registry::Layout;
 use tgq_embedded::EmbeddedStore;
 
 use super::client::{self, Local};
-use super::target::{Target, TargetArgs};
+use super::target::{Deployment, Target, TargetArgs};
 
 /// `tgq broadcast …`.
 #[derive(Debug, Subcommand)]
@@ -315,8 +316,8 @@ fn pointer_equals(text: &str) -> Result<(String, Value), String> {
 enum Jobs {
     /// Local mode's store in this data directory.
     Local(PathBuf),
-    /// A stack's table, its jobs run from its broadcasts queue; with the stack's bot.
-    Stack(DynamoBroadcasts, Option<String>),
+    /// A stack's table, its jobs run from its broadcasts queue; with the stack.
+    Stack(DynamoBroadcasts, Box<Deployment>),
 }
 
 /// Where the target keeps its broadcasts. A stack must have its broadcasts queue: a job started
@@ -338,9 +339,33 @@ async fn jobs(target: &TargetArgs) -> anyhow::Result<Jobs> {
                 deployment.table.clone(),
             )
             .run_on(Arc::new(queue));
-            Ok(Jobs::Stack(store, deployment.bot_id.clone()))
+            Ok(Jobs::Stack(store, deployment))
         }
     }
+}
+
+/// The bots a stack serves: its own (output `BotId`) and those of its registry (the SSM
+/// parameters under output `BotsParameterPrefix`).
+async fn served_on_stack(deployment: &Deployment) -> anyhow::Result<Vec<BotId>> {
+    let mut served: Vec<BotId> = deployment
+        .bot_id
+        .iter()
+        .filter_map(|id| BotId::new(id.clone()).ok())
+        .collect();
+    if let Some(prefix) = &deployment.bots_parameter_prefix {
+        let layout = Layout::new(prefix).with_context(|| {
+            format!("the stack's BotsParameterPrefix {prefix} is not an SSM path")
+        })?;
+        // Read as `tgq bots list` reads it: the operator's policy grants that, and nothing
+        // read here is kept or shown but the ids.
+        let registry = SsmRegistry::new(aws_sdk_ssm::Client::new(&deployment.sdk), layout);
+        let parsed = registry
+            .read()
+            .await
+            .with_context(|| format!("cannot read the bots the stack serves, under {prefix}"))?;
+        served.extend(parsed.bots.into_iter().map(|bot| bot.id));
+    }
+    Ok(served)
 }
 
 /// `--bot`, or else the stack's bot, `TGQ_BOT_ID`, or local mode's.
@@ -421,7 +446,25 @@ async fn start(args: StartArgs) -> anyhow::Result<()> {
                 }
             }
         }
-        Jobs::Stack(store, bot) => start_here(&store, &start_request(&args, bot)?).await?,
+        Jobs::Stack(store, deployment) => {
+            let request = start_request(&args, deployment.bot_id.clone())?;
+            // A job for a bot the stack does not serve would be paused by its first step with
+            // the bot's refusal: it is refused before anything is stored.
+            let served = served_on_stack(&deployment).await?;
+            if !served.contains(&request.spec.bot) {
+                let names: Vec<String> = served.iter().map(ToString::to_string).collect();
+                bail!(
+                    "bot `{}` is not served by the stack, which serves {}: pass --bot with one \
+                     of them, or add the bot with `tgq bots add --stack`; nothing was stored",
+                    request.spec.bot,
+                    match names.is_empty() {
+                        true => "no bot".to_owned(),
+                        false => names.join(", "),
+                    }
+                );
+            }
+            start_here(&store, &request).await?
+        }
     };
     let job = created.job();
     if args.json {

@@ -583,6 +583,7 @@ async fn the_operating_guide_runs_as_written_against_moto() {
         &[
             ("WebhookUrl", "https://guide.lambda-url.us-east-1.on.aws/"),
             ("TelegramApiUrl", api_url.as_str()),
+            ("BotId", "demo"),
         ],
     )
     .await;
@@ -682,6 +683,7 @@ async fn the_operator_policy_grants_exactly_what_the_tgq_commands_use() {
                 "BotWebhookUrlPrefix",
                 "https://operator.lambda-url.us-east-1.on.aws/webhook/",
             ),
+            ("BotId", "demo"),
         ],
     )
     .await;
@@ -886,6 +888,50 @@ async fn bots_on_a_stack_live_in_ssm_under_its_prefix_and_get_the_stacks_webhook
     );
     assert_eq!(refused.code(), Some(1));
     assert!(stderr.contains("already registered"), "{stderr}");
+
+    // A broadcast is for a bot the stack serves: one of its registry's, here.
+    let dir = tempfile::tempdir().unwrap();
+    let recipients = dir.path().join("recipients.txt");
+    std::fs::write(&recipients, "1\n2\n").unwrap();
+    let recipients = recipients.to_str().unwrap();
+    let (refused, _, stderr) = run(
+        &[],
+        &[
+            "broadcast",
+            "start",
+            "--bot",
+            "ghost",
+            "--text",
+            "hi",
+            "--to",
+            recipients,
+            "--stack",
+            &d.name,
+        ],
+    );
+    assert_eq!(refused.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("bot `ghost` is not served by the stack, which serves shop"),
+        "{stderr}"
+    );
+    let jobs = d.json(&["broadcast", "list"]);
+    assert_eq!(jobs, json!([]), "nothing was stored");
+    let started = d.tgq(
+        &[],
+        &[
+            "broadcast",
+            "start",
+            "--bot",
+            "shop",
+            "--text",
+            "hi",
+            "--to",
+            recipients,
+        ],
+    );
+    assert!(started.contains("bot shop"), "{started}");
+    let jobs = d.json(&["broadcast", "list"]);
+    assert_eq!(jobs.as_array().map(Vec::len), Some(1), "{jobs}");
 
     let listed: Value = serde_json::from_str(&d.tgq(&[], &["bots", "list", "--json"])).unwrap();
     assert_eq!(listed["bots"][0]["id"], "shop");
