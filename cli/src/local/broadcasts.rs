@@ -46,7 +46,7 @@ pub(super) async fn broadcast_loop(
     let mut running: HashMap<u64, Run> = HashMap::new();
     loop {
         running.retain(|_, run| !run.task.is_finished());
-        match store.jobs().await {
+        match store.open_jobs().await {
             Ok(jobs) => {
                 for id in overtaken(&jobs, running.keys().copied()) {
                     if let Some(run) = running.get(&id) {

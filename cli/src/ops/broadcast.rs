@@ -536,7 +536,7 @@ pub async fn status_here(
         .filter(|r| *r > 0.0 && !job.state.is_final())
         .map(|r| (pending as f64 / r).ceil() as u64);
     let behind = match job.state {
-        JobState::Running => ahead_of(&store.jobs().await?, &job),
+        JobState::Running => ahead_of(&store.open_jobs().await?, &job),
         _ => None,
     };
     Ok(Some(StatusView {

@@ -5,7 +5,7 @@
 //! the recipient's own write. Settles of one job meet on its item: a transaction cancelled by
 //! another one on it is run again, and one job's sends are bounded by the item's write rate.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -56,6 +56,10 @@ const LAST_ERROR: &str = "last_error";
 /// The latest step of the job's chain claimed, and the queue message that holds it.
 const CHAIN_STEP: &str = "chain_step";
 const CHAIN_HOLDER: &str = "chain_holder";
+/// The item of the jobs' ids, and of where the jobs not ended begin.
+const SEQ_PK: &str = "broadcast#seq";
+const FIRST_OPEN: &str = "first_open";
+const OPEN_VERSION: &str = "open_version";
 const COUNTS: [&str; 6] = ["total", "sent", "gone", "failed", "uncertain", "retrying"];
 // The attributes of a recipient item.
 const CHAT: &str = "chat";
@@ -178,6 +182,24 @@ fn recipient_of(id: u64, index: u64, item: &Item) -> Result<Recipient, PortError
     })
 }
 
+fn id_of_job(item: &Item) -> Result<u64, PortError> {
+    item.get("pk")
+        .and_then(|pk| pk.as_s().ok())
+        .and_then(|pk| pk.strip_prefix("broadcast#"))
+        .and_then(|id| id.parse().ok())
+        .ok_or_else(|| PortError::rejected(BATCH_GET, Malformed("a job".into(), "pk")))
+}
+
+/// Where the jobs not ended begin, as `broadcast#seq` holds it.
+struct OpenMark {
+    /// The last job id taken.
+    last: u64,
+    /// The oldest job that may not have ended: every job before it has (1 when never written).
+    first: u64,
+    /// One more with every move of `first`; 0 when never written.
+    version: u64,
+}
+
 fn index_of(item: &Item) -> Option<u64> {
     let pk = item.get("pk")?.as_s().ok()?;
     pk.rsplit_once("#r#")?.1.parse().ok()
@@ -224,6 +246,47 @@ impl DynamoBroadcasts {
                 }),
             _ => Ok(()),
         }
+    }
+
+    /// The jobs' ids and where the ones not ended begin.
+    async fn open_mark(&self) -> Result<OpenMark, PortError> {
+        let item = self.get(SEQ_PK.into()).await?;
+        let read = |name| item.as_ref().and_then(|item| read_num(item, name));
+        Ok(OpenMark {
+            last: read("last").unwrap_or(0),
+            first: read(FIRST_OPEN).unwrap_or(1),
+            version: read(OPEN_VERSION).unwrap_or(0),
+        })
+    }
+
+    /// Sets the oldest job that may not have ended to `first`, unless the mark moved since it
+    /// was read as `mark` (a job that ended ran again meanwhile): the next look moves it then.
+    async fn move_mark(&self, mark: &OpenMark, first: u64) -> Result<(), PortError> {
+        let moved = self.mark_update(mark, first)?;
+        // Refused when the mark moved: nothing to do.
+        self.transact(vec![TransactWriteItem::builder().update(moved).build()])
+            .await?;
+        Ok(())
+    }
+
+    /// The write that sets the mark read as `mark` to `first`, on the condition that it is still
+    /// as read.
+    fn mark_update(&self, mark: &OpenMark, first: u64) -> Result<Update, PortError> {
+        let update = Update::builder()
+            .table_name(&self.table)
+            .set_key(Some(key_of(SEQ_PK.into())))
+            .update_expression("SET #first = :first, #version = :next")
+            .expression_attribute_names("#first", FIRST_OPEN)
+            .expression_attribute_names("#version", OPEN_VERSION)
+            .expression_attribute_values(":first", number(first))
+            .expression_attribute_values(":next", number(mark.version + 1));
+        let update = match mark.version {
+            0 => update.condition_expression("attribute_not_exists(#version)"),
+            seen => update
+                .condition_expression("#version = :seen")
+                .expression_attribute_values(":seen", number(seen)),
+        };
+        update.build().map_err(|e| PortError::rejected(UPDATE, e))
     }
 
     /// The latest step of job `id`'s chain claimed; 0 when none was.
@@ -546,7 +609,7 @@ impl DynamoBroadcasts {
                     .client
                     .update_item()
                     .table_name(&self.table)
-                    .set_key(Some(key_of("broadcast#seq".into())))
+                    .set_key(Some(key_of(SEQ_PK.into())))
                     .update_expression("ADD #last :one SET #kind = :kind")
                     .expression_attribute_names("#last", "last")
                     .expression_attribute_names("#kind", KIND)
@@ -560,9 +623,7 @@ impl DynamoBroadcasts {
                     .attributes
                     .as_ref()
                     .and_then(|item| read_num(item, "last"))
-                    .ok_or_else(|| {
-                        PortError::rejected(UPDATE, Malformed("broadcast#seq".into(), "last"))
-                    })?;
+                    .ok_or_else(|| PortError::rejected(UPDATE, Malformed(SEQ_PK.into(), "last")))?;
                 if by_origin {
                     let put = self
                         .client
@@ -690,23 +751,44 @@ impl BroadcastStore for DynamoBroadcasts {
 
     async fn jobs(&self) -> Result<Vec<BroadcastJob>, PortError> {
         let last = self
-            .get("broadcast#seq".into())
+            .get(SEQ_PK.into())
             .await?
             .and_then(|item| read_num(&item, "last"))
             .unwrap_or(0);
         let keys = (1..=last).map(job_pk).collect();
         let mut jobs = Vec::new();
         for item in self.batch_get(keys).await? {
-            let id = item
-                .get("pk")
-                .and_then(|pk| pk.as_s().ok())
-                .and_then(|pk| pk.strip_prefix("broadcast#"))
-                .and_then(|id| id.parse().ok())
-                .ok_or_else(|| PortError::rejected(BATCH_GET, Malformed("a job".into(), "pk")))?;
-            jobs.push(job_of(id, &item)?);
+            jobs.push(job_of(id_of_job(&item)?, &item)?);
         }
         jobs.sort_by(|a, b| b.id.cmp(&a.id));
         Ok(jobs)
+    }
+
+    async fn open_jobs(&self) -> Result<Vec<BroadcastJob>, PortError> {
+        let mark = self.open_mark().await?;
+        let mut read = BTreeMap::new();
+        for item in self
+            .batch_get((mark.first..=mark.last).map(job_pk).collect())
+            .await?
+        {
+            let id = id_of_job(&item)?;
+            read.insert(id, job_of(id, &item)?);
+        }
+        // The mark moves on past the jobs that ended, and stops at one not written yet: a start
+        // under way, between taking its id and writing its job.
+        let mut first = mark.first;
+        while read.get(&first).is_some_and(|job| job.state.is_final()) {
+            first += 1;
+        }
+        if first > mark.first {
+            self.move_mark(&mark, first).await?;
+        }
+        let mut open: Vec<BroadcastJob> = read
+            .into_values()
+            .filter(|job| !job.state.is_final())
+            .collect();
+        open.reverse();
+        Ok(open)
     }
 
     async fn job(&self, id: &BroadcastId) -> Result<Option<BroadcastJob>, PortError> {
@@ -935,11 +1017,13 @@ impl BroadcastStore for DynamoBroadcasts {
         if recipients == 0 {
             return Ok(Retried::Nothing { job });
         }
-        // A job that was done runs again: its state, then its first step on a stack.
-        if job.state == JobState::Done {
-            let ran_again = self
-                .client
-                .update_item()
+        // A job that was done runs again: its state, with the mark of the jobs not ended moved
+        // back to it (or its version moved on, so that a look that read the job as done cannot
+        // move the mark past it), then its first step on a stack.
+        let mut job = job;
+        while job.state == JobState::Done {
+            let mark = self.open_mark().await?;
+            let ran_again = Update::builder()
                 .table_name(&self.table)
                 .set_key(Some(key_of(job_pk(id.0))))
                 .update_expression("SET #state = :running REMOVE ended_at")
@@ -947,14 +1031,22 @@ impl BroadcastStore for DynamoBroadcasts {
                 .expression_attribute_names("#state", STATE)
                 .expression_attribute_values(":running", json(&JobState::Running))
                 .expression_attribute_values(":done", json(&JobState::Done))
-                .send()
-                .await;
-            match ran_again {
-                Ok(_) => {}
-                // Another retry ran it again first.
-                Err(err) if update_condition_failed(&err).is_some() => {}
-                Err(err) => return Err(port_error(UPDATE, err)),
+                .build()
+                .map_err(|e| PortError::rejected(TRANSACT, e))?;
+            let moved = self.mark_update(&mark, mark.first.min(id.0))?;
+            let done = self
+                .transact(vec![
+                    TransactWriteItem::builder().update(ran_again).build(),
+                    TransactWriteItem::builder().update(moved).build(),
+                ])
+                .await?;
+            if done {
+                break;
             }
+            // Another retry ran it again first, or the mark moved: read both again.
+            job = self.job(id).await?.ok_or_else(|| {
+                PortError::rejected(UPDATE, Malformed(job_pk(id.0), "the job went away"))
+            })?;
         }
         let job = self.job(id).await?.ok_or_else(|| {
             PortError::rejected(UPDATE, Malformed(job_pk(id.0), "the job went away"))

@@ -724,6 +724,11 @@ pub trait BroadcastStore: Send + Sync {
     /// Every job, the newest first.
     async fn jobs(&self) -> Result<Vec<BroadcastJob>, PortError>;
 
+    /// Every job not ended (running or paused), the newest first: what the runners look at,
+    /// every half second in `tgq local` and once a step on a stack. A store reads these from
+    /// the oldest job not ended on, so the jobs that ended before it cost the look nothing.
+    async fn open_jobs(&self) -> Result<Vec<BroadcastJob>, PortError>;
+
     /// One job.
     async fn job(&self, id: &BroadcastId) -> Result<Option<BroadcastJob>, PortError>;
 

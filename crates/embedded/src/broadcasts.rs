@@ -19,7 +19,7 @@ use crate::error::StoreError;
 use crate::ports::read;
 use crate::schema::{
     decode_state, seq, BROADCASTS, BROADCAST_BEGUN, BROADCAST_ORIGINS, BROADCAST_RECIPIENTS,
-    BROADCAST_RETRIES, STATES,
+    BROADCAST_RETRIES, META, STATES,
 };
 use crate::writer::{OpError, Tx};
 use crate::EmbeddedStore;
@@ -57,6 +57,39 @@ impl Tx<'_> {
         let bytes = json(stored)?;
         self.table_mut(BROADCASTS)?
             .insert(stored.job.id.0, bytes.as_slice())?;
+        self.keep_first_open(&stored.job)
+    }
+
+    /// Keeps [`seq::BROADCAST_FIRST_OPEN`] before every job not ended, `job` as just written: a
+    /// job that ended and runs again moves it back; the job at it ending moves it on to the next
+    /// not ended (or past the last).
+    fn keep_first_open(&mut self, job: &BroadcastJob) -> Result<(), OpError> {
+        let id = job.id.0;
+        let first = self
+            .table(META)?
+            .get(seq::BROADCAST_FIRST_OPEN)?
+            .map_or(1, |v| v.value());
+        let next = match job.state.is_final() {
+            false if id < first => id,
+            true if id == first => {
+                let jobs = self.table(BROADCASTS)?;
+                let mut next = id + 1;
+                for entry in jobs.range(id + 1..)? {
+                    let (later, value) = entry?;
+                    let later = later.value();
+                    let stored: StoredJob = parse(&format!("broadcast {later}"), value.value())?;
+                    if !stored.job.state.is_final() {
+                        next = later;
+                        break;
+                    }
+                    next = later + 1;
+                }
+                next
+            }
+            _ => return Ok(()),
+        };
+        self.table_mut(META)?
+            .insert(seq::BROADCAST_FIRST_OPEN, next)?;
         Ok(())
     }
 
@@ -353,6 +386,32 @@ impl BroadcastStore for EmbeddedStore {
                 all.push(stored.job);
             }
             Ok(all)
+        })
+        .await
+    }
+
+    async fn open_jobs(&self) -> Result<Vec<BroadcastJob>, PortError> {
+        read(&self.db, "broadcast open jobs", |db| {
+            let read = db.begin_read()?;
+            let first = match read.open_table(META) {
+                Ok(meta) => meta
+                    .get(seq::BROADCAST_FIRST_OPEN)?
+                    .map_or(1, |v| v.value()),
+                Err(redb::TableError::TableDoesNotExist(_)) => 1,
+                Err(error) => return Err(error.into()),
+            };
+            let jobs = read.open_table(BROADCASTS)?;
+            let mut open = Vec::new();
+            for entry in jobs.range(first..)?.rev() {
+                let (id, value) = entry?;
+                let stored: StoredJob = serde_json::from_slice(value.value()).map_err(|e| {
+                    StoreError::corrupt(format!("broadcast {}", id.value()))(e.into())
+                })?;
+                if !stored.job.state.is_final() {
+                    open.push(stored.job);
+                }
+            }
+            Ok(open)
         })
         .await
     }

@@ -98,6 +98,9 @@ pub(crate) mod seq {
     pub(crate) const AUDIT: &str = "seq.audit";
     /// Broadcast job ids.
     pub(crate) const BROADCAST: &str = "seq.broadcast";
+    /// The oldest broadcast job that may not have ended: every job before it has (absent: 1).
+    /// Not a sequence: it moves back when a job that ended runs again.
+    pub(crate) const BROADCAST_FIRST_OPEN: &str = "broadcast.first_open";
 }
 
 /// Counter names in [`META`].

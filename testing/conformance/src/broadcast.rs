@@ -59,6 +59,7 @@ macro_rules! broadcast_conformance_tests {
             a_job_run_as_a_chain_of_steps_reaches_everyone_once_and_comes_back_for_its_retries,
             a_step_begins_no_chunk_it_has_no_time_to_finish,
             a_job_runs_as_one_chain_whatever_is_queued_again,
+            the_runners_look_only_at_jobs_not_ended,
             a_bot_s_later_broadcast_waits_on_a_stack_until_its_older_one_ends,
             a_batch_whose_sends_all_ended_is_not_read_again,
             a_begin_whose_answer_was_lost_leaves_its_recipient_uncertain,
@@ -1023,6 +1024,67 @@ pub async fn a_job_runs_as_one_chain_whatever_is_queued_again(t: BroadcastsUnder
     }
 }
 
+/// The runners' list (`open_jobs`) holds the jobs not ended, newest first, whatever ended
+/// before, between and after them: a job done or cancelled leaves it, a paused one stays, and a
+/// done job retried comes back — also once the list was read with it ended.
+pub async fn the_runners_look_only_at_jobs_not_ended(t: BroadcastsUnderTest) {
+    let done = start(&t.store, &[1, 2]).await;
+    let cancelled = start(&t.store, &[3]).await;
+    let paused = start(&t.store, &[4]).await;
+    let running = start(&t.store, &[5]).await;
+    let last_done = start(&t.store, &[6]).await;
+    let open = || async {
+        t.store
+            .open_jobs()
+            .await
+            .expect("the store answers")
+            .into_iter()
+            .map(|job| job.id)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        open().await,
+        [&last_done, &running, &paused, &cancelled, &done].map(Clone::clone)
+    );
+    let api = Arc::new(Api::default());
+    // Chat 2 is unreachable: the first job ends done with a recipient to retry.
+    api.fail(
+        2,
+        [TelegramError::Api {
+            code: 400,
+            description: "Bad Request: PEER_ID_INVALID".into(),
+        }],
+    )
+    .await;
+    assert_eq!(run(&t.store, &done, &api).await, RunEnd::Done);
+    assert_eq!(run(&t.store, &last_done, &api).await, RunEnd::Done);
+    let now = SystemClock.now();
+    for (id, change) in [(&cancelled, Change::Cancel), (&paused, Change::Pause)] {
+        assert!(matches!(
+            t.store
+                .change(id, change, now)
+                .await
+                .expect("the store answers"),
+            Changed::Changed { .. }
+        ));
+    }
+    let left = [running.clone(), paused.clone()];
+    assert_eq!(open().await, left);
+    // Read again once the jobs that ended before the first open one are behind it.
+    assert_eq!(open().await, left);
+    assert!(matches!(
+        t.store
+            .retry(&done, false, now)
+            .await
+            .expect("the store answers"),
+        Retried::Retried { recipients: 1, .. }
+    ));
+    assert_eq!(open().await, [running, paused, done.clone()]);
+    assert_eq!(run(&t.store, &done, &api).await, RunEnd::Done);
+    assert_eq!(api.delivered_to(2).await, 1);
+    assert_eq!(t.store.jobs().await.expect("the store answers").len(), 5);
+}
+
 /// A step whose time left cannot hold another chunk as long as its first ends at the chunk's
 /// boundary: the next step goes on from the second chunk, which nobody has begun.
 pub async fn a_step_begins_no_chunk_it_has_no_time_to_finish(t: BroadcastsUnderTest) {
@@ -1256,6 +1318,10 @@ impl BroadcastStore for Watched {
         now: Timestamp,
     ) -> Result<Retried, PortError> {
         self.store.retry(id, uncertain, now).await
+    }
+
+    async fn open_jobs(&self) -> Result<Vec<tgq_core::broadcast::BroadcastJob>, PortError> {
+        self.store.open_jobs().await
     }
 
     async fn claim_step(

@@ -121,6 +121,12 @@ impl BroadcastStore for MemoryBroadcasts {
             .collect())
     }
 
+    async fn open_jobs(&self) -> Result<Vec<BroadcastJob>, PortError> {
+        let mut open = self.jobs().await?;
+        open.retain(|job| !job.state.is_final());
+        Ok(open)
+    }
+
     async fn job(&self, id: &BroadcastId) -> Result<Option<BroadcastJob>, PortError> {
         self.outage.check("broadcast job")?;
         Ok(self.jobs.lock().get(&id.0).map(|j| j.job.clone()))

@@ -268,7 +268,7 @@ impl BroadcastRunner {
     /// jobs cannot be read the step sends as if none were: the look only paces the bot's jobs,
     /// and the chunk's own reads say whether the store answers.
     async fn older_running(&self, job: &BroadcastJob) -> Option<BroadcastId> {
-        match self.store.jobs().await {
+        match self.store.open_jobs().await {
             Ok(jobs) => super::ahead_of(&jobs, job),
             Err(error) => {
                 tracing::warn!(broadcast = %job.id, error = %crate::error::error_chain(&error), "the bot's other broadcasts could not be read; this one sends without waiting for them");
