@@ -213,6 +213,12 @@ impl LocalTgq {
         self.admin("/admin/status").await
     }
 
+    /// `GET /admin/broadcasts/status?id=…`: what `tgq broadcast status ID --json` prints.
+    pub async fn broadcast(&self, id: u64) -> anyhow::Result<Value> {
+        self.admin(&format!("/admin/broadcasts/status?id={id}"))
+            .await
+    }
+
     /// `GET /readyz`: its status and answer.
     pub async fn readyz(&self) -> anyhow::Result<(u16, String)> {
         let answer = self.http.get(self.url("/readyz")).send().await?;

@@ -18,6 +18,8 @@ use crate::tally::{Check, Reported, Row, Tally};
 use crate::two_bots::{self, Against};
 use crate::{Options, SECRET};
 
+mod broadcast;
+
 /// How long a scenario may take to drain after its fault before what is missing counts as lost.
 const DRAIN_LIMIT: Duration = Duration::from_secs(180);
 
@@ -234,6 +236,7 @@ pub async fn run(scenario: &Scenario, options: &Options) -> anyhow::Result<Row> 
         15 => disk_full(scenario, options, ordinary.padded(DISK_PADDING)).await,
         16 => damaged_store(scenario, options, ordinary).await,
         17 => two_bots(scenario, options).await,
+        20 => broadcast::run(scenario, options).await,
         n => bail!("scenario {n} does not apply to local mode"),
     }
 }
