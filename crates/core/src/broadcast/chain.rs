@@ -9,9 +9,9 @@
 //! are not due yet is passed over and visited again when the earliest of them is, so one slow
 //! recipient holds no other chunk back. Each step holds a place in the chain, claimed in the
 //! store before it does anything ([`StepClaim`]): a copy of a step queued again, or a second chain
-//! started while the first lived, ends at once, so a job never runs as two chains. A step first looks for an older running job of its bot
-//! ([`super::ahead_of`]); while there is one it sends nothing and queues itself again
-//! [`WAIT_BEHIND`] later.
+//! started while the first lived, ends at once, so a job never runs as two chains. A step first
+//! looks for an older running job of its bot ([`super::ahead_of`]); while there is one it sends
+//! nothing and queues itself again [`WAIT_BEHIND`] later.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,8 +34,8 @@ pub struct ChainStep {
     /// The job.
     pub job: BroadcastId,
     /// Its place in the job's chain: 1 for the first step, one more for each next. A step runs
-    /// only once it claimed its place ([`super::BroadcastStore::claim_step`]); 0 in a step queued by a
-    /// tgq that did not number them, which claims a job no numbered step has.
+    /// only once it claimed its place ([`super::BroadcastStore::claim_step`]); 0 in a step
+    /// queued by a tgq that did not number them, which claims a job no numbered step has.
     #[serde(default)]
     pub step: u64,
     /// The index of the recipient to go on from: the first of a chunk.
