@@ -142,9 +142,10 @@ pub async fn run(s: &Scenario, o: &Options) -> anyhow::Result<Row> {
 
     // Telegram goes away: its connections refused, then 502s from an edge in front of it.
     wait_until(started, || share(&[&run.fake]) >= OUTAGE_AT).await?;
+    // Read once it is down: a call it answered while it shut down is counted.
+    run.fake.clone().shutdown().await;
     let before_calls = run.fake.calls();
     let before_violations = run.fake.violations();
-    run.fake.clone().shutdown().await;
     tokio::time::sleep(REFUSED_FOR).await;
     let after = FakeTelegram::start_at(addr, limited()).await?;
     faults(&after);
