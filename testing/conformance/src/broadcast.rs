@@ -160,6 +160,31 @@ async fn start(store: &Arc<dyn BroadcastStore>, chats: &[i64]) -> BroadcastId {
     created.job().id.clone()
 }
 
+/// Chat `chat`'s first send meets a timeout Telegram answered: it is tried again later.
+async fn times_out_once(api: &Api, chat: i64) {
+    api.fail(
+        chat,
+        [TelegramError::Api {
+            code: 408,
+            description: "Request Timeout".into(),
+        }],
+    )
+    .await;
+}
+
+/// A runner whose retries are due 3 s on: well after a pass over a few chunks ends, however slow
+/// the store, so a chain's step queues the next for them.
+fn retrying_after_the_pass(store: &Arc<dyn BroadcastStore>) -> BroadcastRunner {
+    BroadcastRunner {
+        retry: RetryPolicy {
+            base: Duration::from_secs(3),
+            cap: Duration::from_secs(3),
+            ..RetryPolicy::default()
+        },
+        ..runner(store)
+    }
+}
+
 /// Runs the job until it ends by itself, within a minute.
 async fn run(store: &Arc<dyn BroadcastStore>, id: &BroadcastId, api: &Arc<Api>) -> RunEnd {
     let (_stop, stopped) = watch::channel(false);
@@ -892,23 +917,9 @@ pub async fn a_job_run_as_a_chain_of_steps_reaches_everyone_once_and_comes_back_
     let chats: Vec<i64> = (1..=10).collect();
     let id = start(&t.store, &chats).await;
     let api = Arc::new(Api::default());
-    api.fail(
-        2,
-        [TelegramError::Api {
-            code: 408,
-            description: "Request Timeout".into(),
-        }],
-    )
-    .await;
+    times_out_once(&api, 2).await;
     // A retry due well after the pass over the chunks ends, however slow the store.
-    let runner = BroadcastRunner {
-        retry: RetryPolicy {
-            base: Duration::from_secs(3),
-            cap: Duration::from_secs(3),
-            ..RetryPolicy::default()
-        },
-        ..runner(&t.store)
-    };
+    let runner = retrying_after_the_pass(&t.store);
     let mut step = ChainStep::start(&id);
     let (mut steps, mut waited) = (0, false);
     let ended = loop {
@@ -961,22 +972,8 @@ pub async fn a_job_runs_as_one_chain_whatever_is_queued_again(t: BroadcastsUnder
     let api = Arc::new(Api::default());
     // Chat 2's first send fails, its retry due well after the pass over the chunks ends: the
     // first step queues the next for then.
-    api.fail(
-        2,
-        [TelegramError::Api {
-            code: 408,
-            description: "Request Timeout".into(),
-        }],
-    )
-    .await;
-    let runner = BroadcastRunner {
-        retry: RetryPolicy {
-            base: Duration::from_secs(3),
-            cap: Duration::from_secs(3),
-            ..RetryPolicy::default()
-        },
-        ..runner(&t.store)
-    };
+    times_out_once(&api, 2).await;
+    let runner = retrying_after_the_pass(&t.store);
     let run = |step: &ChainStep, holder: &'static str| {
         let (api, runner, step): (Arc<dyn BotApi>, _, _) = (api.clone(), &runner, step.clone());
         async move {

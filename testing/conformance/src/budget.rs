@@ -85,6 +85,30 @@ fn due(slot: &Slot) -> Timestamp {
     slot.due().expect("a shared budget's slot has a due time")
 }
 
+/// One send booked to each of `chats` at once by `budget`: when each is due.
+async fn book_at_once(
+    budget: &SharedBudget,
+    bot: &BotId,
+    chats: std::ops::Range<i64>,
+) -> Vec<Timestamp> {
+    let bookings = chats.map(|chat| book(budget, bot, chat));
+    futures::future::join_all(bookings)
+        .await
+        .iter()
+        .map(due)
+        .collect()
+}
+
+/// No `rate` + 1 of `dues` fall within one window of Telegram's.
+fn assert_within_rate(mut dues: Vec<Timestamp>, rate: u32) {
+    let spread = closest(&mut dues, rate as usize);
+    assert!(
+        spread >= WINDOW,
+        "{} sends were booked within {spread:?}: {dues:?}",
+        rate + 1
+    );
+}
+
 /// The shortest time between a send and the `n`-th after it.
 fn closest(dues: &mut [Timestamp], n: usize) -> Duration {
     dues.sort();
@@ -200,18 +224,8 @@ pub async fn a_booking_written_late_counts_every_send_of_its_window(t: BudgetUnd
     let counted = Counted::late(&t.cells, 3, &clock, Duration::from_millis(1200));
     let cells: Arc<dyn BudgetCells> = counted.clone();
     let a = SharedBudget::new(cells, limits, Arc::new(clock.clone()));
-    let bookings = (0..3).map(|chat| book(&a, &t.bot, 4000 + chat));
-    let mut dues: Vec<Timestamp> = futures::future::join_all(bookings)
-        .await
-        .iter()
-        .map(due)
-        .collect();
-    let spread = closest(&mut dues, RATE as usize);
-    assert!(
-        spread >= WINDOW,
-        "{} sends were booked within {spread:?}: {dues:?}",
-        RATE + 1
-    );
+    let dues = book_at_once(&a, &t.bot, 4000..4003).await;
+    assert_within_rate(dues, RATE);
 }
 
 /// Two processes replying in one chat: the second send is booked a second after the first.
@@ -494,18 +508,8 @@ pub async fn bookings_made_at_once_in_a_process_share_the_bot_s_write(t: BudgetU
         ..RateLimits::default()
     };
     let b = process(&cells, limits);
-    let bookings = (0..8).map(|chat| book(&b, &t.other, 3000 + chat));
-    let mut dues: Vec<Timestamp> = futures::future::join_all(bookings)
-        .await
-        .iter()
-        .map(due)
-        .collect();
-    let spread = closest(&mut dues, RATE as usize);
-    assert!(
-        spread >= WINDOW,
-        "{} sends were booked within {spread:?}",
-        RATE + 1
-    );
+    let dues = book_at_once(&b, &t.other, 3000..3008).await;
+    assert_within_rate(dues, RATE);
 }
 
 /// One bot at its limit and paused: another bot of the same store books at once.
