@@ -1279,13 +1279,20 @@ impl RecipientSend {
             self.gate.pass().await;
             return Ok(Some(()));
         }
+        // A send the bot's budget counts is booked after its turn in the lane: the budget counts
+        // it at its slot, and a call held at the gate past that slot could share a second with
+        // the calls booked after it. The paid lane books no slot, so its gate comes last.
+        let counted = self.job.spec.lane == Lane::Standard;
         loop {
+            if counted {
+                self.gate.pass().await;
+            }
             let Some(mut slot) = self.booked(chat).await? else {
                 return Ok(None);
             };
-            // The lane's own pace, after the bot's: calls leave no closer together than the lane
-            // allows, however long the bookings took.
-            self.gate.pass().await;
+            if !counted {
+                self.gate.pass().await;
+            }
             if self.cleared(&mut slot).await? {
                 return Ok(Some(()));
             }
@@ -1499,9 +1506,10 @@ impl LanePacer {
     }
 }
 
-/// The lane's last check, just before each call: the moments the last `rate` calls left, so that
-/// no more than the rate leave in any second and its slack however the intents' writes delayed
-/// them. It waits only when writes bunched calls together, a few milliseconds.
+/// The lane's own check near the wire: the moments the last `rate` sends passed it, so that no
+/// more than the rate pass in any second and its slack however the stores' writes bunched them.
+/// The paid lane passes it just before the call. The standard lane passes it before booking, so
+/// that a wait here never makes a call leave after the slot the bot's budget counts it at.
 struct LaneGate {
     rate: Option<u32>,
     left: parking_lot::Mutex<std::collections::VecDeque<tokio::time::Instant>>,

@@ -94,6 +94,8 @@ pub struct Slot {
     seen_at: Option<Timestamp>,
     /// The chat whose cell holds this slot, when it counts in one.
     chat: Option<i64>,
+    /// When the call may go, for a budget kept in the process: the moment its windows count.
+    starts: Option<Instant>,
 }
 
 impl Slot {
@@ -103,7 +105,7 @@ impl Slot {
         self.due
     }
 
-    /// A slot of an in-process budget: its wait is all there is to it.
+    /// A slot held by a flood wait only, booked nowhere: its wait is all there is to it.
     fn after(wait: Duration) -> Self {
         Self {
             wait,
@@ -112,6 +114,16 @@ impl Slot {
             measured: true,
             seen_at: None,
             chat: None,
+            starts: None,
+        }
+    }
+
+    /// A slot of the in-process budget: a send to `chat` counted in its windows at `starts`.
+    fn counted_at(chat: Option<i64>, starts: Instant, now: Instant) -> Self {
+        Self {
+            chat,
+            starts: Some(starts),
+            ..Self::after(starts - now)
         }
     }
 }
@@ -139,21 +151,31 @@ impl SendBudget for Pacer {
         chat: Option<i64>,
         within: Duration,
     ) -> Result<Reserved, PortError> {
-        Ok(
-            match self.reserve_within(bot, chat, Instant::now(), within) {
-                Ok(wait) => Reserved::Booked(Slot::after(wait)),
-                Err(wait) => Reserved::Later(wait),
-            },
-        )
+        let now = Instant::now();
+        Ok(match self.reserve_within(bot, chat, now, within) {
+            Ok(wait) => Reserved::Booked(Slot::counted_at(chat, now + wait, now)),
+            Err(wait) => Reserved::Later(wait),
+        })
     }
 
     fn paused_for(&self, bot: &BotId) -> Duration {
         self.paused_at(bot, Instant::now())
     }
 
-    async fn clear_to_send(&self, bot: &BotId, _slot: &mut Slot) -> Result<Clear, PortError> {
-        Ok(match self.paused_at(bot, Instant::now()) {
-            wait if wait.is_zero() => Clear::Go,
+    async fn clear_to_send(&self, bot: &BotId, slot: &mut Slot) -> Result<Clear, PortError> {
+        let now = Instant::now();
+        let paused = self.paused_at(bot, now);
+        // The windows count the call at its slot: one leaving much later could share a second
+        // with the calls booked after it, so it is booked again, as with a shared budget.
+        let late = slot.starts.is_some_and(|starts| now > starts + LATE);
+        if paused.is_zero() && !late {
+            return Ok(Clear::Go);
+        }
+        if let Some(starts) = slot.starts.take() {
+            self.give_back(bot, slot.chat, starts);
+        }
+        Ok(match paused {
+            wait if wait.is_zero() => Clear::Late,
             wait => Clear::Held(wait),
         })
     }
@@ -741,6 +763,7 @@ impl SendBudget for SharedBudget {
                 measured: false,
                 seen_at: self.limits.per_second.map(|_| seen_at),
                 chat: self.chat_span(chat).map(|_| chat),
+                starts: None,
             }));
         }
         Ok(Reserved::Later(CONTENDED))
@@ -817,5 +840,51 @@ impl SendBudget for SharedBudget {
         let stored = self.cells.read(&key).await?;
         self.saw(&key, stored);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn booked(pacer: &Pacer, bot: &BotId, chat: i64) -> Slot {
+        match SendBudget::reserve(pacer, bot, Some(chat), MINUTE).await {
+            Ok(Reserved::Booked(slot)) => slot,
+            other => panic!("a slot within a minute, not {other:?}"),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slot_of_the_process_s_budget_gone_by_is_booked_again_and_holds_nobody_back() {
+        let pacer = Pacer::new(RateLimits::default());
+        let bot = BotId::new("late").expect("a valid bot id");
+        let mut slot = booked(&pacer, &bot, 7).await;
+        assert_eq!(slot.wait, Duration::ZERO);
+        // The caller got to its check later than the windows allow for.
+        tokio::time::advance(LATE + Duration::from_millis(1)).await;
+        assert_eq!(
+            pacer.clear_to_send(&bot, &mut slot).await.expect("answers"),
+            Clear::Late
+        );
+        // Never made, that send no longer holds the chat's next one a second back.
+        let mut again = booked(&pacer, &bot, 7).await;
+        assert_eq!(again.wait, Duration::ZERO);
+        tokio::time::advance(LATE).await;
+        assert_eq!(
+            pacer
+                .clear_to_send(&bot, &mut again)
+                .await
+                .expect("answers"),
+            Clear::Go
+        );
+        // A flood wait heard meanwhile gives the slot back as well.
+        let mut held = booked(&pacer, &bot, 8).await;
+        pacer.pause_until(&bot, Instant::now() + Duration::from_secs(3));
+        assert_eq!(
+            pacer.clear_to_send(&bot, &mut held).await.expect("answers"),
+            Clear::Held(Duration::from_secs(3))
+        );
+        tokio::time::advance(Duration::from_secs(3)).await;
+        assert_eq!(booked(&pacer, &bot, 8).await.wait, Duration::ZERO);
     }
 }

@@ -201,6 +201,13 @@ impl Window {
     fn reserve(&mut self, at: Instant, now: Instant, span: Duration) {
         self.0 = with_send(&self.0, at, now, span);
     }
+
+    /// Takes one send booked at `at` out, if the window holds one.
+    fn remove(&mut self, at: Instant) {
+        if let Some(place) = self.0.iter().position(|sent| *sent == at) {
+            self.0.remove(place);
+        }
+    }
 }
 
 impl Pacer {
@@ -322,6 +329,24 @@ impl Pacer {
             memory.sent(bot, chat, SystemClock.now().plus(wait));
         }
         Ok(wait)
+    }
+
+    /// Takes back the send to `chat` booked at `at` and never made: it no longer holds back
+    /// the calls booked after it.
+    pub fn give_back(&self, bot: &BotId, chat: Option<i64>, at: Instant) {
+        let Some(chat) = chat else {
+            return;
+        };
+        let mut bots = self.bots.lock();
+        let Some(pace) = bots.get_mut(bot) else {
+            return;
+        };
+        pace.overall.remove(at);
+        for windows in [&mut pace.chats, &mut pace.groups] {
+            if let Some(window) = windows.get_mut(&chat) {
+                window.remove(at);
+            }
+        }
     }
 
     /// How long every call of `bot` is still held by a flood wait.

@@ -1,6 +1,7 @@
 //! tgq-core's integration tests, one binary: the use cases on the in-memory adapters.
 
 mod ack_callbacks;
+mod broadcast_pace;
 mod echo;
 mod group_keys;
 mod ingest;
