@@ -655,6 +655,12 @@ fn render(view: &StatusView) {
         c.uncertain,
         c.retrying
     );
+    if job.expanding {
+        outln!(
+            "writing its audience: {} recipients so far; nothing is sent until all are written",
+            c.total
+        );
+    }
     if let Some(first) = &view.behind {
         outln!("waiting: the bot sends one broadcast at a time, and broadcast {first} goes first");
         outln!("if broadcast {first} is not sending, `tgq broadcast resume {first}` sets it going again");

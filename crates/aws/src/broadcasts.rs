@@ -10,15 +10,16 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::{
-    AttributeValue, KeysAndAttributes, PutRequest, ReturnValue, TransactWriteItem, Update,
+    AttributeValue, KeysAndAttributes, Put, PutRequest, ReturnValue, TransactWriteItem, Update,
     WriteRequest,
 };
 use futures::StreamExt;
 use tgq_core::broadcast::chain::{BroadcastQueue, ChainStep, StepClaim};
 use tgq_core::broadcast::{
-    BroadcastId, BroadcastJob, BroadcastSpec, BroadcastStore, Change, Changed, Counts, Created,
-    JobState, Outcome, Recipient, RecipientState, Retried, Span, StateFilter, EVERY,
+    Audience, BroadcastId, BroadcastJob, BroadcastSpec, BroadcastStore, Change, Changed, Counts,
+    Created, JobState, Outcome, Recipient, RecipientState, Retried, Span, StateFilter, EVERY,
 };
 use tgq_core::ids::{BotId, StateKey};
 use tgq_core::record::Timestamp;
@@ -34,6 +35,7 @@ const BATCH_GET: &str = "DynamoDB BatchGetItem (broadcast)";
 const BATCH_WRITE: &str = "DynamoDB BatchWriteItem (broadcast)";
 const TRANSACT: &str = "DynamoDB TransactWriteItems (broadcast)";
 const SCAN: &str = "DynamoDB Scan (broadcast audience)";
+const DELETE: &str = "DynamoDB DeleteItem (broadcast audience)";
 const QUEUE: &str = "SQS SendMessage (broadcast step)";
 
 /// BatchGetItem's most keys a request.
@@ -63,6 +65,20 @@ const OPEN_VERSION: &str = "open_version";
 const COUNTS: [&str; 6] = ["total", "sent", "gone", "failed", "uncertain", "retrying"];
 // The attributes of a recipient item.
 const CHAT: &str = "chat";
+/// On a job a handler started, while its audience is written as recipients: `true`, how many
+/// are written, and the audience: its chats' count (in parts) or its filter, and where the scan of
+/// the states goes on from.
+const EXPANDING: &str = "expanding";
+const EXPANDED: &str = "expanded";
+const LISTED: &str = "listed";
+const CHATS: &str = "chats";
+const FILTER: &str = "filter";
+const SCAN_FROM: &str = "scan_from";
+/// Chats in one part of a listed audience, 8 bytes each: a part is well under an item's 400 KB,
+/// and [`MAX_LISTED`] of them with the job fit one transaction's 4 MB.
+const PART_CHATS: usize = 40_000;
+/// Recipients' batch writes under way at once while an audience is written.
+const WRITES_AT_ONCE: usize = 4;
 const ATTEMPTS: &str = "attempts";
 /// The recipient's state as JSON, and its tag alone, which conditions compare.
 const TAG: &str = "tag";
@@ -94,6 +110,11 @@ type Item = HashMap<String, AttributeValue>;
 
 fn job_pk(id: u64) -> String {
     format!("broadcast#{id}")
+}
+
+/// Part `part` of the chats a handler listed for job `id`.
+fn part_pk(id: u64, part: usize) -> String {
+    format!("broadcast#{id}#a#{part}")
 }
 
 fn recipient_pk(id: u64, index: u64) -> String {
@@ -164,7 +185,26 @@ fn job_of(id: u64, item: &Item) -> Result<BroadcastJob, PortError> {
         ended_at: read_num(item, ENDED_AT).map(Timestamp),
         refusals: u32::try_from(count(REFUSALS)).unwrap_or(u32::MAX),
         last_error: item.get(LAST_ERROR).and_then(|v| v.as_s().ok()).cloned(),
+        expanding: matches!(item.get(EXPANDING), Some(AttributeValue::Bool(true))),
     })
+}
+
+/// A new job's item.
+fn job_item(job: &BroadcastJob) -> Item {
+    let mut item = HashMap::from([
+        ("pk".to_owned(), string(job_pk(job.id.0))),
+        (KIND.to_owned(), string("broadcast")),
+        (SPEC.to_owned(), json(&job.spec)),
+        (STATE.to_owned(), json(&job.state)),
+        (CREATED_AT.to_owned(), number(job.created_at.0)),
+        (REFUSALS.to_owned(), number(0)),
+        (EXPANDING.to_owned(), AttributeValue::Bool(job.expanding)),
+    ]);
+    for name in COUNTS {
+        item.insert(name.to_owned(), number(0));
+    }
+    item.insert("total".to_owned(), number(job.counts.total));
+    item
 }
 
 fn recipient_of(id: u64, index: u64, item: &Item) -> Result<Recipient, PortError> {
@@ -382,14 +422,26 @@ impl DynamoBroadcasts {
         Ok(())
     }
 
+    /// Writes `chats` as job `id`'s recipients, in their order.
     async fn write_recipients(&self, id: u64, chats: &[i64]) -> Result<(), PortError> {
+        self.write_recipients_from(id, 0, chats).await
+    }
+
+    /// Writes `chats` as job `id`'s pending recipients from index `first` on, a few batches at a
+    /// time.
+    async fn write_recipients_from(
+        &self,
+        id: u64,
+        first: u64,
+        chats: &[i64],
+    ) -> Result<(), PortError> {
         let items: Vec<WriteRequest> = chats
             .iter()
-            .enumerate()
-            .map(|(index, chat)| {
+            .zip(first..)
+            .map(|(chat, index)| {
                 let state = RecipientState::Pending;
                 let item = HashMap::from([
-                    ("pk".to_owned(), string(recipient_pk(id, index as u64))),
+                    ("pk".to_owned(), string(recipient_pk(id, index))),
                     (KIND.to_owned(), string("broadcast_recipient")),
                     (CHAT.to_owned(), number(chat)),
                     (ATTEMPTS.to_owned(), number(0)),
@@ -403,20 +455,35 @@ impl DynamoBroadcasts {
                 Ok(WriteRequest::builder().put_request(put).build())
             })
             .collect::<Result<_, PortError>>()?;
-        for chunk in items.chunks(BATCH_WRITE_ITEMS) {
-            let mut left = chunk.to_vec();
-            while !left.is_empty() {
-                let answer = self
-                    .client
-                    .batch_write_item()
-                    .request_items(&self.table, left)
-                    .send()
-                    .await
-                    .map_err(|e| port_error(BATCH_WRITE, e))?;
-                left = answer
-                    .unprocessed_items
-                    .and_then(|mut items| items.remove(&self.table))
-                    .unwrap_or_default();
+        let batches: Vec<Vec<WriteRequest>> =
+            items.chunks(BATCH_WRITE_ITEMS).map(<[_]>::to_vec).collect();
+        let batches = batches.into_iter().map(|batch| self.batch_write(batch));
+        let mut batches = futures::stream::iter(batches).buffer_unordered(WRITES_AT_ONCE);
+        while let Some(written) = batches.next().await {
+            written?;
+        }
+        Ok(())
+    }
+
+    /// Writes `items`, again those DynamoDB left unprocessed, until all are.
+    async fn batch_write(&self, items: Vec<WriteRequest>) -> Result<(), PortError> {
+        let (mut left, mut pause) = (items, std::time::Duration::from_millis(50));
+        while !left.is_empty() {
+            let answer = self
+                .client
+                .batch_write_item()
+                .request_items(&self.table, left)
+                .send()
+                .await
+                .map_err(|e| port_error(BATCH_WRITE, e))?;
+            left = answer
+                .unprocessed_items
+                .and_then(|mut items| items.remove(&self.table))
+                .unwrap_or_default();
+            // Left over when the table's capacity ran short: written again after a pause.
+            if !left.is_empty() {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(std::time::Duration::from_secs(1));
             }
         }
         Ok(())
@@ -581,12 +648,9 @@ impl DynamoBroadcasts {
 
 impl DynamoBroadcasts {
     /// [`BroadcastStore::create`] without the queueing.
-    async fn create_job(
-        &self,
-        spec: &BroadcastSpec,
-        chats: &[i64],
-        now: Timestamp,
-    ) -> Result<Created, PortError> {
+    /// The id a new job of `spec` takes, or the job of its origin (`Err`) when a start of that
+    /// origin wrote one already.
+    async fn new_id(&self, spec: &BroadcastSpec) -> Result<Result<u64, Created>, PortError> {
         let origin_pk = format!("broadcast#origin#{}", spec.origin);
         let by_origin = spec.origin != "cli";
         let known = match by_origin {
@@ -598,10 +662,10 @@ impl DynamoBroadcasts {
         };
         if let Some(id) = known {
             if let Some(job) = self.job(&BroadcastId(id)).await? {
-                return Ok(Created::Existing { job });
+                return Ok(Err(Created::Existing { job }));
             }
         }
-        let id = match known {
+        Ok(Ok(match known {
             // A start that died after taking its id: it goes on with it.
             Some(id) => id,
             None => {
@@ -651,7 +715,7 @@ impl DynamoBroadcasts {
                             Some(other) => self.job(&BroadcastId(other)).await?,
                             None => None,
                         } {
-                            return Ok(Created::Existing { job });
+                            return Ok(Err(Created::Existing { job }));
                         }
                         return Err(PortError::unavailable(
                             PUT,
@@ -664,29 +728,239 @@ impl DynamoBroadcasts {
                 }
                 id
             }
+        }))
+    }
+
+    async fn create_job(
+        &self,
+        spec: &BroadcastSpec,
+        chats: &[i64],
+        now: Timestamp,
+    ) -> Result<Created, PortError> {
+        let id = match self.new_id(spec).await? {
+            Ok(id) => id,
+            Err(existing) => return Ok(existing),
         };
         self.write_recipients(id, chats).await?;
         let job = BroadcastJob::new(BroadcastId(id), spec.clone(), chats.len() as u64, now);
-        let mut item = HashMap::from([
-            ("pk".to_owned(), string(job_pk(id))),
-            (KIND.to_owned(), string("broadcast")),
-            (SPEC.to_owned(), json(&job.spec)),
-            (STATE.to_owned(), json(&job.state)),
-            (CREATED_AT.to_owned(), number(now.0)),
-            (REFUSALS.to_owned(), number(0)),
-        ]);
-        for name in COUNTS {
-            item.insert(name.to_owned(), number(0));
-        }
-        item.insert("total".to_owned(), number(job.counts.total));
         self.client
             .put_item()
             .table_name(&self.table)
-            .set_item(Some(item))
+            .set_item(Some(job_item(&job)))
             .send()
             .await
             .map_err(|e| port_error(PUT, e))?;
         Ok(Created::New { job })
+    }
+
+    /// Writes job `id` with `audience` and no recipients yet, in one transaction: the job, and
+    /// the listed chats in parts.
+    async fn write_expanding(
+        &self,
+        id: u64,
+        spec: &BroadcastSpec,
+        audience: &Audience,
+        now: Timestamp,
+    ) -> Result<Created, PortError> {
+        let job = BroadcastJob {
+            expanding: true,
+            ..BroadcastJob::new(BroadcastId(id), spec.clone(), 0, now)
+        };
+        let mut item = job_item(&job);
+        item.insert(EXPANDED.to_owned(), number(0));
+        let mut parts = Vec::new();
+        match audience {
+            Audience::Chats { chats } => {
+                item.insert(LISTED.to_owned(), number(chats.len()));
+                for (part, chats) in chats.chunks(PART_CHATS).enumerate() {
+                    let bytes: Vec<u8> = chats.iter().flat_map(|chat| chat.to_le_bytes()).collect();
+                    parts.push(HashMap::from([
+                        ("pk".to_owned(), string(part_pk(id, part))),
+                        (KIND.to_owned(), string("broadcast_audience")),
+                        (CHATS.to_owned(), AttributeValue::B(Blob::new(bytes))),
+                    ]));
+                }
+            }
+            Audience::States { filter } => {
+                item.insert(FILTER.to_owned(), json(filter));
+            }
+        }
+        let puts = std::iter::once(item)
+            .chain(parts)
+            .map(|item| {
+                let put = Put::builder()
+                    .table_name(&self.table)
+                    .set_item(Some(item))
+                    .build()
+                    .map_err(|e| PortError::rejected(TRANSACT, e))?;
+                Ok(TransactWriteItem::builder().put(put).build())
+            })
+            .collect::<Result<Vec<_>, PortError>>()?;
+        self.transact(puts).await?;
+        Ok(Created::New { job })
+    }
+
+    /// Writes the next `limit` listed chats of job `item` (the job's item, read) as recipients,
+    /// and moves its count on; `true` when every one is written.
+    async fn expand_listed(&self, id: u64, item: &Item, limit: u64) -> Result<bool, PortError> {
+        let (from, listed) = (
+            read_num(item, EXPANDED).unwrap_or(0),
+            read_num(item, LISTED).unwrap_or(0),
+        );
+        let to = from.saturating_add(limit).min(listed);
+        let mut chats = Vec::new();
+        let parts = (from as usize / PART_CHATS)..(to as usize).div_ceil(PART_CHATS);
+        for part in parts.clone() {
+            let pk = part_pk(id, part);
+            let stored = self.get(pk.clone()).await?;
+            let Some(AttributeValue::B(bytes)) = stored.as_ref().and_then(|i| i.get(CHATS)) else {
+                return Err(PortError::rejected(GET, Malformed(pk, CHATS)));
+            };
+            chats.extend(
+                bytes
+                    .as_ref()
+                    .chunks_exact(8)
+                    .map(|b| i64::from_le_bytes(b.try_into().unwrap_or_default())),
+            );
+        }
+        let skip = from as usize - parts.start * PART_CHATS;
+        let chats = chats
+            .get(skip..skip + (to - from) as usize)
+            .ok_or_else(|| PortError::rejected(GET, Malformed(part_pk(id, parts.start), CHATS)))?;
+        self.write_recipients_from(id, from, chats).await?;
+        let done = to >= listed;
+        if !self.expanded_to(id, from, to, None, done).await? || !done {
+            return Ok(done);
+        }
+        // Written: the parts are kept no longer.
+        for part in 0..(listed as usize).div_ceil(PART_CHATS) {
+            let deleted = self
+                .client
+                .delete_item()
+                .table_name(&self.table)
+                .set_key(Some(key_of(part_pk(id, part))))
+                .send()
+                .await;
+            if let Err(error) = deleted {
+                tracing::warn!(broadcast = id, error = %tgq_core::error::error_chain(&port_error(DELETE, error)), "a part of a written audience was not deleted; it is kept, unread");
+            }
+        }
+        Ok(true)
+    }
+
+    /// Writes the chats a page of the states' scan takes for job `item` (the job's item, read),
+    /// of about `limit` states, as recipients, and moves its count and its scan on; `true` when
+    /// the scan is through.
+    async fn expand_states(&self, id: u64, item: &Item, limit: u64) -> Result<bool, PortError> {
+        let pk = job_pk(id);
+        let spec: BroadcastSpec = read_json(item, SPEC, &pk)?;
+        let filter: StateFilter = read_json(item, FILTER, &pk)?;
+        let from = read_num(item, EXPANDED).unwrap_or(0);
+        let start = item
+            .get(SCAN_FROM)
+            .and_then(|v| v.as_s().ok())
+            .map(|at| key_of(at.clone()));
+        let (chats, next) = self
+            .matching_page(
+                &spec.bot,
+                &filter,
+                start,
+                i32::try_from(limit).unwrap_or(i32::MAX),
+            )
+            .await?;
+        let to = from + chats.len() as u64;
+        self.write_recipients_from(id, from, &chats).await?;
+        let done = next.is_none();
+        self.expanded_to(id, from, to, next, done).await?;
+        Ok(done)
+    }
+
+    /// Moves job `id`'s written count from `from` to `to` (its total with it), and its scan on to
+    /// `scan_from`; `done` ends the writing. `false` when another run moved it first.
+    async fn expanded_to(
+        &self,
+        id: u64,
+        from: u64,
+        to: u64,
+        scan_from: Option<String>,
+        done: bool,
+    ) -> Result<bool, PortError> {
+        let mut update = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(key_of(job_pk(id))))
+            .condition_expression("#expanded = :from AND #expanding = :yes")
+            .expression_attribute_names("#expanded", EXPANDED)
+            .expression_attribute_names("#expanding", EXPANDING)
+            .expression_attribute_names("#total", "total")
+            .expression_attribute_values(":from", number(from))
+            .expression_attribute_values(":to", number(to))
+            .expression_attribute_values(":yes", AttributeValue::Bool(true));
+        let mut set = "SET #expanded = :to, #total = :to".to_owned();
+        if done {
+            set.push_str(", #expanding = :no");
+            update = update.expression_attribute_values(":no", AttributeValue::Bool(false));
+        }
+        update = match scan_from {
+            Some(at) => {
+                set.push_str(", #scan = :scan");
+                update.expression_attribute_values(":scan", string(at))
+            }
+            None => {
+                set.push_str(" REMOVE #scan");
+                update
+            }
+        }
+        .expression_attribute_names("#scan", SCAN_FROM);
+        match update.update_expression(set).send().await {
+            Ok(_) => Ok(true),
+            Err(err) if update_condition_failed(&err).is_some() => Ok(false),
+            Err(err) => Err(port_error(UPDATE, err)),
+        }
+    }
+
+    /// The chats of `bot` whose state `filter` takes among about `limit` items of the table's
+    /// scan from `start` (from its beginning when `None`), and the key the scan goes on from
+    /// (`None`: it is through).
+    async fn matching_page(
+        &self,
+        bot: &BotId,
+        filter: &StateFilter,
+        start: Option<Item>,
+        limit: i32,
+    ) -> Result<(Vec<i64>, Option<String>), PortError> {
+        // The chats' states are items keyed `{bot}#state#{group}`; a scan finds them. A broadcast
+        // starts now and then, so a scan's cost is paid then, not on any update's path.
+        let prefix = format!("{bot}#state#");
+        let answer = self
+            .client
+            .scan()
+            .table_name(&self.table)
+            .filter_expression("begins_with(pk, :prefix)")
+            .expression_attribute_values(":prefix", string(prefix))
+            .set_exclusive_start_key(start)
+            .limit(limit.max(1))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| port_error(SCAN, e))?;
+        let chats = answer
+            .items
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|item| {
+                let pk = item.get("pk").and_then(|pk| pk.as_s().ok())?;
+                let chat = StateKey::split_pk(pk)?.1.parse::<i64>().ok()?;
+                let state = crate::item::Item(item.clone()).state().ok()?;
+                let value = serde_json::from_str(&state.json).unwrap_or(serde_json::Value::Null);
+                filter.matches(&state.format, &value).then_some(chat)
+            })
+            .collect();
+        let next = answer
+            .last_evaluated_key
+            .and_then(|key| key.get("pk").and_then(|pk| pk.as_s().ok()).cloned());
+        Ok((chats, next))
     }
 
     /// [`BroadcastStore::change`] without the queueing.
@@ -747,6 +1021,35 @@ impl BroadcastStore for DynamoBroadcasts {
         let job = created.job();
         self.queue_run(job, format!("{}-start", job.id)).await?;
         Ok(created)
+    }
+
+    async fn create_expanding(
+        &self,
+        spec: &BroadcastSpec,
+        audience: &Audience,
+        now: Timestamp,
+    ) -> Result<Created, PortError> {
+        let created = match self.new_id(spec).await? {
+            Ok(id) => self.write_expanding(id, spec, audience, now).await?,
+            Err(existing) => existing,
+        };
+        // As for `create`: a job found again is queued again.
+        let job = created.job();
+        self.queue_run(job, format!("{}-start", job.id)).await?;
+        Ok(created)
+    }
+
+    async fn expand(&self, id: &BroadcastId, limit: u64) -> Result<bool, PortError> {
+        let Some(item) = self.get(job_pk(id.0)).await? else {
+            return Ok(true);
+        };
+        if !matches!(item.get(EXPANDING), Some(AttributeValue::Bool(true))) {
+            return Ok(true);
+        }
+        match item.contains_key(LISTED) {
+            true => self.expand_listed(id.0, &item, limit).await,
+            false => self.expand_states(id.0, &item, limit).await,
+        }
     }
 
     async fn jobs(&self) -> Result<Vec<BroadcastJob>, PortError> {
@@ -1098,43 +1401,14 @@ impl BroadcastStore for DynamoBroadcasts {
         bot: &BotId,
         filter: &StateFilter,
     ) -> Result<Vec<i64>, PortError> {
-        // The chats' states are items keyed `{bot}#state#{group}`; a scan finds them. An operator
-        // starts a broadcast now and then, so a scan's cost is paid then, not on any update's path.
-        let prefix = format!("{bot}#state#");
         let mut chats = Vec::new();
         let mut start: Option<Item> = None;
         loop {
-            let answer = self
-                .client
-                .scan()
-                .table_name(&self.table)
-                .filter_expression("begins_with(pk, :prefix)")
-                .expression_attribute_values(":prefix", string(prefix.clone()))
-                .set_exclusive_start_key(start)
-                .consistent_read(true)
-                .send()
-                .await
-                .map_err(|e| port_error(SCAN, e))?;
-            for item in answer.items.unwrap_or_default() {
-                let Some(pk) = item.get("pk").and_then(|pk| pk.as_s().ok()) else {
-                    continue;
-                };
-                let Some((_, group)) = StateKey::split_pk(pk) else {
-                    continue;
-                };
-                let Ok(chat) = group.parse::<i64>() else {
-                    continue;
-                };
-                let state = crate::item::Item(item.clone()).state();
-                let Ok(state) = state else { continue };
-                let value = serde_json::from_str(&state.json).unwrap_or(serde_json::Value::Null);
-                if filter.matches(&state.format, &value) {
-                    chats.push(chat);
-                }
-            }
-            match answer.last_evaluated_key {
-                Some(key) if !key.is_empty() => start = Some(key),
-                _ => break,
+            let (page, next) = self.matching_page(bot, filter, start, i32::MAX).await?;
+            chats.extend(page);
+            match next {
+                Some(at) => start = Some(key_of(at)),
+                None => break,
             }
         }
         chats.sort_unstable();

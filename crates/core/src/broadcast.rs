@@ -65,6 +65,12 @@ const UNPACED_IN_FLIGHT: usize = 32;
 /// How many recipients the runner takes from the store at a time: the sends in flight drain
 /// between two takes.
 const TAKE: usize = 1000;
+/// The most chats a handler's broadcast may list: the list is written with its job, in one write
+/// of at most 4 MB on DynamoDB.
+pub const MAX_LISTED: usize = 400_000;
+/// How many recipients of an audience a run in `tgq local` writes at a time
+/// ([`BroadcastStore::expand`]); a step on a stack writes a chunk's worth.
+const EXPAND_CHUNK: u64 = CHUNK;
 /// How often an idle runner looks for work and an active one for a pause or a cancel.
 const LOOK_EVERY: Duration = Duration::from_millis(250);
 /// The longest a send books ahead in the bot's budget: a longer wait is asked for again.
@@ -147,6 +153,9 @@ pub enum SpecError {
     /// Nobody to send to.
     #[error("the audience is empty: there is nobody to send to")]
     EmptyAudience,
+    /// A handler's list of chats is longer than one write of its job holds.
+    #[error("the list holds {0} chats; a handler's broadcast lists at most {MAX_LISTED} (a state audience, or `tgq broadcast start --recipients FILE`, takes any number)")]
+    TooManyListed(usize),
     /// A line of a recipients file is not a chat id.
     #[error("line {line} of the recipients is not a chat id: {text:?}")]
     BadLine {
@@ -383,6 +392,11 @@ pub struct BroadcastJob {
     pub refusals: u32,
     /// The last error a recipient's send met (never message text).
     pub last_error: Option<String>,
+    /// Whether its audience is still being written as recipients, by its own runs
+    /// ([`BroadcastStore::expand`]): `counts.total` is what is written so far, and nothing is
+    /// sent until all are.
+    #[serde(default)]
+    pub expanding: bool,
 }
 
 impl BroadcastJob {
@@ -402,6 +416,7 @@ impl BroadcastJob {
             ended_at: None,
             refusals: 0,
             last_error: None,
+            expanding: false,
         }
     }
 
@@ -721,6 +736,33 @@ pub trait BroadcastStore: Send + Sync {
         now: Timestamp,
     ) -> Result<Created, PortError>;
 
+    /// Creates a running job for `audience`, unless a job of the same `spec.origin` exists: what
+    /// a handler starts within its run, whatever the audience's size. A store whose writes are
+    /// local writes every recipient now, as [`BroadcastStore::create`] does; one that writes
+    /// over a network (DynamoDB) writes the job with the audience (the chats, checked and without
+    /// repeats, or the filter) in one write, and leaves its recipients to the job's runs
+    /// ([`BroadcastJob::expanding`]).
+    async fn create_expanding(
+        &self,
+        spec: &BroadcastSpec,
+        audience: &Audience,
+        now: Timestamp,
+    ) -> Result<Created, PortError> {
+        let chats = match audience {
+            Audience::Chats { chats } => chats.clone(),
+            Audience::States { filter } => self.chats_matching(&spec.bot, filter).await?,
+        };
+        self.create(spec, &chats, now).await
+    }
+
+    /// Writes about `limit` more recipients of job `id`'s audience, from where the last write
+    /// ended: `true` when the whole audience is written (or the job never had one to write). A
+    /// write cut short is written again from the same place, to the same recipients.
+    async fn expand(&self, id: &BroadcastId, limit: u64) -> Result<bool, PortError> {
+        let _ = (id, limit);
+        Ok(true)
+    }
+
     /// Every job, the newest first.
     async fn jobs(&self) -> Result<Vec<BroadcastJob>, PortError>;
 
@@ -856,24 +898,53 @@ pub async fn start(
 ) -> Result<Created, StartError> {
     spec.check()?;
     let chats = match audience {
-        Audience::Chats { chats } => {
-            let mut seen = HashSet::new();
-            let chats: Vec<i64> = chats.iter().copied().filter(|c| seen.insert(*c)).collect();
-            if let Some(index) = chats.iter().position(|c| *c == 0) {
-                return Err(SpecError::BadLine {
-                    line: index + 1,
-                    text: "0".into(),
-                }
-                .into());
-            }
-            chats
-        }
+        Audience::Chats { chats } => distinct(chats)?,
         Audience::States { filter } => store.chats_matching(&spec.bot, filter).await?,
     };
     if chats.is_empty() {
         return Err(SpecError::EmptyAudience.into());
     }
     Ok(store.create(spec, &chats, now).await?)
+}
+
+/// Starts a broadcast from a handler's run ([`BroadcastStore::create_expanding`]): checks the spec
+/// and a list of chats (no chat 0, at most [`MAX_LISTED`], repeats dropped), and stores the job
+/// with its audience, whose recipients its runs write. A state audience that takes nobody makes a
+/// job of no recipients, which ends done.
+pub async fn start_expanding(
+    store: &dyn BroadcastStore,
+    spec: &BroadcastSpec,
+    audience: &Audience,
+    now: Timestamp,
+) -> Result<Created, StartError> {
+    spec.check()?;
+    let audience = match audience {
+        Audience::Chats { chats } => {
+            let chats = distinct(chats)?;
+            if chats.is_empty() {
+                return Err(SpecError::EmptyAudience.into());
+            }
+            if chats.len() > MAX_LISTED {
+                return Err(SpecError::TooManyListed(chats.len()).into());
+            }
+            Audience::Chats { chats }
+        }
+        states @ Audience::States { .. } => states.clone(),
+    };
+    Ok(store.create_expanding(spec, &audience, now).await?)
+}
+
+/// `chats` without repeats, in their order; refused when one is 0.
+fn distinct(chats: &[i64]) -> Result<Vec<i64>, SpecError> {
+    let mut seen = HashSet::new();
+    let chats: Vec<i64> = chats.iter().copied().filter(|c| seen.insert(*c)).collect();
+    if let Some(index) = chats.iter().position(|c| *c == 0) {
+        return Err(SpecError::BadLine {
+            line: index + 1,
+            text: "0".into(),
+        });
+    }
+    Ok(chats)
 }
 
 /// Runs broadcast jobs: one [`BroadcastRunner::run`] per running job, in the process that holds
@@ -937,6 +1008,12 @@ impl BroadcastRunner {
         api: Arc<dyn BotApi>,
         stop: watch::Receiver<bool>,
     ) -> Result<RunEnd, PortError> {
+        // The audience a handler named is written before anything is sent.
+        while !self.store.expand(id, EXPAND_CHUNK).await? {
+            if *stop.borrow() {
+                return Ok(RunEnd::ShutDown);
+            }
+        }
         self.run_span(id, &EVERY, Waits::Yes, api, stop).await
     }
 

@@ -545,8 +545,11 @@ impl<'a> Context<'a> {
     /// id. It is a step named `broadcast:{key}`: started once, even when the run is retried, and
     /// a retry gets the same id back. The job runs apart from this update, paced like
     /// `tgq broadcast start`, leaving [`DEFAULT_RESERVE_PERCENT`] of the bot's rate to its replies;
-    /// `tgq broadcast status ID` follows it. Refused, saying why, for a payload that sends no
-    /// message, an empty audience, and a deployment that keeps no broadcasts.
+    /// `tgq broadcast status ID` follows it. The run writes the job and its audience (the
+    /// chats, or the filter) and no more: the job's own runs write its recipients, so an audience
+    /// of any size starts within the run's time. Refused, saying why, for a payload that sends
+    /// no message, an empty list or one of more than [`MAX_LISTED`](crate::broadcast::MAX_LISTED)
+    /// chats, and a deployment that keeps no broadcasts.
     pub async fn broadcast<P>(
         &mut self,
         key: &str,
@@ -577,7 +580,7 @@ impl<'a> Context<'a> {
         let now = self.run.clock.now();
         let name = format!("broadcast:{key}");
         self.step(&name, || async move {
-            match crate::broadcast::start(store, &spec, &audience, now).await {
+            match crate::broadcast::start_expanding(store, &spec, &audience, now).await {
                 Ok(created) => Ok(created.job().id.clone()),
                 Err(StartError::Spec(error)) => Err(HandlerError::permanent(error.to_string())),
                 Err(StartError::Store(error)) => Err(HandlerError::Store(error)),

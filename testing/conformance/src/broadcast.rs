@@ -11,9 +11,9 @@ use async_trait::async_trait;
 use serde_json::{json, Value};
 use tgq_core::broadcast::chain::{ChainNext, ChainStep, StepClaim};
 use tgq_core::broadcast::{
-    BroadcastId, BroadcastRunner, BroadcastSpec, BroadcastStore, Change, Changed, Created,
-    JobState, Outcome, Recipient, Retried, RunEnd, Span, StateFilter, Waits, CHUNK, EVERY,
-    MAX_ATTEMPTS, REFUSALS_BEFORE_PAUSE,
+    start_expanding, Audience, BroadcastId, BroadcastRunner, BroadcastSpec, BroadcastStore, Change,
+    Changed, Created, JobState, Outcome, Recipient, Retried, RunEnd, Span, StateFilter, Waits,
+    CHUNK, EVERY, MAX_ATTEMPTS, MAX_LISTED, REFUSALS_BEFORE_PAUSE,
 };
 use tgq_core::clock::{Clock, SystemClock};
 use tgq_core::ids::BotId;
@@ -63,6 +63,7 @@ macro_rules! broadcast_conformance_tests {
             a_bot_s_later_broadcast_waits_on_a_stack_until_its_older_one_ends,
             a_batch_whose_sends_all_ended_is_not_read_again,
             a_begin_whose_answer_was_lost_leaves_its_recipient_uncertain,
+            a_job_a_handler_starts_writes_its_audience_in_its_own_runs,
         );
     };
     (@each $make:expr; $($name:ident),* $(,)?) => {
@@ -193,6 +194,47 @@ async fn run(store: &Arc<dyn BroadcastStore>, id: &BroadcastId, api: &Arc<Api>) 
         .await
         .expect("the run ends within a minute")
         .expect("the store answers")
+}
+
+/// Runs job `id` as a chain of steps over chunks of `size` until it ends, each step ended after
+/// a moment as an invocation's time ends and its next queued as the broadcasts queue would hold
+/// it: how the job ended, and whether a step was held for a time.
+async fn run_chain(
+    runner: &BroadcastRunner,
+    id: &BroadcastId,
+    api: &Arc<Api>,
+    size: u64,
+) -> (JobState, bool) {
+    let mut step = ChainStep::start(id);
+    let (mut steps, mut waited) = (0, false);
+    loop {
+        steps += 1;
+        assert!(steps < 400, "the chain ends");
+        // The invocation's time: a moment, so a slow store's job takes several steps.
+        let until = SystemClock.now().plus(Duration::from_millis(250));
+        let api: Arc<dyn BotApi> = api.clone();
+        // Each step its own message; a step held is the same message shown again.
+        let holder = format!("message {}", step.step);
+        let next = runner
+            .run_step(&step, &holder, size, api, until)
+            .await
+            .expect("the store answers");
+        match next {
+            ChainNext::End(state) => return (state, waited),
+            ChainNext::Superseded => panic!("the chain's own step {step:?} was superseded"),
+            ChainNext::Queue(queued) => {
+                waited |= queued.not_before.is_some();
+                step = ChainStep::parse(queued.body().as_bytes()).expect("a step reads back");
+            }
+            ChainNext::Hold(at) => {
+                waited = true;
+                tokio::time::sleep(Duration::from_millis(
+                    at.0.saturating_sub(SystemClock.now().0),
+                ))
+                .await;
+            }
+        }
+    }
 }
 
 async fn job_of(
@@ -920,36 +962,7 @@ pub async fn a_job_run_as_a_chain_of_steps_reaches_everyone_once_and_comes_back_
     times_out_once(&api, 2).await;
     // A retry due well after the pass over the chunks ends, however slow the store.
     let runner = retrying_after_the_pass(&t.store);
-    let mut step = ChainStep::start(&id);
-    let (mut steps, mut waited) = (0, false);
-    let ended = loop {
-        steps += 1;
-        assert!(steps < 400, "the chain ends");
-        // The invocation's time: a moment, so a slow store's job takes several steps.
-        let until = SystemClock.now().plus(Duration::from_millis(250));
-        let api: Arc<dyn BotApi> = api.clone();
-        // Each step its own message; a step held is the same message shown again.
-        let holder = format!("message {}", step.step);
-        let next = runner
-            .run_step(&step, &holder, 3, api, until)
-            .await
-            .expect("the store answers");
-        match next {
-            ChainNext::End(state) => break state,
-            ChainNext::Superseded => panic!("the chain's own step {step:?} was superseded"),
-            ChainNext::Queue(queued) => {
-                waited |= queued.not_before.is_some();
-                step = ChainStep::parse(queued.body().as_bytes()).expect("a step reads back");
-            }
-            ChainNext::Hold(at) => {
-                waited = true;
-                tokio::time::sleep(Duration::from_millis(
-                    at.0.saturating_sub(SystemClock.now().0),
-                ))
-                .await;
-            }
-        }
-    };
+    let (ended, waited) = run_chain(&runner, &id, &api, 3).await;
     assert_eq!(ended, JobState::Done);
     for chat in &chats {
         assert_eq!(api.delivered_to(*chat).await, 1, "chat {chat}");
@@ -1395,5 +1408,82 @@ pub async fn a_begin_whose_answer_was_lost_leaves_its_recipient_uncertain(t: Bro
             job.counts.pending()
         ),
         (JobState::Done, 4, 1, 0)
+    );
+}
+
+/// A job a handler starts (`ctx.broadcast`) is written with its audience, the chats or the
+/// filter: its runs write the recipients, a write cut short going on from where it ended, before
+/// anything is sent. Listed chats lose their repeats; the chats whose state the filter takes are
+/// the audience, as the runs find them. Each gets the message once, through a chain of steps or
+/// one run. A list that is empty, names chat 0 or is longer than a handler may list is refused,
+/// and nothing is stored.
+pub async fn a_job_a_handler_starts_writes_its_audience_in_its_own_runs(t: BroadcastsUnderTest) {
+    let mut listed: Vec<i64> = (1..=250).collect();
+    listed.extend([7, 250, 1]);
+    let handler = |origin: &str| spec(&format!("update:caster:{origin}:news"));
+    let audience = Audience::Chats { chats: listed };
+    let created = start_expanding(&*t.store, &handler("1"), &audience, SystemClock.now())
+        .await
+        .expect("the job starts");
+    let id = created.job().id.clone();
+    // A run's write of the audience cut short, as when its process dies: the next goes on.
+    let _ = tokio::time::timeout(Duration::from_millis(30), t.store.expand(&id, 100)).await;
+    let runner = runner(&t.store);
+    let api = Arc::new(Api::default());
+    let (ended, _) = run_chain(&runner, &id, &api, 100).await;
+    assert_eq!(ended, JobState::Done);
+    for chat in [1, 7, 100, 101, 250] {
+        assert_eq!(api.delivered_to(chat).await, 1, "chat {chat}");
+    }
+    assert_eq!(api.delivered.lock().await.len(), 250, "each chat once");
+    let job_now = job_of(&t.store, &id).await;
+    assert!(!job_now.expanding);
+    assert_eq!((job_now.counts.total, job_now.counts.sent), (250, 250));
+    // Started again by a retried run: the same job, written once.
+    let again = start_expanding(&*t.store, &handler("1"), &audience, SystemClock.now())
+        .await
+        .expect("the start is found");
+    assert_eq!(again.job().id, id);
+
+    for chat in 1..=40 {
+        (t.put_state)(&bot(), chat, "subs/v1", json!({"on": chat % 4 == 0}));
+    }
+    let subscribed = Audience::States {
+        filter: StateFilter {
+            format: Some("subs/v1".into()),
+            equals: Some(("/on".into(), json!(true))),
+        },
+    };
+    let created = start_expanding(&*t.store, &handler("2"), &subscribed, SystemClock.now())
+        .await
+        .expect("the job starts");
+    let id = created.job().id.clone();
+    let api = Arc::new(Api::default());
+    assert_eq!(run(&t.store, &id, &api).await, RunEnd::Done);
+    let mut delivered: Vec<i64> = api.delivered.lock().await.iter().map(|(c, _)| *c).collect();
+    delivered.sort_unstable();
+    assert_eq!(delivered, (1..=10).map(|n| n * 4).collect::<Vec<_>>());
+
+    let jobs = t.store.jobs().await.expect("the store answers").len();
+    let too_many: Vec<i64> = (1..=MAX_LISTED as i64 + 1).collect();
+    for (chats, refusal) in [
+        (vec![], "the audience is empty"),
+        (vec![5, 0], "line 2"),
+        (too_many, "a handler's broadcast lists at most"),
+    ] {
+        let refused = start_expanding(
+            &*t.store,
+            &handler("3"),
+            &Audience::Chats { chats },
+            SystemClock.now(),
+        )
+        .await
+        .expect_err("refused");
+        assert!(refused.to_string().contains(refusal), "{refused}");
+    }
+    assert_eq!(
+        t.store.jobs().await.expect("answers").len(),
+        jobs,
+        "nothing stored"
     );
 }

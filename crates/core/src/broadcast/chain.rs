@@ -11,7 +11,8 @@
 //! store before it does anything ([`StepClaim`]): a copy of a step queued again, or a second chain
 //! started while the first lived, ends at once, so a job never runs as two chains. A step first
 //! looks for an older running job of its bot ([`super::ahead_of`]); while there is one it sends
-//! nothing and queues itself again [`WAIT_BEHIND`] later.
+//! nothing and queues itself again [`WAIT_BEHIND`] later. A job a handler started writes its
+//! audience as recipients in its first steps, a chunk at a time, before it sends.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -232,6 +233,14 @@ impl BroadcastRunner {
             let now = self.clock.now();
             if *stop.borrow() || longest.is_some_and(|chunk| now.plus(chunk) > until) {
                 return Ok(ChainNext::Queue(step));
+            }
+            // The audience a handler named is written first, a chunk at a time, each timed as a
+            // chunk of sends: a step whose time is up leaves the rest to the next.
+            if job.expanding {
+                self.store.expand(&job.id, size).await?;
+                let took = self.clock.now().since(now);
+                longest = Some(longest.map_or(took, |chunk| chunk.max(took)));
+                continue;
             }
             if step.from >= job.counts.total {
                 match self.next_pass(&job, &mut step).await? {
