@@ -518,7 +518,7 @@ fn worker(
     )
 }
 
-/// Purges expired records and outbox entries at start and then every `every`.
+/// Purges expired records, outbox entries and ended broadcasts at start and then every `every`.
 async fn retention(
     store: Arc<EmbeddedStore>,
     clock: Arc<dyn Clock>,
@@ -527,11 +527,12 @@ async fn retention(
 ) -> anyhow::Result<()> {
     loop {
         match store.purge_expired(clock.now()).await {
-            Ok(purged) if purged.records + purged.outbox > 0 => {
+            Ok(purged) if purged.records + purged.outbox + purged.broadcasts > 0 => {
                 info!(
                     records = purged.records,
                     outbox = purged.outbox,
-                    "expired records and outbox entries purged"
+                    broadcasts = purged.broadcasts,
+                    "expired records, outbox entries and ended broadcasts purged"
                 );
             }
             Ok(_) => {}

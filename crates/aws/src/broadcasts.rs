@@ -12,21 +12,22 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::{
-    AttributeValue, KeysAndAttributes, Put, PutRequest, ReturnValue, TransactWriteItem, Update,
-    WriteRequest,
+    AttributeValue, DeleteRequest, KeysAndAttributes, Put, PutRequest, ReturnValue,
+    TransactWriteItem, Update, WriteRequest,
 };
 use futures::StreamExt;
 use tgq_core::broadcast::chain::{BroadcastQueue, ChainStep, StepClaim};
 use tgq_core::broadcast::{
     Audience, BroadcastId, BroadcastJob, BroadcastSpec, BroadcastStore, Change, Changed, Counts,
     Created, JobState, Outcome, Recipient, RecipientState, Retried, Span, StateFilter, EVERY,
+    KEEP_ENDED,
 };
 use tgq_core::ids::{BotId, StateKey};
 use tgq_core::record::Timestamp;
 use tgq_core::PortError;
 
 use crate::error::{port_error, update_condition_failed};
-use crate::item::{number, string};
+use crate::item::{expiry_secs, number, string};
 
 const GET: &str = "DynamoDB GetItem (broadcast)";
 const PUT: &str = "DynamoDB PutItem (broadcast)";
@@ -588,7 +589,9 @@ impl DynamoBroadcasts {
         let item = Update::builder()
             .table_name(&self.table)
             .set_key(Some(key_of(recipient_pk(id, recipient.index))))
-            .update_expression("SET #state = :state, #tag = :to, #attempts = :zero")
+            .update_expression(
+                "SET #state = :state, #tag = :to, #attempts = :zero REMOVE expires_at",
+            )
             .condition_expression("#tag = :from")
             .expression_attribute_names("#state", STATE)
             .expression_attribute_names("#tag", TAG)
@@ -615,19 +618,27 @@ impl DynamoBroadcasts {
     }
 
     /// Moves recipient `index` from the state tagged `from` to `to`, counting `outcome` on the
-    /// job, in one transaction; `false` when the recipient was not in `from`.
+    /// job, in one transaction; `false` when the recipient was not in `from`. A recipient given
+    /// its outcome is `kept` until then, for DynamoDB's TTL.
     async fn move_recipient(
         &self,
         id: u64,
         index: u64,
         from: &str,
         (to, attempts): (&RecipientState, u32),
-        job: Update,
+        (job, kept): (Update, Option<Timestamp>),
     ) -> Result<bool, PortError> {
-        let recipient = Update::builder()
+        let mut set =
+            "SET #state = :state, #tag = :to, #attempts = #attempts + :attempts".to_owned();
+        let mut recipient = Update::builder();
+        if let Some(until) = kept {
+            set.push_str(", expires_at = :expires");
+            recipient = recipient.expression_attribute_values(":expires", expiry_secs(until));
+        }
+        let recipient = recipient
             .table_name(&self.table)
             .set_key(Some(key_of(recipient_pk(id, index))))
-            .update_expression("SET #state = :state, #tag = :to, #attempts = #attempts + :attempts")
+            .update_expression(set)
             .condition_expression("#tag = :from")
             .expression_attribute_names("#state", STATE)
             .expression_attribute_names("#tag", TAG)
@@ -650,7 +661,11 @@ impl DynamoBroadcasts {
     /// [`BroadcastStore::create`] without the queueing.
     /// The id a new job of `spec` takes, or the job of its origin (`Err`) when a start of that
     /// origin wrote one already.
-    async fn new_id(&self, spec: &BroadcastSpec) -> Result<Result<u64, Created>, PortError> {
+    async fn new_id(
+        &self,
+        spec: &BroadcastSpec,
+        now: Timestamp,
+    ) -> Result<Result<u64, Created>, PortError> {
         let origin_pk = format!("broadcast#origin#{}", spec.origin);
         let by_origin = spec.origin != "cli";
         let known = match by_origin {
@@ -696,6 +711,9 @@ impl DynamoBroadcasts {
                         .item("pk", string(origin_pk.clone()))
                         .item(KIND, string("broadcast_origin"))
                         .item("job", number(id))
+                        // A handler's retried start comes within its update's life, well
+                        // inside the time an ended job is kept.
+                        .item("expires_at", expiry_secs(now.plus(KEEP_ENDED)))
                         .condition_expression("attribute_not_exists(pk)")
                         .send()
                         .await;
@@ -737,7 +755,7 @@ impl DynamoBroadcasts {
         chats: &[i64],
         now: Timestamp,
     ) -> Result<Created, PortError> {
-        let id = match self.new_id(spec).await? {
+        let id = match self.new_id(spec, now).await? {
             Ok(id) => id,
             Err(existing) => return Ok(existing),
         };
@@ -833,6 +851,13 @@ impl DynamoBroadcasts {
             return Ok(done);
         }
         // Written: the parts are kept no longer.
+        self.drop_parts(id, listed).await;
+        Ok(true)
+    }
+
+    /// Deletes the parts of job `id`'s list of `listed` chats; one that stays is logged, and
+    /// never read again.
+    async fn drop_parts(&self, id: u64, listed: u64) {
         for part in 0..(listed as usize).div_ceil(PART_CHATS) {
             let deleted = self
                 .client
@@ -842,10 +867,32 @@ impl DynamoBroadcasts {
                 .send()
                 .await;
             if let Err(error) = deleted {
-                tracing::warn!(broadcast = id, error = %tgq_core::error::error_chain(&port_error(DELETE, error)), "a part of a written audience was not deleted; it is kept, unread");
+                tracing::warn!(broadcast = id, error = %tgq_core::error::error_chain(&port_error(DELETE, error)), "a part of a broadcast's audience was not deleted; it is kept, unread");
             }
         }
-        Ok(true)
+    }
+
+    /// Ends the writing of cancelled job `id`'s audience (its item `item`, read): the rest of it
+    /// is never written.
+    async fn drop_audience(&self, id: u64, item: &Item) -> Result<(), PortError> {
+        if !matches!(item.get(EXPANDING), Some(AttributeValue::Bool(true))) {
+            return Ok(());
+        }
+        self.client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(key_of(job_pk(id))))
+            .update_expression("SET #expanding = :no REMOVE #scan")
+            .expression_attribute_names("#expanding", EXPANDING)
+            .expression_attribute_names("#scan", SCAN_FROM)
+            .expression_attribute_values(":no", AttributeValue::Bool(false))
+            .send()
+            .await
+            .map_err(|e| port_error(UPDATE, e))?;
+        if let Some(listed) = read_num(item, LISTED) {
+            self.drop_parts(id, listed).await;
+        }
+        Ok(())
     }
 
     /// Writes the chats a page of the states' scan takes for job `item` (the job's item, read),
@@ -991,11 +1038,13 @@ impl DynamoBroadcasts {
                 .expression_attribute_values(":state", json(&job.state))
                 .expression_attribute_values(":refusals", number(job.refusals));
             update = match job.ended_at {
+                // An ended job is kept `KEEP_ENDED` from then, for DynamoDB's TTL.
                 Some(ended) => update
                     .update_expression(
-                        "SET #state = :state, refusals = :refusals, ended_at = :ended",
+                        "SET #state = :state, refusals = :refusals, ended_at = :ended, expires_at = :expires",
                     )
-                    .expression_attribute_values(":ended", number(ended.0)),
+                    .expression_attribute_values(":ended", number(ended.0))
+                    .expression_attribute_values(":expires", expiry_secs(ended.plus(KEEP_ENDED))),
                 None => update.update_expression("SET #state = :state, refusals = :refusals"),
             };
             match update.send().await {
@@ -1029,7 +1078,7 @@ impl BroadcastStore for DynamoBroadcasts {
         audience: &Audience,
         now: Timestamp,
     ) -> Result<Created, PortError> {
-        let created = match self.new_id(spec).await? {
+        let created = match self.new_id(spec, now).await? {
             Ok(id) => self.write_expanding(id, spec, audience, now).await?,
             Err(existing) => existing,
         };
@@ -1050,6 +1099,44 @@ impl BroadcastStore for DynamoBroadcasts {
             true => self.expand_listed(id.0, &item, limit).await,
             false => self.expand_states(id.0, &item, limit).await,
         }
+    }
+
+    async fn drop_unsent(&self, id: &BroadcastId, span: &Span) -> Result<u64, PortError> {
+        let Some(item) = self.get(job_pk(id.0)).await? else {
+            return Ok(0);
+        };
+        let job = job_of(id.0, &item)?;
+        if job.state != JobState::Cancelled {
+            return Ok(0);
+        }
+        if span.start == 0 {
+            self.drop_audience(id.0, &item).await?;
+        }
+        let mut unsent = Vec::new();
+        self.for_each_page(id.0, (span, job.counts.total), |page| {
+            unsent.extend(page.into_iter().filter(|r| {
+                matches!(
+                    r.state,
+                    RecipientState::Pending | RecipientState::Retrying { .. }
+                )
+            }));
+            true
+        })
+        .await?;
+        let deletes = unsent
+            .iter()
+            .map(|recipient| {
+                let delete = DeleteRequest::builder()
+                    .set_key(Some(key_of(recipient_pk(id.0, recipient.index))))
+                    .build()
+                    .map_err(|e| PortError::rejected(BATCH_WRITE, e))?;
+                Ok(WriteRequest::builder().delete_request(delete).build())
+            })
+            .collect::<Result<Vec<_>, PortError>>()?;
+        for batch in deletes.chunks(BATCH_WRITE_ITEMS) {
+            self.batch_write(batch.to_vec()).await?;
+        }
+        Ok(unsent.len() as u64)
     }
 
     async fn jobs(&self) -> Result<Vec<BroadcastJob>, PortError> {
@@ -1108,7 +1195,19 @@ impl BroadcastStore for DynamoBroadcasts {
         now: Timestamp,
     ) -> Result<Changed, PortError> {
         let resume = change == Change::Resume;
+        let cancel = change == Change::Cancel;
         match self.change_job(id, change, now).await? {
+            // A cancelled job's chain lets go of the recipients it will never send to; a job
+            // that was paused has no chain left to do it.
+            Changed::Changed { job } if cancel => {
+                if let Some(queue) = &self.queue {
+                    let step = ChainStep::after(&job.id, self.claimed_step(job.id.0).await?);
+                    if let Err(error) = queue.queue(&step, &format!("{}-cancel", job.id)).await {
+                        tracing::warn!(broadcast = %job.id, error = %tgq_core::error::error_chain(&error), "the broadcast is cancelled, but the step that lets go of its unsent recipients could not be queued: they stay in the table");
+                    }
+                }
+                Ok(Changed::Changed { job })
+            }
             // A resumed job runs again from its first chunk; resuming a running one queues it
             // again, for a job whose run was lost (its queue message gone).
             Changed::Changed { job } | Changed::Refused { job }
@@ -1203,7 +1302,7 @@ impl BroadcastStore for DynamoBroadcasts {
             .build()
             .map_err(|e| PortError::rejected(TRANSACT, e))?;
         if self
-            .move_recipient(id.0, index, "retrying", (&sending, 0), job)
+            .move_recipient(id.0, index, "retrying", (&sending, 0), (job, None))
             .await?
         {
             return Ok(());
@@ -1228,7 +1327,8 @@ impl BroadcastStore for DynamoBroadcasts {
         let attempts = u32::from(outcome.spends_attempt());
         let job = self.count_update(id.0, &outcome, now)?;
         // Only a begun send settles: a settle repeated after it was recorded changes nothing.
-        self.move_recipient(id.0, index, "sending", (&state, attempts), job)
+        let kept = state.is_settled().then(|| now.plus(KEEP_ENDED));
+        self.move_recipient(id.0, index, "sending", (&state, attempts), (job, kept))
             .await?;
         Ok(())
     }
@@ -1260,7 +1360,7 @@ impl BroadcastStore for DynamoBroadcasts {
                     recipient.index,
                     "sending",
                     (&RecipientState::Uncertain, 0),
-                    update,
+                    (update, Some(now.plus(KEEP_ENDED))),
                 )
                 .await?
             {
@@ -1329,7 +1429,7 @@ impl BroadcastStore for DynamoBroadcasts {
             let ran_again = Update::builder()
                 .table_name(&self.table)
                 .set_key(Some(key_of(job_pk(id.0))))
-                .update_expression("SET #state = :running REMOVE ended_at")
+                .update_expression("SET #state = :running REMOVE ended_at, expires_at")
                 .condition_expression("#state = :done")
                 .expression_attribute_names("#state", STATE)
                 .expression_attribute_values(":running", json(&JobState::Running))

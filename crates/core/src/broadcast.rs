@@ -65,6 +65,10 @@ const UNPACED_IN_FLIGHT: usize = 32;
 /// How many recipients the runner takes from the store at a time: the sends in flight drain
 /// between two takes.
 const TAKE: usize = 1000;
+/// How long a job that ended (done or cancelled) is kept, with its recipients, after it ended:
+/// `status`, `list` and `retry` reach it until then. `tgq local`'s retention removes it then;
+/// on a stack its items carry `expires_at` for DynamoDB's TTL.
+pub const KEEP_ENDED: Duration = Duration::from_secs(30 * 24 * 3600);
 /// The most chats a handler's broadcast may list: the list is written with its job, in one write
 /// of at most 4 MB on DynamoDB.
 pub const MAX_LISTED: usize = 400_000;
@@ -560,6 +564,18 @@ pub enum RecipientState {
 }
 
 impl RecipientState {
+    /// Whether the recipient has its outcome: sent, gone, failed or uncertain, never to be sent
+    /// to again unless a `retry` puts it back.
+    pub fn is_settled(&self) -> bool {
+        matches!(
+            self,
+            RecipientState::Sent { .. }
+                | RecipientState::Gone { .. }
+                | RecipientState::Failed { .. }
+                | RecipientState::Uncertain
+        )
+    }
+
     /// Whether the message certainly did not reach the recipient, or may not have: failed for
     /// good, or uncertain. `tgq broadcast status --json` lists them.
     pub fn is_undelivered(&self) -> bool {
@@ -761,6 +777,16 @@ pub trait BroadcastStore: Send + Sync {
     async fn expand(&self, id: &BroadcastId, limit: u64) -> Result<bool, PortError> {
         let _ = (id, limit);
         Ok(true)
+    }
+
+    /// Lets go of what cancelled job `id` keeps and will never send: the recipients of `span`
+    /// with no outcome and no send begun, and, with the first span, the part of its audience not
+    /// yet written; how many recipients. Those with an outcome stay until they expire, and the
+    /// job's counts stay as they were at its cancel. A store that removes an ended job whole once
+    /// [`KEEP_ENDED`] is over (the embedded store, memory) keeps them until then.
+    async fn drop_unsent(&self, id: &BroadcastId, span: &Span) -> Result<u64, PortError> {
+        let _ = (id, span);
+        Ok(0)
     }
 
     /// Every job, the newest first.

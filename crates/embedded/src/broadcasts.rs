@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use tgq_core::broadcast::chain::StepClaim;
 use tgq_core::broadcast::{
     BroadcastId, BroadcastJob, BroadcastSpec, BroadcastStore, Change, Changed, Created, Outcome,
-    Recipient, RecipientState, Retried, Span, StateFilter,
+    Recipient, RecipientState, Retried, Span, StateFilter, KEEP_ENDED,
 };
 use tgq_core::error::PortError;
 use tgq_core::ids::{BotId, StateKey};
@@ -45,6 +45,39 @@ fn parse<T: for<'de> Deserialize<'de>>(what: &str, bytes: &[u8]) -> Result<T, Op
 }
 
 impl Tx<'_> {
+    /// Removes the jobs that ended more than [`KEEP_ENDED`] before `now`, each with its
+    /// recipients, their indexes and its origin; how many. A job not ended is never removed,
+    /// however old.
+    pub(crate) fn purge_broadcasts(&mut self, now: Timestamp) -> Result<u64, OpError> {
+        let mut old = Vec::new();
+        for entry in self.table(BROADCASTS)?.range::<u64>(..)? {
+            let (id, value) = entry?;
+            let id = id.value();
+            let stored: StoredJob = parse(&format!("broadcast {id}"), value.value())?;
+            let job = stored.job;
+            if job.state.is_final() && job.ended_at.is_some_and(|at| at.plus(KEEP_ENDED) <= now) {
+                old.push((id, job.spec.origin));
+            }
+        }
+        for (id, origin) in &old {
+            self.table_mut(BROADCASTS)?.remove(*id)?;
+            self.table_mut(BROADCAST_RECIPIENTS)?
+                .retain_in((*id, 0)..(*id + 1, 0), |_, _| false)?;
+            self.table_mut(BROADCAST_RETRIES)?
+                .retain_in((*id, 0, 0)..(*id + 1, 0, 0), |_, _| false)?;
+            self.table_mut(BROADCAST_BEGUN)?
+                .retain_in((*id, 0)..(*id + 1, 0), |_, _| false)?;
+            let mut origins = self.table_mut(BROADCAST_ORIGINS)?;
+            if origins
+                .get(origin.as_str())?
+                .is_some_and(|v| v.value() == *id)
+            {
+                origins.remove(origin.as_str())?;
+            }
+        }
+        Ok(old.len() as u64)
+    }
+
     fn stored_job(&self, id: u64) -> Result<Option<StoredJob>, OpError> {
         let jobs = self.table(BROADCASTS)?;
         let value = jobs.get(id)?;

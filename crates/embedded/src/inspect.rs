@@ -14,7 +14,8 @@ use tgq_core::record::Timestamp;
 use crate::handle::Db;
 use crate::queue::{self, QueueIndex};
 use crate::schema::{
-    counter, decode_letter, decode_record, unframe, DEAD, META, OUTBOX, QUEUE, RECORDS,
+    counter, decode_letter, decode_record, unframe, BROADCAST_RECIPIENTS, DEAD, META, OUTBOX,
+    QUEUE, RECORDS,
 };
 use crate::{EmbeddedStore, StoreError};
 
@@ -35,6 +36,10 @@ pub struct StoreStats {
     pub outbox: u64,
     /// Stored update records, expired ones included until they are purged.
     pub records: u64,
+    /// Recipients of the broadcast jobs kept: those not ended, and those that ended within
+    /// `KEEP_ENDED` (30 days).
+    #[serde(default)]
+    pub broadcast_recipients: u64,
 }
 
 /// The oldest message on the queue and what its record says: the update at the head of the chat that
@@ -155,6 +160,7 @@ impl EmbeddedStore {
             dead: read.open_table(DEAD)?.len()?,
             outbox: read.open_table(OUTBOX)?.len()?,
             records: read.open_table(RECORDS)?.len()?,
+            broadcast_recipients: read.open_table(BROADCAST_RECIPIENTS)?.len()?,
         })
     }
 

@@ -19,11 +19,15 @@ pub struct Purged {
     /// Audit entries past their `expires_at`.
     #[serde(default)]
     pub audit: u64,
+    /// Broadcast jobs that ended more than [`KEEP_ENDED`](tgq_core::broadcast::KEEP_ENDED) ago, each with its recipients.
+    #[serde(default)]
+    pub broadcasts: u64,
 }
 
 impl EmbeddedStore {
     /// Removes every record past its `expires_at` (readers already treat them as absent, as
-    /// DynamoDB's TTL would delete them) and outbox entries older than the store's TTL, in one
+    /// DynamoDB's TTL would delete them), outbox entries older than the store's TTL, and the
+    /// broadcast jobs that ended more than [`KEEP_ENDED`](tgq_core::broadcast::KEEP_ENDED) ago with their recipients, in one
     /// durable commit of the writer.
     pub async fn purge_expired(&self, now: Timestamp) -> Result<Purged, PortError> {
         let ttl = self.ttl;
@@ -32,10 +36,12 @@ impl EmbeddedStore {
                 let records = tx.purge_records(now)?;
                 let outbox = tx.purge_outbox(|at| at.plus(ttl) <= now)?;
                 let audit = tx.purge_audit(now)?;
+                let broadcasts = tx.purge_broadcasts(now)?;
                 Ok(Purged {
                     records,
                     outbox,
                     audit,
+                    broadcasts,
                 })
             })
             .await

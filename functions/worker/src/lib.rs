@@ -12,7 +12,7 @@ use lambda_runtime::LambdaEvent;
 use secrecy::SecretString;
 use tgq_core::bots::{BotDirectory, Lookup};
 use tgq_core::bots::{BotRuntime, Connect, Fleet, RegistryBots};
-use tgq_core::broadcast::chain::{BroadcastQueue, ChainNext, ChainStep};
+use tgq_core::broadcast::chain::{BroadcastQueue, ChainNext, ChainStep, NoSends};
 use tgq_core::broadcast::{BroadcastRunner, Change, JobState};
 use tgq_core::clock::{Clock, SystemClock};
 use tgq_core::config::HandlerChoice;
@@ -222,10 +222,23 @@ impl BroadcastSource {
         let span = tracing::info_span!("broadcast", broadcast = %step.job, from = step.from);
         let next = async {
             let job = match self.runner.store.job(&step.job).await {
-                Ok(Some(job)) if job.state == JobState::Running => job,
-                Ok(_) => return Ok(ChainNext::End(JobState::Cancelled)),
+                Ok(Some(job)) if matches!(job.state, JobState::Running | JobState::Cancelled) => {
+                    job
+                }
+                Ok(Some(job)) => return Ok(ChainNext::End(job.state)),
+                Ok(None) => return Ok(ChainNext::End(JobState::Cancelled)),
                 Err(error) => return Err(error),
             };
+            let until = deadline.minus(defaults::DEADLINE_MARGIN);
+            // A cancelled job's step sends nothing: it lets go of its recipients, whether or not
+            // the stack still serves its bot.
+            if job.state == JobState::Cancelled {
+                let api: Arc<dyn BotApi> = Arc::new(NoSends);
+                return self
+                    .runner
+                    .run_step(&step, &record.message_id, self.chunk, api, until)
+                    .await;
+            }
             let api = match self.bots.lookup(&job.spec.bot).await {
                 Lookup::Found(bot) => bot.api.clone(),
                 Lookup::Refused(_, why) => {
@@ -240,7 +253,6 @@ impl BroadcastSource {
                 Lookup::Unavailable(error) => return Err(error),
             };
             // The step ends in time to land its sends under way and queue its successor.
-            let until = deadline.minus(defaults::DEADLINE_MARGIN);
             self.runner
                 .run_step(&step, &record.message_id, self.chunk, api, until)
                 .await

@@ -64,6 +64,7 @@ macro_rules! broadcast_conformance_tests {
             a_batch_whose_sends_all_ended_is_not_read_again,
             a_begin_whose_answer_was_lost_leaves_its_recipient_uncertain,
             a_job_a_handler_starts_writes_its_audience_in_its_own_runs,
+            a_cancelled_job_s_chain_sends_nothing_and_counts_what_a_dead_process_began,
         );
     };
     (@each $make:expr; $($name:ident),* $(,)?) => {
@@ -1486,4 +1487,27 @@ pub async fn a_job_a_handler_starts_writes_its_audience_in_its_own_runs(t: Broad
         jobs,
         "nothing stored"
     );
+}
+
+/// A cancelled job's chain of steps sends nothing more: it goes over its chunks once more, from
+/// the first, counts a send a process that died had begun as uncertain, lets go of what it will
+/// never send, and ends.
+pub async fn a_cancelled_job_s_chain_sends_nothing_and_counts_what_a_dead_process_began(
+    t: BroadcastsUnderTest,
+) {
+    let chats: Vec<i64> = (1..=7).collect();
+    let id = start(&t.store, &chats).await;
+    // A process began the send to the sixth, then died.
+    t.store.begin(&id, 5).await.expect("the store answers");
+    t.store
+        .change(&id, Change::Cancel, SystemClock.now())
+        .await
+        .expect("the store answers");
+    let api = Arc::new(Api::default());
+    let (ended, _) = run_chain(&runner(&t.store), &id, &api, 3).await;
+    assert_eq!(ended, JobState::Cancelled);
+    assert_eq!(*api.calls.lock().await, 0, "nothing is sent");
+    let job_now = job_of(&t.store, &id).await;
+    assert_eq!((job_now.counts.uncertain, job_now.counts.sent), (1, 0));
+    assert_eq!(job_now.state, JobState::Cancelled);
 }

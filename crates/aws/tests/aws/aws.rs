@@ -475,3 +475,209 @@ async fn the_worker_s_reading_of_the_registry_has_every_bot_s_token_but_never_a_
         assert_eq!(bot.handler, "echo");
     }
 }
+
+/// A broadcast's items carry `expires_at` for the table's TTL: a recipient `KEEP_ENDED` after it
+/// got its outcome (never while it can still be sent to), the job `KEEP_ENDED` after it ended,
+/// a handler's start marker `KEEP_ENDED` after it was made. A retry takes the expiry off what it
+/// puts back and off the job it runs again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broadcast_s_items_expire_a_stated_time_after_their_outcome_or_end() {
+    use tgq_core::broadcast::{
+        BroadcastId, BroadcastSpec, BroadcastStore, Change, Outcome, Retried, KEEP_ENDED,
+    };
+    let e = emulator().await;
+    let store = tgq_aws::DynamoBroadcasts::new(e.dynamodb.clone(), e.table.clone());
+    let now = SystemClock.now();
+    let origin = format!("update:aws:{}:ttl", now.0);
+    let spec = BroadcastSpec::standard(
+        bot(),
+        "sendMessage",
+        serde_json::json!({"text": "news"}),
+        &origin,
+    );
+    let id: BroadcastId = store
+        .create(&spec, &[1, 2, 3], now)
+        .await
+        .unwrap()
+        .job()
+        .id
+        .clone();
+    let expires = |pk: String| {
+        let (dynamodb, table) = (e.dynamodb.clone(), e.table.clone());
+        async move {
+            let item = dynamodb
+                .get_item()
+                .table_name(table)
+                .key("pk", AttributeValue::S(pk.clone()))
+                .consistent_read(true)
+                .send()
+                .await
+                .unwrap()
+                .item
+                .unwrap_or_else(|| panic!("{pk} is stored"));
+            item.get("expires_at")
+                .map(|v| v.as_n().unwrap().parse::<u64>().unwrap())
+        }
+    };
+    let recipient = |index: u64| format!("broadcast#{}#r#{index:010}", id.0);
+    let job = format!("broadcast#{}", id.0);
+    let kept = now.plus(KEEP_ENDED).as_secs();
+
+    store.begin(&id, 0).await.unwrap();
+    let sent = Outcome::Sent {
+        message_id: 7,
+        migrated_to: None,
+    };
+    store.settle(&id, 0, sent, now).await.unwrap();
+    store.begin(&id, 1).await.unwrap();
+    let failed = Outcome::Failed {
+        error: "chat not found".into(),
+    };
+    store.settle(&id, 1, failed, now).await.unwrap();
+    assert_eq!(expires(recipient(0)).await, Some(kept), "sent");
+    assert_eq!(expires(recipient(1)).await, Some(kept), "failed");
+    assert_eq!(
+        expires(recipient(2)).await,
+        None,
+        "pending: never while it can be sent"
+    );
+    assert_eq!(expires(job.clone()).await, None, "running");
+    assert_eq!(
+        expires(format!("broadcast#origin#{origin}")).await,
+        Some(kept),
+        "the start's marker"
+    );
+
+    let ended = now.plus(Duration::from_secs(60));
+    store.change(&id, Change::Finish, ended).await.unwrap();
+    assert_eq!(
+        expires(job.clone()).await,
+        Some(ended.plus(KEEP_ENDED).as_secs())
+    );
+    let retried = store.retry(&id, false, ended).await.unwrap();
+    assert!(
+        matches!(retried, Retried::Retried { recipients: 1, .. }),
+        "{retried:?}"
+    );
+    assert_eq!(expires(job).await, None, "running again");
+    assert_eq!(expires(recipient(1)).await, None, "back on the list");
+    assert_eq!(expires(recipient(0)).await, Some(kept), "still sent");
+}
+
+/// A cancelled job keeps nothing it will never send: its chain of steps deletes the recipients
+/// that were never sent to, and the audience a handler listed that was not written yet; the
+/// recipients with an outcome stay until they expire.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_broadcast_s_steps_delete_what_it_will_never_send() {
+    use std::sync::Arc;
+    use tgq_core::broadcast::chain::{ChainNext, ChainStep, NoSends};
+    use tgq_core::broadcast::{
+        start_expanding, Audience, BroadcastId, BroadcastRunner, BroadcastSpec, BroadcastStore,
+        Change, JobState, Outcome,
+    };
+    use tgq_core::pacer::{Pacer, RateLimits};
+    let e = emulator().await;
+    let store = Arc::new(tgq_aws::DynamoBroadcasts::new(
+        e.dynamodb.clone(),
+        e.table.clone(),
+    ));
+    let now = SystemClock.now();
+    let spec = |origin: String| {
+        BroadcastSpec::standard(
+            bot(),
+            "sendMessage",
+            serde_json::json!({"text": "x"}),
+            &origin,
+        )
+    };
+    let stored = |pk: String| {
+        let (dynamodb, table) = (e.dynamodb.clone(), e.table.clone());
+        async move {
+            dynamodb
+                .get_item()
+                .table_name(table)
+                .key("pk", AttributeValue::S(pk))
+                .consistent_read(true)
+                .send()
+                .await
+                .unwrap()
+                .item
+                .is_some()
+        }
+    };
+    let runner = BroadcastRunner {
+        store: store.clone(),
+        budget: Arc::new(Pacer::new(RateLimits::UNLIMITED)),
+        bot_rate: None,
+        clock: Arc::new(SystemClock),
+        retry: tgq_core::policy::RetryPolicy::default(),
+    };
+    let run_cancelled = |id: BroadcastId| {
+        let runner = &runner;
+        async move {
+            let mut step = ChainStep::start(&id);
+            for n in 0..20 {
+                let until = SystemClock.now().plus(Duration::from_secs(10));
+                let api: Arc<dyn tgq_core::telegram::BotApi> = Arc::new(NoSends);
+                match runner
+                    .run_step(&step, &format!("m{n}"), 4, api, until)
+                    .await
+                    .unwrap()
+                {
+                    ChainNext::End(state) => return state,
+                    ChainNext::Queue(next) => step = next,
+                    other => panic!("{other:?}"),
+                }
+            }
+            panic!("the cancelled job's chain ends");
+        }
+    };
+
+    let id = store
+        .create(&spec("cli".into()), &(1..=10).collect::<Vec<_>>(), now)
+        .await
+        .unwrap()
+        .job()
+        .id
+        .clone();
+    store.begin(&id, 0).await.unwrap();
+    let sent = Outcome::Sent {
+        message_id: 1,
+        migrated_to: None,
+    };
+    store.settle(&id, 0, sent, now).await.unwrap();
+    store.change(&id, Change::Pause, now).await.unwrap();
+    store.change(&id, Change::Cancel, now).await.unwrap();
+    assert_eq!(run_cancelled(id.clone()).await, JobState::Cancelled);
+    let recipient = |index: u64| format!("broadcast#{}#r#{index:010}", id.0);
+    assert!(
+        stored(recipient(0)).await,
+        "the sent one stays until it expires"
+    );
+    for index in 1..10 {
+        assert!(
+            !stored(recipient(index)).await,
+            "recipient {index} never sent to"
+        );
+    }
+
+    let listed = Audience::Chats {
+        chats: (1..=50_000).collect(),
+    };
+    let origin = format!("update:aws:{}:cancelled", now.0);
+    let created = start_expanding(&*store, &spec(origin), &listed, now)
+        .await
+        .unwrap();
+    let id = created.job().id.clone();
+    assert!(stored(format!("broadcast#{}#a#1", id.0)).await, "two parts");
+    store.change(&id, Change::Cancel, now).await.unwrap();
+    assert_eq!(run_cancelled(id.clone()).await, JobState::Cancelled);
+    for part in 0..2 {
+        assert!(
+            !stored(format!("broadcast#{}#a#{part}", id.0)).await,
+            "part {part}"
+        );
+    }
+    let job = store.job(&id).await.unwrap().unwrap();
+    assert!(!job.expanding, "its audience is never written");
+}

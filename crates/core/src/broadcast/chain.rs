@@ -12,7 +12,9 @@
 //! started while the first lived, ends at once, so a job never runs as two chains. A step first
 //! looks for an older running job of its bot ([`super::ahead_of`]); while there is one it sends
 //! nothing and queues itself again [`WAIT_BEHIND`] later. A job a handler started writes its
-//! audience as recipients in its first steps, a chunk at a time, before it sends.
+//! audience as recipients in its first steps, a chunk at a time, before it sends. The chain of a
+//! cancelled job goes over its chunks once more, from the first, and lets go of the recipients it
+//! will never send to ([`super::BroadcastStore::drop_unsent`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,7 +26,7 @@ use tokio::sync::watch;
 use super::{BroadcastId, BroadcastJob, BroadcastRunner, Change, Changed, JobState, RunEnd, Waits};
 use crate::error::PortError;
 use crate::record::Timestamp;
-use crate::telegram::BotApi;
+use crate::telegram::{ApiCall, BotApi, CallError, TelegramError};
 
 /// How long after a step of a job waiting behind an older one of its bot the next looks again.
 pub const WAIT_BEHIND: Duration = Duration::from_secs(20);
@@ -51,6 +53,10 @@ pub struct ChainStep {
     /// The earliest of those tries (ms).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_at: Option<u64>,
+    /// Whether the chain lets go of a cancelled job's recipients, from the first chunk on
+    /// ([`super::BroadcastStore::drop_unsent`]), rather than send.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sweep: bool,
 }
 
 /// The queue message's body: `{"tgq_broadcast": {...}}`.
@@ -77,6 +83,7 @@ impl ChainStep {
             not_before: None,
             retry_from: None,
             retry_at: None,
+            sweep: false,
         }
     }
 
@@ -104,6 +111,20 @@ impl ChainStep {
     /// The chunk of `size` recipients it begins.
     fn span(&self, size: u64) -> super::Span {
         self.from..self.from.saturating_add(size)
+    }
+}
+
+/// The Bot API of a cancelled job's steps, which only let go of its recipients: any call is
+/// refused as never sent (none is made).
+pub struct NoSends;
+
+#[async_trait]
+impl BotApi for NoSends {
+    async fn call(&self, call: &ApiCall<'_>) -> Result<serde_json::Value, CallError> {
+        Err(CallError::Telegram(TelegramError::NotSent(format!(
+            "{} of a cancelled broadcast is not sent",
+            call.method
+        ))))
     }
 }
 
@@ -216,12 +237,23 @@ impl BroadcastRunner {
             let Some(job) = self.store.job(&step.job).await? else {
                 return Ok(ChainNext::End(JobState::Cancelled));
             };
-            if job.state != JobState::Running {
+            if job.state == JobState::Cancelled && !step.sweep {
+                // Nothing of it is sent again: its chain goes over every chunk once more, from
+                // the first, to let go of what will never be sent.
+                step = ChainStep {
+                    sweep: true,
+                    from: 0,
+                    retry_from: None,
+                    retry_at: None,
+                    ..step
+                };
+            }
+            if !step.sweep && job.state != JobState::Running {
                 return Ok(ChainNext::End(job.state));
             }
             // Looked for once, before the first chunk. A new message, not this one hidden:
             // waiting counts no receive toward a stuck step.
-            if !std::mem::replace(&mut looked_behind, true) {
+            if !step.sweep && !std::mem::replace(&mut looked_behind, true) {
                 if let Some(first) = self.older_running(&job).await {
                     tracing::info!(broadcast = %job.id, behind = %first, "the bot's older broadcast sends first; this one waits");
                     return Ok(ChainNext::Queue(ChainStep {
@@ -233,6 +265,20 @@ impl BroadcastRunner {
             let now = self.clock.now();
             if *stop.borrow() || longest.is_some_and(|chunk| now.plus(chunk) > until) {
                 return Ok(ChainNext::Queue(step));
+            }
+            if step.sweep {
+                // The first chunk is let go of even when none was written: the audience may be.
+                if step.from > 0 && step.from >= job.counts.total {
+                    return Ok(ChainNext::End(JobState::Cancelled));
+                }
+                let span = step.span(size);
+                // A send begun by a process that died may have arrived: it is counted so.
+                self.store.abandon_begun(&job.id, &span, now).await?;
+                self.store.drop_unsent(&job.id, &span).await?;
+                step.from = step.from.saturating_add(size);
+                let took = self.clock.now().since(now);
+                longest = Some(longest.map_or(took, |chunk| chunk.max(took)));
+                continue;
             }
             // The audience a handler named is written first, a chunk at a time, each timed as a
             // chunk of sends: a step whose time is up leaves the rest to the next.

@@ -465,17 +465,15 @@ async fn purge_removes_expired_records_and_old_outbox_entries() {
         store.purge_expired(clock.now()).await.unwrap(),
         Purged {
             records: 1,
-            outbox: 0,
-            audit: 0
+            ..Purged::default()
         }
     );
     clock.advance(DAY - Duration::from_secs(3600));
     assert_eq!(
         store.purge_expired(clock.now()).await.unwrap(),
         Purged {
-            records: 0,
             outbox: 1,
-            audit: 0
+            ..Purged::default()
         },
         "the outbox keeps entries for the store's TTL (one day here)"
     );
@@ -1184,5 +1182,77 @@ async fn the_outbox_keeps_what_a_send_uploaded_by_name_size_and_hash_and_replies
     assert_eq!(
         entry.params["uploads"],
         json!([{"attach": photo.name(), "file_name": "cat.jpg", "size": 5, "sha256": photo.sha256()}])
+    );
+}
+
+/// A broadcast job that ended is kept `KEEP_ENDED` after it ended, its recipients with it, then
+/// the retention purge removes it whole; a job that has not ended is never removed.
+#[tokio::test]
+async fn purge_removes_broadcasts_that_ended_past_their_keeping_and_no_other() {
+    use tgq_core::broadcast::{BroadcastSpec, BroadcastStore, Change, Created, KEEP_ENDED};
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::at(START);
+    let store = open(dir.path(), &clock, 30);
+    let bot = BotId::new("caster").unwrap();
+    let spec = |origin: &str| {
+        BroadcastSpec::standard(bot.clone(), "sendMessage", json!({"text": "news"}), origin)
+    };
+    let job = |created: Created| created.job().id.clone();
+    let done = job(store
+        .create(&spec("update:caster:1:a"), &[1, 2], START)
+        .await
+        .unwrap());
+    let cancelled = job(store.create(&spec("cli"), &[3], START).await.unwrap());
+    let paused = job(store.create(&spec("cli"), &[4], START).await.unwrap());
+    store.change(&done, Change::Finish, START).await.unwrap();
+    store.change(&paused, Change::Pause, START).await.unwrap();
+    store
+        .change(&cancelled, Change::Cancel, START.plus(10 * DAY))
+        .await
+        .unwrap();
+
+    clock.advance(KEEP_ENDED - Duration::from_secs(1));
+    assert_eq!(
+        store.purge_expired(clock.now()).await.unwrap().broadcasts,
+        0,
+        "kept until then"
+    );
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(
+        store.purge_expired(clock.now()).await.unwrap().broadcasts,
+        1
+    );
+    assert_eq!(store.job(&done).await.unwrap(), None);
+    assert_eq!(
+        store.stats(clock.now()).unwrap().broadcast_recipients,
+        2,
+        "its recipients with it; the other jobs' kept"
+    );
+    // Its origin is free again: a start of it makes a new job.
+    let again = store
+        .create(&spec("update:caster:1:a"), &[1], clock.now())
+        .await
+        .unwrap();
+    assert!(matches!(again, Created::New { .. }), "{again:?}");
+
+    clock.advance(10 * DAY);
+    assert_eq!(
+        store.purge_expired(clock.now()).await.unwrap().broadcasts,
+        1
+    );
+    assert_eq!(store.job(&cancelled).await.unwrap(), None);
+    clock.advance(365 * DAY);
+    assert_eq!(
+        store.purge_expired(clock.now()).await.unwrap().broadcasts,
+        0
+    );
+    assert!(
+        store.job(&paused).await.unwrap().is_some(),
+        "a paused job is never removed"
+    );
+    assert_eq!(
+        store.stats(clock.now()).unwrap().broadcast_recipients,
+        2,
+        "the paused job's, and the new one's"
     );
 }
