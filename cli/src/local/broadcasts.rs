@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use tgq_core::bots::{BotDirectory, Lookup};
 use tgq_core::broadcast::{
-    ahead_of, BroadcastJob, BroadcastRunner, BroadcastStore as _, Change, JobState, RunEnd,
+    overtaken, startable, BroadcastJob, BroadcastRunner, BroadcastStore as _, Change, RunEnd,
 };
 use tgq_core::clock::Clock;
 use tgq_core::error::error_chain;
@@ -112,83 +112,4 @@ pub(super) async fn broadcast_loop(
         let _ = run.task.await;
     }
     Ok(())
-}
-
-/// The jobs to start now: each bot's oldest running job ([`ahead_of`]), unless a job of that bot
-/// runs here (`bots_running`).
-fn startable<'j>(jobs: &'j [BroadcastJob], bots_running: &[BotId]) -> Vec<&'j BroadcastJob> {
-    jobs.iter()
-        .filter(|job| job.state == JobState::Running && ahead_of(jobs, job).is_none())
-        .filter(|job| !bots_running.contains(&job.spec.bot))
-        .collect()
-}
-
-/// Of the jobs that run here (`running`), those an older running job of their bot now goes
-/// before: one resumed while they sent. Each stops, as at a shutdown, and runs again after it.
-fn overtaken(jobs: &[BroadcastJob], running: impl Iterator<Item = u64>) -> Vec<u64> {
-    running
-        .filter(|id| {
-            jobs.iter()
-                .find(|job| job.id.0 == *id)
-                .is_some_and(|job| ahead_of(jobs, job).is_some())
-        })
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-    use tgq_core::broadcast::{BroadcastId, BroadcastSpec};
-    use tgq_core::record::Timestamp;
-
-    fn job(id: u64, bot: &str, state: JobState) -> BroadcastJob {
-        let spec = BroadcastSpec::standard(
-            BotId::new(bot).unwrap(),
-            "sendMessage",
-            json!({"text": "news"}),
-            "cli",
-        );
-        let mut job = BroadcastJob::new(BroadcastId(id), spec, 10, Timestamp(0));
-        job.state = state;
-        job
-    }
-
-    fn ids(jobs: Vec<&BroadcastJob>) -> Vec<u64> {
-        jobs.iter().map(|j| j.id.0).collect()
-    }
-
-    #[test]
-    fn a_bot_sends_its_oldest_running_broadcast_and_one_at_a_time() {
-        // Newest first, as the store lists them.
-        let jobs = [
-            job(5, "shop", JobState::Running),
-            job(4, "news", JobState::Running),
-            job(3, "shop", JobState::Running),
-            job(2, "shop", JobState::Paused { reason: None }),
-            job(1, "news", JobState::Done),
-        ];
-        assert_eq!(ids(startable(&jobs, &[])), [4, 3]);
-        // Job 3 ended and 5 is the shop's oldest, but a shop job still runs here (one stopping
-        // for an older one, say): 5 waits for it.
-        let mut jobs = jobs;
-        jobs[2].state = JobState::Done;
-        let shop = BotId::new("shop").unwrap();
-        assert_eq!(ids(startable(&jobs, std::slice::from_ref(&shop))), [4]);
-        assert_eq!(ids(startable(&jobs, &[])), [5, 4]);
-    }
-
-    #[test]
-    fn a_broadcast_stops_for_an_older_one_of_its_bot_resumed_while_it_sends() {
-        let mut jobs = [
-            job(3, "shop", JobState::Running),
-            job(2, "news", JobState::Running),
-            job(1, "shop", JobState::Paused { reason: None }),
-        ];
-        assert!(overtaken(&jobs, [3, 2].into_iter()).is_empty());
-        jobs[2].state = JobState::Running;
-        assert_eq!(overtaken(&jobs, [3, 2].into_iter()), [3]);
-        // A run whose job is gone from the list stops by itself.
-        assert!(overtaken(&jobs, [7].into_iter()).is_empty());
-    }
 }

@@ -25,6 +25,7 @@ use tracing::{info, warn};
 pub mod chain;
 mod outage;
 mod refusal;
+pub mod steps;
 
 pub use refusal::outcome_of;
 
@@ -1025,6 +1026,27 @@ pub fn ahead_of(jobs: &[BroadcastJob], job: &BroadcastJob) -> Option<BroadcastId
         .min()
 }
 
+/// The jobs a process that runs them itself (`tgq local`) starts now: each bot's oldest running
+/// job ([`ahead_of`]), unless a job of that bot runs there already (`bots_running`).
+pub fn startable<'j>(jobs: &'j [BroadcastJob], bots_running: &[BotId]) -> Vec<&'j BroadcastJob> {
+    jobs.iter()
+        .filter(|job| job.state == JobState::Running && ahead_of(jobs, job).is_none())
+        .filter(|job| !bots_running.contains(&job.spec.bot))
+        .collect()
+}
+
+/// Of the jobs a process runs (`running`), those an older running job of their bot now goes
+/// before: one resumed while they sent. Each stops, as at a shutdown, and runs again after it.
+pub fn overtaken(jobs: &[BroadcastJob], running: impl Iterator<Item = u64>) -> Vec<u64> {
+    running
+        .filter(|id| {
+            jobs.iter()
+                .find(|job| job.id.0 == *id)
+                .is_some_and(|job| ahead_of(jobs, job).is_some())
+        })
+        .collect()
+}
+
 impl BroadcastRunner {
     /// Sends job `id` with `api` until it is done, paused or cancelled, or `stop` turns true.
     /// Recipients whose send an earlier process began and never ended are marked uncertain first.
@@ -1856,5 +1878,55 @@ mod tests {
         assert!(!filter.matches("subs/v1", &json!({"on": false})));
         assert!(!filter.matches("cart/v1", &json!({"on": true})));
         assert!(StateFilter::default().matches("any", &json!(null)));
+    }
+
+    fn job_of_bot(id: u64, bot: &str, state: JobState) -> BroadcastJob {
+        let spec = BroadcastSpec::standard(
+            BotId::new(bot).unwrap(),
+            "sendMessage",
+            json!({"text": "news"}),
+            "cli",
+        );
+        let mut job = BroadcastJob::new(BroadcastId(id), spec, 10, Timestamp(0));
+        job.state = state;
+        job
+    }
+
+    fn ids_of(jobs: Vec<&BroadcastJob>) -> Vec<u64> {
+        jobs.iter().map(|j| j.id.0).collect()
+    }
+
+    #[test]
+    fn a_bot_sends_its_oldest_running_broadcast_and_one_at_a_time() {
+        // Newest first, as the store lists them.
+        let jobs = [
+            job_of_bot(5, "shop", JobState::Running),
+            job_of_bot(4, "news", JobState::Running),
+            job_of_bot(3, "shop", JobState::Running),
+            job_of_bot(2, "shop", JobState::Paused { reason: None }),
+            job_of_bot(1, "news", JobState::Done),
+        ];
+        assert_eq!(ids_of(startable(&jobs, &[])), [4, 3]);
+        // Job 3 ended and 5 is the shop's oldest, but a shop job still runs here (one stopping
+        // for an older one, say): 5 waits for it.
+        let mut jobs = jobs;
+        jobs[2].state = JobState::Done;
+        let shop = BotId::new("shop").unwrap();
+        assert_eq!(ids_of(startable(&jobs, std::slice::from_ref(&shop))), [4]);
+        assert_eq!(ids_of(startable(&jobs, &[])), [5, 4]);
+    }
+
+    #[test]
+    fn a_broadcast_stops_for_an_older_one_of_its_bot_resumed_while_it_sends() {
+        let mut jobs = [
+            job_of_bot(3, "shop", JobState::Running),
+            job_of_bot(2, "news", JobState::Running),
+            job_of_bot(1, "shop", JobState::Paused { reason: None }),
+        ];
+        assert!(overtaken(&jobs, [3, 2].into_iter()).is_empty());
+        jobs[2].state = JobState::Running;
+        assert_eq!(overtaken(&jobs, [3, 2].into_iter()), [3]);
+        // A run whose job is gone from the list stops by itself.
+        assert!(overtaken(&jobs, [7].into_iter()).is_empty());
     }
 }

@@ -10,6 +10,7 @@ use tgq_aws::{
     SqsTimerQueue, SsmRegistry,
 };
 use tgq_core::bots::BotDirectory;
+use tgq_core::broadcast::steps::BroadcastSteps;
 use tgq_core::broadcast::{BroadcastRunner, BroadcastStore};
 use tgq_core::budget::{SendBudget, SharedBudget};
 use tgq_core::clock::SystemClock;
@@ -91,19 +92,21 @@ async fn main() -> Result<(), Error> {
                 .run_on(queue.clone()),
         );
         let source = BroadcastSource {
-            runner: BroadcastRunner {
-                store: store.clone(),
-                budget: budget.clone(),
-                bot_rate: config.rate_limits.per_second,
+            steps: BroadcastSteps {
+                runner: BroadcastRunner {
+                    store: store.clone(),
+                    budget: budget.clone(),
+                    bot_rate: config.rate_limits.per_second,
+                    clock: Arc::new(SystemClock),
+                    retry: RetryPolicy::default(),
+                },
+                bots: bots.clone(),
+                queue: queue.clone(),
+                visibility: queue,
+                chunk: resources.chunk,
                 clock: Arc::new(SystemClock),
-                retry: RetryPolicy::default(),
             },
-            bots: bots.clone(),
-            queue: queue.clone(),
-            visibility: queue,
             queue_arn: resources.queue_arn.clone(),
-            chunk: resources.chunk,
-            clock: Arc::new(SystemClock),
         };
         (store as Arc<dyn BroadcastStore>, source)
     });

@@ -11,6 +11,7 @@ use lambda_runtime::{Context, LambdaEvent};
 use std::sync::Mutex;
 use tgq_core::bots::OneBot;
 use tgq_core::broadcast::chain::{BroadcastQueue, ChainStep};
+use tgq_core::broadcast::steps::BroadcastSteps;
 use tgq_core::broadcast::{self, Audience, BroadcastRunner, BroadcastSpec};
 use tgq_core::clock::{Clock, SystemClock};
 use tgq_core::config::Vars;
@@ -83,26 +84,28 @@ async fn a_copy_of_a_step_under_another_message_id_ends_without_a_second_chain()
     let sources = Sources {
         timers: None,
         broadcasts: Some(BroadcastSource {
-            runner: BroadcastRunner {
-                store: store.clone(),
-                budget: Arc::new(Pacer::new(RateLimits::UNLIMITED)),
-                bot_rate: None,
-                clock: Arc::new(SystemClock),
-                retry: RetryPolicy {
-                    base: Duration::from_secs(60),
-                    cap: Duration::from_secs(60),
-                    ..RetryPolicy::default()
+            steps: BroadcastSteps {
+                runner: BroadcastRunner {
+                    store: store.clone(),
+                    budget: Arc::new(Pacer::new(RateLimits::UNLIMITED)),
+                    bot_rate: None,
+                    clock: Arc::new(SystemClock),
+                    retry: RetryPolicy {
+                        base: Duration::from_secs(60),
+                        cap: Duration::from_secs(60),
+                        ..RetryPolicy::default()
+                    },
                 },
+                bots: Arc::new(OneBot::new(
+                    api.clone() as Arc<dyn BotApi>,
+                    Arc::new(EchoBot),
+                )),
+                queue: successors.clone(),
+                visibility: Arc::new(RecordingVisibility::new()),
+                chunk: 1_000,
+                clock: Arc::new(SystemClock),
             },
-            bots: Arc::new(OneBot::new(
-                api.clone() as Arc<dyn BotApi>,
-                Arc::new(EchoBot),
-            )),
-            queue: successors.clone(),
-            visibility: Arc::new(RecordingVisibility::new()),
             queue_arn: STEPS_ARN.to_owned(),
-            chunk: 1_000,
-            clock: Arc::new(SystemClock),
         }),
     };
     let body = ChainStep::start(&id).body();

@@ -17,6 +17,7 @@ use secrecy::SecretString;
 use serde_json::Value;
 use tgq_core::bots::OneBot;
 use tgq_core::broadcast::chain::{BroadcastQueue, ChainStep};
+use tgq_core::broadcast::steps::BroadcastSteps;
 use tgq_core::broadcast::{BroadcastId, BroadcastRunner};
 use tgq_core::clock::{Clock, SystemClock};
 use tgq_core::config::Vars;
@@ -314,19 +315,21 @@ async fn broadcast_outcomes() {
     let sources = Sources {
         timers: None,
         broadcasts: Some(BroadcastSource {
-            runner: BroadcastRunner {
-                store,
-                budget: Arc::new(Pacer::new(RateLimits::UNLIMITED)),
-                bot_rate: None,
+            steps: BroadcastSteps {
+                runner: BroadcastRunner {
+                    store,
+                    budget: Arc::new(Pacer::new(RateLimits::UNLIMITED)),
+                    bot_rate: None,
+                    clock: Arc::new(SystemClock),
+                    retry: RetryPolicy::default(),
+                },
+                bots: Arc::new(OneBot::new(api, Arc::new(EchoBot))),
+                queue: Arc::new(NoSuccessors),
+                visibility: visibility.clone(),
+                chunk: 1_000,
                 clock: Arc::new(SystemClock),
-                retry: RetryPolicy::default(),
             },
-            bots: Arc::new(OneBot::new(api, Arc::new(EchoBot))),
-            queue: Arc::new(NoSuccessors),
-            visibility: visibility.clone(),
             queue_arn: STEPS_ARN.to_owned(),
-            chunk: 1_000,
-            clock: Arc::new(SystemClock),
         }),
     };
     let step = ChainStep::start(&BroadcastId(1)).body();
