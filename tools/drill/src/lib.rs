@@ -14,6 +14,7 @@ use std::path::PathBuf;
 
 use clap::Parser;
 
+mod broadcast_faults;
 pub mod disk;
 pub mod failover;
 pub mod fuzz;
@@ -48,7 +49,7 @@ Scenarios (number or name; all that apply to the target when none is given):
    9 permanent-errors  10 poison           11 crash-after-send   12 stale-worker
   13 kill-loop (local) 14 recovery-drain   15 disk-full (local)  16 damaged-store (local)
   17 two-bots         18 one-budget (emulator) 19 broadcast (emulator)
-  20 broadcast-faults (local)
+  20 broadcast-faults
 `tgq-drill failover` runs three `tgq poll` processes on the emulator instead (docs/RELIABILITY.md).
 The emulator target needs AWS_ENDPOINT_URL (moto) and cargo-lambda, as scripts/test provides.
 Exit status 1 when a scenario missed a required figure."

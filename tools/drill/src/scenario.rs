@@ -206,9 +206,9 @@ pub const SCENARIOS: [Scenario; 20] = [
     Scenario {
         number: 20,
         name: "broadcast-faults",
-        what: "a broadcast to 3,000 chats (blocked users, deleted accounts, migrated groups among them) through three SIGKILLs, Telegram away for 30 s then 502 for 30 s, and a revoked token, while users write to the bot: each reachable recipient once, uncertain only for calls seen in flight, 0 over the limits",
+        what: "a broadcast to 3,000 chats (blocked users, deleted accounts, migrated groups among them) through three SIGKILLs (of `tgq local`, or of every worker container mid-step), Telegram away for 30 s then 502 for 30 s, and a revoked token, while users write to the bot: each reachable recipient once, uncertain only for calls seen in flight, 0 over the limits",
         local: true,
-        emulator: false,
+        emulator: true,
         waits_for: None,
     },
 ];

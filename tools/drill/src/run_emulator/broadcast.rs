@@ -54,46 +54,8 @@ pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row
         ..FakeConfig::default()
     })
     .await?;
-    let millis = SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis();
-    let mut parts = BroadcastParts::create_named(
-        &em.sdk,
-        &format!(
-            "tgq-drill-19-{}-{millis}-broadcasts.fifo",
-            std::process::id()
-        ),
-    )
-    .await?;
     let plan = Plan::ordinary(o.updates, CHATS, 1, o.seed);
-    let (url, arn) = (parts.queue_url.clone(), parts.queue_arn.clone());
-    let run = Run::start_with(
-        s,
-        o,
-        em,
-        plan.clone(),
-        fake,
-        &[
-            ("TGQ_BROADCASTS_QUEUE_URL", url.as_str()),
-            ("TGQ_BROADCASTS_QUEUE_ARN", arn.as_str()),
-        ],
-        super::esm::CONCURRENCY,
-    )
-    .await?;
-
-    // Lambda runs each invocation in a container of its own: the broadcast's steps in one, the
-    // updates' batches in the others, as many as the mapping runs at once.
-    for _ in 0..super::esm::CONCURRENCY {
-        run.new_worker().await?;
-    }
-
-    // The job, started as `tgq broadcast start --stack` starts it.
-    let store = DynamoBroadcasts::new(
-        aws_sdk_dynamodb::Client::new(&em.sdk),
-        run.stack.table.clone(),
-    )
-    .run_on(Arc::new(SqsQueue::new(
-        aws_sdk_sqs::Client::new(&em.sdk),
-        url.clone(),
-    )));
+    let (run, mut parts, store) = with_broadcasts(s, o, em, plan.clone(), fake).await?;
     let chats: Vec<i64> = (0..recipients as i64)
         .map(|i| FIRST_RECIPIENT + i)
         .collect();
@@ -266,4 +228,52 @@ pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row
         ),
     ]);
     run.finish_with(s, &tally, &reported, drain, checks).await
+}
+
+/// The scenario's pipeline with a broadcasts queue: the worker given it, a container for the
+/// job's steps besides those of the updates' batches (Lambda runs each invocation in a container
+/// of its own), and the job store `tgq broadcast --stack` uses, which queues a job's steps there.
+pub(super) async fn with_broadcasts<'a>(
+    s: &Scenario,
+    o: &Options,
+    em: &'a Emulator,
+    plan: Plan,
+    fake: FakeTelegram,
+) -> anyhow::Result<(Run<'a>, BroadcastParts, DynamoBroadcasts)> {
+    let millis = SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis();
+    let parts = BroadcastParts::create_named(
+        &em.sdk,
+        &format!(
+            "tgq-drill-{:02}-{}-{millis}-broadcasts.fifo",
+            s.number,
+            std::process::id()
+        ),
+    )
+    .await?;
+    let (url, arn) = (parts.queue_url.clone(), parts.queue_arn.clone());
+    let run = Run::start_with(
+        s,
+        o,
+        em,
+        plan,
+        fake,
+        &[
+            ("TGQ_BROADCASTS_QUEUE_URL", url.as_str()),
+            ("TGQ_BROADCASTS_QUEUE_ARN", arn.as_str()),
+        ],
+        super::esm::CONCURRENCY,
+    )
+    .await?;
+    for _ in 0..super::esm::CONCURRENCY {
+        run.new_worker().await?;
+    }
+    let store = DynamoBroadcasts::new(
+        aws_sdk_dynamodb::Client::new(&em.sdk),
+        run.stack.table.clone(),
+    )
+    .run_on(Arc::new(SqsQueue::new(
+        aws_sdk_sqs::Client::new(&em.sdk),
+        url,
+    )));
+    Ok((run, parts, store))
 }

@@ -4,6 +4,7 @@
 //! drill's event source mapping, and the fake Bot API — counted from the outside as on local mode.
 
 mod broadcast;
+mod broadcast_faults;
 mod esm;
 mod lambda;
 mod one_budget;
@@ -449,6 +450,7 @@ pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row
         17 => two_bots::run(s, o, em).await,
         18 => one_budget::run(s, o, em).await,
         19 => broadcast::run(s, o, em).await,
+        20 => broadcast_faults::run(s, o, em).await,
         n => bail!("scenario {n} does not apply to the emulator"),
     }
 }

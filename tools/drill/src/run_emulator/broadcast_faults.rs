@@ -1,0 +1,222 @@
+//! Scenario 20, `broadcast-faults`, on the emulator (`crate::broadcast_faults` has the scenario):
+//! the job started on the stack's table and broadcasts queue as `tgq broadcast start --stack`
+//! starts it, its steps run by the real worker from that queue; each kill SIGKILLs every worker
+//! container mid-step (the step's message shows again after its visibility timeout) and starts
+//! new ones; Telegram's outage the fake shut down and another started at its address; the job
+//! resumed as `tgq broadcast resume --stack` resumes it.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use aws_lambda_events::event::sqs::SqsBatchResponse;
+use serde_json::json;
+use tgq_aws::DynamoBroadcasts;
+use tgq_core::broadcast::{
+    self, BroadcastId, BroadcastJob, BroadcastSpec, BroadcastStore as _, Change, JobState,
+    RecipientState,
+};
+use tgq_core::clock::{Clock as _, SystemClock};
+use tgq_core::ids::BotId;
+use tgq_e2e::functions::WORKER;
+use tgq_fake_telegram::{FakeTelegram, Fault, Scope, Times};
+use tokio::sync::watch;
+
+use super::broadcast::with_broadcasts;
+use super::{Emulator, BOT_ID};
+use crate::broadcast_faults::{
+    self as scenario, limited, news, wait_until, Audience, BAD_GATEWAY_FOR, KILLS_AT, NEWS,
+    OUTAGE_AT, PATIENCE, REFUSED_FOR, REVOKED_FROM,
+};
+use crate::plan::Plan;
+use crate::scenario::Scenario;
+use crate::scenarios::{chats, first_id};
+use crate::tally::Row;
+use crate::Options;
+
+/// How often the users write to the bot meanwhile.
+const INTERACTIVE_EVERY: Duration = Duration::from_millis(250);
+/// Worker containers besides the first: one for the job's steps, the others for the updates.
+const CONTAINERS: usize = super::esm::CONCURRENCY;
+
+/// Runs the scenario.
+pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row> {
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    let fake = FakeTelegram::start_at(addr, limited()).await?;
+    let audience = Audience::new();
+    audience.faults(&fake);
+    let plan = Plan::ordinary(o.updates, chats(o), first_id(s), o.seed);
+    let (mut run, parts, store) = with_broadcasts(s, o, em, plan.clone(), fake).await?;
+
+    // The job, started as `tgq broadcast start --stack` starts it.
+    let spec = BroadcastSpec::standard(
+        BotId::new(BOT_ID)?,
+        "sendMessage",
+        json!({"text": NEWS}),
+        "cli",
+    );
+    let started = Instant::now();
+    let listed = broadcast::Audience::Chats {
+        chats: audience.list.clone(),
+    };
+    let id = broadcast::start(&store, &spec, &listed, SystemClock.now())
+        .await?
+        .job()
+        .id
+        .clone();
+
+    // The broadcasts queue's event source: its steps handed to the worker one at a time. A kill
+    // abandons the invocation under way, as Lambda's does when its container dies.
+    let (crashes, crashed) = watch::channel(0u32);
+    let pumping = Arc::new(AtomicBool::new(true));
+    let pump = {
+        let (stack, pumping) = (run.stack.stack.clone(), pumping.clone());
+        let invoke_url = em.lambda.lock().await.invoke_url(WORKER);
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(90))
+            .build()?;
+        let mut parts = parts;
+        tokio::spawn(async move {
+            while pumping.load(Ordering::SeqCst) {
+                let mut crashed = crashed.clone();
+                crashed.borrow_and_update();
+                let crash = async move {
+                    let _ = crashed.changed().await;
+                };
+                let invoke = |event| {
+                    let (http, url) = (http.clone(), invoke_url.clone());
+                    async move {
+                        let answer = http.post(&url).json(&event).send().await?;
+                        Ok::<SqsBatchResponse, anyhow::Error>(answer.json().await?)
+                    }
+                };
+                match parts.step_with(&stack, invoke, crash).await {
+                    Ok(true) => {}
+                    Ok(false) => tokio::time::sleep(Duration::from_millis(200)).await,
+                    // A step whose container died answers nothing: its message shows again.
+                    Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+                }
+            }
+            parts
+        })
+    };
+    let posting = {
+        let (poster, plan) = (run.poster.clone(), plan.clone());
+        tokio::spawn(async move { poster.send_paced(&plan, INTERACTIVE_EVERY).await })
+    };
+
+    // Three kills of every worker container, new ones started at once.
+    for (n, at) in KILLS_AT.into_iter().enumerate() {
+        wait_until(started, || {
+            audience.share(news(&run.fake.calls()).count()) >= at
+        })
+        .await?;
+        em.lambda.lock().await.kill_all(WORKER);
+        crashes.send_replace(n as u32 + 1);
+        for _ in 0..=CONTAINERS {
+            run.new_worker().await?;
+        }
+    }
+
+    // Telegram goes away: its connections refused, then 502s from an edge in front of it.
+    wait_until(started, || {
+        audience.share(news(&run.fake.calls()).count()) >= OUTAGE_AT
+    })
+    .await?;
+    run.fake.clone().shutdown().await;
+    let before_calls = run.fake.calls();
+    let before_violations = run.fake.violations();
+    tokio::time::sleep(REFUSED_FOR).await;
+    let after = FakeTelegram::start_at(addr, limited()).await?;
+    audience.faults(&after);
+    after.inject(Fault::ServerError(502), Scope::Global, Times::Always);
+    tokio::time::sleep(BAD_GATEWAY_FOR).await;
+    after.clear_faults();
+    audience.faults(&after);
+    run.fake = after;
+
+    // The users' updates answered, the token is revoked until the job pauses, then given back.
+    let drain = run.drain(posting).await?;
+    let previous = news(&before_calls).count();
+    wait_until(started, || {
+        audience.share(previous + news(&run.fake.calls()).count()) >= REVOKED_FROM
+    })
+    .await?;
+    run.fake
+        .inject(Fault::Unauthorized, Scope::Global, Times::Always);
+    let paused = wait_for(&store, &id, started, |s| {
+        matches!(s, JobState::Paused { .. })
+    })
+    .await?;
+    run.fake.clear_faults();
+    audience.faults(&run.fake);
+    store.change(&id, Change::Resume, SystemClock.now()).await?;
+    let job = wait_for(&store, &id, started, |s| *s == JobState::Done).await?;
+    let took = started.elapsed();
+    pumping.store(false, Ordering::SeqCst);
+    let parts = pump.await?;
+
+    let uncertain_chats = store
+        .undelivered(&id, None, 10_000)
+        .await?
+        .into_iter()
+        .filter(|r| r.state == RecipientState::Uncertain)
+        .map(|r| r.chat)
+        .collect();
+    let reported_job = scenario::Reported {
+        state: job.state.as_str().to_owned(),
+        sent: job.counts.sent,
+        gone: job.counts.gone,
+        failed: job.counts.failed,
+        uncertain: job.counts.uncertain,
+        uncertain_chats,
+        paused: serde_json::to_value(&paused.state)?,
+        failed_when_paused: paused.counts.failed,
+    };
+    let after = (run.fake.calls(), run.fake.violations());
+    let before = (before_calls, before_violations);
+    let letters = run.stack.dead_letters(&run.sqs).await?;
+    let reported = run.reported().await;
+    let (tally, mut checks) = scenario::counted(
+        &audience,
+        (&plan, &run.poster.posted()),
+        (&before, &after),
+        (&letters, &reported.resent),
+        &reported_job,
+        took,
+    );
+    if let Some(steps) = checks
+        .iter_mut()
+        .find(|c| c.required.starts_with("uncertain only"))
+    {
+        steps.observed.push_str(&format!(
+            "; {} steps, {} held, {} abandoned at a kill",
+            parts.steps, parts.held, parts.crashed
+        ));
+    }
+    super::note_mapping(&mut checks, &run.mapping_note());
+    run.finish_with(s, &tally, &reported, drain, checks).await
+}
+
+/// Waits until job `id`'s state is one `state` takes; the job then.
+async fn wait_for(
+    store: &DynamoBroadcasts,
+    id: &BroadcastId,
+    started: Instant,
+    state: impl Fn(&JobState) -> bool,
+) -> anyhow::Result<BroadcastJob> {
+    loop {
+        let job = store.job(id).await?.context("the job is gone")?;
+        if state(&job.state) {
+            return Ok(job);
+        }
+        if started.elapsed() > PATIENCE {
+            bail!(
+                "broadcast {id} did not reach the state awaited within {PATIENCE:?}: {}",
+                job.state.as_str()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
