@@ -544,7 +544,7 @@ impl<'a> Context<'a> {
     /// "news")`; its chat is replaced by each recipient's) to `audience`, and returns the job's
     /// id. It is a step named `broadcast:{key}`: started once, even when the run is retried, and
     /// a retry gets the same id back. The job runs apart from this update, paced like
-    /// `tgq broadcast start`, leaving [`DEFAULT_RESERVE_PERCENT`] of the bot's rate to its replies;
+    /// `tgq broadcast start`, leaving [`DEFAULT_RESERVE_PERCENT`](crate::broadcast::DEFAULT_RESERVE_PERCENT) of the bot's rate to its replies;
     /// `tgq broadcast status ID` follows it. The run writes the job and its audience (the
     /// chats, or the filter) and no more: the job's own runs write its recipients, so an audience
     /// of any size starts within the run's time. Refused, saying why, for a payload that sends
