@@ -293,10 +293,7 @@ impl BroadcastRunner {
 
     /// The job, when it is running; a job that enough of its first recipients refused is paused
     /// here, with Telegram's words.
-    async fn running(
-        &self,
-        id: &BroadcastId,
-    ) -> Result<Option<BroadcastJob>, PortError> {
+    async fn running(&self, id: &BroadcastId) -> Result<Option<BroadcastJob>, PortError> {
         let Some(job) = self.store.job(id).await? else {
             return Ok(None);
         };
