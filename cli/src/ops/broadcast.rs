@@ -16,8 +16,8 @@ use serde_json::Value;
 use tgq_aws::{DynamoBroadcasts, SqsQueue, SsmRegistry};
 use tgq_core::broadcast::{
     self, ahead_of, Audience, BroadcastId, BroadcastJob, BroadcastSpec, BroadcastStore, Change,
-    Changed, Created, JobState, Lane, Recipient, Retried, StartError, StateFilter,
-    DEFAULT_PAID_RATE, DEFAULT_RESERVE_PERCENT, PAID_STARS_PER_MESSAGE,
+    Changed, Created, JobState, Lane, QueuedBroadcasts, Recipient, Retried, StartError,
+    StateFilter, DEFAULT_PAID_RATE, DEFAULT_RESERVE_PERCENT, PAID_STARS_PER_MESSAGE,
 };
 use tgq_core::clock::{Clock as _, SystemClock};
 use tgq_core::ids::BotId;
@@ -317,7 +317,7 @@ enum Jobs {
     /// Local mode's store in this data directory.
     Local(PathBuf),
     /// A stack's table, its jobs run from its broadcasts queue; with the stack.
-    Stack(DynamoBroadcasts, Box<Deployment>),
+    Stack(QueuedBroadcasts, Box<Deployment>),
 }
 
 /// Where the target keeps its broadcasts. A stack must have its broadcasts queue: a job started
@@ -334,11 +334,13 @@ async fn jobs(target: &TargetArgs) -> anyhow::Result<Jobs> {
                 );
             };
             let queue = SqsQueue::new(aws_sdk_sqs::Client::new(&deployment.sdk), url);
-            let store = DynamoBroadcasts::new(
-                aws_sdk_dynamodb::Client::new(&deployment.sdk),
-                deployment.table.clone(),
-            )
-            .run_on(Arc::new(queue));
+            let store = QueuedBroadcasts::new(
+                Arc::new(DynamoBroadcasts::new(
+                    aws_sdk_dynamodb::Client::new(&deployment.sdk),
+                    deployment.table.clone(),
+                )),
+                Arc::new(queue),
+            );
             Ok(Jobs::Stack(store, deployment))
         }
     }

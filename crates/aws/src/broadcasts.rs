@@ -6,7 +6,6 @@
 //! another one on it is run again, and one job's sends are bounded by the item's write rate.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
@@ -16,7 +15,7 @@ use aws_sdk_dynamodb::types::{
     TransactWriteItem, Update, WriteRequest,
 };
 use futures::StreamExt;
-use tgq_core::broadcast::chain::{BroadcastQueue, ChainStep, StepClaim};
+use tgq_core::broadcast::chain::StepClaim;
 use tgq_core::broadcast::{
     Audience, BroadcastId, BroadcastJob, BroadcastSpec, BroadcastStore, Change, Changed, Counts,
     Created, JobState, Outcome, Recipient, RecipientState, Retried, Span, StateFilter, EVERY,
@@ -37,7 +36,6 @@ const BATCH_WRITE: &str = "DynamoDB BatchWriteItem (broadcast)";
 const TRANSACT: &str = "DynamoDB TransactWriteItems (broadcast)";
 const SCAN: &str = "DynamoDB Scan (broadcast audience)";
 const DELETE: &str = "DynamoDB DeleteItem (broadcast audience)";
-const QUEUE: &str = "SQS SendMessage (broadcast step)";
 
 /// BatchGetItem's most keys a request.
 const BATCH_GET_KEYS: usize = 100;
@@ -84,28 +82,19 @@ const ATTEMPTS: &str = "attempts";
 /// The recipient's state as JSON, and its tag alone, which conditions compare.
 const TAG: &str = "tag";
 
-/// Every broadcast of a stack, in its records' table; with the stack's broadcasts queue, a job
-/// started or resumed here is queued to run there.
+/// Every broadcast of a stack, in its records' table. It only stores: core's
+/// [`QueuedBroadcasts`](tgq_core::broadcast::QueuedBroadcasts) over it queues the jobs' steps on
+/// the stack's broadcasts queue.
 #[derive(Clone)]
 pub struct DynamoBroadcasts {
     client: aws_sdk_dynamodb::Client,
     table: String,
-    queue: Option<Arc<dyn BroadcastQueue>>,
 }
 
 /// An item that does not read as what its key says.
 #[derive(Debug, thiserror::Error)]
 #[error("the broadcast item {0} is malformed: {1}")]
 struct Malformed(String, &'static str);
-
-/// A running job whose step could not be queued: it is kept, and runs once it is queued.
-#[derive(Debug, thiserror::Error)]
-#[error("broadcast {id} is stored and running, but its first step could not be queued on the broadcasts queue; `tgq broadcast resume {id} --stack …` queues it (do not start it again: that would make a second job)")]
-struct NotQueued {
-    id: u64,
-    #[source]
-    error: PortError,
-}
 
 type Item = HashMap<String, AttributeValue>;
 
@@ -252,40 +241,6 @@ impl DynamoBroadcasts {
         Self {
             client,
             table: table.into(),
-            queue: None,
-        }
-    }
-
-    /// The same broadcasts, whose jobs run on `queue`: a job is queued there when it starts and
-    /// when it is resumed (docs/ARCHITECTURE.md §13).
-    pub fn run_on(self, queue: Arc<dyn BroadcastQueue>) -> Self {
-        Self {
-            queue: Some(queue),
-            ..self
-        }
-    }
-
-    /// Queues the first step of `job` when it is running. `dedup` names the queueing: a start
-    /// repeated by a retried run within SQS's deduplication window queues one step. A job that
-    /// could not be queued is kept, and the error says how to queue it.
-    async fn queue_run(&self, job: &BroadcastJob, dedup: String) -> Result<(), PortError> {
-        match &self.queue {
-            Some(queue) if job.state == JobState::Running => queue
-                .queue(
-                    &ChainStep::after(&job.id, self.claimed_step(job.id.0).await?),
-                    &dedup,
-                )
-                .await
-                .map_err(|error| {
-                    PortError::unavailable(
-                        QUEUE,
-                        NotQueued {
-                            id: job.id.0,
-                            error,
-                        },
-                    )
-                }),
-            _ => Ok(()),
         }
     }
 
@@ -331,7 +286,7 @@ impl DynamoBroadcasts {
     }
 
     /// The latest step of job `id`'s chain claimed; 0 when none was.
-    async fn claimed_step(&self, id: u64) -> Result<u64, PortError> {
+    async fn claimed(&self, id: u64) -> Result<u64, PortError> {
         Ok(self
             .get(job_pk(id))
             .await?
@@ -658,7 +613,6 @@ impl DynamoBroadcasts {
 }
 
 impl DynamoBroadcasts {
-    /// [`BroadcastStore::create`] without the queueing.
     /// The id a new job of `spec` takes, or the job of its origin (`Err`) when a start of that
     /// origin wrote one already.
     async fn new_id(
@@ -1010,7 +964,7 @@ impl DynamoBroadcasts {
         Ok((chats, next))
     }
 
-    /// [`BroadcastStore::change`] without the queueing.
+    /// [`BroadcastStore::change`]: the job's state, compared as it was read.
     async fn change_job(
         &self,
         id: &BroadcastId,
@@ -1064,12 +1018,7 @@ impl BroadcastStore for DynamoBroadcasts {
         chats: &[i64],
         now: Timestamp,
     ) -> Result<Created, PortError> {
-        let created = self.create_job(spec, chats, now).await?;
-        // A job found again (a retried start) is queued again too: the start that made it may
-        // have died before it queued it; SQS keeps one of the two.
-        let job = created.job();
-        self.queue_run(job, format!("{}-start", job.id)).await?;
-        Ok(created)
+        self.create_job(spec, chats, now).await
     }
 
     async fn create_expanding(
@@ -1078,14 +1027,10 @@ impl BroadcastStore for DynamoBroadcasts {
         audience: &Audience,
         now: Timestamp,
     ) -> Result<Created, PortError> {
-        let created = match self.new_id(spec, now).await? {
-            Ok(id) => self.write_expanding(id, spec, audience, now).await?,
-            Err(existing) => existing,
-        };
-        // As for `create`: a job found again is queued again.
-        let job = created.job();
-        self.queue_run(job, format!("{}-start", job.id)).await?;
-        Ok(created)
+        match self.new_id(spec, now).await? {
+            Ok(id) => self.write_expanding(id, spec, audience, now).await,
+            Err(existing) => Ok(existing),
+        }
     }
 
     async fn expand(&self, id: &BroadcastId, limit: u64) -> Result<bool, PortError> {
@@ -1194,31 +1139,7 @@ impl BroadcastStore for DynamoBroadcasts {
         change: Change,
         now: Timestamp,
     ) -> Result<Changed, PortError> {
-        let resume = change == Change::Resume;
-        let cancel = change == Change::Cancel;
-        match self.change_job(id, change, now).await? {
-            // A cancelled job's chain lets go of the recipients it will never send to; a job
-            // that was paused has no chain left to do it.
-            Changed::Changed { job } if cancel => {
-                if let Some(queue) = &self.queue {
-                    let step = ChainStep::after(&job.id, self.claimed_step(job.id.0).await?);
-                    if let Err(error) = queue.queue(&step, &format!("{}-cancel", job.id)).await {
-                        tracing::warn!(broadcast = %job.id, error = %tgq_core::error::error_chain(&error), "the broadcast is cancelled, but the step that lets go of its unsent recipients could not be queued: they stay in the table");
-                    }
-                }
-                Ok(Changed::Changed { job })
-            }
-            // A resumed job runs again from its first chunk; resuming a running one queues it
-            // again, for a job whose run was lost (its queue message gone).
-            Changed::Changed { job } | Changed::Refused { job }
-                if resume && self.queue.is_some() && job.state == JobState::Running =>
-            {
-                self.queue_run(&job, format!("{}-resume-{}", job.id, now.0))
-                    .await?;
-                Ok(Changed::Changed { job })
-            }
-            changed => Ok(changed),
-        }
+        self.change_job(id, change, now).await
     }
 
     async fn next(
@@ -1454,10 +1375,6 @@ impl BroadcastStore for DynamoBroadcasts {
         let job = self.job(id).await?.ok_or_else(|| {
             PortError::rejected(UPDATE, Malformed(job_pk(id.0), "the job went away"))
         })?;
-        if self.queue.is_some() && job.state == JobState::Running {
-            self.queue_run(&job, format!("{}-retry-{}", job.id, now.0))
-                .await?;
-        }
         Ok(Retried::Retried { recipients, job })
     }
 
@@ -1494,6 +1411,10 @@ impl BroadcastStore for DynamoBroadcasts {
             }
             Err(err) => Err(port_error(UPDATE, err)),
         }
+    }
+
+    async fn claimed_step(&self, id: &BroadcastId) -> Result<u64, PortError> {
+        self.claimed(id.0).await
     }
 
     async fn chats_matching(

@@ -31,6 +31,7 @@ pub mod chain;
 mod job;
 mod lane;
 mod outage;
+mod queued;
 mod recipient;
 mod refusal;
 mod runner;
@@ -41,6 +42,7 @@ mod store;
 
 pub use job::*;
 use lane::*;
+pub use queued::QueuedBroadcasts;
 pub use recipient::*;
 pub use refusal::outcome_of;
 pub use runner::*;

@@ -636,6 +636,15 @@ impl BroadcastStore for EmbeddedStore {
             .await
     }
 
+    async fn claimed_step(&self, id: &BroadcastId) -> Result<u64, PortError> {
+        let id = id.0;
+        read(&self.db, "broadcast claimed_step", move |db| {
+            let stored = read_job(&db.begin_read()?, id)?;
+            Ok(stored.and_then(|s| s.chain).map_or(0, |(step, _)| step))
+        })
+        .await
+    }
+
     async fn chats_matching(
         &self,
         bot: &BotId,

@@ -11,7 +11,7 @@ use tgq_aws::{
 };
 use tgq_core::bots::BotDirectory;
 use tgq_core::broadcast::steps::BroadcastSteps;
-use tgq_core::broadcast::{BroadcastRunner, BroadcastStore};
+use tgq_core::broadcast::{BroadcastRunner, BroadcastStore, QueuedBroadcasts};
 use tgq_core::budget::{SendBudget, SharedBudget};
 use tgq_core::clock::SystemClock;
 use tgq_core::config::Vars;
@@ -87,10 +87,13 @@ async fn main() -> Result<(), Error> {
     // the same budget (ARCHITECTURE §13); a handler's broadcast starts one there.
     let broadcasts = config.broadcasts.as_ref().map(|resources| {
         let queue = Arc::new(SqsQueue::new(sqs.clone(), resources.queue_url.clone()));
-        let store = Arc::new(
-            DynamoBroadcasts::new(dynamodb.clone(), config.resources.table.clone())
-                .run_on(queue.clone()),
-        );
+        let store = Arc::new(QueuedBroadcasts::new(
+            Arc::new(DynamoBroadcasts::new(
+                dynamodb.clone(),
+                config.resources.table.clone(),
+            )),
+            queue.clone(),
+        ));
         let source = BroadcastSource {
             steps: BroadcastSteps {
                 runner: BroadcastRunner {

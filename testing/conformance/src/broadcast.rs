@@ -1344,6 +1344,10 @@ impl BroadcastStore for Watched {
         self.store.claim_step(id, step, holder).await
     }
 
+    async fn claimed_step(&self, id: &BroadcastId) -> Result<u64, PortError> {
+        self.store.claimed_step(id).await
+    }
+
     async fn chats_matching(
         &self,
         bot: &BotId,

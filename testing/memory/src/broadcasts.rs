@@ -344,6 +344,16 @@ impl BroadcastStore for MemoryBroadcasts {
         Ok(claim)
     }
 
+    async fn claimed_step(&self, id: &BroadcastId) -> Result<u64, PortError> {
+        self.outage.check("broadcast claimed_step")?;
+        Ok(self
+            .jobs
+            .lock()
+            .get(&id.0)
+            .and_then(|job| job.chain.as_ref().map(|(step, _)| *step))
+            .unwrap_or(0))
+    }
+
     async fn chats_matching(
         &self,
         bot: &BotId,

@@ -155,6 +155,10 @@ pub trait BroadcastStore: Send + Sync {
         now: Timestamp,
     ) -> Result<Retried, PortError>;
 
+    /// The latest place of job `id`'s chain of steps claimed ([`BroadcastStore::claim_step`]);
+    /// 0 when none was (or no such job): a chain started again takes the place after it.
+    async fn claimed_step(&self, id: &BroadcastId) -> Result<u64, PortError>;
+
     /// Claims place `step` of job `id`'s chain of steps on a stack for the queue message
     /// `holder` carrying it, by [`chain::StepClaim::decide`] in one atomic write: a message
     /// received again keeps its claim; another message for the same place, or for one before

@@ -7,6 +7,7 @@ mod group_keys;
 mod ingest;
 mod operate;
 mod poller;
+mod queued;
 mod recipient_gone;
 mod state;
 mod steps;

@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use tgq_aws::{DynamoBroadcasts, SqsQueue};
-use tgq_core::broadcast::{self, Audience, BroadcastSpec, BroadcastStore as _, JobState};
+use tgq_core::broadcast::{
+    self, Audience, BroadcastSpec, BroadcastStore as _, JobState, QueuedBroadcasts,
+};
 use tgq_core::clock::{Clock as _, SystemClock};
 use tgq_core::ids::BotId;
 use tgq_e2e::broadcasts::BroadcastParts;
@@ -47,8 +49,13 @@ async fn a_broadcast_on_a_stack_reaches_each_recipient_once_across_a_killed_work
     // Started as `tgq broadcast start --stack` starts it: the job in the table, its first step
     // on the queue.
     let queue = SqsQueue::new(aws_sdk_sqs::Client::new(&config), parts.queue_url.clone());
-    let store = DynamoBroadcasts::new(aws_sdk_dynamodb::Client::new(&config), stack.table.clone())
-        .run_on(Arc::new(queue));
+    let store = QueuedBroadcasts::new(
+        Arc::new(DynamoBroadcasts::new(
+            aws_sdk_dynamodb::Client::new(&config),
+            stack.table.clone(),
+        )),
+        Arc::new(queue),
+    );
     let spec = BroadcastSpec::standard(
         BotId::new("demo").unwrap(),
         "sendMessage",

@@ -42,7 +42,7 @@ use aws_sdk_ssm::types::ParameterType;
 use secrecy::SecretString;
 use serde_json::Value;
 use tgq_aws::{DynamoBroadcasts, SqsQueue, SsmRegistry};
-use tgq_core::broadcast::{self, Audience, BroadcastSpec, BroadcastStore as _};
+use tgq_core::broadcast::{self, Audience, BroadcastSpec, BroadcastStore as _, QueuedBroadcasts};
 use tgq_core::clock::{Clock as _, SystemClock};
 use tgq_core::ids::BotId;
 use tgq_core::ingest::SECRET_HEADER;
@@ -456,8 +456,13 @@ async fn the_real_functions_run_on_the_stacks_own_resources_and_use_exactly_what
         "arn:aws:sqs:{region}:{account}:{}",
         broadcasts_url.rsplit('/').next().unwrap()
     );
-    let store = DynamoBroadcasts::new(aws_sdk_dynamodb::Client::new(&config), stack.table.clone())
-        .run_on(Arc::new(SqsQueue::new(sqs.clone(), broadcasts_url.clone())));
+    let store = QueuedBroadcasts::new(
+        Arc::new(DynamoBroadcasts::new(
+            aws_sdk_dynamodb::Client::new(&config),
+            stack.table.clone(),
+        )),
+        Arc::new(SqsQueue::new(sqs.clone(), broadcasts_url.clone())),
+    );
     let spec = BroadcastSpec::standard(
         BotId::new("demo").unwrap(),
         "sendMessage",

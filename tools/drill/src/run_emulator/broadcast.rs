@@ -14,7 +14,7 @@ use aws_lambda_events::event::sqs::SqsBatchResponse;
 use serde_json::json;
 use tgq_aws::{DynamoBroadcasts, SqsQueue};
 use tgq_core::broadcast::{
-    self, Audience, BroadcastSpec, BroadcastStore as _, DEFAULT_RESERVE_PERCENT,
+    self, Audience, BroadcastSpec, BroadcastStore as _, QueuedBroadcasts, DEFAULT_RESERVE_PERCENT,
 };
 use tgq_core::clock::{Clock as _, SystemClock};
 use tgq_core::ids::BotId;
@@ -239,7 +239,7 @@ pub(super) async fn with_broadcasts<'a>(
     em: &'a Emulator,
     plan: Plan,
     fake: FakeTelegram,
-) -> anyhow::Result<(Run<'a>, BroadcastParts, DynamoBroadcasts)> {
+) -> anyhow::Result<(Run<'a>, BroadcastParts, QueuedBroadcasts)> {
     let millis = SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis();
     let parts = BroadcastParts::create_named(
         &em.sdk,
@@ -267,13 +267,12 @@ pub(super) async fn with_broadcasts<'a>(
     for _ in 0..super::esm::CONCURRENCY {
         run.new_worker().await?;
     }
-    let store = DynamoBroadcasts::new(
-        aws_sdk_dynamodb::Client::new(&em.sdk),
-        run.stack.table.clone(),
-    )
-    .run_on(Arc::new(SqsQueue::new(
-        aws_sdk_sqs::Client::new(&em.sdk),
-        url,
-    )));
+    let store = QueuedBroadcasts::new(
+        Arc::new(DynamoBroadcasts::new(
+            aws_sdk_dynamodb::Client::new(&em.sdk),
+            run.stack.table.clone(),
+        )),
+        Arc::new(SqsQueue::new(aws_sdk_sqs::Client::new(&em.sdk), url)),
+    );
     Ok((run, parts, store))
 }

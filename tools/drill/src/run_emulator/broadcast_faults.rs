@@ -12,10 +12,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context as _};
 use aws_lambda_events::event::sqs::SqsBatchResponse;
 use serde_json::json;
-use tgq_aws::DynamoBroadcasts;
 use tgq_core::broadcast::{
     self, BroadcastId, BroadcastJob, BroadcastSpec, BroadcastStore as _, Change, JobState,
-    RecipientState,
+    QueuedBroadcasts, RecipientState,
 };
 use tgq_core::clock::{Clock as _, SystemClock};
 use tgq_core::ids::BotId;
@@ -201,7 +200,7 @@ pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row
 
 /// Waits until job `id`'s state is one `state` takes; the job then.
 async fn wait_for(
-    store: &DynamoBroadcasts,
+    store: &QueuedBroadcasts,
     id: &BroadcastId,
     started: Instant,
     state: impl Fn(&JobState) -> bool,
