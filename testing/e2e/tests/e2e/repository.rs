@@ -534,6 +534,7 @@ fn fixed_limit(sources: &[(PathBuf, String)], name: &str) -> Measure {
         "broadcast::OUTAGE_FIRST_WAIT" => time(tgq_core::broadcast::OUTAGE_FIRST_WAIT),
         "broadcast::OUTAGE_LONGEST_WAIT" => time(tgq_core::broadcast::OUTAGE_LONGEST_WAIT),
         "budget::LOOK_AGAIN_AFTER" => time(tgq_core::budget::LOOK_AGAIN_AFTER),
+        "broadcast::KEEP_ENDED" => time(tgq_core::broadcast::KEEP_ENDED),
         "journal::JOURNAL_MAX_BYTES" => bytes(tgq_embedded::JOURNAL_MAX_BYTES),
         other => {
             let constant = other.rsplit("::").next().unwrap_or(other);
