@@ -37,8 +37,8 @@ const MIGRATED: [i64; 5] = [-1_000_001, -1_000_002, -1_000_003, -1_000_004, -1_0
 pub const KILLS_AT: [f64; 3] = [0.1, 0.2, 0.3];
 /// The share delivered at which Telegram goes away, and for how long in each of its two ways.
 pub const OUTAGE_AT: f64 = 0.4;
-pub const REFUSED_FOR: Duration = Duration::from_secs(30);
-pub const BAD_GATEWAY_FOR: Duration = Duration::from_secs(30);
+const REFUSED_FOR: Duration = Duration::from_secs(30);
+const BAD_GATEWAY_FOR: Duration = Duration::from_secs(30);
 /// The share delivered from which the token is revoked (once the users' updates are answered).
 pub const REVOKED_FROM: f64 = 0.7;
 /// How long the job may take: its time at the lane's rate, the faults, and as much again.
@@ -111,6 +111,27 @@ impl Audience {
     pub fn share(&self, delivered: usize) -> f64 {
         delivered as f64 / self.reachable() as f64
     }
+}
+
+/// Telegram goes away, as `fake` answered at `addr`: its connections refused for
+/// [`REFUSED_FOR`], then every call answered 502 by an edge in front of it for
+/// [`BAD_GATEWAY_FOR`]. What the fake saw before (read once it is down, so a call it answered
+/// while it shut down is counted), and the fake that answers after, with the list's faults.
+pub async fn outage(
+    fake: &FakeTelegram,
+    addr: std::net::SocketAddr,
+    audience: &Audience,
+) -> anyhow::Result<(Seen, FakeTelegram)> {
+    fake.clone().shutdown().await;
+    let before = (fake.calls(), fake.violations());
+    tokio::time::sleep(REFUSED_FOR).await;
+    let after = FakeTelegram::start_at(addr, limited()).await?;
+    audience.faults(&after);
+    after.inject(Fault::ServerError(502), Scope::Global, Times::Always);
+    tokio::time::sleep(BAD_GATEWAY_FOR).await;
+    after.clear_faults();
+    audience.faults(&after);
+    Ok((before, after))
 }
 
 /// The chats each broadcast message reached, one per delivery.

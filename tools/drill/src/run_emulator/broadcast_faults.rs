@@ -25,8 +25,8 @@ use tokio::sync::watch;
 use super::broadcast::with_broadcasts;
 use super::{Emulator, BOT_ID};
 use crate::broadcast_faults::{
-    self as scenario, limited, news, wait_until, Audience, BAD_GATEWAY_FOR, KILLS_AT, NEWS,
-    OUTAGE_AT, PATIENCE, REFUSED_FOR, REVOKED_FROM,
+    self as scenario, limited, news, wait_until, Audience, KILLS_AT, NEWS, OUTAGE_AT, PATIENCE,
+    REVOKED_FROM,
 };
 use crate::plan::Plan;
 use crate::scenario::Scenario;
@@ -123,21 +123,12 @@ pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row
         audience.share(news(&run.fake.calls()).count()) >= OUTAGE_AT
     })
     .await?;
-    run.fake.clone().shutdown().await;
-    let before_calls = run.fake.calls();
-    let before_violations = run.fake.violations();
-    tokio::time::sleep(REFUSED_FOR).await;
-    let after = FakeTelegram::start_at(addr, limited()).await?;
-    audience.faults(&after);
-    after.inject(Fault::ServerError(502), Scope::Global, Times::Always);
-    tokio::time::sleep(BAD_GATEWAY_FOR).await;
-    after.clear_faults();
-    audience.faults(&after);
+    let (before, after) = scenario::outage(&run.fake, addr, &audience).await?;
     run.fake = after;
 
     // The users' updates answered, the token is revoked until the job pauses, then given back.
     let drain = run.drain(posting).await?;
-    let previous = news(&before_calls).count();
+    let previous = news(&before.0).count();
     wait_until(started, || {
         audience.share(previous + news(&run.fake.calls()).count()) >= REVOKED_FROM
     })
@@ -174,7 +165,6 @@ pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row
         failed_when_paused: paused.counts.failed,
     };
     let after = (run.fake.calls(), run.fake.violations());
-    let before = (before_calls, before_violations);
     let letters = run.stack.dead_letters(&run.sqs).await?;
     let reported = run.reported().await;
     let (tally, mut checks) = scenario::counted(

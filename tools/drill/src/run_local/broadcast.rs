@@ -13,8 +13,7 @@ use tgq_fake_telegram::{FakeTelegram, Fault, Scope, Times};
 
 use super::{base_env, Run};
 use crate::broadcast_faults::{
-    self, limited, news, wait_until, Audience, BAD_GATEWAY_FOR, KILLS_AT, NEWS, OUTAGE_AT,
-    PATIENCE, REFUSED_FOR, REVOKED_FROM,
+    self, limited, news, wait_until, Audience, KILLS_AT, NEWS, OUTAGE_AT, PATIENCE, REVOKED_FROM,
 };
 use crate::local::LocalTgq;
 use crate::plan::Plan;
@@ -83,23 +82,13 @@ pub async fn run(s: &Scenario, o: &Options) -> anyhow::Result<Row> {
 
     // Telegram goes away: its connections refused, then 502s from an edge in front of it.
     wait_until(started, || share(&[&run.fake]) >= OUTAGE_AT).await?;
-    // Read once it is down: a call it answered while it shut down is counted.
-    run.fake.clone().shutdown().await;
-    let before_calls = run.fake.calls();
-    let before_violations = run.fake.violations();
-    tokio::time::sleep(REFUSED_FOR).await;
-    let after = FakeTelegram::start_at(addr, limited()).await?;
-    audience.faults(&after);
-    after.inject(Fault::ServerError(502), Scope::Global, Times::Always);
-    tokio::time::sleep(BAD_GATEWAY_FOR).await;
-    after.clear_faults();
-    audience.faults(&after);
+    let (before, after) = broadcast_faults::outage(&run.fake, addr, &audience).await?;
     run.fake = after;
 
     // The users' updates answered, the token is revoked until the job pauses, then given back.
     let sending = posting;
     let drain = run.drain(sending).await?;
-    let previous = news(&before_calls).count();
+    let previous = news(&before.0).count();
     wait_until(started, || {
         audience.share(previous + news(&run.fake.calls()).count()) >= REVOKED_FROM
     })
@@ -114,7 +103,6 @@ pub async fn run(s: &Scenario, o: &Options) -> anyhow::Result<Row> {
     let took = started.elapsed();
 
     // Counted across both fakes: the one before the outage and the one after.
-    let before = (before_calls, before_violations);
     let after = (run.fake.calls(), run.fake.violations());
     let counts = &view["job"]["counts"];
     let count = |name: &str| counts[name].as_u64().unwrap_or(u64::MAX);
