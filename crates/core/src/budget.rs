@@ -118,12 +118,15 @@ impl Slot {
         }
     }
 
-    /// A slot of the in-process budget: a send to `chat` counted in its windows at `starts`.
-    fn counted_at(chat: Option<i64>, starts: Instant, now: Instant) -> Self {
+    /// A slot of the in-process budget: a send to `chat` counted in its windows at `starts`,
+    /// its wait ending `lead` before.
+    fn counted_at(chat: Option<i64>, starts: Instant, lead: Duration, now: Instant) -> Self {
         Self {
             chat,
             starts: Some(starts),
-            ..Self::after(starts - now)
+            lead,
+            measured: false,
+            ..Self::after(starts.saturating_duration_since(now + lead))
         }
     }
 }
@@ -152,8 +155,15 @@ impl SendBudget for Pacer {
         within: Duration,
     ) -> Result<Reserved, PortError> {
         let now = Instant::now();
-        Ok(match self.reserve_within(bot, chat, now, within) {
-            Ok(wait) => Reserved::Booked(Slot::counted_at(chat, now + wait, now)),
+        // A call no window counts is held by a flood wait only: when it leaves matters not.
+        let counted = self.counts(chat);
+        let lead = match counted {
+            true => self.lead().get(),
+            false => Duration::ZERO,
+        };
+        Ok(match self.reserve_within(bot, chat, (now, lead), within) {
+            Ok(wait) if counted => Reserved::Booked(Slot::counted_at(chat, now + wait, lead, now)),
+            Ok(wait) => Reserved::Booked(Slot::after(wait)),
             Err(wait) => Reserved::Later(wait),
         })
     }
@@ -164,12 +174,22 @@ impl SendBudget for Pacer {
 
     async fn clear_to_send(&self, bot: &BotId, slot: &mut Slot) -> Result<Clear, PortError> {
         let now = Instant::now();
+        if let Some(woke) = slot.starts.and_then(|starts| starts.checked_sub(slot.lead)) {
+            if !slot.measured {
+                self.lead().measured(now.saturating_duration_since(woke));
+                slot.measured = true;
+            }
+        }
         let paused = self.paused_at(bot, now);
         // The windows count the call at its slot: one leaving much later could share a second
-        // with the calls booked after it, so it is booked again, as with a shared budget.
+        // with the calls booked after it, so it is booked again, as with a shared budget; one
+        // ready early waits for it.
         let late = slot.starts.is_some_and(|starts| now > starts + LATE);
         if paused.is_zero() && !late {
-            return Ok(Clear::Go);
+            return Ok(match slot.starts {
+                Some(starts) if now < starts => Clear::After(starts - now),
+                _ => Clear::Go,
+            });
         }
         if let Some(starts) = slot.starts.take() {
             self.give_back(bot, slot.chat, starts);
@@ -276,6 +296,58 @@ const BEHIND: Duration = Duration::from_secs(1);
 /// How many chats' cells a process remembers before it starts again from the store's.
 const REMEMBERED_CHATS: usize = 4096;
 
+/// How long the latest callers took from the end of their wait to their check: what they do
+/// between (a reply's or a broadcast send's intent written) ends near their slot when the wait
+/// ends this much before it.
+#[derive(Debug)]
+pub(crate) struct Lead {
+    samples: Mutex<VecDeque<Duration>>,
+    /// The lead before anything was measured, and the least one.
+    first: Duration,
+    least: Duration,
+}
+
+impl Lead {
+    /// A lead kept for a store: a few milliseconds at least, so a store's jitter makes no call
+    /// late.
+    fn for_store() -> Self {
+        Self::new(FIRST_LEAD, MIN_LEAD)
+    }
+
+    /// A lead kept in the process: none until a caller took a while.
+    pub(crate) fn in_process() -> Self {
+        Self::new(Duration::ZERO, Duration::ZERO)
+    }
+
+    fn new(first: Duration, least: Duration) -> Self {
+        Self {
+            samples: Mutex::new(VecDeque::new()),
+            first,
+            least,
+        }
+    }
+
+    /// The third quartile of the latest measurements: a caller a little late is still inside
+    /// its slot (up to [`LATE`]), one early waits the difference.
+    pub(crate) fn get(&self) -> Duration {
+        let mut samples: Vec<Duration> = self.samples.lock().iter().copied().collect();
+        if samples.is_empty() {
+            return self.first;
+        }
+        samples.sort();
+        samples[samples.len() * 3 / 4].clamp(self.least, MAX_LEAD)
+    }
+
+    /// Counts a caller that took `took` from the end of its wait to its check.
+    pub(crate) fn measured(&self, took: Duration) {
+        let mut samples = self.samples.lock();
+        samples.push_back(took);
+        while samples.len() > LEAD_SAMPLES {
+            samples.pop_front();
+        }
+    }
+}
+
 /// A cell as a booking counts it: as last seen, less the slots this process did not use.
 #[derive(Clone)]
 struct Usable {
@@ -292,8 +364,8 @@ pub struct SharedBudget {
     /// The cells as this process last saw them: a booking starts from them, and a store that
     /// refuses the write hands back the cell it holds, so a booking costs no read.
     seen: Mutex<HashMap<CellKey, BudgetCell>>,
-    /// How long the latest callers took from the end of their wait to being clear to send.
-    lead: Mutex<VecDeque<Duration>>,
+    /// How long before its slot a caller's wait ends.
+    lead: Lead,
     /// The flood waits this process heard itself, by bot.
     heard: Mutex<HashMap<BotId, Timestamp>>,
     /// Slots this process booked and did not use (late, or held by a flood wait), by cell: the
@@ -385,31 +457,12 @@ impl SharedBudget {
             limits,
             clock,
             seen: Mutex::new(HashMap::new()),
-            lead: Mutex::new(VecDeque::new()),
+            lead: Lead::for_store(),
             heard: Mutex::new(HashMap::new()),
             unused: Mutex::new(HashMap::new()),
             queues: Mutex::new(HashMap::new()),
             writers: Mutex::new(HashMap::new()),
             looked: Mutex::new(HashMap::new()),
-        }
-    }
-
-    /// The third quartile of the latest measurements: a caller a little late is still inside
-    /// its slot (up to [`LATE`]), one early waits the difference.
-    fn lead(&self) -> Duration {
-        let mut samples: Vec<Duration> = self.lead.lock().iter().copied().collect();
-        if samples.is_empty() {
-            return FIRST_LEAD;
-        }
-        samples.sort();
-        samples[samples.len() * 3 / 4].clamp(MIN_LEAD, MAX_LEAD)
-    }
-
-    fn measured(&self, took: Duration) {
-        let mut samples = self.lead.lock();
-        samples.push_back(took);
-        while samples.len() > LEAD_SAMPLES {
-            samples.pop_front();
         }
     }
 
@@ -724,7 +777,7 @@ impl SendBudget for SharedBudget {
         };
         let (bot_key, chat_key) = (CellKey::Bot(bot.clone()), CellKey::Chat(bot.clone(), chat));
         for _ in 0..ROUNDS {
-            let (now, lead) = (self.clock.now(), self.lead());
+            let (now, lead) = (self.clock.now(), self.lead.get());
             let chat_cell = self.usable(&chat_key);
             let at = self.earliest(
                 (bot, &self.usable(&bot_key).cell),
@@ -794,7 +847,7 @@ impl SendBudget for SharedBudget {
         let now = self.clock.now();
         if !slot.measured {
             let woke = due.minus(slot.lead);
-            self.measured(now.since(woke));
+            self.lead.measured(now.since(woke));
             slot.measured = true;
         }
         let paused = self.paused_for(bot);
@@ -869,7 +922,17 @@ mod tests {
         // Never made, that send no longer holds the chat's next one a second back.
         let mut again = booked(&pacer, &bot, 7).await;
         assert_eq!(again.wait, Duration::ZERO);
-        tokio::time::advance(LATE).await;
+        // Booked as far ahead as the first caller took to its check, it is early before that.
+        let took = LATE + Duration::from_millis(1);
+        tokio::time::advance(took - Duration::from_millis(10)).await;
+        assert_eq!(
+            pacer
+                .clear_to_send(&bot, &mut again)
+                .await
+                .expect("answers"),
+            Clear::After(Duration::from_millis(10))
+        );
+        tokio::time::advance(Duration::from_millis(10)).await;
         assert_eq!(
             pacer
                 .clear_to_send(&bot, &mut again)

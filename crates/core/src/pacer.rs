@@ -11,6 +11,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
+use crate::budget::Lead;
 use crate::clock::{Clock, SystemClock};
 use crate::defaults;
 use crate::ids::BotId;
@@ -45,6 +46,13 @@ impl RateLimits {
         per_chat_per_second: None,
         per_group_per_minute: None,
     };
+
+    /// Whether a send to `chat` counts against any of these limits.
+    pub fn count(&self, chat: i64) -> bool {
+        self.per_second.is_some()
+            || self.per_chat_per_second.is_some()
+            || (chat < 0 && self.per_group_per_minute.is_some())
+    }
 }
 
 /// Telegram counts a send when it arrives; a little slack keeps two sends that left a window apart
@@ -138,6 +146,8 @@ pub(crate) fn with_send<T: Moment>(sends: &[T], at: T, now: T, span: Duration) -
 pub struct Pacer {
     limits: RateLimits,
     bots: Mutex<HashMap<BotId, BotPace>>,
+    /// How long before its slot a call's wait ends, for what its caller does before the check.
+    lead: Lead,
     memory: Option<Arc<dyn PauseMemory>>,
 }
 
@@ -216,6 +226,7 @@ impl Pacer {
         Self {
             limits,
             bots: Mutex::new(HashMap::new()),
+            lead: Lead::in_process(),
             memory: None,
         }
     }
@@ -266,23 +277,27 @@ impl Pacer {
     /// when `chat` is given, any other call (only held by a pause) when not. Returns how long to
     /// wait before making the call.
     pub fn reserve(&self, bot: &BotId, chat: Option<i64>, now: Instant) -> Duration {
-        self.reserve_within(bot, chat, now, Duration::MAX)
+        self.reserve_within(bot, chat, (now, Duration::ZERO), Duration::MAX)
             .unwrap_or_else(|wait| wait)
     }
 
-    /// [`Pacer::reserve`], when the slot comes within `within`. A later slot is not taken, and
-    /// its wait is the error: the caller gives the call up for now, and a slot it booked without
-    /// using it would push every later call of that chat back for nothing.
+    /// [`Pacer::reserve`] at `now`, for a slot `lead` or more ahead (what the caller does before
+    /// its call takes that long), when the slot comes within `within` of that. A later slot is
+    /// not taken, and its wait is the error: the caller gives the call up for now, and a slot it
+    /// booked without using it would push every later call of that chat back for nothing. The
+    /// wait is from `now` to the slot.
     pub fn reserve_within(
         &self,
         bot: &BotId,
         chat: Option<i64>,
-        now: Instant,
+        (now, lead): (Instant, Duration),
         within: Duration,
     ) -> Result<Duration, Duration> {
+        let within = within.saturating_add(lead);
         let mut bots = self.bots.lock();
         let pace = bots.entry(bot.clone()).or_default();
-        let mut at = pace.paused_until.map_or(now, |until| until.max(now));
+        let from = now + lead;
+        let mut at = pace.paused_until.map_or(from, |until| until.max(from));
         let Some(chat) = chat else {
             return match at - now {
                 wait if wait > within => Err(wait),
@@ -349,6 +364,16 @@ impl Pacer {
         }
     }
 
+    /// Whether a send to `chat` counts against any limit.
+    pub(crate) fn counts(&self, chat: Option<i64>) -> bool {
+        chat.is_some_and(|chat| self.limits.count(chat))
+    }
+
+    /// How long before its slot a call's wait ends.
+    pub(crate) fn lead(&self) -> &Lead {
+        &self.lead
+    }
+
     /// How long every call of `bot` is still held by a flood wait.
     pub fn paused_at(&self, bot: &BotId, now: Instant) -> Duration {
         let bots = self.bots.lock();
@@ -407,12 +432,22 @@ mod tests {
         let now = Instant::now();
         assert_eq!(pacer.reserve(&bot("a"), Some(5), now), Duration::ZERO);
         let refused = pacer
-            .reserve_within(&bot("a"), Some(5), now, Duration::from_millis(250))
+            .reserve_within(
+                &bot("a"),
+                Some(5),
+                (now, Duration::ZERO),
+                Duration::from_millis(250),
+            )
             .unwrap_err();
         assert!(refused >= SECOND, "{refused:?}");
         // Given up, the slot stays free: the next call a second on needs no wait.
         assert_eq!(
-            pacer.reserve_within(&bot("a"), Some(5), now + SECOND + SLACK, Duration::ZERO),
+            pacer.reserve_within(
+                &bot("a"),
+                Some(5),
+                (now + SECOND + SLACK, Duration::ZERO),
+                Duration::ZERO
+            ),
             Ok(Duration::ZERO)
         );
     }

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use parking_lot::Mutex;
@@ -25,6 +26,8 @@ pub struct MemoryBroadcasts {
     states: Arc<MemoryStore>,
     /// Fails every call while set.
     pub outage: Outage,
+    /// How long each begin takes, in turn (none: at once): a store slow by moments.
+    begin_times: Mutex<(Vec<Duration>, usize)>,
 }
 
 struct Job {
@@ -38,6 +41,12 @@ impl MemoryBroadcasts {
     /// No jobs, no states.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Makes each begin take the next of `times`, in turn, from the first again after the last:
+    /// a store whose writes are slow by moments, and not all alike.
+    pub fn slow_begins(&self, times: Vec<Duration>) {
+        *self.begin_times.lock() = (times, 0);
     }
 
     /// No jobs; the audiences are chosen from the states `store` keeps.
@@ -198,6 +207,16 @@ impl BroadcastStore for MemoryBroadcasts {
     }
 
     async fn begin(&self, id: &BroadcastId, index: u64) -> Result<(), PortError> {
+        let took = {
+            let mut times = self.begin_times.lock();
+            let (times, next) = &mut *times;
+            let took = times.get(*next % times.len().max(1)).copied();
+            *next += 1;
+            took
+        };
+        if let Some(took) = took {
+            tokio::time::sleep(took).await;
+        }
         self.outage.check("broadcast begin")?;
         let mut jobs = self.jobs.lock();
         let refused = |why: &str| {

@@ -369,6 +369,16 @@ struct LeftBehind {
     outage: outage::Outage,
 }
 
+/// Where a send stands once booked.
+enum Turn {
+    /// Its slot is booked and waited for: its intent is written next, then it is cleared.
+    Booked(Slot),
+    /// Nothing paces the Bot API it calls: its turn in the lane was all.
+    Unpaced,
+    /// The process is stopping; nothing was booked.
+    Stopping,
+}
+
 /// Set while a send is begun and not settled: a task that ends in between leaves a doubt.
 struct Begun<'a>(Option<&'a LeftBehind>);
 
@@ -425,42 +435,55 @@ impl RecipientSend {
         }
     }
 
-    /// Books a send to `chat`, waits for the lane, and clears it: the moment just before the
-    /// call. `None` when the process is stopping first.
-    async fn at_the_wire(&mut self, chat: i64) -> Result<Option<()>, PortError> {
+    /// Books a send to `chat` and waits for the lane and for the slot: the moment to write the
+    /// send's intent, which the slot's lead leaves time for.
+    async fn turn(&mut self, chat: i64) -> Result<Turn, PortError> {
         if !self.paced {
             self.gate.pass().await;
-            return Ok(Some(()));
+            return Ok(Turn::Unpaced);
         }
         // A send the bot's budget counts is booked after its turn in the lane: the budget counts
         // it at its slot, and a call held at the gate past that slot could share a second with
         // the calls booked after it. The paid lane books no slot, so its gate comes last.
         let counted = self.job.spec.lane == Lane::Standard;
+        if counted {
+            self.gate.pass().await;
+        }
+        let Some(slot) = self.booked(chat).await? else {
+            return Ok(Turn::Stopping);
+        };
+        if !counted {
+            self.gate.pass().await;
+        }
+        Ok(Turn::Booked(slot))
+    }
+
+    /// Books a send to `chat`, waits for the lane, and clears it: the moment just before the
+    /// call. `None` when the process is stopping first.
+    async fn at_the_wire(&mut self, chat: i64) -> Result<Option<()>, PortError> {
         loop {
-            if counted {
-                self.gate.pass().await;
-            }
-            let Some(mut slot) = self.booked(chat).await? else {
-                return Ok(None);
-            };
-            if !counted {
-                self.gate.pass().await;
-            }
-            if self.cleared(&mut slot).await? {
-                return Ok(Some(()));
+            match self.turn(chat).await? {
+                Turn::Unpaced => return Ok(Some(())),
+                Turn::Stopping => return Ok(None),
+                Turn::Booked(mut slot) => {
+                    if self.cleared(&mut slot).await? {
+                        return Ok(Some(()));
+                    }
+                }
             }
         }
     }
 
     async fn go(mut self) {
         let chat = self.recipient.chat;
-        // Booked, its turn in the lane come and cleared, the send is at the wire before its
-        // intent is written: a process killed meanwhile leaves the recipient as it was, never
-        // uncertain. Not at the wire (stopping, or the budget's store failed), it is not begun
-        // and stays for the next run.
-        match self.at_the_wire(chat).await {
-            Ok(Some(())) => {}
-            Ok(None) => {
+        // Booked and its turn in the lane come, the send writes its intent, is cleared, and
+        // calls: the order replies keep, so the budget's lead covers the write and the call
+        // leaves at the slot it was counted at. Not booked (stopping, or the budget's store
+        // failed), it is not begun and stays for the next run.
+        let mut slot = match self.turn(chat).await {
+            Ok(Turn::Booked(slot)) => Some(slot),
+            Ok(Turn::Unpaced) => None,
+            Ok(Turn::Stopping) => {
                 self.left.retries.store(true, Ordering::SeqCst);
                 return;
             }
@@ -469,7 +492,7 @@ impl RecipientSend {
                 self.left.failed.lock().get_or_insert(error);
                 return;
             }
-        }
+        };
         // Until it settles, an end of this task leaves a doubt; so does a begin whose answer was
         // lost, which may have been written.
         let left = self.left.clone();
@@ -478,6 +501,26 @@ impl RecipientSend {
         if let Err(error) = self.store.begin(&self.job.id, self.recipient.index).await {
             self.left.retries.store(true, Ordering::SeqCst);
             warn!(broadcast = %self.job.id, error = %error_chain(&error), "recording a broadcast send's start failed; it is tried again");
+            return;
+        }
+        let clear = match slot.as_mut() {
+            Some(slot) => self.cleared(slot).await,
+            None => Ok(true),
+        };
+        if !matches!(clear, Ok(true)) {
+            // The slot went by while the intent was written, a flood wait began, or the budget's
+            // store failed: the call never left, so the recipient goes back to the list with no
+            // attempt spent.
+            self.left.retries.store(true, Ordering::SeqCst);
+            if let Err(error) = clear {
+                self.left.failed.lock().get_or_insert(error);
+            }
+            let back = Outcome::Held {
+                due: self.clock.now().0,
+            };
+            if self.settled(back).await {
+                begun.0 = None;
+            }
             return;
         }
         let outcome = self.call(chat).await;

@@ -1,6 +1,7 @@
 //! A broadcast and a bot's replies share its budget in one process: every call reaches Telegram
 //! at the slot the budget counted it at, so together they never pass the bot's rate, however
-//! the replies bunch. Paused time: every instant below is exact.
+//! the replies bunch, and however long the store takes to write each send's intent. Paused
+//! time: every instant below is exact.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,19 +9,24 @@ use std::time::Duration;
 use async_trait::async_trait;
 use parking_lot::Mutex;
 use serde_json::{json, Value};
+use tgq_core::broadcast::RecipientState;
 use tgq_core::broadcast::{BroadcastRunner, BroadcastSpec, BroadcastStore, RunEnd};
-use tgq_core::budget::{Clear, Reserved, SendBudget};
-use tgq_core::clock::{Clock, SystemClock};
+use tgq_core::budget::{Clear, Reserved, SendBudget, SharedBudget};
+use tgq_core::clock::Clock;
 use tgq_core::ids::BotId;
 use tgq_core::pacer::{Pacer, RateLimits};
 use tgq_core::policy::RetryPolicy;
+use tgq_core::record::Timestamp;
 use tgq_core::telegram::{ApiCall, BotApi, CallError};
-use tgq_memory::MemoryBroadcasts;
+use tgq_memory::{MemoryBroadcasts, MemoryBudgetCells};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 /// The bot's rate in these tests: messages a second across all its chats.
 const RATE: u32 = 10;
+/// A second less the 50 ms a call may leave after its slot: the window a slow store's calls are
+/// counted in.
+const SLOW: Duration = Duration::from_millis(950);
 
 fn bot() -> BotId {
     BotId::new("paced").expect("a valid bot id")
@@ -30,6 +36,7 @@ fn bot() -> BotId {
 #[derive(Default)]
 struct Wire {
     arrived: Mutex<Vec<Instant>>,
+    chats: Mutex<Vec<i64>>,
 }
 
 #[async_trait]
@@ -37,18 +44,19 @@ impl BotApi for Wire {
     async fn call(&self, call: &ApiCall<'_>) -> Result<Value, CallError> {
         self.arrived.lock().push(Instant::now());
         let chat = call.params["chat_id"].as_i64().expect("a chat id");
+        self.chats.lock().push(chat);
         Ok(json!({"message_id": 1, "chat": {"id": chat}}))
     }
 }
 
 /// Sends as the worker's replies do: book, wait for the slot, clear, call; booked again when
 /// the slot went by or a flood wait held it.
-async fn reply(budget: Arc<Pacer>, wire: Arc<Wire>, chat: i64) {
+async fn reply(budget: Arc<dyn SendBudget>, wire: Arc<Wire>, chat: i64) {
     loop {
-        let Reserved::Booked(mut slot) =
-            SendBudget::reserve(&*budget, &bot(), Some(chat), Duration::from_secs(60))
-                .await
-                .expect("an in-process budget answers")
+        let Reserved::Booked(mut slot) = budget
+            .reserve(&bot(), Some(chat), Duration::from_secs(60))
+            .await
+            .expect("an in-process budget answers")
         else {
             panic!("a slot within a minute");
         };
@@ -69,13 +77,13 @@ async fn reply(budget: Arc<Pacer>, wire: Arc<Wire>, chat: i64) {
     wire.arrived.lock().push(Instant::now());
 }
 
-/// The most calls that reached the wire within any one second.
-fn busiest_second(mut arrived: Vec<Instant>) -> usize {
+/// The most calls that reached the wire within any `span`.
+fn busiest(mut arrived: Vec<Instant>, span: Duration) -> usize {
     arrived.sort();
     let mut first = 0;
     let mut most = 0;
     for (last, at) in arrived.iter().enumerate() {
-        while *at - arrived[first] >= Duration::from_secs(1) {
+        while *at - arrived[first] >= span {
             first += 1;
         }
         most = most.max(last + 1 - first);
@@ -85,16 +93,77 @@ fn busiest_second(mut arrived: Vec<Instant>) -> usize {
 
 #[tokio::test(start_paused = true)]
 async fn a_broadcast_and_bursts_of_replies_stay_within_the_bot_s_rate_together() {
-    let limits = RateLimits {
+    let limits = limits();
+    let clock = tokio_clock();
+    // A store that answers at once: every call leaves at its slot, so no second holds more.
+    let budget = Arc::new(Pacer::new(limits));
+    among_replies(budget, clock, &[], Duration::from_secs(1)).await;
+}
+
+/// Telegram's limits with the bot's rate at `RATE`.
+fn limits() -> RateLimits {
+    RateLimits {
         per_second: Some(RATE),
         ..RateLimits::default()
-    };
-    let budget = Arc::new(Pacer::new(limits));
-    let store: Arc<dyn BroadcastStore> = Arc::new(MemoryBroadcasts::new());
+    }
+}
+
+/// A wall clock on tokio's time, from now.
+fn tokio_clock() -> Arc<dyn Clock> {
+    Arc::new(TokioClock {
+        started: Instant::now(),
+    })
+}
+
+/// Tokio's time as a wall clock, for the budget kept in a store: paused, it moves only as the
+/// test's waits do.
+struct TokioClock {
+    started: Instant,
+}
+
+impl Clock for TokioClock {
+    fn now(&self) -> Timestamp {
+        Timestamp(1_800_000_000_000).plus(Instant::now() - self.started)
+    }
+}
+
+/// Users writing in bursts while the broadcast goes, as in the test above: six replies at once,
+/// every 1.5 s, five times.
+fn bursts_of_replies(budget: Arc<dyn SendBudget>, wire: Arc<Wire>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut sent = Vec::new();
+        for burst in 0..5 {
+            tokio::time::sleep(Duration::from_millis(1_500)).await;
+            for user in 0..6 {
+                let chat = 10_000 + burst * 10 + user;
+                sent.push(tokio::spawn(reply(budget.clone(), wire.clone(), chat)));
+            }
+        }
+        for reply in sent {
+            reply.await.expect("the reply is sent");
+        }
+    })
+}
+
+/// A broadcast of 60 recipients and bursts of replies at `RATE` a second through `budget`, each
+/// broadcast intent written by a store that takes the next of `begins` (in milliseconds, in
+/// turn), longer than a slot may be late for some or all of them. Every recipient is sent once
+/// and every call leaves within `LATE` of the slot its budget booked, so no `window` (a second,
+/// less that lateness when the store is slow) holds more than `RATE` calls; a send whose slot
+/// went by while its intent was written goes back to the list, unspent.
+async fn among_replies(
+    budget: Arc<dyn SendBudget>,
+    clock: Arc<dyn Clock>,
+    begins: &[u64],
+    window: Duration,
+) {
+    let memory = Arc::new(MemoryBroadcasts::new());
+    memory.slow_begins(begins.iter().copied().map(Duration::from_millis).collect());
+    let store: Arc<dyn BroadcastStore> = memory.clone();
     let spec = BroadcastSpec::standard(bot(), "sendMessage", json!({"text": "news"}), "cli");
     let chats: Vec<i64> = (1..=60).collect();
     let id = store
-        .create(&spec, &chats, SystemClock.now())
+        .create(&spec, &chats, clock.now())
         .await
         .expect("the job is created")
         .job()
@@ -104,40 +173,72 @@ async fn a_broadcast_and_bursts_of_replies_stay_within_the_bot_s_rate_together()
         store: store.clone(),
         budget: budget.clone(),
         bot_rate: Some(RATE),
-        clock: Arc::new(SystemClock),
+        clock,
         retry: RetryPolicy::default(),
     };
     let wire = Arc::new(Wire::default());
-    // Users write in bursts while the broadcast goes: six replies at once, every 1.5 s.
-    let replies = {
-        let (budget, wire) = (budget.clone(), wire.clone());
-        tokio::spawn(async move {
-            let mut sent = Vec::new();
-            for burst in 0..5 {
-                tokio::time::sleep(Duration::from_millis(1_500)).await;
-                for user in 0..6 {
-                    let chat = 10_000 + burst * 10 + user;
-                    sent.push(tokio::spawn(reply(budget.clone(), wire.clone(), chat)));
-                }
-            }
-            for reply in sent {
-                reply.await.expect("the reply is sent");
-            }
-        })
-    };
+    let replies = bursts_of_replies(budget, wire.clone());
     let (_stop, stopped) = watch::channel(false);
     let api: Arc<dyn BotApi> = wire.clone();
-    let ended = runner
-        .run(&id, api, stopped)
+    let ended = tokio::time::timeout(Duration::from_secs(120), runner.run(&id, api, stopped))
         .await
+        .expect("the broadcast ends within two minutes")
         .expect("the store answers");
     replies.await.expect("every reply is sent");
     assert_eq!(ended, RunEnd::Done);
-    let arrived = wire.arrived.lock().clone();
-    assert_eq!(arrived.len(), 60 + 30, "every send reached the wire once");
-    let busiest = busiest_second(arrived);
+    assert_eq!(
+        wire.arrived.lock().len(),
+        60 + 30,
+        "every send reached the wire once"
+    );
+    let mut reached: Vec<i64> = wire
+        .chats
+        .lock()
+        .iter()
+        .copied()
+        .filter(|chat| *chat < 10_000)
+        .collect();
+    reached.sort();
+    assert_eq!(reached, chats, "every recipient was called once");
+    let recipients = memory.recipients(&id);
+    assert!(
+        recipients
+            .iter()
+            .all(|r| matches!(r.state, RecipientState::Sent { .. })),
+        "every recipient is sent: {:?}",
+        recipients.iter().map(|r| &r.state).collect::<Vec<_>>()
+    );
+    let busiest = busiest(wire.arrived.lock().clone(), window);
     assert!(
         busiest <= RATE as usize,
-        "{busiest} calls reached Telegram within one second; the bot may make {RATE}"
+        "{busiest} calls reached Telegram within {window:?}; the bot may make {RATE} a second"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_store_sends_no_broadcast_call_outside_its_slot_in_the_process_s_budget() {
+    let limits = limits();
+    let clock = tokio_clock();
+    among_replies(
+        Arc::new(Pacer::new(limits)),
+        clock,
+        &[0, 120, 60, 180, 30],
+        SLOW,
+    )
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_store_always_slower_than_a_slot_may_be_late_still_sends_everything_in_the_process() {
+    let limits = limits();
+    let clock = tokio_clock();
+    among_replies(Arc::new(Pacer::new(limits)), clock, &[120], SLOW).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_store_sends_no_broadcast_call_outside_its_slot_in_a_shared_budget() {
+    let limits = limits();
+    let clock = tokio_clock();
+    let budget = SharedBudget::new(Arc::new(MemoryBudgetCells::new()), limits, clock.clone());
+    among_replies(Arc::new(budget), clock, &[0, 120, 60, 180, 30], SLOW).await;
 }
