@@ -5,11 +5,12 @@
 //! in `batchItemFailures`; a failed record shows again when its visibility ends.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context as _};
 use aws_config::SdkConfig;
-use aws_lambda_events::event::sqs::SqsEvent;
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use aws_sdk_sqs::types::QueueAttributeName;
 
 use crate::emulator::Stack;
@@ -40,8 +41,13 @@ pub struct TimerParts {
 impl TimerParts {
     /// Creates `stack`'s timer queue and schedule group.
     pub async fn create(config: &SdkConfig, stack: &Stack) -> anyhow::Result<TimerParts> {
+        Self::create_named(config, &format!("{}-timers", stack.table)).await
+    }
+
+    /// Creates a timer queue and a schedule group, both named `name`.
+    pub async fn create_named(config: &SdkConfig, name: &str) -> anyhow::Result<TimerParts> {
         let sqs = aws_sdk_sqs::Client::new(config);
-        let name = format!("{}-timers", stack.table);
+        let name = name.to_owned();
         let queue_url = sqs
             .create_queue()
             .queue_name(&name)
@@ -102,6 +108,20 @@ impl TimerParts {
         functions: &Functions,
         stack: &Stack,
     ) -> anyhow::Result<usize> {
+        self.relay_with(stack, |event| async move {
+            functions.invoke_worker(&event).await
+        })
+        .await
+    }
+
+    /// [`TimerParts::relay_once`] with the worker invoked by `invoke` (another harness's runtime).
+    /// An invocation that fails hands nothing back: its records show again when their visibility
+    /// ends, as Lambda's mapping leaves them.
+    pub async fn relay_with<F, Fut>(&mut self, stack: &Stack, invoke: F) -> anyhow::Result<usize>
+    where
+        F: FnOnce(SqsEvent) -> Fut,
+        Fut: Future<Output = anyhow::Result<SqsBatchResponse>>,
+    {
         let messages = self
             .sqs
             .receive_message()
@@ -127,7 +147,7 @@ impl TimerParts {
                 record
             })
             .collect();
-        let response = functions.invoke_worker(&event).await?;
+        let response = invoke(event).await?;
         let failed: Vec<String> = response
             .batch_item_failures
             .into_iter()

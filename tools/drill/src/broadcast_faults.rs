@@ -45,6 +45,10 @@ pub const REVOKED_FROM: f64 = 0.7;
 pub const PATIENCE: Duration = Duration::from_secs(600);
 /// The text the job sends.
 pub const NEWS: &str = "news";
+/// Every this-many-th user update schedules a timer this far ahead (`/later`): replies, timers and
+/// the broadcast share the bot's budget and every fault.
+pub const TIMER_EVERY: usize = 5;
+pub const TIMER_AFTER_MS: u64 = 500;
 
 fn supergroup(group: i64) -> i64 {
     -1_001_000_000_000 + group
@@ -210,6 +214,14 @@ pub fn counted(
     let tally = Tally::count(plan, posted, &calls, &violations, letters, resent);
     let mut all = tally.base_checks();
     all.push(no_unexpected_dead(&tally));
+    all.push(Check::new(
+        "every timer's reply once, after its update's",
+        tally.timers > 0 && tally.timers_once == tally.timers,
+        format!(
+            "{} of {} timers replied once; {} order violations in all",
+            tally.timers_once, tally.timers, tally.order_violations
+        ),
+    ));
     all.extend(checks(
         audience,
         (&before.0, &after.0),

@@ -33,6 +33,9 @@ pub struct Planned {
     /// Bytes of filler in the sender's `last_name`, which the echo bot never reads: a body that
     /// large makes every stored update take that much room.
     pub padding: usize,
+    /// Whether the update schedules a timer (`/later MS …`) whose own reply (`echo timer U: …`)
+    /// must reach its chat once, after the update's.
+    pub timer: bool,
 }
 
 impl Planned {
@@ -91,6 +94,7 @@ impl Plan {
                     text: format!("c{chat} m{n}"),
                     expect: Expect::Reply,
                     padding: 0,
+                    timer: false,
                 }
             })
             .collect();
@@ -98,6 +102,16 @@ impl Plan {
             updates,
             poison: Vec::new(),
         }
+    }
+
+    /// The same traffic with every `every`-th update (the first included) scheduling a timer
+    /// `ms` milliseconds ahead: replies and timers through the same faults.
+    pub fn with_timers(mut self, every: usize, ms: u64) -> Plan {
+        for planned in self.updates.iter_mut().step_by(every.max(1)) {
+            planned.text = format!("/later {ms} {}", planned.text);
+            planned.timer = true;
+        }
+        self
     }
 
     /// The same traffic with `bytes` of filler in every update's body.
@@ -175,6 +189,20 @@ mod tests {
         let chats = |p: &Plan| p.updates.iter().map(|u| u.chat).collect::<Vec<_>>();
         assert_eq!(chats(&plan), chats(&again));
         assert_ne!(chats(&plan), chats(&Plan::ordinary(100, 7, 1000, 43)));
+    }
+
+    #[test]
+    fn timers_go_to_every_nth_update_and_say_when_in_their_text() {
+        let plan = Plan::ordinary(10, 3, 1, 1).with_timers(4, 250);
+        let timed: Vec<i64> = plan
+            .updates
+            .iter()
+            .filter(|p| p.timer)
+            .map(|p| p.update_id)
+            .collect();
+        assert_eq!(timed, [1, 5, 9]);
+        assert!(plan.updates[0].text.starts_with("/later 250 c"));
+        assert!(!plan.updates[1].text.starts_with("/later"));
     }
 
     #[test]

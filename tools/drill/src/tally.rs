@@ -192,6 +192,49 @@ pub struct Tally {
     pub unexpected_effects: u64,
     /// Repeats explained by tgq's own report of a send repeated after an unknown outcome.
     pub resent_by_tgq: u64,
+    /// Timers planned, and those whose reply reached their chat exactly once (their losses and
+    /// repeats are in `lost` and `twice`, with their update's id).
+    pub timers: u64,
+    pub timers_once: u64,
+}
+
+/// How many times an effect reached Telegram, as the tally judges it.
+enum Effect {
+    /// Not at all.
+    None,
+    /// Once; `uncertain` calls before it took effect with their answers lost, or one that tgq
+    /// reported as made again after an unknown outcome (`resent`).
+    Once { uncertain: u64, resent: bool },
+    /// More than once, unexplained.
+    Twice,
+}
+
+impl Effect {
+    /// Judges the deliveries `delivered` (their seqs, in arrival order): repeats after calls the
+    /// fake never answered are uncertain, not twice; so is a second one tgq reported as made
+    /// again (`resent`), unless the effect is at most once.
+    fn of(delivered: &[u64], violations: &Violations, at_most_once: bool, resent: bool) -> Effect {
+        let unanswered_before_last = delivered
+            .iter()
+            .take(delivered.len().saturating_sub(1))
+            .all(|seq| violations.unanswered.contains(seq));
+        match delivered.len() {
+            0 => Effect::None,
+            1 => Effect::Once {
+                uncertain: u64::from(violations.unanswered.contains(&delivered[0])),
+                resent: false,
+            },
+            n if !at_most_once && unanswered_before_last => Effect::Once {
+                uncertain: n as u64 - 1,
+                resent: false,
+            },
+            2 if !at_most_once && resent => Effect::Once {
+                uncertain: 1,
+                resent: true,
+            },
+            _ => Effect::Twice,
+        }
+    }
 }
 
 impl Tally {
@@ -211,6 +254,7 @@ impl Tally {
             ..Tally::default()
         };
         let replies = echo_replies(calls);
+        let timers = timer_replies(calls);
         let lettered: HashMap<i64, &Letter> = letters
             .iter()
             .filter_map(|l| l.update_id.map(|id| (id, l)))
@@ -220,36 +264,22 @@ impl Tally {
             let delivered = replies.get(&id).map_or(&[][..], Vec::as_slice);
             let letter = lettered.get(&id);
             let acknowledged = posted.acknowledged.contains_key(&id);
-            let unanswered_before_last = delivered
-                .iter()
-                .take(delivered.len().saturating_sub(1))
-                .all(|seq| violations.unanswered.contains(seq));
             match planned.expect {
                 Expect::Reply | Expect::ReplyAtMostOnce => {
                     let at_most_once = planned.expect == Expect::ReplyAtMostOnce;
-                    match delivered.len() {
-                        0 if letter.is_some() => {}
-                        0 if acknowledged => {
+                    let resent = resent.contains(&id);
+                    match Effect::of(delivered, violations, at_most_once, resent) {
+                        Effect::None if letter.is_none() && acknowledged => {
                             tally.lost += 1;
                             tally.lost_ids.push(id);
                         }
-                        0 => {}
-                        1 => {
+                        Effect::None => {}
+                        Effect::Once { uncertain, resent } => {
                             tally.once += 1;
-                            if violations.unanswered.contains(&delivered[0]) {
-                                tally.uncertain += 1;
-                            }
+                            tally.uncertain += uncertain;
+                            tally.resent_by_tgq += u64::from(resent);
                         }
-                        _ if !at_most_once && unanswered_before_last => {
-                            tally.once += 1;
-                            tally.uncertain += delivered.len() as u64 - 1;
-                        }
-                        2 if !at_most_once && resent.contains(&id) => {
-                            tally.once += 1;
-                            tally.uncertain += 1;
-                            tally.resent_by_tgq += 1;
-                        }
-                        _ => {
+                        Effect::Twice => {
                             tally.twice += 1;
                             tally.twice_ids.push(id);
                         }
@@ -276,6 +306,27 @@ impl Tally {
                 Expect::Gone => {
                     if !delivered.is_empty() {
                         tally.unexpected_effects += 1;
+                    }
+                }
+            }
+            // A timer is scheduled by its update's run: one acknowledged and never dead-lettered
+            // owes its chat the timer's reply too. A timer's send is made at least once.
+            if planned.timer && planned.expect == Expect::Reply {
+                tally.timers += 1;
+                let fired = timers.get(&id).map_or(&[][..], Vec::as_slice);
+                match Effect::of(fired, violations, false, false) {
+                    Effect::None if letter.is_none() && acknowledged => {
+                        tally.lost += 1;
+                        tally.lost_ids.push(id);
+                    }
+                    Effect::None => {}
+                    Effect::Once { uncertain, .. } => {
+                        tally.timers_once += 1;
+                        tally.uncertain += uncertain;
+                    }
+                    Effect::Twice => {
+                        tally.twice += 1;
+                        tally.twice_ids.push(id);
                     }
                 }
             }
@@ -403,8 +454,33 @@ fn echo_replies(calls: &[RecordedCall]) -> HashMap<i64, Vec<u64>> {
     replies
 }
 
+/// The update id a timer's echo reply names: `echo timer {update_id}: …`.
+fn timer_update_id(text: &str) -> Option<i64> {
+    text.strip_prefix("echo timer ")?
+        .split(':')
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Delivered timer replies by the id of the update that scheduled them: the seq of each
+/// delivery, in arrival order.
+fn timer_replies(calls: &[RecordedCall]) -> HashMap<i64, Vec<u64>> {
+    let mut fired: HashMap<i64, Vec<u64>> = HashMap::new();
+    for call in calls
+        .iter()
+        .filter(|c| c.is_delivered() && c.method == "sendMessage")
+    {
+        if let Some(id) = call.params["text"].as_str().and_then(timer_update_id) {
+            fired.entry(id).or_default().push(call.seq);
+        }
+    }
+    fired
+}
+
 /// Per chat, replies whose update comes before one already answered in that chat (first
-/// deliveries only: a re-send is counted as twice, not as out of order).
+/// deliveries only: a re-send is counted as twice, not as out of order), and timers' replies that
+/// came before their update's.
 fn order_violations(plan: &Plan, calls: &[RecordedCall]) -> u64 {
     let mut seen: BTreeSet<i64> = BTreeSet::new();
     let mut latest: HashMap<i64, i64> = HashMap::new();
@@ -413,7 +489,12 @@ fn order_violations(plan: &Plan, calls: &[RecordedCall]) -> u64 {
         .iter()
         .filter(|c| c.is_delivered() && c.method == "sendMessage")
     {
-        let Some(id) = call.params["text"].as_str().and_then(echo_update_id) else {
+        let text = call.params["text"].as_str().unwrap_or_default();
+        if let Some(id) = timer_update_id(text) {
+            violations += u64::from(plan.get(id).is_some() && !seen.contains(&id));
+            continue;
+        }
+        let Some(id) = echo_update_id(text) else {
             continue;
         };
         let Some(planned) = plan.get(id) else {
@@ -464,6 +545,7 @@ mod tests {
                     text: "t".into(),
                     expect,
                     padding: 0,
+                    timer: false,
                 })
                 .collect(),
             poison: vec!["junk".into()],
@@ -503,6 +585,52 @@ mod tests {
         assert_eq!(tally.lost_ids, vec![3]);
         assert_eq!(tally.order_violations, 1);
         assert!(!tally.base_checks().iter().all(|c| c.met));
+    }
+
+    #[test]
+    fn a_timer_owes_its_chat_one_reply_after_its_update_s() {
+        let mut plan = plan(&[
+            (1, 10, Expect::Reply),
+            (2, 11, Expect::Reply),
+            (3, 12, Expect::Reply),
+            (4, 13, Expect::Reply),
+            (5, 14, Expect::Dead),
+        ]);
+        for planned in &mut plan.updates {
+            planned.timer = true;
+        }
+        let calls = [
+            call(1, 10, "echo 1: t"),
+            call(2, 10, "echo timer 1: t"),
+            // Update 2's timer is never fired.
+            call(3, 11, "echo 2: t"),
+            // Update 3's fired twice.
+            call(4, 12, "echo 3: t"),
+            call(5, 12, "echo timer 3: t"),
+            call(6, 12, "echo timer 3: t"),
+            // Update 4's fired before its update's reply.
+            call(7, 13, "echo timer 4: t"),
+            call(8, 13, "echo 4: t"),
+        ];
+        let letter = Letter {
+            bot: None,
+            update_id: Some(5),
+            reason: "permanent_error".into(),
+            attempts: 1,
+            body: String::new(),
+        };
+        let tally = Tally::count(
+            &plan,
+            &acknowledged(&[1, 2, 3, 4, 5]),
+            &calls,
+            &Violations::default(),
+            &[letter],
+            &BTreeSet::new(),
+        );
+        // The dead letter's update scheduled nothing: it owes no timer.
+        assert_eq!((tally.timers, tally.timers_once), (4, 2));
+        assert_eq!((tally.lost_ids, tally.twice_ids), (vec![2], vec![3]));
+        assert_eq!(tally.order_violations, 1);
     }
 
     #[test]

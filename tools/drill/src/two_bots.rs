@@ -82,6 +82,7 @@ impl NoisyChats {
                         false => Expect::Reply,
                     },
                     padding: 0,
+                    timer: false,
                 }
             })
             .collect();

@@ -55,7 +55,7 @@ pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row
     })
     .await?;
     let plan = Plan::ordinary(o.updates, CHATS, 1, o.seed);
-    let (run, mut parts, store) = with_broadcasts(s, o, em, plan.clone(), fake).await?;
+    let (run, mut parts, store) = with_broadcasts(s, o, em, plan.clone(), fake, &[]).await?;
     let chats: Vec<i64> = (0..recipients as i64)
         .map(|i| FIRST_RECIPIENT + i)
         .collect();
@@ -233,12 +233,14 @@ pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row
 /// The scenario's pipeline with a broadcasts queue: the worker given it, a container for the
 /// job's steps besides those of the updates' batches (Lambda runs each invocation in a container
 /// of its own), and the job store `tgq broadcast --stack` uses, which queues a job's steps there.
+/// `env` is more of the worker's settings.
 pub(super) async fn with_broadcasts<'a>(
     s: &Scenario,
     o: &Options,
     em: &'a Emulator,
     plan: Plan,
     fake: FakeTelegram,
+    env: &[(&str, &str)],
 ) -> anyhow::Result<(Run<'a>, BroadcastParts, QueuedBroadcasts)> {
     let millis = SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis();
     let parts = BroadcastParts::create_named(
@@ -251,19 +253,12 @@ pub(super) async fn with_broadcasts<'a>(
     )
     .await?;
     let (url, arn) = (parts.queue_url.clone(), parts.queue_arn.clone());
-    let run = Run::start_with(
-        s,
-        o,
-        em,
-        plan,
-        fake,
-        &[
-            ("TGQ_BROADCASTS_QUEUE_URL", url.as_str()),
-            ("TGQ_BROADCASTS_QUEUE_ARN", arn.as_str()),
-        ],
-        super::esm::CONCURRENCY,
-    )
-    .await?;
+    let mut vars = vec![
+        ("TGQ_BROADCASTS_QUEUE_URL", url.as_str()),
+        ("TGQ_BROADCASTS_QUEUE_ARN", arn.as_str()),
+    ];
+    vars.extend_from_slice(env);
+    let run = Run::start_with(s, o, em, plan, fake, &vars, super::esm::CONCURRENCY).await?;
     for _ in 0..super::esm::CONCURRENCY {
         run.new_worker().await?;
     }

@@ -7,10 +7,10 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context as _};
-use aws_lambda_events::event::sqs::SqsBatchResponse;
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use serde_json::json;
 use tgq_core::broadcast::{
     self, BroadcastId, BroadcastJob, BroadcastSpec, BroadcastStore as _, Change, JobState,
@@ -19,6 +19,7 @@ use tgq_core::broadcast::{
 use tgq_core::clock::{Clock as _, SystemClock};
 use tgq_core::ids::BotId;
 use tgq_e2e::functions::WORKER;
+use tgq_e2e::timers::TimerParts;
 use tgq_fake_telegram::{FakeTelegram, Fault, Scope, Times};
 use tokio::sync::watch;
 
@@ -26,7 +27,7 @@ use super::broadcast::with_broadcasts;
 use super::{Emulator, BOT_ID};
 use crate::broadcast_faults::{
     self as scenario, limited, news, wait_until, Audience, KILLS_AT, NEWS, OUTAGE_AT, PATIENCE,
-    REVOKED_FROM,
+    REVOKED_FROM, TIMER_AFTER_MS, TIMER_EVERY,
 };
 use crate::plan::Plan;
 use crate::scenario::Scenario;
@@ -34,6 +35,8 @@ use crate::scenarios::{chats, first_id};
 use crate::tally::Row;
 use crate::Options;
 
+/// Timers further ahead than this become schedules; the scenario's wait on the timer queue.
+const TIMER_REACH: Duration = Duration::from_secs(600);
 /// How often the users write to the bot meanwhile.
 const INTERACTIVE_EVERY: Duration = Duration::from_millis(250);
 /// Worker containers besides the first: one for the job's steps, the others for the updates.
@@ -45,8 +48,21 @@ pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row
     let fake = FakeTelegram::start_at(addr, limited()).await?;
     let audience = Audience::new();
     audience.faults(&fake);
-    let plan = Plan::ordinary(o.updates, chats(o), first_id(s), o.seed);
-    let (mut run, parts, store) = with_broadcasts(s, o, em, plan.clone(), fake).await?;
+    let plan = Plan::ordinary(o.updates, chats(o), first_id(s), o.seed)
+        .with_timers(TIMER_EVERY, TIMER_AFTER_MS);
+    // The timer queue, its timers relayed into their chats by the worker as its mapping does.
+    let millis = SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis();
+    let timers = TimerParts::create_named(
+        &em.sdk,
+        &format!("tgq-drill-{:02}-{millis}-timers", s.number),
+    )
+    .await?;
+    let timer_vars = timers.function_vars(TIMER_REACH);
+    let env: Vec<(&str, &str)> = timer_vars
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let (mut run, parts, store) = with_broadcasts(s, o, em, plan.clone(), fake, &env).await?;
 
     // The job, started as `tgq broadcast start --stack` starts it.
     let spec = BroadcastSpec::standard(
@@ -83,13 +99,7 @@ pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row
                 let crash = async move {
                     let _ = crashed.changed().await;
                 };
-                let invoke = |event| {
-                    let (http, url) = (http.clone(), invoke_url.clone());
-                    async move {
-                        let answer = http.post(&url).json(&event).send().await?;
-                        Ok::<SqsBatchResponse, anyhow::Error>(answer.json().await?)
-                    }
-                };
+                let invoke = |event| invoked(http.clone(), invoke_url.clone(), event);
                 match parts.step_with(&stack, invoke, crash).await {
                     Ok(true) => {}
                     Ok(false) => tokio::time::sleep(Duration::from_millis(200)).await,
@@ -98,6 +108,27 @@ pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row
                 }
             }
             parts
+        })
+    };
+    // The timer queue's event source: what it receives handed to the worker; an invocation a
+    // kill ends hands nothing back, and its timers show again.
+    let relay = {
+        let (stack, pumping) = (run.stack.stack.clone(), pumping.clone());
+        let invoke_url = em.lambda.lock().await.invoke_url(WORKER);
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(90))
+            .build()?;
+        let mut timers = timers;
+        tokio::spawn(async move {
+            while pumping.load(Ordering::SeqCst) {
+                let invoke = |event| invoked(http.clone(), invoke_url.clone(), event);
+                match timers.relay_with(&stack, invoke).await {
+                    Ok(0) => tokio::time::sleep(Duration::from_millis(100)).await,
+                    Ok(_) => {}
+                    Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+                }
+            }
+            timers
         })
     };
     let posting = {
@@ -146,6 +177,7 @@ pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row
     let took = started.elapsed();
     pumping.store(false, Ordering::SeqCst);
     let parts = pump.await?;
+    let timers = relay.await?;
 
     let uncertain_chats = store
         .undelivered(&id, None, 10_000)
@@ -184,8 +216,27 @@ pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row
             parts.steps, parts.held, parts.crashed
         ));
     }
+    if let Some(fired) = checks
+        .iter_mut()
+        .find(|c| c.required.starts_with("every timer"))
+    {
+        fired.observed.push_str(&format!(
+            "; {} timer records relayed, {} reported failed",
+            timers.relayed, timers.failed
+        ));
+    }
     super::note_mapping(&mut checks, &run.mapping_note());
     run.finish_with(s, &tally, &reported, drain, checks).await
+}
+
+/// The worker's answer to `event`, invoked at `url` as a queue's event source mapping invokes it.
+async fn invoked(
+    http: reqwest::Client,
+    url: String,
+    event: SqsEvent,
+) -> anyhow::Result<SqsBatchResponse> {
+    let answer = http.post(&url).json(&event).send().await?;
+    Ok(answer.json().await?)
 }
 
 /// Waits until job `id`'s state is one `state` takes; the job then.

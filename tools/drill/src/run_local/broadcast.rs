@@ -14,6 +14,7 @@ use tgq_fake_telegram::{FakeTelegram, Fault, Scope, Times};
 use super::{base_env, Run};
 use crate::broadcast_faults::{
     self, limited, news, wait_until, Audience, KILLS_AT, NEWS, OUTAGE_AT, PATIENCE, REVOKED_FROM,
+    TIMER_AFTER_MS, TIMER_EVERY,
 };
 use crate::local::LocalTgq;
 use crate::plan::Plan;
@@ -48,7 +49,8 @@ pub async fn run(s: &Scenario, o: &Options) -> anyhow::Result<Row> {
     let text: String = audience.list.iter().map(|c| format!("{c}\n")).collect();
     std::fs::write(&recipients_file, text)?;
 
-    let plan = Plan::ordinary(o.updates, chats(o), first_id(s), o.seed);
+    let plan = Plan::ordinary(o.updates, chats(o), first_id(s), o.seed)
+        .with_timers(TIMER_EVERY, TIMER_AFTER_MS);
     let poster = Poster::new(tgq.url("/webhook"), SECRET, Duration::from_secs(300));
     let progress = o.progress.scenario(s, "local", &plan, &poster, &fake);
     let mut run = Run {
