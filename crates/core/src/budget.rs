@@ -12,7 +12,7 @@
 //! before the call when that was longer ago than [`RECHECK_AFTER`], holds the call in a 429 any
 //! container heard. A slot booked and not used is given back at the cell's next write.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,7 +24,7 @@ use tokio::time::Instant;
 use crate::clock::Clock;
 use crate::error::PortError;
 use crate::ids::BotId;
-use crate::pacer::{ready_in_all, with_send, Pacer, RateLimits, MINUTE, SECOND};
+use crate::pacer::{ready_in_all, with_send, Lead, Pacer, RateLimits, MINUTE, SECOND};
 use crate::record::Timestamp;
 
 /// The pacing the worker asks for before each call to Telegram, for every bot it sends for.
@@ -268,14 +268,6 @@ pub trait BudgetCells: Send + Sync {
 const ROUNDS: usize = 32;
 /// What a booking that lost [`ROUNDS`] times in a row is told to wait before trying again.
 const CONTENDED: Duration = Duration::from_millis(200);
-/// How long before its slot a caller's wait ends when nothing has been measured yet.
-const FIRST_LEAD: Duration = Duration::from_millis(50);
-/// The bounds of the lead: below the first, a store's jitter makes calls late; above the second,
-/// the store is too slow for the budget to help and a call rather waits a little longer.
-const MIN_LEAD: Duration = Duration::from_millis(5);
-const MAX_LEAD: Duration = Duration::from_secs(1);
-/// How many of the latest measurements the lead is taken from.
-const LEAD_SAMPLES: usize = 8;
 /// How old the bot's cell, as the store last gave it for a slot, may be when the call is cleared
 /// without reading it again; an early caller's wait for its slot after which it asks once more. A
 /// trade of cost for certainty: a pause another process writes in these few milliseconds goes
@@ -295,58 +287,6 @@ const KEEP: Duration = Duration::from_secs(24 * 3600);
 const BEHIND: Duration = Duration::from_secs(1);
 /// How many chats' cells a process remembers before it starts again from the store's.
 const REMEMBERED_CHATS: usize = 4096;
-
-/// How long the latest callers took from the end of their wait to their check: what they do
-/// between (a reply's or a broadcast send's intent written) ends near their slot when the wait
-/// ends this much before it.
-#[derive(Debug)]
-pub(crate) struct Lead {
-    samples: Mutex<VecDeque<Duration>>,
-    /// The lead before anything was measured, and the least one.
-    first: Duration,
-    least: Duration,
-}
-
-impl Lead {
-    /// A lead kept for a store: a few milliseconds at least, so a store's jitter makes no call
-    /// late.
-    fn for_store() -> Self {
-        Self::new(FIRST_LEAD, MIN_LEAD)
-    }
-
-    /// A lead kept in the process: none until a caller took a while.
-    pub(crate) fn in_process() -> Self {
-        Self::new(Duration::ZERO, Duration::ZERO)
-    }
-
-    fn new(first: Duration, least: Duration) -> Self {
-        Self {
-            samples: Mutex::new(VecDeque::new()),
-            first,
-            least,
-        }
-    }
-
-    /// The third quartile of the latest measurements: a caller a little late is still inside
-    /// its slot (up to [`LATE`]), one early waits the difference.
-    pub(crate) fn get(&self) -> Duration {
-        let mut samples: Vec<Duration> = self.samples.lock().iter().copied().collect();
-        if samples.is_empty() {
-            return self.first;
-        }
-        samples.sort();
-        samples[samples.len() * 3 / 4].clamp(self.least, MAX_LEAD)
-    }
-
-    /// Counts a caller that took `took` from the end of its wait to its check.
-    pub(crate) fn measured(&self, took: Duration) {
-        let mut samples = self.samples.lock();
-        samples.push_back(took);
-        while samples.len() > LEAD_SAMPLES {
-            samples.pop_front();
-        }
-    }
-}
 
 /// A cell as a booking counts it: as last seen, less the slots this process did not use.
 #[derive(Clone)]

@@ -4,14 +4,13 @@
 //! of `tgq local`'s worker loops); a [`PauseMemory`] carries its flood waits over to the next
 //! process.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
-use crate::budget::Lead;
 use crate::clock::{Clock, SystemClock};
 use crate::defaults;
 use crate::ids::BotId;
@@ -139,6 +138,66 @@ pub(crate) fn with_send<T: Moment>(sends: &[T], at: T, now: T, span: Duration) -
     let place = next.partition_point(|s| *s <= at);
     next.insert(place, at);
     next
+}
+
+/// How long before its slot a caller's wait ends when nothing has been measured yet.
+const FIRST_LEAD: Duration = Duration::from_millis(50);
+/// The bounds of the lead: below the first, a store's jitter makes calls late; above the second,
+/// the store is too slow for the budget to help and a call rather waits a little longer.
+const MIN_LEAD: Duration = Duration::from_millis(5);
+const MAX_LEAD: Duration = Duration::from_secs(1);
+/// How many of the latest measurements the lead is taken from.
+const LEAD_SAMPLES: usize = 8;
+/// How long the latest callers took from the end of their wait to their check: what they do
+/// between (a reply's or a broadcast send's intent written) ends near their slot when the wait
+/// ends this much before it.
+#[derive(Debug)]
+pub(crate) struct Lead {
+    samples: Mutex<VecDeque<Duration>>,
+    /// The lead before anything was measured, and the least one.
+    first: Duration,
+    least: Duration,
+}
+
+impl Lead {
+    /// A lead kept for a store: a few milliseconds at least, so a store's jitter makes no call
+    /// late.
+    pub(crate) fn for_store() -> Self {
+        Self::new(FIRST_LEAD, MIN_LEAD)
+    }
+
+    /// A lead kept in the process: none until a caller took a while.
+    pub(crate) fn in_process() -> Self {
+        Self::new(Duration::ZERO, Duration::ZERO)
+    }
+
+    fn new(first: Duration, least: Duration) -> Self {
+        Self {
+            samples: Mutex::new(VecDeque::new()),
+            first,
+            least,
+        }
+    }
+
+    /// The third quartile of the latest measurements: a caller a little late is still inside
+    /// its slot (up to the 50 ms the budgets allow), one early waits the difference.
+    pub(crate) fn get(&self) -> Duration {
+        let mut samples: Vec<Duration> = self.samples.lock().iter().copied().collect();
+        if samples.is_empty() {
+            return self.first;
+        }
+        samples.sort();
+        samples[samples.len() * 3 / 4].clamp(self.least, MAX_LEAD)
+    }
+
+    /// Counts a caller that took `took` from the end of its wait to its check.
+    pub(crate) fn measured(&self, took: Duration) {
+        let mut samples = self.samples.lock();
+        samples.push_back(took);
+        while samples.len() > LEAD_SAMPLES {
+            samples.pop_front();
+        }
+    }
 }
 
 /// The limiter of every bot of the process.
