@@ -130,12 +130,14 @@ impl PortError {
         }
     }
 
-    /// Every name [`PortError::cause`] gives, for the alarm that sums `IngestUnavailable` over them.
-    pub const CAUSES: [&'static str; 5] = [
+    /// Every name [`PortError::cause`] gives: the values of the `Cause` dimension of
+    /// `IngestUnavailable`, which the webhook's alarm sums over.
+    pub const CAUSES: [&'static str; 6] = [
         "unavailable",
         "misconfigured",
         "too_large",
         "fenced",
+        "conflict",
         "rejected",
     ];
 
@@ -169,15 +171,37 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_cause_is_listed_in_causes() {
+    fn causes_lists_every_cause_the_errors_give() {
         let errors = [
             PortError::unavailable("x", "e"),
             PortError::misconfigured("x", "e"),
             PortError::too_large("x", "e"),
             PortError::fenced("x"),
+            PortError::Conflict {
+                what: "x",
+                found: 2,
+                read: 1,
+            },
             PortError::rejected("x", "e"),
         ];
-        let causes: Vec<&str> = errors.iter().map(PortError::cause).collect();
-        assert_eq!(causes, PortError::CAUSES);
+        // One of each variant: a new one stops this match compiling until it is added above.
+        for error in &errors {
+            match error {
+                PortError::Unavailable { .. }
+                | PortError::Misconfigured { .. }
+                | PortError::TooLarge { .. }
+                | PortError::Fenced { .. }
+                | PortError::Conflict { .. }
+                | PortError::Rejected { .. } => {}
+            }
+        }
+        let given: std::collections::BTreeSet<&str> = errors.iter().map(PortError::cause).collect();
+        let listed: std::collections::BTreeSet<&str> = PortError::CAUSES.into_iter().collect();
+        assert_eq!(
+            given.len(),
+            errors.len(),
+            "each variant has a cause of its own"
+        );
+        assert_eq!(listed, given);
     }
 }
