@@ -18,7 +18,7 @@ use futures::StreamExt;
 use tgq_core::broadcast::chain::StepClaim;
 use tgq_core::broadcast::{
     Audience, BroadcastId, BroadcastJob, BroadcastSpec, BroadcastStore, Change, Changed, Counts,
-    Created, JobState, Outcome, Recipient, RecipientState, Retried, Span, StateFilter, EVERY,
+    Created, Indexes, JobState, Outcome, Recipient, RecipientState, Retried, StateFilter, EVERY,
     KEEP_ENDED,
 };
 use tgq_core::ids::{BotId, StateKey};
@@ -362,7 +362,7 @@ impl DynamoBroadcasts {
     async fn for_each_page(
         &self,
         id: u64,
-        (span, total): (&Span, u64),
+        (span, total): (&Indexes, u64),
         mut each: impl FnMut(Vec<Recipient>) -> bool,
     ) -> Result<(), PortError> {
         let end = span.end.min(total);
@@ -1046,7 +1046,7 @@ impl BroadcastStore for DynamoBroadcasts {
         }
     }
 
-    async fn drop_unsent(&self, id: &BroadcastId, span: &Span) -> Result<u64, PortError> {
+    async fn drop_unsent(&self, id: &BroadcastId, span: &Indexes) -> Result<u64, PortError> {
         let Some(item) = self.get(job_pk(id.0)).await? else {
             return Ok(0);
         };
@@ -1145,7 +1145,7 @@ impl BroadcastStore for DynamoBroadcasts {
     async fn next(
         &self,
         id: &BroadcastId,
-        span: &Span,
+        span: &Indexes,
         now: Timestamp,
         limit: usize,
     ) -> Result<Vec<Recipient>, PortError> {
@@ -1172,7 +1172,7 @@ impl BroadcastStore for DynamoBroadcasts {
     async fn next_retry(
         &self,
         id: &BroadcastId,
-        span: &Span,
+        span: &Indexes,
     ) -> Result<Option<Timestamp>, PortError> {
         let Some(job) = self.job(id).await? else {
             return Ok(None);
@@ -1257,7 +1257,7 @@ impl BroadcastStore for DynamoBroadcasts {
     async fn abandon_begun(
         &self,
         id: &BroadcastId,
-        span: &Span,
+        span: &Indexes,
         now: Timestamp,
     ) -> Result<u64, PortError> {
         let Some(job) = self.job(id).await? else {

@@ -106,11 +106,11 @@ const LANE_SLACK: Duration = Duration::from_millis(20);
 /// How far behind its schedule the lane catches up.
 const CATCH_UP: Duration = Duration::from_millis(20);
 
-/// A share of a job's recipients, by index: what one run on a stack works through (a chunk of
+/// The indexes of a share of a job's recipients: what one run on a stack works through (a chunk of
 /// [`CHUNK`]), or every recipient ([`EVERY`]) for the process that runs the whole job.
-pub type Span = Range<u64>;
+pub type Indexes = Range<u64>;
 /// Every recipient of a job.
-pub const EVERY: Span = 0..u64::MAX;
+pub const EVERY: Indexes = 0..u64::MAX;
 /// How many recipients a chunk on a stack holds: what one run reads and works through before the
 /// next chunk (docs/ARCHITECTURE.md §13).
 pub const CHUNK: u64 = 1000;

@@ -8,8 +8,8 @@ use redb::{ReadTransaction, ReadableTable};
 use serde::{Deserialize, Serialize};
 use tgq_core::broadcast::chain::StepClaim;
 use tgq_core::broadcast::{
-    BroadcastId, BroadcastJob, BroadcastSpec, BroadcastStore, Change, Changed, Created, Outcome,
-    Recipient, RecipientState, Retried, Span, StateFilter, KEEP_ENDED,
+    BroadcastId, BroadcastJob, BroadcastSpec, BroadcastStore, Change, Changed, Created, Indexes,
+    Outcome, Recipient, RecipientState, Retried, StateFilter, KEEP_ENDED,
 };
 use tgq_core::error::PortError;
 use tgq_core::ids::{BotId, StateKey};
@@ -344,7 +344,7 @@ impl Tx<'_> {
     fn abandon_begun_sends(
         &mut self,
         id: u64,
-        span: &Span,
+        span: &Indexes,
         now: Timestamp,
     ) -> Result<u64, OpError> {
         let Some(mut stored) = self.stored_job(id)? else {
@@ -474,7 +474,7 @@ impl BroadcastStore for EmbeddedStore {
     async fn next(
         &self,
         id: &BroadcastId,
-        span: &Span,
+        span: &Indexes,
         now: Timestamp,
         limit: usize,
     ) -> Result<Vec<Recipient>, PortError> {
@@ -522,7 +522,7 @@ impl BroadcastStore for EmbeddedStore {
     async fn next_retry(
         &self,
         id: &BroadcastId,
-        span: &Span,
+        span: &Indexes,
     ) -> Result<Option<Timestamp>, PortError> {
         let (id, span) = (id.0, span.clone());
         read(&self.db, "broadcast next retry", move |db| {
@@ -567,7 +567,7 @@ impl BroadcastStore for EmbeddedStore {
     async fn abandon_begun(
         &self,
         id: &BroadcastId,
-        span: &Span,
+        span: &Indexes,
         now: Timestamp,
     ) -> Result<u64, PortError> {
         let (id, span) = (id.0, span.clone());

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use tgq_core::broadcast::chain::{ChainNext, ChainStep, StepClaim};
 use tgq_core::broadcast::{
     start_expanding, Audience, BroadcastId, BroadcastRunner, BroadcastSpec, BroadcastStore, Change,
-    Changed, Created, JobState, Outcome, Recipient, Retried, RunEnd, Span, StateFilter, Waits,
+    Changed, Created, Indexes, JobState, Outcome, Recipient, Retried, RunEnd, StateFilter, Waits,
     CHUNK, EVERY, MAX_ATTEMPTS, MAX_LISTED, REFUSALS_BEFORE_PAUSE,
 };
 use tgq_core::clock::{Clock, SystemClock};
@@ -1267,7 +1267,7 @@ impl BroadcastStore for Watched {
     async fn next(
         &self,
         id: &BroadcastId,
-        span: &Span,
+        span: &Indexes,
         now: Timestamp,
         limit: usize,
     ) -> Result<Vec<Recipient>, PortError> {
@@ -1278,7 +1278,7 @@ impl BroadcastStore for Watched {
     async fn next_retry(
         &self,
         id: &BroadcastId,
-        span: &Span,
+        span: &Indexes,
     ) -> Result<Option<Timestamp>, PortError> {
         self.store.next_retry(id, span).await
     }
@@ -1307,7 +1307,7 @@ impl BroadcastStore for Watched {
     async fn abandon_begun(
         &self,
         id: &BroadcastId,
-        span: &Span,
+        span: &Indexes,
         now: Timestamp,
     ) -> Result<u64, PortError> {
         self.abandons.fetch_add(1, Ordering::SeqCst);

@@ -9,8 +9,8 @@ use parking_lot::Mutex;
 use serde_json::Value;
 use tgq_core::broadcast::chain::StepClaim;
 use tgq_core::broadcast::{
-    BroadcastId, BroadcastJob, BroadcastSpec, BroadcastStore, Change, Changed, Created, Outcome,
-    Recipient, RecipientState, Retried, Span, StateFilter,
+    BroadcastId, BroadcastJob, BroadcastSpec, BroadcastStore, Change, Changed, Created, Indexes,
+    Outcome, Recipient, RecipientState, Retried, StateFilter,
 };
 use tgq_core::error::PortError;
 use tgq_core::ids::{BotId, GroupKey, StateKey};
@@ -165,7 +165,7 @@ impl BroadcastStore for MemoryBroadcasts {
     async fn next(
         &self,
         id: &BroadcastId,
-        span: &Span,
+        span: &Indexes,
         now: Timestamp,
         limit: usize,
     ) -> Result<Vec<Recipient>, PortError> {
@@ -190,7 +190,7 @@ impl BroadcastStore for MemoryBroadcasts {
     async fn next_retry(
         &self,
         id: &BroadcastId,
-        span: &Span,
+        span: &Indexes,
     ) -> Result<Option<Timestamp>, PortError> {
         self.outage.check("broadcast next retry")?;
         let jobs = self.jobs.lock();
@@ -271,7 +271,7 @@ impl BroadcastStore for MemoryBroadcasts {
     async fn abandon_begun(
         &self,
         id: &BroadcastId,
-        span: &Span,
+        span: &Indexes,
         now: Timestamp,
     ) -> Result<u64, PortError> {
         self.outage.check("broadcast abandon")?;

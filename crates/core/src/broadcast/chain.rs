@@ -109,7 +109,7 @@ impl ChainStep {
     }
 
     /// The chunk of `size` recipients it begins.
-    fn span(&self, size: u64) -> super::Span {
+    fn span(&self, size: u64) -> super::Indexes {
         self.from..self.from.saturating_add(size)
     }
 }

@@ -93,7 +93,7 @@ impl BroadcastStore for QueuedBroadcasts {
         self.store.expand(id, limit).await
     }
 
-    async fn drop_unsent(&self, id: &BroadcastId, span: &Span) -> Result<u64, PortError> {
+    async fn drop_unsent(&self, id: &BroadcastId, span: &Indexes) -> Result<u64, PortError> {
         self.store.drop_unsent(id, span).await
     }
 
@@ -142,7 +142,7 @@ impl BroadcastStore for QueuedBroadcasts {
     async fn next(
         &self,
         id: &BroadcastId,
-        span: &Span,
+        span: &Indexes,
         now: Timestamp,
         limit: usize,
     ) -> Result<Vec<Recipient>, PortError> {
@@ -152,7 +152,7 @@ impl BroadcastStore for QueuedBroadcasts {
     async fn next_retry(
         &self,
         id: &BroadcastId,
-        span: &Span,
+        span: &Indexes,
     ) -> Result<Option<Timestamp>, PortError> {
         self.store.next_retry(id, span).await
     }
@@ -174,7 +174,7 @@ impl BroadcastStore for QueuedBroadcasts {
     async fn abandon_begun(
         &self,
         id: &BroadcastId,
-        span: &Span,
+        span: &Indexes,
         now: Timestamp,
     ) -> Result<u64, PortError> {
         self.store.abandon_begun(id, span, now).await

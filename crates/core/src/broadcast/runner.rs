@@ -98,7 +98,7 @@ impl BroadcastRunner {
     pub async fn run_span(
         &self,
         id: &BroadcastId,
-        span: &Span,
+        span: &Indexes,
         waits: Waits,
         api: Arc<dyn BotApi>,
         mut stop: watch::Receiver<bool>,
@@ -124,7 +124,7 @@ impl BroadcastRunner {
     async fn sending(
         &self,
         job: &BroadcastJob,
-        (span, waits): (&Span, Waits),
+        (span, waits): (&Indexes, Waits),
         api: Arc<dyn BotApi>,
         stop: &mut watch::Receiver<bool>,
         sends: &mut JoinSet<()>,

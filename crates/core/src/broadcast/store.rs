@@ -72,7 +72,7 @@ pub trait BroadcastStore: Send + Sync {
     /// yet written; how many recipients. Those with an outcome stay until they expire, and the
     /// job's counts stay as they were at its cancel. A store that removes an ended job whole once
     /// [`KEEP_ENDED`] is over (the embedded store, memory) keeps them until then.
-    async fn drop_unsent(&self, id: &BroadcastId, span: &Span) -> Result<u64, PortError> {
+    async fn drop_unsent(&self, id: &BroadcastId, span: &Indexes) -> Result<u64, PortError> {
         let _ = (id, span);
         Ok(0)
     }
@@ -101,7 +101,7 @@ pub trait BroadcastStore: Send + Sync {
     async fn next(
         &self,
         id: &BroadcastId,
-        span: &Span,
+        span: &Indexes,
         now: Timestamp,
         limit: usize,
     ) -> Result<Vec<Recipient>, PortError>;
@@ -111,7 +111,7 @@ pub trait BroadcastStore: Send + Sync {
     async fn next_retry(
         &self,
         id: &BroadcastId,
-        span: &Span,
+        span: &Indexes,
     ) -> Result<Option<Timestamp>, PortError>;
 
     /// Records that the send to recipient `index` begins: durable before the call.
@@ -131,7 +131,7 @@ pub trait BroadcastStore: Send + Sync {
     async fn abandon_begun(
         &self,
         id: &BroadcastId,
-        span: &Span,
+        span: &Indexes,
         now: Timestamp,
     ) -> Result<u64, PortError>;
 
