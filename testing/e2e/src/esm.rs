@@ -3,48 +3,19 @@
 //! invoke the worker with the event Lambda would build, delete every record not named in
 //! `batchItemFailures`, and leave the failed ones to the visibility the worker gave them.
 //!
-//! The two differ in what they do when something goes wrong ([`OnTrouble`]). A test stops at the
-//! first failed invocation or FIFO breach; a drill does what Lambda does — an invocation that fails
-//! or runs past its timeout deletes nothing and its messages come back when their visibility ends —
-//! and counts the breaches, which are moto's to report, never the mapping's to correct.
+//! [`OnTrouble`] says what a failure does: a test stops at the first failed invocation or FIFO
+//! breach; a drill carries on as Lambda does (a failed or timed-out invocation deletes nothing) and
+//! counts the breaches. [`DeliveryLog`] checks every delivery against SQS FIFO semantics per message
+//! group, so a breach of the emulator's is reported with what the queue handed out, not later as
+//! replies out of order.
 //!
-//! It also checks what the emulator delivers against SQS FIFO semantics, per message group: a
-//! message is handed out only when every earlier message of its group has been deleted or comes
-//! before it in the same batch. [`DeliveryLog`] keeps each group's deliveries so that a breach is
-//! reported with exactly what the queue handed out, instead of surfacing later as replies out of
-//! order.
-//!
-//! Invocations run side by side ([`EventSourceMapping::with_concurrency`]), but receives are made
-//! one at a time and with short polls. Lambda's pollers long-poll side by side; moto 5.2 does two
-//! things with long polls that SQS does not. A long poll decides once, when it starts, which message
-//! groups are held by messages in flight, so a batch another poll takes meanwhile does not hold its
-//! group for it: a group's next message could be handed out while the first is in flight. And while
-//! a visible message waits behind its group, each open long poll spins in moto's one Python process,
-//! which then answers every other call slower. One short poll at a time, the queue's view is never
-//! staler than the last delete, which delays a message by at most one poll and never breaks its
-//! group's order. What a long poll gives — an answer as soon as a message is sent — the mapping has
-//! from a [`Notify`] the sender wakes ([`EventSourceMapping::with_wake`]); without one, and for a
-//! message that comes back after its visibility, it polls again after [`REVISIT`].
-//!
-//! The [`DeliveryLog`] notes a batch's deletions before they are sent, so that a message received
-//! once the way is clear is never taken for a breach. An invocation may also be made to die
-//! ([`EventSourceMapping::poll_and_crash`]): its batch is then left to its visibility timeout, as
-//! Lambda leaves the batch of an invocation whose runtime exited.
-//!
-//! Note on moto (5.2.5): it keeps FIFO order in the flows this harness drives, and breaks it in one
-//! it does not. When two or more received messages of one group become visible again because their
-//! visibility timeout *expired*, `receive_message` (moto/sqs/models.py, lines 1010-1023) drops each
-//! expired message from its in-flight set and re-reads the set's groups (`pending_message_groups`,
-//! lines 321-326) *before* checking that message's own group, so every sibling but the last is
-//! skipped: A, B, C received together and left to expire come back as C alone, and A and B only once
-//! C is deleted. A message hidden by `ChangeMessageVisibility` stays in the in-flight set until it
-//! shows again (lines 1103-1107), and one shown again with visibility 0 leaves it at once, so what the
-//! worker returns (the failed record hidden for its backoff, the later records of its group at 0)
-//! comes back in order. Only messages of one group whose hidden time ends while they are all in
-//! flight meet the flaw — a batch left to expire, say: the crash test therefore lets a worker die on
-//! a batch holding one message per group, where moto's order is right; a batch with two messages of
-//! one group comes back last-first on moto (SQS returns the first) and the [`DeliveryLog`] reports
-//! the breach.
+//! Invocations run side by side ([`EventSourceMapping::with_concurrency`]); receives are short polls
+//! made one at a time, because moto's long polls decide which groups are held when they start and
+//! spin while a group waits. A [`Notify`] the sender wakes ([`EventSourceMapping::with_wake`]) gives
+//! what a long poll would. moto also breaks FIFO order for two or more messages of one group whose
+//! visibility expires while all are in flight (they come back last-first); the crash test lets a
+//! worker die on a batch of one message per group for that reason, and [`DeliveryLog`] reports any
+//! other such batch as a breach.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt::Write as _;

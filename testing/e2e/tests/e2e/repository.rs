@@ -1,8 +1,9 @@
 //! The repository tells one story: README names the Rust version Cargo.toml requires, the LICENSE
 //! file is the license Cargo.toml names, README's map of the code names paths that exist, every
 //! comment that cites the architecture cites a section docs/ARCHITECTURE.md has — and nothing cites
-//! a design document the repository does not contain — and docs/CONFIGURATION.md lists every
-//! setting with the default, the range and the template parameter the code and template.yaml have.
+//! a design document the repository does not contain — docs/CONFIGURATION.md lists every
+//! setting with the default, the range and the template parameter the code and template.yaml have,
+//! and cli/README.md every command `tgq` has.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -85,6 +86,67 @@ fn every_path_in_the_readme_map_exists() {
 }
 
 /// Every source and document of the repository (not build output, tools or local data).
+/// The `tgq` subcommands `cli/src/main.rs` declares (its `Command` enum's variants, in kebab
+/// case), less the hidden ones.
+fn tgq_commands() -> Vec<String> {
+    let main = read("cli/src/main.rs");
+    let body = main
+        .split_once("enum Command {")
+        .and_then(|(_, rest)| rest.split_once("\n}"))
+        .expect("cli/src/main.rs has enum Command")
+        .0;
+    let mut commands = Vec::new();
+    let mut hidden = false;
+    for line in body.lines() {
+        let line = line.trim();
+        if line.starts_with("#[command(") && line.contains("hide = true") {
+            hidden = true;
+            continue;
+        }
+        let Some(first) = line.chars().next().filter(char::is_ascii_uppercase) else {
+            continue;
+        };
+        let name: String = line
+            .chars()
+            .take_while(char::is_ascii_alphanumeric)
+            .collect();
+        let mut kebab = first.to_ascii_lowercase().to_string();
+        for c in name.chars().skip(1) {
+            if c.is_ascii_uppercase() {
+                kebab.push('-');
+            }
+            kebab.push(c.to_ascii_lowercase());
+        }
+        if !std::mem::take(&mut hidden) {
+            commands.push(kebab);
+        }
+    }
+    commands
+}
+
+#[test]
+fn the_cli_readme_lists_every_command() {
+    let readme = read("cli/README.md");
+    // The first cell of each row of its table of commands.
+    let rows: Vec<&str> = readme
+        .lines()
+        .filter_map(|line| line.strip_prefix("| `tgq "))
+        .collect();
+    let commands = tgq_commands();
+    assert!(
+        commands.len() >= 12,
+        "only {commands:?} found in cli/src/main.rs"
+    );
+    let missing: Vec<&String> = commands
+        .iter()
+        .filter(|c| !rows.iter().any(|row| row.starts_with(&format!("{c} "))))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "cli/README.md's table lacks `tgq {missing:?}`"
+    );
+}
+
 fn repository_files() -> Vec<PathBuf> {
     fn walk(dir: &Path, files: &mut Vec<PathBuf>) {
         for entry in std::fs::read_dir(dir).unwrap() {
