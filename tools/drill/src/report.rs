@@ -80,11 +80,14 @@ mod tests {
             fenced_writes: None,
             drain_secs: 1.5,
             checks: vec![Check::new("0 Telegram limit violations", false, "4")],
-            waits_for: Some("issue 8 §6".into()),
+            waits_for: Some("a store that fences late writes".into()),
         };
         let text = table(&[row]);
         assert!(text.contains("FAIL"), "{text}");
         assert!(text.contains("0 Telegram limit violations — 4"), "{text}");
-        assert!(text.contains("waits for issue 8 §6"), "{text}");
+        assert!(
+            text.contains("waits for a store that fences late writes"),
+            "{text}"
+        );
     }
 }

@@ -25,7 +25,7 @@ impl Target {
 /// One scenario of the drill.
 #[derive(Clone, Copy, Debug)]
 pub struct Scenario {
-    /// Its number in issue 16's list.
+    /// Its number in the drill's table (docs/RELIABILITY.md).
     pub number: u8,
     /// A short name, also accepted on the command line.
     pub name: &'static str,
@@ -49,7 +49,7 @@ impl Scenario {
     }
 }
 
-/// Every scenario, in issue 16's order.
+/// Every scenario, in the table's order.
 pub const SCENARIOS: [Scenario; 20] = [
     Scenario {
         number: 1,

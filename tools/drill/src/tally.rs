@@ -701,8 +701,8 @@ mod tests {
             call(3, 11, "echo 2: t"),
             call(4, 11, "echo 2: t"),
         ];
-        // As the worker writes them (the line's words are tgq's own: the drill once looked for
-        // words tgq no longer wrote, and counted such repeats as twice).
+        // As the worker writes them, in its JSON and its text format: the words are the constant
+        // tgq logs, so a change of wording cannot make the drill count such repeats as twice.
         let log = format!(
             r#"{{"fields":{{"message":"{MADE_AGAIN_AFTER_UNKNOWN_OUTCOME}","seq":1}},"span":{{"update_id":1}}}}
 WARN process_record{{update_id=7}}: tgq_core::context: {MADE_AGAIN_AFTER_UNKNOWN_OUTCOME} seq=1"#
