@@ -1,5 +1,8 @@
-//! tgq's core: the update envelope and its keys, the policies, the ports, and the two use cases —
-//! [`ingest::Webhook`] and [`worker::Worker`] (docs/ARCHITECTURE.md §3, §4). No AWS type appears here.
+//! tgq's core: the update envelope and its keys, the policies, the ports, the bot's API, and the
+//! use cases — [`ingest::Webhook`] (docs/ARCHITECTURE.md §3), [`worker::Worker`] (§4),
+//! [`poller::Poller`] (§10), [`relay::TimerRelay`] (§12), the broadcasts'
+//! [`broadcast::BroadcastRunner`] and [`broadcast::steps::BroadcastSteps`] (§13), and the
+//! operator's dead-letter actions in [`operate`] (§8). No AWS type appears here.
 
 pub mod audit;
 pub mod bots;
