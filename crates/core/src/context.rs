@@ -487,6 +487,8 @@ impl<'a> Context<'a> {
     /// not take effect: it is returned, and a retry runs the step again.
     ///
     /// Steps are matched to earlier runs by position and name, like calls: keep their order.
+    ///
+    /// [`MAX_STEP_RESULT_BYTES`]: crate::record::MAX_STEP_RESULT_BYTES
     pub async fn step<T, F, Fut>(&mut self, name: &str, run: F) -> Result<T, HandlerError>
     where
         T: Serialize + DeserializeOwned,
