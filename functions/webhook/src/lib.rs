@@ -1,7 +1,7 @@
 //! The webhook Lambda's request handling: HTTP in (Function URL or HTTP API, via `lambda_http`),
 //! routed by path to a bot's [`Webhook`] use case ([`Webhooks`]: `/webhook/{bot_id}` for a registry
-//! bot, any other path for the environment's bot), HTTP status out. Configuration and client
-//! construction live in `main.rs`.
+//! bot, any other path for the environment's bot), HTTP status out. The clients and ports are
+//! built in [`assemble`].
 
 use std::time::Duration;
 
@@ -19,6 +19,10 @@ use tgq_core::ingest::{
 };
 use tgq_core::registry::{Layout, Registry};
 use tracing::Instrument as _;
+
+mod assemble;
+
+pub use assemble::assemble;
 
 /// The webhook's configuration, read once per cold start.
 #[derive(Clone, Debug)]

@@ -1,7 +1,7 @@
 //! The worker Lambda's event handling: the SQS event in, the [`Worker`] use case, `SqsBatchResponse`
 //! with partial batch failures out; and the bots it runs ([`WorkerConfig::fleet`]: the
-//! environment's bot and the registry's, each with its own token and handler). Client
-//! construction lives in `main.rs`.
+//! environment's bot and the registry's, each with its own token and handler). The clients and
+//! ports are built in [`assemble`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,6 +31,10 @@ use tgq_core::telegram::BotApi;
 use tgq_core::worker::{Worker, WorkerSettings};
 use tgq_telegram::HttpBotApi;
 use tracing::{warn, Instrument as _};
+
+mod assemble;
+
+pub use assemble::assemble;
 
 /// The worker's configuration, read once per cold start.
 #[derive(Clone, Debug)]

@@ -1,137 +1,18 @@
-//! The worker Lambda: config, AWS clients and every bot's Telegram client and handler once per cold
-//! start (a registry bot's when it is first met), then one [`Worker`] for every SQS batch.
-
-use std::sync::Arc;
+//! The worker Lambda: its parts built once per cold start ([`tgq_worker::assemble`]), then one
+//! [`Worker`](tgq_core::worker::Worker) run for every SQS batch.
 
 use aws_lambda_events::event::sqs::SqsEvent;
 use lambda_runtime::{Error, LambdaEvent};
-use tgq_aws::{
-    AwsTimers, DynamoBroadcasts, DynamoBudgetCells, DynamoStore, Schedules, SqsQueue,
-    SqsTimerQueue, SsmRegistry,
-};
-use tgq_core::bots::BotDirectory;
-use tgq_core::broadcast::steps::BroadcastSteps;
-use tgq_core::broadcast::{BroadcastRunner, BroadcastStore, QueuedBroadcasts};
-use tgq_core::budget::{SendBudget, SharedBudget};
-use tgq_core::clock::SystemClock;
 use tgq_core::config::Vars;
-use tgq_core::policy::RetryPolicy;
-use tgq_core::ports::TimerScheduler;
-use tgq_core::registry::BotSource;
-use tgq_core::relay::TimerRelay;
-use tgq_core::worker::{Worker, WorkerPorts};
-use tgq_worker::{handle_event, BroadcastSource, Sources, TimerSource, WorkerConfig};
+use tgq_worker::{assemble, handle_event, WorkerConfig};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Error> {
     tgq_aws::init_logging();
     let vars = Vars::from_env();
     let config = WorkerConfig::from_vars(&vars)?;
-    let sdk = tgq_aws::aws_config().await;
-    let ssm = aws_sdk_ssm::Client::new(&sdk);
-    let env_token = match &config.env_bot {
-        Some((_, token)) => Some(tgq_aws::resolve_secret(&ssm, token.clone()).await?),
-        None => None,
-    };
-    let registry = config.bots.clone().map(|layout| {
-        Arc::new(SsmRegistry::without_secrets(ssm.clone(), layout)) as Arc<dyn BotSource>
-    });
-    let bots: Arc<dyn BotDirectory> = Arc::new(
-        config
-            .fleet(&vars, tgq_bot::handlers(), env_token, registry)
-            .await?,
-    );
-    let sqs = aws_sdk_sqs::Client::new(&sdk);
-    let updates = Arc::new(SqsQueue::new(
-        sqs.clone(),
-        config.resources.queue_url.clone(),
-    ));
-    // Timers wait on the timer queue, or as schedules when due later (ARCHITECTURE §12); the
-    // same function relays them from that queue into their chats when they are due.
-    let timers = config.timers.as_ref().map(|resources| {
-        let queue = SqsTimerQueue::new(sqs.clone(), resources.queue_url.clone());
-        let schedules = Schedules {
-            client: aws_sdk_scheduler::Client::new(&sdk),
-            group: resources.schedule_group.clone(),
-            queue_arn: resources.queue_arn.clone(),
-            role_arn: resources.scheduler_role_arn.clone(),
-        };
-        let source = TimerSource {
-            relay: TimerRelay::new(
-                Arc::new(queue.clone()),
-                updates.clone(),
-                Arc::new(SystemClock),
-            ),
-            queue_arn: resources.queue_arn.clone(),
-        };
-        let scheduler = AwsTimers::new(queue, schedules, resources.reach);
-        (Arc::new(scheduler) as Arc<dyn TimerScheduler>, source)
-    });
-    let (scheduler, source) = timers.unzip();
-    let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
-    let store = Arc::new(DynamoStore::new(
-        dynamodb.clone(),
-        config.resources.table.clone(),
-    ));
-    // Telegram's limits belong to the bot, not to this container: each bot's sends are booked in
-    // the table every container of the stack shares (ARCHITECTURE §4).
-    let budget: Arc<dyn SendBudget> = Arc::new(SharedBudget::new(
-        Arc::new(DynamoBudgetCells::new(
-            dynamodb.clone(),
-            config.resources.table.clone(),
-        )),
-        config.rate_limits,
-        Arc::new(SystemClock),
-    ));
-    // Broadcasts run as chains of steps on their own queue, a message group per job, paced by
-    // the same budget (ARCHITECTURE §13); a handler's broadcast starts one there.
-    let broadcasts = config.broadcasts.as_ref().map(|resources| {
-        let queue = Arc::new(SqsQueue::new(sqs.clone(), resources.queue_url.clone()));
-        let store = Arc::new(QueuedBroadcasts::new(
-            Arc::new(DynamoBroadcasts::new(
-                dynamodb.clone(),
-                config.resources.table.clone(),
-            )),
-            queue.clone(),
-        ));
-        let source = BroadcastSource {
-            steps: BroadcastSteps {
-                runner: BroadcastRunner {
-                    store: store.clone(),
-                    budget: budget.clone(),
-                    bot_rate: config.rate_limits.per_second,
-                    clock: Arc::new(SystemClock),
-                    retry: RetryPolicy::default(),
-                },
-                bots: bots.clone(),
-                queue: queue.clone(),
-                visibility: queue,
-                chunk: resources.chunk,
-                clock: Arc::new(SystemClock),
-            },
-            queue_arn: resources.queue_arn.clone(),
-        };
-        (store as Arc<dyn BroadcastStore>, source)
-    });
-    let (broadcast_store, broadcast_source) = broadcasts.unzip();
-    let ports = WorkerPorts {
-        ledger: store.clone(),
-        visibility: updates,
-        dead: Arc::new(SqsQueue::new(sqs, config.resources.dlq_url.clone())),
-        budget,
-        clock: Arc::new(SystemClock),
-        reset: store.clone(),
-        audit: store,
-        timers: scheduler,
-        broadcasts: broadcast_store,
-    };
-    let worker = Worker::new(config.settings.clone(), ports, bots);
-    let worker = &worker;
-    let sources = Sources {
-        timers: source,
-        broadcasts: broadcast_source,
-    };
-    let sources = &sources;
+    let (worker, sources) = assemble(&config, &vars, tgq_bot::handlers()).await?;
+    let (worker, sources) = (&worker, &sources);
     let metrics = tgq_aws::init_metrics()?;
     // Flushes the invocation's metrics as EMF lines after each batch.
     metrics_cloudwatch_embedded::lambda::handler::run(
