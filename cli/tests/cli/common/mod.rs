@@ -79,12 +79,24 @@ pub fn run_into_closed_pipe(envs: &[(&str, &str)], args: &[&str]) -> (ExitStatus
     )
 }
 
-/// A port nobody listens on right now.
+/// A port nobody listens on right now, and one no other test of this binary was given: the
+/// kernel hands a port it just freed to the next bind, so two tests starting at once could
+/// otherwise both take it, and one `tgq local` would find it in use.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .expect("a free port")
-        .port()
+    static GIVEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .expect("a free port")
+            .port();
+        let mut given = GIVEN
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
 }
 
 /// The update fixtures of `events/updates` (the group-key table excluded).
