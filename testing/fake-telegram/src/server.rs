@@ -10,10 +10,15 @@ use axum::extract::{FromRequest, Path, Query, Request, State as AxumState};
 use axum::http::{header, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
-use axum::{Form, Json, Router};
+use axum::{Extension, Form, Json, Router};
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
 use serde_json::{Map, Value};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Notify};
+use tokio::task::JoinHandle;
 
 use crate::config::{FakeClock, FakeConfig};
 use crate::envelope::{Answer, ApiError};
@@ -170,22 +175,111 @@ impl Drop for Waiting<'_> {
 }
 
 /// Serves until [`Shared::close`] is called, then lets answers in flight finish.
+///
+/// Connections are served with half-close on: a request read in full takes effect even when its
+/// client closes its side the moment after writing it (a sender killed mid-call), as Telegram acts
+/// on a call it received whatever becomes of the caller. [`ClientLeft`] tells such a call apart.
 pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>) {
     let router = Router::new()
         .route("/{bot_token}/{method}", any(call))
         .route("/file/{bot_token}/files/{file_id}", any(download))
         .fallback(not_found)
         .with_state(Arc::clone(&shared));
-    let stopped = axum::serve(listener, router)
-        .with_graceful_shutdown(async move { shared.closed().await })
-        .await;
-    if let Err(error) = stopped {
-        tracing::warn!(%error, "fake telegram server stopped with an error");
+    let graceful = GracefulShutdown::new();
+    let closed = shared.closed();
+    tokio::pin!(closed);
+    loop {
+        let socket = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((socket, _)) => socket,
+                Err(error) => {
+                    tracing::warn!(%error, "fake telegram could not accept a connection");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            },
+            () = &mut closed => break,
+        };
+        let (socket, left, watching) = match ClientLeft::watch(socket) {
+            Ok(watched) => watched,
+            Err(error) => {
+                tracing::warn!(%error, "fake telegram could not watch a connection");
+                continue;
+            }
+        };
+        let service = TowerToHyperService::new(router.clone().layer(Extension(left)));
+        let connection = http1::Builder::new()
+            .timer(TokioTimer::new())
+            .half_close(true)
+            .serve_connection(TokioIo::new(socket), service);
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                tracing::debug!(%error, "fake telegram connection ended with an error");
+            }
+            watching.abort();
+        });
+    }
+    graceful.shutdown().await;
+}
+
+/// How long the watch on a client waits before looking again at input the server has not read.
+const LOOK_AGAIN: Duration = Duration::from_millis(10);
+
+/// Whether a connection's client has closed its side, so that it reads no answer.
+#[derive(Clone, Debug)]
+struct ClientLeft {
+    /// Turns `true` when the watch sees the client's end.
+    left: watch::Receiver<bool>,
+    /// A handle on the socket to look at its input now, without waiting for the watch.
+    peer: Arc<std::net::TcpStream>,
+}
+
+impl ClientLeft {
+    /// Watches `socket`'s client through second handles that peek for the end of its input,
+    /// never taking what the connection has not read. The watch ends when the client leaves, or
+    /// is aborted through the handle returned when the connection ends.
+    fn watch(socket: TcpStream) -> std::io::Result<(TcpStream, ClientLeft, JoinHandle<()>)> {
+        let socket = socket.into_std()?;
+        let peer = Arc::new(socket.try_clone()?);
+        let watched = TcpStream::from_std(socket.try_clone()?)?;
+        let socket = TcpStream::from_std(socket)?;
+        let (sender, left) = watch::channel(false);
+        let watching = tokio::spawn(async move {
+            let mut byte = [0_u8; 1];
+            while let Ok(1..) = watched.peek(&mut byte).await {
+                tokio::time::sleep(LOOK_AGAIN).await;
+            }
+            sender.send_replace(true);
+        });
+        Ok((socket, ClientLeft { left, peer }, watching))
+    }
+
+    /// Whether the client has left by now: its input ends (or the connection was reset) with
+    /// nothing unread before the end.
+    fn is_gone(&self) -> bool {
+        if *self.left.borrow() {
+            return true;
+        }
+        // The socket is non-blocking: no input yet reads as `WouldBlock`.
+        let mut byte = [0_u8; 1];
+        match self.peer.peek(&mut byte) {
+            Ok(0) => true,
+            Ok(_) => false,
+            Err(error) => error.kind() != std::io::ErrorKind::WouldBlock,
+        }
+    }
+
+    async fn gone(&self) {
+        let mut left = self.left.clone();
+        // The sender lives until the client leaves; one dropped unsent means the connection ended.
+        let _ = left.wait_for(|left| *left).await;
     }
 }
 
 async fn call(
     AxumState(shared): AxumState<Arc<Shared>>,
+    Extension(left): Extension<ClientLeft>,
     Path((bot_token, method)): Path<(String, String)>,
     request: Request,
 ) -> Response {
@@ -199,27 +293,33 @@ async fn call(
         let reply = state.receive(token, &method, params, shared.now());
         (reply, state.calls().last().map(|call| call.seq))
     };
+    // The call took effect; until it is answered to a client still there, it counts unanswered.
+    let pending = PendingAnswer {
+        shared: &shared,
+        seq,
+        answered: false,
+    };
     let answer = match reply {
         Reply::Now(answer) => answer,
         Reply::Delayed(delay, answer) => {
-            // The call took effect; if the client hangs up before the answer, this is dropped.
-            let pending = PendingAnswer {
-                shared: &shared,
-                seq,
-                answered: false,
-            };
-            shared.hold(delay).await;
-            pending.answered();
-            answer
+            tokio::select! {
+                () = shared.hold(delay) => answer,
+                () = left.gone() => return respond(answer),
+            }
         }
-        Reply::Poll { limit, wait } => shared.poll(limit, wait).await,
+        Reply::Poll { limit, wait } => tokio::select! {
+            answer = shared.poll(limit, wait) => answer,
+            () = left.gone() => return respond(Answer::ok(Vec::<Value>::new().into())),
+        },
     };
+    if !left.is_gone() {
+        pending.answered();
+    }
     respond(answer)
 }
 
-/// An answer held back while the call has already taken effect: dropped unanswered (the client
-/// hung up, so the server dropped the request), it counts the call as one whose outcome the client
-/// cannot know.
+/// An answer to a call that has already taken effect: dropped unanswered (the client left before
+/// it), it counts the call as one whose outcome the client cannot know.
 struct PendingAnswer<'a> {
     shared: &'a Shared,
     seq: Option<u64>,

@@ -262,3 +262,66 @@ async fn an_inline_query_answer_sees_global_faults() {
 
     assert_eq!((first, second), (502, 200));
 }
+
+/// A sender killed the moment after writing its request: Telegram got the whole call and acts on
+/// it, and the client never reads the answer. Each such call is recorded and counted unanswered.
+#[tokio::test]
+async fn a_call_written_in_full_takes_effect_though_the_client_leaves_at_once() {
+    use tokio::io::AsyncWriteExt;
+
+    let telegram = FakeTelegram::start().await.unwrap();
+    let path = format!("/bot{}/sendMessage", telegram.token());
+    for chat in 1..=20 {
+        let body = json!({ "chat_id": chat, "text": "hi" }).to_string();
+        let request = format!(
+            "POST {path} HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\n\
+             content-length: {}\r\n\r\n{body}",
+            telegram.addr(),
+            body.len()
+        );
+        let mut socket = tokio::net::TcpStream::connect(telegram.addr())
+            .await
+            .unwrap();
+        socket.write_all(request.as_bytes()).await.unwrap();
+        drop(socket);
+    }
+
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while telegram.calls().len() < 20 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let calls = telegram.calls();
+    assert_eq!(calls.len(), 20, "every call written in full is recorded");
+    assert!(calls.iter().all(|call| call.status == 200));
+    assert_eq!(
+        telegram.violations().unanswered,
+        calls.iter().map(|call| call.seq).collect(),
+        "no client read its answer"
+    );
+}
+
+/// A request cut off before its end never reached the Bot API: nothing is recorded.
+#[tokio::test]
+async fn a_call_cut_off_midway_takes_no_effect() {
+    use tokio::io::AsyncWriteExt;
+
+    let telegram = FakeTelegram::start().await.unwrap();
+    let body = json!({ "chat_id": 1, "text": "hi" }).to_string();
+    let request = format!(
+        "POST /bot{}/sendMessage HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\n\r\n{}",
+        telegram.token(),
+        telegram.addr(),
+        body.len(),
+        &body[..body.len() / 2]
+    );
+    let mut socket = tokio::net::TcpStream::connect(telegram.addr())
+        .await
+        .unwrap();
+    socket.write_all(request.as_bytes()).await.unwrap();
+    drop(socket);
+
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(telegram.delivered_to(1).is_empty());
+}
