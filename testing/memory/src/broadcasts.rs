@@ -28,6 +28,8 @@ pub struct MemoryBroadcasts {
     pub outage: Outage,
     /// How long each begin takes, in turn (none: at once): a store slow by moments.
     begin_times: Mutex<(Vec<Duration>, usize)>,
+    /// When each recipient's latest begin was written (tokio's time), by its index.
+    begun_at: Mutex<BTreeMap<u64, tokio::time::Instant>>,
 }
 
 struct Job {
@@ -47,6 +49,12 @@ impl MemoryBroadcasts {
     /// a store whose writes are slow by moments, and not all alike.
     pub fn slow_begins(&self, times: Vec<Duration>) {
         *self.begin_times.lock() = (times, 0);
+    }
+
+    /// When the latest begin of the recipient at `index` (of any job) was written, on tokio's
+    /// clock: with the moment its call arrived, how long the call waited after its intent.
+    pub fn begun_at(&self, index: u64) -> Option<tokio::time::Instant> {
+        self.begun_at.lock().get(&index).copied()
     }
 
     /// No jobs; the audiences are chosen from the states `store` keeps.
@@ -240,6 +248,9 @@ impl BroadcastStore for MemoryBroadcasts {
         }
         job.job.began(&recipient.state);
         recipient.state = RecipientState::Sending;
+        self.begun_at
+            .lock()
+            .insert(index, tokio::time::Instant::now());
         Ok(())
     }
 

@@ -37,6 +37,8 @@ fn bot() -> BotId {
 struct Wire {
     arrived: Mutex<Vec<Instant>>,
     chats: Mutex<Vec<i64>>,
+    /// Each broadcast call (not a reply): its chat and the moment it arrived.
+    calls: Mutex<Vec<(i64, Instant)>>,
 }
 
 #[async_trait]
@@ -45,6 +47,7 @@ impl BotApi for Wire {
         self.arrived.lock().push(Instant::now());
         let chat = call.params["chat_id"].as_i64().expect("a chat id");
         self.chats.lock().push(chat);
+        self.calls.lock().push((chat, Instant::now()));
         Ok(json!({"message_id": 1, "chat": {"id": chat}}))
     }
 }
@@ -241,4 +244,81 @@ async fn a_slow_store_sends_no_broadcast_call_outside_its_slot_in_a_shared_budge
     let clock = tokio_clock();
     let budget = SharedBudget::new(Arc::new(MemoryBudgetCells::new()), limits, clock.clone());
     among_replies(Arc::new(budget), clock, &[0, 120, 60, 180, 30], SLOW).await;
+}
+
+/// How long each broadcast call of a run through `budget` waited between its intent written and
+/// its call, with intents that take 10 to 30 ms: what a crash in between leaves uncertain though
+/// no call left.
+async fn waits_after_the_intent(
+    budget: Arc<dyn SendBudget>,
+    clock: Arc<dyn Clock>,
+) -> Vec<Duration> {
+    let memory = Arc::new(MemoryBroadcasts::new());
+    memory.slow_begins([10, 20, 30, 15, 25].map(Duration::from_millis).to_vec());
+    let store: Arc<dyn BroadcastStore> = memory.clone();
+    let spec = BroadcastSpec::standard(bot(), "sendMessage", json!({"text": "news"}), "cli");
+    let chats: Vec<i64> = (1..=40).collect();
+    let id = store
+        .create(&spec, &chats, clock.now())
+        .await
+        .expect("the job is created")
+        .job()
+        .id
+        .clone();
+    let runner = BroadcastRunner {
+        store,
+        budget,
+        bot_rate: Some(RATE),
+        clock,
+        retry: RetryPolicy::default(),
+    };
+    let wire = Arc::new(Wire::default());
+    let (_stop, stopped) = watch::channel(false);
+    let api: Arc<dyn BotApi> = wire.clone();
+    let ended = runner
+        .run(&id, api, stopped)
+        .await
+        .expect("the store answers");
+    assert_eq!(ended, RunEnd::Done);
+    let calls = wire.calls.lock().clone();
+    assert_eq!(calls.len(), chats.len(), "every recipient was called once");
+    calls
+        .iter()
+        .map(|(chat, at)| {
+            let begun = memory
+                .begun_at(*chat as u64 - 1)
+                .expect("each call was begun");
+            *at - begun
+        })
+        .collect()
+}
+
+/// After the first few sends have measured the store, a call leaves the moment its intent is
+/// written: the slot's lead lets the intent end at the slot or a little after, never well before.
+async fn calls_leave_as_their_intents_end(budget: Arc<dyn SendBudget>, clock: Arc<dyn Clock>) {
+    let waits = waits_after_the_intent(budget, clock).await;
+    let waited: Vec<&Duration> = waits
+        .iter()
+        .skip(8)
+        .filter(|wait| **wait > Duration::from_millis(1))
+        .collect();
+    assert!(
+        waited.is_empty(),
+        "{} of {} calls waited after their intents: {waited:?}",
+        waited.len(),
+        waits.len() - 8
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_leaves_as_its_intent_ends_in_the_process_s_budget() {
+    let clock = tokio_clock();
+    calls_leave_as_their_intents_end(Arc::new(Pacer::new(limits())), clock).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_leaves_as_its_intent_ends_in_a_shared_budget() {
+    let clock = tokio_clock();
+    let budget = SharedBudget::new(Arc::new(MemoryBudgetCells::new()), limits(), clock.clone());
+    calls_leave_as_their_intents_end(Arc::new(budget), clock).await;
 }
