@@ -79,7 +79,7 @@ pub enum Button {
     Confirm(bool),
 }
 
-/// The handlers this crate offers, by name (docs/ARCHITECTURE.md §11): `example` is the bot
+/// The handlers this crate offers, by name (docs/design/fleet.md §2): `example` is the bot
 /// below, the one `TGQ_HANDLER=bot` runs; `echo`, tgq's own, is always there. A stack hosting
 /// several bots names one of these for each of its bots (`tgq bots add --handler NAME` checks the
 /// name here): add a line per bot with other logic.

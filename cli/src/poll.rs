@@ -1,5 +1,5 @@
 //! `tgq poll`: long polling into the AWS pipeline for bots that cannot take a webhook
-//! (docs/ARCHITECTURE.md §10). Any number of these processes may run for one bot: they share a
+//! (docs/design/fleet.md §1). Any number of these processes may run for one bot: they share a
 //! lease in the stack's DynamoDB table, and only its holder calls getUpdates. Each polled update goes
 //! through the same ingest use case as the webhook Lambda (DynamoDB conditional put, then SQS FIFO).
 //!
@@ -193,7 +193,7 @@ pub async fn run(args: PollArgs) -> anyhow::Result<()> {
         &bot_id,
     ));
     // The stack's workers book the bot's sends in the table: a 429 this poller hears is written
-    // there, and holds them too (docs/ARCHITECTURE.md §4).
+    // there, and holds them too (docs/design/pacing.md).
     let budget = SharedBudget::new(
         Arc::new(DynamoBudgetCells::new(dynamodb, &deployment.table)),
         vars.rate_limits()?,

@@ -1,9 +1,9 @@
-//! `tgq local`'s broadcast loop (docs/ARCHITECTURE.md §13): it runs the running broadcast jobs of
-//! the store, one task each, through the bot's own Bot API and the pacer the worker loops share, so
-//! a broadcast and the bot's replies together keep Telegram's limits. A bot sends one broadcast at
-//! a time: of its running jobs the oldest runs, the next when that one ends or is paused, and a run
-//! stops for an older job of its bot resumed meanwhile. A job started, resumed or left running by
-//! an earlier process is picked up within a moment.
+//! `tgq local`'s broadcast loop (docs/design/broadcast-runs.md): it runs the running broadcast jobs
+//! of the store, one task each, through the bot's own Bot API and the pacer the worker loops share,
+//! so a broadcast and the bot's replies together keep Telegram's limits. A bot sends one broadcast
+//! at a time: of its running jobs the oldest runs, the next when that one ends or is paused, and a
+//! run stops for an older job of its bot resumed meanwhile. A job started, resumed or left running
+//! by an earlier process is picked up within a moment.
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -1,9 +1,9 @@
-//! What local mode's pacer keeps in the data directory for the next start (docs/ARCHITECTURE.md
-//! §4): the flood waits (`flood-waits.json`), so that a process started inside a wait Telegram
-//! announced holds the bot until it ends, and the sends of the last minute (`sends.log`), so that a
-//! chat sent to just before a stop or a crash is not sent to again within its second (a group
-//! within its minute) after the start. Both files are advisory: one that cannot be read is
-//! reported and ignored, as the worst it costs is one more 429.
+//! What local mode's pacer keeps in the data directory for the next start
+//! (docs/design/pacing.md): the flood waits (`flood-waits.json`), so that a process started inside
+//! a wait Telegram announced holds the bot until it ends, and the sends of the last minute
+//! (`sends.log`), so that a chat sent to just before a stop or a crash is not sent to again within
+//! its second (a group within its minute) after the start. Both files are advisory: one that cannot
+//! be read is reported and ignored, as the worst it costs is one more 429.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fs::File;

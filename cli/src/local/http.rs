@@ -86,7 +86,7 @@ fn free_bytes(dir: &std::path::Path) -> Option<u64> {
 }
 
 /// The routes of `--addr`, the listener a user exposes to Telegram through a proxy or a tunnel:
-/// the webhook and the health checks, nothing else (docs/ARCHITECTURE.md §6, "Two listeners").
+/// the webhook and the health checks, nothing else (docs/design/local.md, "Two listeners").
 pub fn webhook_router(app: App) -> Router {
     Router::new()
         .route("/webhook", any(webhook))

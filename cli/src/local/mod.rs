@@ -1,8 +1,8 @@
-//! `tgq local`: the whole pipeline in one process (docs/ARCHITECTURE.md §6) — the webhook
+//! `tgq local`: the whole pipeline in one process (docs/design/local.md) — the webhook
 //! endpoint, worker loops standing in for the SQS event source mapping, optional long polling,
 //! retention, and the embedded store behind every port, with the same use cases the Lambdas run.
 //! Besides the environment's bot (`/webhook`) it hosts the bots of `<data-dir>/bots.json`
-//! (`/webhook/{bot_id}`, docs/ARCHITECTURE.md §11), read again within the refresh interval.
+//! (`/webhook/{bot_id}`, docs/design/fleet.md §2), read again within the refresh interval.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -1,4 +1,4 @@
-//! `tgq local`'s timer loop (docs/ARCHITECTURE.md §12): it moves each timer onto the queue when it
+//! `tgq local`'s timer loop (docs/design/time.md): it moves each timer onto the queue when it
 //! falls due, and sleeps until the next one is due or a run hands a new one over. At start it
 //! first moves every timer that fell due while the process was down.
 

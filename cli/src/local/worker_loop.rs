@@ -64,7 +64,7 @@ impl LoopStats {
 
 /// Deletes a finished message, trying again while the store says it is unavailable (a full disk
 /// for a moment), for up to [`defaults::STORE_PATIENCE`]: a message left undeleted holds its whole
-/// chat until its visibility timeout ends, as the worker's settle does (docs/ARCHITECTURE.md §4).
+/// chat until its visibility timeout ends, as the worker's settle does (docs/design/worker.md §1).
 async fn delete_patiently(store: &EmbeddedStore, receipt: &ReceiptHandle) -> Result<(), PortError> {
     patiently(
         "delete",

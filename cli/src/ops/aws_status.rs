@@ -40,7 +40,7 @@ pub struct AwsStatusView {
     pub poller_lease: Option<PollerLeaseView>,
 }
 
-/// The pollers' lease as the table holds it (docs/ARCHITECTURE.md §10).
+/// The pollers' lease as the table holds it (docs/design/fleet.md §1).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PollerLeaseView {
     /// The poller that leads; `None` once it released the lease or its lease ran out.

@@ -1,5 +1,5 @@
 //! `tgq bots add|list|remove`: the bots one stack (or one `tgq local`) hosts, kept in the registry
-//! (docs/ARCHITECTURE.md §11) — SSM parameters under the stack's `BotsParameterPrefix` output with
+//! (docs/design/fleet.md §2) — SSM parameters under the stack's `BotsParameterPrefix` output with
 //! `--stack`, `<data-dir>/bots.json` without. Every argument is checked, and the token tried with
 //! getMe, before anything is written; `add` generates the bot's webhook secret and sets its webhook,
 //! and takes the bot out again if Telegram refuses the webhook.

@@ -1,5 +1,5 @@
 //! `tgq broadcast start | status | list | pause | resume | cancel`: one message to many chats, as
-//! a durable job (docs/ARCHITECTURE.md §13). Locally, while `tgq local` runs, the running instance
+//! a durable job (docs/design/broadcasts.md). Locally, while `tgq local` runs, the running instance
 //! answers through its admin routes and sends the job; otherwise the command works on the store,
 //! and the job is sent when `tgq local` next runs. With `--stack`, the job is kept in the stack's
 //! table and run by its worker from the stack's broadcasts queue.

@@ -1,4 +1,4 @@
-//! Local mode on a disk that stops taking writes (docs/ARCHITECTURE.md §6): the webhook answers
+//! Local mode on a disk that stops taking writes (docs/design/local.md): the webhook answers
 //! 503 so Telegram keeps the update, `/readyz` says why, nothing acknowledged is lost, and once the
 //! disk takes writes again the store recovers by itself — no restart.
 //!

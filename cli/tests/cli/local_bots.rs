@@ -1,7 +1,7 @@
-//! `tgq local` hosting the bots of `<data-dir>/bots.json` besides its own (docs/ARCHITECTURE.md
-//! §11), over real HTTP: each bot on `/webhook/{bot_id}` with its own secret, its replies sent with
-//! its own token (or to the outbox, tagged with the bot, when it has none), each counted under its
-//! own `BotId`, and a change of `bots.json` picked up without a restart.
+//! `tgq local` hosting the bots of `<data-dir>/bots.json` besides its own
+//! (docs/design/fleet.md §2), over real HTTP: each bot on `/webhook/{bot_id}` with its own secret,
+//! its replies sent with its own token (or to the outbox, tagged with the bot, when it has none),
+//! each counted under its own `BotId`, and a change of `bots.json` picked up without a restart.
 
 use crate::common;
 

@@ -1,4 +1,4 @@
-//! A restart after a crash resumes at once (docs/ARCHITECTURE.md §6): `tgq local` holds its store's
+//! A restart after a crash resumes at once (docs/design/local.md): `tgq local` holds its store's
 //! lock, so at start no run of an earlier process can be alive, and what such runs still held — the
 //! messages they received, the leases they took — is released instead of waiting out a visibility
 //! timeout.

@@ -1,4 +1,4 @@
-//! Broadcast jobs in DynamoDB (docs/ARCHITECTURE.md §13): items of the records' table keyed
+//! Broadcast jobs in DynamoDB (docs/design/broadcast-runs.md): items of the records' table keyed
 //! `broadcast#{id}` (the job), `broadcast#{id}#r#{index}` (each recipient),
 //! `broadcast#origin#{origin}` (the job a handler's start made) and `broadcast#seq` (the last id
 //! given). A job's counts are numbers its recipients' settles add to, in the same transaction as

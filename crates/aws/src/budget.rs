@@ -1,4 +1,4 @@
-//! The bots' send budgets in DynamoDB (docs/ARCHITECTURE.md §4, "One budget per bot"): items of
+//! The bots' send budgets in DynamoDB (docs/design/pacing.md): items of
 //! the records' table keyed `budget#bot#{bot_id}` and `budget#chat#{bot_id}#{chat_id}` (never an
 //! update's key, whose part after `#` is digits). Every booking is one conditional update on the
 //! version its writer saw, returning the stored item when another container wrote first, so a

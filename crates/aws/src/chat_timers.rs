@@ -1,5 +1,5 @@
 //! A stack's pending timers as `tgq timers list | cancel --stack` reads and changes them
-//! (docs/ARCHITECTURE.md §12): the `time` attribute of each chat's state item.
+//! (docs/design/time.md): the `time` attribute of each chat's state item.
 
 use std::collections::HashMap;
 

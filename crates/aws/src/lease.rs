@@ -1,4 +1,4 @@
-//! The pollers' lease in DynamoDB (docs/ARCHITECTURE.md §10): one item per bot in the records'
+//! The pollers' lease in DynamoDB (docs/design/fleet.md §1): one item per bot in the records'
 //! table, keyed `lease#poller#{bot_id}` (never an update's key, whose part after `#` is digits).
 //! Every change is one conditional write whose condition says which lease it acts on, so two
 //! pollers can never both win and a stale term can never write. The item carries no `expires_at`:

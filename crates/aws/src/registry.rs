@@ -1,4 +1,4 @@
-//! The bot registry in SSM Parameter Store (docs/ARCHITECTURE.md §11): one parameter per field
+//! The bot registry in SSM Parameter Store (docs/design/fleet.md §2): one parameter per field
 //! under one prefix, the token and the secret as SecureStrings. The functions read it
 //! ([`BotSource`]), each only what it uses, by name: the webhook every field but the tokens
 //! ([`SsmRegistry::without_tokens`]), the worker every field but the secrets

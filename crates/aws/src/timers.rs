@@ -1,4 +1,4 @@
-//! Timers on AWS (docs/ARCHITECTURE.md §12): a timer due within the timer queue's reach waits on
+//! Timers on AWS (docs/design/time.md): a timer due within the timer queue's reach waits on
 //! that standard SQS queue as a message timer; one due later waits as an EventBridge Scheduler
 //! one-time schedule that sends it to the same queue shortly before it is due. Either way the relay
 //! ([`tgq_core::relay`]) moves it into its chat's message group when it is due.

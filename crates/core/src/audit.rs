@@ -1,4 +1,4 @@
-//! The audit trail of operators' actions on dead letters (docs/ARCHITECTURE.md §8): every replay
+//! The audit trail of operators' actions on dead letters (docs/design/operate.md): every replay
 //! and purge by `tgq dlq`, and every redrive an operator started in the SQS console, with who, when,
 //! what and how it ended. Kept where the records are, for as long as they are.
 

@@ -1,4 +1,4 @@
-//! The worker's view of the bots it runs (docs/ARCHITECTURE.md §11): for the bot a record belongs
+//! The worker's view of the bots it runs (docs/design/fleet.md §2): for the bot a record belongs
 //! to, its own Bot API client (its token) and its own handler, or why it has none. The single bot
 //! of the environment and the bots of the registry are looked up the same way.
 

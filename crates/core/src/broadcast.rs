@@ -1,4 +1,4 @@
-//! Broadcasts (docs/ARCHITECTURE.md §13): one message to many chats, as a durable job that sends
+//! Broadcasts (docs/design/broadcasts.md): one message to many chats, as a durable job that sends
 //! to each recipient at most once and counts every one.
 //!
 //! A job is its payload, its recipients (fixed when it starts) and their states. The runner
@@ -112,5 +112,5 @@ pub type Indexes = Range<u64>;
 /// Every recipient of a job.
 pub const EVERY: Indexes = 0..u64::MAX;
 /// How many recipients a chunk on a stack holds: what one run reads and works through before the
-/// next chunk (docs/ARCHITECTURE.md §13).
+/// next chunk (docs/design/broadcast-runs.md).
 pub const CHUNK: u64 = 1000;

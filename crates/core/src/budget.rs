@@ -1,4 +1,4 @@
-//! One send budget per bot (docs/ARCHITECTURE.md §4, "One budget per bot"): Telegram's limits
+//! One send budget per bot (docs/design/pacing.md): Telegram's limits
 //! belong to the bot token, so every process that sends for a bot books its sends in one place.
 //! [`SendBudget`] is the port the worker paces through; [`Pacer`] keeps the budget in the process
 //! (local mode, one process for the bot), [`SharedBudget`] keeps it in a store every worker

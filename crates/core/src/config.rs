@@ -55,7 +55,7 @@ pub struct AwsResources {
     pub dlq_url: String,
 }
 
-/// A stack's timer resources (docs/ARCHITECTURE.md §12), passed to the worker by `template.yaml`.
+/// A stack's timer resources (docs/design/time.md), passed to the worker by `template.yaml`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TimerResources {
     /// `TGQ_TIMERS_QUEUE_URL`: the standard queue where timers wait.
@@ -72,7 +72,7 @@ pub struct TimerResources {
     pub reach: Duration,
 }
 
-/// Where a stack's broadcasts run (docs/ARCHITECTURE.md §13).
+/// Where a stack's broadcasts run (docs/design/broadcast-runs.md).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BroadcastResources {
     /// `TGQ_BROADCASTS_QUEUE_URL`: the FIFO queue where a job's steps wait, a group per job.
@@ -362,7 +362,7 @@ impl Vars {
     }
 
     /// `TGQ_BOT_ID` if set: the bot of the environment, which a deployment hosting only
-    /// registry bots (docs/ARCHITECTURE.md §11) does without.
+    /// registry bots (docs/design/fleet.md §2) does without.
     pub fn env_bot_id(&self) -> Result<Option<BotId>, ConfigError> {
         match self.get("TGQ_BOT_ID") {
             None => Ok(None),

@@ -1,4 +1,4 @@
-//! The handler's view of one update run (docs/ARCHITECTURE.md §5): typed Bot API calls and steps
+//! The handler's view of one update run (docs/design/worker.md §2): typed Bot API calls and steps
 //! (side effects outside Telegram) that are recorded so that a retry never repeats one that already
 //! happened, Bot API calls paced to Telegram's limits, and the chat's state.
 //!

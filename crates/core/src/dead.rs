@@ -26,9 +26,9 @@ pub enum DeadReason {
     /// The update or its record would exceed the store's item size limit.
     TooLarge,
     /// Its bot is in neither the environment nor the bot registry (removed, or never added):
-    /// nothing could run it (docs/ARCHITECTURE.md §11).
+    /// nothing could run it (docs/design/fleet.md §2).
     UnknownBot,
-    /// Its bot names a handler the deployed `bot/` does not have (docs/ARCHITECTURE.md §11).
+    /// Its bot names a handler the deployed `bot/` does not have (docs/design/fleet.md §2).
     UnknownHandler,
     /// An update the webhook stored that this version's parser cannot read (a field it does not
     /// know the shape of, or a parser that panicked on it): buried on its first run, never a crash,
@@ -72,7 +72,7 @@ impl DeadReason {
 
 /// What a message on the updates queue carries when it is one of tgq's dead letters moved back by
 /// an operator (the SQS console's "start DLQ redrive"): the attributes its letter was sent with.
-/// The worker takes such a message as an operator's replay (docs/ARCHITECTURE.md §8).
+/// The worker takes such a message as an operator's replay (docs/design/operate.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DeadLetterMarks {
     /// Why it had been dead-lettered.

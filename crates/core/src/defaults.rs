@@ -33,7 +33,7 @@ pub const AWS_OPERATION_TIMEOUT: Duration = Duration::from_secs(5);
 /// and one store write (settling the run).
 pub const DEADLINE_MARGIN: Duration = Duration::from_secs(15);
 /// How long a settle or a visibility change the store or queue refused as unavailable is retried
-/// within the run, before the message is left to come back (docs/ARCHITECTURE.md §4).
+/// within the run, before the message is left to come back (docs/design/worker.md §1).
 pub const STORE_PATIENCE: Duration = Duration::from_secs(20);
 /// The worker Lambda's timeout in `template.yaml`; the queue's visibility timeout must be ≥ 6× this.
 pub const WORKER_TIMEOUT: Duration = Duration::from_secs(60);
@@ -61,7 +61,7 @@ pub const RATE_PER_GROUP_PER_MINUTE: u32 = 20;
 /// before the run gives the update back to the queue instead.
 pub const MAX_INLINE_WAIT: Duration = Duration::from_secs(5);
 /// [`MAX_INLINE_WAIT`] for an invocation whose batch carries several bots' updates
-/// (docs/ARCHITECTURE.md §11): a run waiting out one bot's flood wait, or its chats' one
+/// (docs/design/fleet.md §2): a run waiting out one bot's flood wait, or its chats' one
 /// message a second, would hold the invocation, and with it one of the mapping's few concurrent
 /// invocations, from every other bot. The spacing of a bot's 30 messages a second is still waited
 /// for; anything longer gives the update back to the queue for as long.
@@ -85,10 +85,10 @@ pub const REGIONS_WITHOUT_FUNCTION_URLS: [&str; 11] = [
 /// The Telegram Bot API base URL used when `TELEGRAM_API_URL` is not set.
 pub const TELEGRAM_API_URL: &str = "https://api.telegram.org";
 /// How often the functions read the bot registry again: a bot added, changed or removed is picked
-/// up within this long (docs/ARCHITECTURE.md §11).
+/// up within this long (docs/design/fleet.md §2).
 pub const REGISTRY_REFRESH: Duration = Duration::from_secs(30);
 /// A bot id the registry does not know makes the registry read again at once, but never this soon
 /// after the last read, and only once between two scheduled reads: a bot just added is served
 /// within seconds, and a flood of unknown ids costs at most one read per refresh interval
-/// (docs/ARCHITECTURE.md §11).
+/// (docs/design/fleet.md §2).
 pub const REGISTRY_MISS_REREAD: Duration = Duration::from_secs(2);

@@ -1,5 +1,5 @@
 //! Reads the little the pipeline needs from a raw Update — its id and its ordering group — without
-//! trusting the rest. Anything that is not an Update is poison (docs/ARCHITECTURE.md §3).
+//! trusting the rest. Anything that is not an Update is poison (docs/design/webhook.md).
 
 use serde_json::{Map, Value};
 
@@ -43,7 +43,7 @@ pub enum Poison {
     NotFromTelegram,
 }
 
-/// The field that names tgq's own timer updates (docs/ARCHITECTURE.md §12): a timer travels as an
+/// The field that names tgq's own timer updates (docs/design/time.md): a timer travels as an
 /// update of this kind, with a negative `update_id` Telegram never uses.
 pub const TIMER_KIND: &str = "tgq_timer";
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 /// A boxed error from an adapter's SDK or I/O, kept as the `source` of a [`PortError`].
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
-/// How a failure is treated (docs/ARCHITECTURE.md §4).
+/// How a failure is treated (docs/design/worker.md §1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ErrorClass {
     /// Worth retrying after the usual backoff: network errors, timeouts, 5xx, throttling, panics.
@@ -67,7 +67,7 @@ pub enum PortError {
         /// The operation that was refused.
         what: &'static str,
     },
-    /// Another writer changed the group's state after this run read it (docs/ARCHITECTURE.md §5):
+    /// Another writer changed the group's state after this run read it (docs/design/worker.md §2):
     /// the run's settle wrote nothing, and a retry runs the handler again on the new state. The
     /// queue runs one update of a group at a time, so this means a second writer (another
     /// deployment on the same table and bot id, a hand edit) rather than a race of tgq's own.

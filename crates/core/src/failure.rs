@@ -1,5 +1,5 @@
 //! Why a handler run failed ([`HandlerError`]), and how the worker weighs it: the one place each
-//! failure gets its class (docs/ARCHITECTURE.md §4). [`crate::handler::Handler::handle`] returns
+//! failure gets its class (docs/design/worker.md §1). [`crate::handler::Handler::handle`] returns
 //! it, and so does every send through [`crate::Context`].
 
 use crate::error::{ErrorClass, PortError};
@@ -47,7 +47,7 @@ pub enum HandlerError {
     Panicked(String),
     /// The update could not be read into Telegram's types (a parse error, or a parser that
     /// panicked): no retry reads it better, so it is dead-lettered as `unreadable` on its first
-    /// run (docs/ARCHITECTURE.md §3). tgq returns it; a handler never sees the update.
+    /// run (docs/design/webhook.md). tgq returns it; a handler never sees the update.
     #[error("the update cannot be read: {0}")]
     Unreadable(String),
     /// The run reached the invocation's deadline less the margin and was cut off.

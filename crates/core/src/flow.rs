@@ -1,4 +1,4 @@
-//! Conversations (docs/ARCHITECTURE.md §12): a flow is a type whose value names the step a chat is
+//! Conversations (docs/design/time.md): a flow is a type whose value names the step a chat is
 //! at, kept in the chat's state and moved by the handler with [`crate::Context::wait`], so a step
 //! advances exactly once with the update that moved it.
 //!

@@ -1,5 +1,5 @@
 //! The handlers one deployment can run, by name: the bot's own (`bot/`'s `handlers()`) and the
-//! built-in [`crate::echo::EchoBot`]; each bot of a registry names one (docs/ARCHITECTURE.md §11).
+//! built-in [`crate::echo::EchoBot`]; each bot of a registry names one (docs/design/fleet.md §2).
 
 use std::sync::Arc;
 
@@ -14,7 +14,7 @@ type Build = Arc<
         + Sync,
 >;
 
-/// The handlers one deployment can run, by name (docs/ARCHITECTURE.md §11): `bot/` lists its own
+/// The handlers one deployment can run, by name (docs/design/fleet.md §2): `bot/` lists its own
 /// (`tgq_bot::handlers()`), and every registry names one of them for each bot, so bots with
 /// different logic share a stack. The built-in `echo` is always there.
 #[derive(Clone)]

@@ -127,7 +127,7 @@ impl fmt::Display for RecordKey {
     }
 }
 
-/// The key of one group's state (docs/ARCHITECTURE.md §5): `{bot_id}#state#{group key}`. The
+/// The key of one group's state (docs/design/worker.md §2): `{bot_id}#state#{group key}`. The
 /// group is the state's scope because it is the unit the queue serialises: two runs of one group
 /// never overlap, so a read-modify-write of its state is serial.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

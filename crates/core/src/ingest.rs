@@ -1,4 +1,4 @@
-//! The webhook use case (docs/ARCHITECTURE.md §3): admit, store, enqueue — and answer 200 only
+//! The webhook use case (docs/design/webhook.md): admit, store, enqueue — and answer 200 only
 //! once the update is durable. Both front ends (the Lambda, `tgq local`) call [`Webhook::admit`] on
 //! the request's head, read the body up to [`Webhook::max_body_bytes`], call [`Webhook::ingest`],
 //! and answer with [`Answer::of`].
@@ -81,7 +81,7 @@ pub enum Refused {
     /// The secret header is missing or wrong.
     #[error("missing or wrong secret token")]
     Unauthorized,
-    /// The path names no bot this deployment serves (docs/ARCHITECTURE.md §11).
+    /// The path names no bot this deployment serves (docs/design/fleet.md §2).
     #[error("not found: no bot is served at this path")]
     NotFound,
     /// The body is larger than the configured limit.
@@ -260,7 +260,7 @@ impl Webhook {
         presented.is_some_and(|p| bool::from(p.ct_eq(expected)))
     }
 
-    /// Stores and enqueues an admitted body (docs/ARCHITECTURE.md §3, steps 3–6), and counts how
+    /// Stores and enqueues an admitted body (docs/design/webhook.md, steps 3–6), and counts how
     /// it ended ([`crate::metrics`]).
     pub async fn ingest(&self, body: Bytes) -> Result<Ingested, Refused> {
         self.receive(body).await.outcome
@@ -367,7 +367,7 @@ impl Webhook {
                 // No write after the send: the record stays RECEIVED until the worker claims it,
                 // and a repeat of a RECEIVED update is sent again, which is harmless (the queue
                 // drops it as a duplicate within five minutes; after that the claim finds the
-                // record finished, or runs it once) — docs/ARCHITECTURE.md §3.
+                // record finished, or runs it once) — docs/design/webhook.md.
                 queue.enqueue(&message).await?;
                 Ok(outcome)
             }
@@ -414,7 +414,7 @@ impl SharedSettings {
     }
 }
 
-/// The webhooks of one deployment, by request path (docs/ARCHITECTURE.md §11): `/webhook/{bot_id}`
+/// The webhooks of one deployment, by request path (docs/design/fleet.md §2): `/webhook/{bot_id}`
 /// is the registry's bot of that id, with its own secret; any other path is the environment's bot
 /// (`TGQ_BOT_ID`), as a single-bot deployment always served it. Both front ends (the Lambda, `tgq
 /// local`) route every request here before [`Webhook::admit`].

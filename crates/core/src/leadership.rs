@@ -1,4 +1,4 @@
-//! Leadership among pollers (docs/ARCHITECTURE.md §10): a lease that lets exactly one of several
+//! Leadership among pollers (docs/design/fleet.md §1): a lease that lets exactly one of several
 //! pollers call getUpdates for a bot, a fencing token that grows with every acquisition, and the
 //! getUpdates offset checkpoint stored with that token.
 //!

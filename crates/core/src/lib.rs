@@ -1,8 +1,9 @@
 //! tgq's core: the update envelope and its keys, the policies, the ports, the bot's API, and the
-//! use cases — [`ingest::Webhook`] (docs/ARCHITECTURE.md §3), [`worker::Worker`] (§4),
-//! [`poller::Poller`] (§10), [`relay::TimerRelay`] (§12), the broadcasts'
-//! [`broadcast::BroadcastRunner`] and [`broadcast::steps::BroadcastSteps`] (§13), and the
-//! operator's dead-letter actions in [`operate`] (§8). No AWS type appears here.
+//! use cases (docs/design/worker.md §1) — [`ingest::Webhook`] (docs/design/webhook.md),
+//! [`worker::Worker`] (docs/design/worker.md), [`poller::Poller`] (docs/design/fleet.md §1),
+//! [`relay::TimerRelay`] (docs/design/time.md), the broadcasts' [`broadcast::BroadcastRunner`]
+//! and [`broadcast::steps::BroadcastSteps`] (docs/design/broadcasts.md), and the operator's
+//! dead-letter actions in [`operate`] (docs/design/operate.md). No AWS type appears here.
 
 pub mod audit;
 pub mod bots;

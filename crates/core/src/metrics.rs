@@ -1,8 +1,8 @@
-//! What the two use cases count (docs/ARCHITECTURE.md §8), through the `metrics` facade: the
+//! What the two use cases count (docs/design/operate.md), through the `metrics` facade: the
 //! Lambdas install a recorder that prints CloudWatch embedded-metric-format lines (namespace
 //! [`NAMESPACE`]), `tgq local` one that serves the Prometheus text format at `/metrics`. Every
 //! metric carries the label [`BOT_ID`] of the bot it counts (an EMF dimension on Lambda), so that
-//! the bots of one stack are counted apart (docs/ARCHITECTURE.md §11). The names and their help
+//! the bots of one stack are counted apart (docs/design/fleet.md §2). The names and their help
 //! are here; each use case counts its result once with them, next to the result's type
 //! (`ingest::Webhook::receive`, `worker::Worker::process_batch`), and without a recorder nothing is
 //! counted.
@@ -61,7 +61,7 @@ pub const END_TO_END_LATENCY_MS: &str = "EndToEndLatencyMs";
 /// How long a handler run took, in milliseconds.
 pub const HANDLER_DURATION_MS: &str = "HandlerDurationMs";
 
-/// A poller took over a lease whose holder had not released it (docs/ARCHITECTURE.md §10).
+/// A poller took over a lease whose holder had not released it (docs/design/fleet.md §1).
 pub const POLLER_TAKEOVERS: &str = "PollerTakeovers";
 /// A takeover less than a minute after the previous one: leadership is flapping (also logged as an
 /// alert).

@@ -1,4 +1,4 @@
-//! The operator's use cases on dead letters (docs/ARCHITECTURE.md §8): list, show, replay and
+//! The operator's use cases on dead letters (docs/design/operate.md): list, show, replay and
 //! purge, the same on AWS and on the embedded store, every replay and purge audited.
 //!
 //! A replay restarts the update's record (a fresh budget; only if it is `DEAD` or never finished,

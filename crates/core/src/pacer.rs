@@ -1,4 +1,4 @@
-//! Telegram's pacing in the worker (docs/ARCHITECTURE.md §4): a process-wide limiter per
+//! Telegram's pacing in the worker (docs/design/pacing.md): a process-wide limiter per
 //! bot that spaces sends to Telegram's published limits, and a pause of every send of a bot after a
 //! 429 named a wait. One [`Pacer`] is shared by every run of the process (a Lambda container, or all
 //! of `tgq local`'s worker loops); a [`PauseMemory`] carries its flood waits over to the next

@@ -1,6 +1,6 @@
 //! Patience with a store or queue that is unavailable for a moment (throttled, a full disk): a
 //! write whose failure would cost far more than a short wait — a finished run's settle, a
-//! visibility change, local mode's delete — is tried again (docs/ARCHITECTURE.md §4).
+//! visibility change, local mode's delete — is tried again (docs/design/worker.md §1).
 
 use std::future::Future;
 use std::time::{Duration, Instant};

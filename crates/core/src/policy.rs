@@ -1,5 +1,5 @@
-//! Retry policy: how long a failed update waits, and when it stops trying (docs/ARCHITECTURE.md
-//! §4).
+//! Retry policy: how long a failed update waits, and when it stops trying
+//! (docs/design/worker.md §1).
 
 use std::time::Duration;
 
@@ -17,7 +17,7 @@ pub fn after_flood_wait(retry_after: Duration) -> Duration {
 }
 
 /// What becomes of an update whose handler met a recipient who is gone — blocked the bot,
-/// deleted their account, a private chat not found (docs/ARCHITECTURE.md §4).
+/// deleted their account, a private chat not found (docs/design/worker.md §1).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum GoneRecipients {
     /// Settled `DONE` with the outcome `recipient_gone`, counted, acknowledged, not dead-lettered:

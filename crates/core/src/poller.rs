@@ -1,5 +1,5 @@
-//! The polling use case (docs/ARCHITECTURE.md §6, §10): long polling with getUpdates for bots that
-//! cannot take a webhook, by one leader among any number of pollers.
+//! The polling use case (docs/design/local.md, docs/design/fleet.md §1): long polling with
+//! getUpdates for bots that cannot take a webhook, by one leader among any number of pollers.
 //!
 //! Each poller contends for the [`PollerLease`]; only the holder calls getUpdates. Every polled
 //! update goes through the same [`Webhook::ingest`] as a webhook request, byte for byte as
@@ -113,7 +113,7 @@ pub struct PollerPorts {
     /// Tells the time stored in the lease.
     pub clock: Arc<dyn Clock>,
     /// The bot's send budget: a 429 Telegram answers getUpdates with binds the token, so its wait
-    /// is shared with every process sending for the bot (docs/ARCHITECTURE.md §4).
+    /// is shared with every process sending for the bot (docs/design/pacing.md).
     pub budget: Arc<dyn SendBudget>,
 }
 

@@ -72,7 +72,7 @@ pub trait UpdateLedger: Send + Sync {
     ) -> Result<(), PortError>;
 
     /// Writes outcomes at once instead of with the run's next write: a step's result must be
-    /// durable before the handler goes on (docs/ARCHITECTURE.md §5); [`PortError::Fenced`] when
+    /// durable before the handler goes on (docs/design/worker.md §2); [`PortError::Fenced`] when
     /// the lease is gone.
     async fn record_outcomes(
         &self,
@@ -228,7 +228,7 @@ pub enum Settlement {
         state: Option<StateWrite>,
     },
     /// The handler's recipient is gone — the user blocked the bot, deleted their account, or the
-    /// private chat no longer exists (docs/ARCHITECTURE.md §4): nothing is left to do, so the
+    /// private chat no longer exists (docs/design/worker.md §1): nothing is left to do, so the
     /// update is `DONE`, counted apart, and not dead-lettered. A state change is not written: the
     /// handler did not finish.
     RecipientGone {
@@ -474,7 +474,7 @@ pub trait DeadLetterReader: Send + Sync {
     async fn peek(&self, max: usize) -> Result<Vec<DeadLetter>, PortError>;
 }
 
-// The operator's ports (docs/ARCHITECTURE.md §8): what `tgq dlq` does to records and letters, and
+// The operator's ports (docs/design/operate.md): what `tgq dlq` does to records and letters, and
 // what the worker needs to take an operator's redrive through the SQS console as a replay.
 
 /// Which records a reset may restart.
@@ -588,7 +588,7 @@ pub trait DeadLetterStore: Send + Sync {
 }
 
 /// What the worker may do with timers: hand over those a finished run scheduled, before its `DONE`
-/// settle (docs/ARCHITECTURE.md §12). Idempotent by timer id: a retried run hands the same timers
+/// settle (docs/design/time.md). Idempotent by timer id: a retried run hands the same timers
 /// over again, and the scheduler keeps one of each. A timer already due is delivered at once.
 #[async_trait]
 pub trait TimerScheduler: Send + Sync {
@@ -598,7 +598,7 @@ pub trait TimerScheduler: Send + Sync {
 
 /// A deployment's timer queue (AWS: a standard SQS queue, whose messages may wait up to
 /// [`MAX_TIMER_HOLD`](crate::timer::MAX_TIMER_HOLD) before they show): where a timer waits for its time before the relay moves
-/// it into its chat's message group (docs/ARCHITECTURE.md §12).
+/// it into its chat's message group (docs/design/time.md).
 #[async_trait]
 pub trait TimerQueue: Send + Sync {
     /// Sends the timer to the queue, to show after `delay` (at most [`MAX_TIMER_HOLD`](crate::timer::MAX_TIMER_HOLD); rounded up

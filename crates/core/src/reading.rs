@@ -1,5 +1,5 @@
 //! Reads a stored update into Telegram's types without letting the parser stop the worker
-//! (docs/ARCHITECTURE.md §3, "Unreadable updates").
+//! (docs/design/webhook.md, "Unreadable updates").
 //!
 //! The webhook keeps any body with an `update_id`; only the worker reads the rest, through
 //! teloxide-core. Its parser has two ways of not reading an update: it panics on a shape it

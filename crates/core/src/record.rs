@@ -312,7 +312,7 @@ pub const DESCRIPTION_BYTES: usize = 200;
 /// A small result that is none of the known shapes is kept whole up to this size.
 pub const SMALL_RESULT_BYTES: usize = 1024;
 
-/// The most a step's result may take as JSON (docs/ARCHITECTURE.md §5): room for an id, a
+/// The most a step's result may take as JSON (docs/design/worker.md §2): room for an id, a
 /// receipt, or an LLM's answer the length of one Telegram message, while a record keeps room for
 /// many steps below DynamoDB's 400 KB item limit. Every later write of the run pays for the
 /// record's whole size, so keep step results small.

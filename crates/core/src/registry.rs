@@ -1,4 +1,4 @@
-//! The bots one stack hosts (docs/ARCHITECTURE.md §11): each bot's id, token, webhook secret,
+//! The bots one stack hosts (docs/design/fleet.md §2): each bot's id, token, webhook secret,
 //! handler name and allowed updates, kept under one SSM prefix on AWS (one parameter per field,
 //! [`Layout`]) or in the data directory locally. Both functions read it through a [`BotSource`] and
 //! keep it in a [`Registry`], which reads it again at most every [`defaults::REGISTRY_REFRESH`], so a

@@ -1,4 +1,4 @@
-//! The timer relay (docs/ARCHITECTURE.md §12): on AWS a timer waits on the timer queue, a standard
+//! The timer relay (docs/design/time.md): on AWS a timer waits on the timer queue, a standard
 //! queue whose messages can be held back up to 15 minutes, and reaches it from an EventBridge
 //! Scheduler schedule when it is due later. Each time a timer shows on that queue the relay either
 //! holds it back again, for what is left of its wait, or, once it is due, sends it into its chat's

@@ -1,4 +1,4 @@
-//! Per-chat state (docs/ARCHITECTURE.md §5): a value of the bot's own serde type per update group,
+//! Per-chat state (docs/design/worker.md §2): a value of the bot's own serde type per update group,
 //! loaded with the claim and written in the same conditional write that settles the update `DONE`.
 //! A run that does not finish writes nothing, and a finished update never runs again, so a change
 //! is applied exactly once; the queue runs one update of a group at a time, so every

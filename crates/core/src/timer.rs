@@ -1,4 +1,4 @@
-//! Timers (docs/ARCHITECTURE.md §12): a handler schedules a later update to its own chat, and the
+//! Timers (docs/design/time.md): a handler schedules a later update to its own chat, and the
 //! bot gets it once, in the chat's order, however often processes crash or restart in between.
 //!
 //! A timer is an update of tgq's own kind ([`TIMER_KIND`]) with a negative `update_id`, so it goes
@@ -275,7 +275,7 @@ impl TimerMessage {
     }
 }
 
-/// A timer on its way through a deployment's timer queue (AWS, docs/ARCHITECTURE.md §12): the
+/// A timer on its way through a deployment's timer queue (AWS, docs/design/time.md): the
 /// update with the bot and group its FIFO message needs, which neither an SQS message timer nor an
 /// EventBridge Scheduler target can carry as attributes.
 #[derive(Serialize, Deserialize)]

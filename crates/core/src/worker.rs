@@ -1,4 +1,4 @@
-//! The worker use case (docs/ARCHITECTURE.md §4): one batch from the FIFO queue, in order, with
+//! The worker use case (docs/design/worker.md §1): one batch from the FIFO queue, in order, with
 //! per-group failure propagation, a fenced lease per update, recorded actions, backoff through
 //! visibility, and dead-lettering.
 
@@ -280,7 +280,7 @@ impl Worker {
     /// Processes a batch. `deadline` is when the invocation ends.
     ///
     /// The batch is split by bot, and each bot's share runs in batch order, all shares at once
-    /// (docs/ARCHITECTURE.md §11): one bot's flood wait, slow backend or failures hold back
+    /// (docs/design/fleet.md §2): one bot's flood wait, slow backend or failures hold back
     /// nothing of another's. Each share is counted under its own bot.
     pub async fn process_batch(&self, records: &[QueueRecord], deadline: Timestamp) -> BatchReport {
         let mut shares: Vec<(Option<BotId>, Vec<usize>)> = Vec::new();
@@ -488,7 +488,8 @@ impl Worker {
         }
         // A bot held by a flood wait longer than a run may sit out gets its update back for as
         // long before anything is claimed: nothing is written, no attempt is spent, and with
-        // several bots the invocation is not kept busy by one bot's pause (ARCHITECTURE §11).
+        // several bots the invocation is not kept busy by one bot's pause
+        // (docs/design/fleet.md §2).
         let paused = self.ports.budget.paused_for(&key.bot_id);
         if paused > share.inline_wait {
             let class = ErrorClass::RateLimited(paused);
@@ -1222,7 +1223,7 @@ impl Event {
             return Ok(Event::Timer(timer));
         }
         // A parser's panic or an update it cannot read is the update's end, never the process's
-        // or the batch's (docs/ARCHITECTURE.md §3).
+        // or the batch's (docs/design/webhook.md).
         crate::reading::read_update(body)
             .map(|update| Event::Update(Box::new(update)))
             .map_err(HandlerError::Unreadable)

@@ -1,4 +1,4 @@
-//! Local mode's bot registry (docs/ARCHITECTURE.md §11): `bots.json` in the data directory, the
+//! Local mode's bot registry (docs/design/fleet.md §2): `bots.json` in the data directory, the
 //! same fields as the SSM parameters, readable by its owner only (it holds tokens and secrets).
 //! `tgq bots add|remove` write it whole (a temporary file renamed over it); `tgq local` reads it
 //! through a [`Registry`](tgq_core::registry::Registry), so a change is picked up without a restart.

@@ -1,6 +1,6 @@
-//! Broadcast jobs in the embedded store (docs/ARCHITECTURE.md §13): a job, its recipients one row
-//! each, and two indexes the runner takes work from — the recipients waiting for another try, by
-//! when they are due, and those whose send began. Every change is one commit through the writer;
+//! Broadcast jobs in the embedded store (docs/design/broadcast-runs.md): a job, its recipients one
+//! row each, and two indexes the runner takes work from — the recipients waiting for another try,
+//! by when they are due, and those whose send began. Every change is one commit through the writer;
 //! a recipient's intent and its outcome are two.
 
 use async_trait::async_trait;

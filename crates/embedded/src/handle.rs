@@ -1,6 +1,6 @@
 //! The open database, which the writer can close and open again: after a failed write (a full
 //! disk, an fsync error) redb refuses every later operation until the file is reopened, and local
-//! mode must recover by itself once the cause is gone (docs/ARCHITECTURE.md §6).
+//! mode must recover by itself once the cause is gone (docs/design/local.md).
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -1,7 +1,7 @@
 //! What the store did to each update while this process has held it, in memory: every change of
 //! a record's status with the time it was committed, and the chat state a finished run replaced
 //! and wrote. `tgq local`'s console draws an update's timeline and its state before and after from
-//! it (docs/ARCHITECTURE.md §6); nothing here is durable, and nothing reads it to decide anything.
+//! it (docs/design/local.md); nothing here is durable, and nothing reads it to decide anything.
 //!
 //! The writer thread appends what a batch did once the batch is committed, so the journal never
 //! shows what a failed commit left unwritten, and bumps a counter that watchers (the console's

@@ -1,4 +1,4 @@
-//! The pollers' lease in the embedded store (docs/ARCHITECTURE.md §10): `tgq local --poll` holds it
+//! The pollers' lease in the embedded store (docs/design/fleet.md §1): `tgq local --poll` holds it
 //! the way `tgq poll` holds its lease in DynamoDB, with the same rule (`LeaseState`'s) applied
 //! inside the writer's transaction, and its offset checkpoint stored with the fencing token.
 

@@ -1,4 +1,4 @@
-//! The embedded durable store of `tgq local` (docs/ARCHITECTURE.md §6): update records, the
+//! The embedded durable store of `tgq local` (docs/design/local.md): update records, the
 //! FIFO updates queue, the dead letters, the offline outbox and the counters, in one redb file, with
 //! every port of `tgq-core` implemented on it with the in-memory adapters' semantics.
 //!

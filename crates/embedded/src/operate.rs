@@ -1,4 +1,4 @@
-//! The operator's ports on the embedded store (docs/ARCHITECTURE.md §8): restarting a record for a
+//! The operator's ports on the embedded store (docs/design/operate.md): restarting a record for a
 //! replay, the audit trail, and holding, releasing and removing dead letters. Writes go through the
 //! writer like every other; holds live in the process that holds the store's lock, which is the
 //! only one that can act on its letters.

@@ -56,7 +56,7 @@ pub(crate) const OUTBOX: TableDefinition<u64, &[u8]> = TableDefinition::new("out
 /// The audit trail of operators' actions on dead letters, in time order: `StoredAuditEntry` JSON.
 /// Opening a file creates the table when it is missing (it came after schema 3 was released).
 pub(crate) const AUDIT: TableDefinition<u64, &[u8]> = TableDefinition::new("audit");
-/// The pollers' leases by bot id: `StoredLease` JSON (docs/ARCHITECTURE.md §10). Kept for good: the
+/// The pollers' leases by bot id: `StoredLease` JSON (docs/design/fleet.md §1). Kept for good: the
 /// token must keep growing, and the offset checkpoint is what a new leader resumes from.
 pub(crate) const POLLER_LEASES: TableDefinition<&str, &[u8]> =
     TableDefinition::new("poller_leases");

@@ -1,4 +1,4 @@
-//! Timers in the embedded store (docs/ARCHITECTURE.md §12): the worker hands over what a finished
+//! Timers in the embedded store (docs/design/time.md): the worker hands over what a finished
 //! run scheduled, the store keeps each until it is due, and `tgq local`'s timer loop moves the
 //! due ones onto the queue in the commit that removes them, so a timer is never both kept and
 //! queued, nor neither. One due while the process was down is moved at the next start.

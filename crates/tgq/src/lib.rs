@@ -5,7 +5,7 @@
 //! [`Replies`]), side effects outside Telegram (`ctx.step`) and the chat's state (`ctx.state`,
 //! `ctx.set_state`). tgq records each of them, so an update that runs again after a crash or a
 //! failure neither sends twice what was sent nor repeats a recorded step, and its state is written
-//! once, when the update finishes (docs/ARCHITECTURE.md §5).
+//! once, when the update finishes (docs/design/worker.md §2).
 //!
 //! A crate hosting bots exports them by name in a [`HandlerRegistry`] (`pub fn handlers()`); the
 //! worker Lambda and `tgq local` build the one a bot's settings name.

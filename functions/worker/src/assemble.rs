@@ -46,7 +46,7 @@ pub async fn assemble(
         sqs.clone(),
         config.resources.queue_url.clone(),
     ));
-    // Timers wait on the timer queue, or as schedules when due later (ARCHITECTURE §12); the
+    // Timers wait on the timer queue, or as schedules when due later (docs/design/time.md); the
     // same function relays them from that queue into their chats when they are due.
     let timers = config.timers.as_ref().map(|resources| {
         let queue = SqsTimerQueue::new(sqs.clone(), resources.queue_url.clone());
@@ -74,7 +74,7 @@ pub async fn assemble(
         config.resources.table.clone(),
     ));
     // Telegram's limits belong to the bot, not to this container: each bot's sends are booked in
-    // the table every container of the stack shares (ARCHITECTURE §4).
+    // the table every container of the stack shares (docs/design/pacing.md).
     let budget: Arc<dyn SendBudget> = Arc::new(SharedBudget::new(
         Arc::new(DynamoBudgetCells::new(
             dynamodb.clone(),
@@ -84,7 +84,7 @@ pub async fn assemble(
         Arc::new(SystemClock),
     ));
     // Broadcasts run as chains of steps on their own queue, a message group per job, paced by
-    // the same budget (ARCHITECTURE §13); a handler's broadcast starts one there.
+    // the same budget (docs/design/broadcast-runs.md); a handler's broadcast starts one there.
     let broadcasts = config.broadcasts.as_ref().map(|resources| {
         let queue = Arc::new(SqsQueue::new(sqs.clone(), resources.queue_url.clone()));
         let store = Arc::new(QueuedBroadcasts::new(

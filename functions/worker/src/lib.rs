@@ -156,7 +156,7 @@ fn telegram_for(url: String) -> Connect {
 pub struct NamelessRecord;
 
 /// The worker's second event source: the timer queue, whose records the relay moves
-/// (docs/ARCHITECTURE.md §12).
+/// (docs/design/time.md).
 pub struct TimerSource {
     /// The relay.
     pub relay: TimerRelay,
@@ -165,7 +165,7 @@ pub struct TimerSource {
 }
 
 /// The worker's third event source: the broadcasts queue, whose records are the steps of the
-/// stack's broadcast jobs (docs/ARCHITECTURE.md §13), run by core's [`BroadcastSteps`].
+/// stack's broadcast jobs (docs/design/broadcast-runs.md), run by core's [`BroadcastSteps`].
 pub struct BroadcastSource {
     /// Runs the steps.
     pub steps: BroadcastSteps,

@@ -1,6 +1,6 @@
-//! The broadcast store's conformance bodies (docs/ARCHITECTURE.md §13): the same tests, through
-//! the [`BroadcastRunner`], for every store of [`BroadcastStore`]. An adapter crate instantiates
-//! them with [`broadcast_conformance_tests!`] and a factory giving an empty store.
+//! The broadcast store's conformance bodies (docs/design/broadcast-runs.md): the same tests,
+//! through the [`BroadcastRunner`], for every store of [`BroadcastStore`]. An adapter crate
+//! instantiates them with [`broadcast_conformance_tests!`] and a factory giving an empty store.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -1,4 +1,4 @@
-//! The send budget's conformance bodies (docs/ARCHITECTURE.md §4, "One budget per bot"): the same
+//! The send budget's conformance bodies (docs/design/pacing.md): the same
 //! tests for every store of [`BudgetCells`]. An adapter crate instantiates them with
 //! [`budget_conformance_tests!`] and a factory giving cells and two bots no test booked for yet.
 //!

@@ -1,4 +1,4 @@
-//! The poller lease's conformance bodies (docs/ARCHITECTURE.md §10): the same tests for every
+//! The poller lease's conformance bodies (docs/design/fleet.md §1): the same tests for every
 //! store of [`PollerLease`]. An adapter crate instantiates them with [`lease_conformance_tests!`]
 //! and a factory giving a fresh lease, one nobody has acquired, for each test.
 //!

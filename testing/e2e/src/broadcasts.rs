@@ -1,7 +1,8 @@
-//! The stack's broadcasts queue and its event source mapping to the worker (docs/ARCHITECTURE.md
-//! §13), played by the harness as Lambda plays them for a FIFO queue with a batch of one: receive
-//! a job's step, invoke the worker with it, delete it unless the worker named it in
-//! `batchItemFailures` (then it shows again when the visibility the worker gave it ends).
+//! The stack's broadcasts queue and its event source mapping to the worker
+//! (docs/design/broadcast-runs.md), played by the harness as Lambda plays them for a FIFO queue
+//! with a batch of one: receive a job's step, invoke the worker with it, delete it unless the
+//! worker named it in `batchItemFailures` (then it shows again when the visibility the worker gave
+//! it ends).
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;

@@ -333,7 +333,7 @@ pub async fn record_status(
 }
 
 /// How many items the table holds besides the bots' send budgets (items of their own, keyed
-/// `budget#…`, that every send books: docs/ARCHITECTURE.md §4).
+/// `budget#…`, that every send books: docs/design/pacing.md).
 pub async fn item_count(dynamo: &aws_sdk_dynamodb::Client, table: &str) -> anyhow::Result<usize> {
     let mut count = 0;
     let mut start = None;

@@ -1,4 +1,4 @@
-//! The end-to-end harness (docs/ARCHITECTURE.md §9): the real `webhook` and `worker` binaries behind
+//! The end-to-end harness (docs/design/local.md): the real `webhook` and `worker` binaries behind
 //! `cargo lambda watch`, the AWS emulator named by `AWS_ENDPOINT_URL` (moto server in the suite), and
 //! the fake Bot API — with the harness playing the two parts AWS and Telegram play around them:
 //! Telegram posting updates to the function URL ([`telegram::Telegram`]) and the SQS event source

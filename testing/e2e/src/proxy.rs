@@ -255,7 +255,7 @@ fn service_of(headers: &HeaderMap) -> Option<Service> {
     }
 }
 
-/// Whether a DynamoDB request's key is a send budget's item (docs/ARCHITECTURE.md §4).
+/// Whether a DynamoDB request's key is a send budget's item (docs/design/pacing.md).
 fn names_budget_item(body: &[u8]) -> bool {
     let Ok(request) = serde_json::from_slice::<serde_json::Value>(body) else {
         return false;

@@ -1,4 +1,4 @@
-//! The parts of a stack's timers AWS plays (docs/ARCHITECTURE.md §12), played by the harness: the
+//! The parts of a stack's timers AWS plays (docs/design/time.md), played by the harness: the
 //! standard timer queue and its event source mapping to the worker, and EventBridge Scheduler
 //! firing one-time schedules — moto keeps schedules but never fires them. The mapping here is the
 //! Lambda one for a standard queue: receive, invoke, delete every record the worker did not name

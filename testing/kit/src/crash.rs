@@ -2,7 +2,7 @@
 //! worker writes through stops answering at the chosen write, and the kit drops the run there.
 //!
 //! Every action (a Bot API call or a step) writes its intent before it is made, and the run writes
-//! its settlement when it ends (docs/ARCHITECTURE.md §5). "After `k` actions" is therefore the
+//! its settlement when it ends (docs/design/worker.md §2). "After `k` actions" is therefore the
 //! `k + 1`-th intent of the run, or its settlement when it makes no more (or fewer): neither is written, nor
 //! what they would have carried — the outcome of the last call, which tgq writes with the next
 //! write. A call Telegram had answered but tgq had not written down is made again when the update

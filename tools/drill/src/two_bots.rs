@@ -1,4 +1,4 @@
-//! Scenario 17, `two-bots`, on either target: two bots of one registry (docs/ARCHITECTURE.md §11),
+//! Scenario 17, `two-bots`, on either target: two bots of one registry (docs/design/fleet.md §2),
 //! the real pipeline serving both. The quiet bot posts at a steady pace four times: alone, beside
 //! the other bot posting as much while healthy (what its mere traffic costs on this machine), while
 //! the noisy bot's chats are in a 429 storm and failing for good, and alone again. Nothing may cross

@@ -1,4 +1,4 @@
-//! A misconfigured stack answers 503, never "poison" (docs/ARCHITECTURE.md §3): the webhook pointed
+//! A misconfigured stack answers 503, never "poison" (docs/design/webhook.md): the webhook pointed
 //! at a table that does not exist refuses with 503 and buries nothing, so Telegram keeps the update;
 //! once the table exists, the same request is stored, queued and processed. On moto.
 

@@ -1,20 +1,20 @@
-//! Broadcasts on a stack (docs/ARCHITECTURE.md §13): a job runs as a chain of queue messages, one
-//! at a time in the job's own message group of the broadcasts queue, so it survives any container
-//! and never holds a chat's updates. Each message names the recipient to go on from, by index (so
-//! a step means the same whatever chunk size reads it); an invocation works through chunks of
-//! [`CHUNK`](super::CHUNK) recipients until its time is up, then queues the next step and is
-//! acknowledged. After its first chunk it begins none the time left cannot hold, judged by the
+//! Broadcasts on a stack (docs/design/broadcast-runs.md): a job runs as a chain of queue messages,
+//! one at a time in the job's own message group of the broadcasts queue, so it survives any
+//! container and never holds a chat's updates. Each message names the recipient to go on from, by
+//! index (so a step means the same whatever chunk size reads it); an invocation works through
+//! chunks of [`CHUNK`](super::CHUNK) recipients until its time is up, then queues the next step and
+//! is acknowledged. After its first chunk it begins none the time left cannot hold, judged by the
 //! longest it has run, so the next step seldom begins inside a chunk and reads its recipients
-//! again; only a chunk that outlasts the time left is cut. A chunk whose retries
-//! are not due yet is passed over and visited again when the earliest of them is, so one slow
-//! recipient holds no other chunk back. Each step holds a place in the chain, claimed in the
-//! store before it does anything ([`StepClaim`]): a copy of a step queued again, or a second chain
-//! started while the first lived, ends at once, so a job never runs as two chains. A step first
-//! looks for an older running job of its bot ([`super::ahead_of`]); while there is one it sends
-//! nothing and queues itself again [`WAIT_BEHIND`] later. A job a handler started writes its
-//! audience as recipients in its first steps, a chunk at a time, before it sends. The chain of a
-//! cancelled job goes over its chunks once more, from the first, and lets go of the recipients it
-//! will never send to ([`super::BroadcastStore::drop_unsent`]).
+//! again; only a chunk that outlasts the time left is cut. A chunk whose retries are not due yet is
+//! passed over and visited again when the earliest of them is, so one slow recipient holds no other
+//! chunk back. Each step holds a place in the chain, claimed in the store before it does anything
+//! ([`StepClaim`]): a copy of a step queued again, or a second chain started while the first lived,
+//! ends at once, so a job never runs as two chains. A step first looks for an older running job of
+//! its bot ([`super::ahead_of`]); while there is one it sends nothing and queues itself again
+//! [`WAIT_BEHIND`] later. A job a handler started writes its audience as recipients in its first
+//! steps, a chunk at a time, before it sends. The chain of a cancelled job goes over its chunks
+//! once more, from the first, and lets go of the recipients it will never send to
+//! ([`super::BroadcastStore::drop_unsent`]).
 
 use std::sync::Arc;
 use std::time::Duration;

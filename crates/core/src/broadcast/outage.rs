@@ -1,4 +1,4 @@
-//! A lane's patience with Telegram's outages (docs/ARCHITECTURE.md §13, "Outcomes"): while its
+//! A lane's patience with Telegram's outages (docs/design/broadcasts.md, "Outcomes"): while its
 //! sends meet a Telegram that cannot be reached or answers 5xx, the lane waits longer and longer
 //! between them, and goes on at its pace once Telegram answers again, so an outage writes no
 //! recipient off and does not hammer an edge that is down.

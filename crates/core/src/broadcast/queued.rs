@@ -1,9 +1,9 @@
 //! A job store whose jobs run as chains of steps on a queue: a stack's broadcasts queue
-//! (docs/ARCHITECTURE.md §13). It stores through the store it wraps and queues, after the store
-//! answered, the step each change calls for: a job's first step when it is created (or found
-//! again by a retried start: the queue keeps one of the two), a resumed or retried job's first
-//! step again, and a cancelled job's step that lets go of what it will never send. The store
-//! only stores; which change queues what is decided here, once for every store.
+//! (docs/design/broadcast-runs.md). It stores through the store it wraps and queues, after the
+//! store answered, the step each change calls for: a job's first step when it is created (or found
+//! again by a retried start: the queue keeps one of the two), a resumed or retried job's first step
+//! again, and a cancelled job's step that lets go of what it will never send. The store only
+//! stores; which change queues what is decided here, once for every store.
 
 use super::chain::{BroadcastQueue, ChainStep, StepClaim};
 use super::*;

@@ -1,4 +1,4 @@
-//! How one recipient's failed send ends (docs/ARCHITECTURE.md §13, "Outcomes"): by what Telegram's
+//! How one recipient's failed send ends (docs/design/broadcasts.md, "Outcomes"): by what Telegram's
 //! answer is about — the transport, the chat, or the message and the bot — decided here alone.
 
 use crate::policy::{Jitter, RetryPolicy};

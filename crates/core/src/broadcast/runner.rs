@@ -45,8 +45,8 @@ pub enum Waits {
 
 /// The running job of `job`'s bot that sends before it, if any: a bot's broadcasts go one at a
 /// time, the oldest running one first, so two of them neither take the reserve the bot's replies
-/// keep nor pass the paid lane's rate together (docs/ARCHITECTURE.md §13). `None` when `job` is
-/// the one to send.
+/// keep nor pass the paid lane's rate together (docs/design/broadcast-runs.md). `None` when `job`
+/// is the one to send.
 pub fn ahead_of(jobs: &[BroadcastJob], job: &BroadcastJob) -> Option<BroadcastId> {
     jobs.iter()
         .filter(|j| j.state == JobState::Running && j.spec.bot == job.spec.bot && j.id < job.id)

@@ -1,4 +1,4 @@
-//! Broadcasts on a stack, as the worker function runs them (docs/ARCHITECTURE.md §13): each
+//! Broadcasts on a stack, as the worker function runs them (docs/design/broadcast-runs.md): each
 //! record of the broadcasts queue is a step of a job's chain ([`super::chain`]). A step is run
 //! with its job's bot's Bot API (a cancelled job's with [`NoSends`]); what comes next is queued,
 //! or the message is hidden until the step is due, or, when it could not run, for

@@ -1,4 +1,4 @@
-//! The recording engine behind [`Context`] (docs/ARCHITECTURE.md §5): each call or step the
+//! The recording engine behind [`Context`] (docs/design/worker.md §2): each call or step the
 //! handler makes is an action at a position of the run, recalled from an earlier run's record or
 //! made with its intent written first and its outcome kept; calls are paced through the bot's
 //! budget and cleared just before they leave.
@@ -448,8 +448,8 @@ impl<'a> Context<'a> {
 
     /// Asked after the intent is written, as late before the call as it can be: whether the call
     /// may go now (`false`: book again). A flood wait another process heard meanwhile holds this
-    /// call too (ARCHITECTURE §4); an early caller waits for its slot, and reads the budget again
-    /// when that wait was long.
+    /// call too (docs/design/pacing.md); an early caller waits for its slot, and reads the budget
+    /// again when that wait was long.
     async fn cleared(&mut self, slot: Option<&mut Slot>) -> Result<bool, PortError> {
         let Some(slot) = slot else {
             return Ok(true);

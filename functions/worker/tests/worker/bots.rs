@@ -1,4 +1,4 @@
-//! Several bots in one worker (docs/ARCHITECTURE.md §11): the function's own configuration and
+//! Several bots in one worker (docs/design/fleet.md §2): the function's own configuration and
 //! fleet (the environment's bot `demo` and a registry in memory), one fake Bot API that accepts
 //! every bot's token and records which token made each call. Each bot's share of a batch runs on
 //! its own: one bot's flood wait, slow handler or failures hold back nothing of another's.

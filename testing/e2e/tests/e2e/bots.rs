@@ -1,4 +1,4 @@
-//! Several bots on one stack with the real functions on moto (docs/ARCHITECTURE.md §11): two bots
+//! Several bots on one stack with the real functions on moto (docs/design/fleet.md §2): two bots
 //! in the SSM registry besides the stack's own, each updated through its `/webhook/{bot_id}` with
 //! its own secret, and each bot's reply sent with its own token — the fake Bot API records which
 //! token made each call.

@@ -1,9 +1,9 @@
-//! Broadcasts on a stack (docs/ARCHITECTURE.md §13) with the real worker on moto: a job started on
-//! the stack's table and queue runs as steps from the broadcasts queue, in chunks, while the worker
-//! is SIGKILLed in the middle of a step (a new one takes over) and DynamoDB is taken away from it
-//! for a step. Each recipient is sent the message at most once; only the sends the dead worker had
-//! under way are uncertain; recipients who blocked the bot are gone; the job ends done, and
-//! Telegram's limits hold throughout.
+//! Broadcasts on a stack (docs/design/broadcast-runs.md) with the real worker on moto: a job
+//! started on the stack's table and queue runs as steps from the broadcasts queue, in chunks, while
+//! the worker is SIGKILLed in the middle of a step (a new one takes over) and DynamoDB is taken
+//! away from it for a step. Each recipient is sent the message at most once; only the sends the
+//! dead worker had under way are uncertain; recipients who blocked the bot are gone; the job ends
+//! done, and Telegram's limits hold throughout.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

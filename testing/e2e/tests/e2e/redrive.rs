@@ -1,5 +1,5 @@
 //! SQS's receive count is a crash-loop net, not a budget that runs out while nothing runs
-//! (docs/ARCHITECTURE.md §4): a chat whose first five updates each fail until their attempt budget
+//! (docs/design/worker.md §1): a chat whose first five updates each fail until their attempt budget
 //! is spent, followed by five good updates. Every receive of a failing head returns the good ones
 //! behind it too, unrun; with the template's `MaxReceiveCount` none of them may reach the
 //! dead-letter queue untried. The same scenario on the in-memory queue, the embedded store and moto.

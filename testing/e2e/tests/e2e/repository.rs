@@ -1,7 +1,8 @@
 //! The repository tells one story: README names the Rust version Cargo.toml requires, the LICENSE
 //! file is the license Cargo.toml names, README's map of the code names paths that exist, every
-//! comment that cites the architecture cites a section docs/ARCHITECTURE.md has — and nothing cites
-//! a design document the repository does not contain — docs/CONFIGURATION.md lists every
+//! comment that cites the architecture or a design doc cites one, and a section of it, that
+//! exists — and nothing cites a design document the repository does not contain, or one over
+//! 15 KB — docs/CONFIGURATION.md lists every
 //! setting with the default, the range and the template parameter the code and template.yaml have,
 //! and cli/README.md every command `tgq` has.
 
@@ -169,13 +170,18 @@ fn repository_files() -> Vec<PathBuf> {
     files
 }
 
+/// The most a design doc, or the architecture's map, may hold: what a newcomer reads in a sitting.
+const MOST_DOC_BYTES: usize = 15_000;
+
 #[test]
 fn architecture_citations_name_sections_that_exist_and_nothing_cites_an_absent_design() {
-    let architecture = read("docs/ARCHITECTURE.md");
     // Spelled in parts so that this file does not match itself.
     let absent = ["DESIGN", ".md"].concat();
     let absent_section = ["DESIGN", " §"].concat();
-    let cite = ["docs/ARCHITECTURE.md", " §"].concat();
+    let cites = [
+        ["docs/ARCHITECTURE", ".md"].concat(),
+        ["docs/design/", ""].concat(),
+    ];
     let mut citations = 0;
     for file in repository_files() {
         let text = std::fs::read_to_string(&file).unwrap();
@@ -187,16 +193,59 @@ fn architecture_citations_name_sections_that_exist_and_nothing_cites_an_absent_d
             !text.contains(&absent) && !text.contains(&absent_section),
             "{shown} cites a design document the repository does not hold"
         );
-        for cited in text.split(cite.as_str()).skip(1) {
-            let section: String = cited.chars().take_while(char::is_ascii_digit).collect();
-            assert!(
-                architecture.contains(&format!("\n## §{section} ")),
-                "{shown} cites section {section:?} of docs/ARCHITECTURE.md, which has none such"
-            );
-            citations += 1;
+        for cite in &cites {
+            for cited in text.split(cite.as_str()).skip(1) {
+                let name: String = cited
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '.')
+                    .collect();
+                // A folder named on its own (`docs/design/`) is not a citation of a doc.
+                let Some(doc) = cited_doc(cite, &name) else {
+                    continue;
+                };
+                let path = workspace_root().join(&doc);
+                let Ok(cited_text) = std::fs::read_to_string(&path) else {
+                    panic!("{shown} cites {doc}, which the repository does not hold");
+                };
+                let after = &cited[name.len()..];
+                if let Some(section) = after.strip_prefix(" §") {
+                    let section: String =
+                        section.chars().take_while(char::is_ascii_digit).collect();
+                    assert!(
+                        cited_text.contains(&format!("\n## §{section} ")),
+                        "{shown} cites section {section:?} of {doc}, which has none such"
+                    );
+                }
+                citations += 1;
+            }
         }
     }
-    assert!(citations > 10, "only {citations} citations found");
+    assert!(citations > 100, "only {citations} citations found");
+}
+
+/// The doc a citation names: the architecture's map, or the design doc `name` (`worker.md`).
+fn cited_doc(cite: &str, name: &str) -> Option<String> {
+    if cite.ends_with(".md") {
+        return Some(cite.to_owned());
+    }
+    let name = name.trim_end_matches('.');
+    name.ends_with(".md").then(|| format!("{cite}{name}"))
+}
+
+#[test]
+fn the_architecture_and_each_design_doc_can_be_read_in_a_sitting() {
+    let mut docs = vec![workspace_root().join("docs/ARCHITECTURE.md")];
+    let design = std::fs::read_dir(workspace_root().join("docs/design")).unwrap();
+    docs.extend(design.map(|entry| entry.unwrap().path()));
+    assert!(docs.len() > 5, "the design docs are in docs/design/");
+    for doc in docs {
+        let bytes = std::fs::metadata(&doc).unwrap().len() as usize;
+        assert!(
+            bytes <= MOST_DOC_BYTES,
+            "{} holds {bytes} bytes, over the {MOST_DOC_BYTES} a reader takes in at a sitting",
+            doc.display()
+        );
+    }
 }
 
 #[test]

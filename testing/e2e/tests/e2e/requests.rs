@@ -26,7 +26,7 @@ const FIRST_UPDATE_ID: i64 = 810_000_000;
 /// DynamoDB writes of its record one update may cost, webhook and worker together: the put, the
 /// claim, the reply's intent and the settle (the reply's result goes with the settle).
 const MAX_WRITES_PER_UPDATE: u64 = 4;
-/// What a reply's booking in the bot's send budget costs at least (docs/ARCHITECTURE.md §4): a
+/// What a reply's booking in the bot's send budget costs at least (docs/design/pacing.md): a
 /// conditional write of the bot's item and one of the chat's. The bot's item is read again before
 /// the call only when the write that returned it is older than `budget::RECHECK_AFTER` by then.
 const BOOKING_WRITES: u64 = 2;

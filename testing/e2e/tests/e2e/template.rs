@@ -705,7 +705,7 @@ fn the_stack_outputs_what_the_tgq_command_reads() {
         "BotTokenParameterName",
         "WebhookSecretParameterName",
         "TelegramApiUrl",
-        // `tgq bots add|list|remove --stack` (docs/ARCHITECTURE.md §11).
+        // `tgq bots add|list|remove --stack` (docs/design/fleet.md §2).
         "BotsParameterPrefix",
         "BotWebhookUrlPrefix",
     ] {

@@ -1,4 +1,4 @@
-//! Timers on a stack (docs/ARCHITECTURE.md §12) with the real functions on moto: one timer short
+//! Timers on a stack (docs/design/time.md) with the real functions on moto: one timer short
 //! enough for an SQS message timer, one long enough for an EventBridge Scheduler schedule (the
 //! queue's reach shortened to 2 s so that it takes seconds), the schedule delivered twice as
 //! Scheduler may, and SQS and DynamoDB down for the worker while the first timer is due. Each

@@ -1,9 +1,9 @@
 //! Scenario 19, `broadcast` (emulator only), the stack's broadcast benchmark: one job of
-//! `--recipients` (10,000) recipients run by the real worker from the broadcasts queue (docs/ARCHITECTURE.md
-//! §13), the fake Bot API enforcing Telegram's limits, while users keep writing to the bot through
-//! the webhook and the updates queue. Counted from the fake: every recipient exactly once, nothing
-//! over the limits; the job's sustained rate against its lane's (the bot's 30/s less the 20 %
-//! reserve), and the bot's reply latency during it.
+//! `--recipients` (10,000) recipients run by the real worker from the broadcasts queue
+//! (docs/design/broadcast-runs.md), the fake Bot API enforcing Telegram's limits, while users keep
+//! writing to the bot through the webhook and the updates queue. Counted from the fake: every
+//! recipient exactly once, nothing over the limits; the job's sustained rate against its lane's
+//! (the bot's 30/s less the 20 % reserve), and the bot's reply latency during it.
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! containers), the fake Bot API enforcing Telegram's limits at a bot-wide rate of [`RATE`] a
 //! second, which the workers are given too (`TGQ_RATE_PER_SECOND`). A burst over many chats, and
 //! a storm of bot-wide 429s while it drains: summed over the four processes, no send may go over
-//! the limits or into an announced wait (docs/ARCHITECTURE.md §4, "One budget per bot"), and the
+//! the limits or into an announced wait (docs/design/pacing.md), and the
 //! sends keep close to the rate.
 
 use std::time::{Duration, Instant};
