@@ -146,6 +146,9 @@ const FIRST_LEAD: Duration = Duration::from_millis(50);
 /// the store is too slow for the budget to help and a call rather waits a little longer.
 const MIN_LEAD: Duration = Duration::from_millis(5);
 const MAX_LEAD: Duration = Duration::from_secs(1);
+/// How long after its slot the slowest of the latest callers may end its write: 10 ms inside the
+/// 50 ms a slot may be late, for a caller a little slower than any measured.
+pub(crate) const LATE_WITHIN: Duration = Duration::from_millis(40);
 /// How many of the latest measurements the lead is taken from.
 const LEAD_SAMPLES: usize = 8;
 /// How long the latest callers took from the end of their wait to their check: what they do
@@ -179,15 +182,19 @@ impl Lead {
         }
     }
 
-    /// The fastest of the latest measurements. A caller's write then ends at its slot or a
-    /// little after, still inside it (up to the 50 ms the budgets allow), and its call leaves as
-    /// the write ends: a broadcast send's intent is on record for no longer than it must be before
-    /// its call, so a crash between the two, which leaves it uncertain with no call made, is as
-    /// unlikely as it can be. One early waits the difference.
+    /// The slowest of the latest measurements, less [`LATE_WITHIN`]: a caller as slow as the
+    /// slowest ends its write that long after its slot, inside the 50 ms the budgets allow, and a
+    /// faster one ends it nearer its slot. Its call leaves as the write ends, unless the write
+    /// ended before the slot: a broadcast send's intent is then on record for as short a time as
+    /// the store's jitter allows before its call, so a crash between the two, which leaves it
+    /// uncertain with no call made, is as unlikely as it can be. A store whose writes vary by
+    /// less than that leaves no caller early at all.
     pub(crate) fn get(&self) -> Duration {
         let samples = self.samples.lock();
-        match samples.iter().min() {
-            Some(fastest) => (*fastest).clamp(self.least, MAX_LEAD),
+        match samples.iter().max() {
+            Some(slowest) => slowest
+                .saturating_sub(LATE_WITHIN)
+                .clamp(self.least, MAX_LEAD),
             None => self.first,
         }
     }

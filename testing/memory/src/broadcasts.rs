@@ -51,6 +51,11 @@ impl MemoryBroadcasts {
         *self.begin_times.lock() = (times, 0);
     }
 
+    /// How many begins were asked for, written or not.
+    pub fn begins(&self) -> usize {
+        self.begin_times.lock().1
+    }
+
     /// When the latest begin of the recipient at `index` (of any job) was written, on tokio's
     /// clock: with the moment its call arrived, how long the call waited after its intent.
     pub fn begun_at(&self, index: u64) -> Option<tokio::time::Instant> {
