@@ -182,21 +182,23 @@ impl Lead {
         }
     }
 
-    /// The slowest of the latest measurements, less [`LATE_WITHIN`]: a caller as slow as the
-    /// slowest ends its write that long after its slot, inside the 50 ms the budgets allow, and a
-    /// faster one ends it nearer its slot. Its call leaves as the write ends, unless the write
-    /// ended before the slot: a broadcast send's intent is then on record for as short a time as
-    /// the store's jitter allows before its call, so a crash between the two, which leaves it
-    /// uncertain with no call made, is as unlikely as it can be. A store whose writes vary by
-    /// less than that leaves no caller early at all.
+    /// The slowest of the latest measurements less [`LATE_WITHIN`], or their third quartile when
+    /// that is shorter. A store whose writes vary by less than [`LATE_WITHIN`] leaves no caller
+    /// early: each ends its write at its slot or a little after, inside the 50 ms the budgets
+    /// allow, and calls as the write ends, so a broadcast send's intent is on record only for the
+    /// moment before its call, all a crash can leave uncertain with no call made. A store that
+    /// varies more keeps the third quartile: a slower caller is late and books again, a faster one
+    /// waits the difference, and no lead grows with the store's worst moments, which would hold
+    /// each send that much longer and slow a lane whose sends in flight are few.
     pub(crate) fn get(&self) -> Duration {
-        let samples = self.samples.lock();
-        match samples.iter().max() {
-            Some(slowest) => slowest
-                .saturating_sub(LATE_WITHIN)
-                .clamp(self.least, MAX_LEAD),
-            None => self.first,
+        let mut samples: Vec<Duration> = self.samples.lock().iter().copied().collect();
+        if samples.is_empty() {
+            return self.first;
         }
+        samples.sort();
+        let slowest = samples[samples.len() - 1].saturating_sub(LATE_WITHIN);
+        let third_quartile = samples[samples.len() * 3 / 4];
+        slowest.min(third_quartile).clamp(self.least, MAX_LEAD)
     }
 
     /// Counts a caller that took `took` from the end of its wait to its check.
