@@ -160,25 +160,28 @@ pub(crate) struct Lead {
     /// The lead before anything was measured, and the least one.
     first: Duration,
     least: Duration,
+    /// Whether the lead may shrink below the third quartile (see [`Lead::get`]).
+    shrinks: bool,
 }
 
 impl Lead {
     /// A lead kept for a store: a few milliseconds at least, so a store's jitter makes no call
     /// late.
     pub(crate) fn for_store() -> Self {
-        Self::new(FIRST_LEAD, MIN_LEAD)
+        Self::new(FIRST_LEAD, MIN_LEAD, false)
     }
 
     /// A lead kept in the process: none until a caller took a while.
     pub(crate) fn in_process() -> Self {
-        Self::new(Duration::ZERO, Duration::ZERO)
+        Self::new(Duration::ZERO, Duration::ZERO, true)
     }
 
-    fn new(first: Duration, least: Duration) -> Self {
+    fn new(first: Duration, least: Duration, shrinks: bool) -> Self {
         Self {
             samples: Mutex::new(VecDeque::new()),
             first,
             least,
+            shrinks,
         }
     }
 
@@ -198,7 +201,12 @@ impl Lead {
         samples.sort();
         let slowest = samples[samples.len() - 1].saturating_sub(LATE_WITHIN);
         let third_quartile = samples[samples.len() * 3 / 4];
-        slowest.min(third_quartile).clamp(self.least, MAX_LEAD)
+        let lead = if self.shrinks {
+            slowest.min(third_quartile)
+        } else {
+            third_quartile
+        };
+        lead.clamp(self.least, MAX_LEAD)
     }
 
     /// Counts a caller that took `took` from the end of its wait to its check.
