@@ -174,14 +174,14 @@ async fn times_out_once(api: &Api, chat: i64) {
     .await;
 }
 
-/// A runner whose retries are due 6 s on: well after a pass over a few chunks ends, however slow
-/// the store (the emulator, busy with every other test of its binary, can take seconds), so a
-/// chain's step queues the next for them.
+/// A runner whose retries are due 12 s on, 6 s at the least with the policy's jitter: well after
+/// a pass over a few chunks ends, however slow the store (the emulator, busy with every other test
+/// of its binary, can take seconds), so a chain's step queues the next for them.
 fn retrying_after_the_pass(store: &Arc<dyn BroadcastStore>) -> BroadcastRunner {
     BroadcastRunner {
         retry: RetryPolicy {
-            base: Duration::from_secs(6),
-            cap: Duration::from_secs(6),
+            base: Duration::from_secs(12),
+            cap: Duration::from_secs(12),
             ..RetryPolicy::default()
         },
         ..runner(store)

@@ -220,6 +220,9 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>) {
             watching.abort();
         });
     }
+    // New connections are refused from now on, as a Telegram gone away refuses them; those
+    // accepted finish the calls they carry.
+    drop(listener);
     graceful.shutdown().await;
 }
 
