@@ -246,16 +246,6 @@ async fn a_slow_store_sends_no_broadcast_call_outside_its_slot_in_a_shared_budge
     among_replies(Arc::new(budget), clock, &[0, 120, 60, 180, 30], SLOW).await;
 }
 
-/// How long each broadcast call of a run through `budget` waited between its intent written and
-/// its call, with intents that take 10 to 30 ms: what a crash in between leaves uncertain though
-/// no call left.
-async fn waits_after_the_intent(
-    budget: Arc<dyn SendBudget>,
-    clock: Arc<dyn Clock>,
-) -> Vec<Duration> {
-    sent_through(budget, clock, &[10, 20, 30, 15, 25]).await.1
-}
-
 /// A run of 40 recipients through `budget` with intents that take each of `begins` (ms) in turn:
 /// how many begins it asked for, and how long each call waited between its intent and its call.
 async fn sent_through(
@@ -314,8 +304,8 @@ async fn sent_at(
     (memory.begins(), waits)
 }
 
-/// A store whose writes vary by more than a slot may be late: the lead makes room for the
-/// slowest, so a send is not held for ending its intent late and booked again, over and over.
+/// A store whose writes vary by more than a slot may be late: the lead makes room for the slow
+/// writes, so a send is not held for ending its intent late and booked again, over and over.
 async fn a_jittery_store_books_each_send_once(budget: Arc<dyn SendBudget>, clock: Arc<dyn Clock>) {
     let (begins, _) = sent_through(budget, clock, &[20, 150, 60, 110, 35, 90, 140, 25]).await;
     // The first sends measure the store: a few of them may end late and go again.
@@ -342,8 +332,10 @@ async fn a_jittery_store_books_each_send_once_in_a_shared_budget() {
 /// written: the slot's lead lets the intent end at the slot or a little after, never well before.
 /// The process's budget keeps it so; a shared budget keeps the third quartile of its writes as the
 /// lead, as its store's moments vary more.
-async fn calls_leave_as_their_intents_end(budget: Arc<dyn SendBudget>, clock: Arc<dyn Clock>) {
-    let waits = waits_after_the_intent(budget, clock).await;
+#[tokio::test(start_paused = true)]
+async fn a_call_leaves_as_its_intent_ends_in_the_process_s_budget() {
+    let budget = Arc::new(Pacer::new(limits()));
+    let (_, waits) = sent_through(budget, tokio_clock(), &[10, 20, 30, 15, 25]).await;
     let waited: Vec<&Duration> = waits
         .iter()
         .skip(8)
@@ -355,12 +347,6 @@ async fn calls_leave_as_their_intents_end(budget: Arc<dyn SendBudget>, clock: Ar
         waited.len(),
         waits.len() - 8
     );
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_call_leaves_as_its_intent_ends_in_the_process_s_budget() {
-    let clock = tokio_clock();
-    calls_leave_as_their_intents_end(Arc::new(Pacer::new(limits())), clock).await;
 }
 
 /// A store slow once in a while: one write in eight takes 900 ms, the others 20 to 40 ms. The lead
