@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 use tgq_core::broadcast::RecipientState;
-use tgq_core::broadcast::{BroadcastRunner, BroadcastSpec, BroadcastStore, RunEnd};
+use tgq_core::broadcast::{BroadcastId, BroadcastRunner, BroadcastSpec, BroadcastStore, RunEnd};
 use tgq_core::budget::{Clear, Reserved, SendBudget, SharedBudget};
 use tgq_core::clock::Clock;
 use tgq_core::ids::BotId;
@@ -148,6 +148,35 @@ fn bursts_of_replies(budget: Arc<dyn SendBudget>, wire: Arc<Wire>) -> tokio::tas
     })
 }
 
+/// A job to `chats` in a memory store whose begins take each of `begins` (ms) in turn, and its
+/// runner through `budget` at the bot's `rate`.
+async fn job_for(
+    chats: &[i64],
+    begins: &[u64],
+    (budget, rate): (Arc<dyn SendBudget>, u32),
+    clock: Arc<dyn Clock>,
+) -> (Arc<MemoryBroadcasts>, BroadcastId, BroadcastRunner) {
+    let memory = Arc::new(MemoryBroadcasts::new());
+    memory.slow_begins(begins.iter().copied().map(Duration::from_millis).collect());
+    let store: Arc<dyn BroadcastStore> = memory.clone();
+    let spec = BroadcastSpec::standard(bot(), "sendMessage", json!({"text": "news"}), "cli");
+    let id = store
+        .create(&spec, chats, clock.now())
+        .await
+        .expect("the job is created")
+        .job()
+        .id
+        .clone();
+    let runner = BroadcastRunner {
+        store,
+        budget,
+        bot_rate: Some(rate),
+        clock,
+        retry: RetryPolicy::default(),
+    };
+    (memory, id, runner)
+}
+
 /// A broadcast of 60 recipients and bursts of replies at `RATE` a second through `budget`, each
 /// broadcast intent written by a store that takes the next of `begins` (in milliseconds, in
 /// turn), longer than a slot may be late for some or all of them. Every recipient is sent once
@@ -160,25 +189,8 @@ async fn among_replies(
     begins: &[u64],
     window: Duration,
 ) {
-    let memory = Arc::new(MemoryBroadcasts::new());
-    memory.slow_begins(begins.iter().copied().map(Duration::from_millis).collect());
-    let store: Arc<dyn BroadcastStore> = memory.clone();
-    let spec = BroadcastSpec::standard(bot(), "sendMessage", json!({"text": "news"}), "cli");
     let chats: Vec<i64> = (1..=60).collect();
-    let id = store
-        .create(&spec, &chats, clock.now())
-        .await
-        .expect("the job is created")
-        .job()
-        .id
-        .clone();
-    let runner = BroadcastRunner {
-        store: store.clone(),
-        budget: budget.clone(),
-        bot_rate: Some(RATE),
-        clock,
-        retry: RetryPolicy::default(),
-    };
+    let (memory, id, runner) = job_for(&chats, begins, (budget.clone(), RATE), clock).await;
     let wire = Arc::new(Wire::default());
     let replies = bursts_of_replies(budget, wire.clone());
     let (_stop, stopped) = watch::channel(false);
@@ -263,25 +275,8 @@ async fn sent_at(
     begins: &[u64],
     (rate, recipients): (u32, i64),
 ) -> (usize, Vec<Duration>) {
-    let memory = Arc::new(MemoryBroadcasts::new());
-    memory.slow_begins(begins.iter().copied().map(Duration::from_millis).collect());
-    let store: Arc<dyn BroadcastStore> = memory.clone();
-    let spec = BroadcastSpec::standard(bot(), "sendMessage", json!({"text": "news"}), "cli");
     let chats: Vec<i64> = (1..=recipients).collect();
-    let id = store
-        .create(&spec, &chats, clock.now())
-        .await
-        .expect("the job is created")
-        .job()
-        .id
-        .clone();
-    let runner = BroadcastRunner {
-        store,
-        budget,
-        bot_rate: Some(rate),
-        clock,
-        retry: RetryPolicy::default(),
-    };
+    let (memory, id, runner) = job_for(&chats, begins, (budget, rate), clock).await;
     let wire = Arc::new(Wire::default());
     let (_stop, stopped) = watch::channel(false);
     let api: Arc<dyn BotApi> = wire.clone();
