@@ -3,9 +3,9 @@
 //! to the bot. The list holds users who blocked the bot, deleted accounts and groups that became
 //! supergroups; what runs the job is killed three times mid-job (`tgq local` SIGKILLed and started
 //! again; on the emulator every worker container SIGKILLed mid-step and new ones started);
-//! Telegram goes away for 30 s (connections refused) and answers 502 for 30 s more; then, once
-//! the users' updates are answered, the token is revoked (every call 401) until the job pauses,
-//! given back, and the job resumed. Counted per recipient from the fakes: each one reachable gets
+//! Telegram goes away for 30 s (connections refused) and answers 502 for 30 s more; the operator
+//! pauses the job at half delivered until the users' updates are answered, and resumes it; then
+//! the token is revoked (every call 401) until the job pauses, given back, and the job resumed. Counted per recipient from the fakes: each one reachable gets
 //! the message once, nobody twice, nobody skipped; the recipients tgq calls uncertain are calls
 //! the fake saw arrive; 0 sends over the limits. This module holds what both targets share: the
 //! list, its faults, the waits and the count; `run_local/broadcast.rs` and
@@ -39,7 +39,11 @@ pub const KILLS_AT: [f64; 3] = [0.1, 0.2, 0.3];
 pub const OUTAGE_AT: f64 = 0.4;
 const REFUSED_FOR: Duration = Duration::from_secs(30);
 const BAD_GATEWAY_FOR: Duration = Duration::from_secs(30);
-/// The share delivered from which the token is revoked (once the users' updates are answered).
+/// The share delivered at which the operator pauses the job until the users' updates are
+/// answered, then resumes it: the revoked token that follows then always meets a job still
+/// sending and no reply waiting, however fast the replies drain beside the job.
+pub const HELD_AT: f64 = 0.5;
+/// The share delivered from which the token is revoked (after the hold).
 pub const REVOKED_FROM: f64 = 0.7;
 /// How long the job may take: its time at the lane's rate, the faults, and as much again.
 pub const PATIENCE: Duration = Duration::from_secs(600);

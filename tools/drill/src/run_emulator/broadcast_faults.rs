@@ -13,7 +13,7 @@ use anyhow::{bail, Context as _};
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use serde_json::json;
 use tgq_core::broadcast::{
-    self, BroadcastId, BroadcastJob, BroadcastSpec, BroadcastStore as _, Change, JobState,
+    self, BroadcastId, BroadcastJob, BroadcastSpec, BroadcastStore as _, Change, Changed, JobState,
     QueuedBroadcasts, RecipientState,
 };
 use tgq_core::clock::{Clock as _, SystemClock};
@@ -26,8 +26,8 @@ use tokio::sync::watch;
 use super::broadcast::with_broadcasts;
 use super::{Emulator, BOT_ID};
 use crate::broadcast_faults::{
-    self as scenario, limited, news, wait_until, Audience, KILLS_AT, NEWS, OUTAGE_AT, PATIENCE,
-    REVOKED_FROM, TIMER_AFTER_MS, TIMER_EVERY,
+    self as scenario, limited, news, wait_until, Audience, HELD_AT, KILLS_AT, NEWS, OUTAGE_AT,
+    PATIENCE, REVOKED_FROM, TIMER_AFTER_MS, TIMER_EVERY,
 };
 use crate::plan::Plan;
 use crate::scenario::Scenario;
@@ -157,9 +157,18 @@ pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row
     let (before, after) = scenario::outage(&run.fake, addr, &audience).await?;
     run.fake = after;
 
-    // The users' updates answered, the token is revoked until the job pauses, then given back.
-    let drain = run.drain(posting).await?;
+    // The job held from half delivered until the users' updates are answered, then resumed, as
+    // `tgq broadcast pause --stack` and `resume --stack` change it.
     let previous = news(&before.0).count();
+    wait_until(started, || {
+        audience.share(previous + news(&run.fake.calls()).count()) >= HELD_AT
+    })
+    .await?;
+    change(&store, &id, Change::Pause).await?;
+    let drain = run.drain(posting).await?;
+    change(&store, &id, Change::Resume).await?;
+
+    // The token is revoked until the job pauses, then given back, and the job resumed.
     wait_until(started, || {
         audience.share(previous + news(&run.fake.calls()).count()) >= REVOKED_FROM
     })
@@ -172,7 +181,7 @@ pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row
     .await?;
     run.fake.clear_faults();
     audience.faults(&run.fake);
-    store.change(&id, Change::Resume, SystemClock.now()).await?;
+    change(&store, &id, Change::Resume).await?;
     let job = wait_for(&store, &id, started, |s| *s == JobState::Done).await?;
     let took = started.elapsed();
     pumping.store(false, Ordering::SeqCst);
@@ -237,6 +246,14 @@ async fn invoked(
 ) -> anyhow::Result<SqsBatchResponse> {
     let answer = http.post(&url).json(&event).send().await?;
     Ok(answer.json().await?)
+}
+
+/// Makes `change` to job `id`, as the CLI's `--stack` form makes it; an error unless it applied.
+async fn change(store: &QueuedBroadcasts, id: &BroadcastId, change: Change) -> anyhow::Result<()> {
+    match store.change(id, change.clone(), SystemClock.now()).await? {
+        Changed::Changed { .. } => Ok(()),
+        refused => bail!("{change:?} of broadcast {id} did not apply: {refused:?}"),
+    }
 }
 
 /// Waits until job `id`'s state is one `state` takes; the job then.

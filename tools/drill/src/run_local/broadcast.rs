@@ -13,8 +13,8 @@ use tgq_fake_telegram::{FakeTelegram, Fault, Scope, Times};
 
 use super::{base_env, Run};
 use crate::broadcast_faults::{
-    self, limited, news, wait_until, Audience, KILLS_AT, NEWS, OUTAGE_AT, PATIENCE, REVOKED_FROM,
-    TIMER_AFTER_MS, TIMER_EVERY,
+    self, limited, news, wait_until, Audience, HELD_AT, KILLS_AT, NEWS, OUTAGE_AT, PATIENCE,
+    REVOKED_FROM, TIMER_AFTER_MS, TIMER_EVERY,
 };
 use crate::local::LocalTgq;
 use crate::plan::Plan;
@@ -87,10 +87,17 @@ pub async fn run(s: &Scenario, o: &Options) -> anyhow::Result<Row> {
     let (before, after) = broadcast_faults::outage(&run.fake, addr, &audience).await?;
     run.fake = after;
 
-    // The users' updates answered, the token is revoked until the job pauses, then given back.
-    let sending = posting;
-    let drain = run.drain(sending).await?;
+    // The job held from half delivered until the users' updates are answered, then resumed.
     let previous = news(&before.0).count();
+    wait_until(started, || {
+        audience.share(previous + news(&run.fake.calls()).count()) >= HELD_AT
+    })
+    .await?;
+    cli(o, &data_dir, &["broadcast", "pause", "1"], &dir)?;
+    let drain = run.drain(posting).await?;
+    cli(o, &data_dir, &["broadcast", "resume", "1"], &dir)?;
+
+    // The token is revoked until the job pauses, then given back, and the job resumed.
     wait_until(started, || {
         audience.share(previous + news(&run.fake.calls()).count()) >= REVOKED_FROM
     })
