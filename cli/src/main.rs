@@ -70,6 +70,9 @@ enum Command {
     /// Deploy the bot to AWS in one command: check the tools, keep the token and a webhook secret
     /// in SSM, build and deploy the stack with the SAM CLI, set the webhook, show the status.
     Deploy(ops::deploy::DeployArgs),
+    /// Install the tools a deploy runs, when missing, into tgq's cache: the SAM CLI, cargo-lambda
+    /// and zig (pinned, from PyPI) and the Rust target of the functions' architecture.
+    Setup(ops::setup::SetupArgs),
     /// Take a deployed bot down: delete its webhook, then its stack (the parameters with a flag).
     Destroy(ops::deploy::DestroyArgs),
     /// Add, list and remove the bots one stack (or one `tgq local`) hosts, each on /webhook/ID.
@@ -164,6 +167,7 @@ fn main() -> ExitCode {
             Command::NoopHttp(args) => noop_http::run(args).await,
             Command::Deploy(args) => ops::deploy::deploy(args).await,
             Command::Destroy(args) => ops::deploy::destroy(args).await,
+            Command::Setup(args) => ops::setup::setup(args),
         }
     });
     match outcome {

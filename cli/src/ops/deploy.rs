@@ -6,7 +6,6 @@
 //! stack in place, and a first deploy that rolled back is deleted before the next one.
 
 use std::io::{BufRead as _, IsTerminal as _, Write as _};
-use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -20,6 +19,7 @@ use teloxide_core::payloads::{DeleteWebhook, GetMe};
 use tgq_core::config::Vars;
 use tgq_telegram::HttpBotApi;
 
+use super::setup::{self, Tools};
 use super::target::{sign_in, Deployment};
 use super::webhook;
 
@@ -46,7 +46,7 @@ impl Architecture {
         }
     }
 
-    fn rust_target(self) -> &'static str {
+    pub(super) fn rust_target(self) -> &'static str {
         match self {
             Architecture::Arm64 => "aarch64-unknown-linux-gnu",
             Architecture::X86_64 => "x86_64-unknown-linux-gnu",
@@ -76,6 +76,9 @@ pub struct DeployArgs {
     /// Deploy what `.aws-sam/build` holds, without `sam build`.
     #[arg(long)]
     no_build: bool,
+    /// Install the tools that are missing (`tgq setup`'s) without asking.
+    #[arg(long)]
+    yes: bool,
 }
 
 /// `tgq destroy`.
@@ -100,62 +103,6 @@ fn parameter(text: &str) -> Result<(String, String), String> {
     match text.split_once('=') {
         Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
         _ => Err(format!("{text:?} is not KEY=VALUE")),
-    }
-}
-
-/// The tools a deploy runs, found on PATH or in the workspace's `.venv/bin`.
-struct Tools {
-    sam: PathBuf,
-}
-
-/// Finds `name` on PATH, or in `.venv/bin` (where `scripts/venv` installs the pinned tools).
-fn find(name: &str) -> Option<PathBuf> {
-    let venv = Path::new(".venv/bin").join(name);
-    std::env::var_os("PATH")
-        .into_iter()
-        .flat_map(|path| std::env::split_paths(&path).collect::<Vec<_>>())
-        .map(|dir| dir.join(name))
-        .chain([venv])
-        .find(|candidate| candidate.is_file())
-}
-
-/// Every tool the deploy needs, or one message naming each missing one and how to install it.
-fn check_tools(architecture: Architecture, build: bool) -> anyhow::Result<Tools> {
-    let mut missing = Vec::new();
-    let sam = find("sam");
-    if sam.is_none() {
-        missing.push("the SAM CLI (`sam`): pip install aws-sam-cli".to_owned());
-    }
-    if build {
-        if find("cargo-lambda").is_none() {
-            missing.push("cargo-lambda: pip install cargo-lambda".to_owned());
-        }
-        if find("zig").is_none() && find("python-zig").is_none() {
-            missing.push("zig, which cargo-lambda links with: pip install ziglang".to_owned());
-        }
-        let target = architecture.rust_target();
-        let installed = Command::new("rustup")
-            .args(["target", "list", "--installed"])
-            .output()
-            .ok()
-            .filter(|output| output.status.success())
-            .map(|output| String::from_utf8_lossy(&output.stdout).into_owned());
-        match installed {
-            Some(list) if list.lines().any(|line| line.trim() == target) => {}
-            Some(_) => missing.push(format!(
-                "the Rust target {target}: rustup target add {target}"
-            )),
-            None => missing.push(format!(
-                "rustup, to check the Rust target {target}: https://rustup.rs"
-            )),
-        }
-    }
-    match (sam, missing.is_empty()) {
-        (Some(sam), true) => Ok(Tools { sam }),
-        _ => bail!(
-            "tgq deploy needs tools that are missing:\n  - {}",
-            missing.join("\n  - ")
-        ),
     }
 }
 
@@ -214,7 +161,7 @@ fn get<'p>(pairs: &'p [(String, String)], key: &str) -> Option<&'p str> {
 
 /// Runs `tgq deploy`.
 pub async fn deploy(args: DeployArgs) -> anyhow::Result<()> {
-    let tools = check_tools(args.architecture, !args.no_build)?;
+    let tools = setup::for_deploy(args.architecture, !args.no_build, args.yes)?;
     let sdk = sign_in(args.region.clone()).await?;
     let region = sdk.region().map(ToString::to_string).unwrap_or_default();
     let stacks = aws_sdk_cloudformation::Client::new(&sdk);
@@ -280,7 +227,7 @@ pub async fn deploy(args: DeployArgs) -> anyhow::Result<()> {
     if !args.no_build {
         step("Building the functions (sam build)");
         run_sam(
-            &tools.sam,
+            &tools,
             &[
                 "build",
                 "--parameter-overrides",
@@ -316,7 +263,7 @@ pub async fn deploy(args: DeployArgs) -> anyhow::Result<()> {
     ];
     deploy.extend(overrides);
     let deploy: Vec<&str> = deploy.iter().map(String::as_str).collect();
-    if let Err(error) = run_sam(&tools.sam, &deploy) {
+    if let Err(error) = run_sam(&tools, &deploy) {
         let reason = first_failure(&stacks, &args.stack).await;
         bail!(
             "sam deploy failed ({error}){}. Fix it and run tgq deploy again: it updates the stack, \
@@ -405,11 +352,17 @@ fn step(what: &str) {
 }
 
 /// Runs the SAM CLI with its output on the terminal; `Err` says how it ended.
-fn run_sam(sam: &Path, args: &[&str]) -> anyhow::Result<()> {
-    let status = Command::new(sam)
+fn run_sam(tools: &Tools, args: &[&str]) -> anyhow::Result<()> {
+    let sam = &tools.sam;
+    let mut command = Command::new(sam);
+    command
         .args(args)
         // The SAM CLI would otherwise send usage data.
-        .env("SAM_CLI_TELEMETRY", "0")
+        .env("SAM_CLI_TELEMETRY", "0");
+    if let Some(path) = &tools.path {
+        command.env("PATH", path);
+    }
+    let status = command
         .status()
         .with_context(|| format!("cannot run {}", sam.display()))?;
     if !status.success() {

@@ -9,6 +9,7 @@ mod client;
 pub mod deploy;
 pub mod dlq;
 pub mod render;
+pub mod setup;
 pub mod target;
 pub mod timers;
 pub mod webhook;

@@ -1250,9 +1250,11 @@ fn tgq_deploy(
     envs: &[(&str, &str)],
     args: &[&str],
 ) -> (std::process::ExitStatus, String, String) {
+    // An empty cache of tgq's own tools: the stand-ins on PATH are the tools.
     let output = common::tgq(envs)
         .current_dir(dir)
         .env("PATH", bin)
+        .env("TGQ_TOOLS_DIR", dir.join("tools"))
         .args(args)
         .output()
         .unwrap();
@@ -1287,11 +1289,64 @@ async fn deploy_names_every_missing_tool_and_touches_nothing() {
         "pip install cargo-lambda",
         "pip install ziglang",
         "rustup",
+        "`tgq setup` installs them",
+        "--yes",
     ] {
         assert!(stderr.contains(named), "{named} in {stderr}");
     }
     let sdk = emulator::sdk_config().await;
     assert_eq!(ssm_value(&sdk, "/tgq/tools/bot-token").await, None);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn deploy_with_tools_it_cannot_install_deploys_nothing() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    // python3 and a rustup with the target; no SAM CLI, cargo-lambda or zig, and pip finds no
+    // package anywhere, as on a machine off the network.
+    let bin = dir.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let python = std::process::Command::new("python3")
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output()
+        .unwrap();
+    let python = String::from_utf8_lossy(&python.stdout).trim().to_owned();
+    std::os::unix::fs::symlink(python, bin.join("python3")).unwrap();
+    let rustup = bin.join("rustup");
+    std::fs::write(&rustup, "#!/bin/sh\necho x86_64-unknown-linux-gnu\n").unwrap();
+    std::fs::set_permissions(&rustup, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let empty = dir.path().join("no-packages");
+    std::fs::create_dir_all(&empty).unwrap();
+    let stack = format!("notools-{}", std::process::id());
+    let (status, stdout, stderr) = tgq_deploy(
+        dir.path(),
+        &bin,
+        &[
+            ("TELEGRAM_BOT_TOKEN", "123456:ABC"),
+            ("PIP_NO_INDEX", "1"),
+            ("PIP_FIND_LINKS", empty.to_str().unwrap()),
+            ("PIP_CONFIG_FILE", "/dev/null"),
+        ],
+        &[
+            "deploy",
+            "--yes",
+            "--stack",
+            &stack,
+            "--architecture",
+            "x86_64",
+        ],
+    );
+    assert!(!status.success(), "{stdout}");
+    assert!(
+        stderr.contains("pip could not install aws-sam-cli==1.170.0"),
+        "{stderr}"
+    );
+    let sdk = emulator::sdk_config().await;
+    assert_eq!(
+        ssm_value(&sdk, &format!("/tgq/{stack}/bot-token")).await,
+        None
+    );
+    assert!(!dir.path().join("tools/installed").exists());
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -26,6 +26,7 @@ mod poll;
 mod poll_aws;
 mod recovery;
 mod retention;
+mod setup;
 mod timers;
 mod usage;
 mod webhook;

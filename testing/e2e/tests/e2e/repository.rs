@@ -597,6 +597,7 @@ fn environment_defaults(
             one(&leadership::COOLDOWN.as_secs()),
         ),
         ("TGQ_LOG_FORMAT", none()),
+        ("TGQ_TOOLS_DIR", none()),
         ("RUST_LOG", one(&tgq_aws::DEFAULT_LOG_FILTER)),
         ("TOKIO_WORKER_THREADS", none()),
         ("AWS_ENDPOINT_URL", none()),
