@@ -1299,6 +1299,71 @@ async fn deploy_names_every_missing_tool_and_touches_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn deploy_runs_the_tools_cache_s_sam_with_the_cache_first_on_its_path_only() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let fake = FakeTelegram::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    // A cache that holds the pins (stand-ins for the tools), and on PATH only rustup.
+    let cache_bin = dir.path().join("tools/venv/bin");
+    std::fs::create_dir_all(&cache_bin).unwrap();
+    let calls = dir.path().join("sam-calls");
+    let scripts = [
+        (
+            cache_bin.join("sam"),
+            format!(
+                "#!/bin/sh\necho \"PATH=$PATH $*\" >> '{}'\nexit 1\n",
+                calls.display()
+            ),
+        ),
+        (cache_bin.join("cargo-lambda"), "#!/bin/sh\n".to_owned()),
+        (cache_bin.join("python3"), "#!/bin/sh\n".to_owned()),
+        (
+            dir.path().join("bin/rustup"),
+            "#!/bin/sh\necho x86_64-unknown-linux-gnu\n".to_owned(),
+        ),
+    ];
+    std::fs::create_dir_all(dir.path().join("bin")).unwrap();
+    for (path, script) in scripts {
+        std::fs::write(&path, script).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    std::fs::write(
+        dir.path().join("tools/installed"),
+        "aws-sam-cli==1.170.0\ncargo-lambda==1.9.2\nziglang==0.17.1\n",
+    )
+    .unwrap();
+    let stack = format!("cached-{}", std::process::id());
+    let api = format!("TelegramApiUrl={}", fake.url());
+    let (status, stdout, stderr) = tgq_deploy(
+        dir.path(),
+        &dir.path().join("bin"),
+        &[("TELEGRAM_BOT_TOKEN", fake.token())],
+        &[
+            "deploy",
+            "--stack",
+            &stack,
+            "--architecture",
+            "x86_64",
+            "--parameter",
+            &api,
+        ],
+    );
+    assert!(!status.success(), "{stdout}");
+    assert!(stderr.contains("sam build failed"), "{stderr}");
+    let called = std::fs::read_to_string(&calls).unwrap();
+    let expected = format!(
+        "PATH={}:{} build",
+        cache_bin.display(),
+        dir.path().join("bin").display()
+    );
+    assert!(called.starts_with(&expected), "{called}");
+    assert!(
+        !stdout.contains("Installing"),
+        "nothing installed: {stdout}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn deploy_with_tools_it_cannot_install_deploys_nothing() {
     use std::os::unix::fs::PermissionsExt as _;
     let dir = tempfile::tempdir().unwrap();
