@@ -49,6 +49,19 @@ fn bin(dir: &Path, python: Option<&str>, scripts: &[(&str, &str)]) -> PathBuf {
     bin
 }
 
+/// The machine's PATH behind a rustup that lists the x86_64 target, whether or not the machine
+/// has rustup: what these tests install needs no other target.
+fn with_rustup(dir: &Path) -> String {
+    let stand_in = dir.join("rustup-bin");
+    std::fs::create_dir_all(&stand_in).unwrap();
+    let rustup = stand_in.join("rustup");
+    std::fs::write(&rustup, "#!/bin/sh\necho x86_64-unknown-linux-gnu\n").unwrap();
+    std::fs::set_permissions(&rustup, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut dirs = vec![stand_in];
+    dirs.extend(std::env::split_paths(&std::env::var_os("PATH").unwrap()));
+    std::env::join_paths(dirs).unwrap().into_string().unwrap()
+}
+
 /// pip with no index and no other place to find packages: what a machine off the network meets.
 fn offline(empty: &Path) -> Vec<(&'static str, String)> {
     vec![
@@ -76,7 +89,12 @@ fn version(tools: &Path, tool: &str, args: &[&str]) -> String {
 fn setup_installs_the_pinned_tools_into_its_cache_and_a_second_run_installs_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let tools = dir.path().join("tools");
-    let first = setup(&tools, &[], &["--yes", "--architecture", "x86_64"]);
+    let path = with_rustup(dir.path());
+    let first = setup(
+        &tools,
+        &[("PATH", &path)],
+        &["--yes", "--architecture", "x86_64"],
+    );
     assert!(first.status.success(), "{}", text(&first.stderr));
     assert!(
         text(&first.stdout).contains("Ready to deploy"),
@@ -225,6 +243,41 @@ fn setup_refuses_a_cache_it_cannot_write_a_python_too_old_and_installing_unasked
     assert!(
         stderr.contains("there is no terminal to ask on") && stderr.contains("--yes"),
         "{stderr}"
+    );
+    assert!(!tools.join("venv").exists());
+}
+
+#[test]
+fn setup_in_a_terminal_asks_first_and_a_no_installs_nothing() {
+    use std::io::Write as _;
+    let dir = tempfile::tempdir().unwrap();
+    let tools = dir.path().join("tools");
+    // Python's pty module gives tgq a terminal, fed what the test writes.
+    let mut terminal = std::process::Command::new(real_python())
+        .args([
+            "-c",
+            "import pty, sys; sys.exit(pty.spawn(sys.argv[1:]) >> 8)",
+            env!("CARGO_BIN_EXE_tgq"),
+            "setup",
+            "--architecture",
+            "x86_64",
+        ])
+        .env("TGQ_TOOLS_DIR", &tools)
+        .env("PATH", with_rustup(dir.path()))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    terminal.stdin.take().unwrap().write_all(b"n\n").unwrap();
+    let output = terminal.wait_with_output().unwrap();
+    let seen = text(&output.stdout);
+    assert!(!output.status.success(), "{seen}");
+    assert!(
+        seen.contains(
+            "tgq will install the SAM CLI 1.170.0, cargo-lambda 1.9.2 and zig 0.17.1 from PyPI"
+        ) && seen.contains("Go on? [y/N]")
+            && seen.contains("nothing was installed: declined"),
+        "{seen}"
     );
     assert!(!tools.join("venv").exists());
 }
