@@ -51,8 +51,9 @@ impl LanePacer {
 
 /// The lane's own check near the wire: the moments the last `rate` sends passed it, so that no
 /// more than the rate pass in any second and its slack however the stores' writes bunched them.
-/// The paid lane passes it just before the call. The standard lane passes it before booking, so
-/// that a wait here never makes a call leave after the slot the bot's budget counts it at.
+/// The paid lane passes it before the send's intent, and once more just before the call when the
+/// intent's write made it late. The standard lane passes it before booking, so that a wait here
+/// never makes a call leave after the slot the bot's budget counts it at.
 pub(super) struct LaneGate {
     rate: Option<u32>,
     left: parking_lot::Mutex<std::collections::VecDeque<tokio::time::Instant>>,
@@ -66,10 +67,10 @@ impl LaneGate {
         }
     }
 
-    /// Returns when a call may leave, and counts it as leaving then.
-    pub(super) async fn pass(&self) {
+    /// Returns when a call may leave, and counts it as leaving then: that moment.
+    pub(super) async fn pass(&self) -> tokio::time::Instant {
         let Some(rate) = self.rate else {
-            return;
+            return tokio::time::Instant::now();
         };
         loop {
             let wait = {
@@ -86,12 +87,29 @@ impl LaneGate {
                     while left.len() > rate as usize {
                         left.pop_front();
                     }
-                    return;
+                    return now;
                 }
                 free_at - now
             };
             tokio::time::sleep(wait).await;
         }
+    }
+
+    /// For a call counted as leaving at `passed` that is only leaving now: when it is later than
+    /// the window's slack (its intent's write was held up), it is counted again from now, waiting
+    /// for room as [`LaneGate::pass`] does, so that calls a slow store held back together do not
+    /// leave in one second with the calls counted after them.
+    pub(super) async fn pass_again_if_late(&self, passed: tokio::time::Instant) {
+        if self.rate.is_none() || passed.elapsed() <= LANE_SLACK {
+            return;
+        }
+        {
+            let mut left = self.left.lock();
+            if let Some(at) = left.iter().position(|at| *at == passed) {
+                left.remove(at);
+            }
+        }
+        self.pass().await;
     }
 }
 

@@ -265,6 +265,7 @@ impl BroadcastRunner {
                     retry: self.retry,
                     gate: gate.clone(),
                     paced,
+                    passed: None,
                     stop: stop.clone(),
                     left: left.clone(),
                 };
@@ -348,6 +349,8 @@ struct RecipientSend {
     gate: Arc<LaneGate>,
     /// Whether the send books its slot in the bot's budget.
     paced: bool,
+    /// When the paid lane's gate counted the call as leaving, to count it again if it leaves late.
+    passed: Option<tokio::time::Instant>,
     stop: watch::Receiver<bool>,
     left: Arc<LeftBehind>,
 }
@@ -453,7 +456,7 @@ impl RecipientSend {
             return Ok(Turn::Stopping);
         };
         if !counted {
-            self.gate.pass().await;
+            self.passed = Some(self.gate.pass().await);
         }
         Ok(Turn::Booked(slot))
     }
@@ -522,6 +525,11 @@ impl RecipientSend {
                 begun.0 = None;
             }
             return;
+        }
+        // The paid lane counted the call at its gate, before the intent: one the store held up
+        // is counted again as it leaves.
+        if let Some(passed) = self.passed.take() {
+            self.gate.pass_again_if_late(passed).await;
         }
         let outcome = self.call(chat).await;
         match &outcome {

@@ -10,7 +10,9 @@ use async_trait::async_trait;
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 use tgq_core::broadcast::RecipientState;
-use tgq_core::broadcast::{BroadcastId, BroadcastRunner, BroadcastSpec, BroadcastStore, RunEnd};
+use tgq_core::broadcast::{
+    BroadcastId, BroadcastRunner, BroadcastSpec, BroadcastStore, Lane, RunEnd,
+};
 use tgq_core::budget::{Clear, Reserved, SendBudget, SharedBudget};
 use tgq_core::clock::Clock;
 use tgq_core::ids::BotId;
@@ -370,5 +372,63 @@ async fn a_store_slow_once_in_a_while_keeps_the_lane_s_rate() {
     assert!(
         took < Duration::from_secs(20),
         "240 recipients took {took:?} at 24 a second"
+    );
+}
+
+/// The paid lane counts a call as it passes the lane's gate, before its intent is written. A
+/// store that holds every intent of a batch until one moment (a commit the disk held up for a
+/// second) releases those calls together, a second after they were counted; the calls counted
+/// after the hold must not join them in one second. Each second at the wire holds at most the
+/// lane's rate.
+#[tokio::test(start_paused = true)]
+async fn the_paid_lane_keeps_its_rate_at_the_wire_when_intents_are_slow() {
+    const PAID_RATE: u32 = 100;
+    let clock = tokio_clock();
+    let memory = Arc::new(MemoryBroadcasts::new());
+    // A batch is a quarter of the rate (25 sends, 10 ms apart): in every eighth one each intent
+    // ends at the same moment, a second after the batch's first began.
+    let begins = (0..200)
+        .map(|k| match k {
+            0..25 => Duration::from_millis(1_000 - 10 * k),
+            _ => Duration::from_millis(1),
+        })
+        .collect();
+    memory.slow_begins(begins);
+    let store: Arc<dyn BroadcastStore> = memory.clone();
+    let mut spec = BroadcastSpec::standard(bot(), "sendMessage", json!({"text": "news"}), "cli");
+    spec.lane = Lane::Paid;
+    spec.paid_rate = PAID_RATE;
+    let chats: Vec<i64> = (1..=600).collect();
+    let id = store
+        .create(&spec, &chats, clock.now())
+        .await
+        .expect("the job is created")
+        .job()
+        .id
+        .clone();
+    let runner = BroadcastRunner {
+        store,
+        budget: Arc::new(Pacer::new(limits())),
+        bot_rate: Some(RATE),
+        clock,
+        retry: RetryPolicy::default(),
+    };
+    let wire = Arc::new(Wire::default());
+    let (_stop, stopped) = watch::channel(false);
+    let api: Arc<dyn BotApi> = wire.clone();
+    let ended = runner
+        .run(&id, api, stopped)
+        .await
+        .expect("the store answers");
+    assert_eq!(ended, RunEnd::Done);
+    assert_eq!(
+        wire.calls.lock().len(),
+        600,
+        "every recipient was called once"
+    );
+    let busiest = busiest(wire.arrived.lock().clone(), Duration::from_secs(1));
+    assert!(
+        busiest <= PAID_RATE as usize,
+        "{busiest} paid calls reached Telegram within a second; the lane may make {PAID_RATE}"
     );
 }
