@@ -155,13 +155,38 @@ fn bursts_of_replies(budget: Arc<dyn SendBudget>, wire: Arc<Wire>) -> tokio::tas
 async fn job_for(
     chats: &[i64],
     begins: &[u64],
+    budget: (Arc<dyn SendBudget>, u32),
+    clock: Arc<dyn Clock>,
+) -> (Arc<MemoryBroadcasts>, BroadcastId, BroadcastRunner) {
+    let spec = BroadcastSpec::standard(bot(), "sendMessage", json!({"text": "news"}), "cli");
+    let begins = begins.iter().copied().map(Duration::from_millis).collect();
+    job_with(spec, chats, begins, budget, clock).await
+}
+
+/// Runs job `id` to its end, which must be `done`: the wire its calls reached.
+async fn run_to_the_end(runner: &BroadcastRunner, id: &BroadcastId) -> Arc<Wire> {
+    let wire = Arc::new(Wire::default());
+    let (_stop, stopped) = watch::channel(false);
+    let api: Arc<dyn BotApi> = wire.clone();
+    let ended = runner
+        .run(id, api, stopped)
+        .await
+        .expect("the store answers");
+    assert_eq!(ended, RunEnd::Done);
+    wire
+}
+
+/// [`job_for`] with `spec`, and begins that take each of `begins` in turn.
+async fn job_with(
+    spec: BroadcastSpec,
+    chats: &[i64],
+    begins: Vec<Duration>,
     (budget, rate): (Arc<dyn SendBudget>, u32),
     clock: Arc<dyn Clock>,
 ) -> (Arc<MemoryBroadcasts>, BroadcastId, BroadcastRunner) {
     let memory = Arc::new(MemoryBroadcasts::new());
-    memory.slow_begins(begins.iter().copied().map(Duration::from_millis).collect());
+    memory.slow_begins(begins);
     let store: Arc<dyn BroadcastStore> = memory.clone();
-    let spec = BroadcastSpec::standard(bot(), "sendMessage", json!({"text": "news"}), "cli");
     let id = store
         .create(&spec, chats, clock.now())
         .await
@@ -279,14 +304,7 @@ async fn sent_at(
 ) -> (usize, Vec<Duration>) {
     let chats: Vec<i64> = (1..=recipients).collect();
     let (memory, id, runner) = job_for(&chats, begins, (budget, rate), clock).await;
-    let wire = Arc::new(Wire::default());
-    let (_stop, stopped) = watch::channel(false);
-    let api: Arc<dyn BotApi> = wire.clone();
-    let ended = runner
-        .run(&id, api, stopped)
-        .await
-        .expect("the store answers");
-    assert_eq!(ended, RunEnd::Done);
+    let wire = run_to_the_end(&runner, &id).await;
     let calls = wire.calls.lock().clone();
     assert_eq!(calls.len(), chats.len(), "every recipient was called once");
     let waits = calls
@@ -383,8 +401,6 @@ async fn a_store_slow_once_in_a_while_keeps_the_lane_s_rate() {
 #[tokio::test(start_paused = true)]
 async fn the_paid_lane_keeps_its_rate_at_the_wire_when_intents_are_slow() {
     const PAID_RATE: u32 = 100;
-    let clock = tokio_clock();
-    let memory = Arc::new(MemoryBroadcasts::new());
     // A batch is a quarter of the rate (25 sends, 10 ms apart): in every eighth one each intent
     // ends at the same moment, a second after the batch's first began.
     let begins = (0..200)
@@ -393,34 +409,13 @@ async fn the_paid_lane_keeps_its_rate_at_the_wire_when_intents_are_slow() {
             _ => Duration::from_millis(1),
         })
         .collect();
-    memory.slow_begins(begins);
-    let store: Arc<dyn BroadcastStore> = memory.clone();
     let mut spec = BroadcastSpec::standard(bot(), "sendMessage", json!({"text": "news"}), "cli");
     spec.lane = Lane::Paid;
     spec.paid_rate = PAID_RATE;
     let chats: Vec<i64> = (1..=600).collect();
-    let id = store
-        .create(&spec, &chats, clock.now())
-        .await
-        .expect("the job is created")
-        .job()
-        .id
-        .clone();
-    let runner = BroadcastRunner {
-        store,
-        budget: Arc::new(Pacer::new(limits())),
-        bot_rate: Some(RATE),
-        clock,
-        retry: RetryPolicy::default(),
-    };
-    let wire = Arc::new(Wire::default());
-    let (_stop, stopped) = watch::channel(false);
-    let api: Arc<dyn BotApi> = wire.clone();
-    let ended = runner
-        .run(&id, api, stopped)
-        .await
-        .expect("the store answers");
-    assert_eq!(ended, RunEnd::Done);
+    let budget: Arc<dyn SendBudget> = Arc::new(Pacer::new(limits()));
+    let (_, id, runner) = job_with(spec, &chats, begins, (budget, RATE), tokio_clock()).await;
+    let wire = run_to_the_end(&runner, &id).await;
     assert_eq!(
         wire.calls.lock().len(),
         600,
