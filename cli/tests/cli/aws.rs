@@ -1365,21 +1365,10 @@ async fn deploy_runs_the_tools_cache_s_sam_with_the_cache_first_on_its_path_only
 
 #[tokio::test(flavor = "multi_thread")]
 async fn deploy_with_tools_it_cannot_install_deploys_nothing() {
-    use std::os::unix::fs::PermissionsExt as _;
     let dir = tempfile::tempdir().unwrap();
     // python3 and a rustup with the target; no SAM CLI, cargo-lambda or zig, and pip finds no
     // package anywhere, as on a machine off the network.
-    let bin = dir.path().join("bin");
-    std::fs::create_dir_all(&bin).unwrap();
-    let python = std::process::Command::new("python3")
-        .args(["-c", "import sys; print(sys.executable)"])
-        .output()
-        .unwrap();
-    let python = String::from_utf8_lossy(&python.stdout).trim().to_owned();
-    std::os::unix::fs::symlink(python, bin.join("python3")).unwrap();
-    let rustup = bin.join("rustup");
-    std::fs::write(&rustup, "#!/bin/sh\necho x86_64-unknown-linux-gnu\n").unwrap();
-    std::fs::set_permissions(&rustup, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let bin = common::python_and_rustup(dir.path(), "x86_64-unknown-linux-gnu");
     let empty = dir.path().join("no-packages");
     std::fs::create_dir_all(&empty).unwrap();
     let stack = format!("notools-{}", std::process::id());

@@ -24,6 +24,7 @@ mod ops;
 mod outbox;
 mod poll;
 mod poll_aws;
+mod readme_deploy;
 mod recovery;
 mod retention;
 mod setup;

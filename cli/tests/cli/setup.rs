@@ -21,15 +21,6 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-/// The interpreter python3 on this machine's PATH runs (not a shim that needs the PATH).
-fn real_python() -> PathBuf {
-    let output = std::process::Command::new("python3")
-        .args(["-c", "import sys; print(sys.executable)"])
-        .output()
-        .expect("python3 on PATH");
-    PathBuf::from(text(&output.stdout).trim())
-}
-
 /// A directory to be the whole PATH: python3 (the machine's, or a script) and each of `scripts`.
 fn bin(dir: &Path, python: Option<&str>, scripts: &[(&str, &str)]) -> PathBuf {
     let bin = dir.join("bin");
@@ -41,7 +32,7 @@ fn bin(dir: &Path, python: Option<&str>, scripts: &[(&str, &str)]) -> PathBuf {
     };
     match python {
         Some(script) => write("python3", script),
-        None => std::os::unix::fs::symlink(real_python(), bin.join("python3")).unwrap(),
+        None => std::os::unix::fs::symlink(common::real_python(), bin.join("python3")).unwrap(),
     }
     for (name, script) in scripts {
         write(name, script);
@@ -253,7 +244,7 @@ fn setup_in_a_terminal_asks_first_and_a_no_installs_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let tools = dir.path().join("tools");
     // Python's pty module gives tgq a terminal, fed what the test writes.
-    let mut terminal = std::process::Command::new(real_python())
+    let mut terminal = std::process::Command::new(common::real_python())
         .args([
             "-c",
             "import pty, sys; sys.exit(pty.spawn(sys.argv[1:]) >> 8)",

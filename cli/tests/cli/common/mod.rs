@@ -406,3 +406,25 @@ pub fn replies_per_chat(fake: &FakeTelegram) -> BTreeMap<i64, Vec<String>> {
     }
     replies
 }
+
+/// The interpreter python3 on this machine's PATH runs (not a shim that needs the PATH).
+pub fn real_python() -> PathBuf {
+    let output = Command::new("python3")
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output()
+        .expect("python3 on PATH");
+    PathBuf::from(String::from_utf8_lossy(&output.stdout).trim())
+}
+
+/// `dir/bin`, to be a whole PATH for a deploy's tool checks: the machine's python3 and a rustup
+/// that lists `target` as installed; no SAM CLI, cargo-lambda or zig.
+pub fn python_and_rustup(dir: &Path, target: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt as _;
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::os::unix::fs::symlink(real_python(), bin.join("python3")).unwrap();
+    let rustup = bin.join("rustup");
+    std::fs::write(&rustup, format!("#!/bin/sh\necho {target}\n")).unwrap();
+    std::fs::set_permissions(&rustup, std::fs::Permissions::from_mode(0o755)).unwrap();
+    bin
+}
