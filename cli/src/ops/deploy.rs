@@ -17,6 +17,7 @@ use rand::distr::{Alphanumeric, SampleString as _};
 use secrecy::{ExposeSecret as _, SecretString};
 use teloxide_core::payloads::{DeleteWebhook, GetMe};
 use tgq_core::config::Vars;
+use tgq_core::error::ErrorClass;
 use tgq_telegram::HttpBotApi;
 
 use super::setup::{self, Tools};
@@ -382,7 +383,14 @@ async fn keep_token(ssm: &aws_sdk_ssm::Client, name: &str, api_url: &str) -> any
     let api = HttpBotApi::new(api_url, token.clone(), TIMEOUT)?;
     let me = tgq_telegram::call(&api, &GetMe::new())
         .await
-        .map_err(|e| anyhow::anyhow!("Telegram refused the bot token (getMe: {e})"))?;
+        .map_err(|e| match e.class() {
+            // An outage says nothing of the token: nothing is written, and a later run checks it.
+            ErrorClass::Transient | ErrorClass::RateLimited(_) => anyhow::anyhow!(
+                "Telegram could not check the bot token (getMe: {e}); nothing was written: run \
+                 tgq deploy again once Telegram answers"
+            ),
+            ErrorClass::Permanent => anyhow::anyhow!("Telegram refused the bot token (getMe: {e})"),
+        })?;
     let bot = me.user.username.as_deref().unwrap_or("(no username)");
     if stored {
         outln!("Bot token: kept in {name} (the bot @{bot}).");

@@ -1441,6 +1441,54 @@ async fn deploy_refuses_a_token_telegram_refuses_before_writing_anything() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn deploy_through_a_telegram_outage_says_so_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = deploy_tools(dir.path());
+    let stack = format!("outage-{}", std::process::id());
+    // Connections refused, then an edge answering 502: neither says anything of the token.
+    let refused = format!("TelegramApiUrl=http://127.0.0.1:{}", common::free_port());
+    let edge = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let bad_gateway = format!("TelegramApiUrl=http://{}", edge.local_addr().unwrap());
+    std::thread::spawn(move || {
+        use std::io::{Read as _, Write as _};
+        for mut client in edge.incoming().flatten() {
+            let _ = client.read(&mut [0; 4096]);
+            let _ = client.write_all(
+                b"HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+            );
+        }
+    });
+    for api in [refused, bad_gateway] {
+        let (status, stdout, stderr) = tgq_deploy(
+            dir.path(),
+            &bin,
+            &[("TELEGRAM_BOT_TOKEN", "123456:ABC")],
+            &[
+                "deploy",
+                "--stack",
+                &stack,
+                "--no-build",
+                "--parameter",
+                &api,
+            ],
+        );
+        assert!(!status.success(), "{stdout}");
+        assert!(
+            stderr.contains("Telegram could not check the bot token")
+                && stderr.contains("run tgq deploy again")
+                && !stderr.contains("refused the bot token"),
+            "{stderr}"
+        );
+    }
+    let sdk = emulator::sdk_config().await;
+    assert_eq!(
+        ssm_value(&sdk, &format!("/tgq/{stack}/bot-token")).await,
+        None
+    );
+    assert!(!dir.path().join("sam-calls").exists(), "sam was never run");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn deploy_refuses_a_function_url_where_lambda_has_none_before_writing_anything() {
     let dir = tempfile::tempdir().unwrap();
     let bin = deploy_tools(dir.path());
