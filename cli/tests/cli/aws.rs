@@ -551,11 +551,7 @@ async fn webhook_set_with_a_stack_takes_the_url_secret_and_token_from_it_and_che
 /// (comments dropped).
 fn operating_guide_commands() -> Vec<Vec<String>> {
     const GUIDE: &str = include_str!("../../../docs/OPERATIONS.md");
-    let section = GUIDE
-        .split("\n## Commands and targets\n")
-        .nth(1)
-        .and_then(|rest| rest.split("\n## ").next())
-        .expect("docs/OPERATIONS.md has a \"Commands and targets\" section");
+    let section = common::doc_section(GUIDE, "docs/OPERATIONS.md", "Commands and targets");
     let mut in_code = false;
     let mut commands = Vec::new();
     for line in section.lines() {
@@ -960,11 +956,7 @@ async fn bots_on_a_stack_live_in_ssm_under_its_prefix_and_get_the_stacks_webhook
 /// (comments dropped, blank lines skipped).
 fn several_bots_guide_blocks() -> Vec<Vec<String>> {
     const GUIDE: &str = include_str!("../../../docs/OPERATIONS.md");
-    let section = GUIDE
-        .split("\n## Hosting several bots\n")
-        .nth(1)
-        .and_then(|rest| rest.split("\n## ").next())
-        .expect("docs/OPERATIONS.md has a \"Hosting several bots\" section");
+    let section = common::doc_section(GUIDE, "docs/OPERATIONS.md", "Hosting several bots");
     let mut blocks = Vec::new();
     let mut block: Option<Vec<String>> = None;
     for line in section.lines() {

@@ -48,11 +48,7 @@ sys.exit(os.waitstatus_to_exitcode(status))
 /// The lines of README's "Deploying" code block, comments dropped.
 fn readme_lines() -> Vec<String> {
     const README: &str = include_str!("../../../README.md");
-    let section = README
-        .split("\n## Deploying\n")
-        .nth(1)
-        .and_then(|rest| rest.split("\n## ").next())
-        .expect("README has a \"Deploying\" section");
+    let section = common::doc_section(README, "README", "Deploying");
     let block = section
         .split("```sh\n")
         .nth(1)

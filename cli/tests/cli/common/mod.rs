@@ -428,3 +428,11 @@ pub fn python_and_rustup(dir: &Path, target: &str) -> PathBuf {
     std::fs::set_permissions(&rustup, std::fs::Permissions::from_mode(0o755)).unwrap();
     bin
 }
+
+/// The text of `doc`'s `## heading` section, up to the next `## `; `doc` names it in the panic.
+pub fn doc_section<'d>(text: &'d str, doc: &str, heading: &str) -> &'d str {
+    text.split(&format!("\n## {heading}\n"))
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .unwrap_or_else(|| panic!("{doc} has a \"{heading}\" section"))
+}
