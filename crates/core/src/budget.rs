@@ -44,6 +44,17 @@ pub trait SendBudget: Send + Sync {
     /// (no request is made).
     fn paused_for(&self, bot: &BotId) -> Duration;
 
+    /// Asked when a slot's wait ends, before what the caller writes ahead of its call (an
+    /// intent): whether the slot still stands. A budget kept in a store learns here any flood
+    /// wait another process heard, reading the bot's cell when what this process saw of it is
+    /// older than [`RECHECK_AFTER`], so that the check after that write needs no request and a
+    /// crash between the write and the call is as short as it can be. [`Clear::Held`] and
+    /// [`Clear::Late`] give the slot back: book again, nothing written.
+    async fn ready(&self, bot: &BotId, slot: &mut Slot) -> Result<Clear, PortError> {
+        let _ = (bot, slot);
+        Ok(Clear::Go)
+    }
+
     /// Asked just before the call a slot was booked for, after the caller waited for it: whether
     /// the call may go now.
     async fn clear_to_send(&self, bot: &BotId, slot: &mut Slot) -> Result<Clear, PortError>;
@@ -92,6 +103,9 @@ pub struct Slot {
     /// When the store last gave this process the bot's cell for this slot (the booking's write
     /// returns it): a check within [`RECHECK_AFTER`] of it needs no read.
     seen_at: Option<Timestamp>,
+    /// Whether [`SendBudget::ready`] saw the bot's cell fresh for this slot and nothing was
+    /// checked since: the next check needs no read, however long the caller's write took.
+    ready: bool,
     /// The chat whose cell holds this slot, when it counts in one.
     chat: Option<i64>,
     /// When the call may go, for a budget kept in the process: the moment its windows count.
@@ -113,6 +127,7 @@ impl Slot {
             lead: Duration::ZERO,
             measured: true,
             seen_at: None,
+            ready: false,
             chat: None,
             starts: None,
         }
@@ -408,6 +423,20 @@ impl SharedBudget {
 
     fn seen(&self, key: &CellKey) -> BudgetCell {
         self.seen.lock().get(key).cloned().unwrap_or_default()
+    }
+
+    /// Reads the bot's cell for `slot` unless the store gave it within [`RECHECK_AFTER`].
+    async fn freshen(&self, bot: &BotId, slot: &mut Slot) -> Result<(), PortError> {
+        let fresh = slot
+            .seen_at
+            .is_some_and(|at| self.clock.now().since(at) <= RECHECK_AFTER);
+        if !fresh {
+            let key = CellKey::Bot(bot.clone());
+            let stored = self.cells.read(&key).await?;
+            self.saw(&key, stored);
+            slot.seen_at = Some(self.clock.now());
+        }
+        Ok(())
     }
 
     /// The cell as last seen, less the slots this process booked in it and did not use: what a
@@ -755,6 +784,7 @@ impl SendBudget for SharedBudget {
                 lead,
                 measured: false,
                 seen_at: self.limits.per_second.map(|_| seen_at),
+                ready: false,
                 chat: self.chat_span(chat).map(|_| chat),
                 starts: None,
             }));
@@ -768,6 +798,25 @@ impl SendBudget for SharedBudget {
             .map_or(Duration::ZERO, |until| until.since(now))
     }
 
+    async fn ready(&self, bot: &BotId, slot: &mut Slot) -> Result<Clear, PortError> {
+        let Some(due) = slot.due else {
+            return Ok(Clear::Go);
+        };
+        self.freshen(bot, slot).await?;
+        slot.ready = true;
+        let now = self.clock.now();
+        let paused = self.paused_for(bot);
+        if !paused.is_zero() {
+            self.unused(bot, slot);
+            return Ok(Clear::Held(paused));
+        }
+        if now.since(due) > LATE {
+            self.unused(bot, slot);
+            return Ok(Clear::Late);
+        }
+        Ok(Clear::Go)
+    }
+
     async fn clear_to_send(&self, bot: &BotId, slot: &mut Slot) -> Result<Clear, PortError> {
         let Some(due) = slot.due else {
             return Ok(match self.paused_for(bot) {
@@ -775,14 +824,10 @@ impl SendBudget for SharedBudget {
                 wait => Clear::Held(wait),
             });
         };
-        let fresh = slot
-            .seen_at
-            .is_some_and(|at| self.clock.now().since(at) <= RECHECK_AFTER);
-        if !fresh {
-            let key = CellKey::Bot(bot.clone());
-            let stored = self.cells.read(&key).await?;
-            self.saw(&key, stored);
-            slot.seen_at = Some(self.clock.now());
+        // Read just before the caller's write, the cell needs no second read after it: that read
+        // would stand between the intent and the call.
+        if !std::mem::take(&mut slot.ready) {
+            self.freshen(bot, slot).await?;
         }
         let now = self.clock.now();
         if !slot.measured {

@@ -160,28 +160,25 @@ pub(crate) struct Lead {
     /// The lead before anything was measured, and the least one.
     first: Duration,
     least: Duration,
-    /// Whether the lead may shrink below the third quartile (see [`Lead::get`]).
-    shrinks: bool,
 }
 
 impl Lead {
     /// A lead kept for a store: a few milliseconds at least, so a store's jitter makes no call
     /// late.
     pub(crate) fn for_store() -> Self {
-        Self::new(FIRST_LEAD, MIN_LEAD, false)
+        Self::new(FIRST_LEAD, MIN_LEAD)
     }
 
     /// A lead kept in the process: none until a caller took a while.
     pub(crate) fn in_process() -> Self {
-        Self::new(Duration::ZERO, Duration::ZERO, true)
+        Self::new(Duration::ZERO, Duration::ZERO)
     }
 
-    fn new(first: Duration, least: Duration, shrinks: bool) -> Self {
+    fn new(first: Duration, least: Duration) -> Self {
         Self {
             samples: Mutex::new(VecDeque::new()),
             first,
             least,
-            shrinks,
         }
     }
 
@@ -201,12 +198,7 @@ impl Lead {
         samples.sort();
         let slowest = samples[samples.len() - 1].saturating_sub(LATE_WITHIN);
         let third_quartile = samples[samples.len() * 3 / 4];
-        let lead = if self.shrinks {
-            slowest.min(third_quartile)
-        } else {
-            third_quartile
-        };
-        lead.clamp(self.least, MAX_LEAD)
+        slowest.min(third_quartile).clamp(self.least, MAX_LEAD)
     }
 
     /// Counts a caller that took `took` from the end of its wait to its check.

@@ -452,13 +452,20 @@ impl RecipientSend {
         if counted {
             self.gate.pass().await;
         }
-        let Some(slot) = self.booked(chat).await? else {
-            return Ok(Turn::Stopping);
-        };
-        if !counted {
-            self.passed = Some(self.gate.pass().await);
+        loop {
+            let Some(mut slot) = self.booked(chat).await? else {
+                return Ok(Turn::Stopping);
+            };
+            if !counted {
+                self.passed = Some(self.gate.pass().await);
+            }
+            // What the budget must learn before the call (a flood wait another process heard)
+            // it learns now, before the intent: after it, only the call.
+            match self.budget.ready(&self.job.spec.bot, &mut slot).await? {
+                Clear::Go | Clear::After(_) => return Ok(Turn::Booked(slot)),
+                Clear::Held(_) | Clear::Late => continue,
+            }
         }
-        Ok(Turn::Booked(slot))
     }
 
     /// Books a send to `chat`, waits for the lane, and clears it: the moment just before the

@@ -131,6 +131,11 @@ impl<'a> Context<'a> {
                 }
             };
             if needs_intent && !intent_written {
+                // What the budget must learn before the call it learns now: after the intent,
+                // only the call (a crash between them leaves the action uncertain).
+                if !self.ready(slot.as_mut()).await? {
+                    continue;
+                }
                 self.write_intent(seq, &method, delivery).await?;
                 intent_written = true;
             }
@@ -444,6 +449,19 @@ impl<'a> Context<'a> {
             seq,
             state: ActionState::failed(0, why),
         });
+    }
+
+    /// Asked before the intent is written, when the slot's wait ended: whether the slot still
+    /// stands (`false`: book again, nothing written).
+    async fn ready(&mut self, slot: Option<&mut Slot>) -> Result<bool, PortError> {
+        let Some(slot) = slot else {
+            return Ok(true);
+        };
+        let bot = &self.run.lease.key.bot_id;
+        Ok(matches!(
+            self.run.budget.ready(bot, slot).await?,
+            Clear::Go | Clear::After(_)
+        ))
     }
 
     /// Asked after the intent is written, as late before the call as it can be: whether the call
