@@ -173,7 +173,7 @@ impl Vars {
     }
 
     /// A required variable.
-    pub fn required(&self, name: &str, hint: &'static str) -> Result<String, ConfigError> {
+    pub(crate) fn required(&self, name: &str, hint: &'static str) -> Result<String, ConfigError> {
         self.get(name)
             .map(str::to_owned)
             .ok_or_else(|| ConfigError::Missing {
@@ -340,7 +340,7 @@ impl Vars {
     }
 
     /// An optional whole number that must be at least 1, or `default` when unset.
-    pub fn positive<T>(
+    pub(crate) fn positive<T>(
         &self,
         name: &'static str,
         expected: &'static str,
@@ -357,7 +357,11 @@ impl Vars {
     }
 
     /// An optional duration in whole seconds from 1, or `default` when unset.
-    pub fn seconds(&self, name: &'static str, default: Duration) -> Result<Duration, ConfigError> {
+    pub(crate) fn seconds(
+        &self,
+        name: &'static str,
+        default: Duration,
+    ) -> Result<Duration, ConfigError> {
         let secs = self.positive(name, "a whole number of seconds from 1", default.as_secs())?;
         Ok(Duration::from_secs(secs))
     }

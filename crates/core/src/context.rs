@@ -56,7 +56,7 @@ const STEP_PREFIX: &str = "step:";
 pub const MAX_STEP_NAME_BYTES: usize = 64;
 
 /// What a run's context is made of; built by the worker for each claimed update.
-pub struct RunParts<'a> {
+pub(crate) struct RunParts<'a> {
     /// The run's hold on its update.
     pub lease: &'a Lease,
     /// The update's ordering group.
@@ -125,7 +125,7 @@ pub struct ActionSummary {
 
 impl<'a> Context<'a> {
     /// A context for one run.
-    pub fn new(run: RunParts<'a>) -> Self {
+    pub(crate) fn new(run: RunParts<'a>) -> Self {
         let time = ChatTime::decode(run.state.and_then(|s| s.time.as_deref()));
         Self {
             run,
@@ -271,7 +271,7 @@ impl<'a> Context<'a> {
 
     /// The state to write with the `DONE` settle, if the handler set one or the run changed the
     /// chat's timers or flow: both parts are written together, the unchanged one as it was read.
-    pub fn take_state_write(&mut self) -> Option<StateWrite> {
+    pub(crate) fn take_state_write(&mut self) -> Option<StateWrite> {
         let stored = self.run.state;
         let (format, json) = match (self.new_state.take(), stored) {
             (Some((format, json)), _) => (format.to_owned(), json),

@@ -210,7 +210,7 @@ pub struct DeadLetter {
 
 impl DeadLetter {
     /// A body that is not an update, addressed to `bot_id`.
-    pub fn poison(bot_id: BotId, body: Bytes, poison: &Poison) -> Self {
+    pub(crate) fn poison(bot_id: BotId, body: Bytes, poison: &Poison) -> Self {
         Self {
             bot_id,
             update_id: None,

@@ -5,11 +5,11 @@ use std::time::Duration;
 /// Handler runs allowed per update before it is dead-lettered.
 pub const MAX_ATTEMPTS: u32 = 8;
 /// First backoff step; doubled on every further attempt.
-pub const BACKOFF_BASE: Duration = Duration::from_secs(2);
+pub(crate) const BACKOFF_BASE: Duration = Duration::from_secs(2);
 /// Largest backoff step before jitter.
-pub const BACKOFF_CAP: Duration = Duration::from_secs(300);
+pub(crate) const BACKOFF_CAP: Duration = Duration::from_secs(300);
 /// How long an update Telegram keeps rate-limiting may go on being retried, from its first run.
-pub const MAX_RETRY_AGE: Duration = Duration::from_secs(24 * 3600);
+pub(crate) const MAX_RETRY_AGE: Duration = Duration::from_secs(24 * 3600);
 /// Largest webhook body accepted (Telegram updates are far smaller). Chosen so that every body
 /// accepted can be queued or dead-lettered whole: a body DynamoDB cannot hold ([`MAX_ITEM_BYTES`])
 /// is buried with its bytes, base64 when it is not text, and that stays under SQS's 1 MiB message
@@ -48,15 +48,15 @@ pub const RECEIVE_WARNING_SHARE: f64 = 0.8;
 pub const MAX_VISIBILITY: Duration = Duration::from_secs(12 * 3600);
 /// The longest a Lambda invocation runs (its largest timeout): a batch the worker holds was
 /// received at most this long ago.
-pub const MAX_INVOCATION: Duration = Duration::from_secs(15 * 60);
+pub(crate) const MAX_INVOCATION: Duration = Duration::from_secs(15 * 60);
 /// SQS FIFO drops a message whose deduplication id was seen within this window.
 pub const DEDUP_WINDOW: Duration = Duration::from_secs(300);
 /// Telegram's published limit on a bot's messages overall.
-pub const RATE_PER_SECOND: u32 = 30;
+pub(crate) const RATE_PER_SECOND: u32 = 30;
 /// Telegram's published limit on a bot's messages to one chat.
-pub const RATE_PER_CHAT_PER_SECOND: u32 = 1;
+pub(crate) const RATE_PER_CHAT_PER_SECOND: u32 = 1;
 /// Telegram's published limit on a bot's messages to one group.
-pub const RATE_PER_GROUP_PER_MINUTE: u32 = 20;
+pub(crate) const RATE_PER_GROUP_PER_MINUTE: u32 = 20;
 /// How long a send may wait inside a run for Telegram's pacing (the limiter, or a short flood wait)
 /// before the run gives the update back to the queue instead.
 pub const MAX_INLINE_WAIT: Duration = Duration::from_secs(5);

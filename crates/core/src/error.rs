@@ -19,7 +19,7 @@ pub enum ErrorClass {
 
 impl ErrorClass {
     /// The stored and reported name of the class.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             ErrorClass::Transient => "transient",
             ErrorClass::RateLimited(_) => "rate_limited",
@@ -132,7 +132,8 @@ impl PortError {
 
     /// Every name [`PortError::cause`] gives: the values of the `Cause` dimension of
     /// `IngestUnavailable`, which the webhook's alarm sums over.
-    pub const CAUSES: [&'static str; 6] = [
+    #[cfg(test)]
+    pub(crate) const CAUSES: [&'static str; 6] = [
         "unavailable",
         "misconfigured",
         "too_large",

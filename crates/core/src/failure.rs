@@ -80,14 +80,14 @@ impl HandlerError {
 
     /// Whether the run stopped because another run took its lease over: not a failure of this
     /// update, and nothing more may be written or sent for it by this run.
-    pub fn is_fenced(&self) -> bool {
+    pub(crate) fn is_fenced(&self) -> bool {
         matches!(self, HandlerError::Store(PortError::Fenced { .. }))
     }
 
     /// Whether the run stopped because the store refused one of its writes for now — throttled,
     /// down, or set up wrong: the store's trouble, not the update's, so like a refused claim it
     /// spends no attempt.
-    pub fn is_store_trouble(&self) -> bool {
+    pub(crate) fn is_store_trouble(&self) -> bool {
         matches!(
             self,
             HandlerError::Store(PortError::Unavailable { .. } | PortError::Misconfigured { .. })
@@ -95,7 +95,7 @@ impl HandlerError {
     }
 
     /// Decides retryability: every class is settled here, nowhere else.
-    pub fn class(&self) -> ErrorClass {
+    pub(crate) fn class(&self) -> ErrorClass {
         match self {
             HandlerError::Telegram(e) => e.class(),
             // Dead-lettered as permanent only when TGQ_DEAD_LETTER_GONE_RECIPIENTS asks for it.

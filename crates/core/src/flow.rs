@@ -8,14 +8,14 @@
 //! every branch is deterministic — a redeploy in the middle of a conversation changes the code it
 //! replays. A step is a plain value: it survives redeploys, can be read and migrated like any
 //! state (`FORMAT`-style, through `NAME`), and the handler's `match` on it shows every place a
-//! conversation can be. A wait's timeout is a timer of tgq's own ([`FLOW_TIMEOUT_KEY`]) that each
+//! conversation can be. A wait's timeout is a timer of tgq's own (`FLOW_TIMEOUT_KEY`) that each
 //! move replaces, so only the latest wait can time out, once.
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 /// The key of a flow's timeout timer; each [`crate::Context::wait`] replaces it.
-pub const FLOW_TIMEOUT_KEY: &str = "tgq:flow-timeout";
+pub(crate) const FLOW_TIMEOUT_KEY: &str = "tgq:flow-timeout";
 
 /// A conversation's steps: usually an enum with a variant per question, carrying what the chat
 /// answered so far.

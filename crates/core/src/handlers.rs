@@ -23,7 +23,7 @@ pub struct HandlerRegistry {
 }
 
 /// The name of the built-in [`crate::echo::EchoBot`] in every [`HandlerRegistry`].
-pub const ECHO_HANDLER: &str = "echo";
+pub(crate) const ECHO_HANDLER: &str = "echo";
 
 /// Why a handler could not be built.
 #[derive(Debug, thiserror::Error)]

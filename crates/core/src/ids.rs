@@ -116,7 +116,7 @@ impl RecordKey {
     }
 
     /// The SQS FIFO deduplication id, `{bot_id}:{update_id}`.
-    pub fn dedup_id(&self) -> String {
+    pub(crate) fn dedup_id(&self) -> String {
         format!("{}:{}", self.bot_id, self.update_id)
     }
 }

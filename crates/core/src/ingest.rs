@@ -388,7 +388,7 @@ impl Webhook {
 }
 
 /// The path of the environment's bot, and the prefix of each registry bot's: `/webhook/{bot_id}`.
-pub const WEBHOOK_PATH: &str = "/webhook";
+pub(crate) const WEBHOOK_PATH: &str = "/webhook";
 
 /// The settings every bot's webhook shares.
 #[derive(Clone, Debug)]

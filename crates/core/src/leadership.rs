@@ -23,7 +23,7 @@ pub const RENEW_EVERY: Duration = Duration::from_secs(5);
 /// How long before its lease ends a leader's getUpdates must be over at Telegram: it covers the
 /// way to Telegram and the clocks of two pollers disagreeing. A poll is never asked to wait past
 /// the lease's end less this.
-pub const POLL_GUARD: Duration = Duration::from_secs(2);
+pub(crate) const POLL_GUARD: Duration = Duration::from_secs(2);
 /// How long a poller that lost the lease (other than by releasing it) waits before it contends
 /// again, so that a poller with a flaky way to the store does not take the lease back and forth.
 pub const COOLDOWN: Duration = Duration::from_secs(30);

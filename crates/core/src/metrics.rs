@@ -18,33 +18,33 @@ pub const BOT_ID: &str = "BotId";
 /// The label of [`INGEST_UNAVAILABLE`]: [`crate::PortError::cause`].
 pub const CAUSE: &str = "Cause";
 /// The label of [`RETRIED`]: [`crate::ErrorClass::as_str`].
-pub const ERROR_CLASS: &str = "ErrorClass";
+pub(crate) const ERROR_CLASS: &str = "ErrorClass";
 /// The label of [`DEAD_LETTERED`]: [`crate::dead::DeadReason::as_str`].
-pub const REASON: &str = "Reason";
+pub(crate) const REASON: &str = "Reason";
 
 /// A new update stored by the webhook.
-pub const RECEIVED: &str = "Received";
+pub(crate) const RECEIVED: &str = "Received";
 /// An update the webhook had already stored and enqueued.
-pub const DUPLICATE: &str = "Duplicate";
+pub(crate) const DUPLICATE: &str = "Duplicate";
 /// An update stored earlier whose enqueue was never confirmed, sent again.
-pub const REQUEUED: &str = "Requeued";
+pub(crate) const REQUEUED: &str = "Requeued";
 /// A body that is not an update, dead-lettered by the webhook.
-pub const POISON: &str = "Poison";
+pub(crate) const POISON: &str = "Poison";
 /// A webhook request answered 503 because the update could not be made durable; by [`CAUSE`].
 pub const INGEST_UNAVAILABLE: &str = "IngestUnavailable";
 /// An update sent to the updates queue by the webhook (new or requeued).
-pub const ENQUEUED: &str = "Enqueued";
+pub(crate) const ENQUEUED: &str = "Enqueued";
 /// A handler run that finished its update.
-pub const PROCESSED: &str = "Processed";
+pub(crate) const PROCESSED: &str = "Processed";
 /// A handler run that failed and will be retried; by [`ERROR_CLASS`].
-pub const RETRIED: &str = "Retried";
+pub(crate) const RETRIED: &str = "Retried";
 /// An update given up on and sent to the dead-letter queue; by [`REASON`].
-pub const DEAD_LETTERED: &str = "DeadLettered";
+pub(crate) const DEAD_LETTERED: &str = "DeadLettered";
 /// A run that ended because its recipient is gone (blocked the bot, deleted their account): `DONE`,
 /// not a dead letter.
-pub const RECIPIENT_GONE: &str = "RecipientGone";
+pub(crate) const RECIPIENT_GONE: &str = "RecipientGone";
 /// A run that lost its lease to another run and stopped.
-pub const FENCED: &str = "Fenced";
+pub(crate) const FENCED: &str = "Fenced";
 /// An at-most-once send whose earlier outcome was unknown, not sent again: to reconcile.
 pub const UNCERTAIN_SEND: &str = "UncertainSend";
 /// A read of the bot registry (SSM Parameter Store on AWS) that failed; by [`CAUSE`] alone, as the
@@ -55,21 +55,21 @@ pub const REGISTRY_UNAVAILABLE: &str = "RegistryUnavailable";
 /// is unknown when the job cannot be read.
 pub const BROADCAST_STUCK: &str = "BroadcastStuck";
 /// How long a run's sends waited for Telegram's pacing, in milliseconds.
-pub const THROTTLED_WAIT_MS: &str = "ThrottledWaitMs";
+pub(crate) const THROTTLED_WAIT_MS: &str = "ThrottledWaitMs";
 /// From an update's arrival at the webhook to its `DONE`, in milliseconds.
-pub const END_TO_END_LATENCY_MS: &str = "EndToEndLatencyMs";
+pub(crate) const END_TO_END_LATENCY_MS: &str = "EndToEndLatencyMs";
 /// How long a handler run took, in milliseconds.
-pub const HANDLER_DURATION_MS: &str = "HandlerDurationMs";
+pub(crate) const HANDLER_DURATION_MS: &str = "HandlerDurationMs";
 
 /// A poller took over a lease whose holder had not released it (docs/design/fleet.md §1).
-pub const POLLER_TAKEOVERS: &str = "PollerTakeovers";
+pub(crate) const POLLER_TAKEOVERS: &str = "PollerTakeovers";
 /// A takeover less than a minute after the previous one: leadership is flapping (also logged as an
 /// alert).
-pub const POLLER_FLAPPING: &str = "PollerFlapping";
+pub(crate) const POLLER_FLAPPING: &str = "PollerFlapping";
 /// An offset checkpoint the lease refused because a newer leader held it.
-pub const POLLER_CHECKPOINTS_REFUSED: &str = "PollerCheckpointsRefused";
+pub(crate) const POLLER_CHECKPOINTS_REFUSED: &str = "PollerCheckpointsRefused";
 /// A lease renewal that failed or did not answer before the lease's end.
-pub const POLLER_RENEWALS_FAILED: &str = "PollerRenewalsFailed";
+pub(crate) const POLLER_RENEWALS_FAILED: &str = "PollerRenewalsFailed";
 
 /// The pollers' counters: counted by `tgq poll` and `tgq local --poll`, not by the Lambdas, so not on
 /// the stack's dashboard.
@@ -150,17 +150,17 @@ pub fn help(name: &str) -> &'static str {
 }
 
 /// Counts a failed read of the bot registry.
-pub fn registry_unavailable(error: &crate::PortError) {
+pub(crate) fn registry_unavailable(error: &crate::PortError) {
     counter!(REGISTRY_UNAVAILABLE, CAUSE => error.cause()).increment(1);
 }
 
 /// Counts a broadcast step that failed again on its tenth receive or later.
-pub fn broadcast_stuck(error: &crate::PortError) {
+pub(crate) fn broadcast_stuck(error: &crate::PortError) {
     counter!(BROADCAST_STUCK, CAUSE => error.cause()).increment(1);
 }
 
 /// Counts one event of `bot`'s poller: one of [`POLLER_COUNTERS`].
-pub fn poller(bot: &BotId, name: &'static str) {
+pub(crate) fn poller(bot: &BotId, name: &'static str) {
     counter!(name, BOT_ID => bot.to_string()).increment(1);
 }
 

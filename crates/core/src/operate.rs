@@ -496,7 +496,7 @@ impl Operator {
 
 /// A replayed update's deduplication id: a new one for every replay, so the queue never drops it
 /// as a repeat of the original send or of an earlier replay.
-pub fn replay_dedup_id(key: &RecordKey, now: Timestamp) -> String {
+pub(crate) fn replay_dedup_id(key: &RecordKey, now: Timestamp) -> String {
     format!(
         "{}:replay:{}:{:08x}",
         key.dedup_id(),

@@ -47,7 +47,7 @@ impl RateLimits {
     };
 
     /// Whether a send to `chat` counts against any of these limits.
-    pub fn count(&self, chat: i64) -> bool {
+    pub(crate) fn count(&self, chat: i64) -> bool {
         self.per_second.is_some()
             || self.per_chat_per_second.is_some()
             || (chat < 0 && self.per_group_per_minute.is_some())
@@ -346,7 +346,8 @@ impl Pacer {
     /// Reserves the next slot for a call of `bot`: a send to `chat` (counted against the limits)
     /// when `chat` is given, any other call (only held by a pause) when not. Returns how long to
     /// wait before making the call.
-    pub fn reserve(&self, bot: &BotId, chat: Option<i64>, now: Instant) -> Duration {
+    #[cfg(test)]
+    pub(crate) fn reserve(&self, bot: &BotId, chat: Option<i64>, now: Instant) -> Duration {
         self.reserve_within(bot, chat, (now, Duration::ZERO), Duration::MAX)
             .unwrap_or_else(|wait| wait)
     }
@@ -356,7 +357,7 @@ impl Pacer {
     /// not taken, and its wait is the error: the caller gives the call up for now, and a slot it
     /// booked without using it would push every later call of that chat back for nothing. The
     /// wait is from `now` to the slot.
-    pub fn reserve_within(
+    pub(crate) fn reserve_within(
         &self,
         bot: &BotId,
         chat: Option<i64>,
@@ -418,7 +419,7 @@ impl Pacer {
 
     /// Takes back the send to `chat` booked at `at` and never made: it no longer holds back
     /// the calls booked after it.
-    pub fn give_back(&self, bot: &BotId, chat: Option<i64>, at: Instant) {
+    pub(crate) fn give_back(&self, bot: &BotId, chat: Option<i64>, at: Instant) {
         let Some(chat) = chat else {
             return;
         };
@@ -445,7 +446,7 @@ impl Pacer {
     }
 
     /// How long every call of `bot` is still held by a flood wait.
-    pub fn paused_at(&self, bot: &BotId, now: Instant) -> Duration {
+    pub(crate) fn paused_at(&self, bot: &BotId, now: Instant) -> Duration {
         let bots = self.bots.lock();
         bots.get(bot)
             .and_then(|pace| pace.paused_until)
@@ -453,7 +454,7 @@ impl Pacer {
     }
 
     /// Holds every call of `bot` until `until`: Telegram named a wait in a 429.
-    pub fn pause_until(&self, bot: &BotId, until: Instant) {
+    pub(crate) fn pause_until(&self, bot: &BotId, until: Instant) {
         if self.hold(bot, until) {
             if let Some(memory) = &self.memory {
                 let left = until.saturating_duration_since(Instant::now());

@@ -9,10 +9,10 @@ use crate::error::ErrorClass;
 
 /// How much longer than Telegram's `retry_after` an update waits: the retry lands after the flood
 /// wait has ended at Telegram, not on its last instant.
-pub const FLOOD_WAIT_MARGIN: Duration = Duration::from_secs(1);
+pub(crate) const FLOOD_WAIT_MARGIN: Duration = Duration::from_secs(1);
 
 /// How long an update waits after Telegram asked the bot to wait `retry_after`.
-pub fn after_flood_wait(retry_after: Duration) -> Duration {
+pub(crate) fn after_flood_wait(retry_after: Duration) -> Duration {
     retry_after + FLOOD_WAIT_MARGIN
 }
 
@@ -59,24 +59,20 @@ pub struct Jitter(f64);
 
 impl Jitter {
     /// The lowest factor.
-    pub const MIN: Jitter = Jitter(0.5);
+    #[cfg(test)]
+    pub(crate) const MIN: Jitter = Jitter(0.5);
     /// No jitter at all.
     pub const NONE: Jitter = Jitter(1.0);
 
     /// A uniformly random factor.
-    pub fn random() -> Self {
+    pub(crate) fn random() -> Self {
         Self(rand::random_range(0.5..1.5))
-    }
-
-    /// A given factor, clamped into `[0.5, 1.5]`.
-    pub fn of(factor: f64) -> Self {
-        Self(factor.clamp(0.5, 1.5))
     }
 }
 
 /// A failed run, as the policy weighs it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct FailedRun {
+pub(crate) struct FailedRun {
     /// How the failure is treated.
     pub class: ErrorClass,
     /// Runs that count against the budget, this one included.
@@ -87,7 +83,7 @@ pub struct FailedRun {
 
 /// What to do with an update after a failed run.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// Leave it on the queue, invisible for this long.
     RetryAfter(Duration),
     /// Give up: mark it dead and move it to the dead-letter queue.
@@ -96,7 +92,7 @@ pub enum Verdict {
 
 impl RetryPolicy {
     /// Decides what follows a failed run.
-    pub fn verdict(&self, run: FailedRun, jitter: Jitter) -> Verdict {
+    pub(crate) fn verdict(&self, run: FailedRun, jitter: Jitter) -> Verdict {
         match run.class {
             ErrorClass::Permanent => Verdict::Bury(DeadReason::Permanent),
             // Telegram's pacing is not the bot's failure: only time limits it.
@@ -124,7 +120,7 @@ impl RetryPolicy {
 /// so the delay asked for now may be at most 12 hours less the time since the batch was received.
 /// The worker does not learn that instant, but an invocation lasts at most
 /// [`defaults::MAX_INVOCATION`], so that is what is kept off the ceiling.
-pub fn within_visibility_ceiling(delay: Duration) -> Duration {
+pub(crate) fn within_visibility_ceiling(delay: Duration) -> Duration {
     delay.min(defaults::MAX_VISIBILITY.saturating_sub(defaults::MAX_INVOCATION))
 }
 

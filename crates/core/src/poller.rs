@@ -48,7 +48,7 @@ const RETRY_STORE: Duration = Duration::from_secs(1);
 const STANDBY_JITTER_MS: u64 = 250;
 
 /// What polling says when Telegram refuses getUpdates because a webhook is set.
-pub const WEBHOOK_IS_SET: &str =
+pub(crate) const WEBHOOK_IS_SET: &str =
     "Telegram refuses getUpdates while a webhook is set for this bot. \
      Run `tgq webhook delete` to remove it, then start polling again \
      (or keep the webhook and serve it without polling).";

@@ -46,7 +46,7 @@ pub struct Lease {
 impl Lease {
     /// Whether `record` is still held by this run; adapters that hold the whole record check every
     /// write of the run with it (DynamoDB states it as a condition).
-    pub fn holds(&self, record: &UpdateRecord) -> bool {
+    pub(crate) fn holds(&self, record: &UpdateRecord) -> bool {
         record.status == Status::Processing && record.attempts == self.token
     }
 }
@@ -270,7 +270,7 @@ impl Settlement {
     /// Ends the run on a record, for adapters that hold the whole record: its status, the lease
     /// released, the failure kept (none once done; the recipient's departure for a gone one), a
     /// throttled run refunded. The state is the adapter's to write ([`settled`]).
-    pub fn apply(&self, record: &mut UpdateRecord) {
+    pub(crate) fn apply(&self, record: &mut UpdateRecord) {
         record.status = self.status();
         record.lease_until = None;
         match self {
@@ -315,7 +315,7 @@ pub fn fenced_write(
 }
 
 /// Applies a settle to a record and a group state an adapter holds whole: the lease checked first
-/// ([`fenced_write`]), then the state's version ([`StateWrite::apply`]). Returns the record to store
+/// ([`fenced_write`]), then the state's version (`StateWrite::apply`). Returns the record to store
 /// and, when the settle writes one, the new state; a refusal means nothing may be written.
 pub fn settled(
     stored: Option<&UpdateRecord>,
@@ -386,7 +386,7 @@ pub struct OutgoingMessage {
 
 impl OutgoingMessage {
     /// The message that delivers a due timer to its chat's message group.
-    pub fn timer(timer: &TimerMessage) -> Self {
+    pub(crate) fn timer(timer: &TimerMessage) -> Self {
         Self {
             group_id: MessageGroupId::new(&timer.bot_id, &timer.group),
             dedup_id: timer.dedup_id(),
@@ -490,7 +490,7 @@ pub enum ResetRule {
     DeadOrUnfinished,
 }
 
-/// An operator's request to restart an update's record (see [`UpdateRecord::restart`]).
+/// An operator's request to restart an update's record (see `UpdateRecord::restart`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ResetRequest {
     /// The update.

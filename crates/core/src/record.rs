@@ -77,11 +77,6 @@ impl Status {
             Status::Dead => "DEAD",
         }
     }
-
-    /// Whether the update needs nothing more: a redelivery of it is acknowledged without running.
-    pub fn is_final(self) -> bool {
-        matches!(self, Status::Done | Status::Dead)
-    }
 }
 
 impl fmt::Display for Status {
@@ -179,7 +174,7 @@ impl UpdateRecord {
     /// counting, so the fencing token of the next run is one no earlier run had, and a later burial
     /// is a new letter with its own dedup id. Recorded actions stay: a send that completed is not
     /// repeated by the replay.
-    pub fn restart(&mut self) {
+    pub(crate) fn restart(&mut self) {
         self.status = Status::Queued;
         self.throttled = self.attempts;
         self.first_attempt_at = None;
@@ -212,7 +207,7 @@ impl UpdateRecord {
     /// About how many bytes the record takes as a DynamoDB item: the payload, the actions and a
     /// fixed allowance for the other attributes and their names. In-process stores use it to refuse
     /// what DynamoDB would refuse.
-    pub fn approximate_size(&self) -> usize {
+    pub(crate) fn approximate_size(&self) -> usize {
         const FIXED: usize = 512;
         let actions: usize = self
             .actions
@@ -307,10 +302,10 @@ pub enum ActionState {
 }
 
 /// The most a description is kept to: enough to tell errors apart, never a whole answer.
-pub const DESCRIPTION_BYTES: usize = 200;
+pub(crate) const DESCRIPTION_BYTES: usize = 200;
 
 /// A small result that is none of the known shapes is kept whole up to this size.
-pub const SMALL_RESULT_BYTES: usize = 1024;
+pub(crate) const SMALL_RESULT_BYTES: usize = 1024;
 
 /// The most a step's result may take as JSON (docs/design/worker.md §2): room for an id, a
 /// receipt, or an LLM's answer the length of one Telegram message, while a record keeps room for
@@ -319,7 +314,7 @@ pub const SMALL_RESULT_BYTES: usize = 1024;
 pub const MAX_STEP_RESULT_BYTES: usize = 16 * 1024;
 
 impl ActionState {
-    /// The refusal of a call, its description cut to [`DESCRIPTION_BYTES`].
+    /// The refusal of a call, its description cut to `DESCRIPTION_BYTES`.
     pub fn failed(code: u16, description: &str) -> Self {
         let mut end = description.len().min(DESCRIPTION_BYTES);
         while !description.is_char_boundary(end) {
@@ -358,7 +353,7 @@ pub enum ActionResult {
         /// The id.
         message_id: i64,
     },
-    /// Any other result up to [`SMALL_RESULT_BYTES`], kept as JSON (an invite link, a number).
+    /// Any other result up to `SMALL_RESULT_BYTES`, kept as JSON (an invite link, a number).
     Small {
         /// The result's JSON.
         json: String,
@@ -416,7 +411,7 @@ impl ActionResult {
     /// The `result` a replay gives the handler for a call with `params`: the kept ids with the
     /// rest of the message taken from the call itself, as an offline answer would be. `None` when
     /// the result was not kept.
-    pub fn replay(&self, params: &Value) -> Option<Value> {
+    pub(crate) fn replay(&self, params: &Value) -> Option<Value> {
         let message = |chat_id: i64, message_id: i64| {
             let mut params = params.clone();
             if let Some(object) = params.as_object_mut() {

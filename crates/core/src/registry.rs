@@ -256,7 +256,7 @@ pub trait BotSource: Send + Sync {
 }
 
 /// The bots, as last read.
-pub type Bots = Arc<BTreeMap<BotId, BotEntry>>;
+pub(crate) type Bots = Arc<BTreeMap<BotId, BotEntry>>;
 
 /// The registry as both functions keep it: read at first use, read again when older than its
 /// refresh interval. A failed read keeps serving the bots read before (a registry that cannot be
@@ -293,14 +293,9 @@ impl Registry {
         }
     }
 
-    /// A registry reading `source` every [`defaults::REGISTRY_REFRESH`].
-    pub fn with_default_refresh(source: Arc<dyn BotSource>) -> Self {
-        Self::new(source, defaults::REGISTRY_REFRESH)
-    }
-
     /// The bots, read again first when the last scheduled read is older than the refresh
     /// interval.
-    pub async fn bots(&self) -> Result<Bots, PortError> {
+    pub(crate) async fn bots(&self) -> Result<Bots, PortError> {
         let mut cache = self.cache.lock().await;
         if let Some(last) = cache.as_ref() {
             if last.scheduled_at.elapsed() < self.refresh {
@@ -340,7 +335,7 @@ impl Registry {
     /// read: until the next scheduled read every id it still does not know is taken as unknown,
     /// so posts to made-up ids at any rate cost one read per refresh interval at most.
     /// `Ok(None)`: no such bot; `Err`: the registry was never read and cannot be now.
-    pub async fn find(&self, id: &BotId) -> Result<Option<BotEntry>, PortError> {
+    pub(crate) async fn find(&self, id: &BotId) -> Result<Option<BotEntry>, PortError> {
         if let Some(entry) = self.bots().await?.get(id) {
             return Ok(Some(entry.clone()));
         }
@@ -360,14 +355,10 @@ impl Registry {
         Ok(last.bots.get(id).cloned())
     }
 
-    /// One bot, or `None` when the registry (as last read) has no bot by that id.
-    pub async fn bot(&self, id: &BotId) -> Result<Option<BotEntry>, PortError> {
-        Ok(self.bots().await?.get(id).cloned())
-    }
-
     /// Forgets what was read, so that the next call reads the source (a worker meeting a bot id
     /// it does not know, say, once per refresh interval at most is the caller's to decide).
-    pub async fn invalidate(&self) {
+    #[cfg(test)]
+    pub(crate) async fn invalidate(&self) {
         *self.cache.lock().await = None;
     }
 }

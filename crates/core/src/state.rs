@@ -79,7 +79,7 @@ pub struct StateWrite {
 impl StateWrite {
     /// The state after this write, if `stored` is what the run read; [`PortError::Conflict`]
     /// otherwise. The rule every store applies, in one place (DynamoDB states it as a condition).
-    pub fn apply(&self, stored: Option<&StoredState>) -> Result<StoredState, PortError> {
+    pub(crate) fn apply(&self, stored: Option<&StoredState>) -> Result<StoredState, PortError> {
         let found = stored.map_or(0, |s| s.version);
         if found != self.read_version {
             return Err(PortError::Conflict {

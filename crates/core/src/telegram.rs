@@ -190,7 +190,7 @@ impl TelegramError {
     }
 
     /// The HTTP status and description to record for a definite failure.
-    pub fn code_and_description(&self) -> (u16, String) {
+    pub(crate) fn code_and_description(&self) -> (u16, String) {
         match self {
             TelegramError::RetryAfter(_) => (429, self.to_string()),
             TelegramError::MigrateToChat(_) => (400, self.to_string()),
@@ -226,7 +226,7 @@ impl TelegramError {
     /// Whether this answer to a call sent again after an unknown outcome proves that the first send
     /// took effect: the edit is already there, the message already deleted, the button already
     /// answered.
-    pub fn proves_earlier_send(&self, method: &str) -> bool {
+    pub(crate) fn proves_earlier_send(&self, method: &str) -> bool {
         let TelegramError::Api {
             code: 400,
             description,
@@ -258,7 +258,7 @@ pub enum Gone {
 
 impl Gone {
     /// The logged name.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Gone::BlockedTheBot => "blocked_the_bot",
             Gone::Deactivated => "deactivated",

@@ -42,7 +42,7 @@ pub const MAX_TIMER_HOLD: Duration = Duration::from_secs(900);
 pub const MAX_TIMER_KEY_BYTES: usize = 64;
 
 /// What tgq's own timers' keys start with (a flow's timeout is one); a bot's keys may not.
-pub const RESERVED_KEY_PREFIX: &str = "tgq:";
+pub(crate) const RESERVED_KEY_PREFIX: &str = "tgq:";
 
 /// When a timer is due: after a delay from now, or at a time. A time in the past fires at once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -240,7 +240,7 @@ impl TimerMessage {
     }
 
     /// Reads a timer update of `bot_id`'s group `group`; `None` when the body is not one.
-    pub fn parse(bot_id: &BotId, group: &GroupKey, body: &[u8]) -> Option<Self> {
+    pub(crate) fn parse(bot_id: &BotId, group: &GroupKey, body: &[u8]) -> Option<Self> {
         let body: TimerBody = serde_json::from_slice(body).ok()?;
         Some(Self::from_body(bot_id.clone(), group.clone(), body))
     }
@@ -291,7 +291,7 @@ struct RelayFields {
 }
 
 impl TimerMessage {
-    /// The body the timer queue carries ([`TimerMessage::from_relay`] reads it back).
+    /// The body the timer queue carries (`TimerMessage::from_relay` reads it back).
     pub fn relay_body(&self) -> String {
         let body = RelayBody {
             tgq_relay: RelayFields {
@@ -305,7 +305,7 @@ impl TimerMessage {
     }
 
     /// Reads a timer queue's body; `None` when it is not one tgq wrote.
-    pub fn from_relay(body: &[u8]) -> Option<Self> {
+    pub(crate) fn from_relay(body: &[u8]) -> Option<Self> {
         let relay: RelayBody = serde_json::from_slice(body).ok()?;
         let RelayFields { bot, group, update } = relay.tgq_relay;
         let bot_id = BotId::new(bot).ok()?;

@@ -190,7 +190,7 @@ pub enum RecordOutcome {
 
 impl RecordOutcome {
     /// Whether the message stays on the queue (it is named in `batchItemFailures`).
-    pub fn is_failure(&self) -> bool {
+    pub(crate) fn is_failure(&self) -> bool {
         !matches!(
             self,
             RecordOutcome::Done(_)

@@ -11,7 +11,7 @@
 //! ([`StepClaim`]): a copy of a step queued again, or a second chain started while the first lived,
 //! ends at once, so a job never runs as two chains. A step first looks for an older running job of
 //! its bot ([`super::ahead_of`]); while there is one it sends nothing and queues itself again
-//! [`WAIT_BEHIND`] later. A job a handler started writes its audience as recipients in its first
+//! `WAIT_BEHIND` later. A job a handler started writes its audience as recipients in its first
 //! steps, a chunk at a time, before it sends. The chain of a cancelled job goes over its chunks
 //! once more, from the first, and lets go of the recipients it will never send to
 //! ([`super::BroadcastStore::drop_unsent`]).
@@ -29,7 +29,7 @@ use crate::record::Timestamp;
 use crate::telegram::{ApiCall, BotApi, CallError, TelegramError};
 
 /// How long after a step of a job waiting behind an older one of its bot the next looks again.
-pub const WAIT_BEHIND: Duration = Duration::from_secs(20);
+pub(crate) const WAIT_BEHIND: Duration = Duration::from_secs(20);
 
 /// Where a job's run goes on from: the body of a broadcasts-queue message.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -104,7 +104,7 @@ impl BroadcastSpec {
     }
 
     /// The job's own rate, messages a second, for a bot allowed `bot_rate` (`None`: no limit).
-    pub fn lane_rate(&self, bot_rate: Option<u32>) -> Option<u32> {
+    pub(crate) fn lane_rate(&self, bot_rate: Option<u32>) -> Option<u32> {
         match self.lane {
             Lane::Paid => Some(self.paid_rate),
             Lane::Standard => bot_rate.map(|rate| {

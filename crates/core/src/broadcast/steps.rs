@@ -2,8 +2,8 @@
 //! record of the broadcasts queue is a step of a job's chain ([`super::chain`]). A step is run
 //! with its job's bot's Bot API (a cancelled job's with [`NoSends`]); what comes next is queued,
 //! or the message is hidden until the step is due, or, when it could not run, for
-//! [`step_retry`] of its receives: 10 s, doubling up to 10 minutes. From its
-//! [`STEP_STUCK_AFTER`]th receive a failing step is logged as an error and counted as
+//! `step_retry` of its receives: 10 s, doubling up to 10 minutes. From its
+//! `STEP_STUCK_AFTER`th receive a failing step is logged as an error and counted as
 //! `BroadcastStuck`.
 
 use std::sync::Arc;
@@ -41,15 +41,15 @@ pub struct BroadcastSteps {
 
 /// How long a step that could not run waits before it is tried again, the first time; it doubles
 /// with each receive up to [`STEP_RETRY_CAP`].
-pub const STEP_RETRY: Duration = Duration::from_secs(10);
+pub(crate) const STEP_RETRY: Duration = Duration::from_secs(10);
 /// The longest wait between two runs of a step that cannot run.
-pub const STEP_RETRY_CAP: Duration = Duration::from_secs(600);
+pub(crate) const STEP_RETRY_CAP: Duration = Duration::from_secs(600);
 /// Receives of one step after which its failures are logged as errors and counted as
 /// `BroadcastStuck`, which the stack's `broadcast-stuck` alarm watches: the job is stuck.
-pub const STEP_STUCK_AFTER: u32 = 10;
+pub(crate) const STEP_STUCK_AFTER: u32 = 10;
 
 /// The wait before a step that could not run, received `receives` times, runs again.
-pub fn step_retry(receives: u32) -> Duration {
+pub(crate) fn step_retry(receives: u32) -> Duration {
     STEP_RETRY
         .saturating_mul(1 << receives.saturating_sub(1).min(6))
         .min(STEP_RETRY_CAP)

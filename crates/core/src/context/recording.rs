@@ -51,7 +51,7 @@ enum Recalled {
 
 impl<'a> Context<'a> {
     /// What this run did, for the worker's report.
-    pub fn summary(&self) -> ActionSummary {
+    pub(crate) fn summary(&self) -> ActionSummary {
         self.summary.clone()
     }
 
@@ -63,7 +63,7 @@ impl<'a> Context<'a> {
     }
 
     /// Outcomes not yet written, handed to the settle.
-    pub fn take_unwritten(&mut self) -> Vec<ActionOutcome> {
+    pub(crate) fn take_unwritten(&mut self) -> Vec<ActionOutcome> {
         std::mem::take(&mut self.unwritten)
     }
 
