@@ -1,47 +1,25 @@
-//! tgq's core: the update envelope and its keys, the policies, the ports, the bot's API, and the
-//! use cases (docs/design/worker.md §1) — [`ingest::Webhook`] (docs/design/webhook.md),
-//! [`worker::Worker`] (docs/design/worker.md), [`poller::Poller`] (docs/design/fleet.md §1),
-//! [`relay::TimerRelay`] (docs/design/time.md), the broadcasts' [`broadcast::BroadcastRunner`]
-//! and [`broadcast::steps::BroadcastSteps`] (docs/design/broadcasts.md), and the operator's
-//! dead-letter actions in [`operate`] (docs/design/operate.md). No AWS type appears here.
+//! tgq's core, in four layers (docs/ARCHITECTURE.md §3), each a folder: `model` (the update
+//! envelope and its keys, records, policies, settings), `ports` (what a use case needs of the
+//! world, as traits), `bot` (the bot's API) and `usecases` — [`ingest::Webhook`]
+//! (docs/design/webhook.md), [`worker::Worker`] (docs/design/worker.md), [`poller::Poller`]
+//! (docs/design/fleet.md §1), [`relay::TimerRelay`] (docs/design/time.md), the broadcasts'
+//! [`broadcast::BroadcastRunner`] and [`broadcast::steps::BroadcastSteps`]
+//! (docs/design/broadcasts.md), and the operator's dead-letter actions in [`operate`]
+//! (docs/design/operate.md). Each module keeps its path at the crate's root (`tgq_core::worker`).
+//! No AWS type appears here.
 
-pub mod audit;
-pub mod bots;
-pub mod broadcast;
-pub mod budget;
-pub mod clock;
-pub mod config;
-pub mod context;
-pub mod dead;
-pub mod defaults;
-pub mod echo;
-pub mod envelope;
-pub mod error;
-pub mod failure;
-pub mod fifo;
-pub mod flow;
-pub mod handler;
-pub mod handlers;
-pub mod ids;
-pub mod ingest;
-pub mod leadership;
-pub mod metrics;
-pub mod offline;
-pub mod operate;
-pub mod pacer;
-pub mod patience;
-pub mod policy;
-pub mod poller;
+mod bot;
+mod model;
 pub mod ports;
-mod reading;
-pub mod record;
-pub mod registry;
-pub mod relay;
-pub mod state;
-pub mod telegram;
-pub mod timer;
-pub mod upload;
-pub mod worker;
+mod usecases;
+
+pub use bot::{context, echo, failure, flow, handler, handlers, state, timer, upload};
+pub use model::{config, dead, defaults, envelope, error, fifo, ids, patience, policy, record};
+pub use ports::{audit, bots, clock, offline, registry, telegram};
+use usecases::reading;
+pub use usecases::{
+    broadcast, budget, ingest, leadership, metrics, operate, pacer, poller, relay, worker,
+};
 
 pub use context::Context;
 pub use error::{ErrorClass, PortError};

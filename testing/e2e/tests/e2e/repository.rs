@@ -293,7 +293,7 @@ fn table_rows(doc: &str, heading: &str) -> Vec<Vec<String>> {
         .split(&format!("\n## {heading}\n"))
         .nth(1)
         .and_then(|rest| rest.split("\n## ").next())
-        .unwrap_or_else(|| panic!("docs/CONFIGURATION.md has a section {heading:?}"));
+        .unwrap_or_else(|| panic!("the document has a section {heading:?}"));
     let rows: Vec<Vec<String>> = section
         .lines()
         .skip_while(|line| !line.starts_with('|'))
@@ -947,26 +947,76 @@ fn what_ships_links_no_test_kit_tool_or_other_function() {
     }
 }
 
+/// tgq-core's layers, each a folder of `crates/core/src`, in the order docs/ARCHITECTURE.md §3
+/// names them.
+const CORE_LAYERS: [(&str, &str); 4] = [
+    ("model", "model"),
+    ("ports", "ports"),
+    ("the bot's API", "bot"),
+    ("use cases", "usecases"),
+];
+
+/// The modules of each of tgq-core's layers, by folder: the files of the folder but its `mod.rs`.
+/// The private files of `ports/` hold what `crate::ports` names, and count as that module.
+fn core_layer_modules() -> std::collections::BTreeMap<&'static str, BTreeSet<String>> {
+    let src = workspace_root().join("crates/core/src");
+    CORE_LAYERS
+        .iter()
+        .map(|(_, folder)| {
+            let modules = std::fs::read_dir(src.join(folder))
+                .unwrap_or_else(|e| panic!("crates/core/src/{folder}: {e}"))
+                .filter_map(|entry| {
+                    let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+                    name.strip_suffix(".rs").map(str::to_owned)
+                })
+                .filter(|name| name != "mod")
+                .collect();
+            (*folder, modules)
+        })
+        .collect()
+}
+
 /// The modules of `tgq-core` each module uses (`crate::name`, outside comments and its tests).
 fn core_module_uses() -> std::collections::BTreeMap<String, BTreeSet<String>> {
-    let dir = workspace_root().join("crates/core/src");
-    let modules: BTreeSet<String> = std::fs::read_dir(&dir)
-        .unwrap()
-        .filter_map(|entry| {
-            let name = entry.unwrap().file_name().to_string_lossy().into_owned();
-            name.strip_suffix(".rs").map(str::to_owned)
-        })
-        .filter(|name| name != "lib")
-        .collect();
-    modules
+    let src = workspace_root().join("crates/core/src");
+    let ports_mod = std::fs::read_to_string(src.join("ports/mod.rs")).unwrap();
+    // Each module's files: `folder/name.rs`, and for `ports` its mod.rs and private files.
+    let mut files: std::collections::BTreeMap<String, Vec<PathBuf>> = Default::default();
+    for (folder, modules) in core_layer_modules() {
+        for module in modules {
+            let file = src.join(folder).join(format!("{module}.rs"));
+            let public = folder != "ports" || ports_mod.contains(&format!("pub mod {module};"));
+            let name = if public { module } else { "ports".to_owned() };
+            files.entry(name).or_default().push(file);
+        }
+    }
+    files
+        .entry("ports".to_owned())
+        .or_default()
+        .push(src.join("ports/mod.rs"));
+    let modules: BTreeSet<String> = files.keys().cloned().collect();
+    files
         .iter()
-        .map(|module| {
-            let text = std::fs::read_to_string(dir.join(format!("{module}.rs"))).unwrap();
-            let code = text.split("#[cfg(test)]").next().unwrap_or_default();
-            let uses = code
-                .lines()
-                .filter(|line| !line.trim_start().starts_with("//"))
-                .flat_map(|line| line.split("crate::").skip(1))
+        .map(|(module, paths)| {
+            let uses = paths
+                .iter()
+                .flat_map(|path| {
+                    let text = std::fs::read_to_string(path).unwrap();
+                    let code = text
+                        .split("#[cfg(test)]")
+                        .next()
+                        .unwrap_or_default()
+                        .to_owned();
+                    code.lines()
+                        .filter(|line| !line.trim_start().starts_with("//"))
+                        .flat_map(|line| {
+                            line.split("crate::")
+                                .skip(1)
+                                .map(str::to_owned)
+                                .collect::<Vec<_>>()
+                        })
+                        .collect::<Vec<_>>()
+                })
                 .map(|rest| {
                     rest.chars()
                         .take_while(|c| c.is_ascii_lowercase() || *c == '_')
@@ -977,6 +1027,54 @@ fn core_module_uses() -> std::collections::BTreeMap<String, BTreeSet<String>> {
             (module.clone(), uses)
         })
         .collect()
+}
+
+/// docs/ARCHITECTURE.md's layer map names each of tgq-core's layer folders and, for each, exactly
+/// the modules in it; README's map names the same folders.
+#[test]
+fn the_layer_maps_match_tgq_core_s_folders() {
+    let architecture = read("docs/ARCHITECTURE.md");
+    let rows = table_rows(&architecture, "§3 Layers and ports");
+    let layers = core_layer_modules();
+    for (layer, folder) in CORE_LAYERS {
+        let row = rows
+            .iter()
+            .find(|row| row[0] == layer)
+            .unwrap_or_else(|| panic!("ARCHITECTURE §3 has no row for the layer {layer:?}"));
+        let place = format!("crates/core/src/{folder}");
+        let (_, listed) = row[1]
+            .split_once(&format!("`{place}`:"))
+            .unwrap_or_else(|| panic!("the {layer:?} row does not start at `{place}`: {}", row[1]));
+        let listed = listed.split(';').next().unwrap_or_default();
+        let named: BTreeSet<String> = spans(listed)
+            .into_iter()
+            .filter(|span| !span.contains('/'))
+            .map(str::to_owned)
+            .collect();
+        assert_eq!(
+            named, layers[folder],
+            "ARCHITECTURE §3's {layer:?} row and the modules in {place}"
+        );
+    }
+    let readme = read("README.md");
+    let core_row = readme
+        .lines()
+        .find(|line| line.starts_with("| `crates/core` "))
+        .expect("README's map has a row for crates/core");
+    for (_, folder) in CORE_LAYERS {
+        assert!(
+            core_row.contains(&format!("`crates/core/src/{folder}`")),
+            "README's map does not name crates/core/src/{folder}"
+        );
+    }
+    let folders: BTreeSet<String> = std::fs::read_dir(workspace_root().join("crates/core/src"))
+        .unwrap()
+        .map(|entry| entry.unwrap())
+        .filter(|entry| entry.file_type().unwrap().is_dir())
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .collect();
+    let mapped: BTreeSet<String> = CORE_LAYERS.iter().map(|(_, f)| f.to_string()).collect();
+    assert_eq!(folders, mapped, "crates/core/src's folders are its layers");
 }
 
 #[test]
