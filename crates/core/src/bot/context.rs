@@ -11,8 +11,8 @@
 //! The chat's state comes with the claim; a new state is kept here and written by the `DONE`
 //! settle, in the same conditional write.
 //!
-//! This file is the handler's face; `context/recording.rs` is the engine that records, recalls
-//! and paces each action.
+//! This file is the handler's face; the worker's `recording` module (`usecases/worker/recording.rs`)
+//! is the engine that records, recalls and paces each action.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -44,13 +44,11 @@ use crate::timer::{
 };
 use crate::upload::Upload;
 
-mod recording;
-
 /// How many times one action is sent again inside a run after a short flood wait.
-const INLINE_RETRIES: u32 = 2;
+pub(crate) const INLINE_RETRIES: u32 = 2;
 
 /// What a step's recorded method starts with: `step:{name}`.
-const STEP_PREFIX: &str = "step:";
+pub(crate) const STEP_PREFIX: &str = "step:";
 
 /// The longest step name: it is stored with every step's record.
 pub const MAX_STEP_NAME_BYTES: usize = 64;
@@ -89,21 +87,21 @@ pub(crate) struct RunParts<'a> {
 
 /// Lent to the handler for one run of one update.
 pub struct Context<'a> {
-    run: RunParts<'a>,
-    next_seq: u32,
+    pub(crate) run: RunParts<'a>,
+    pub(crate) next_seq: u32,
     /// Outcomes known but not yet written: they go with the next intent or the settle.
-    unwritten: Vec<ActionOutcome>,
+    pub(crate) unwritten: Vec<ActionOutcome>,
     /// The state the handler set in this run, for the settle: its format tag and JSON.
-    new_state: Option<(&'static str, String)>,
-    summary: ActionSummary,
+    pub(crate) new_state: Option<(&'static str, String)>,
+    pub(crate) summary: ActionSummary,
     /// The callback query the webhook already answered in its reply (`TGQ_ACK_CALLBACKS`).
-    acknowledged_callback: Option<String>,
+    pub(crate) acknowledged_callback: Option<String>,
     /// The chat's timers and flow, as this run leaves them.
-    time: ChatTime,
+    pub(crate) time: ChatTime,
     /// Whether this run changed `time`.
-    time_changed: bool,
+    pub(crate) time_changed: bool,
     /// Timers this run scheduled, by key: handed to the scheduler before the settle.
-    scheduled: BTreeMap<String, TimerMessage>,
+    pub(crate) scheduled: BTreeMap<String, TimerMessage>,
 }
 
 /// What a run's context saw, reported by the worker.

@@ -39,6 +39,7 @@ use crate::state::StateWrite;
 use crate::telegram::Gone;
 use crate::timer::TimerMessage;
 
+mod recording;
 mod run;
 mod settle;
 

@@ -1,4 +1,4 @@
-//! The recording engine behind [`Context`] (docs/design/worker.md §2): each call or step the
+//! The worker's recording engine behind [`Context`] (docs/design/worker.md §2): each call or step the
 //! handler makes is an action at a position of the run, recalled from an earlier run's record or
 //! made with its intent written first and its outcome kept; calls are paced through the bot's
 //! budget and cleared just before they leave.
@@ -24,7 +24,7 @@ use crate::telegram::{
 };
 use crate::upload::Upload;
 
-use super::{
+use crate::context::{
     ActionSummary, Context, INLINE_RETRIES, MADE_AGAIN_AFTER_UNKNOWN_OUTCOME, MAX_STEP_NAME_BYTES,
     STEP_PREFIX,
 };
@@ -67,7 +67,7 @@ impl<'a> Context<'a> {
         std::mem::take(&mut self.unwritten)
     }
 
-    pub(super) async fn act<P>(
+    pub(crate) async fn act<P>(
         &mut self,
         payload: P,
         delivery: Delivery,
@@ -299,7 +299,7 @@ impl<'a> Context<'a> {
         Ok(written?)
     }
 
-    pub(super) async fn run_step<T, F, Fut>(
+    pub(crate) async fn run_step<T, F, Fut>(
         &mut self,
         name: &str,
         delivery: Delivery,
@@ -495,7 +495,7 @@ impl<'a> Context<'a> {
     }
 }
 
-pub(super) fn decode<T: DeserializeOwned>(method: &str, result: Value) -> Result<T, HandlerError> {
+pub(crate) fn decode<T: DeserializeOwned>(method: &str, result: Value) -> Result<T, HandlerError> {
     // Telegram accepted the call, so retrying cannot make its result readable.
     serde_json::from_value(result).map_err(|e| {
         HandlerError::permanent(format!("the result of {method} does not decode: {e}"))
