@@ -15,11 +15,9 @@ mod usecases;
 
 pub use bot::{context, echo, failure, flow, handler, handlers, state, timer, upload};
 pub use model::{config, dead, defaults, envelope, error, fifo, ids, patience, policy, record};
-pub use ports::{audit, bots, clock, offline, registry, telegram};
+pub use ports::{audit, bots, clock, leadership, offline, registry, telegram};
 use usecases::reading;
-pub use usecases::{
-    broadcast, budget, ingest, leadership, metrics, operate, pacer, poller, relay, worker,
-};
+pub use usecases::{broadcast, budget, ingest, metrics, operate, pacer, poller, relay, worker};
 
 pub use context::Context;
 pub use error::{ErrorClass, PortError};

@@ -5,7 +5,6 @@
 pub mod broadcast;
 pub mod budget;
 pub mod ingest;
-pub mod leadership;
 pub mod metrics;
 pub mod operate;
 pub mod pacer;

@@ -16,6 +16,8 @@ use crate::defaults;
 use crate::ids::BotId;
 use crate::record::Timestamp;
 
+pub use crate::ports::budget::{PauseMemory, Remembered};
+
 /// Telegram's flood limits, per bot; `None` lifts a limit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RateLimits {
@@ -219,28 +221,6 @@ pub struct Pacer {
     /// How long before its slot a call's wait ends, for what its caller does before the check.
     lead: Lead,
     memory: Option<Arc<dyn PauseMemory>>,
-}
-
-/// Where a pacer keeps what must outlive the process: Telegram's limits bind the bot, not the
-/// process that sent, so a process started inside a flood wait must not send into it, nor send to
-/// a chat again within a second (a group within its minute) of the last run's sends (local mode
-/// keeps both in its data directory).
-pub trait PauseMemory: Send + Sync + std::fmt::Debug {
-    /// Keeps that every call of `bot` waits until `until`.
-    fn remember(&self, bot: &BotId, until: Timestamp);
-
-    /// Keeps that `bot` sends to `chat` at `at`, counted against that chat's limits.
-    fn sent(&self, bot: &BotId, chat: i64, at: Timestamp);
-}
-
-/// What an earlier process's [`PauseMemory`] kept: its flood waits, and its sends of the last
-/// minute.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Remembered {
-    /// Each bot's flood wait and when it ends.
-    pub waits: Vec<(BotId, Timestamp)>,
-    /// Each send: its bot, its chat and when it was made.
-    pub sends: Vec<(BotId, i64, Timestamp)>,
 }
 
 #[derive(Debug, Default)]
