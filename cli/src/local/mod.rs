@@ -504,15 +504,11 @@ fn worker(
     Worker::new(
         settings.worker.clone(),
         WorkerPorts {
-            ledger: store.clone(),
-            visibility: store.clone(),
-            dead: store.clone(),
             budget: pacer.clone(),
             clock: clock.clone(),
-            reset: store.clone(),
-            audit: store.clone(),
             timers: Some(store.clone()),
             broadcasts: Some(store.clone()),
+            ..WorkerPorts::around(store.clone(), store.clone(), store.clone())
         },
         bots,
     )

@@ -114,16 +114,12 @@ pub async fn assemble(
         (store as Arc<dyn BroadcastStore>, source)
     });
     let (broadcast_store, broadcast_source) = broadcasts.unzip();
+    let dead = Arc::new(SqsQueue::new(sqs, config.resources.dlq_url.clone()));
     let ports = WorkerPorts {
-        ledger: store.clone(),
-        visibility: updates,
-        dead: Arc::new(SqsQueue::new(sqs, config.resources.dlq_url.clone())),
         budget,
-        clock: Arc::new(SystemClock),
-        reset: store.clone(),
-        audit: store,
         timers: scheduler,
         broadcasts: broadcast_store,
+        ..WorkerPorts::around(store, updates, dead)
     };
     let worker = Worker::new(config.settings.clone(), ports, bots);
     let sources = Sources {

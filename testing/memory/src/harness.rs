@@ -11,7 +11,6 @@ use tgq_core::clock::{Clock, ManualClock};
 use tgq_core::envelope::Envelope;
 use tgq_core::handler::Handler;
 use tgq_core::ids::{BotId, MessageGroupId};
-use tgq_core::pacer::{Pacer, RateLimits};
 use tgq_core::ports::{QueueRecord, ReceiptHandle};
 use tgq_core::record::Timestamp;
 use tgq_core::worker::{BatchReport, Worker, WorkerPorts, WorkerSettings};
@@ -104,14 +103,9 @@ pub fn worker_ports(
     clock: Arc<dyn Clock>,
 ) -> WorkerPorts {
     WorkerPorts {
-        ledger: store.clone(),
-        visibility: Arc::new(RecordingVisibility::new()),
-        dead,
-        budget: Arc::new(Pacer::new(RateLimits::UNLIMITED)),
         clock,
-        reset: store.clone(),
-        audit: store.clone(),
         timers: Some(Arc::new(crate::MemoryTimers::new())),
         broadcasts: Some(Arc::new(crate::MemoryBroadcasts::over(store.clone()))),
+        ..WorkerPorts::around(store.clone(), Arc::new(RecordingVisibility::new()), dead)
     }
 }

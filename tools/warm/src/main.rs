@@ -27,7 +27,6 @@ use tgq_core::clock::{Clock, SystemClock};
 use tgq_core::echo::EchoBot;
 use tgq_core::ids::BotId;
 use tgq_core::ingest::{Ingest, Ingested, RequestHead, Webhook, WebhookPorts, WebhookSettings};
-use tgq_core::pacer::{Pacer, RateLimits};
 use tgq_core::ports::QueueConsumer;
 use tgq_core::telegram::BotApi;
 use tgq_core::worker::{Worker, WorkerPorts, WorkerSettings};
@@ -146,21 +145,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
     });
     let worker = Worker::new(
         WorkerSettings::default(),
+        // Unpaced: Telegram's limits would pace the sends; what is measured is tgq, not those
+        // limits.
         WorkerPorts {
-            ledger: store.clone(),
-            visibility: queue,
-            dead: dlq,
-            // Telegram's limits would pace the sends; what is measured is tgq, not those limits.
-            budget: Arc::new(Pacer::new(RateLimits {
-                per_second: None,
-                per_chat_per_second: None,
-                per_group_per_minute: None,
-            })),
             clock: clock.clone(),
-            reset: store.clone(),
-            audit: store,
-            timers: None,
-            broadcasts: None,
+            ..WorkerPorts::around(store, queue, dlq)
         },
         Arc::new(OneBot::new(api, Arc::new(EchoBot))),
     );

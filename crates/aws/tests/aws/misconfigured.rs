@@ -17,7 +17,6 @@ use tgq_core::ids::BotId;
 use tgq_core::ingest::{
     Answer, Ingest, Ingested, RequestHead, Webhook, WebhookPorts, WebhookSettings,
 };
-use tgq_core::pacer::{Pacer, RateLimits};
 use tgq_core::ports::{DeadLetterReader, QueueConsumer};
 use tgq_core::worker::{RecordOutcome, Worker, WorkerPorts, WorkerSettings};
 use tgq_core::PortError;
@@ -84,17 +83,7 @@ async fn a_missing_table_answers_503_buries_nothing_and_the_retry_goes_through_o
     let api = Arc::new(RecordingBotApi::new());
     let worker = Worker::new(
         WorkerSettings::default(),
-        WorkerPorts {
-            ledger: store.clone(),
-            reset: store.clone(),
-            audit: store,
-            timers: None,
-            broadcasts: None,
-            visibility: e.queue.clone(),
-            dead: e.dlq.clone(),
-            budget: Arc::new(Pacer::new(RateLimits::UNLIMITED)),
-            clock: Arc::new(SystemClock),
-        },
+        WorkerPorts::around(store, e.queue.clone(), e.dlq.clone()),
         Arc::new(OneBot::new(api.clone(), Arc::new(EchoBot))),
     );
     let batch = e

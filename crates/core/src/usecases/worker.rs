@@ -17,7 +17,7 @@ use crate::audit::{AuditAction, AuditEntry, AuditLog};
 use crate::bots::{BotDirectory, BotRuntime, Lookup};
 use crate::broadcast::BroadcastStore;
 use crate::budget::SendBudget;
-use crate::clock::Clock;
+use crate::clock::{Clock, SystemClock};
 use crate::config::{ConfigError, Vars};
 use crate::context::{ActionSummary, Context, RunParts};
 use crate::dead::{Burial, DeadLetter, DeadLetterMarks, DeadReason, FailureClass};
@@ -27,6 +27,7 @@ use crate::error::{error_chain, ErrorClass, PortError};
 use crate::failure::HandlerError;
 use crate::ids::{BotId, GroupKey, MessageGroupId, RecordKey};
 use crate::metrics as names;
+use crate::pacer::{Pacer, RateLimits};
 use crate::patience::patiently;
 use crate::policy::{self, within_visibility_ceiling, FailedRun, Jitter, RetryPolicy, Verdict};
 use crate::ports::{
@@ -136,6 +137,33 @@ pub struct WorkerPorts {
     /// Where a handler's broadcasts are started; `None` where the deployment keeps none, and then
     /// [`Context::broadcast`](crate::Context::broadcast) is refused.
     pub broadcasts: Option<Arc<dyn BroadcastStore>>,
+}
+
+impl WorkerPorts {
+    /// The ports around `store`, which keeps the records, restarts them and audits the restarts
+    /// (every adapter's store does all three), with the updates queue's `visibility` and the
+    /// dead-letter queue `dead`: on the system clock, every call unpaced, no timers and no
+    /// broadcasts. A target sets what it has of those over it (`WorkerPorts { budget, ..around }`).
+    pub fn around<S>(
+        store: Arc<S>,
+        visibility: Arc<dyn Visibility>,
+        dead: Arc<dyn DeadLetters>,
+    ) -> Self
+    where
+        S: UpdateLedger + UpdateReset + AuditLog + 'static,
+    {
+        Self {
+            ledger: store.clone(),
+            visibility,
+            dead,
+            budget: Arc::new(Pacer::new(RateLimits::UNLIMITED)),
+            clock: Arc::new(SystemClock),
+            reset: store.clone(),
+            audit: store,
+            timers: None,
+            broadcasts: None,
+        }
+    }
 }
 
 /// One bot's share of a batch: what was found for its bot, and how long its sends may wait

@@ -19,7 +19,6 @@ use tgq_core::ids::{BotId, MessageGroupId, RecordKey, UpdateId};
 use tgq_core::operate::{
     Operator, OperatorPorts, OperatorSettings, Replay, Report, Selection, Tally,
 };
-use tgq_core::pacer::{Pacer, RateLimits};
 use tgq_core::ports::{DeadLetter, DeadLetters, QueueConsumer, QueueRecord, RecordReader};
 use tgq_core::record::{Status, Timestamp};
 use tgq_core::worker::{
@@ -80,15 +79,12 @@ fn rig() -> Rig {
     let worker = Worker::new(
         WorkerSettings::default(),
         WorkerPorts {
-            ledger: store.clone(),
-            visibility: Arc::new(RecordingVisibility::new()),
-            dead: dead.clone(),
-            budget: Arc::new(Pacer::new(RateLimits::UNLIMITED)),
             clock: Arc::new(clock.clone()),
-            reset: store.clone(),
-            audit: store.clone(),
-            timers: None,
-            broadcasts: None,
+            ..WorkerPorts::around(
+                store.clone(),
+                Arc::new(RecordingVisibility::new()),
+                dead.clone(),
+            )
         },
         Arc::new(OneBot::new(api.clone(), bot.clone())),
     );

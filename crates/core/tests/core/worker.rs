@@ -192,15 +192,9 @@ fn rig_built(limits: RateLimits, store_patience: Duration, api: RecordingBotApi)
         store: store.clone(),
     });
     let ports = WorkerPorts {
-        ledger: store.clone(),
-        visibility: visibility.clone(),
-        dead: dead.clone(),
         budget: Arc::new(Pacer::new(limits)),
         clock: Arc::new(clock.clone()),
-        reset: store.clone(),
-        audit: store.clone(),
-        timers: None,
-        broadcasts: None,
+        ..WorkerPorts::around(store.clone(), visibility.clone(), dead.clone())
     };
     let settings = WorkerSettings {
         retry: RetryPolicy::default(),

@@ -9,7 +9,6 @@ use tgq_core::bots::OneBot;
 use tgq_core::clock::ManualClock;
 use tgq_core::echo::{reply_text, EchoBot};
 use tgq_core::ids::{BotId, GroupKey, RecordKey, UpdateId};
-use tgq_core::pacer::{Pacer, RateLimits};
 use tgq_core::ports::{AtomicIngest, OutgoingMessage, QueueConsumer};
 use tgq_core::record::{ActionState, Timestamp, UpdateRecord};
 use tgq_core::worker::{RecordOutcome, Worker, WorkerPorts, WorkerSettings};
@@ -23,15 +22,8 @@ pub(crate) fn offline_echo_worker(store: &Arc<EmbeddedStore>, clock: &ManualCloc
     Worker::new(
         WorkerSettings::default(),
         WorkerPorts {
-            ledger: store.clone(),
-            visibility: store.clone(),
-            dead: store.clone(),
-            budget: Arc::new(Pacer::new(RateLimits::UNLIMITED)),
             clock: Arc::new(clock.clone()),
-            reset: store.clone(),
-            audit: store.clone(),
-            timers: None,
-            broadcasts: None,
+            ..WorkerPorts::around(store.clone(), store.clone(), store.clone())
         },
         Arc::new(OneBot::new(
             Arc::new(OfflineBotApi::new(store.clone())),

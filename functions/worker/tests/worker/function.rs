@@ -58,15 +58,8 @@ async fn rig_with(more: &[(&str, &str)]) -> Rig {
     )
     .unwrap();
     let ports = WorkerPorts {
-        ledger: store.clone(),
-        visibility: visibility.clone(),
-        dead: dead.clone(),
         budget: Arc::new(Pacer::new(RateLimits::default())),
-        clock: Arc::new(SystemClock),
-        reset: store.clone(),
-        audit: store.clone(),
-        timers: None,
-        broadcasts: None,
+        ..WorkerPorts::around(store.clone(), visibility.clone(), dead.clone())
     };
     Rig {
         worker: Worker::new(

@@ -14,7 +14,6 @@ use tgq_core::clock::{Clock, ManualClock, SystemClock};
 use tgq_core::dead::DeadReason;
 use tgq_core::echo::{reply_text, EchoBot};
 use tgq_core::ids::{BotId, GroupKey, RecordKey, UpdateId};
-use tgq_core::pacer::{Pacer, RateLimits};
 use tgq_core::policy::RetryPolicy;
 use tgq_core::ports::{
     DeadLetter, DeadLetterReader, OutgoingMessage, QueueConsumer, UpdateQueue, Visibility,
@@ -101,15 +100,8 @@ where
         ..WorkerSettings::default()
     };
     let ports = WorkerPorts {
-        ledger: store.clone(),
-        reset: store.clone(),
-        audit: store,
-        timers: None,
-        broadcasts: None,
-        visibility,
-        dead,
-        budget: Arc::new(Pacer::new(RateLimits::UNLIMITED)),
         clock,
+        ..WorkerPorts::around(store, visibility, dead)
     };
     Worker::new(
         settings,
