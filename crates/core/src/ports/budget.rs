@@ -33,9 +33,9 @@ pub trait SendBudget: Send + Sync {
     /// Asked when a slot's wait ends, before what the caller writes ahead of its call (an
     /// intent): whether the slot still stands. A budget kept in a store learns here any flood
     /// wait another process heard, reading the bot's cell when what this process saw of it is
-    /// older than [`RECHECK_AFTER`](crate::budget::RECHECK_AFTER), so that the check after that write needs no request and a
-    /// crash between the write and the call is as short as it can be. [`Clear::Held`] and
-    /// [`Clear::Late`] give the slot back: book again, nothing written.
+    /// older than [`RECHECK_AFTER`](crate::budget::RECHECK_AFTER), so that the check after that
+    /// write needs no request and a crash between the write and the call is as short as it can
+    /// be. [`Clear::Held`] and [`Clear::Late`] give the slot back: book again, nothing written.
     async fn ready(&self, bot: &BotId, slot: &mut Slot) -> Result<Clear, PortError> {
         let _ = (bot, slot);
         Ok(Clear::Go)
