@@ -7,6 +7,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use serde_json::Value;
 use tgq_core::bots::OneBot;
+use tgq_core::budget::SendBudget;
 use tgq_core::clock::{Clock, ManualClock};
 use tgq_core::envelope::Envelope;
 use tgq_core::handler::Handler;
@@ -27,6 +28,8 @@ pub struct Harness {
     pub store: Arc<MemoryStore>,
     /// The dead letters.
     pub dead: Arc<MemoryDeadLetters>,
+    /// The visibility changes the worker asked of the queue.
+    pub visibility: Arc<RecordingVisibility>,
     /// The worker's clock.
     pub clock: ManualClock,
 }
@@ -50,20 +53,37 @@ impl Harness {
         api: Arc<RecordingBotApi>,
         settings: WorkerSettings,
     ) -> Self {
+        Self::built(bot_id, api, settings, None, |_, _| handler)
+    }
+
+    /// A worker for the handler `handler` makes from the harness's store and clock (one that
+    /// looks at its own records, or moves the time on), with these settings, and paced by
+    /// `budget` when given (unlimited otherwise).
+    pub fn built(
+        bot_id: BotId,
+        api: Arc<RecordingBotApi>,
+        settings: WorkerSettings,
+        budget: Option<Arc<dyn SendBudget>>,
+        handler: impl FnOnce(&Arc<MemoryStore>, &ManualClock) -> Arc<dyn Handler>,
+    ) -> Self {
         let store = Arc::new(MemoryStore::new());
         let dead = Arc::new(MemoryDeadLetters::new());
+        let visibility = Arc::new(RecordingVisibility::new());
         let clock = ManualClock::at(Timestamp(1_800_000_000_000));
-        let worker = Worker::new(
-            settings,
-            worker_ports(&store, dead.clone(), Arc::new(clock.clone())),
-            Arc::new(OneBot::new(api.clone(), handler)),
-        );
+        let mut ports = worker_ports(&store, dead.clone(), Arc::new(clock.clone()));
+        ports.visibility = visibility.clone();
+        if let Some(budget) = budget {
+            ports.budget = budget;
+        }
+        let handler = handler(&store, &clock);
+        let worker = Worker::new(settings, ports, Arc::new(OneBot::new(api.clone(), handler)));
         Self {
             worker,
             bot_id,
             api,
             store,
             dead,
+            visibility,
             clock,
         }
     }
@@ -71,9 +91,19 @@ impl Harness {
     /// Runs `updates` (Bot API JSON) through the worker as one batch, each in its group.
     pub async fn run(&self, updates: &[Value]) -> BatchReport {
         let batch: Vec<QueueRecord> = updates.iter().map(|u| self.queue_record(u)).collect();
-        self.worker
-            .process_batch(&batch, self.clock.now().plus(Duration::from_secs(60)))
-            .await
+        self.process(&batch).await
+    }
+
+    /// Runs `batch`, the messages as the queue delivered them, through the worker, with a minute
+    /// of the invocation left.
+    pub async fn process(&self, batch: &[QueueRecord]) -> BatchReport {
+        let deadline = self.clock.now().plus(Duration::from_secs(60));
+        self.process_until(batch, deadline).await
+    }
+
+    /// [`Harness::process`] with the invocation ending at `deadline`.
+    pub async fn process_until(&self, batch: &[QueueRecord], deadline: Timestamp) -> BatchReport {
+        self.worker.process_batch(batch, deadline).await
     }
 
     /// An update as the queue would deliver it.

@@ -12,7 +12,6 @@ use bytes::Bytes;
 use teloxide_core::payloads::SendMessage;
 use teloxide_core::types::{Update, UpdateKind};
 use tgq_core::audit::{AuditAction, AuditReader};
-use tgq_core::bots::OneBot;
 use tgq_core::clock::{Clock, ManualClock};
 use tgq_core::dead::{DeadLetterMarks, DeadReason};
 use tgq_core::ids::{BotId, MessageGroupId, RecordKey, UpdateId};
@@ -20,14 +19,10 @@ use tgq_core::operate::{
     Operator, OperatorPorts, OperatorSettings, Replay, Report, Selection, Tally,
 };
 use tgq_core::ports::{DeadLetter, DeadLetters, QueueConsumer, QueueRecord, RecordReader};
-use tgq_core::record::{Status, Timestamp};
-use tgq_core::worker::{
-    BatchReport, RecordOutcome, Worker, WorkerPorts, WorkerSettings, REDRIVE_PRINCIPAL,
-};
+use tgq_core::record::Status;
+use tgq_core::worker::{BatchReport, RecordOutcome, WorkerSettings, REDRIVE_PRINCIPAL};
 use tgq_core::{Context, Handler, HandlerError};
-use tgq_memory::{
-    MemoryDeadLetters, MemoryQueue, MemoryStore, RecordingBotApi, RecordingVisibility,
-};
+use tgq_memory::{Harness, MemoryDeadLetters, MemoryQueue, MemoryStore, RecordingBotApi};
 
 const PRINCIPAL: &str = "arn:aws:iam::123456789012:user/ops";
 
@@ -55,8 +50,10 @@ impl Handler for Bot {
     }
 }
 
+/// The worker of [`Harness`] and an operator over its store, with the updates queue a replay
+/// sends to.
 struct Rig {
-    worker: Worker,
+    harness: Harness,
     operator: Operator,
     bot: Arc<Bot>,
     store: Arc<MemoryStore>,
@@ -67,27 +64,23 @@ struct Rig {
 }
 
 fn rig() -> Rig {
-    let store = Arc::new(MemoryStore::new());
-    let dead = Arc::new(MemoryDeadLetters::new());
     let api = Arc::new(RecordingBotApi::new());
-    let clock = ManualClock::at(Timestamp(1_800_000_000_000));
-    let queue = Arc::new(MemoryQueue::new(Arc::new(clock.clone())));
     let bot = Arc::new(Bot {
         failing: AtomicBool::new(false),
         transient: AtomicBool::new(false),
     });
-    let worker = Worker::new(
+    let harness = Harness::with_settings(
+        bot_id(),
+        bot.clone(),
+        api.clone(),
         WorkerSettings::default(),
-        WorkerPorts {
-            clock: Arc::new(clock.clone()),
-            ..WorkerPorts::around(
-                store.clone(),
-                Arc::new(RecordingVisibility::new()),
-                dead.clone(),
-            )
-        },
-        Arc::new(OneBot::new(api.clone(), bot.clone())),
     );
+    let (store, dead, clock) = (
+        harness.store.clone(),
+        harness.dead.clone(),
+        harness.clock.clone(),
+    );
+    let queue = Arc::new(MemoryQueue::new(Arc::new(clock.clone())));
     let operator = Operator::new(
         OperatorSettings {
             principal: PRINCIPAL.into(),
@@ -103,7 +96,7 @@ fn rig() -> Rig {
         },
     );
     Rig {
-        worker,
+        harness,
         operator,
         bot,
         store,
@@ -164,9 +157,7 @@ fn quiet(_: Tally) {}
 
 impl Rig {
     async fn run(&self, records: &[QueueRecord]) -> BatchReport {
-        self.worker
-            .process_batch(records, self.clock.now().plus(Duration::from_secs(60)))
-            .await
+        self.harness.process(records).await
     }
 
     /// Buries update `update_id` of `chat`: the bot fails it for good.

@@ -10,7 +10,6 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 use teloxide_core::payloads::{EditMessageText, SendMessage, SendPhoto};
 use teloxide_core::types::{InputFile, MessageId, Update, UpdateKind};
-use tgq_core::bots::OneBot;
 use tgq_core::clock::{Clock, ManualClock};
 use tgq_core::dead::{DeadReason, FailureClass};
 use tgq_core::ids::{BotId, GroupKey, MessageGroupId, RecordKey, UpdateId};
@@ -21,11 +20,11 @@ use tgq_core::ports::{
 };
 use tgq_core::record::{ActionResult, ActionState, Status, Timestamp};
 use tgq_core::telegram::TelegramError;
-use tgq_core::worker::{
-    BatchReport, GoneRecipients, RecordOutcome, Worker, WorkerPorts, WorkerSettings,
-};
+use tgq_core::worker::{BatchReport, GoneRecipients, RecordOutcome, WorkerSettings};
 use tgq_core::{Context, ErrorClass, Handler, HandlerError};
-use tgq_memory::{Fault, MemoryDeadLetters, MemoryStore, RecordingBotApi, RecordingVisibility};
+use tgq_memory::{
+    Fault, Harness, MemoryDeadLetters, MemoryStore, RecordingBotApi, RecordingVisibility,
+};
 
 /// What the scripted bot does on one run of one update.
 #[derive(Clone)]
@@ -146,8 +145,9 @@ impl Handler for ScriptedBot {
     }
 }
 
+/// A [`Harness`] running the scripted bot, with handles on what the tests look at.
 struct Rig {
-    worker: Worker,
+    harness: Harness,
     bot: Arc<ScriptedBot>,
     store: Arc<MemoryStore>,
     dead: Arc<MemoryDeadLetters>,
@@ -155,8 +155,6 @@ struct Rig {
     visibility: Arc<RecordingVisibility>,
     clock: ManualClock,
 }
-
-const T0: Timestamp = Timestamp(1_800_000_000_000);
 
 fn rig() -> Rig {
     rig_with(RateLimits::UNLIMITED)
@@ -181,21 +179,6 @@ fn rig_full(limits: RateLimits, store_patience: Duration) -> Rig {
 }
 
 fn rig_built(limits: RateLimits, store_patience: Duration, api: RecordingBotApi) -> Rig {
-    let store = Arc::new(MemoryStore::new());
-    let dead = Arc::new(MemoryDeadLetters::new());
-    let api = Arc::new(api);
-    let visibility = Arc::new(RecordingVisibility::new());
-    let clock = ManualClock::at(T0);
-    let bot = Arc::new(ScriptedBot {
-        script: Mutex::default(),
-        clock: clock.clone(),
-        store: store.clone(),
-    });
-    let ports = WorkerPorts {
-        budget: Arc::new(Pacer::new(limits)),
-        clock: Arc::new(clock.clone()),
-        ..WorkerPorts::around(store.clone(), visibility.clone(), dead.clone())
-    };
     let settings = WorkerSettings {
         retry: RetryPolicy::default(),
         deadline_margin: Duration::from_secs(5),
@@ -207,18 +190,30 @@ fn rig_built(limits: RateLimits, store_patience: Duration, api: RecordingBotApi)
         max_inline_wait: tgq_core::defaults::MAX_INLINE_WAIT,
         shared_inline_wait: tgq_core::defaults::SHARED_INLINE_WAIT,
     };
+    let mut bot = None;
+    let harness = Harness::built(
+        BotId::new("demo").unwrap(),
+        Arc::new(api),
+        settings,
+        Some(Arc::new(Pacer::new(limits))),
+        |store, clock| {
+            let scripted = Arc::new(ScriptedBot {
+                script: Mutex::default(),
+                clock: clock.clone(),
+                store: store.clone(),
+            });
+            bot = Some(scripted.clone());
+            scripted
+        },
+    );
     Rig {
-        worker: Worker::new(
-            settings,
-            ports,
-            Arc::new(OneBot::new(api.clone(), bot.clone())),
-        ),
-        bot,
-        store,
-        dead,
-        api,
-        visibility,
-        clock,
+        bot: bot.expect("the harness built the bot"),
+        store: harness.store.clone(),
+        dead: harness.dead.clone(),
+        api: harness.api.clone(),
+        visibility: harness.visibility.clone(),
+        clock: harness.clock.clone(),
+        harness,
     }
 }
 
@@ -253,9 +248,7 @@ impl Rig {
     }
 
     async fn run(&self, records: &[QueueRecord]) -> BatchReport {
-        self.worker
-            .process_batch(records, self.clock.now().plus(Duration::from_secs(60)))
-            .await
+        self.harness.process(records).await
     }
 
     async fn status(&self, update_id: i64) -> Status {
@@ -861,8 +854,8 @@ async fn the_deadline_margin_returns_the_rest_of_the_batch_unrun() {
     let rig = rig();
     let deadline = rig.clock.now().plus(Duration::from_secs(4));
     let report = rig
-        .worker
-        .process_batch(&[update(1, 10), update(2, 20)], deadline)
+        .harness
+        .process_until(&[update(1, 10), update(2, 20)], deadline)
         .await;
     assert_eq!(report.failed_message_ids(), ["msg-1", "msg-2"]);
     assert!(report
@@ -1011,8 +1004,8 @@ async fn a_record_leased_by_another_worker_is_returned_until_its_lease_ends() {
         .await
         .unwrap();
     let report = rig
-        .worker
-        .process_batch(&[record, update(2, 10)], deadline)
+        .harness
+        .process_until(&[record, update(2, 10)], deadline)
         .await;
     assert_eq!(
         *outcome(&report, 0),
@@ -1163,8 +1156,8 @@ async fn the_waits_for_a_refused_visibility_change_end_before_the_invocation_s_d
     // Enough time to start the record (the margin is 5 s), far less than the store's patience.
     let deadline = rig.clock.now().plus(Duration::from_secs(8));
     let report = rig
-        .worker
-        .process_batch(&[update(1, 10), update(2, 10)], deadline)
+        .harness
+        .process_until(&[update(1, 10), update(2, 10)], deadline)
         .await;
     let answered = rig.clock.now();
     ticker.abort();
