@@ -1414,34 +1414,47 @@ async fn deploy_refuses_a_token_telegram_refuses_before_writing_anything() {
     let bin = deploy_tools(dir.path());
     let stack = format!("badtoken-{}", std::process::id());
     let api = format!("TelegramApiUrl={}", fake.url());
-    let (status, stdout, stderr) = tgq_deploy(
-        dir.path(),
-        &bin,
-        &[("TELEGRAM_BOT_TOKEN", "123456:WRONG")],
-        &[
-            "deploy",
-            "--stack",
-            &stack,
-            "--no-build",
-            "--parameter",
-            &api,
-        ],
-    );
-    assert!(!status.success(), "{stdout}");
+    let stderr = deploy_refused(dir.path(), &bin, "123456:WRONG", &stack, &api);
     assert!(
         stderr.contains("Telegram refused the bot token"),
         "{stderr}"
     );
+    assert_deploy_wrote_nothing(dir.path(), &stack).await;
+}
+
+/// `tgq deploy --no-build` of `stack` with `token` and the template parameter `parameter`, which
+/// must fail: what it said on stderr.
+fn deploy_refused(
+    dir: &std::path::Path,
+    bin: &std::path::Path,
+    token: &str,
+    stack: &str,
+    parameter: &str,
+) -> String {
+    let (status, stdout, stderr) = tgq_deploy(
+        dir,
+        bin,
+        &[("TELEGRAM_BOT_TOKEN", token)],
+        &[
+            "deploy",
+            "--stack",
+            stack,
+            "--no-build",
+            "--parameter",
+            parameter,
+        ],
+    );
+    assert!(!status.success(), "{stdout}");
+    stderr
+}
+
+/// A refused deploy of `stack` from `dir` left no secret in SSM and never ran sam.
+async fn assert_deploy_wrote_nothing(dir: &std::path::Path, stack: &str) {
     let sdk = emulator::sdk_config().await;
-    assert_eq!(
-        ssm_value(&sdk, &format!("/tgq/{stack}/bot-token")).await,
-        None
-    );
-    assert_eq!(
-        ssm_value(&sdk, &format!("/tgq/{stack}/webhook-secret")).await,
-        None
-    );
-    assert!(!dir.path().join("sam-calls").exists(), "sam was never run");
+    for name in ["bot-token", "webhook-secret"] {
+        assert_eq!(ssm_value(&sdk, &format!("/tgq/{stack}/{name}")).await, None);
+    }
+    assert!(!dir.join("sam-calls").exists(), "sam was never run");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -1463,20 +1476,7 @@ async fn deploy_through_a_telegram_outage_says_so_and_writes_nothing() {
         }
     });
     for api in [refused, bad_gateway] {
-        let (status, stdout, stderr) = tgq_deploy(
-            dir.path(),
-            &bin,
-            &[("TELEGRAM_BOT_TOKEN", "123456:ABC")],
-            &[
-                "deploy",
-                "--stack",
-                &stack,
-                "--no-build",
-                "--parameter",
-                &api,
-            ],
-        );
-        assert!(!status.success(), "{stdout}");
+        let stderr = deploy_refused(dir.path(), &bin, "123456:ABC", &stack, &api);
         assert!(
             stderr.contains("Telegram could not check the bot token")
                 && stderr.contains("run tgq deploy again")
@@ -1484,12 +1484,7 @@ async fn deploy_through_a_telegram_outage_says_so_and_writes_nothing() {
             "{stderr}"
         );
     }
-    let sdk = emulator::sdk_config().await;
-    assert_eq!(
-        ssm_value(&sdk, &format!("/tgq/{stack}/bot-token")).await,
-        None
-    );
-    assert!(!dir.path().join("sam-calls").exists(), "sam was never run");
+    assert_deploy_wrote_nothing(dir.path(), &stack).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -350,22 +350,18 @@ async fn a_pause_holds_a_running_broadcast_and_a_resume_finishes_it() {
 fn a_recipients_file_with_a_bad_line_or_nobody_in_it_is_refused_before_anything_is_stored() {
     let dir = tempfile::tempdir().unwrap();
     let data_dir = dir.path().to_str().unwrap();
+    // `tgq broadcast start` with `args` on this data directory: refused, with what it said.
+    let refused = |args: &[&str]| -> String {
+        let mut all = vec!["broadcast", "start"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--data-dir", data_dir]);
+        let (exit, _, err) = run(&[], &all);
+        assert!(!exit.success(), "{all:?} was accepted: {err}");
+        err
+    };
     let bad = dir.path().join("bad.txt");
     std::fs::write(&bad, "42\n\n17 # a comment\n").unwrap();
-    let (exit, _, err) = run(
-        &[],
-        &[
-            "broadcast",
-            "start",
-            "--text",
-            "x",
-            "--to",
-            bad.to_str().unwrap(),
-            "--data-dir",
-            data_dir,
-        ],
-    );
-    assert!(!exit.success());
+    let err = refused(&["--text", "x", "--to", bad.to_str().unwrap()]);
     assert!(
         err.contains("line 3 of the recipients is not a chat id: \"17 # a comment\""),
         "{err}"
@@ -378,38 +374,17 @@ fn a_recipients_file_with_a_bad_line_or_nobody_in_it_is_refused_before_anything_
 
     let empty = dir.path().join("empty.txt");
     std::fs::write(&empty, "# nobody yet\n").unwrap();
-    let (exit, _, err) = run(
-        &[],
-        &[
-            "broadcast",
-            "start",
-            "--text",
-            "x",
-            "--to",
-            empty.to_str().unwrap(),
-            "--data-dir",
-            data_dir,
-        ],
-    );
-    assert!(!exit.success());
+    let err = refused(&["--text", "x", "--to", empty.to_str().unwrap()]);
     assert!(err.contains("the audience is empty"), "{err}");
 
     let payload = dir.path().join("p.json");
     std::fs::write(&payload, r#"{"chat_id": 5, "text": "x"}"#).unwrap();
-    let (exit, _, err) = run(
-        &[],
-        &[
-            "broadcast",
-            "start",
-            "--payload",
-            payload.to_str().unwrap(),
-            "--to",
-            bad.to_str().unwrap(),
-            "--data-dir",
-            data_dir,
-        ],
-    );
-    assert!(!exit.success());
+    let err = refused(&[
+        "--payload",
+        payload.to_str().unwrap(),
+        "--to",
+        bad.to_str().unwrap(),
+    ]);
     assert!(
         err.contains("line 3"),
         "the recipients are checked first: {err}"
