@@ -452,8 +452,9 @@ async fn a_bot_s_second_broadcast_waits_for_its_first_to_end() {
 }
 
 /// Telegram unreachable (connection refused) and then answering 502 in the middle of a broadcast:
-/// nobody is written off, failed or uncertain for it; the lane waits and, once Telegram answers,
-/// every recipient gets the message once, within Telegram's limits.
+/// nobody is written off or failed for it, and only a call caught on the wire as Telegram went
+/// away may be uncertain; the lane waits and, once Telegram answers, every other recipient gets the
+/// message once, within Telegram's limits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_telegram_outage_mid_broadcast_writes_nobody_off_and_everyone_gets_it_once() {
     const RECIPIENTS: i64 = 120;
@@ -491,18 +492,38 @@ async fn a_telegram_outage_mid_broadcast_writes_nobody_off_and_everyone_gets_it_
 
     let view = done(dir.path()).await;
     let counts = &view["job"]["counts"];
+    // The one call a shutdown can catch written on a kept-alive connection as the fake closed it
+    // is uncertain, as any request written whose answer never came (docs/design/broadcasts.md):
+    // at most the calls on the wire at that instant, never the ones the outage kept from leaving.
+    let uncertain: Vec<i64> = view["undelivered"]
+        .as_array()
+        .expect("the undelivered recipients")
+        .iter()
+        .filter(|r| r["state"]["state"] == "uncertain")
+        .map(|r| r["chat"].as_i64().expect("a chat id"))
+        .collect();
+    assert!(uncertain.len() <= 2, "written off by the outage: {view}");
     assert_eq!(
         (&counts["sent"], &counts["failed"], &counts["uncertain"]),
-        (&json!(RECIPIENTS), &json!(0), &json!(0)),
+        (
+            &json!(RECIPIENTS - uncertain.len() as i64),
+            &json!(0),
+            &json!(uncertain.len())
+        ),
         "{view}"
     );
     let mut delivered = delivered_before.clone();
     delivered.extend(broadcast_deliveries(&after));
     delivered.sort_unstable();
+    let mut reached = delivered.clone();
+    reached.dedup();
+    assert_eq!(reached, delivered, "nobody twice across the outage");
+    reached.extend(uncertain.iter().filter(|chat| !delivered.contains(chat)));
+    reached.sort_unstable();
     assert_eq!(
-        delivered,
+        reached,
         (1..=RECIPIENTS).collect::<Vec<_>>(),
-        "each recipient once across the outage"
+        "each recipient once across the outage, or uncertain"
     );
     for violations in [over_limit_before, after.violations()] {
         assert_eq!(
