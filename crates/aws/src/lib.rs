@@ -2,7 +2,9 @@
 //! table ([`DynamoPollerLease`]), the updates queue and the dead-letter queue on SQS FIFO
 //! ([`SqsQueue`]), timers on a standard queue and EventBridge Scheduler ([`AwsTimers`]), secrets from SSM Parameter Store
 //! ([`resolve_secret`]), the bot registry under one SSM prefix ([`SsmRegistry`]), and what both functions set up the same way: the client configuration
-//! ([`aws_config`]), their logs ([`init_logging`]) and their metrics ([`init_metrics`]). Every SDK type stays
+//! ([`aws_config`]), their logs ([`init_logging`]) and their metrics ([`init_metrics`]); and the two
+//! functions themselves, each built from its configuration in one call ([`webhook::run`],
+//! [`worker::run`]). Every SDK type stays
 //! inside this crate: the ports speak only `tgq_core` types, and [`PortError`](tgq_core::PortError)
 //! says whether a failure is worth retrying.
 
@@ -20,6 +22,8 @@ mod registry;
 mod secret;
 mod sqs;
 mod timers;
+pub mod webhook;
+pub mod worker;
 
 use std::time::Duration;
 

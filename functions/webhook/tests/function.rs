@@ -4,13 +4,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use secrecy::SecretString;
+use tgq_aws::webhook::{handle, AllowedSources, WebhookConfig};
 use tgq_core::clock::SystemClock;
 use tgq_core::config::Vars;
 use tgq_core::ids::{BotId, RecordKey, UpdateId};
 use tgq_core::ingest::{Ingest, WebhookPorts, Webhooks};
 use tgq_core::registry::{BotEntry, Registry};
 use tgq_memory::{MemoryBots, MemoryDeadLetters, MemoryQueue, MemoryStore};
-use tgq_webhook::{handle, AllowedSources, WebhookConfig};
 
 struct Rig {
     webhook: Webhooks,

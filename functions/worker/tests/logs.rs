@@ -93,7 +93,7 @@ async fn webhook_paths() {
             .with_lambda_context(context)
     };
     let status = |request| async {
-        let response = tgq_webhook::handle(&webhook, &Default::default(), request)
+        let response = tgq_aws::webhook::handle(&webhook, &Default::default(), request)
             .await
             .unwrap();
         response.status().as_u16()
@@ -166,7 +166,7 @@ async fn worker_paths(fake: &FakeTelegram) {
         let mut context = Context::default();
         context.request_id = "req-worker".into();
         context.deadline = SystemClock.now().plus(Duration::from_secs(60)).0;
-        tgq_worker::handle(&worker, LambdaEvent::new(event.clone(), context))
+        tgq_aws::worker::handle(&worker, LambdaEvent::new(event.clone(), context))
             .await
             .unwrap();
     }

@@ -1,5 +1,5 @@
 //! The hostile-input target over the webhook request: method, headers, body and size, generated from
-//! a seed, through the webhook's HTTP front (`tgq_webhook::handle`, the Lambda's) and the ingest use
+//! a seed, through the webhook's HTTP front (`tgq_aws::webhook::handle`, the Lambda's) and the ingest use
 //! case on the in-memory adapters. Each input is checked against four properties:
 //!
 //! 1. nothing panics;
@@ -363,9 +363,9 @@ pub fn run(seed: u64, count: u64) -> Vec<Violation> {
         };
         let before = harness.traces();
         let answered = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            runtime.block_on(tgq_webhook::handle(
+            runtime.block_on(tgq_aws::webhook::handle(
                 &harness.webhook,
-                &tgq_webhook::AllowedSources::default(),
+                &tgq_aws::webhook::AllowedSources::default(),
                 request,
             ))
         }));

@@ -10,6 +10,7 @@ use async_trait::async_trait;
 use secrecy::SecretString;
 use teloxide_core::payloads::SendMessage;
 use teloxide_core::types::{Update, UpdateKind};
+use tgq_aws::worker::WorkerConfig;
 use tgq_core::clock::{Clock, SystemClock};
 use tgq_core::config::Vars;
 use tgq_core::dead::DeadReason;
@@ -22,7 +23,6 @@ use tgq_core::worker::{BatchReport, RecordOutcome, Worker};
 use tgq_core::{Context, ErrorClass, Handler, HandlerError};
 use tgq_fake_telegram::{FakeTelegram, Fault, Scope, Times};
 use tgq_memory::{MemoryBots, MemoryDeadLetters, MemoryStore};
-use tgq_worker::WorkerConfig;
 
 const SHOP_TOKEN: &str = "111:SHOP";
 const NEWS_TOKEN: &str = "222:NEWS";
@@ -159,7 +159,7 @@ fn record(bot: &str, update_id: i64, chat: i64) -> QueueRecord {
             },
         }))
         .unwrap();
-    tgq_worker::queue_record(message).unwrap()
+    tgq_aws::worker::queue_record(message).unwrap()
 }
 
 async fn run(rig: &Rig, records: &[QueueRecord]) -> BatchReport {

@@ -9,6 +9,7 @@ use std::time::Duration;
 use aws_lambda_events::event::sqs::SqsEvent;
 use lambda_runtime::{Context, LambdaEvent};
 use std::sync::Mutex;
+use tgq_aws::worker::{handle_event, BroadcastSource, Sources};
 use tgq_core::bots::OneBot;
 use tgq_core::broadcast::chain::{BroadcastQueue, ChainStep};
 use tgq_core::broadcast::steps::BroadcastSteps;
@@ -23,7 +24,6 @@ use tgq_core::telegram::{BotApi, TelegramError};
 use tgq_core::PortError;
 use tgq_fake_telegram::FakeTelegram;
 use tgq_memory::{MemoryBroadcasts, MemoryStore, RecordingBotApi, RecordingVisibility};
-use tgq_worker::{handle_event, BroadcastSource, Sources};
 
 use crate::common;
 

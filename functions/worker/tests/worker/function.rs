@@ -6,6 +6,7 @@ use std::time::Duration;
 use aws_lambda_events::event::sqs::SqsEvent;
 use lambda_runtime::{Context, LambdaEvent};
 use secrecy::SecretString;
+use tgq_aws::worker::{handle, WorkerConfig};
 use tgq_core::bots::OneBot;
 use tgq_core::clock::{Clock, SystemClock};
 use tgq_core::config::Vars;
@@ -18,7 +19,6 @@ use tgq_core::worker::{Worker, WorkerPorts};
 use tgq_fake_telegram::{FakeTelegram, Fault, Scope, Times};
 use tgq_memory::{MemoryDeadLetters, MemoryStore, RecordingVisibility};
 use tgq_telegram::HttpBotApi;
-use tgq_worker::{handle, WorkerConfig};
 
 const BATCH: &str = include_str!("../../../../events/sqs/batch_three_groups.json");
 const REDELIVERY: &str = include_str!("../../../../events/sqs/redelivery.json");
@@ -235,7 +235,7 @@ fn a_dead_letter_moved_back_to_the_queue_is_known_by_the_message_attributes_the_
                 "messageAttributes": attributes,
             }))
             .unwrap();
-        tgq_worker::queue_record(message).unwrap()
+        tgq_aws::worker::queue_record(message).unwrap()
     };
     let text = |value: &str| serde_json::json!({"stringValue": value, "dataType": "String"});
     let moved = record(serde_json::json!({

@@ -15,6 +15,7 @@ use lambda_http::Body;
 use lambda_runtime::{Context, LambdaEvent};
 use secrecy::SecretString;
 use serde_json::Value;
+use tgq_aws::worker::{handle, handle_event, BroadcastSource, Sources};
 use tgq_core::bots::OneBot;
 use tgq_core::broadcast::chain::{BroadcastQueue, ChainStep};
 use tgq_core::broadcast::steps::BroadcastSteps;
@@ -38,7 +39,6 @@ use tgq_memory::{
     Fault as Outage, MemoryBots, MemoryBroadcasts, MemoryDeadLetters, MemoryQueue, MemoryStore,
     RecordingBotApi, RecordingVisibility,
 };
-use tgq_worker::{handle, handle_event, BroadcastSource, Sources};
 
 const BATCH: &str = include_str!("../../../../events/sqs/batch_three_groups.json");
 const SECRET: &str = "metrics-test-secret";
@@ -144,7 +144,7 @@ async fn webhook_outcomes() {
     let store = Arc::new(MemoryStore::new());
     let webhook = common::memory_webhook(&store, SECRET, &[]);
     let status = |request| async {
-        let response = tgq_webhook::handle(&webhook, &Default::default(), request)
+        let response = tgq_aws::webhook::handle(&webhook, &Default::default(), request)
             .await
             .unwrap();
         response.status().as_u16()
@@ -230,7 +230,7 @@ async fn registry_outcomes() {
     };
     let registry = Arc::new(MemoryBots::new([shop]));
 
-    let config = tgq_webhook::WebhookConfig::from_vars(&vars).unwrap();
+    let config = tgq_aws::webhook::WebhookConfig::from_vars(&vars).unwrap();
     let webhooks = config.webhooks(
         WebhookPorts {
             ingest: Ingest::PutThenSend {
@@ -252,12 +252,12 @@ async fn registry_outcomes() {
         .header(SECRET_HEADER, "shop-secret")
         .body(Body::from(message(7)))
         .unwrap();
-    let response = tgq_webhook::handle(&webhooks, &Default::default(), request)
+    let response = tgq_aws::webhook::handle(&webhooks, &Default::default(), request)
         .await
         .unwrap();
     assert_eq!(response.status().as_u16(), 200);
 
-    let config = tgq_worker::WorkerConfig::from_vars(&vars).unwrap();
+    let config = tgq_aws::worker::WorkerConfig::from_vars(&vars).unwrap();
     let env_token = SecretString::from(fake.token().to_owned());
     let fleet = config
         .fleet(

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use secrecy::SecretString;
+use tgq_aws::worker::WorkerConfig;
 use tgq_core::bots::OneBot;
 use tgq_core::clock::SystemClock;
 use tgq_core::config::Vars;
@@ -13,7 +14,6 @@ use tgq_core::worker::Worker;
 use tgq_fake_telegram::FakeTelegram;
 use tgq_memory::{MemoryDeadLetters, MemoryStore};
 use tgq_telegram::HttpBotApi;
-use tgq_worker::WorkerConfig;
 
 /// The echo bot's worker on `store`, configured as the function configures it from `vars` (which
 /// name `fake`'s token), sending to `fake` with `timeout` per call, unpaced.
@@ -57,7 +57,7 @@ pub fn memory_webhook(
         ("TGQ_DLQ_URL", "d"),
     ];
     vars.extend_from_slice(extra);
-    let config = tgq_webhook::WebhookConfig::from_vars(&Vars::from_pairs(vars)).unwrap();
+    let config = tgq_aws::webhook::WebhookConfig::from_vars(&Vars::from_pairs(vars)).unwrap();
     config.webhooks(
         WebhookPorts {
             ingest: Ingest::PutThenSend {

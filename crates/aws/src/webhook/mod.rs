@@ -1,7 +1,7 @@
-//! The webhook Lambda's request handling: HTTP in (Function URL or HTTP API, via `lambda_http`),
-//! routed by path to a bot's [`Webhook`] use case ([`Webhooks`]: `/webhook/{bot_id}` for a registry
-//! bot, any other path for the environment's bot), HTTP status out. The clients and ports are
-//! built in [`assemble`].
+//! The webhook Lambda: [`run`] is the whole function, from its cold start on. HTTP in (Function URL
+//! or HTTP API, via `lambda_http`), routed by path to a bot's [`Webhook`] use case ([`Webhooks`]:
+//! `/webhook/{bot_id}` for a registry bot, any other path for the environment's bot), HTTP status
+//! out. The clients and ports are built in one call, [`assemble`].
 
 use std::time::Duration;
 
@@ -23,6 +23,20 @@ use tracing::Instrument as _;
 mod assemble;
 
 pub use assemble::assemble;
+
+/// The webhook Lambda: logging, the configuration read from the environment, the parts
+/// [`assemble`]d once per cold start, then one answer for every request, its metrics flushed as
+/// EMF lines after each. A webhook function's `main` is this call.
+pub async fn run() -> Result<(), lambda_http::Error> {
+    crate::init_logging();
+    let config = WebhookConfig::from_vars(&Vars::from_env())?;
+    let webhooks = assemble(&config).await?;
+    let metrics = crate::init_metrics()?;
+    metrics_cloudwatch_embedded::lambda::handler::run_http(metrics, |request: Request| {
+        handle(&webhooks, &config.allowed_sources, request)
+    })
+    .await
+}
 
 /// The webhook's configuration, read once per cold start.
 #[derive(Clone, Debug)]

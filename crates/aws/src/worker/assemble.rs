@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use tgq_aws::{
+use crate::{
     AwsTimers, DynamoBroadcasts, DynamoBudgetCells, DynamoStore, Schedules, SqsQueue,
     SqsTimerQueue, SsmRegistry,
 };
@@ -22,7 +22,7 @@ use tgq_core::registry::BotSource;
 use tgq_core::relay::TimerRelay;
 use tgq_core::worker::{Worker, WorkerPorts};
 
-use crate::{BroadcastSource, Sources, TimerSource, WorkerConfig};
+use super::{BroadcastSource, Sources, TimerSource, WorkerConfig};
 
 /// The worker and its event sources for `config`, the bots' handlers taken from `handlers`.
 pub async fn assemble(
@@ -30,10 +30,10 @@ pub async fn assemble(
     vars: &Vars,
     handlers: HandlerRegistry,
 ) -> Result<(Worker, Sources), BoxError> {
-    let sdk = tgq_aws::aws_config().await;
+    let sdk = crate::aws_config().await;
     let ssm = aws_sdk_ssm::Client::new(&sdk);
     let env_token = match &config.env_bot {
-        Some((_, token)) => Some(tgq_aws::resolve_secret(&ssm, token.clone()).await?),
+        Some((_, token)) => Some(crate::resolve_secret(&ssm, token.clone()).await?),
         None => None,
     };
     let registry = config.bots.clone().map(|layout| {

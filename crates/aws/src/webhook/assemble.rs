@@ -4,20 +4,20 @@
 
 use std::sync::Arc;
 
-use tgq_aws::{DynamoStore, SqsQueue, SsmRegistry};
+use crate::{DynamoStore, SqsQueue, SsmRegistry};
 use tgq_core::clock::SystemClock;
 use tgq_core::error::BoxError;
 use tgq_core::ingest::{Ingest, WebhookPorts, Webhooks};
 use tgq_core::registry::Registry;
 
-use crate::WebhookConfig;
+use super::WebhookConfig;
 
 /// Every bot's webhook for `config`.
 pub async fn assemble(config: &WebhookConfig) -> Result<Webhooks, BoxError> {
-    let sdk = tgq_aws::aws_config().await;
+    let sdk = crate::aws_config().await;
     let ssm = aws_sdk_ssm::Client::new(&sdk);
     let env_secret = match &config.env_bot {
-        Some((_, secret)) => Some(tgq_aws::resolve_secret(&ssm, secret.clone()).await?),
+        Some((_, secret)) => Some(crate::resolve_secret(&ssm, secret.clone()).await?),
         None => None,
     };
     // Read at the first request that needs it, then again after each refresh interval; the

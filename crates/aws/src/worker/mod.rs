@@ -1,7 +1,8 @@
-//! The worker Lambda's event handling: the SQS event in, the [`Worker`] use case, `SqsBatchResponse`
-//! with partial batch failures out; and the bots it runs ([`WorkerConfig::fleet`]: the
-//! environment's bot and the registry's, each with its own token and handler). The clients and
-//! ports are built in [`assemble`].
+//! The worker Lambda: [`run`] is the whole function, from its cold start on, for the bots whose
+//! handlers it is given. The SQS event in, the [`Worker`] use case, `SqsBatchResponse` with
+//! partial batch failures out; and the bots it runs ([`WorkerConfig::fleet`]: the environment's
+//! bot and the registry's, each with its own token and handler). The clients, the ports and the
+//! event sources are built in one call, [`assemble`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,6 +36,28 @@ use tracing::{warn, Instrument as _};
 mod assemble;
 
 pub use assemble::assemble;
+
+/// The worker Lambda: logging, the configuration read from the environment, the worker and its
+/// event sources [`assemble`]d once per cold start with the bots' `handlers`, then
+/// [`handle_event`] for every SQS event, its metrics flushed as EMF lines after each batch. A
+/// worker function's `main` is this call.
+pub async fn run(handlers: HandlerRegistry) -> Result<(), lambda_runtime::Error> {
+    crate::init_logging();
+    let vars = Vars::from_env();
+    let config = WorkerConfig::from_vars(&vars)?;
+    let (worker, sources) = assemble(&config, &vars, handlers).await?;
+    let (worker, sources) = (&worker, &sources);
+    let metrics = crate::init_metrics()?;
+    metrics_cloudwatch_embedded::lambda::handler::run(
+        metrics,
+        |event: LambdaEvent<SqsEvent>| async move {
+            handle_event(worker, sources, event)
+                .await
+                .map_err(lambda_runtime::Error::from)
+        },
+    )
+    .await
+}
 
 /// The worker's configuration, read once per cold start.
 #[derive(Clone, Debug)]
@@ -306,7 +329,7 @@ pub fn queue_record(message: SqsMessage) -> Result<QueueRecord, NamelessRecord> 
             .and_then(|n| n.parse().ok())
             .unwrap_or(1),
         // The event source mapping passes the message attributes a dead letter carries.
-        dead_letter: tgq_aws::dead_letter_marks(|name| {
+        dead_letter: crate::dead_letter_marks(|name| {
             message
                 .message_attributes
                 .get(name)
