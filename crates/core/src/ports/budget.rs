@@ -45,6 +45,31 @@ pub trait SendBudget: Send + Sync {
     /// the call may go now.
     async fn clear_to_send(&self, bot: &BotId, slot: &mut Slot) -> Result<Clear, PortError>;
 
+    /// [`clear_to_send`](Self::clear_to_send) until it answers: a slot not quite due is waited
+    /// for and asked about again, unless the wait was short enough that the check before it
+    /// still stands ([`RECHECK_AFTER`](crate::budget::RECHECK_AFTER)). Whether the call may go
+    /// (`false`: the slot was given back, book again), and how long it slept for its slot.
+    async fn wait_until_clear(
+        &self,
+        bot: &BotId,
+        slot: &mut Slot,
+    ) -> Result<(bool, Duration), PortError> {
+        let mut slept = Duration::ZERO;
+        loop {
+            match self.clear_to_send(bot, slot).await? {
+                Clear::Go => return Ok((true, slept)),
+                Clear::Held(_) | Clear::Late => return Ok((false, slept)),
+                Clear::After(wait) => {
+                    tokio::time::sleep(wait).await;
+                    slept += wait;
+                    if wait <= crate::budget::RECHECK_AFTER {
+                        return Ok((true, slept));
+                    }
+                }
+            }
+        }
+    }
+
     /// Holds every call of `bot`, in every process sharing the budget, for `wait`: Telegram
     /// named it in a 429.
     async fn pause(&self, bot: &BotId, wait: Duration) -> Result<(), PortError>;

@@ -50,7 +50,7 @@ pub use spec::*;
 pub use start::*;
 pub use store::*;
 
-use crate::budget::{Clear, Reserved, SendBudget, Slot, RECHECK_AFTER};
+use crate::budget::{Clear, Reserved, SendBudget, Slot};
 use crate::clock::Clock;
 use crate::error::{error_chain, PortError};
 use crate::ids::BotId;

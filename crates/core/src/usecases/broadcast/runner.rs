@@ -424,18 +424,11 @@ impl RecipientSend {
     /// Whether the booked `slot` may go now (after a short wait the budget names): `false` when
     /// a flood wait began meanwhile or the slot went by, so the send is booked again.
     async fn cleared(&self, slot: &mut Slot) -> Result<bool, PortError> {
-        loop {
-            match self.budget.clear_to_send(&self.job.spec.bot, slot).await? {
-                Clear::Go => return Ok(true),
-                Clear::After(wait) => {
-                    tokio::time::sleep(wait).await;
-                    if wait <= RECHECK_AFTER {
-                        return Ok(true);
-                    }
-                }
-                Clear::Held(_) | Clear::Late => return Ok(false),
-            }
-        }
+        let (clear, _) = self
+            .budget
+            .wait_until_clear(&self.job.spec.bot, slot)
+            .await?;
+        Ok(clear)
     }
 
     /// Books a send to `chat` and waits for the lane and for the slot: the moment to write the

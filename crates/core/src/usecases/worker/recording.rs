@@ -12,7 +12,7 @@ use serde_json::Value;
 use teloxide_core::requests::Payload;
 use tracing::warn;
 
-use crate::budget::{Clear, Reserved, Slot, RECHECK_AFTER};
+use crate::budget::{Clear, Reserved, Slot};
 use crate::error::{error_chain, PortError};
 use crate::failure::HandlerError;
 use crate::record::{
@@ -473,19 +473,9 @@ impl<'a> Context<'a> {
             return Ok(true);
         };
         let bot = &self.run.lease.key.bot_id;
-        loop {
-            match self.run.budget.clear_to_send(bot, slot).await? {
-                Clear::Go => return Ok(true),
-                Clear::Held(_) | Clear::Late => return Ok(false),
-                Clear::After(wait) => {
-                    tokio::time::sleep(wait).await;
-                    self.summary.paced += wait;
-                    if wait <= RECHECK_AFTER {
-                        return Ok(true);
-                    }
-                }
-            }
-        }
+        let (clear, slept) = self.run.budget.wait_until_clear(bot, slot).await?;
+        self.summary.paced += slept;
+        Ok(clear)
     }
 
     /// How long a send may still wait inside this run.
