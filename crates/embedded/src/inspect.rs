@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use redb::ReadableTableMetadata;
+use redb::{ReadableTable, ReadableTableMetadata};
 use serde::{Deserialize, Serialize};
 use tgq_core::envelope::Envelope;
 use tgq_core::fifo::MessageState;
@@ -12,7 +12,7 @@ use tgq_core::ports::DeadLetter;
 use tgq_core::record::Timestamp;
 
 use crate::handle::Db;
-use crate::queue::{self, QueueIndex};
+use crate::queue::QueueDepth;
 use crate::schema::{
     counter, decode_letter, decode_record, unframe, BROADCAST_RECIPIENTS, DEAD, META, OUTBOX,
     QUEUE, RECORDS,
@@ -146,17 +146,30 @@ impl Counters {
     }
 }
 
+/// How long a status read waits for the writer thread to look at its index of the queue before
+/// reading the queue's table instead.
+const LOOK_PATIENCE: Duration = Duration::from_millis(250);
+
 impl EmbeddedStore {
     /// Queue depths and table sizes at `now`. Blocking: reads on the calling thread.
+    ///
+    /// The queue's depth comes from the writer's index of it, so a status read costs the same
+    /// whatever the backlog: reading every queued message instead, a status polled during a drain
+    /// would take most of the process's CPU. It comes from the queue's table when the writer
+    /// cannot answer within [`LOOK_PATIENCE`] (opened read-only, a failed batch, a stalled disk).
     pub fn stats(&self, now: Timestamp) -> Result<StoreStats, StoreError> {
         let read = self.db.get()?.begin_read()?;
-        let messages = queue::read_messages(&read)?;
-        let (pending, in_flight, oldest) =
-            QueueIndex::census(messages.into_iter().map(|(_, message)| message), now);
+        let depth = match self
+            .writer
+            .look(LOOK_PATIENCE, move |index| index.depth(now))
+        {
+            Some(depth) => depth,
+            None => QueueDepth::read(&read, now)?,
+        };
         Ok(StoreStats {
-            pending,
-            in_flight,
-            oldest_pending_age: oldest.map(|sent| now.since(sent)),
+            pending: depth.messages.saturating_sub(depth.in_flight),
+            in_flight: depth.in_flight,
+            oldest_pending_age: depth.first_sent_at.map(|sent| now.since(sent)),
             dead: read.open_table(DEAD)?.len()?,
             outbox: read.open_table(OUTBOX)?.len()?,
             records: read.open_table(RECORDS)?.len()?,
@@ -164,32 +177,23 @@ impl EmbeddedStore {
         })
     }
 
-    /// The oldest message on the queue, with its record's attempts and last error; `None` when the
-    /// queue is empty. Blocking: reads on the calling thread.
+    /// The oldest message on the queue (the first in send order), with its record's attempts and
+    /// last error; `None` when the queue is empty. Blocking: reads on the calling thread, one
+    /// message whatever the backlog.
     pub fn oldest_pending(&self, now: Timestamp) -> Result<Option<OldestPending>, StoreError> {
         let read = self.db.get()?.begin_read()?;
         let queue = read.open_table(QUEUE)?;
-        let mut oldest: Option<(MessageState, Vec<u8>)> = None;
-        for entry in queue.range::<u64>(..)? {
-            let (seq, value) = entry?;
-            let (message, body) = unframe::<MessageState>(value.value()).map_err(
-                StoreError::corrupt(format!("queue message {}", seq.value())),
-            )?;
-            if oldest
-                .as_ref()
-                .is_none_or(|(o, _)| message.sent_at < o.sent_at)
-            {
-                oldest = Some((message, body.to_vec()));
-            }
-        }
-        let Some((message, body)) = oldest else {
+        let Some((seq, value)) = queue.first()? else {
             return Ok(None);
         };
+        let (message, body) = unframe::<MessageState>(value.value()).map_err(
+            StoreError::corrupt(format!("queue message {}", seq.value())),
+        )?;
         let (bot_id, group) = match message.group.split() {
             Ok((bot, group)) => (bot.to_string(), group.to_string()),
             Err(_) => (String::from("?"), message.group.to_string()),
         };
-        let update_id = Envelope::parse_queued(&body).ok().map(|e| e.update_id);
+        let update_id = Envelope::parse_queued(body).ok().map(|e| e.update_id);
         let record = match (BotId::new(bot_id.clone()), update_id) {
             (Ok(bot), Some(update_id)) => {
                 let pk = RecordKey::new(bot, update_id).pk();

@@ -78,21 +78,45 @@ impl QueueIndex {
         (message.receipt.as_deref() == Some(receipt.0.as_str())).then_some(seq)
     }
 
-    /// Counts for [`crate::StoreStats`]: `(pending, in flight, oldest send time)`.
-    pub(crate) fn census(
-        messages: impl Iterator<Item = MessageState>,
-        now: Timestamp,
-    ) -> (u64, u64, Option<Timestamp>) {
-        let (mut pending, mut in_flight, mut oldest) = (0, 0, None::<Timestamp>);
-        for message in messages {
-            if message.in_flight(now) {
-                in_flight += 1;
-            } else {
-                pending += 1;
-            }
-            oldest = Some(oldest.map_or(message.sent_at, |o| o.min(message.sent_at)));
+    /// The queue's depth at `now`. Only delivered messages can be in flight, so it looks at those
+    /// and no others: a backlog of any length costs nothing more.
+    pub(crate) fn depth(&self, now: Timestamp) -> QueueDepth {
+        let in_flight = self
+            .delivered
+            .iter()
+            .filter_map(|seq| self.messages.get(seq))
+            .filter(|message| message.in_flight(now))
+            .count();
+        QueueDepth {
+            messages: self.messages.len() as u64,
+            in_flight: in_flight as u64,
+            first_sent_at: self.messages.values().next().map(|message| message.sent_at),
         }
-        (pending, in_flight, oldest)
+    }
+}
+
+/// How many messages the queue holds, how many of them are in flight, and when the first of them
+/// in send order (the oldest) was sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct QueueDepth {
+    pub(crate) messages: u64,
+    pub(crate) in_flight: u64,
+    pub(crate) first_sent_at: Option<Timestamp>,
+}
+
+impl QueueDepth {
+    /// The depth at `now` as the queue's table holds it: every message read, for a store whose
+    /// writer cannot answer ([`crate::writer::Writer::look`]).
+    pub(crate) fn read(read: &ReadTransaction, now: Timestamp) -> Result<Self, StoreError> {
+        let messages = read_messages(read)?;
+        Ok(Self {
+            messages: messages.len() as u64,
+            in_flight: messages
+                .iter()
+                .filter(|(_, message)| message.in_flight(now))
+                .count() as u64,
+            first_sent_at: messages.first().map(|(_, message)| message.sent_at),
+        })
     }
 }
 

@@ -135,10 +135,19 @@ impl<'t> Tx<'t> {
 type Reply = Box<dyn FnOnce(Option<&str>) + Send>;
 /// An operation: runs inside the batch (or is told the batch already failed) and leaves a reply.
 type Job = Box<dyn FnOnce(Option<&mut Tx<'_>>) -> Reply + Send>;
+/// A look at the queue's index between two batches, when it holds what was last committed; `None`
+/// when it must be reloaded first (the last batch failed).
+type Look = Box<dyn FnOnce(Option<&QueueIndex>) + Send>;
+
+/// What the writer thread is sent.
+enum Work {
+    Op(Job),
+    Look(Look),
+}
 
 /// The handle callers use to reach the writer thread.
 pub(crate) struct Writer {
-    sender: Option<mpsc::Sender<Job>>,
+    sender: Option<mpsc::Sender<Work>>,
     thread: Option<JoinHandle<()>>,
     stats: Arc<CommitStats>,
     /// Woken after a commit that may have made a message deliverable.
@@ -162,7 +171,7 @@ impl Writer {
         settings: Settings,
         health: Arc<Health>,
     ) -> std::io::Result<Self> {
-        let (sender, receiver) = mpsc::channel::<Job>();
+        let (sender, receiver) = mpsc::channel::<Work>();
         let stats = Arc::new(CommitStats::default());
         let notify = Arc::new(Notify::new());
         let journal = Arc::new(Journal::default());
@@ -241,11 +250,30 @@ impl Writer {
             PortError::unavailable(what, "the store is closed, or was opened read-only")
         })?;
         sender
-            .send(job)
+            .send(Work::Op(job))
             .map_err(|_| PortError::unavailable(what, "the store writer has stopped"))?;
         answered
             .await
             .map_err(|_| PortError::unavailable(what, "the store writer has stopped"))?
+    }
+
+    /// `f` of the queue's index as last committed, asked of the writer thread between two batches
+    /// and waited for at most `patience`; blocking. `None` when the store has no writer (opened
+    /// read-only), the index must be reloaded first (a batch failed), or a batch holds the thread
+    /// longer than `patience` (a commit the disk holds up): the caller reads the tables instead.
+    pub(crate) fn look<T, F>(&self, patience: std::time::Duration, f: F) -> Option<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&QueueIndex) -> T + Send + 'static,
+    {
+        let sender = self.sender.as_ref()?;
+        let (answer, answered) = mpsc::sync_channel(1);
+        let look: Look = Box::new(move |index| {
+            // The caller may have stopped waiting.
+            let _ = answer.send(index.map(f));
+        });
+        sender.send(Work::Look(look)).ok()?;
+        answered.recv_timeout(patience).ok().flatten()
     }
 
     /// Commits made so far.
@@ -313,17 +341,27 @@ impl WriterThread {
         }
     }
 
-    fn run(&mut self, receiver: &mpsc::Receiver<Job>) {
+    fn run(&mut self, receiver: &mpsc::Receiver<Work>) {
         // Blocks for the first operation, then takes whatever else queued up meanwhile.
         while let Ok(first) = receiver.recv() {
-            let mut jobs = vec![first];
-            while jobs.len() < MAX_BATCH {
-                match receiver.try_recv() {
-                    Ok(job) => jobs.push(job),
-                    Err(_) => break,
+            let (mut jobs, mut looks) = (Vec::new(), Vec::new());
+            let mut next = Some(first);
+            while let Some(work) = next.take() {
+                match work {
+                    Work::Op(job) => jobs.push(job),
+                    Work::Look(look) => looks.push(look),
+                }
+                if jobs.len() < MAX_BATCH {
+                    next = receiver.try_recv().ok();
                 }
             }
-            self.run_batch(jobs);
+            // Between two batches the index holds exactly what was last committed.
+            for look in looks {
+                look(self.queue.as_ref());
+            }
+            if !jobs.is_empty() {
+                self.run_batch(jobs);
+            }
         }
     }
 

@@ -1256,3 +1256,54 @@ async fn purge_removes_broadcasts_that_ended_past_their_keeping_and_no_other() {
         "the paused job's, and the new one's"
     );
 }
+
+/// The depth a status reads from the writer's index of the queue, at each step of a message's life
+/// and as time passes: what the queue's table says, which a store opened read-only reads.
+#[tokio::test]
+async fn a_status_counts_the_queue_as_its_table_holds_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::at(START);
+    let depth = |store: &EmbeddedStore| {
+        let stats = store.stats(clock.now()).unwrap();
+        (stats.pending, stats.in_flight, stats.oldest_pending_age)
+    };
+    let store = open(dir.path(), &clock, 30);
+    assert_eq!(depth(&store), (0, 0, None));
+    for (group, update_id) in [("1", 1), ("2", 2), ("1", 3)] {
+        store.enqueue(&message(group, update_id)).await.unwrap();
+        clock.advance(Duration::from_secs(1));
+    }
+    // The first in send order is the oldest: sent three seconds ago.
+    assert_eq!(depth(&store), (3, 0, Some(Duration::from_secs(3))));
+    // Update 1, then update 2: the second of group 1 waits behind the first.
+    let mut held = receive(&store, 1, Duration::from_secs(30)).await;
+    held.extend(receive(&store, 10, Duration::from_secs(30)).await);
+    assert_eq!(held.len(), 2);
+    assert_eq!(depth(&store), (1, 2, Some(Duration::from_secs(3))));
+    store
+        .change_visibility(&held[1].receipt, Duration::from_secs(60))
+        .await
+        .unwrap();
+    store.delete(&held[0].receipt).await.unwrap();
+    // The oldest left is update 2, sent two seconds after the start.
+    assert_eq!(depth(&store), (1, 1, Some(Duration::from_secs(2))));
+    clock.advance(Duration::from_secs(30));
+    assert_eq!(
+        depth(&store),
+        (1, 1, Some(Duration::from_secs(32))),
+        "update 2 is hidden for its backoff still"
+    );
+    clock.advance(Duration::from_secs(31));
+    let written = depth(&store);
+    assert_eq!(written, (2, 0, Some(Duration::from_secs(63))));
+    drop(store);
+    let read_only = EmbeddedStore::open_read_only(
+        dir.path(),
+        StoreOptions {
+            clock: Arc::new(clock.clone()),
+            ..StoreOptions::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(depth(&read_only), written, "read from the queue's table");
+}
