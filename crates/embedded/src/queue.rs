@@ -32,12 +32,17 @@ pub(crate) struct QueueIndex {
 }
 
 impl QueueIndex {
-    /// The earliest instant after `now` at which a hidden message becomes visible again (its
-    /// visibility timeout or backoff ends); only delivered messages can be hidden.
-    fn next_visible(&self, now: Timestamp) -> Option<Timestamp> {
+    /// The messages delivered at least once: the only ones that can be hidden, or in flight.
+    fn delivered_messages(&self) -> impl Iterator<Item = &MessageState> {
         self.delivered
             .iter()
             .filter_map(|seq| self.messages.get(seq))
+    }
+
+    /// The earliest instant after `now` at which a hidden message becomes visible again (its
+    /// visibility timeout or backoff ends).
+    fn next_visible(&self, now: Timestamp) -> Option<Timestamp> {
+        self.delivered_messages()
             .map(|message| message.visible_at)
             .filter(|at| *at > now)
             .min()
@@ -78,13 +83,11 @@ impl QueueIndex {
         (message.receipt.as_deref() == Some(receipt.0.as_str())).then_some(seq)
     }
 
-    /// The queue's depth at `now`. Only delivered messages can be in flight, so it looks at those
-    /// and no others: a backlog of any length costs nothing more.
+    /// The queue's depth at `now`. It looks at the delivered messages and no others: a backlog of
+    /// any length costs nothing more.
     pub(crate) fn depth(&self, now: Timestamp) -> QueueDepth {
         let in_flight = self
-            .delivered
-            .iter()
-            .filter_map(|seq| self.messages.get(seq))
+            .delivered_messages()
             .filter(|message| message.in_flight(now))
             .count();
         QueueDepth {
@@ -213,11 +216,13 @@ impl Tx<'_> {
         let plan = {
             let index = &*self.queue;
             let messages = index.messages.iter().map(|(seq, m)| (*seq, m));
-            let held = index
-                .delivered
-                .iter()
-                .filter_map(|seq| index.messages.get(seq));
-            fifo::plan(messages, held, now, max, self.settings.max_receive_count)
+            fifo::plan(
+                messages,
+                index.delivered_messages(),
+                now,
+                max,
+                self.settings.max_receive_count,
+            )
         };
         for seq in &plan.redrive {
             self.redrive(*seq)?;
