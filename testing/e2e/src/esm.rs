@@ -12,10 +12,9 @@
 //! Invocations run side by side ([`EventSourceMapping::with_concurrency`]); receives are short polls
 //! made one at a time, because moto's long polls decide which groups are held when they start and
 //! spin while a group waits. A [`Notify`] the sender wakes ([`EventSourceMapping::with_wake`]) gives
-//! what a long poll would. moto also breaks FIFO order for two or more messages of one group whose
-//! visibility expires while all are in flight (they come back last-first); the crash test lets a
-//! worker die on a batch of one message per group for that reason, and [`DeliveryLog`] reports any
-//! other such batch as a breach.
+//! what a long poll would. A group whose messages' visibility expired together comes back in order
+//! only because `scripts/moto_server.py` makes moto hand it out as SQS does; [`DeliveryLog`]
+//! reports a group handed back out of order as a breach.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt::Write as _;

@@ -6,6 +6,7 @@ mod bot_swap;
 mod bots;
 mod broadcasts;
 mod corpus;
+mod emulator;
 mod operations;
 mod pipeline;
 mod redrive;

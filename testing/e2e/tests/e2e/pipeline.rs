@@ -424,7 +424,6 @@ async fn a_worker_killed_mid_batch_leaves_the_batch_to_its_visibility_timeout_an
         .collect();
 
     // The batch that dies holds one update per chat: each message group has one message in it.
-    // (moto 5.2.5 hands back several expired messages of one group in the wrong order; see esm.rs.)
     for first in planned.iter().filter(|p| p.k == 0) {
         let refused = telegram.deliver(&first.body).await.unwrap();
         assert!(refused.is_empty(), "the webhook refused: {refused:?}");
