@@ -87,14 +87,14 @@ fn every_path_in_the_readme_map_exists() {
 }
 
 /// Every source and document of the repository (not build output, tools or local data).
-/// The `tgq` subcommands `cli/src/main.rs` declares (its `Command` enum's variants, in kebab
+/// The `tgq` subcommands `crates/command/src/lib.rs` declares (its `Command` enum's variants, in kebab
 /// case), less the hidden ones.
 fn tgq_commands() -> Vec<String> {
-    let main = read("cli/src/main.rs");
+    let main = read("crates/command/src/lib.rs");
     let body = main
         .split_once("enum Command {")
         .and_then(|(_, rest)| rest.split_once("\n}"))
-        .expect("cli/src/main.rs has enum Command")
+        .expect("crates/command/src/lib.rs has enum Command")
         .0;
     let mut commands = Vec::new();
     let mut hidden = false;
@@ -136,7 +136,7 @@ fn the_cli_readme_lists_every_command() {
     let commands = tgq_commands();
     assert!(
         commands.len() >= 12,
-        "only {commands:?} found in cli/src/main.rs"
+        "only {commands:?} found in crates/command/src/lib.rs"
     );
     let missing: Vec<&String> = commands
         .iter()

@@ -696,7 +696,7 @@ fn every_dashboard_body_is_one_cloudwatch_accepts() {
 #[test]
 fn the_stack_outputs_what_the_tgq_command_reads() {
     let t = Template::load();
-    // `tgq status|dlq|webhook set --stack` (cli/src/ops/target.rs) read these outputs.
+    // `tgq status|dlq|webhook set --stack` (crates/command/src/ops/target.rs) read these outputs.
     for output in [
         "TableName",
         "UpdatesQueueUrl",

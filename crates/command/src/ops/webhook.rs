@@ -264,7 +264,7 @@ async fn allowed_updates(args: &SetArgs, vars: &Vars) -> anyhow::Result<Vec<Allo
         Some(_) => vars.bot_id()?,
         None => BotId::new(config::LOCAL_BOT_ID)?,
     };
-    let handlers = tgq_bot::handlers();
+    let handlers = crate::handlers()?;
     handler_update_kinds(handlers.name_of(vars.handler()?), bot_id, vars).await
 }
 
@@ -280,7 +280,7 @@ pub(crate) async fn handler_update_kinds(
         vars: vars.clone(),
         api: Arc::new(NoCalls),
     };
-    let handler = tgq_bot::handlers()
+    let handler = crate::handlers()?
         .build(name, config)
         .await
         .map_err(|error| anyhow::anyhow!(error))

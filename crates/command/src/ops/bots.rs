@@ -251,15 +251,14 @@ impl Registry {
 async fn add(args: AddArgs) -> anyhow::Result<()> {
     let vars = Vars::from_env();
     let id = args.id.clone();
-    let handlers = tgq_bot::handlers();
+    let handlers = crate::handlers()?;
     let handler = match &args.handler {
         Some(name) => name.clone(),
         None => handlers.name_of(HandlerChoice::Bot).to_owned(),
     };
     if !handlers.contains(&handler) {
         bail!(
-            "there is no handler {:?} in bot/'s handler registry (tgq_bot::handlers()); the \
-             handlers are {}",
+            "there is no handler {:?} in the bot's handler registry; the handlers are {}",
             handler,
             handlers.names().join(", ")
         );

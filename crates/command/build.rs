@@ -8,7 +8,7 @@ use std::{env, fs};
 fn main() {
     let manifest =
         PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
-    let events = manifest.join("..").join("events");
+    let events = manifest.join("../..").join("events");
     let updates = events.join("updates");
     let poison = events.join("poison").join("not_json.txt");
     println!("cargo:rerun-if-changed={}", updates.display());

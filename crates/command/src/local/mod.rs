@@ -473,7 +473,7 @@ async fn bots(
     store: &Arc<EmbeddedStore>,
     registry: Arc<Registry>,
 ) -> anyhow::Result<Fleet> {
-    let handlers: HandlerRegistry = tgq_bot::handlers();
+    let handlers: HandlerRegistry = crate::handlers()?;
     let api = telegram_or_outbox(&settings.telegram_api_url, settings.token.as_ref(), store)?;
     let config = BotConfig {
         bot_id: settings.bot_id.clone(),

@@ -492,7 +492,7 @@ mod tests {
 
     #[test]
     fn the_pins_are_those_the_suite_tests() {
-        let suite = include_str!("../../../requirements-test.txt");
+        let suite = include_str!("../../../../requirements-test.txt");
         for (package, version, _) in PINNED {
             let pin = format!("{package}=={version}");
             assert!(
