@@ -1,4 +1,5 @@
-//! `tgq`: the command (`tgq_command`), with the example bot of `bot/` as the bot it runs.
+//! `tgq`: the command (`tgq_command`), with the example bot of `bot/` as the bot it runs; in a bot
+//! crate's folder, that crate's own binary runs the command instead, with the crate's bot.
 
 use std::process::ExitCode;
 
@@ -9,5 +10,8 @@ use std::process::ExitCode;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
+    if let Some(code) = tgq_command::run_in_bot_crate() {
+        return code;
+    }
     tgq_command::main(tgq_bot::handlers)
 }

@@ -199,7 +199,10 @@ async fn the_demo_runs_the_authors_bot_and_summarises_whatever_it_does() {
         status.success(),
         "exit {status}\nstdout:\n{stdout}\nstderr:\n{stderr}"
     );
-    assert!(stdout.contains("the bot in bot/"), "{stdout}");
+    assert!(
+        stdout.contains("bot        example (the first handler of the bot's registry)"),
+        "{stdout}"
+    );
     let fixtures = update_fixture_count() as u64;
     assert_eq!(count(&stdout, "received"), fixtures, "{stdout}");
     assert!(count(&stdout, "duplicates") >= 1, "{stdout}");

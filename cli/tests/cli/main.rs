@@ -20,6 +20,7 @@ mod fake_telegram;
 mod guides;
 mod listeners;
 mod local_bots;
+mod new_crate;
 mod ops;
 mod outbox;
 mod poll;

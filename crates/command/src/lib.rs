@@ -6,10 +6,12 @@
 #[macro_use]
 mod output;
 
+mod bot_crate;
 mod config;
 mod fake_telegram;
 mod local;
 mod logging;
+mod new;
 mod noop_http;
 mod ops;
 mod poll;
@@ -23,6 +25,8 @@ use anyhow::Context as _;
 
 use clap::{CommandFactory, Parser, Subcommand};
 use tgq_core::handlers::HandlerRegistry;
+
+pub use bot_crate::run_in_bot_crate;
 
 /// The bot a command runs: its registry of handlers (`tgq_bot::handlers` for the `tgq` binary),
 /// asked each time a command needs it.
@@ -100,6 +104,9 @@ enum Command {
         #[command(subcommand)]
         command: ops::webhook::WebhookCommand,
     },
+    /// Create a bot crate of your own: NAME/ with the bot, its tests through tgq's kit, and its
+    /// own `tgq` command (`cargo run -- local`).
+    New(new::NewArgs),
     /// Serve a fake Telegram Bot API: try a bot without Telegram, inject faults, feed getUpdates.
     FakeTelegram(fake_telegram::FakeTelegramArgs),
     /// For tgq-bench: answer every webhook request at once, storing nothing.
@@ -186,6 +193,7 @@ pub fn main(handlers: Handlers) -> ExitCode {
             Command::Deploy(args) => ops::deploy::deploy(args).await,
             Command::Destroy(args) => ops::deploy::destroy(args).await,
             Command::Setup(args) => ops::setup::setup(args),
+            Command::New(args) => new::run(args),
         }
     });
     match outcome {

@@ -58,7 +58,8 @@ Environment (the same variables as the Lambda functions):
   TELEGRAM_BOT_TOKEN     the bot's token; without it the bot's sends go to the offline outbox
   TELEGRAM_API_URL       the Bot API base URL (default https://api.telegram.org)
   TGQ_BOT_ID             the bot's id in record keys and message groups (default `local`)
-  TGQ_HANDLER            `bot` (the bot in bot/, default) or `echo` (the built-in echo bot)
+  TGQ_HANDLER            `bot` (the first handler of the bot's registry, default) or `echo` (the
+                         built-in echo bot)
   TGQ_WEBHOOK_SECRET     the webhook secret; unset: generated once, kept in <data-dir>/webhook-secret
   TGQ_MAX_BODY_BYTES     the largest webhook body accepted (default 524288, 512 KiB)
   TGQ_MAX_ATTEMPTS, TGQ_BACKOFF_BASE_MS, TGQ_BACKOFF_CAP_MS   the retry budget and backoff
@@ -483,7 +484,12 @@ async fn bots(
     let handler = handlers
         .build(handlers.name_of(settings.handler), config)
         .await
-        .context("the bot in bot/ could not be built")?;
+        .with_context(|| {
+            format!(
+                "the bot's handler {:?} could not be built",
+                handlers.name_of(settings.handler)
+            )
+        })?;
     let env = (settings.bot_id.clone(), BotRuntime { api, handler });
     let (url, outbox) = (settings.telegram_api_url.clone(), store.clone());
     let connect: Connect = Arc::new(move |bot| {
@@ -609,8 +615,14 @@ fn print_banner(
     outln!("  console    {console}");
     outln!("  secret     {secret} (header X-Telegram-Bot-Api-Secret-Token)");
     let bot = match settings.handler {
-        HandlerChoice::Bot => "the bot in bot/",
-        HandlerChoice::Echo => "the built-in echo bot (TGQ_HANDLER=echo)",
+        HandlerChoice::Bot => {
+            let name = crate::handlers().map(|h| h.name_of(HandlerChoice::Bot).to_owned());
+            format!(
+                "{} (the first handler of the bot's registry)",
+                name.unwrap_or_default()
+            )
+        }
+        HandlerChoice::Echo => "the built-in echo bot (TGQ_HANDLER=echo)".to_owned(),
     };
     outln!("  bot        {bot}");
     outln!("  telegram   {telegram}");

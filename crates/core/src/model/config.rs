@@ -88,7 +88,7 @@ pub struct BroadcastResources {
 /// each (a test holds the two to the same names, and to every `TGQ_*` and `TELEGRAM_*` name the code
 /// reads), and the tools that start tgq (the drill, the bench, the suite) remove each from the
 /// environment they inherit, so that a developer's shell cannot change what they measure.
-pub const SETTINGS: [&str; 44] = [
+pub const SETTINGS: [&str; 45] = [
     "TELEGRAM_BOT_TOKEN",
     "TELEGRAM_BOT_TOKEN_PARAM",
     "TELEGRAM_API_URL",
@@ -131,6 +131,7 @@ pub const SETTINGS: [&str; 44] = [
     "TGQ_LEASE_COOLDOWN_SECS",
     "TGQ_LOG_FORMAT",
     "TGQ_TOOLS_DIR",
+    "TGQ_STARTED_IN_BOT_CRATE",
     "RUST_LOG",
     "TOKIO_WORKER_THREADS",
 ];
