@@ -22,7 +22,6 @@ use std::process::ExitCode;
 use std::sync::OnceLock;
 
 use anyhow::Context as _;
-
 use clap::{CommandFactory, Parser, Subcommand};
 use tgq_core::handlers::HandlerRegistry;
 
