@@ -22,7 +22,7 @@ use tgq_fake_telegram::{
 use crate::plan::Plan;
 use crate::poster::Posted;
 use crate::scenarios::no_unexpected_dead;
-use crate::tally::{Check, Letter, Tally};
+use crate::tally::{Check, Letter, Resent, Tally};
 
 /// The job's recipients.
 const RECIPIENTS: i64 = 3_000;
@@ -210,7 +210,7 @@ pub fn counted(
     audience: &Audience,
     (plan, posted): (&Plan, &Posted),
     (before, after): (&Seen, &Seen),
-    (letters, resent): (&[Letter], &BTreeSet<i64>),
+    (letters, resent): (&[Letter], &Resent),
     job: &Reported,
     took: Duration,
 ) -> (Tally, Vec<Check>) {

@@ -33,14 +33,24 @@ pub struct Reported {
     pub fenced: Option<u64>,
     /// At-most-once sends tgq counted as uncertain.
     pub uncertain: Option<u64>,
-    /// Updates whose at-least-once send tgq says it repeated after an unknown outcome (its log:
-    /// [`MADE_AGAIN_AFTER_UNKNOWN_OUTCOME`]): a crash or timeout between the send and
-    /// the record of its result, which the fake cannot see when its answer was written before the
-    /// crash.
-    pub resent: BTreeSet<i64>,
+    /// The at-least-once sends tgq says it repeated after an unknown outcome.
+    pub resent: Resent,
     /// At-least-once actions tgq counted as made again after an unknown outcome (local mode's
     /// counter; on the emulator, the worker's log lines).
     pub resent_count: Option<u64>,
+}
+
+/// The at-least-once sends tgq says it repeated after an unknown outcome (its log:
+/// [`MADE_AGAIN_AFTER_UNKNOWN_OUTCOME`]): a crash or timeout between the send and the record of its
+/// result, which the fake cannot see when its answer was written before the crash.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Resent {
+    /// The updates whose own send was repeated.
+    pub updates: BTreeSet<i64>,
+    /// Per message group (a private chat's id), how many sends of its timers were repeated. A
+    /// fired timer runs as a record of its own, whose id (negative) the drill does not know: each
+    /// report excuses one repeated timer reply in its chat.
+    pub timers: BTreeMap<String, u64>,
 }
 
 impl Reported {
@@ -64,22 +74,41 @@ impl Reported {
         }
     }
 
-    /// The update ids of tgq's "making it again" log lines, JSON (`"update_id":N`) or text
-    /// (`update_id=N`).
-    pub fn resent_in_log(log: &str) -> BTreeSet<i64> {
-        Self::made_again(log)
-            .filter_map(|line| {
-                ["\"update_id\":", "update_id="].iter().find_map(|key| {
-                    let at = line.find(key)? + key.len();
-                    let digits: String = line[at..]
-                        .chars()
-                        .take_while(char::is_ascii_digit)
-                        .collect();
-                    digits.parse().ok()
-                })
-            })
-            .collect()
+    /// tgq's "making it again" log lines, JSON (`"update_id":N`, `"group":"G"`) or text
+    /// (`update_id=N`, `group="G"`): an update's id, or a timer's (negative) with its group.
+    pub fn resent_in_log(log: &str) -> Resent {
+        let mut resent = Resent::default();
+        for line in Self::made_again(log) {
+            let Some(id) = value_after(line, &["\"update_id\":", "update_id="]) else {
+                continue;
+            };
+            let Ok(id) = id.parse::<i64>() else {
+                continue;
+            };
+            if id >= 0 {
+                resent.updates.insert(id);
+            } else if let Some(group) = value_after(line, &["\"group\":\"", "group=\""]) {
+                *resent.timers.entry(group.to_owned()).or_default() += 1;
+            }
+        }
+        resent
     }
+}
+
+/// The value after the first of `keys` found in `line`: a number (with its sign) or, after a key
+/// ending in a quote, the text up to the next quote.
+fn value_after<'l>(line: &'l str, keys: &[&str]) -> Option<&'l str> {
+    keys.iter().find_map(|key| {
+        let rest = &line[line.find(key)? + key.len()..];
+        let end = match key.ends_with('"') {
+            true => rest.find('"')?,
+            false => rest
+                .char_indices()
+                .find(|&(i, c)| !(c.is_ascii_digit() || (i == 0 && c == '-')))
+                .map_or(rest.len(), |(i, _)| i),
+        };
+        Some(&rest[..end])
+    })
 }
 
 /// One required figure and whether the run met it.
@@ -245,7 +274,7 @@ impl Tally {
         calls: &[RecordedCall],
         violations: &Violations,
         letters: &[Letter],
-        resent: &BTreeSet<i64>,
+        resent: &Resent,
     ) -> Tally {
         let mut tally = Tally {
             sent: plan.updates.len() as u64,
@@ -255,6 +284,7 @@ impl Tally {
         };
         let replies = echo_replies(calls);
         let timers = timer_replies(calls);
+        let mut timer_reports = resent.timers.clone();
         let lettered: HashMap<i64, &Letter> = letters
             .iter()
             .filter_map(|l| l.update_id.map(|id| (id, l)))
@@ -267,7 +297,7 @@ impl Tally {
             match planned.expect {
                 Expect::Reply | Expect::ReplyAtMostOnce => {
                     let at_most_once = planned.expect == Expect::ReplyAtMostOnce;
-                    let resent = resent.contains(&id);
+                    let resent = resent.updates.contains(&id);
                     match Effect::of(delivered, violations, at_most_once, resent) {
                         Effect::None if letter.is_none() && acknowledged => {
                             tally.lost += 1;
@@ -314,15 +344,20 @@ impl Tally {
             if planned.timer && planned.expect == Expect::Reply {
                 tally.timers += 1;
                 let fired = timers.get(&id).map_or(&[][..], Vec::as_slice);
-                match Effect::of(fired, violations, false, false) {
+                let reports = timer_reports.entry(planned.chat.to_string()).or_default();
+                match Effect::of(fired, violations, false, *reports > 0) {
                     Effect::None if letter.is_none() && acknowledged => {
                         tally.lost += 1;
                         tally.lost_ids.push(id);
                     }
                     Effect::None => {}
-                    Effect::Once { uncertain, .. } => {
+                    Effect::Once { uncertain, resent } => {
                         tally.timers_once += 1;
                         tally.uncertain += uncertain;
+                        if resent {
+                            *reports -= 1;
+                            tally.resent_by_tgq += 1;
+                        }
                     }
                     Effect::Twice => {
                         tally.twice += 1;
@@ -579,7 +614,7 @@ mod tests {
             &calls,
             &Violations::default(),
             &[],
-            &BTreeSet::new(),
+            &Resent::default(),
         );
         assert_eq!((tally.once, tally.twice, tally.lost), (2, 1, 1));
         assert_eq!(tally.lost_ids, vec![3]);
@@ -625,7 +660,7 @@ mod tests {
             &calls,
             &Violations::default(),
             &[letter],
-            &BTreeSet::new(),
+            &Resent::default(),
         );
         // The dead letter's update scheduled nothing: it owes no timer.
         assert_eq!((tally.timers, tally.timers_once), (4, 2));
@@ -652,7 +687,7 @@ mod tests {
             &calls,
             &violations,
             &[],
-            &BTreeSet::new(),
+            &Resent::default(),
         );
         assert_eq!((tally.once, tally.twice, tally.uncertain), (1, 1, 1));
         assert_eq!(tally.twice_ids, vec![2]);
@@ -684,7 +719,7 @@ mod tests {
             &calls,
             &Violations::default(),
             &letters,
-            &BTreeSet::new(),
+            &Resent::default(),
         );
         assert_eq!(tally.dead_expected, 2, "update 1 and the poison body");
         assert_eq!(tally.unexpected_dead(), 1, "the recipient who left");
@@ -708,7 +743,7 @@ mod tests {
 WARN process_record{{update_id=7}}: tgq_core::context: {MADE_AGAIN_AFTER_UNKNOWN_OUTCOME} seq=1"#
         );
         let resent = Reported::resent_in_log(&log);
-        assert_eq!(resent, BTreeSet::from([1, 7]));
+        assert_eq!(resent.updates, BTreeSet::from([1, 7]));
         let tally = Tally::count(
             &plan,
             &acknowledged(&[1, 2]),
@@ -719,6 +754,45 @@ WARN process_record{{update_id=7}}: tgq_core::context: {MADE_AGAIN_AFTER_UNKNOWN
         );
         assert_eq!((tally.once, tally.twice, tally.uncertain), (1, 1, 1));
         assert_eq!(tally.twice_ids, vec![2]);
+    }
+
+    #[test]
+    fn a_timer_s_repeat_tgq_reports_in_its_chat_is_uncertain_and_only_once_per_report() {
+        let mut plan = plan(&[(1, 10, Expect::Reply), (2, 11, Expect::Reply)]);
+        plan.updates.iter_mut().for_each(|u| u.timer = true);
+        let calls = [
+            call(1, 10, "echo 1: t"),
+            call(2, 10, "echo timer 1: t"),
+            call(3, 10, "echo timer 1: t"),
+            call(4, 11, "echo 2: t"),
+            call(5, 11, "echo timer 2: t"),
+            call(6, 11, "echo timer 2: t"),
+        ];
+        // A timer's record has an id of its own, negative: the report names its chat's group.
+        let log = format!(
+            r#"WARN process_record{{message_id=m-1 bot_id="local" update_id=-2924444992089715498 group="10" attempt=2}}: tgq_core::usecases::worker::recording: {MADE_AGAIN_AFTER_UNKNOWN_OUTCOME} seq=1
+{{"fields":{{"message":"{MADE_AGAIN_AFTER_UNKNOWN_OUTCOME}"}},"span":{{"update_id":-5,"group":"12"}}}}"#
+        );
+        let resent = Reported::resent_in_log(&log);
+        assert_eq!(resent.updates, BTreeSet::new());
+        assert_eq!(
+            resent.timers,
+            BTreeMap::from([("10".to_owned(), 1), ("12".to_owned(), 1)])
+        );
+        let tally = Tally::count(
+            &plan,
+            &acknowledged(&[1, 2]),
+            &calls,
+            &Violations::default(),
+            &[],
+            &resent,
+        );
+        assert_eq!(
+            tally.timers_once, 1,
+            "chat 10's repeated timer reply, reported"
+        );
+        assert_eq!(tally.twice_ids, vec![2], "chat 11's, not reported");
+        assert_eq!(tally.resent_by_tgq, 1);
     }
 
     #[test]
