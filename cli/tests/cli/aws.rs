@@ -1247,13 +1247,16 @@ fn deploy_tools(dir: &std::path::Path) -> std::path::PathBuf {
     bin
 }
 
-/// `tgq deploy|destroy ARGS` in `dir`, with `bin` as the whole PATH.
+/// `tgq deploy|destroy ARGS` in `dir`, with `bin` as the whole PATH, and this repository's
+/// `template.yaml` in `dir` as in a checkout (the stand-in `sam` does not read it).
 fn tgq_deploy(
     dir: &std::path::Path,
     bin: &std::path::Path,
     envs: &[(&str, &str)],
     args: &[&str],
 ) -> (std::process::ExitStatus, String, String) {
+    let template = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../template.yaml");
+    std::fs::copy(template, dir.join("template.yaml")).unwrap();
     // An empty cache of tgq's own tools: the stand-ins on PATH are the tools.
     let output = common::tgq(envs)
         .current_dir(dir)
@@ -1279,6 +1282,30 @@ async fn ssm_value(sdk: &aws_config::SdkConfig, name: &str) -> Option<String> {
         .ok()
         .and_then(|found| found.parameter)
         .and_then(|parameter| parameter.value)
+}
+
+/// Run in a folder without the SAM application (a bot crate's, say), deploy refuses before it
+/// asks for a tool, a credential or a token.
+#[test]
+fn deploy_without_a_template_says_where_it_looked_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = common::tgq(&[("TELEGRAM_BOT_TOKEN", "123456:TEST")])
+        .current_dir(dir.path())
+        .env("PATH", dir.path())
+        .env("TGQ_TOOLS_DIR", dir.path().join("tools"))
+        .args(["deploy", "--stack", "no-template", "--yes"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    let here = dir.path().canonicalize().unwrap();
+    assert!(
+        stderr.contains(&format!("{} has no template.yaml", here.display())),
+        "{stderr}"
+    );
+    assert!(stderr.contains("nothing was written"), "{stderr}");
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert!(left.is_empty(), "deploy wrote into the folder: {left:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -165,6 +165,10 @@ async fn readme_s_deploying_lines_run_as_written_from_a_machine_without_the_tool
         .await
         .unwrap();
 
+    // The README's lines run from the repository's root: its template is there.
+    let template = Path::new(env!("CARGO_MANIFEST_DIR")).join("../template.yaml");
+    std::fs::copy(template, dir.path().join("template.yaml")).unwrap();
+
     // In a terminal, answered as a user does: yes to the install once asked, then the token once
     // asked and the terminal no longer echoes.
     let mut command = std::process::Command::new(&python);

@@ -160,8 +160,21 @@ fn get<'p>(pairs: &'p [(String, String)], key: &str) -> Option<&'p str> {
         .map(|(_, v)| v.as_str())
 }
 
+/// The SAM application `tgq deploy` builds and deploys: the template in the folder it runs in.
+const TEMPLATE: &str = "template.yaml";
+
 /// Runs `tgq deploy`.
 pub async fn deploy(args: DeployArgs) -> anyhow::Result<()> {
+    // Before anything is asked, installed or written: without the template, `sam build` would
+    // fail only after the token and the secret were kept.
+    if !std::path::Path::new(TEMPLATE).is_file() {
+        let here = std::env::current_dir().map_or_else(|_| ".".into(), |d| d.display().to_string());
+        bail!(
+            "tgq deploy deploys the SAM application of the folder it runs in, and {here} has no \
+             {TEMPLATE}: run it from tgq's repository, whose template.yaml builds the functions \
+             (a crate made by `tgq new` cannot deploy itself yet); nothing was written"
+        );
+    }
     let tools = setup::for_deploy(args.architecture, !args.no_build, args.yes)?;
     let sdk = sign_in(args.region.clone()).await?;
     let region = sdk.region().map(ToString::to_string).unwrap_or_default();
