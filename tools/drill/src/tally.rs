@@ -587,6 +587,13 @@ mod tests {
         }
     }
 
+    /// [`plan`], every update scheduling a timer.
+    fn timer_plan(updates: &[(i64, i64, Expect)]) -> Plan {
+        let mut plan = plan(updates);
+        plan.updates.iter_mut().for_each(|u| u.timer = true);
+        plan
+    }
+
     fn acknowledged(ids: &[i64]) -> Posted {
         Posted {
             acknowledged: ids.iter().map(|&id| (id, Instant::now())).collect(),
@@ -624,16 +631,13 @@ mod tests {
 
     #[test]
     fn a_timer_owes_its_chat_one_reply_after_its_update_s() {
-        let mut plan = plan(&[
+        let plan = timer_plan(&[
             (1, 10, Expect::Reply),
             (2, 11, Expect::Reply),
             (3, 12, Expect::Reply),
             (4, 13, Expect::Reply),
             (5, 14, Expect::Dead),
         ]);
-        for planned in &mut plan.updates {
-            planned.timer = true;
-        }
         let calls = [
             call(1, 10, "echo 1: t"),
             call(2, 10, "echo timer 1: t"),
@@ -758,8 +762,7 @@ WARN process_record{{update_id=7}}: tgq_core::context: {MADE_AGAIN_AFTER_UNKNOWN
 
     #[test]
     fn a_timer_s_repeat_tgq_reports_in_its_chat_is_uncertain_and_only_once_per_report() {
-        let mut plan = plan(&[(1, 10, Expect::Reply), (2, 11, Expect::Reply)]);
-        plan.updates.iter_mut().for_each(|u| u.timer = true);
+        let plan = timer_plan(&[(1, 10, Expect::Reply), (2, 11, Expect::Reply)]);
         let calls = [
             call(1, 10, "echo 1: t"),
             call(2, 10, "echo timer 1: t"),
