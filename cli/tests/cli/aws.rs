@@ -1217,7 +1217,7 @@ async fn without_credentials_a_command_says_so_in_one_line() {
 /// `cargo-lambda` and `zig`, present as a developer's machine has them. The stack itself is made by
 /// the test on moto (moto's CloudFormation cannot take what `sam deploy` sends: see
 /// testing/e2e/tests/e2e/stack.rs), standing in for what `sam deploy` creates.
-fn deploy_tools(dir: &std::path::Path) -> std::path::PathBuf {
+pub(crate) fn deploy_tools(dir: &std::path::Path) -> std::path::PathBuf {
     use std::os::unix::fs::PermissionsExt as _;
     let bin = dir.join("bin");
     std::fs::create_dir_all(&bin).unwrap();
@@ -1272,6 +1272,40 @@ fn tgq_deploy(
     )
 }
 
+/// What `sam deploy` makes of the deploy named `stack` (which moto's CloudFormation cannot make
+/// from SAM's template): a stack whose outputs name `resources`, the bot `mybot`, the parameters
+/// `tgq deploy` keeps the token and the secret in, the webhook URL and the Bot API.
+pub(crate) async fn stack_as_sam_deploy_leaves_it(
+    sdk: &aws_config::SdkConfig,
+    resources: &Stack,
+    stack: &str,
+    webhook_url: &str,
+    api_url: &str,
+) {
+    let outputs = json!({
+        "TableName": { "Value": resources.table },
+        "UpdatesQueueUrl": { "Value": resources.queue_url },
+        "DeadLetterQueueUrl": { "Value": resources.dlq_url },
+        "WebhookUrl": { "Value": webhook_url },
+        "BotId": { "Value": "mybot" },
+        "BotTokenParameterName": { "Value": format!("/tgq/{stack}/bot-token") },
+        "WebhookSecretParameterName": { "Value": format!("/tgq/{stack}/webhook-secret") },
+        "TelegramApiUrl": { "Value": api_url },
+    });
+    let template = json!({
+        "Resources": { "Marker": { "Type": "AWS::SSM::Parameter", "Properties": {
+            "Name": format!("/tgq/{stack}/marker"), "Type": "String", "Value": "x" } } },
+        "Outputs": outputs,
+    });
+    aws_sdk_cloudformation::Client::new(sdk)
+        .create_stack()
+        .stack_name(stack)
+        .template_body(template.to_string())
+        .send()
+        .await
+        .expect("a stack on moto");
+}
+
 async fn ssm_value(sdk: &aws_config::SdkConfig, name: &str) -> Option<String> {
     aws_sdk_ssm::Client::new(sdk)
         .get_parameter()
@@ -1284,7 +1318,7 @@ async fn ssm_value(sdk: &aws_config::SdkConfig, name: &str) -> Option<String> {
         .and_then(|parameter| parameter.value)
 }
 
-/// Run in a folder without the SAM application (a bot crate's, say), deploy refuses before it
+/// Run in a folder with no SAM application and no bot crate around it, deploy refuses before it
 /// asks for a tool, a credential or a token.
 #[test]
 fn deploy_without_a_template_says_where_it_looked_and_writes_nothing() {
@@ -1300,9 +1334,13 @@ fn deploy_without_a_template_says_where_it_looked_and_writes_nothing() {
     assert!(!output.status.success(), "{stderr}");
     let here = dir.path().canonicalize().unwrap();
     assert!(
-        stderr.contains(&format!("{} has no template.yaml", here.display())),
+        stderr.contains(&format!(
+            "{} has none: it looked for template.yaml there",
+            here.display()
+        )),
         "{stderr}"
     );
+    assert!(stderr.contains("`tgq new NAME` creates"), "{stderr}");
     assert!(stderr.contains("nothing was written"), "{stderr}");
     let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
     assert!(left.is_empty(), "deploy wrote into the folder: {left:?}");
@@ -1582,29 +1620,14 @@ async fn deploy_keeps_the_secrets_deploys_sets_the_webhook_and_runs_again_in_pla
         .expect("a generated secret");
     assert_eq!(secret.len(), 48);
 
-    // What sam deploy makes: a stack whose outputs name the resources and the parameters.
-    let outputs = json!({
-        "TableName": { "Value": resources.table },
-        "UpdatesQueueUrl": { "Value": resources.queue_url },
-        "DeadLetterQueueUrl": { "Value": resources.dlq_url },
-        "WebhookUrl": { "Value": "https://hook.example.com/webhook" },
-        "BotId": { "Value": "mybot" },
-        "BotTokenParameterName": { "Value": token_parameter },
-        "WebhookSecretParameterName": { "Value": secret_parameter },
-        "TelegramApiUrl": { "Value": fake.url() },
-    });
-    let template = json!({
-        "Resources": { "Marker": { "Type": "AWS::SSM::Parameter", "Properties": {
-            "Name": format!("/tgq/{stack}/marker"), "Type": "String", "Value": "x" } } },
-        "Outputs": outputs,
-    });
-    aws_sdk_cloudformation::Client::new(&sdk)
-        .create_stack()
-        .stack_name(&stack)
-        .template_body(template.to_string())
-        .send()
-        .await
-        .unwrap();
+    stack_as_sam_deploy_leaves_it(
+        &sdk,
+        &resources,
+        &stack,
+        "https://hook.example.com/webhook",
+        &fake.url(),
+    )
+    .await;
     std::fs::write(dir.path().join("sam-exit"), "0").unwrap();
     let (status, stdout, stderr) = tgq_deploy(dir.path(), &bin, &envs, &args);
     assert!(status.success(), "{stderr}\n{stdout}");

@@ -1,9 +1,13 @@
 //! `tgq new` as a bot author runs it: a crate of its own in a fresh folder, against this
-//! checkout. The crate's tests pass as created, and `tgq local --demo --exit` in its folder runs
-//! its bot (its replies in the demo's summary), not the bot built into `tgq`.
+//! checkout. The crate's tests pass as created, `tgq local --demo --exit` in its folder runs its
+//! bot (its replies in the demo's summary), not the bot built into `tgq`, and `tgq deploy` there
+//! builds the crate's own functions (the SAM CLI a stand-in, the stack on moto).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+use tgq_e2e::emulator::{self, Stack};
+use tgq_fake_telegram::FakeTelegram;
 
 /// This checkout: the new crate depends on it by path.
 fn checkout() -> PathBuf {
@@ -39,8 +43,8 @@ fn run(command: &mut Command) -> (bool, String, String) {
     )
 }
 
-#[test]
-fn a_new_crate_passes_its_tests_and_tgq_local_in_its_folder_runs_its_bot() {
+#[tokio::test(flavor = "multi_thread")]
+async fn a_new_crate_passes_its_tests_runs_its_bot_locally_and_deploys_its_own_functions() {
     let work = tempfile::tempdir().unwrap();
     let tgq = env!("CARGO_BIN_EXE_tgq");
     let mut new = clean(Command::new(tgq));
@@ -94,6 +98,165 @@ fn a_new_crate_passes_its_tests_and_tgq_local_in_its_folder_runs_its_bot() {
         out.contains("(message 1 here)"),
         "the demo's summary shows the new bot's replies:\n{out}"
     );
+
+    deploys_its_own_functions(&dir).await;
+    its_functions_build_without_the_command(&dir);
+}
+
+/// `tgq deploy` in the crate's folder: the SAM CLI (a stand-in that records where it ran and what
+/// it was asked) builds the template rendered for the crate, whose two functions are the crate's
+/// binary in the crate's folder; the webhook is set on the stack `sam deploy` leaves (made here on
+/// moto, as the deploy tests do).
+async fn deploys_its_own_functions(dir: &Path) {
+    let fake = FakeTelegram::start().await.unwrap();
+    let sdk = emulator::sdk_config().await;
+    let resources = Stack::create(&sdk, "new-crate").await.unwrap();
+    let stack = resources.table.replace("tgq-e2e-", "crate-");
+    crate::aws::stack_as_sam_deploy_leaves_it(
+        &sdk,
+        &resources,
+        &stack,
+        "https://crate.example.com/webhook",
+        &fake.url(),
+    )
+    .await;
+
+    let tools = tempfile::tempdir().unwrap();
+    let bin = crate::aws::deploy_tools(tools.path());
+    let calls = tools.path().join("sam-calls");
+    std::fs::write(
+        bin.join("sam"),
+        format!("#!/bin/sh\necho \"$PWD $*\" >> '{}'\n", calls.display()),
+    )
+    .unwrap();
+    // The stand-ins first; cargo, which runs the crate's binary, after them.
+    let cargo_bin = which("cargo");
+    let path = std::env::join_paths([bin.as_path(), cargo_bin.parent().unwrap()]).unwrap();
+    let api = format!("TelegramApiUrl={}", fake.url());
+    let mut deploy = clean(Command::new(env!("CARGO_BIN_EXE_tgq")));
+    deploy
+        .args(["deploy", "--stack", &stack, "--parameter", &api])
+        .env("PATH", path)
+        .env("TGQ_TOOLS_DIR", tools.path().join("cache"))
+        .env("TELEGRAM_BOT_TOKEN", fake.token())
+        .current_dir(dir.join("src"));
+    let (ok, out, err) = run(&mut deploy);
+    assert!(ok, "tgq deploy in the new crate failed:\n{out}\n{err}");
+    assert!(out.contains("Deploying the bot crate my-bot of"), "{out}");
+
+    // Built: the rendered template, from the crate's folder; then deployed from there.
+    let root = dir.canonicalize().unwrap();
+    let calls = std::fs::read_to_string(&calls).unwrap();
+    let calls: Vec<&str> = calls.lines().collect();
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    assert!(
+        calls[0].starts_with(&format!(
+            "{} build --template-file target/tgq/template.yaml",
+            root.display()
+        )),
+        "{calls:?}"
+    );
+    assert!(
+        calls[1].starts_with(&format!("{} deploy --stack-name {stack}", root.display())),
+        "{calls:?}"
+    );
+    let rendered = root.join("target/tgq/template.yaml");
+    let template = std::fs::read_to_string(&rendered).unwrap();
+    assert_eq!(template.matches("Binary: my-bot\n").count(), 2);
+    assert_eq!(template.matches("TGQ_FUNCTION: ").count(), 2);
+    assert!(!template.contains("Binary: webhook") && !template.contains("Binary: worker"));
+    for code in template.lines().filter(|line| line.contains("CodeUri:")) {
+        let uri = code.split_once("CodeUri:").unwrap().1.trim();
+        let folder = rendered.parent().unwrap().join(uri).canonicalize().unwrap();
+        assert_eq!(folder, root, "the functions' code is the crate: {code}");
+    }
+    assert_eq!(
+        fake.webhook_url().as_deref(),
+        Some("https://crate.example.com/webhook")
+    );
+    assert!(out.contains("The bot is live"), "{out}");
+}
+
+/// The build cargo-lambda makes of the crate (the features its `[package.metadata.lambda.build]`
+/// names: `lambda` without the default `command`) compiles, and its binary is a function as its
+/// environment says, or says it has no command.
+fn its_functions_build_without_the_command(dir: &Path) {
+    let mut tree = clean(Command::new("cargo"));
+    tree.args([
+        "tree",
+        "--offline",
+        "--no-default-features",
+        "--features",
+        "lambda",
+    ])
+    .args(["-e", "normal", "--prefix", "none", "--format", "{p}"])
+    .current_dir(dir);
+    let (ok, linked, err) = run(&mut tree);
+    assert!(ok, "cargo tree: {err}");
+    assert!(linked.contains("tgq-aws"), "{linked}");
+    for tool in [
+        "tgq-command",
+        "tgq-embedded",
+        "tgq-fake-telegram",
+        "redb",
+        "aws-sdk-sso",
+    ] {
+        assert!(
+            !linked
+                .lines()
+                .any(|line| line.starts_with(&format!("{tool} "))),
+            "the functions link {tool}"
+        );
+    }
+
+    let mut build = clean(Command::new("cargo"));
+    build
+        .args(["build", "--no-default-features", "--features", "lambda"])
+        .current_dir(dir);
+    let (ok, out, err) = run(&mut build);
+    assert!(
+        ok,
+        "the functions' build of the new crate failed:\n{out}\n{err}"
+    );
+    let binary = crate_target().join("debug/my-bot");
+
+    let mut command = clean(Command::new(&binary));
+    command.arg("local");
+    let (ok, _, err) = run(&mut command);
+    assert!(!ok);
+    assert!(
+        err.contains("built as the bot's Lambda functions only"),
+        "{err}"
+    );
+
+    // Outside Lambda the worker stops at its configuration, which names what it lacks.
+    let mut worker = clean(Command::new(&binary));
+    worker.env("TGQ_FUNCTION", "worker");
+    let (ok, _, err) = run(&mut worker);
+    assert!(!ok);
+    assert!(
+        err.contains("the worker function stopped: TELEGRAM_BOT_TOKEN is not set"),
+        "{err}"
+    );
+
+    let mut neither = clean(Command::new(&binary));
+    neither.env("TGQ_FUNCTION", "poller");
+    let (ok, _, err) = run(&mut neither);
+    assert!(!ok);
+    assert!(
+        err.contains("TGQ_FUNCTION=\"poller\" names no function: it is webhook or worker"),
+        "{err}"
+    );
+}
+
+/// Where `program` is on this process's PATH.
+fn which(program: &str) -> PathBuf {
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|dir| dir.join(program))
+        .find(|path| path.is_file())
+        .unwrap_or_else(|| panic!("{program} is on PATH"))
 }
 
 #[test]
@@ -133,4 +296,39 @@ fn tgq_new_refuses_a_folder_in_use_and_a_name_cargo_refuses_writing_nothing() {
         std::fs::read_to_string(work.path().join("taken/notes.txt")).unwrap(),
         "mine"
     );
+}
+
+/// Outside any bot crate and outside this repository, the installed `tgq local` has no bot of
+/// anyone's to run: it says what it looked for and how to make a crate, and writes nothing. With
+/// `TGQ_HANDLER` naming a handler it runs that one there.
+#[test]
+fn tgq_local_outside_a_bot_crate_says_what_it_looked_for_and_writes_nothing() {
+    let work = tempfile::tempdir().unwrap();
+    let mut local = clean(Command::new(env!("CARGO_BIN_EXE_tgq")));
+    local
+        .args(["local", "--demo", "--exit"])
+        .current_dir(work.path());
+    let (ok, out, err) = run(&mut local);
+    assert!(!ok, "tgq local ran outside a bot crate: {out}");
+    let here = work.path().canonicalize().unwrap();
+    for words in [
+        format!(
+            "tgq local runs the bot of the crate it is in, and {} is in none",
+            here.display()
+        ),
+        "src/main.rs calls tgq::main (`tgq new NAME` creates such a crate)".to_owned(),
+        "TGQ_HANDLER=echo runs tgq's built-in echo bot here instead".to_owned(),
+    ] {
+        assert!(err.contains(&words), "{words} in {err}");
+    }
+    let left: Vec<_> = std::fs::read_dir(work.path()).unwrap().collect();
+    assert!(left.is_empty(), "tgq local wrote {left:?}");
+
+    let mut echo = clean(Command::new(env!("CARGO_BIN_EXE_tgq")));
+    echo.args(["local", "--demo", "--exit"])
+        .env("TGQ_HANDLER", "echo")
+        .current_dir(work.path());
+    let (ok, out, err) = run(&mut echo);
+    assert!(ok, "{out}\n{err}");
+    assert!(out.contains("echo "), "the echo bot's replies: {out}");
 }

@@ -14,7 +14,9 @@ const OWN_COMMANDS: [&str; 4] = ["new", "setup", "--version", "-V"];
 
 /// When the current directory is in a bot crate, runs this process's command as that crate's
 /// binary, through `cargo run` (which builds it first): on Unix the process becomes cargo, then
-/// the bot's binary, so signals reach the bot; `None` when the command is not for a bot crate.
+/// the bot's binary, so signals reach the bot. Outside one, refuses `tgq local` unless it runs in
+/// tgq's repository or `TGQ_HANDLER` names the handler. `None` when the command is this process's
+/// to run.
 pub fn run_in_bot_crate() -> Option<ExitCode> {
     if std::env::var_os(STARTED_BY_TGQ).is_some() {
         return None;
@@ -24,7 +26,10 @@ pub fn run_in_bot_crate() -> Option<ExitCode> {
     if first.is_none_or(|command| OWN_COMMANDS.contains(&command)) {
         return None;
     }
-    let manifest = bot_crate_around(&std::env::current_dir().ok()?)?;
+    let here = std::env::current_dir().ok()?;
+    let Some(manifest) = bot_crate_around(&here) else {
+        return refused_outside(&args, &here);
+    };
     errln!(
         "tgq: running the bot crate of {} (cargo run -- …)",
         manifest.display()
@@ -57,14 +62,78 @@ pub fn run_in_bot_crate() -> Option<ExitCode> {
     Some(ExitCode::FAILURE)
 }
 
+/// `tgq local` of the installed `tgq` outside any bot crate and outside tgq's repository, with no
+/// `TGQ_HANDLER` naming a handler: refused, saying what it looked for, before anything is written.
+/// It would run the example bot built into the command, which is nobody's bot.
+fn refused_outside(args: &[OsString], here: &Path) -> Option<ExitCode> {
+    let local = args.first().is_some_and(|command| command == "local");
+    let help = args.iter().any(|arg| arg == "--help" || arg == "-h");
+    if !local || help || std::env::var_os("TGQ_HANDLER").is_some() || in_tgq_repository(here) {
+        return None;
+    }
+    errln!(
+        "error: tgq local runs the bot of the crate it is in, and {} is in none: it looked for {}. \
+         TGQ_HANDLER=echo runs tgq's built-in echo bot here instead; nothing was written",
+        here.display(),
+        BotCrate::LOOKED_FOR
+    );
+    Some(ExitCode::FAILURE)
+}
+
+/// Whether `dir` is in a checkout of tgq's repository, whose `tgq` runs the example bot of `bot/`.
+fn in_tgq_repository(dir: &Path) -> bool {
+    dir.ancestors().any(|d| {
+        std::fs::read_to_string(d.join("cli/Cargo.toml"))
+            .is_ok_and(|manifest| manifest.contains("name = \"tgq-cli\""))
+    })
+}
+
 /// The manifest of the bot crate `dir` is in: the nearest `Cargo.toml` at or above it, when it is
 /// a package whose `src/main.rs` runs `tgq::main`. A nearer manifest of anything else (a
 /// workspace's root, another crate) means `dir` is not in a bot crate.
 fn bot_crate_around(dir: &Path) -> Option<PathBuf> {
-    let root = dir.ancestors().find(|d| d.join("Cargo.toml").is_file())?;
-    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).ok()?;
-    let main = std::fs::read_to_string(root.join("src/main.rs")).unwrap_or_default();
-    (manifest.contains("[package]") && main.contains("tgq::main(")).then(|| root.join("Cargo.toml"))
+    BotCrate::around(dir).map(|found| found.root.join("Cargo.toml"))
+}
+
+/// A bot crate: a package whose binary (`src/main.rs`) runs `tgq::main`, as `tgq new` makes one.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct BotCrate {
+    /// The folder of its `Cargo.toml`.
+    pub(crate) root: PathBuf,
+    /// Its package's name, which is its binary's.
+    pub(crate) name: String,
+}
+
+impl BotCrate {
+    /// What the bot crate commands look for, for a message that says they found nothing.
+    pub(crate) const LOOKED_FOR: &'static str = "a Cargo.toml at or above it whose package's \
+        src/main.rs calls tgq::main (`tgq new NAME` creates such a crate)";
+
+    /// The bot crate `dir` is in: the nearest `Cargo.toml` at or above it, when it is a package
+    /// whose `src/main.rs` runs `tgq::main`. A nearer manifest of anything else (a workspace's
+    /// root, another crate) means `dir` is not in a bot crate.
+    pub(crate) fn around(dir: &Path) -> Option<Self> {
+        let root = dir.ancestors().find(|d| d.join("Cargo.toml").is_file())?;
+        let manifest = std::fs::read_to_string(root.join("Cargo.toml")).ok()?;
+        let main = std::fs::read_to_string(root.join("src/main.rs")).unwrap_or_default();
+        if !main.contains("tgq::main(") {
+            return None;
+        }
+        Some(Self {
+            root: root.to_path_buf(),
+            name: package_name(&manifest)?,
+        })
+    }
+}
+
+/// The `name` of a manifest's `[package]` table, written as `tgq new` and `cargo new` write it.
+fn package_name(manifest: &str) -> Option<String> {
+    let package = manifest.split("[package]").nth(1)?;
+    let table = package.split("\n[").next()?;
+    table.lines().find_map(|line| {
+        let (key, value) = line.split_once('=')?;
+        (key.trim() == "name").then(|| value.trim().trim_matches('"').to_owned())
+    })
 }
 
 #[cfg(test)]
@@ -91,6 +160,10 @@ mod tests {
         assert_eq!(
             bot_crate_around(&bot.join("src/deep")),
             Some(bot.join("Cargo.toml"))
+        );
+        assert_eq!(
+            BotCrate::around(&bot).map(|found| found.name),
+            Some("bot".to_owned())
         );
 
         // A library of handlers (no binary), the tgq binary's own crate, a workspace's root.

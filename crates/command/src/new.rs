@@ -1,13 +1,14 @@
 //! `tgq new NAME`: a bot crate of its own, outside this repository. Its only tgq dependency is the
-//! `tgq` crate (with the `command` feature, so its binary is the `tgq` command for its handlers),
-//! its tests go through `tgq-test`, and it builds and passes its tests as written.
+//! `tgq` crate (its binary is the `tgq` command for its handlers by default, and its Lambda
+//! functions in the build cargo-lambda makes), its tests go through `tgq-test`, and it builds and
+//! passes its tests as written.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context as _};
 use clap::Args;
 
-/// The files of a new crate: (path in the crate, template). `{name}`, `{crate_name}`,
+/// The files of a new crate: (path in the crate, template). `{name}`, `{crate_name}`, `{stack}`,
 /// `{rust_version}`, `{source_tgq}` and `{source_kit}` are filled in.
 const FILES: [(&str, &str); 6] = [
     ("Cargo.toml", include_str!("new/Cargo.toml.in")),
@@ -63,6 +64,9 @@ pub fn run(args: NewArgs) -> anyhow::Result<()> {
     outln!("  cd {}", args.name);
     outln!("  cargo test                          # the bot's tests");
     outln!("  cargo run -- local --demo --exit    # the whole pipeline, offline, then a summary");
+    outln!("  tgq local --poll                    # the bot live on Telegram (TELEGRAM_BOT_TOKEN)");
+    let deploy = format!("tgq deploy --stack {}", args.name.replace('_', "-"));
+    outln!("  {deploy:<35} # the bot on AWS: both functions built from this crate");
     Ok(())
 }
 
@@ -136,6 +140,8 @@ fn write_crate(dir: &Path, name: &str, sources: &Sources) -> anyhow::Result<()> 
         let text = template
             .replace("{name}", name)
             .replace("{crate_name}", &crate_name)
+            // CloudFormation's stack names take `-` but not `_`.
+            .replace("{stack}", &name.replace('_', "-"))
             .replace("{rust_version}", env!("CARGO_PKG_RUST_VERSION"))
             .replace("{source_tgq}", &sources.tgq)
             .replace("{source_kit}", &sources.kit);
@@ -184,6 +190,29 @@ mod tests {
         }
     }
 
+    /// The `key = value` lines of a manifest's `[profile.release]` table.
+    fn release_profile(manifest: &str) -> Vec<String> {
+        let table = manifest
+            .split("[profile.release]\n")
+            .nth(1)
+            .and_then(|rest| rest.split("\n[").next())
+            .expect("a [profile.release] table");
+        table
+            .lines()
+            .map(str::trim)
+            .filter(|line| !line.is_empty() && !line.starts_with('#'))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    #[test]
+    fn a_new_crate_s_functions_build_with_the_release_profile_tgq_s_functions_ship_with() {
+        let workspace = include_str!("../../../Cargo.toml");
+        let new = release_profile(FILES[0].1);
+        assert_eq!(new, release_profile(workspace));
+        assert!(new.contains(&"panic = \"unwind\"".to_owned()), "{new:?}");
+    }
+
     #[test]
     fn every_placeholder_of_the_templates_is_filled() {
         let dir = tempfile::tempdir().unwrap();
@@ -198,6 +227,7 @@ mod tests {
             let placeholders = [
                 "{name}",
                 "{crate_name}",
+                "{stack}",
                 "{rust_version}",
                 "{source_tgq}",
                 "{source_kit}",
@@ -211,8 +241,17 @@ mod tests {
         let manifest = std::fs::read_to_string(dir.path().join("Cargo.toml")).unwrap();
         assert!(manifest.contains("name = \"my-bot\""), "{manifest}");
         assert!(
-            manifest.contains("tgq = { path = \"/tgq/crates/tgq\", features = [\"command\"] }"),
+            manifest.contains("tgq = { path = \"/tgq/crates/tgq\" }"),
             "{manifest}"
         );
+        // The command by default; the functions alone in the build cargo-lambda makes.
+        for line in [
+            "default = [\"command\"]",
+            "command = [\"tgq/command\"]",
+            "lambda = [\"tgq/lambda\"]",
+            "[package.metadata.lambda.build]\nno_default_features = true\nfeatures = [\"lambda\"]",
+        ] {
+            assert!(manifest.contains(line), "{line} in {manifest}");
+        }
     }
 }

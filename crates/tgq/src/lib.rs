@@ -8,9 +8,11 @@
 //! once, when the update finishes (docs/design/worker.md §2).
 //!
 //! A crate hosting bots exports them by name in a [`HandlerRegistry`] (`pub fn handlers()`); the
-//! worker Lambda and `tgq local` build the one a bot's settings name. With the `command` feature,
-//! the crate's binary is the `tgq` command for those handlers: `fn main() -> ExitCode {
-//! tgq::main(my_bot::handlers) }`, then `cargo run -- local` (`tgq new` writes both).
+//! worker Lambda and `tgq local` build the one a bot's settings name. The crate's binary is one
+//! line, `fn main() -> ExitCode { tgq::main(my_bot::handlers) }` (`tgq new` writes it): with the
+//! `command` feature it is the `tgq` command for those handlers (`cargo run -- local`), and with
+//! the `lambda` feature, which `tgq deploy`'s build turns on, it is the stack's webhook and
+//! worker functions, chosen by [`FUNCTION`] in its environment.
 //!
 //! ```
 //! use tgq::prelude::*;
@@ -69,11 +71,11 @@ pub use tgq_router::{
     BotCommands, Keyboard, KeyboardError, ParseError, Route, Router, MAX_BUTTON_DATA_BYTES,
 };
 
-/// The `tgq` command with the bot of `handlers`: every subcommand (`local`, `status`, `bots`,
-/// `webhook`, …) as the `tgq` binary has it, each run with these handlers. It parses the process's
-/// arguments, runs the command and returns its exit code.
-#[cfg(feature = "command")]
-pub use tgq_command::main;
+#[cfg(any(feature = "command", feature = "lambda"))]
+mod entry;
+
+#[cfg(any(feature = "command", feature = "lambda"))]
+pub use entry::{main, FUNCTION};
 
 /// The `teloxide` crate, for its `BotCommands` derive: the derive's code names `teloxide::…`,
 /// which `use tgq::prelude::*` brings into scope, so a bot needs no `teloxide` dependency of its

@@ -20,6 +20,7 @@ use tgq_core::config::Vars;
 use tgq_core::error::ErrorClass;
 use tgq_telegram::HttpBotApi;
 
+use super::application::Application;
 use super::setup::{self, Tools};
 use super::target::{sign_in, Deployment};
 use super::webhook;
@@ -107,9 +108,10 @@ fn parameter(text: &str) -> Result<(String, String), String> {
     }
 }
 
-/// `samconfig.toml`'s deploy parameters (`parameter_overrides = "K=\"V\" …"`), if the file is here.
-fn samconfig_parameters() -> Vec<(String, String)> {
-    let Ok(text) = std::fs::read_to_string("samconfig.toml") else {
+/// `samconfig.toml`'s deploy parameters (`parameter_overrides = "K=\"V\" …"`), if `dir` has
+/// the file.
+fn samconfig_parameters(dir: &std::path::Path) -> Vec<(String, String)> {
+    let Ok(text) = std::fs::read_to_string(dir.join("samconfig.toml")) else {
         return Vec::new();
     };
     let Some(line) = text
@@ -160,19 +162,16 @@ fn get<'p>(pairs: &'p [(String, String)], key: &str) -> Option<&'p str> {
         .map(|(_, v)| v.as_str())
 }
 
-/// The SAM application `tgq deploy` builds and deploys: the template in the folder it runs in.
-const TEMPLATE: &str = "template.yaml";
-
 /// Runs `tgq deploy`.
 pub async fn deploy(args: DeployArgs) -> anyhow::Result<()> {
-    // Before anything is asked, installed or written: without the template, `sam build` would
+    // Before anything is asked, installed or written: without an application, `sam build` would
     // fail only after the token and the secret were kept.
-    if !std::path::Path::new(TEMPLATE).is_file() {
-        let here = std::env::current_dir().map_or_else(|_| ".".into(), |d| d.display().to_string());
-        bail!(
-            "tgq deploy deploys the SAM application of the folder it runs in, and {here} has no \
-             {TEMPLATE}: run it from tgq's repository, whose template.yaml builds the functions \
-             (a crate made by `tgq new` cannot deploy itself yet); nothing was written"
+    let here = std::env::current_dir().context("cannot tell which folder tgq deploy runs in")?;
+    let application = Application::of(&here)?;
+    if let Some(name) = application.bot_crate() {
+        outln!(
+            "Deploying the bot crate {name} of {}: both functions are built from its binary.",
+            application.dir.display()
         );
     }
     let tools = setup::for_deploy(args.architecture, !args.no_build, args.yes)?;
@@ -182,7 +181,7 @@ pub async fn deploy(args: DeployArgs) -> anyhow::Result<()> {
     let existing = describe(&stacks, &args.stack).await?;
 
     // Parameters: samconfig.toml's, the stack's own choices, then the flags.
-    let mut parameters = samconfig_parameters();
+    let mut parameters = samconfig_parameters(&application.dir);
     let existing_bot = existing
         .as_ref()
         .and_then(|stack| output(stack, "BotId"))
@@ -240,15 +239,13 @@ pub async fn deploy(args: DeployArgs) -> anyhow::Result<()> {
     }
     if !args.no_build {
         step("Building the functions (sam build)");
-        run_sam(
-            &tools,
-            &[
-                "build",
-                "--parameter-overrides",
-                &format!("Architecture={}", args.architecture.parameter()),
-            ],
-        )
-        .context("sam build failed (its output is above)")?;
+        application.render()?;
+        let architecture = format!("Architecture={}", args.architecture.parameter());
+        let mut build = vec!["build"];
+        build.extend(application.template_file().into_iter().flatten());
+        build.extend(["--parameter-overrides", &architecture]);
+        run_sam(&tools, &application.dir, &build)
+            .context("sam build failed (its output is above)")?;
     }
     step(&format!(
         "Deploying the stack {} in {region} (sam deploy)",
@@ -277,7 +274,7 @@ pub async fn deploy(args: DeployArgs) -> anyhow::Result<()> {
     ];
     deploy.extend(overrides);
     let deploy: Vec<&str> = deploy.iter().map(String::as_str).collect();
-    if let Err(error) = run_sam(&tools, &deploy) {
+    if let Err(error) = run_sam(&tools, &application.dir, &deploy) {
         let reason = first_failure(&stacks, &args.stack).await;
         bail!(
             "sam deploy failed ({error}){}. Fix it and run tgq deploy again: it updates the stack, \
@@ -366,10 +363,11 @@ fn step(what: &str) {
 }
 
 /// Runs the SAM CLI with its output on the terminal; `Err` says how it ended.
-fn run_sam(tools: &Tools, args: &[&str]) -> anyhow::Result<()> {
+fn run_sam(tools: &Tools, dir: &std::path::Path, args: &[&str]) -> anyhow::Result<()> {
     let sam = &tools.sam;
     let mut command = Command::new(sam);
     command
+        .current_dir(dir)
         .args(args)
         // The SAM CLI would otherwise send usage data.
         .env("SAM_CLI_TELEMETRY", "0");

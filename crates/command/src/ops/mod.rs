@@ -2,6 +2,7 @@
 //! mode's store, directly or through the running instance, see `client`), `tgq outbox` and
 //! `tgq backup` (local mode) and `tgq webhook` (the bot's webhook at Telegram).
 
+mod application;
 mod aws_status;
 pub mod bots;
 pub mod broadcast;

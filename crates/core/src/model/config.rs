@@ -84,11 +84,16 @@ pub struct BroadcastResources {
     pub chunk: u64,
 }
 
+/// The environment variable that makes a bot crate's binary one of its stack's Lambda functions,
+/// `webhook` or `worker` (`tgq::main` reads it; the template `tgq deploy` renders for a bot crate
+/// sets it on each function).
+pub const FUNCTION: &str = "TGQ_FUNCTION";
+
 /// Every environment variable that changes what a tgq binary does: docs/CONFIGURATION.md describes
 /// each (a test holds the two to the same names, and to every `TGQ_*` and `TELEGRAM_*` name the code
 /// reads), and the tools that start tgq (the drill, the bench, the suite) remove each from the
 /// environment they inherit, so that a developer's shell cannot change what they measure.
-pub const SETTINGS: [&str; 45] = [
+pub const SETTINGS: [&str; 46] = [
     "TELEGRAM_BOT_TOKEN",
     "TELEGRAM_BOT_TOKEN_PARAM",
     "TELEGRAM_API_URL",
@@ -132,6 +137,7 @@ pub const SETTINGS: [&str; 45] = [
     "TGQ_LOG_FORMAT",
     "TGQ_TOOLS_DIR",
     "TGQ_STARTED_IN_BOT_CRATE",
+    "TGQ_FUNCTION",
     "RUST_LOG",
     "TOKIO_WORKER_THREADS",
 ];

@@ -599,6 +599,7 @@ fn environment_defaults(
         ("TGQ_LOG_FORMAT", none()),
         ("TGQ_TOOLS_DIR", none()),
         ("TGQ_STARTED_IN_BOT_CRATE", none()),
+        ("TGQ_FUNCTION", none()),
         ("RUST_LOG", one(&tgq_aws::DEFAULT_LOG_FILTER)),
         ("TOKIO_WORKER_THREADS", none()),
         ("AWS_ENDPOINT_URL", none()),
