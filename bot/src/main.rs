@@ -1,0 +1,7 @@
+//! The example bot's one binary, for every role: its own `tgq` command (`cargo run -p tgq-bot --
+//! local`, or the installed `tgq` in this folder) and, built as `tgq deploy` builds it, the stack's
+//! webhook and worker functions, as `TGQ_FUNCTION` in their environment says.
+
+fn main() -> std::process::ExitCode {
+    tgq::main(tgq_bot::handlers)
+}
