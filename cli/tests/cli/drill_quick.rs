@@ -13,6 +13,7 @@ async fn triple_delivery_poison_and_a_damaged_store_keep_their_required_figures_
         seed: 16,
         recipients: 100,
         work: work.path().to_owned(),
+        functions: None,
         progress: Progress { enabled: false },
     };
     let scenarios: Vec<_> = ["triple-delivery", "poison", "damaged-store"]

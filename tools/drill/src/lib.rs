@@ -92,6 +92,11 @@ pub struct DrillArgs {
     /// the same profile).
     #[arg(long, value_name = "PATH")]
     pub tgq: Option<PathBuf>,
+    /// On the emulator, the binary to run as both functions, each told which by `TGQ_FUNCTION`: a
+    /// bot crate's, built with its `lambda` feature (default: the workspace's `webhook` and
+    /// `worker`).
+    #[arg(long, value_name = "PATH")]
+    pub functions: Option<PathBuf>,
 }
 
 /// What every scenario run needs.
@@ -107,6 +112,8 @@ pub struct Options {
     pub recipients: u64,
     /// Data directories and logs.
     pub work: PathBuf,
+    /// The one binary the emulator runs as both functions, if not the workspace's two.
+    pub functions: Option<PathBuf>,
     /// Whether to draw progress.
     pub progress: progress::Progress,
 }
@@ -147,6 +154,7 @@ pub async fn run(args: &DrillArgs, exe: PathBuf) -> anyhow::Result<Vec<Row>> {
         seed: args.seed,
         recipients: args.recipients.max(1),
         work,
+        functions: args.functions.clone(),
         progress: progress::Progress {
             enabled: !args.json,
         },

@@ -1,7 +1,8 @@
 //! The SAM application `tgq deploy` builds and deploys: the `template.yaml` of the folder it runs
 //! in (this repository's reference application), or else the bot crate the folder is in, with the
 //! author's own `template.yaml` in its folder or, without one, a template `tgq deploy` renders from
-//! the reference one so that both functions are built from the crate's own binary (docs/design/local.md, "Which bot a command runs").
+//! the reference one so that both functions are built from the crate's own binary
+//! (docs/design/local.md, "Which bot a command runs").
 
 use std::path::{Path, PathBuf};
 
@@ -95,22 +96,34 @@ impl Application {
 /// is the reference application's, so a version bump of tgq brings its template along.
 fn crate_template(reference: &str, bin: &str) -> anyhow::Result<String> {
     let function = tgq_core::config::FUNCTION;
+    // The worker's first variable, and the webhook's: each function's `Variables` begin with it.
+    let worker_first = "TELEGRAM_BOT_TOKEN_PARAM: !Ref BotTokenParameterName\n";
+    let webhook_first = "TGQ_WEBHOOK_SECRET_PARAM:";
+    let variables = "        Variables:\n          ";
     let edits = [
         (
-            "        Binary: webhook\n",
+            "        Binary: webhook\n".to_owned(),
             format!("        Binary: {bin}\n"),
             1,
         ),
-        ("        Binary: worker\n", format!("        Binary: {bin}\n"), 1),
-        ("      CodeUri: ./\n", "      CodeUri: ../../\n".to_owned(), 2),
         (
-            "        Variables:\n          TGQ_WEBHOOK_SECRET_PARAM:",
-            format!("        Variables:\n          {function}: webhook\n          TGQ_WEBHOOK_SECRET_PARAM:"),
+            "        Binary: worker\n".to_owned(),
+            format!("        Binary: {bin}\n"),
             1,
         ),
         (
-            "        Variables:\n          TELEGRAM_BOT_TOKEN_PARAM: !Ref BotTokenParameterName\n          TGQ_MAX_ATTEMPTS:",
-            format!("        Variables:\n          {function}: worker\n          TELEGRAM_BOT_TOKEN_PARAM: !Ref BotTokenParameterName\n          TGQ_MAX_ATTEMPTS:"),
+            "      CodeUri: ./\n".to_owned(),
+            "      CodeUri: ../../\n".to_owned(),
+            2,
+        ),
+        (
+            format!("{variables}{webhook_first}"),
+            format!("{variables}{function}: webhook\n          {webhook_first}"),
+            1,
+        ),
+        (
+            format!("{variables}{worker_first}"),
+            format!("{variables}{function}: worker\n          {worker_first}"),
             1,
         ),
     ];
@@ -122,14 +135,14 @@ fn crate_template(reference: &str, bin: &str) -> anyhow::Result<String> {
     );
     text.push_str(reference);
     for (from, to, times) in edits {
-        let found = text.matches(from).count();
+        let found = text.matches(from.as_str()).count();
         if found != times {
             bail!(
                 "tgq's template.yaml has {found} of {from:?} where rendering a bot crate's \
                  template expects {times}: this build of tgq is inconsistent"
             );
         }
-        text = text.replace(from, &to);
+        text = text.replace(&from, &to);
     }
     Ok(text)
 }

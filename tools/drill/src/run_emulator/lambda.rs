@@ -26,15 +26,47 @@ pub struct Lambda {
     watch: Child,
     port: u16,
     bin_dir: PathBuf,
+    /// The one binary run as both functions (`TGQ_FUNCTION` names each), if not the two in
+    /// `bin_dir`.
+    one_binary: Option<PathBuf>,
     logs: PathBuf,
     functions: BTreeMap<String, Vec<Child>>,
     http: reqwest::Client,
 }
 
+/// Builds the workspace's function binaries with `profile`; its output goes to `logs`.
+fn build_functions(profile: &str, logs: &Path) -> anyhow::Result<()> {
+    let mut build = Command::new("cargo");
+    build
+        .current_dir(workspace_root())
+        .arg("build")
+        .args(BUILD_SELECTION);
+    if profile != "debug" {
+        build.args(["--profile", profile]);
+    }
+    let built = build
+        .stdout(Stdio::null())
+        .stderr(File::create(logs.join("build.log"))?)
+        .status()
+        .context("building the function binaries")?;
+    if !built.success() {
+        bail!(
+            "building the function binaries failed; see {}",
+            logs.join("build.log").display()
+        );
+    }
+    Ok(())
+}
+
 impl Lambda {
-    /// Builds the function binaries next to `exe` (the `tgq` binary's profile directory) and
-    /// starts `cargo lambda watch`; logs go to `logs`.
-    pub async fn start(exe: &Path, logs: &Path) -> anyhow::Result<Lambda> {
+    /// Builds the function binaries next to `exe` (the `tgq` binary's profile directory), unless
+    /// `functions` names the one binary to run as both, and starts `cargo lambda watch`; logs go
+    /// to `logs`.
+    pub async fn start(
+        exe: &Path,
+        functions: Option<&Path>,
+        logs: &Path,
+    ) -> anyhow::Result<Lambda> {
         let found = Command::new("cargo")
             .args(["lambda", "--version"])
             .stdout(Stdio::null())
@@ -56,24 +88,12 @@ impl Lambda {
             .and_then(|n| n.to_str())
             .unwrap_or("debug")
             .to_owned();
-        let mut build = Command::new("cargo");
-        build
-            .current_dir(workspace_root())
-            .arg("build")
-            .args(BUILD_SELECTION);
-        if profile != "debug" {
-            build.args(["--profile", &profile]);
-        }
-        let built = build
-            .stdout(Stdio::null())
-            .stderr(File::create(logs.join("build.log"))?)
-            .status()
-            .context("building the function binaries")?;
-        if !built.success() {
-            bail!(
-                "building the function binaries failed; see {}",
-                logs.join("build.log").display()
-            );
+        match functions {
+            Some(binary) if !binary.is_file() => {
+                bail!("--functions {} is not a file", binary.display())
+            }
+            Some(_) => {}
+            None => build_functions(&profile, logs)?,
         }
         let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
             .local_addr()?
@@ -105,6 +125,7 @@ impl Lambda {
             watch,
             port,
             bin_dir,
+            one_binary: functions.map(Path::to_path_buf),
             logs: logs.to_owned(),
             functions: BTreeMap::new(),
             http: reqwest::Client::new(),
@@ -136,7 +157,15 @@ impl Lambda {
             .create(true)
             .append(true)
             .open(self.logs.join(format!("{log}.log")))?;
-        let child = Command::new(self.bin_dir.join(name))
+        let mut command = match &self.one_binary {
+            Some(binary) => {
+                let mut command = Command::new(binary);
+                command.env(tgq_core::config::FUNCTION, name);
+                command
+            }
+            None => Command::new(self.bin_dir.join(name)),
+        };
+        let child = command
             .envs(vars)
             .env(
                 "AWS_LAMBDA_RUNTIME_API",

@@ -65,7 +65,7 @@ impl Emulator {
         };
         let logs = options.work.join("emulator-logs");
         std::fs::create_dir_all(&logs)?;
-        let lambda = Lambda::start(&options.exe, &logs).await?;
+        let lambda = Lambda::start(&options.exe, options.functions.as_deref(), &logs).await?;
         Ok(Emulator {
             lambda: Mutex::new(lambda),
             sdk: tgq_e2e::emulator::sdk_config().await,
