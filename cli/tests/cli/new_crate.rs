@@ -136,7 +136,7 @@ async fn deploys_its_own_functions(dir: &Path) {
     let mut deploy = clean(Command::new(env!("CARGO_BIN_EXE_tgq")));
     deploy
         .args(["deploy", "--stack", &stack, "--parameter", &api])
-        .env("PATH", path)
+        .env("PATH", &path)
         .env("TGQ_TOOLS_DIR", tools.path().join("cache"))
         .env("TELEGRAM_BOT_TOKEN", fake.token())
         .current_dir(dir.join("src"));
@@ -175,6 +175,20 @@ async fn deploys_its_own_functions(dir: &Path) {
         Some("https://crate.example.com/webhook")
     );
     assert!(out.contains("The bot is live"), "{out}");
+
+    // The operator's commands run in the crate's folder as its binary too: the stack's status,
+    // then its teardown (the webhook first).
+    for args in [
+        vec!["status", "--stack", stack.as_str()],
+        vec!["destroy", "--stack", stack.as_str(), "--yes"],
+    ] {
+        let mut command = clean(Command::new(env!("CARGO_BIN_EXE_tgq")));
+        command.args(&args).env("PATH", &path).current_dir(dir);
+        let (ok, out, err) = run(&mut command);
+        assert!(ok, "tgq {args:?} in the new crate failed:\n{out}\n{err}");
+        assert!(err.contains("running the bot crate of"), "{args:?}: {err}");
+    }
+    assert_eq!(fake.webhook_url(), None, "destroy deleted the webhook");
 }
 
 /// The build cargo-lambda makes of the crate (the features its `[package.metadata.lambda.build]`
