@@ -1291,6 +1291,7 @@ pub(crate) async fn stack_as_sam_deploy_leaves_it(
         "BotTokenParameterName": { "Value": format!("/tgq/{stack}/bot-token") },
         "WebhookSecretParameterName": { "Value": format!("/tgq/{stack}/webhook-secret") },
         "TelegramApiUrl": { "Value": api_url },
+        "BotsParameterPrefix": { "Value": format!("/tgq/{stack}/bots/") },
     });
     let template = json!({
         "Resources": { "Marker": { "Type": "AWS::SSM::Parameter", "Properties": {

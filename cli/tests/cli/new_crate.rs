@@ -99,8 +99,53 @@ async fn a_new_crate_passes_its_tests_runs_its_bot_locally_and_deploys_its_own_f
         "the demo's summary shows the new bot's replies:\n{out}"
     );
 
+    its_own_build_compiles_no_aws(&dir);
     deploys_its_own_functions(&dir).await;
     its_functions_build_without_the_command(&dir);
+}
+
+/// The crate's own build (`cargo test`, `tgq local`) links no AWS SDK; its `aws` feature, which
+/// the installed `tgq` turns on for the commands that act on AWS, does. Its binary built without
+/// the feature refuses such a command, saying how to run it.
+fn its_own_build_compiles_no_aws(dir: &Path) {
+    let linked = |features: &[&str]| {
+        let mut tree = clean(Command::new("cargo"));
+        tree.args(["tree", "--offline"])
+            .args(features)
+            .args(["-e", "normal", "--prefix", "none", "--format", "{p}"])
+            .current_dir(dir);
+        let (ok, linked, err) = run(&mut tree);
+        assert!(ok, "cargo tree: {err}");
+        linked
+    };
+    let own = linked(&[]);
+    assert!(own.contains("tgq-command"), "{own}");
+    for aws in ["tgq-aws ", "aws-config ", "aws-sdk-"] {
+        assert!(
+            !own.lines().any(|line| line.starts_with(aws)),
+            "the crate's own build links {aws}"
+        );
+    }
+    let with_aws = linked(&["--features", "aws"]);
+    for aws in ["tgq-aws ", "aws-sdk-cloudformation ", "aws-sdk-sso "] {
+        assert!(
+            with_aws.lines().any(|line| line.starts_with(aws)),
+            "the aws feature links {aws}"
+        );
+    }
+
+    // The binary the demo ran, asked for a stack.
+    let mut status = clean(Command::new(crate_target().join("debug/my-bot")));
+    status
+        .args(["status", "--stack", "shop"])
+        .env("TGQ_STARTED_IN_BOT_CRATE", "1");
+    let (ok, out, err) = run(&mut status);
+    assert!(!ok, "{out}");
+    assert!(
+        err.contains("--stack (or --table, --queue-url and --dlq-url) acts on AWS, and this build")
+            && err.contains("cargo run --features aws"),
+        "{err}"
+    );
 }
 
 /// `tgq deploy` in the crate's folder: the SAM CLI (a stand-in that records where it ran and what
@@ -129,9 +174,16 @@ async fn deploys_its_own_functions(dir: &Path) {
         format!("#!/bin/sh\necho \"$PWD $*\" >> '{}'\n", calls.display()),
     )
     .unwrap();
-    // The stand-ins first; cargo, which runs the crate's binary, after them.
+    // The stand-ins first; cargo, which builds the crate's binary with its `aws` feature and runs
+    // it, and the C toolchain that build links with, after them.
     let cargo_bin = which("cargo");
-    let path = std::env::join_paths([bin.as_path(), cargo_bin.parent().unwrap()]).unwrap();
+    let cc = which("cc");
+    let path = std::env::join_paths([
+        bin.as_path(),
+        cargo_bin.parent().unwrap(),
+        cc.parent().unwrap(),
+    ])
+    .unwrap();
     let api = format!("TelegramApiUrl={}", fake.url());
     let mut deploy = clean(Command::new(env!("CARGO_BIN_EXE_tgq")));
     deploy
@@ -143,6 +195,7 @@ async fn deploys_its_own_functions(dir: &Path) {
     let (ok, out, err) = run(&mut deploy);
     assert!(ok, "tgq deploy in the new crate failed:\n{out}\n{err}");
     assert!(out.contains("Deploying the bot crate my-bot of"), "{out}");
+    assert!(err.contains("(cargo run --features aws -- …)"), "{err}");
 
     // Built: the rendered template, from the crate's folder; then deployed from there.
     let root = dir.canonicalize().unwrap();
@@ -177,16 +230,23 @@ async fn deploys_its_own_functions(dir: &Path) {
     assert!(out.contains("The bot is live"), "{out}");
 
     // The operator's commands run in the crate's folder as its binary too: the stack's status,
-    // then its teardown (the webhook first).
+    // dead letters, timers and bots, then its teardown (the webhook first).
     for args in [
         vec!["status", "--stack", stack.as_str()],
+        vec!["dlq", "list", "--stack", stack.as_str()],
+        vec!["timers", "list", "--stack", stack.as_str()],
+        vec!["bots", "list", "--stack", stack.as_str()],
         vec!["destroy", "--stack", stack.as_str(), "--yes"],
     ] {
         let mut command = clean(Command::new(env!("CARGO_BIN_EXE_tgq")));
         command.args(&args).env("PATH", &path).current_dir(dir);
         let (ok, out, err) = run(&mut command);
         assert!(ok, "tgq {args:?} in the new crate failed:\n{out}\n{err}");
-        assert!(err.contains("running the bot crate of"), "{args:?}: {err}");
+        assert!(
+            err.contains("running the bot crate of")
+                && err.contains("(cargo run --features aws --"),
+            "{args:?}: {err}"
+        );
     }
     assert_eq!(fake.webhook_url(), None, "destroy deleted the webhook");
 }
@@ -345,4 +405,41 @@ fn tgq_local_outside_a_bot_crate_says_what_it_looked_for_and_writes_nothing() {
     let (ok, out, err) = run(&mut echo);
     assert!(ok, "{out}\n{err}");
     assert!(out.contains("echo "), "the echo bot's replies: {out}");
+}
+
+/// A bot crate whose Cargo.toml has no `aws` feature (made before `tgq new` wrote one) cannot
+/// build its binary for a command that acts on AWS: the installed `tgq` says what to add, before
+/// it builds or changes anything.
+#[test]
+fn a_stack_command_in_a_crate_without_the_aws_feature_says_what_to_add() {
+    let work = tempfile::tempdir().unwrap();
+    let manifest = "[package]\nname = \"old-bot\"\nversion = \"0.1.0\"\n\n[features]\n\
+                    default = [\"command\"]\ncommand = [\"tgq/command\"]\n";
+    std::fs::write(work.path().join("Cargo.toml"), manifest).unwrap();
+    std::fs::create_dir(work.path().join("src")).unwrap();
+    std::fs::write(
+        work.path().join("src/main.rs"),
+        "fn main() -> std::process::ExitCode { tgq::main(old_bot::handlers) }\n",
+    )
+    .unwrap();
+    for args in [
+        vec!["status", "--stack", "shop"],
+        vec!["deploy", "--stack", "shop"],
+    ] {
+        let mut command = clean(Command::new(env!("CARGO_BIN_EXE_tgq")));
+        command.args(&args).current_dir(work.path());
+        let (ok, out, err) = run(&mut command);
+        assert!(!ok, "{args:?}: {out}");
+        assert!(
+            err.contains(&format!("error: {} acts on AWS", args[0]))
+                && err.contains("add `aws = [\"tgq/aws\"]` under [features]"),
+            "{args:?}: {err}"
+        );
+    }
+    let mut left: Vec<_> = std::fs::read_dir(work.path())
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["Cargo.toml", "src"], "nothing was built or written");
 }

@@ -30,15 +30,35 @@ pub fn run_in_bot_crate() -> Option<ExitCode> {
     let Some(manifest) = bot_crate_around(&here) else {
         return refused_outside(&args, &here);
     };
+    // The AWS SDK is compiled into the crate's binary only for the commands that act on AWS.
+    let features: &[&str] = match acts_on_aws(&args) {
+        true if declares_aws(&manifest) => &["--features", "aws"],
+        true => {
+            errln!(
+                "error: {} acts on AWS, which the bot crate of {} builds with its `aws` feature, \
+                 and its Cargo.toml declares none: add `aws = [\"tgq/aws\"]` under [features] \
+                 (as `tgq new` writes it); nothing was changed",
+                first.unwrap_or("this command"),
+                manifest.display()
+            );
+            return Some(ExitCode::FAILURE);
+        }
+        false => &[],
+    };
     errln!(
-        "tgq: running the bot crate of {} (cargo run -- …)",
-        manifest.display()
+        "tgq: running the bot crate of {} (cargo run {}-- …)",
+        manifest.display(),
+        features
+            .iter()
+            .map(|arg| format!("{arg} "))
+            .collect::<String>()
     );
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut command = std::process::Command::new(cargo);
     command
         .args(["run", "--manifest-path"])
         .arg(&manifest)
+        .args(features)
         .arg("--")
         .args(&args)
         .env(STARTED_BY_TGQ, "1");
@@ -60,6 +80,37 @@ pub fn run_in_bot_crate() -> Option<ExitCode> {
         manifest.display()
     );
     Some(ExitCode::FAILURE)
+}
+
+/// Whether the command acts on AWS (`deploy`, `destroy`, `poll`, or a stack or its resources named
+/// by an option), so that the bot crate's binary must be built with its `aws` feature.
+fn acts_on_aws(args: &[OsString]) -> bool {
+    const COMMANDS: [&str; 3] = ["deploy", "destroy", "poll"];
+    const OPTIONS: [&str; 4] = ["--stack", "--table", "--queue-url", "--dlq-url"];
+    let command = args.first().and_then(|arg| arg.to_str());
+    command.is_some_and(|command| COMMANDS.contains(&command))
+        || args.iter().filter_map(|arg| arg.to_str()).any(|arg| {
+            OPTIONS.iter().any(|option| {
+                arg.strip_prefix(option)
+                    .is_some_and(|rest| rest.is_empty() || rest.starts_with('='))
+            })
+        })
+}
+
+/// Whether a bot crate's manifest declares the `aws` feature (`tgq new` writes `aws = [...]`
+/// under `[features]`).
+fn declares_aws(manifest: &Path) -> bool {
+    let Ok(text) = std::fs::read_to_string(manifest) else {
+        return false;
+    };
+    let Some(features) = text.split("[features]").nth(1) else {
+        return false;
+    };
+    let table = features.split("\n[").next().unwrap_or_default();
+    table.lines().any(|line| {
+        line.split_once('=')
+            .is_some_and(|(key, _)| key.trim() == "aws")
+    })
 }
 
 /// `tgq local` of the installed `tgq` outside any bot crate and outside tgq's repository, with no
@@ -190,6 +241,58 @@ mod tests {
         );
         for dir in [&library, &command, &workspace, &root.path().to_path_buf()] {
             assert_eq!(bot_crate_around(dir), None, "{}", dir.display());
+        }
+    }
+
+    #[test]
+    fn the_commands_that_act_on_aws_are_those_that_deploy_poll_or_name_a_stack() {
+        let args = |line: &str| line.split(' ').map(OsString::from).collect::<Vec<_>>();
+        for aws in [
+            "deploy",
+            "destroy --yes",
+            "poll",
+            "status --stack shop",
+            "dlq list --stack=shop",
+            "broadcast start --table t --queue-url q --dlq-url d",
+            "webhook set --stack shop",
+            "bots list --stack shop",
+        ] {
+            assert!(acts_on_aws(&args(aws)), "{aws}");
+        }
+        for local in [
+            "local --demo --exit",
+            "status",
+            "dlq list --data-dir .tgq",
+            "status --stacks",
+            "bots list",
+            "new shop",
+        ] {
+            assert!(!acts_on_aws(&args(local)), "{local}");
+        }
+    }
+
+    #[test]
+    fn the_aws_feature_is_read_from_the_features_table_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let manifest = dir.path().join("Cargo.toml");
+        let cases = [
+            (
+                "[package]\nname = \"a\"\n\n[features]\naws = [\"tgq/aws\"]\n",
+                true,
+            ),
+            (
+                "[features]\ndefault = [\"command\"]\naws=[\"tgq/aws\"]\n[dependencies]\n",
+                true,
+            ),
+            (
+                "[features]\ncommand = [\"tgq/command\"]\n\n[dependencies]\naws = \"1\"\n",
+                false,
+            ),
+            ("[package]\nname = \"a\"\n", false),
+        ];
+        for (text, declared) in cases {
+            std::fs::write(&manifest, text).unwrap();
+            assert_eq!(declares_aws(&manifest), declared, "{text}");
         }
     }
 }

@@ -43,6 +43,18 @@ pub(crate) fn handlers() -> anyhow::Result<HandlerRegistry> {
     Ok(bot())
 }
 
+/// The refusal of what acts on AWS (`what`: a command, or `--stack`) in a build without the `aws`
+/// feature: a bot crate's own build leaves the AWS SDK out, and the installed `tgq` turns the
+/// feature on for the commands that need it (docs/ARCHITECTURE.md §5).
+#[cfg(not(feature = "aws"))]
+pub(crate) fn without_aws(what: &str) -> anyhow::Error {
+    anyhow::anyhow!(
+        "{what} acts on AWS, and this build of the tgq command has none (its `aws` feature, which \
+         compiles the AWS SDK, is off): run it with the installed `tgq`, which turns the feature \
+         on in a bot crate's folder, or as `cargo run --features aws -- …`; nothing was changed"
+    )
+}
+
 /// Hosts a Telegram bot so that no update is lost, none is handled twice, and each chat's updates are
 /// handled in order.
 #[derive(Debug, Parser)]

@@ -190,19 +190,40 @@ mod tests {
         }
     }
 
-    /// The `key = value` lines of a manifest's `[profile.release]` table.
-    fn release_profile(manifest: &str) -> Vec<String> {
+    /// The `key = value` lines of a manifest's `[NAME]` table.
+    fn table(manifest: &str, name: &str) -> Vec<String> {
         let table = manifest
-            .split("[profile.release]\n")
+            .split(&format!("[{name}]\n"))
             .nth(1)
             .and_then(|rest| rest.split("\n[").next())
-            .expect("a [profile.release] table");
+            .unwrap_or_else(|| panic!("a [{name}] table"));
         table
             .lines()
             .map(str::trim)
             .filter(|line| !line.is_empty() && !line.starts_with('#'))
             .map(str::to_owned)
             .collect()
+    }
+
+    fn release_profile(manifest: &str) -> Vec<String> {
+        table(manifest, "profile.release")
+    }
+
+    #[test]
+    fn tgq_s_own_bots_have_the_features_of_a_new_crate() {
+        let new = FILES[0].1;
+        for (bot, manifest) in [
+            ("bot", include_str!("../../../bot/Cargo.toml")),
+            (
+                "examples/todo",
+                include_str!("../../../examples/todo/Cargo.toml"),
+            ),
+        ] {
+            for name in ["features", "package.metadata.lambda.build"] {
+                assert_eq!(table(manifest, name), table(new, name), "{bot}'s [{name}]");
+            }
+        }
+        assert!(table(new, "features").contains(&"aws = [\"tgq/aws\"]".to_owned()));
     }
 
     #[test]
@@ -248,6 +269,7 @@ mod tests {
         for line in [
             "default = [\"command\"]",
             "command = [\"tgq/command\"]",
+            "aws = [\"tgq/aws\"]",
             "lambda = [\"tgq/lambda\"]",
             "[package.metadata.lambda.build]\nno_default_features = true\nfeatures = [\"lambda\"]",
         ] {

@@ -18,18 +18,23 @@ use teloxide_core::payloads::{
     SetWebhookSetters as _,
 };
 use teloxide_core::types::AllowedUpdate;
+#[cfg(feature = "aws")]
 use tgq_aws::SsmRegistry;
 use tgq_core::clock::{Clock as _, SystemClock};
 use tgq_core::config::HandlerChoice;
 use tgq_core::config::Vars;
 use tgq_core::ids::BotId;
+#[cfg(feature = "aws")]
 use tgq_core::ports::DeadLetterReader as _;
-use tgq_core::registry::{BotEntry, Layout};
+use tgq_core::registry::BotEntry;
+#[cfg(feature = "aws")]
+use tgq_core::registry::Layout;
 use tgq_core::telegram::TelegramError;
 use tgq_embedded::BotsFile;
 use tgq_telegram::HttpBotApi;
 
 use super::client::Local;
+#[cfg(feature = "aws")]
 use super::target::Deployment;
 use super::webhook::{check_token, handler_update_kinds, update_kind, webhook_url};
 use crate::config::DEFAULT_DATA_DIR;
@@ -137,6 +142,7 @@ pub async fn run(command: BotsCommand) -> anyhow::Result<()> {
 
 /// The registry a command works on, and what it needs besides.
 enum Registry {
+    #[cfg(feature = "aws")]
     Aws {
         ssm: SsmRegistry,
         deployment: Box<Deployment>,
@@ -160,7 +166,13 @@ impl Registry {
                 data_dir,
             });
         };
-        let deployment = Deployment::of_stack(stack, args.region.clone()).await?;
+        Registry::on_stack(stack, args.region.clone()).await
+    }
+
+    /// The registry of a deployed stack: the SSM parameters under its BotsParameterPrefix output.
+    #[cfg(feature = "aws")]
+    async fn on_stack(stack: &str, region: Option<String>) -> anyhow::Result<Registry> {
+        let deployment = Deployment::of_stack(stack, region).await?;
         let Some(prefix) = deployment.bots_parameter_prefix.clone() else {
             bail!(
                 "the stack {stack} has no BotsParameterPrefix output: deploy it with this \
@@ -177,9 +189,16 @@ impl Registry {
         })
     }
 
+    /// Without the `aws` feature, a stack's registry is out of reach.
+    #[cfg(not(feature = "aws"))]
+    async fn on_stack(_: &str, _: Option<String>) -> anyhow::Result<Registry> {
+        Err(crate::without_aws("--stack"))
+    }
+
     /// Every complete bot, and the incomplete ones named (with why).
     async fn read(&self) -> anyhow::Result<(Vec<BotEntry>, Vec<(String, &'static str)>)> {
         match self {
+            #[cfg(feature = "aws")]
             Registry::Aws { ssm, .. } => {
                 let parsed = ssm.read().await.with_context(|| {
                     format!("cannot read the bots under {}", ssm.layout().prefix())
@@ -193,6 +212,7 @@ impl Registry {
     /// Whether anything of `id` is registered, complete or not.
     async fn has(&self, id: &BotId) -> anyhow::Result<bool> {
         match self {
+            #[cfg(feature = "aws")]
             Registry::Aws { ssm, .. } => Ok(ssm.exists(id).await?),
             Registry::Local { file, .. } => Ok(file.read()?.iter().any(|bot| &bot.id == id)),
         }
@@ -200,6 +220,7 @@ impl Registry {
 
     async fn put(&self, entry: &BotEntry) -> anyhow::Result<()> {
         match self {
+            #[cfg(feature = "aws")]
             Registry::Aws { ssm, .. } => Ok(ssm.put(entry).await?),
             Registry::Local { file, data_dir } => {
                 std::fs::create_dir_all(data_dir).with_context(|| {
@@ -214,6 +235,7 @@ impl Registry {
 
     async fn remove(&self, id: &BotId) -> anyhow::Result<()> {
         match self {
+            #[cfg(feature = "aws")]
             Registry::Aws { ssm, .. } => Ok(ssm.remove(id).await?),
             Registry::Local { file, .. } => {
                 let mut bots = file.read()?;
@@ -226,6 +248,7 @@ impl Registry {
     /// Where the registry is, in words.
     fn describe(&self) -> String {
         match self {
+            #[cfg(feature = "aws")]
             Registry::Aws { ssm, .. } => {
                 format!("the SSM parameters under {}", ssm.layout().prefix())
             }
@@ -237,6 +260,7 @@ impl Registry {
     /// Telegram's.
     fn api_url(&self, vars: &Vars) -> anyhow::Result<String> {
         let stack_url = match self {
+            #[cfg(feature = "aws")]
             Registry::Aws { deployment, .. } => deployment.telegram_api_url.clone(),
             Registry::Local { .. } => None,
         };
@@ -279,7 +303,7 @@ async fn add(args: AddArgs) -> anyhow::Result<()> {
         ),
     };
     let registry = Registry::open(&args.registry).await?;
-    if let Registry::Local { .. } = &registry {
+    if matches!(registry, Registry::Local { .. }) {
         // `tgq local` serves its environment's bot on /webhook under this id, and would pass a
         // registered bot of the same id over without a word.
         let own = vars.get("TGQ_BOT_ID");
@@ -312,6 +336,7 @@ async fn add(args: AddArgs) -> anyhow::Result<()> {
     let url = match (&registry, &args.webhook_url, args.offline) {
         (_, Some(url), _) => Some(url.clone()),
         (_, None, true) => None,
+        #[cfg(feature = "aws")]
         (
             Registry::Aws {
                 webhook_url_prefix: Some(prefix),
@@ -327,6 +352,7 @@ async fn add(args: AddArgs) -> anyhow::Result<()> {
                 )
             })?)
         }
+        #[cfg(feature = "aws")]
         (Registry::Aws { .. }, None, false) => {
             bail!("the stack has no BotWebhookUrlPrefix output: give --webhook-url")
         }
@@ -502,6 +528,7 @@ async fn queue_figures(
     registry: &Registry,
 ) -> anyhow::Result<(SharedQueue, BTreeMap<String, usize>)> {
     match registry {
+        #[cfg(feature = "aws")]
         Registry::Aws { deployment, .. } => {
             let (visible, in_flight) = deployment.queue().depth_by_state().await?;
             let (dead_visible, dead_in_flight) = deployment.dlq().depth_by_state().await?;

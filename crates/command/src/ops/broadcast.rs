@@ -6,6 +6,7 @@
 
 use std::io::Read as _;
 use std::path::PathBuf;
+#[cfg(feature = "aws")]
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,19 +14,25 @@ use anyhow::{bail, Context as _};
 use clap::{Args, Subcommand};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+#[cfg(feature = "aws")]
 use tgq_aws::{DynamoBroadcasts, SqsQueue, SsmRegistry};
+#[cfg(feature = "aws")]
+use tgq_core::broadcast::QueuedBroadcasts;
 use tgq_core::broadcast::{
     self, ahead_of, Audience, BroadcastId, BroadcastJob, BroadcastSpec, BroadcastStore, Change,
-    Changed, Created, JobState, Lane, QueuedBroadcasts, Recipient, Retried, StartError,
-    StateFilter, DEFAULT_PAID_RATE, DEFAULT_RESERVE_PERCENT, PAID_STARS_PER_MESSAGE,
+    Changed, Created, JobState, Lane, Recipient, Retried, StartError, StateFilter,
+    DEFAULT_PAID_RATE, DEFAULT_RESERVE_PERCENT, PAID_STARS_PER_MESSAGE,
 };
 use tgq_core::clock::{Clock as _, SystemClock};
 use tgq_core::ids::BotId;
+#[cfg(feature = "aws")]
 use tgq_core::registry::Layout;
 use tgq_embedded::EmbeddedStore;
 
 use super::client::{self, Local};
-use super::target::{Deployment, Target, TargetArgs};
+#[cfg(feature = "aws")]
+use super::target::Deployment;
+use super::target::{Target, TargetArgs};
 
 /// `tgq broadcast …`.
 #[derive(Debug, Subcommand)]
@@ -105,6 +112,7 @@ async fn retry(args: RetryArgs) -> anyhow::Result<()> {
             }
             Local::Running(addr) => client::post(addr, "/admin/broadcasts/retry", &request).await?,
         },
+        #[cfg(feature = "aws")]
         Jobs::Stack(store, _) => retry_here(&store, &request).await?,
     };
     if args.json {
@@ -317,6 +325,7 @@ enum Jobs {
     /// Local mode's store in this data directory.
     Local(PathBuf),
     /// A stack's table, its jobs run from its broadcasts queue; with the stack.
+    #[cfg(feature = "aws")]
     Stack(QueuedBroadcasts, Box<Deployment>),
 }
 
@@ -325,6 +334,7 @@ enum Jobs {
 async fn jobs(target: &TargetArgs) -> anyhow::Result<Jobs> {
     match target.resolve().await? {
         Target::Local(dir) => Ok(Jobs::Local(dir)),
+        #[cfg(feature = "aws")]
         Target::Aws(deployment) => {
             let Some(url) = deployment.broadcasts_queue_url.clone() else {
                 bail!(
@@ -348,6 +358,7 @@ async fn jobs(target: &TargetArgs) -> anyhow::Result<Jobs> {
 
 /// The bots a stack serves: its own (output `BotId`) and those of its registry (the SSM
 /// parameters under output `BotsParameterPrefix`).
+#[cfg(feature = "aws")]
 async fn served_on_stack(deployment: &Deployment) -> anyhow::Result<Vec<BotId>> {
     let mut served: Vec<BotId> = deployment
         .bot_id
@@ -448,6 +459,7 @@ async fn start(args: StartArgs) -> anyhow::Result<()> {
                 }
             }
         }
+        #[cfg(feature = "aws")]
         Jobs::Stack(store, deployment) => {
             let request = start_request(&args, deployment.bot_id.clone())?;
             // A job for a bot the stack does not serve would be paused by its first step with
@@ -576,6 +588,7 @@ async fn read_status(jobs: &Jobs, id: u64) -> anyhow::Result<StatusView> {
             .await?;
             view
         }
+        #[cfg(feature = "aws")]
         Jobs::Stack(store, _) => status_here(store, id).await?,
     };
     view.with_context(|| format!("there is no broadcast {id}; `tgq broadcast list` shows them"))
@@ -704,6 +717,7 @@ async fn list(args: ListArgs) -> anyhow::Result<()> {
             .await?
             .0
         }
+        #[cfg(feature = "aws")]
         Jobs::Stack(store, _) => store.jobs().await?,
     };
     if args.json {
@@ -758,6 +772,7 @@ async fn change(args: IdArgs, change: Change) -> anyhow::Result<()> {
                 client::post(addr, "/admin/broadcasts/change", &request).await?
             }
         },
+        #[cfg(feature = "aws")]
         Jobs::Stack(store, _) => change_here(&store, &request).await?,
     };
     if args.json {

@@ -153,6 +153,7 @@ impl Desk {
     /// The desk for `target`, acting as `principal` (the caller's IAM identity on AWS).
     async fn open(target: &TargetArgs, acts: bool) -> anyhow::Result<Desk> {
         match target.resolve().await? {
+            #[cfg(feature = "aws")]
             Target::Aws(deployment) => {
                 let principal = match acts {
                     true => deployment.principal().await?,

@@ -2,7 +2,9 @@
 //! mode's store, directly or through the running instance, see `client`), `tgq outbox` and
 //! `tgq backup` (local mode) and `tgq webhook` (the bot's webhook at Telegram).
 
+#[cfg(feature = "aws")]
 mod application;
+#[cfg(feature = "aws")]
 mod aws_status;
 pub mod bots;
 pub mod broadcast;
@@ -189,8 +191,16 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<()> {
         }
         return Ok(());
     }
+    #[cfg_attr(
+        not(feature = "aws"),
+        expect(
+            clippy::infallible_destructuring_match,
+            reason = "a stack needs the aws feature"
+        )
+    )]
     let data_dir = match args.target.resolve().await? {
         target::Target::Local(data_dir) => data_dir,
+        #[cfg(feature = "aws")]
         target::Target::Aws(deployment) => {
             let view = aws_status::read(&deployment).await?;
             match args.json {

@@ -6,6 +6,7 @@
 //! through that process's PATH only. Everything is checked before anything is installed, and
 //! nothing is installed without consent: asked in a terminal, given with `--yes`.
 
+#[cfg(feature = "aws")]
 use std::ffi::OsString;
 use std::io::{BufRead as _, IsTerminal as _, Write as _};
 use std::path::{Path, PathBuf};
@@ -42,6 +43,7 @@ pub struct SetupArgs {
 }
 
 /// The tools a deploy runs.
+#[cfg(feature = "aws")]
 pub struct Tools {
     /// The SAM CLI.
     pub sam: PathBuf,
@@ -90,6 +92,7 @@ pub fn setup(args: SetupArgs) -> anyhow::Result<()> {
 /// is on PATH (or in the workspace's `.venv/bin`), else the cache's, installed with consent
 /// (`yes`, or asked in a terminal). `build`: the functions are built here, so cargo-lambda, zig
 /// and the Rust target are needed too. Everything is checked before anything is installed.
+#[cfg(feature = "aws")]
 pub fn for_deploy(architecture: Architecture, build: bool, yes: bool) -> anyhow::Result<Tools> {
     let cache = ToolCache::locate()?;
     let ready = cache.ready();
@@ -133,6 +136,7 @@ pub fn for_deploy(architecture: Architecture, build: bool, yes: bool) -> anyhow:
 }
 
 /// The error naming every tool a deploy misses and how to get each, then `why` none was installed.
+#[cfg(feature = "aws")]
 fn missing_tools(
     cache: &ToolCache,
     architecture: Architecture,
@@ -174,11 +178,13 @@ fn missing_tools(
 
 /// The SAM CLI on the user's PATH (or in the workspace's `.venv/bin`), and whether cargo-lambda
 /// and zig are there too.
+#[cfg(feature = "aws")]
 struct OwnTools {
     sam: PathBuf,
     complete: bool,
 }
 
+#[cfg(feature = "aws")]
 fn own_tools() -> Option<OwnTools> {
     let sam = find("sam")?;
     let complete =
@@ -187,6 +193,7 @@ fn own_tools() -> Option<OwnTools> {
 }
 
 /// Finds `name` on PATH, or in `.venv/bin` (where `scripts/venv` installs the pinned tools).
+#[cfg(feature = "aws")]
 fn find(name: &str) -> Option<PathBuf> {
     let venv = Path::new(".venv/bin").join(name);
     on_path(name).or_else(|| venv.is_file().then_some(venv))
@@ -320,6 +327,7 @@ impl ToolCache {
 
     /// The cache's tools, for a deploy: its SAM CLI, run with its bin directory first on PATH
     /// (where the SAM CLI finds cargo-lambda, and cargo-lambda the Python that holds zig).
+    #[cfg(feature = "aws")]
     fn tools(&self) -> anyhow::Result<Tools> {
         let mut dirs = vec![self.bin()];
         dirs.extend(

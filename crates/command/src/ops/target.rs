@@ -4,11 +4,15 @@
 //! `AWS_ENDPOINT_URL` apply.
 
 use std::path::PathBuf;
+#[cfg(feature = "aws")]
 use std::sync::Arc;
 
+#[cfg(feature = "aws")]
 use anyhow::{bail, Context as _};
+#[cfg(feature = "aws")]
 use aws_config::SdkConfig;
 use clap::Args;
+#[cfg(feature = "aws")]
 use tgq_aws::{DynamoStore, SqsQueue};
 
 use crate::config::DEFAULT_DATA_DIR;
@@ -42,10 +46,12 @@ pub enum Target {
     /// Local mode's store in this data directory.
     Local(PathBuf),
     /// A deployment on AWS.
+    #[cfg(feature = "aws")]
     Aws(Box<Deployment>),
 }
 
 /// A deployment's resources and settings, as far as the command was told or the stack says.
+#[cfg(feature = "aws")]
 pub struct Deployment {
     /// The stack, when named.
     pub stack: Option<String>,
@@ -79,6 +85,7 @@ pub struct Deployment {
 
 impl TargetArgs {
     /// Resolves the target: reads the stack's outputs when a stack is named.
+    #[cfg(feature = "aws")]
     pub async fn resolve(&self) -> anyhow::Result<Target> {
         if let (Some(table), Some(queue_url), Some(dlq_url)) =
             (&self.table, &self.queue_url, &self.dlq_url)
@@ -94,8 +101,21 @@ impl TargetArgs {
             None => Ok(Target::Local(self.data_dir.clone())),
         }
     }
+
+    /// Without the `aws` feature: local mode's data directory, and a refusal when a stack or its
+    /// resources are named.
+    #[cfg(not(feature = "aws"))]
+    pub async fn resolve(&self) -> anyhow::Result<Target> {
+        match self.stack.is_some() || self.table.is_some() {
+            true => Err(crate::without_aws(
+                "--stack (or --table, --queue-url and --dlq-url)",
+            )),
+            false => Ok(Target::Local(self.data_dir.clone())),
+        }
+    }
 }
 
+#[cfg(feature = "aws")]
 impl Deployment {
     /// A deployment named by its resources alone (no stack, so nothing of its outputs).
     pub async fn of_resources(
@@ -214,6 +234,7 @@ impl Deployment {
 /// sessions and `credential_process`, web identity, the container and instance metadata), in
 /// `region` when given. Without credentials it fails with one line saying how to sign in, instead
 /// of the SDK's warnings from every provider it tried.
+#[cfg(feature = "aws")]
 pub async fn sign_in(region: Option<String>) -> anyhow::Result<SdkConfig> {
     use aws_credential_types::provider::ProvideCredentials as _;
     let sdk = tgq_aws::aws_config_in(region).await;
@@ -235,6 +256,7 @@ pub async fn sign_in(region: Option<String>) -> anyhow::Result<SdkConfig> {
 }
 
 /// A long error chain on one line, for a one-line message.
+#[cfg(feature = "aws")]
 fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }

@@ -5,11 +5,15 @@ use anyhow::bail;
 use clap::{Args, Subcommand};
 use serde::{Deserialize, Serialize};
 use tgq_core::clock::{Clock as _, SystemClock};
-use tgq_core::ids::{BotId, GroupKey, StateKey, UpdateId};
+use tgq_core::ids::{BotId, GroupKey};
+#[cfg(feature = "aws")]
+use tgq_core::ids::{StateKey, UpdateId};
 use tgq_embedded::{Cancelled, EmbeddedStore, PendingTimer};
 
 use super::client::{self, Local};
-use super::target::{Deployment, Target, TargetArgs};
+#[cfg(feature = "aws")]
+use super::target::Deployment;
+use super::target::{Target, TargetArgs};
 use super::DEFAULT_LIMIT;
 
 /// `tgq timers …`.
@@ -88,6 +92,7 @@ async fn list(args: ListArgs) -> anyhow::Result<()> {
             .await?;
             timers
         }
+        #[cfg(feature = "aws")]
         Target::Aws(deployment) => deployment
             .store()
             .pending_timers(limit)
@@ -142,6 +147,7 @@ fn human(secs: u64) -> String {
 async fn cancel(args: CancelArgs) -> anyhow::Result<()> {
     let target = args.target.resolve().await?;
     let default_bot = match &target {
+        #[cfg(feature = "aws")]
         Target::Aws(deployment) => deployment.bot_id.clone(),
         Target::Local(_) => None,
     };
@@ -165,6 +171,7 @@ async fn cancel(args: CancelArgs) -> anyhow::Result<()> {
             }
             Local::Running(addr) => client::post(addr, "/admin/timers/cancel", &request).await?,
         },
+        #[cfg(feature = "aws")]
         Target::Aws(deployment) => cancel_on_stack(&deployment, &request).await?,
     };
     match (args.json, view.cancelled) {
@@ -188,6 +195,7 @@ async fn cancel(args: CancelArgs) -> anyhow::Result<()> {
 /// Cancels in a stack's table, then deletes the timer's schedule if it has one that has not
 /// fired: without it the schedule fires and the timer is acknowledged without running, so a
 /// failure to delete it is only said.
+#[cfg(feature = "aws")]
 async fn cancel_on_stack(
     deployment: &Deployment,
     request: &CancelRequest,

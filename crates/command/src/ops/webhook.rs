@@ -13,13 +13,16 @@ use teloxide_core::payloads::{
     DeleteWebhook, DeleteWebhookSetters as _, GetWebhookInfo, SetWebhook, SetWebhookSetters as _,
 };
 use teloxide_core::types::AllowedUpdate;
-use tgq_core::config::{SecretSource, Vars};
+#[cfg(feature = "aws")]
+use tgq_core::config::SecretSource;
+use tgq_core::config::Vars;
 use tgq_core::handler::EVERY_UPDATE_KIND;
 use tgq_core::ids::BotId;
 use tgq_core::telegram::{ApiCall, BotApi, CallError, TelegramError};
 use tgq_core::BotConfig;
 use tgq_telegram::HttpBotApi;
 
+#[cfg(feature = "aws")]
 use super::target::Deployment;
 use crate::config::{self, SecretOrigin, DEFAULT_DATA_DIR};
 
@@ -169,6 +172,7 @@ async fn set(args: SetArgs, vars: &Vars) -> anyhow::Result<()> {
 
 /// `tgq webhook set --stack NAME` as `tgq deploy` ends: the stack's URL, secret and token, the
 /// handlers' update kinds, confirmed with getWebhookInfo.
+#[cfg(feature = "aws")]
 pub(crate) async fn set_for_stack(stack: &str, region: Option<String>) -> anyhow::Result<()> {
     let args = SetArgs {
         url: None,
@@ -213,6 +217,7 @@ async fn from_environment(args: &SetArgs, vars: &Vars) -> anyhow::Result<Setting
 
 /// The setting from a deployed stack: its WebhookUrl output, its secret parameter, and its token
 /// parameter unless TELEGRAM_BOT_TOKEN is set.
+#[cfg(feature = "aws")]
 async fn from_stack(args: &SetArgs, stack: &str, vars: &Vars) -> anyhow::Result<Setting> {
     let deployment = Deployment::of_stack(stack, args.region.clone()).await?;
     let url = match (&args.url, &deployment.webhook_url) {
@@ -253,6 +258,12 @@ async fn from_stack(args: &SetArgs, stack: &str, vars: &Vars) -> anyhow::Result<
         api_url,
         allowed_updates: allowed_updates(args, vars).await?,
     })
+}
+
+/// Without the `aws` feature, a stack's webhook is out of reach.
+#[cfg(not(feature = "aws"))]
+async fn from_stack(_: &SetArgs, _: &str, _: &Vars) -> anyhow::Result<Setting> {
+    Err(crate::without_aws("--stack"))
 }
 
 /// `--allowed-updates`, or every kind the bot's handler declares.
