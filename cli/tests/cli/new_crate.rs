@@ -112,7 +112,7 @@ fn its_own_build_compiles_no_aws(dir: &Path) {
         let mut tree = clean(Command::new("cargo"));
         tree.args(["tree", "--offline"])
             .args(features)
-            .args(["-e", "normal", "--prefix", "none", "--format", "{p}"])
+            .args(["-e", "normal,dev", "--prefix", "none", "--format", "{p}"])
             .current_dir(dir);
         let (ok, linked, err) = run(&mut tree);
         assert!(ok, "cargo tree: {err}");
@@ -409,12 +409,13 @@ fn tgq_local_outside_a_bot_crate_says_what_it_looked_for_and_writes_nothing() {
 
 /// A bot crate whose Cargo.toml has no `aws` feature (made before `tgq new` wrote one) cannot
 /// build its binary for a command that acts on AWS: the installed `tgq` says what to add, before
-/// it builds or changes anything.
+/// it runs cargo. Its other commands, and help, run as the crate's binary as before.
 #[test]
 fn a_stack_command_in_a_crate_without_the_aws_feature_says_what_to_add() {
     let work = tempfile::tempdir().unwrap();
-    let manifest = "[package]\nname = \"old-bot\"\nversion = \"0.1.0\"\n\n[features]\n\
-                    default = [\"command\"]\ncommand = [\"tgq/command\"]\n";
+    let manifest = "[package]\nname = \"old-bot\"\nversion = \"0.1.0\"\n\n[dependencies]\n\
+                    tgq = \"0.1\"\n\n[features]\ndefault = [\"command\"]\n\
+                    command = [\"tgq/command\"]\n";
     std::fs::write(work.path().join("Cargo.toml"), manifest).unwrap();
     std::fs::create_dir(work.path().join("src")).unwrap();
     std::fs::write(
@@ -422,24 +423,60 @@ fn a_stack_command_in_a_crate_without_the_aws_feature_says_what_to_add() {
         "fn main() -> std::process::ExitCode { tgq::main(old_bot::handlers) }\n",
     )
     .unwrap();
-    for args in [
-        vec!["status", "--stack", "shop"],
-        vec!["deploy", "--stack", "shop"],
-    ] {
+    // cargo as the installed `tgq` runs it: a stand-in that records its arguments.
+    let tools = tempfile::tempdir().unwrap();
+    let calls = tools.path().join("cargo-calls");
+    let cargo = tools.path().join("cargo");
+    std::fs::write(
+        &cargo,
+        format!("#!/bin/sh\necho \"$*\" >> '{}'\n", calls.display()),
+    )
+    .unwrap();
+    let mut permissions = std::fs::metadata(&cargo).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o755);
+    std::fs::set_permissions(&cargo, permissions).unwrap();
+    let tgq = |args: &[&str]| {
         let mut command = clean(Command::new(env!("CARGO_BIN_EXE_tgq")));
-        command.args(&args).current_dir(work.path());
-        let (ok, out, err) = run(&mut command);
+        command
+            .args(args)
+            .env("CARGO", &cargo)
+            .current_dir(work.path());
+        run(&mut command)
+    };
+    for (args, what) in [
+        (vec!["status", "--stack", "shop"], "status --stack"),
+        (vec!["deploy", "--stack", "shop"], "deploy"),
+    ] {
+        let (ok, out, err) = tgq(&args);
         assert!(!ok, "{args:?}: {out}");
         assert!(
-            err.contains(&format!("error: {} acts on AWS", args[0]))
+            err.contains(&format!("error: {what} acts on AWS"))
                 && err.contains("add `aws = [\"tgq/aws\"]` under [features]"),
             "{args:?}: {err}"
         );
     }
+    assert!(!calls.exists(), "cargo ran for a refused command");
+
+    for args in [vec!["status"], vec!["deploy", "--help"]] {
+        let (ok, out, err) = tgq(&args);
+        assert!(ok, "{args:?}: {out}{err}");
+    }
+    let manifest = work.path().canonicalize().unwrap().join("Cargo.toml");
+    let calls = std::fs::read_to_string(&calls).unwrap();
+    assert_eq!(
+        calls.lines().collect::<Vec<_>>(),
+        [
+            format!("run --manifest-path {} -- status", manifest.display()),
+            format!(
+                "run --manifest-path {} -- deploy --help",
+                manifest.display()
+            ),
+        ]
+    );
     let mut left: Vec<_> = std::fs::read_dir(work.path())
         .unwrap()
         .map(|entry| entry.unwrap().file_name())
         .collect();
     left.sort();
-    assert_eq!(left, ["Cargo.toml", "src"], "nothing was built or written");
+    assert_eq!(left, ["Cargo.toml", "src"], "nothing was written");
 }

@@ -1,5 +1,5 @@
 //! The installed `tgq` in a bot crate's folder (one `tgq new` made): the command runs as that
-//! crate's own binary (`cargo run -- ARGS`), so `tgq local`, `tgq bots add` and `tgq webhook set`
+//! crate's own binary (`cargo run -- ARGS`, with `--features aws` for what acts on AWS), so `tgq local`, `tgq bots add` and `tgq webhook set`
 //! serve and ask the crate's handlers, not those built into `tgq`.
 
 use std::ffi::OsString;
@@ -31,19 +31,19 @@ pub fn run_in_bot_crate() -> Option<ExitCode> {
         return refused_outside(&args, &here);
     };
     // The AWS SDK is compiled into the crate's binary only for the commands that act on AWS.
-    let features: &[&str] = match acts_on_aws(&args) {
-        true if declares_aws(&manifest) => &["--features", "aws"],
-        true => {
+    let features: &[&str] = match on_aws(&args) {
+        Some(_) if declares_aws(&manifest) => &["--features", "aws"],
+        Some(what) => {
             errln!(
-                "error: {} acts on AWS, which the bot crate of {} builds with its `aws` feature, \
-                 and its Cargo.toml declares none: add `aws = [\"tgq/aws\"]` under [features] \
-                 (as `tgq new` writes it); nothing was changed",
-                first.unwrap_or("this command"),
+                "error: {what} acts on AWS, which the bot crate of {} builds with its `aws` \
+                 feature, and its Cargo.toml declares none that turns on `tgq/aws`: add \
+                 `aws = [\"tgq/aws\"]` under [features] (as `tgq new` writes it); nothing was \
+                 changed",
                 manifest.display()
             );
             return Some(ExitCode::FAILURE);
         }
-        false => &[],
+        None => &[],
     };
     errln!(
         "tgq: running the bot crate of {} (cargo run {}-- …)",
@@ -82,35 +82,62 @@ pub fn run_in_bot_crate() -> Option<ExitCode> {
     Some(ExitCode::FAILURE)
 }
 
-/// Whether the command acts on AWS (`deploy`, `destroy`, `poll`, or a stack or its resources named
-/// by an option), so that the bot crate's binary must be built with its `aws` feature.
-fn acts_on_aws(args: &[OsString]) -> bool {
+/// What of the command acts on AWS (`deploy`, `destroy`, `poll`, or an option naming a stack or
+/// its resources, as in `status --stack`), so that the bot crate's binary must be built with its
+/// `aws` feature. A request for help acts on nothing: the crate's binary answers it as it is.
+fn on_aws(args: &[OsString]) -> Option<String> {
     const COMMANDS: [&str; 3] = ["deploy", "destroy", "poll"];
     const OPTIONS: [&str; 4] = ["--stack", "--table", "--queue-url", "--dlq-url"];
-    let command = args.first().and_then(|arg| arg.to_str());
-    command.is_some_and(|command| COMMANDS.contains(&command))
-        || args.iter().filter_map(|arg| arg.to_str()).any(|arg| {
-            OPTIONS.iter().any(|option| {
-                arg.strip_prefix(option)
-                    .is_some_and(|rest| rest.is_empty() || rest.starts_with('='))
-            })
+    let args: Vec<&str> = args.iter().filter_map(|arg| arg.to_str()).collect();
+    if args.iter().any(|arg| *arg == "--help" || *arg == "-h") {
+        return None;
+    }
+    let command = *args.first()?;
+    if COMMANDS.contains(&command) {
+        return Some(command.to_owned());
+    }
+    let option = args.iter().find_map(|arg| {
+        OPTIONS.into_iter().find(|option| {
+            arg.strip_prefix(option)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('='))
         })
+    })?;
+    Some(format!("{command} {option}"))
 }
 
-/// Whether a bot crate's manifest declares the `aws` feature (`tgq new` writes `aws = [...]`
-/// under `[features]`).
+/// Whether a bot crate's manifest declares an `aws` feature that turns on the `tgq` crate's, as
+/// `tgq new` writes it: `aws = ["tgq/aws"]` under `[features]` (its list may span lines).
 fn declares_aws(manifest: &Path) -> bool {
     let Ok(text) = std::fs::read_to_string(manifest) else {
         return false;
     };
-    let Some(features) = text.split("[features]").nth(1) else {
-        return false;
-    };
-    let table = features.split("\n[").next().unwrap_or_default();
-    table.lines().any(|line| {
-        line.split_once('=')
-            .is_some_and(|(key, _)| key.trim() == "aws")
-    })
+    // The `[features]` table's entries, each key with its value's text: a line at the top level
+    // starts a table or an entry, and a list open across lines keeps the lines after it in its
+    // entry.
+    let mut entries: Vec<(String, String)> = Vec::new();
+    let (mut in_features, mut depth) = (false, 0usize);
+    for line in text.lines() {
+        let line = line.split('#').next().unwrap_or_default().trim();
+        if depth == 0 && line.starts_with('[') {
+            in_features = line.trim_matches(['[', ']', ' ']) == "features";
+            continue;
+        }
+        let top = depth == 0;
+        depth = (depth + line.matches('[').count()).saturating_sub(line.matches(']').count());
+        if !in_features {
+            continue;
+        }
+        match (top, line.split_once('='), entries.last_mut()) {
+            (true, Some((key, value)), _) => {
+                entries.push((key.trim().trim_matches('"').to_owned(), value.to_owned()));
+            }
+            (false, _, Some((_, value))) => value.push_str(line),
+            _ => {}
+        }
+    }
+    entries
+        .iter()
+        .any(|(key, value)| key == "aws" && value.contains("\"tgq/aws\""))
 }
 
 /// `tgq local` of the installed `tgq` outside any bot crate and outside tgq's repository, with no
@@ -247,17 +274,20 @@ mod tests {
     #[test]
     fn the_commands_that_act_on_aws_are_those_that_deploy_poll_or_name_a_stack() {
         let args = |line: &str| line.split(' ').map(OsString::from).collect::<Vec<_>>();
-        for aws in [
-            "deploy",
-            "destroy --yes",
-            "poll",
-            "status --stack shop",
-            "dlq list --stack=shop",
-            "broadcast start --table t --queue-url q --dlq-url d",
-            "webhook set --stack shop",
-            "bots list --stack shop",
+        for (aws, what) in [
+            ("deploy", "deploy"),
+            ("destroy --yes", "destroy"),
+            ("poll", "poll"),
+            ("status --stack shop", "status --stack"),
+            ("dlq list --stack=shop", "dlq --stack"),
+            (
+                "broadcast start --table t --queue-url q --dlq-url d",
+                "broadcast --table",
+            ),
+            ("webhook set --stack shop", "webhook --stack"),
+            ("bots list --stack shop", "bots --stack"),
         ] {
-            assert!(acts_on_aws(&args(aws)), "{aws}");
+            assert_eq!(on_aws(&args(aws)).as_deref(), Some(what), "{aws}");
         }
         for local in [
             "local --demo --exit",
@@ -266,8 +296,10 @@ mod tests {
             "status --stacks",
             "bots list",
             "new shop",
+            "deploy --help",
+            "status --stack shop -h",
         ] {
-            assert!(!acts_on_aws(&args(local)), "{local}");
+            assert_eq!(on_aws(&args(local)), None, "{local}");
         }
     }
 
@@ -276,18 +308,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let manifest = dir.path().join("Cargo.toml");
         let cases = [
-            (
-                "[package]\nname = \"a\"\n\n[features]\naws = [\"tgq/aws\"]\n",
-                true,
-            ),
-            (
-                "[features]\ndefault = [\"command\"]\naws=[\"tgq/aws\"]\n[dependencies]\n",
-                true,
-            ),
-            (
-                "[features]\ncommand = [\"tgq/command\"]\n\n[dependencies]\naws = \"1\"\n",
-                false,
-            ),
+            ("[features]\naws = [\"tgq/aws\"]\n", true),
+            ("[features]\ndefault = [\"command\"]\naws=[\"tgq/aws\"]\n[dependencies]\n", true),
+            ("[ features ]  # ours\n\"aws\" = [\n  \"tgq/aws\",\n]\n", true),
+            ("# [features] below\n[features]\ncommand = [\n  \"tgq/command\",\n]\naws = [\"tgq/aws\"]\n", true),
+            ("[features]\naws = []\nlambda = [\"tgq/lambda\", \"tgq/aws\"]\n", false),
+            ("[features]\ncommand = [\"tgq/command\"]\n\n[dependencies]\naws = \"tgq/aws\"\n", false),
+            ("[features]\n# aws = [\"tgq/aws\"]\n", false),
             ("[package]\nname = \"a\"\n", false),
         ];
         for (text, declared) in cases {

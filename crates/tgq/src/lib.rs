@@ -11,9 +11,9 @@
 //! worker Lambda and `tgq local` build the one a bot's settings name. The crate's binary is one
 //! line, `fn main() -> ExitCode { tgq::main(my_bot::handlers) }` (`tgq new` writes it): with the
 //! `command` feature it is the `tgq` command for those handlers (`cargo run -- local`; with `aws`
-//! as well, the commands that act on AWS: `deploy`, `poll`, any `--stack`), and with the `lambda`
-//! feature, which `tgq deploy`'s build turns on, it is the stack's webhook and worker functions,
-//! chosen by [`FUNCTION`] in its environment.
+//! as well, the commands that act on AWS: `deploy`, `destroy`, `poll`, any `--stack` or
+//! `--table`), and with the `lambda` feature, which `tgq deploy`'s build turns on, it is the
+//! stack's webhook and worker functions, chosen by [`FUNCTION`] in its environment.
 //!
 //! ```
 //! use tgq::prelude::*;
