@@ -3,6 +3,8 @@
 //! bot (its replies in the demo's summary), not the bot built into `tgq`, and `tgq deploy` there
 //! builds the crate's own functions (the SAM CLI a stand-in, the stack on moto).
 
+use std::collections::BTreeSet;
+use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -41,6 +43,28 @@ fn run(command: &mut Command) -> (bool, String, String) {
         String::from_utf8_lossy(&output.stdout).into_owned(),
         String::from_utf8_lossy(&output.stderr).into_owned(),
     )
+}
+
+/// The packages the crate at `dir` links with `features` (cargo tree's arguments), by name:
+/// `edges` `normal` for what its binary links, `normal,dev` for what `cargo test` builds too.
+fn linked(dir: &Path, features: &[&str], edges: &str) -> BTreeSet<String> {
+    let mut tree = clean(Command::new("cargo"));
+    tree.args(["tree", "--offline"])
+        .args(features)
+        .args(["-e", edges, "--prefix", "none", "--format", "{p}"])
+        .current_dir(dir);
+    let (ok, out, err) = run(&mut tree);
+    assert!(ok, "cargo tree: {err}");
+    out.lines()
+        .filter_map(|line| line.split(' ').next())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A shell script at `path` that the tests run in place of a tool.
+fn stand_in(path: &Path, script: &str) {
+    std::fs::write(path, format!("#!/bin/sh\n{script}\n")).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -108,30 +132,18 @@ async fn a_new_crate_passes_its_tests_runs_its_bot_locally_and_deploys_its_own_f
 /// the installed `tgq` turns on for the commands that act on AWS, does. Its binary built without
 /// the feature refuses such a command, saying how to run it.
 fn its_own_build_compiles_no_aws(dir: &Path) {
-    let linked = |features: &[&str]| {
-        let mut tree = clean(Command::new("cargo"));
-        tree.args(["tree", "--offline"])
-            .args(features)
-            .args(["-e", "normal,dev", "--prefix", "none", "--format", "{p}"])
-            .current_dir(dir);
-        let (ok, linked, err) = run(&mut tree);
-        assert!(ok, "cargo tree: {err}");
-        linked
-    };
-    let own = linked(&[]);
-    assert!(own.contains("tgq-command"), "{own}");
-    for aws in ["tgq-aws ", "aws-config ", "aws-sdk-"] {
-        assert!(
-            !own.lines().any(|line| line.starts_with(aws)),
-            "the crate's own build links {aws}"
-        );
+    let own = linked(dir, &[], "normal,dev");
+    assert!(own.contains("tgq-command"), "{own:?}");
+    for aws in ["tgq-aws", "aws-config"] {
+        assert!(!own.contains(aws), "the crate's own build links {aws}");
     }
-    let with_aws = linked(&["--features", "aws"]);
-    for aws in ["tgq-aws ", "aws-sdk-cloudformation ", "aws-sdk-sso "] {
-        assert!(
-            with_aws.lines().any(|line| line.starts_with(aws)),
-            "the aws feature links {aws}"
-        );
+    assert!(
+        !own.iter().any(|package| package.starts_with("aws-sdk-")),
+        "the crate's own build links aws-sdk-"
+    );
+    let with_aws = linked(dir, &["--features", "aws"], "normal,dev");
+    for aws in ["tgq-aws", "aws-sdk-cloudformation", "aws-sdk-sso"] {
+        assert!(with_aws.contains(aws), "the aws feature links {aws}");
     }
 
     // The binary the demo ran, asked for a stack.
@@ -169,11 +181,10 @@ async fn deploys_its_own_functions(dir: &Path) {
     let tools = tempfile::tempdir().unwrap();
     let bin = crate::aws::deploy_tools(tools.path());
     let calls = tools.path().join("sam-calls");
-    std::fs::write(
-        bin.join("sam"),
-        format!("#!/bin/sh\necho \"$PWD $*\" >> '{}'\n", calls.display()),
-    )
-    .unwrap();
+    stand_in(
+        &bin.join("sam"),
+        &format!("echo \"$PWD $*\" >> '{}'", calls.display()),
+    );
     // The stand-ins first; cargo, which builds the crate's binary with its `aws` feature and runs
     // it, and the C toolchain that build links with, after them.
     let cargo_bin = which("cargo");
@@ -255,19 +266,12 @@ async fn deploys_its_own_functions(dir: &Path) {
 /// names: `lambda` without the default `command`) compiles, and its binary is a function as its
 /// environment says, or says it has no command.
 fn its_functions_build_without_the_command(dir: &Path) {
-    let mut tree = clean(Command::new("cargo"));
-    tree.args([
-        "tree",
-        "--offline",
-        "--no-default-features",
-        "--features",
-        "lambda",
-    ])
-    .args(["-e", "normal", "--prefix", "none", "--format", "{p}"])
-    .current_dir(dir);
-    let (ok, linked, err) = run(&mut tree);
-    assert!(ok, "cargo tree: {err}");
-    assert!(linked.contains("tgq-aws"), "{linked}");
+    let linked = linked(
+        dir,
+        &["--no-default-features", "--features", "lambda"],
+        "normal",
+    );
+    assert!(linked.contains("tgq-aws"), "{linked:?}");
     for tool in [
         "tgq-command",
         "tgq-embedded",
@@ -275,12 +279,7 @@ fn its_functions_build_without_the_command(dir: &Path) {
         "redb",
         "aws-sdk-sso",
     ] {
-        assert!(
-            !linked
-                .lines()
-                .any(|line| line.starts_with(&format!("{tool} "))),
-            "the functions link {tool}"
-        );
+        assert!(!linked.contains(tool), "the functions link {tool}");
     }
 
     let mut build = clean(Command::new("cargo"));
@@ -427,14 +426,7 @@ fn a_stack_command_in_a_crate_without_the_aws_feature_says_what_to_add() {
     let tools = tempfile::tempdir().unwrap();
     let calls = tools.path().join("cargo-calls");
     let cargo = tools.path().join("cargo");
-    std::fs::write(
-        &cargo,
-        format!("#!/bin/sh\necho \"$*\" >> '{}'\n", calls.display()),
-    )
-    .unwrap();
-    let mut permissions = std::fs::metadata(&cargo).unwrap().permissions();
-    std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o755);
-    std::fs::set_permissions(&cargo, permissions).unwrap();
+    stand_in(&cargo, &format!("echo \"$*\" >> '{}'", calls.display()));
     let tgq = |args: &[&str]| {
         let mut command = clean(Command::new(env!("CARGO_BIN_EXE_tgq")));
         command

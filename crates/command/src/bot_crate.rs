@@ -88,10 +88,10 @@ pub fn run_in_bot_crate() -> Option<ExitCode> {
 fn on_aws(args: &[OsString]) -> Option<String> {
     const COMMANDS: [&str; 3] = ["deploy", "destroy", "poll"];
     const OPTIONS: [&str; 4] = ["--stack", "--table", "--queue-url", "--dlq-url"];
-    let args: Vec<&str> = args.iter().filter_map(|arg| arg.to_str()).collect();
-    if args.iter().any(|arg| *arg == "--help" || *arg == "-h") {
+    if asks_for_help(args) {
         return None;
     }
+    let args: Vec<&str> = args.iter().filter_map(|arg| arg.to_str()).collect();
     let command = *args.first()?;
     if COMMANDS.contains(&command) {
         return Some(command.to_owned());
@@ -105,39 +105,51 @@ fn on_aws(args: &[OsString]) -> Option<String> {
     Some(format!("{command} {option}"))
 }
 
+/// Whether the command line asks for help (`-h`, `--help`), which acts on nothing.
+fn asks_for_help(args: &[OsString]) -> bool {
+    args.iter().any(|arg| arg == "--help" || arg == "-h")
+}
+
 /// Whether a bot crate's manifest declares an `aws` feature that turns on the `tgq` crate's, as
 /// `tgq new` writes it: `aws = ["tgq/aws"]` under `[features]` (its list may span lines).
 fn declares_aws(manifest: &Path) -> bool {
     let Ok(text) = std::fs::read_to_string(manifest) else {
         return false;
     };
-    // The `[features]` table's entries, each key with its value's text: a line at the top level
-    // starts a table or an entry, and a list open across lines keeps the lines after it in its
-    // entry.
+    manifest_table(&text, "features")
+        .iter()
+        .any(|(key, value)| key == "aws" && value.contains("\"tgq/aws\""))
+}
+
+/// The entries of a manifest's `[name]` table, each key (unquoted) with its value's text, read as
+/// `tgq new` and `cargo new` write manifests: comments are left out, a line at the top level
+/// starts a table or an entry, and a list open across lines keeps the lines after it in its entry.
+pub(crate) fn manifest_table(text: &str, name: &str) -> Vec<(String, String)> {
     let mut entries: Vec<(String, String)> = Vec::new();
-    let (mut in_features, mut depth) = (false, 0usize);
+    let (mut inside, mut depth) = (false, 0usize);
     for line in text.lines() {
         let line = line.split('#').next().unwrap_or_default().trim();
         if depth == 0 && line.starts_with('[') {
-            in_features = line.trim_matches(['[', ']', ' ']) == "features";
+            inside = line.trim_matches(['[', ']', ' ']) == name;
             continue;
         }
         let top = depth == 0;
         depth = (depth + line.matches('[').count()).saturating_sub(line.matches(']').count());
-        if !in_features {
+        if !inside {
             continue;
         }
         match (top, line.split_once('='), entries.last_mut()) {
             (true, Some((key, value)), _) => {
-                entries.push((key.trim().trim_matches('"').to_owned(), value.to_owned()));
+                entries.push((
+                    key.trim().trim_matches('"').to_owned(),
+                    value.trim().to_owned(),
+                ));
             }
             (false, _, Some((_, value))) => value.push_str(line),
             _ => {}
         }
     }
     entries
-        .iter()
-        .any(|(key, value)| key == "aws" && value.contains("\"tgq/aws\""))
 }
 
 /// `tgq local` of the installed `tgq` outside any bot crate and outside tgq's repository, with no
@@ -145,8 +157,11 @@ fn declares_aws(manifest: &Path) -> bool {
 /// It would run the example bot built into the command, which is nobody's bot.
 fn refused_outside(args: &[OsString], here: &Path) -> Option<ExitCode> {
     let local = args.first().is_some_and(|command| command == "local");
-    let help = args.iter().any(|arg| arg == "--help" || arg == "-h");
-    if !local || help || std::env::var_os("TGQ_HANDLER").is_some() || in_tgq_repository(here) {
+    if !local
+        || asks_for_help(args)
+        || std::env::var_os("TGQ_HANDLER").is_some()
+        || in_tgq_repository(here)
+    {
         return None;
     }
     errln!(
@@ -204,14 +219,11 @@ impl BotCrate {
     }
 }
 
-/// The `name` of a manifest's `[package]` table, written as `tgq new` and `cargo new` write it.
+/// The `name` of a manifest's `[package]` table.
 fn package_name(manifest: &str) -> Option<String> {
-    let package = manifest.split("[package]").nth(1)?;
-    let table = package.split("\n[").next()?;
-    table.lines().find_map(|line| {
-        let (key, value) = line.split_once('=')?;
-        (key.trim() == "name").then(|| value.trim().trim_matches('"').to_owned())
-    })
+    manifest_table(manifest, "package")
+        .into_iter()
+        .find_map(|(key, value)| (key == "name").then(|| value.trim_matches('"').to_owned()))
 }
 
 #[cfg(test)]

@@ -190,22 +190,14 @@ mod tests {
         }
     }
 
-    /// The `key = value` lines of a manifest's `[NAME]` table.
-    fn table(manifest: &str, name: &str) -> Vec<String> {
-        let table = manifest
-            .split(&format!("[{name}]\n"))
-            .nth(1)
-            .and_then(|rest| rest.split("\n[").next())
-            .unwrap_or_else(|| panic!("a [{name}] table"));
-        table
-            .lines()
-            .map(str::trim)
-            .filter(|line| !line.is_empty() && !line.starts_with('#'))
-            .map(str::to_owned)
-            .collect()
+    /// The entries of a manifest's `[NAME]` table.
+    fn table(manifest: &str, name: &str) -> Vec<(String, String)> {
+        let entries = crate::bot_crate::manifest_table(manifest, name);
+        assert!(!entries.is_empty(), "a [{name}] table");
+        entries
     }
 
-    fn release_profile(manifest: &str) -> Vec<String> {
+    fn release_profile(manifest: &str) -> Vec<(String, String)> {
         table(manifest, "profile.release")
     }
 
@@ -223,7 +215,7 @@ mod tests {
                 assert_eq!(table(manifest, name), table(new, name), "{bot}'s [{name}]");
             }
         }
-        assert!(table(new, "features").contains(&"aws = [\"tgq/aws\"]".to_owned()));
+        assert!(table(new, "features").contains(&("aws".to_owned(), "[\"tgq/aws\"]".to_owned())));
     }
 
     #[test]
@@ -231,7 +223,10 @@ mod tests {
         let workspace = include_str!("../../../Cargo.toml");
         let new = release_profile(FILES[0].1);
         assert_eq!(new, release_profile(workspace));
-        assert!(new.contains(&"panic = \"unwind\"".to_owned()), "{new:?}");
+        assert!(
+            new.contains(&("panic".to_owned(), "\"unwind\"".to_owned())),
+            "{new:?}"
+        );
     }
 
     #[test]
