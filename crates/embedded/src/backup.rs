@@ -60,19 +60,8 @@ impl EmbeddedStore {
                 return Err(error);
             }
         };
-        crate::files::rename_durably(&partial, to).map_err(|source| {
-            let _ = std::fs::remove_file(&partial);
-            StoreError::Backup {
-                path: to.to_owned(),
-                source,
-            }
-        })?;
-        let bytes = std::fs::metadata(to)
-            .map_err(|source| StoreError::Backup {
-                path: to.to_owned(),
-                source,
-            })?
-            .len();
+        put_in_place(&partial, to)?;
+        let bytes = std::fs::metadata(to).map_err(backup_error(to))?.len();
         Ok(Backup {
             path: to.to_owned(),
             entries,
@@ -91,29 +80,15 @@ impl EmbeddedStore {
     ) -> Result<Backup, StoreError> {
         check_target(&data_dir.join(crate::FILE_NAME), to, replace)?;
         let moved = match std::fs::rename(&backup.path, to) {
-            Ok(()) => crate::files::sync_parent(to).map_err(|source| StoreError::Backup {
-                path: to.to_owned(),
-                source,
-            }),
+            Ok(()) => crate::files::sync_parent(to).map_err(backup_error(to)),
             // Another filesystem: copied whole beside `to`, then renamed over it.
             Err(error) if error.kind() == std::io::ErrorKind::CrossesDevices => {
                 let partial = crate::files::temporary_beside(to);
-                copy_private(&backup.path, &partial).and_then(|()| {
-                    crate::files::rename_durably(&partial, to).map_err(|source| {
-                        let _ = std::fs::remove_file(&partial);
-                        StoreError::Backup {
-                            path: to.to_owned(),
-                            source,
-                        }
-                    })
-                })?;
+                copy_private(&backup.path, &partial).and_then(|()| put_in_place(&partial, to))?;
                 let _ = std::fs::remove_file(&backup.path);
                 Ok(())
             }
-            Err(source) => Err(StoreError::Backup {
-                path: to.to_owned(),
-                source,
-            }),
+            Err(source) => Err(backup_error(to)(source)),
         };
         moved.map(|()| Backup {
             path: to.to_owned(),
@@ -240,6 +215,23 @@ fn same_file(a: &Path, b: &Path) -> bool {
     }
 }
 
+/// Renames the finished copy `partial` over `to`, durably; a copy that cannot be put in place is
+/// removed.
+fn put_in_place(partial: &Path, to: &Path) -> Result<(), StoreError> {
+    crate::files::rename_durably(partial, to).map_err(|source| {
+        let _ = std::fs::remove_file(partial);
+        backup_error(to)(source)
+    })
+}
+
+/// The error of a backup's file operation on `path`.
+fn backup_error(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
+    move |source| StoreError::Backup {
+        path: path.to_owned(),
+        source,
+    }
+}
+
 /// Copies `from` to a new private file `to`, synced.
 fn copy_private(from: &Path, to: &Path) -> Result<(), StoreError> {
     let io = |source| StoreError::Backup {
@@ -261,10 +253,7 @@ fn copy_private(from: &Path, to: &Path) -> Result<(), StoreError> {
 
 /// Copies every table of the snapshot into a new database at `path`, committed with fsync.
 fn write_copy(read: &ReadTransaction, path: &Path) -> Result<u64, StoreError> {
-    crate::open::create_private(path).map_err(|source| StoreError::Backup {
-        path: path.to_owned(),
-        source,
-    })?;
+    crate::open::create_private(path).map_err(backup_error(path))?;
     let db = Builder::new()
         .create(path)
         .map_err(|source| StoreError::Open {

@@ -17,7 +17,6 @@ use lambda_http::{Body, RequestExt as _};
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::Value;
 use tgq_core::clock::{Clock, SystemClock};
-use tgq_core::config::Vars;
 use tgq_core::ids::{BotId, GroupKey, RecordKey, UpdateId};
 use tgq_core::ingest::SECRET_HEADER;
 use tgq_core::ports::{ClaimRequest, UpdateLedger};
@@ -112,13 +111,7 @@ async fn webhook_paths() {
 }
 
 async fn worker_paths(fake: &FakeTelegram) {
-    let vars = Vars::from_pairs([
-        ("TELEGRAM_BOT_TOKEN", TOKEN),
-        ("TGQ_BOT_ID", "demo"),
-        ("TGQ_TABLE", "t"),
-        ("TGQ_QUEUE_URL", "q"),
-        ("TGQ_DLQ_URL", "d"),
-    ]);
+    let vars = common::demo_vars(TOKEN);
     let store = Arc::new(MemoryStore::new());
     let worker = common::echo_worker(&vars, fake, Duration::from_millis(500), store.clone());
     // Chat 10 goes through; 20 gets a 502 (retry); 30 is refused as a bad request (dead letter); 40's

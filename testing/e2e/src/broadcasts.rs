@@ -10,9 +10,9 @@ use std::future::Future;
 use anyhow::Context as _;
 use aws_config::SdkConfig;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
-use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
+use aws_sdk_sqs::types::MessageSystemAttributeName;
 
-use crate::emulator::{queue_arn, Stack};
+use crate::emulator::{create_fifo_queue, queue_arn, Stack};
 use crate::esm::lambda_record;
 use crate::functions::Functions;
 
@@ -43,22 +43,7 @@ impl BroadcastParts {
     /// Creates a broadcasts queue named `name` (ending `.fifo`).
     pub async fn create_named(config: &SdkConfig, name: &str) -> anyhow::Result<BroadcastParts> {
         let sqs = aws_sdk_sqs::Client::new(config);
-        let attributes = HashMap::from([
-            (QueueAttributeName::FifoQueue, "true".to_owned()),
-            (
-                QueueAttributeName::ContentBasedDeduplication,
-                "false".to_owned(),
-            ),
-        ]);
-        let queue_url = sqs
-            .create_queue()
-            .queue_name(name)
-            .set_attributes(Some(attributes))
-            .send()
-            .await
-            .context("CreateQueue broadcasts")?
-            .queue_url
-            .context("no queue URL")?;
+        let queue_url = create_fifo_queue(&sqs, name, HashMap::new()).await?;
         let queue_arn = queue_arn(&sqs, &queue_url).await?;
         Ok(Self::on(sqs, queue_url, queue_arn))
     }

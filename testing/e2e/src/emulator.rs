@@ -134,7 +134,8 @@ impl Stack {
     }
 }
 
-async fn create_fifo_queue(
+/// Creates the FIFO queue `name` (deduplicated by the sender's ids) with `attributes`; its URL.
+pub(crate) async fn create_fifo_queue(
     sqs: &aws_sdk_sqs::Client,
     name: &str,
     mut attributes: HashMap<QueueAttributeName, String>,

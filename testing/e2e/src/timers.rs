@@ -11,9 +11,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::{bail, Context as _};
 use aws_config::SdkConfig;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
-use aws_sdk_sqs::types::QueueAttributeName;
 
-use crate::emulator::Stack;
+use crate::emulator::{queue_arn, Stack};
 use crate::esm::lambda_record;
 use crate::functions::Functions;
 
@@ -56,15 +55,7 @@ impl TimerParts {
             .context("CreateQueue timers")?
             .queue_url
             .context("no queue URL")?;
-        let queue_arn = sqs
-            .get_queue_attributes()
-            .queue_url(&queue_url)
-            .attribute_names(QueueAttributeName::QueueArn)
-            .send()
-            .await?
-            .attributes
-            .and_then(|mut a| a.remove(&QueueAttributeName::QueueArn))
-            .context("no queue ARN")?;
+        let queue_arn = queue_arn(&sqs, &queue_url).await?;
         let scheduler = aws_sdk_scheduler::Client::new(config);
         scheduler
             .create_schedule_group()

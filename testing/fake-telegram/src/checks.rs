@@ -163,13 +163,6 @@ mod tests {
 
     use super::*;
 
-    fn params(value: Value) -> Params {
-        match value {
-            Value::Object(map) => Params::new(map),
-            _ => Params::default(),
-        }
-    }
-
     fn refusal(outcome: Result<(), ApiError>) -> String {
         let error = outcome.expect_err("refused");
         let body = crate::envelope::Answer::from(error).body;
@@ -179,7 +172,11 @@ mod tests {
     #[test]
     fn a_query_id_must_be_a_number_telegram_could_have_given() {
         for id in [json!("4382139112311411203"), json!(42)] {
-            assert!(query_id(&params(json!({ "inline_query_id": id })), "inline_query_id").is_ok());
+            assert!(query_id(
+                &Params::of(json!({ "inline_query_id": id })),
+                "inline_query_id"
+            )
+            .is_ok());
         }
         for given in [
             json!({}),
@@ -187,7 +184,7 @@ mod tests {
             json!({"inline_query_id": 0}),
         ] {
             assert_eq!(
-                refusal(query_id(&params(given), "inline_query_id")),
+                refusal(query_id(&Params::of(given), "inline_query_id")),
                 "Bad Request: query is too old and response timeout expired or query ID is invalid"
             );
         }
@@ -195,11 +192,11 @@ mod tests {
 
     #[test]
     fn inline_query_results_may_be_empty_but_each_needs_a_type_and_an_id() {
-        assert!(inline_query_results(&params(json!({}))).is_ok());
-        assert!(inline_query_results(&params(json!({"results": []}))).is_ok());
+        assert!(inline_query_results(&Params::of(json!({}))).is_ok());
+        assert!(inline_query_results(&Params::of(json!({"results": []}))).is_ok());
         let article = json!({"type": "article", "id": "1", "title": "t",
             "input_message_content": {"message_text": "T"}});
-        assert!(inline_query_results(&params(json!({ "results": [article] }))).is_ok());
+        assert!(inline_query_results(&Params::of(json!({ "results": [article] }))).is_ok());
 
         let cases = [
             (
@@ -224,17 +221,20 @@ mod tests {
             ),
         ];
         for (given, description) in cases {
-            assert_eq!(refusal(inline_query_results(&params(given))), description);
+            assert_eq!(
+                refusal(inline_query_results(&Params::of(given))),
+                description
+            );
         }
     }
 
     #[test]
     fn bot_commands_are_checked_as_telegram_checks_them() {
         let command = |name: &str, description: &str| {
-            params(json!({"commands": [{"command": name, "description": description}]}))
+            Params::of(json!({"commands": [{"command": name, "description": description}]}))
         };
         assert!(
-            bot_commands(&params(json!({}))).is_ok(),
+            bot_commands(&Params::of(json!({}))).is_ok(),
             "no list clears it"
         );
         assert!(bot_commands(&command("start", "A greeting.")).is_ok());
@@ -267,15 +267,15 @@ mod tests {
                 "Bad Request: command description length must not exceed 256",
             ),
             (
-                params(json!({"commands": [{"command": "start"}]})),
+                Params::of(json!({"commands": [{"command": "start"}]})),
                 "Bad Request: can't parse BotCommand: Can't find field \"description\"",
             ),
             (
-                params(json!({"commands": {"command": "start"}})),
+                Params::of(json!({"commands": {"command": "start"}})),
                 "Bad Request: expected an Array of BotCommand",
             ),
             (
-                params(
+                Params::of(
                     json!({ "commands": vec![json!({"command": "a", "description": "b"}); 101] }),
                 ),
                 "Bad Request: BOT_COMMANDS_TOO_MUCH",

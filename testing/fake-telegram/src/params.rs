@@ -32,6 +32,15 @@ impl Params {
         Self(map)
     }
 
+    /// The parameters of a JSON body: an object's fields, none for anything else.
+    #[cfg(test)]
+    pub(crate) fn of(value: Value) -> Self {
+        match value {
+            Value::Object(map) => Self(map),
+            _ => Self::default(),
+        }
+    }
+
     /// Builds parameters from `key=value` pairs, reading values that hold JSON objects or arrays
     /// (such as `reply_markup`) as JSON, like Telegram does.
     pub(crate) fn from_pairs(pairs: impl IntoIterator<Item = (String, String)>) -> Self {
@@ -127,27 +136,29 @@ mod tests {
 
     use super::*;
 
-    fn params(value: Value) -> Params {
-        match value {
-            Value::Object(map) => Params::new(map),
-            _ => Params::default(),
-        }
-    }
-
     #[test]
     fn chat_ids_are_read_from_numbers_strings_and_usernames() {
-        assert_eq!(params(json!({"chat_id": -100})).chat(), ChatParam::Id(-100));
-        assert_eq!(params(json!({"chat_id": "42"})).chat(), ChatParam::Id(42));
         assert_eq!(
-            params(json!({"chat_id": "@news"})).chat(),
+            Params::of(json!({"chat_id": -100})).chat(),
+            ChatParam::Id(-100)
+        );
+        assert_eq!(
+            Params::of(json!({"chat_id": "42"})).chat(),
+            ChatParam::Id(42)
+        );
+        assert_eq!(
+            Params::of(json!({"chat_id": "@news"})).chat(),
             ChatParam::Username("news".to_owned())
         );
         assert_eq!(
-            params(json!({"chat_id": "news"})).chat(),
+            Params::of(json!({"chat_id": "news"})).chat(),
             ChatParam::Invalid
         );
-        assert_eq!(params(json!({"chat_id": ""})).chat(), ChatParam::Missing);
-        assert_eq!(params(json!({})).chat(), ChatParam::Missing);
+        assert_eq!(
+            Params::of(json!({"chat_id": ""})).chat(),
+            ChatParam::Missing
+        );
+        assert_eq!(Params::of(json!({})).chat(), ChatParam::Missing);
     }
 
     #[test]

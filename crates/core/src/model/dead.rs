@@ -37,6 +37,19 @@ pub enum DeadReason {
 }
 
 impl DeadReason {
+    /// Every reason: what a stored spelling is read back as.
+    pub(crate) const ALL: [DeadReason; 9] = [
+        DeadReason::Poison,
+        DeadReason::Permanent,
+        DeadReason::BudgetSpent,
+        DeadReason::ThrottledTooLong,
+        DeadReason::Redriven,
+        DeadReason::TooLarge,
+        DeadReason::UnknownBot,
+        DeadReason::UnknownHandler,
+        DeadReason::Unreadable,
+    ];
+
     /// The stored spelling.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -127,15 +140,17 @@ pub struct UnknownName {
 }
 
 macro_rules! from_stored {
-    ($type:ty, $what:literal, [$($variant:expr),*]) => {
+    ($type:ty, $what:literal, $all:expr) => {
         impl FromStr for $type {
             type Err = UnknownName;
 
             fn from_str(s: &str) -> Result<Self, Self::Err> {
-                [$($variant),*]
-                    .into_iter()
+                $all.into_iter()
                     .find(|v| v.as_str() == s)
-                    .ok_or_else(|| UnknownName { what: $what, value: s.to_owned() })
+                    .ok_or_else(|| UnknownName {
+                        what: $what,
+                        value: s.to_owned(),
+                    })
             }
         }
 
@@ -147,21 +162,7 @@ macro_rules! from_stored {
     };
 }
 
-from_stored!(
-    DeadReason,
-    "dead-letter reason",
-    [
-        DeadReason::Poison,
-        DeadReason::Permanent,
-        DeadReason::BudgetSpent,
-        DeadReason::ThrottledTooLong,
-        DeadReason::Redriven,
-        DeadReason::TooLarge,
-        DeadReason::UnknownBot,
-        DeadReason::UnknownHandler,
-        DeadReason::Unreadable
-    ]
-);
+from_stored!(DeadReason, "dead-letter reason", DeadReason::ALL);
 from_stored!(
     FailureClass,
     "error class",
@@ -302,19 +303,16 @@ mod tests {
 
     #[test]
     fn reasons_and_classes_read_back_what_they_store() {
-        for reason in [
-            DeadReason::Poison,
-            DeadReason::Permanent,
-            DeadReason::BudgetSpent,
-            DeadReason::ThrottledTooLong,
-            DeadReason::Redriven,
-            DeadReason::TooLarge,
-            DeadReason::UnknownBot,
-            DeadReason::UnknownHandler,
-            DeadReason::Unreadable,
-        ] {
+        for reason in DeadReason::ALL {
             assert_eq!(reason.as_str().parse::<DeadReason>(), Ok(reason));
         }
+        let names: std::collections::BTreeSet<_> =
+            DeadReason::ALL.iter().map(|r| r.as_str()).collect();
+        assert_eq!(
+            names.len(),
+            DeadReason::ALL.len(),
+            "two reasons share a spelling"
+        );
         assert_eq!("transient".parse(), Ok(FailureClass::Transient));
         assert!("nonsense".parse::<FailureClass>().is_err());
     }

@@ -15,7 +15,6 @@ use tgq_core::broadcast::chain::{BroadcastQueue, ChainStep};
 use tgq_core::broadcast::steps::BroadcastSteps;
 use tgq_core::broadcast::{self, Audience, BroadcastRunner, BroadcastSpec};
 use tgq_core::clock::{Clock, SystemClock};
-use tgq_core::config::Vars;
 use tgq_core::echo::EchoBot;
 use tgq_core::ids::BotId;
 use tgq_core::pacer::{Pacer, RateLimits};
@@ -23,7 +22,7 @@ use tgq_core::policy::RetryPolicy;
 use tgq_core::telegram::{BotApi, TelegramError};
 use tgq_core::PortError;
 use tgq_fake_telegram::FakeTelegram;
-use tgq_memory::{MemoryBroadcasts, MemoryStore, RecordingBotApi, RecordingVisibility};
+use tgq_memory::{MemoryBroadcasts, RecordingBotApi, RecordingVisibility};
 
 use crate::common;
 
@@ -44,19 +43,7 @@ impl BroadcastQueue for Successors {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_copy_of_a_step_under_another_message_id_ends_without_a_second_chain() {
     let fake = FakeTelegram::start().await.unwrap();
-    let vars = Vars::from_pairs([
-        ("TELEGRAM_BOT_TOKEN", fake.token()),
-        ("TGQ_BOT_ID", "demo"),
-        ("TGQ_TABLE", "t"),
-        ("TGQ_QUEUE_URL", "q"),
-        ("TGQ_DLQ_URL", "d"),
-    ]);
-    let worker = common::echo_worker(
-        &vars,
-        &fake,
-        Duration::from_secs(5),
-        Arc::new(MemoryStore::new()),
-    );
+    let worker = common::demo_worker(&fake);
     let store = Arc::new(MemoryBroadcasts::new());
     let spec = BroadcastSpec::standard(
         BotId::new("demo").unwrap(),

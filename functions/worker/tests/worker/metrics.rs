@@ -166,26 +166,9 @@ async fn webhook_outcomes() {
     store.outage.set(false);
 }
 
-/// The echo worker of bot `demo`, sending to `fake`, on an empty in-memory store.
-fn demo_worker(fake: &FakeTelegram) -> Worker {
-    let vars = Vars::from_pairs([
-        ("TELEGRAM_BOT_TOKEN", fake.token()),
-        ("TGQ_BOT_ID", "demo"),
-        ("TGQ_TABLE", "t"),
-        ("TGQ_QUEUE_URL", "q"),
-        ("TGQ_DLQ_URL", "d"),
-    ]);
-    common::echo_worker(
-        &vars,
-        fake,
-        Duration::from_secs(5),
-        Arc::new(MemoryStore::new()),
-    )
-}
-
 async fn worker_outcomes() {
     let fake = FakeTelegram::start().await.unwrap();
-    let worker = demo_worker(&fake);
+    let worker = common::demo_worker(&fake);
     // Chat 111111111: its first update fails with a 502 (the second waits behind it). Chat
     // 222222222: Telegram refuses its first reply as a bad request (a dead letter), and the user
     // has blocked the bot by the second (recipient gone).
@@ -307,7 +290,7 @@ impl BroadcastQueue for NoSuccessors {
 async fn broadcast_outcomes() {
     const STEPS_ARN: &str = "arn:aws:sqs:us-east-1:123456789012:tgq-broadcasts.fifo";
     let fake = FakeTelegram::start().await.unwrap();
-    let worker = demo_worker(&fake);
+    let worker = common::demo_worker(&fake);
     let store = Arc::new(MemoryBroadcasts::new());
     store.outage.fail(Outage::Unavailable);
     let visibility = Arc::new(RecordingVisibility::new());

@@ -91,8 +91,8 @@ async fn photo_and_document_messages_deserialize_with_their_media() {
     assert!(document.document().is_some());
 }
 
-#[tokio::test]
-async fn forwarded_and_edited_messages_deserialize() {
+/// A fake Bot API holding one message, "original", sent to chat 1 as message 1.
+async fn with_one_message() -> FakeTelegram {
     let telegram = FakeTelegram::start().await.unwrap();
     call(
         &telegram,
@@ -100,6 +100,12 @@ async fn forwarded_and_edited_messages_deserialize() {
         json!({ "chat_id": 1, "text": "original" }),
     )
     .await;
+    telegram
+}
+
+#[tokio::test]
+async fn forwarded_and_edited_messages_deserialize() {
+    let telegram = with_one_message().await;
 
     let forwarded: Message = result_as(
         &telegram,
@@ -125,13 +131,7 @@ async fn forwarded_and_edited_messages_deserialize() {
 
 #[tokio::test]
 async fn copy_message_result_deserializes_into_a_message_id() {
-    let telegram = FakeTelegram::start().await.unwrap();
-    call(
-        &telegram,
-        "sendMessage",
-        json!({ "chat_id": 1, "text": "original" }),
-    )
-    .await;
+    let telegram = with_one_message().await;
 
     let copied: MessageId = result_as(
         &telegram,

@@ -41,6 +41,32 @@ pub fn echo_worker(
     )
 }
 
+/// The worker function's settings for bot `demo` with `token`, on a made-up table and queues.
+pub fn demo_vars(token: &str) -> Vars {
+    Vars::from_pairs([
+        ("TELEGRAM_BOT_TOKEN", token),
+        ("TGQ_BOT_ID", "demo"),
+        ("TGQ_TABLE", "t"),
+        ("TGQ_QUEUE_URL", "q"),
+        ("TGQ_DLQ_URL", "d"),
+    ])
+}
+
+/// The echo worker of bot `demo`, sending to `fake`, on an empty in-memory store.
+#[allow(
+    dead_code,
+    reason = "the logs test builds its worker with a token of its own"
+)]
+pub fn demo_worker(fake: &FakeTelegram) -> Worker {
+    let store = Arc::new(MemoryStore::new());
+    echo_worker(
+        &demo_vars(fake.token()),
+        fake,
+        Duration::from_secs(5),
+        store,
+    )
+}
+
 /// The webhook of bot `demo` on in-memory adapters, storing into `store` and checking `secret`,
 /// with `extra` settings on top of the made-up table and queues.
 pub fn memory_webhook(
