@@ -52,6 +52,11 @@ pub struct FakeTelegramArgs {
     /// Print only each call's method, chat and status, not the text and buttons it sent.
     #[arg(long)]
     hide_text: bool,
+    /// Every invoice in Stars the bot sends to a private chat is paid at once: the user presses
+    /// Pay, and the bot gets the pre-checkout query (then, once it answers ok within 10 s, the
+    /// successful_payment message) through getUpdates.
+    #[arg(long)]
+    pay: bool,
 }
 
 /// One `--fault`.
@@ -133,6 +138,7 @@ pub async fn run(args: FakeTelegramArgs) -> anyhow::Result<()> {
     let config = FakeConfig {
         token: args.token.clone(),
         limits: args.limits.then(Limits::default),
+        pay_invoices: args.pay,
         ..FakeConfig::default()
     };
     let fake = FakeTelegram::start_at(args.addr, config)
@@ -156,6 +162,14 @@ pub async fn run(args: FakeTelegramArgs) -> anyhow::Result<()> {
         }
     );
     outln!("  faults   {}", args.faults.len());
+    outln!(
+        "  invoices {}",
+        if args.pay {
+            "paid at once by their users (--pay)"
+        } else {
+            "sent, not paid"
+        }
+    );
     outln!("  updates  {queued} queued for getUpdates");
     outln!(
         "Point a bot at it: TELEGRAM_API_URL={} TELEGRAM_BOT_TOKEN={}",

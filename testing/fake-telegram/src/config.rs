@@ -1,5 +1,5 @@
 //! How a fake server is set up: the token it accepts, the rate limits it enforces, the clock those
-//! limits read and how long a long poll may wait.
+//! limits read, how long a long poll may wait, and whether users pay the invoices they get.
 
 use std::time::Duration;
 
@@ -19,6 +19,9 @@ pub struct FakeConfig {
     /// The longest a `getUpdates` with a positive `timeout` waits for an update, whatever the
     /// client asked for: short, so a test polling an empty queue does not wait Telegram's minutes.
     pub long_poll_cap: Duration,
+    /// Every user the bot sends an invoice to pays it at once: the fake sends the bot the
+    /// pre-checkout query a Pay button would (`tgq fake-telegram --pay`).
+    pub pay_invoices: bool,
 }
 
 impl Default for FakeConfig {
@@ -28,6 +31,7 @@ impl Default for FakeConfig {
             limits: None,
             clock: FakeClock::Real,
             long_poll_cap: Duration::from_secs(1),
+            pay_invoices: false,
         }
     }
 }

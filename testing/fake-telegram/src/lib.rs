@@ -4,8 +4,9 @@
 //! `POST {url}/bot{token}/{method}` as api.telegram.org does: the same envelope, the same status
 //! codes, the same error descriptions. It serves the methods tgq, the example bots and the guides
 //! call (sends, edits, answers to button presses and inline queries, `getChat`, `setMyCommands`,
-//! files, updates, webhooks); any other is answered 404, as Telegram answers a method it does not
-//! have.
+//! files, updates, webhooks, and payments in Stars: invoices, pre-checkout answers within
+//! [`PRE_CHECKOUT_DEADLINE`], refunds and `getStarTransactions`); any other is answered 404, as
+//! Telegram answers a method it does not have. [`FakeTelegram::checkout`] plays a user pressing Pay.
 //!
 //! A test points its client at [`FakeTelegram::url`], queues faults with [`FakeTelegram::inject`],
 //! feeds `getUpdates` with [`FakeTelegram::push_update`], and afterwards reads what was sent from
@@ -31,6 +32,7 @@ mod fault;
 mod limiter;
 mod objects;
 mod params;
+mod payments;
 mod server;
 mod state;
 mod updates;
@@ -46,6 +48,7 @@ use tokio::task::JoinHandle;
 
 pub use config::{FakeClock, FakeConfig, Limits, DEFAULT_TOKEN};
 pub use fault::{Fault, Scope, Times};
+pub use payments::{Charge, PRE_CHECKOUT_DEADLINE, STARS};
 pub use state::RecordedCall;
 pub use watch::{Violations, IN_FLIGHT_GRACE};
 
@@ -187,6 +190,25 @@ impl FakeTelegram {
             .state()
             .files
             .insert(file_id.to_owned(), bytes.into());
+    }
+
+    /// A user presses Pay on an invoice of `stars` Stars with `payload`: the fake queues the
+    /// `pre_checkout_query` Telegram sends the bot and returns its id. An `ok` answer within
+    /// [`PRE_CHECKOUT_DEADLINE`] charges the user ([`FakeTelegram::charges`]) and queues the
+    /// `successful_payment` message; a later answer is refused and charges nobody.
+    pub fn checkout(&self, user: i64, payload: &str, stars: u32) -> String {
+        let at = self.inner.shared.now();
+        let id = {
+            let mut state = self.inner.shared.state();
+            state.checkout(user, payload, stars, at)
+        };
+        self.inner.shared.wake_pollers();
+        id
+    }
+
+    /// Every charge the fake made, in order, refunded or not.
+    pub fn charges(&self) -> Vec<Charge> {
+        self.inner.shared.state().charges().to_vec()
     }
 
     /// Queues an update for `getUpdates`, numbering it when it has no `update_id`, and wakes any

@@ -291,11 +291,17 @@ async fn call(
         return respond(ApiError::not_found().into());
     };
     let params = read_params(request).await;
-    let (reply, seq) = {
+    let (reply, seq, pushed) = {
         let mut state = shared.state();
+        let queued = state.updates.len();
         let reply = state.receive(token, &method, params, shared.now());
-        (reply, state.calls().last().map(|call| call.seq))
+        let pushed = state.updates.len() > queued;
+        (reply, state.calls().last().map(|call| call.seq), pushed)
     };
+    // A call that made an update (a payment's message) wakes the long polls waiting for one.
+    if pushed {
+        shared.wake_pollers();
+    }
     // The call took effect; until it is answered to a client still there, it counts unanswered.
     let pending = PendingAnswer {
         shared: &shared,

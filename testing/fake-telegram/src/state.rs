@@ -12,6 +12,7 @@ use crate::fault::{Effect, Faults, Scope};
 use crate::limiter::RateLimiter;
 use crate::objects::{self, Content};
 use crate::params::{ChatParam, Params};
+use crate::payments::{Charge, Invoice, Notice, Payments};
 use crate::updates::Updates;
 use crate::watch::{FloodScope, Violations, Watch};
 
@@ -81,10 +82,15 @@ enum Method {
     DeleteMessage,
     GetChat,
     SetMyCommands,
+    SendInvoice,
+    CreateInvoiceLink,
+    AnswerPreCheckoutQuery,
+    RefundStarPayment,
+    GetStarTransactions,
 }
 
 impl Method {
-    const ALL: [(&'static str, Method); 20] = [
+    const ALL: [(&'static str, Method); 25] = [
         ("getMe", Self::GetMe),
         ("getFile", Self::GetFile),
         ("setWebhook", Self::SetWebhook),
@@ -105,6 +111,11 @@ impl Method {
         ("deleteMessage", Self::DeleteMessage),
         ("getChat", Self::GetChat),
         ("setMyCommands", Self::SetMyCommands),
+        ("sendInvoice", Self::SendInvoice),
+        ("createInvoiceLink", Self::CreateInvoiceLink),
+        ("answerPreCheckoutQuery", Self::AnswerPreCheckoutQuery),
+        ("refundStarPayment", Self::RefundStarPayment),
+        ("getStarTransactions", Self::GetStarTransactions),
     ];
 
     fn parse(name: &str) -> Option<Self> {
@@ -152,6 +163,9 @@ pub(crate) struct State {
     watch: Watch,
     /// Files a bot can download, by file id (`getFile`, then `/file/bot<token>/files/<id>`).
     pub(crate) files: std::collections::HashMap<String, bytes::Bytes>,
+    payments: Payments,
+    /// Whether a user pays every invoice the bot sends to their private chat, at once.
+    pay_invoices: bool,
 }
 
 impl State {
@@ -168,7 +182,43 @@ impl State {
             long_poll_cap: config.long_poll_cap,
             watch: Watch::default(),
             files: std::collections::HashMap::new(),
+            payments: Payments::default(),
+            pay_invoices: config.pay_invoices,
         }
+    }
+
+    /// A user presses Pay on an invoice: queues the bot's pre-checkout query; returns its id.
+    pub(crate) fn checkout(&mut self, user: i64, payload: &str, stars: u32, at: Instant) -> String {
+        let update = self.payments.checkout(user, payload, stars, at);
+        let id = update["pre_checkout_query"]["id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        self.updates.push(update);
+        id
+    }
+
+    /// Every charge made so far.
+    pub(crate) fn charges(&self) -> &[Charge] {
+        self.payments.charges()
+    }
+
+    /// Queues the message a payment or a refund shows in the user's private chat.
+    fn notify(&mut self, notice: Notice) {
+        let chat = Target {
+            id: notice.user,
+            username: None,
+        };
+        let mut message = json!({
+            "message_id": self.chats.next_message_id(notice.user),
+            "date": objects::unix_now(),
+            "chat": chat.json(),
+            "from": crate::payments::user_json(notice.user),
+        });
+        if let Some(fields) = message.as_object_mut() {
+            fields.extend(notice.content);
+        }
+        self.updates.push(json!({ "message": message }));
     }
 
     pub(crate) fn calls(&self) -> &[RecordedCall] {
@@ -339,6 +389,29 @@ impl State {
                 let content = objects::media_content(params, kind, &file_id)?;
                 self.send(params, content, at)
             }
+            Method::SendInvoice => {
+                let invoice = Invoice::read(params)?;
+                let message = self.send(params, invoice.content(params), at)?;
+                let user = message["chat"]["id"].as_i64().filter(|id| *id > 0);
+                if let Some(user) = user.filter(|_| self.pay_invoices) {
+                    let (payload, stars) = invoice.checkout();
+                    self.checkout(user, payload, stars, at);
+                }
+                Ok(message)
+            }
+            Method::CreateInvoiceLink => Ok(Invoice::read(params)?.link().into()),
+            Method::AnswerPreCheckoutQuery => {
+                if let Some(paid) = self.payments.answer(params, at)? {
+                    self.notify(paid);
+                }
+                Ok(true.into())
+            }
+            Method::RefundStarPayment => {
+                let refunded = self.payments.refund(params)?;
+                self.notify(refunded);
+                Ok(true.into())
+            }
+            Method::GetStarTransactions => Ok(self.payments.transactions(params)),
             Method::SendMediaGroup => self.send_media_group(params, at),
             Method::ForwardMessage => self.forward(params, at),
             Method::CopyMessage => self.copy(params, at),

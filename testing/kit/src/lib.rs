@@ -39,6 +39,8 @@
 //! - **Time**: [`TestBot::advance`] moves the kit's clock and runs the timers (and flow
 //!   timeouts) that fall due, in their chats, as the scheduler would deliver them;
 //!   [`TestBot::timers`] lists a chat's pending ones.
+//! - **Pay**: [`TestBot::pay`] runs a payment in Stars: the pre-checkout query, then, when the
+//!   bot answered it ok, the `successful_payment` under a new charge id.
 //! - **Files**: each [`Sent`] lists what it uploaded (name, size, hash); [`TestBot::put_file`]
 //!   gives the bot a file a user sent, for `ctx.download`.
 //!
@@ -164,6 +166,18 @@ impl Ran {
     }
 }
 
+/// A user's payment in Stars, run by [`TestBot::pay`].
+#[derive(Clone, Debug)]
+pub struct Payment {
+    /// The run of the pre-checkout query the user's Pay button sent.
+    pub checkout: Ran,
+    /// The `telegram_payment_charge_id` of the charge, when the bot answered the query ok and the
+    /// user was charged.
+    pub charge: Option<String>,
+    /// The run of the `successful_payment` message that followed the charge.
+    pub paid: Option<Ran>,
+}
+
 impl TestBot {
     /// The bot `registry` runs by default (its first, the one `TGQ_HANDLER=bot` picks), built with
     /// no settings.
@@ -285,6 +299,59 @@ impl TestBot {
     pub async fn press_data(&mut self, chat: i64, message_id: i64, data: &impl Serialize) -> Ran {
         let data = serde_json::to_string(data).expect("button data serializes");
         self.press_raw(chat, message_id, &data).await
+    }
+
+    /// User `user` pays an invoice of `stars` Telegram Stars carrying `payload`, as Telegram runs
+    /// a payment: the bot gets the `pre_checkout_query`; if its run answered it ok
+    /// (`answerPreCheckoutQuery`), the user is charged under a new charge id and the bot gets the
+    /// `successful_payment` message in the user's private chat. Deliver that message again with
+    /// [`TestBot::again`] (a redelivery), or with [`TestBot::update`] and a new `update_id`.
+    pub async fn pay(&mut self, user: i64, payload: &str, stars: u32) -> Payment {
+        let query = format!("checkout-{}", self.next_update_id);
+        let checkout = self
+            .update(json!({
+                "pre_checkout_query": {
+                    "id": query, "currency": "XTR", "total_amount": stars,
+                    "invoice_payload": payload,
+                    "from": {"id": user, "is_bot": false, "first_name": "Ada"},
+                }
+            }))
+            .await;
+        let answered_ok = checkout
+            .calls("answerPreCheckoutQuery")
+            .iter()
+            .any(|answer| {
+                answer.params["pre_checkout_query_id"] == query.as_str()
+                    && answer.params["ok"] == true
+            });
+        if !answered_ok {
+            return Payment {
+                checkout,
+                charge: None,
+                paid: None,
+            };
+        }
+        let charge = format!("kit-charge-{}", self.next_update_id);
+        let message_id = self.next_message_id;
+        self.next_message_id += 1;
+        let paid = self
+            .update(json!({
+                "message": {
+                    "message_id": message_id, "date": 1_800_000_000,
+                    "chat": {"id": user, "type": "private", "first_name": "Ada"},
+                    "from": {"id": user, "is_bot": false, "first_name": "Ada"},
+                    "successful_payment": {
+                        "currency": "XTR", "total_amount": stars, "invoice_payload": payload,
+                        "telegram_payment_charge_id": charge, "provider_payment_charge_id": "",
+                    },
+                }
+            }))
+            .await;
+        Payment {
+            checkout,
+            charge: Some(charge),
+            paid: Some(paid),
+        }
     }
 
     /// Delivers any update, as Bot API JSON (a fixture, say); one without an `update_id` gets the

@@ -216,3 +216,6 @@ async fn a_file_a_user_sent_is_downloaded_and_one_over_twenty_megabytes_is_refus
 
 #[path = "kit/time.rs"]
 mod time;
+
+#[path = "kit/pay.rs"]
+mod pay;

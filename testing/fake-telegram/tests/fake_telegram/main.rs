@@ -5,4 +5,5 @@ mod support;
 mod api;
 mod faults;
 mod limits;
+mod payments;
 mod teloxide_shapes;

@@ -1,0 +1,77 @@
+//! `TestBot::pay`: a payment in Stars as Telegram runs it, the pre-checkout query first and the
+//! successful payment only after an ok answer.
+
+use tgq::payloads::AnswerPreCheckoutQuery;
+use tgq::prelude::*;
+use tgq::types::MessageKind;
+use tgq_test::TestBot;
+
+/// Sells eggs: answers a pre-checkout ok unless the payload is `sold-out`, and thanks the payer.
+struct Shop;
+
+#[async_trait]
+impl Handler for Shop {
+    async fn handle(&self, update: Update, ctx: &mut Context<'_>) -> Result<(), HandlerError> {
+        match &update.kind {
+            UpdateKind::PreCheckoutQuery(query) => {
+                let mut answer = AnswerPreCheckoutQuery::new(
+                    query.id.clone(),
+                    query.invoice_payload != "sold-out",
+                );
+                if query.invoice_payload == "sold-out" {
+                    answer.error_message = Some("Sold out".into());
+                }
+                ctx.send(answer).await?;
+            }
+            UpdateKind::Message(message) => {
+                if let MessageKind::SuccessfulPayment(paid) = &message.kind {
+                    let payment = &paid.successful_payment;
+                    let thanks = format!(
+                        "Thanks for {} stars ({})",
+                        payment.total_amount, payment.telegram_payment_charge_id.0
+                    );
+                    ctx.reply(message, thanks).await?;
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn an_ok_answer_is_followed_by_the_payment_in_the_user_s_chat() {
+    let mut bot = TestBot::handler(Shop);
+    let payment = bot.pay(42, "egg", 25).await;
+    assert!(payment.checkout.is_done());
+    let answers = payment.checkout.calls("answerPreCheckoutQuery");
+    assert_eq!(answers.len(), 1);
+    assert_eq!(answers[0].params["ok"], true);
+    let charge = payment.charge.expect("charged");
+    let paid = payment.paid.expect("the payment delivered");
+    assert!(paid.is_done());
+    assert_eq!(paid.texts(), [format!("Thanks for 25 stars ({charge})")]);
+    assert_eq!(paid.sent[0].chat, Some(42));
+}
+
+#[tokio::test]
+async fn a_refused_checkout_charges_nobody() {
+    let mut bot = TestBot::handler(Shop);
+    let payment = bot.pay(42, "sold-out", 25).await;
+    assert_eq!(
+        payment.checkout.calls("answerPreCheckoutQuery")[0].params["ok"],
+        false
+    );
+    assert_eq!(payment.charge, None);
+    assert!(payment.paid.is_none());
+    assert!(bot.sent_to(42).is_empty());
+}
+
+#[tokio::test]
+async fn each_payment_has_a_charge_of_its_own() {
+    let mut bot = TestBot::handler(Shop);
+    let first = bot.pay(42, "egg", 25).await.charge;
+    let second = bot.pay(42, "egg", 25).await.charge;
+    assert!(first.is_some() && second.is_some());
+    assert_ne!(first, second, "two payments of one invoice are two charges");
+}
