@@ -9,38 +9,67 @@ use std::path::Path;
 
 use common::run;
 use serde_json::Value;
+use tempfile::TempDir;
 use tgq_fake_telegram::FakeTelegram;
 
 const URL: &str = "https://bots.example.com/webhook/shop";
 
-/// `tgq bots ARGS --data-dir DIR` against `fake` with `token`: (exit code, stdout, stderr).
-fn bots(
-    fake: &FakeTelegram,
-    token: Option<&str>,
-    dir: &Path,
-    args: &[&str],
-) -> (i32, String, String) {
-    let api = fake.url();
-    let mut envs = vec![("TELEGRAM_API_URL", api.as_str())];
-    if let Some(token) = token {
-        envs.push(("TELEGRAM_BOT_TOKEN", token));
-    }
-    let mut all = vec!["bots"];
-    all.extend_from_slice(args);
-    let dir = dir.display().to_string();
-    all.extend(["--data-dir", dir.as_str()]);
-    let (status, stdout, stderr) = run(&envs, &all);
-    (status.code().unwrap_or(-1), stdout, stderr)
+/// A fake Bot API, its own bot's token, and a data directory for local mode's registry.
+struct Setup {
+    fake: FakeTelegram,
+    token: String,
+    dir: TempDir,
 }
 
-/// `tgq bots add ID --handler echo --webhook-url URL` with `token`.
-fn add(fake: &FakeTelegram, token: &str, dir: &Path, id: &str, url: &str) -> (i32, String, String) {
-    bots(
-        fake,
-        Some(token),
-        dir,
-        &["add", id, "--handler", "echo", "--webhook-url", url],
-    )
+impl Setup {
+    async fn new() -> Setup {
+        let fake = FakeTelegram::start().await.unwrap();
+        Setup {
+            token: fake.token().to_owned(),
+            fake,
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    /// The data directory.
+    fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// `tgq bots ARGS --data-dir DIR` against the fake with `token`: (exit code, stdout, stderr).
+    fn bots(&self, token: Option<&str>, args: &[&str]) -> (i32, String, String) {
+        let api = self.fake.url();
+        let mut envs = vec![("TELEGRAM_API_URL", api.as_str())];
+        if let Some(token) = token {
+            envs.push(("TELEGRAM_BOT_TOKEN", token));
+        }
+        let mut all = vec!["bots"];
+        all.extend_from_slice(args);
+        let dir = self.dir().display().to_string();
+        all.extend(["--data-dir", dir.as_str()]);
+        let (status, stdout, stderr) = run(&envs, &all);
+        (status.code().unwrap_or(-1), stdout, stderr)
+    }
+
+    /// `tgq bots add ID --handler echo --webhook-url URL` with `token`.
+    fn add(&self, token: &str, id: &str, url: &str) -> (i32, String, String) {
+        self.bots(
+            Some(token),
+            &["add", id, "--handler", "echo", "--webhook-url", url],
+        )
+    }
+
+    /// Adds the bot `shop` with the fake's own token and [`URL`]; it succeeds.
+    fn add_shop(&self) {
+        let (code, _, stderr) = self.add(&self.token, "shop", URL);
+        assert_eq!(code, 0, "{stderr}");
+    }
+
+    /// Adds the bot `news` offline, without a token; it succeeds.
+    fn add_news_offline(&self) {
+        let (code, _, stderr) = self.bots(None, &["add", "news", "--offline", "--handler", "echo"]);
+        assert_eq!(code, 0, "{stderr}");
+    }
 }
 
 /// Asserts that a `tgq bots` run exited with `code` and that its stderr says each of `says`.
@@ -57,6 +86,16 @@ fn registry(dir: &Path) -> Value {
     serde_json::from_slice(&text).expect("bots.json parses")
 }
 
+/// The bot `id` of what `tgq bots list --json` printed.
+fn listed_bot<'a>(listed: &'a Value, id: &str) -> &'a Value {
+    listed["bots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["id"] == id)
+        .unwrap()
+}
+
 fn ids(dir: &Path) -> Vec<String> {
     registry(dir)["bots"]
         .as_array()
@@ -68,14 +107,10 @@ fn ids(dir: &Path) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_bot_added_is_checked_with_get_me_written_with_a_fresh_secret_and_its_webhook_set() {
-    let fake = FakeTelegram::start().await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let token = fake.token().to_owned();
+    let setup = Setup::new().await;
 
-    let (code, stdout, stderr) = bots(
-        &fake,
-        Some(&token),
-        dir.path(),
+    let (code, stdout, stderr) = setup.bots(
+        Some(&setup.token),
         &[
             "add",
             "shop",
@@ -88,14 +123,14 @@ async fn a_bot_added_is_checked_with_get_me_written_with_a_fresh_secret_and_its_
         ],
     );
     assert_eq!(code, 0, "{stderr}\n{stdout}");
-    assert_eq!(ids(dir.path()), ["shop"]);
-    let stored = &registry(dir.path())["bots"][0];
+    assert_eq!(ids(setup.dir()), ["shop"]);
+    let stored = &registry(setup.dir())["bots"][0];
     assert_eq!(stored["handler"], "echo");
-    assert_eq!(stored["token"], token.as_str());
+    assert_eq!(stored["token"], setup.token.as_str());
     let secret = stored["secret"].as_str().unwrap().to_owned();
     assert!(secret.len() >= 32, "a long random secret");
 
-    let calls = fake.calls();
+    let calls = setup.fake.calls();
     let methods: Vec<&str> = calls.iter().map(|c| c.method.as_str()).collect();
     assert_eq!(
         methods,
@@ -115,14 +150,14 @@ async fn a_bot_added_is_checked_with_get_me_written_with_a_fresh_secret_and_its_
     );
     for printed in [&stdout, &stderr] {
         assert!(
-            !printed.contains(&secret) && !printed.contains(&token),
+            !printed.contains(&secret) && !printed.contains(&setup.token),
             "{printed}"
         );
     }
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt as _;
-        let mode = std::fs::metadata(dir.path().join("bots.json"))
+        let mode = std::fs::metadata(setup.dir().join("bots.json"))
             .unwrap()
             .permissions()
             .mode();
@@ -130,37 +165,21 @@ async fn a_bot_added_is_checked_with_get_me_written_with_a_fresh_secret_and_its_
     }
 
     // A second bot registered offline, then both listed.
-    let (code, _, stderr) = bots(
-        &fake,
-        None,
-        dir.path(),
-        &["add", "news", "--offline", "--handler", "echo"],
-    );
-    assert_eq!(code, 0, "{stderr}");
-    let (code, stdout, stderr) = bots(&fake, None, dir.path(), &["list", "--json"]);
+    setup.add_news_offline();
+    let (code, stdout, stderr) = setup.bots(None, &["list", "--json"]);
     assert_eq!(code, 0, "{stderr}");
     let listed: Value = serde_json::from_str(&stdout).expect("list --json is JSON");
-    let shop = listed["bots"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|b| b["id"] == "shop")
-        .unwrap();
+    let shop = listed_bot(&listed, "shop");
     assert_eq!(shop["webhook_url"], URL);
     assert_eq!(shop["pending_update_count"], 0);
     assert_eq!(shop["handler"], "echo");
-    let news = listed["bots"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|b| b["id"] == "news")
-        .unwrap();
+    let news = listed_bot(&listed, "news");
     assert_eq!(news["telegram_user_id"], Value::Null, "offline: no token");
     assert!(
-        !stdout.contains(&secret) && !stdout.contains(&token),
+        !stdout.contains(&secret) && !stdout.contains(&setup.token),
         "{stdout}"
     );
-    let (code, text, _) = bots(&fake, None, dir.path(), &["list"]);
+    let (code, text, _) = setup.bots(None, &["list"]);
     assert_eq!(code, 0);
     for part in ["shop", "news", URL, "pending updates   0", "offline"] {
         assert!(text.contains(part), "{part} in {text}");
@@ -169,34 +188,23 @@ async fn a_bot_added_is_checked_with_get_me_written_with_a_fresh_secret_and_its_
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_bad_id_token_handler_or_duplicate_is_refused_by_name_before_anything_is_written() {
-    let fake = FakeTelegram::start().await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let token = fake.token().to_owned();
+    let setup = Setup::new().await;
 
     assert_refused(
-        bots(
-            &fake,
-            Some(&token),
-            dir.path(),
+        setup.bots(
+            Some(&setup.token),
             &["add", "bad id!", "--webhook-url", URL],
         ),
         2,
         &["bad id!", "1–64"],
     );
     let long = "a".repeat(65);
-    let (code, _, stderr) = bots(
-        &fake,
-        Some(&token),
-        dir.path(),
-        &["add", &long, "--webhook-url", URL],
-    );
+    let (code, _, stderr) = setup.bots(Some(&setup.token), &["add", &long, "--webhook-url", URL]);
     assert_eq!(code, 2, "{stderr}");
 
     assert_refused(
-        bots(
-            &fake,
-            Some(&token),
-            dir.path(),
+        setup.bots(
+            Some(&setup.token),
             &["add", "shop", "--handler", "nope", "--webhook-url", URL],
         ),
         1,
@@ -204,50 +212,42 @@ async fn a_bad_id_token_handler_or_duplicate_is_refused_by_name_before_anything_
     );
 
     assert_refused(
-        bots(
-            &fake,
+        setup.bots(
             Some("123:wrong-token"),
-            dir.path(),
             &["add", "shop", "--webhook-url", URL],
         ),
         1,
         &["shop", "token"],
     );
     assert_refused(
-        bots(
-            &fake,
-            Some("not a token"),
-            dir.path(),
-            &["add", "shop", "--webhook-url", URL],
-        ),
+        setup.bots(Some("not a token"), &["add", "shop", "--webhook-url", URL]),
         1,
         &["@BotFather"],
     );
-    assert!(!dir.path().join("bots.json").exists(), "nothing written");
+    assert!(!setup.dir().join("bots.json").exists(), "nothing written");
     assert!(
-        fake.calls().iter().all(|c| c.method == "getMe"),
+        setup.fake.calls().iter().all(|c| c.method == "getMe"),
         "no webhook set: {:?}",
-        fake.calls()
+        setup.fake.calls()
     );
 
-    let (code, _, stderr) = add(&fake, &token, dir.path(), "shop", URL);
-    assert_eq!(code, 0, "{stderr}");
-    let before = std::fs::read(dir.path().join("bots.json")).unwrap();
+    setup.add_shop();
+    let before = std::fs::read(setup.dir().join("bots.json")).unwrap();
     // Another bot's token under the same id: refused for the id, not for the token.
     let other = "4242:another-bot-token";
-    fake.accept_token(other);
+    setup.fake.accept_token(other);
     assert_refused(
-        add(&fake, other, dir.path(), "shop", URL),
+        setup.add(other, "shop", URL),
         1,
         &["a bot shop is already registered"],
     );
     assert_refused(
-        add(&fake, &token, dir.path(), "shop2", URL),
+        setup.add(&setup.token, "shop2", URL),
         1,
         &["already registered as shop"],
     );
     assert_eq!(
-        std::fs::read(dir.path().join("bots.json")).unwrap(),
+        std::fs::read(setup.dir().join("bots.json")).unwrap(),
         before,
         "unchanged"
     );
@@ -255,44 +255,26 @@ async fn a_bad_id_token_handler_or_duplicate_is_refused_by_name_before_anything_
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_webhook_telegram_refuses_takes_the_bot_out_again_so_the_same_add_can_be_run_later() {
-    let fake = FakeTelegram::start().await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let token = fake.token().to_owned();
+    let setup = Setup::new().await;
     assert_refused(
-        add(
-            &fake,
-            &token,
-            dir.path(),
-            "shop",
-            "https://nowhere.invalid/webhook/shop",
-        ),
+        setup.add(&setup.token, "shop", "https://nowhere.invalid/webhook/shop"),
         1,
         &["Failed to resolve host", "taken out"],
     );
     assert!(
-        ids(dir.path()).is_empty(),
+        ids(setup.dir()).is_empty(),
         "not left registered without a webhook"
     );
-    let (code, _, stderr) = add(&fake, &token, dir.path(), "shop", URL);
-    assert_eq!(code, 0, "{stderr}");
+    setup.add_shop();
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_bot_removed_has_its_webhook_deleted_and_leaves_the_registry() {
-    let fake = FakeTelegram::start().await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let token = fake.token().to_owned();
-    let (code, _, stderr) = add(&fake, &token, dir.path(), "shop", URL);
-    assert_eq!(code, 0, "{stderr}");
-    let (code, _, stderr) = bots(
-        &fake,
-        None,
-        dir.path(),
-        &["add", "news", "--offline", "--handler", "echo"],
-    );
-    assert_eq!(code, 0, "{stderr}");
+    let setup = Setup::new().await;
+    setup.add_shop();
+    setup.add_news_offline();
 
-    let (code, _, stderr) = bots(&fake, None, dir.path(), &["remove", "ghost"]);
+    let (code, _, stderr) = setup.bots(None, &["remove", "ghost"]);
     assert_eq!(code, 1);
     assert!(
         stderr.contains("no bot ghost") && stderr.contains("news, shop")
@@ -300,12 +282,17 @@ async fn a_bot_removed_has_its_webhook_deleted_and_leaves_the_registry() {
         "{stderr}"
     );
 
-    let (code, stdout, stderr) = bots(&fake, None, dir.path(), &["remove", "shop"]);
+    let (code, stdout, stderr) = setup.bots(None, &["remove", "shop"]);
     assert_eq!(code, 0, "{stderr}");
     assert!(stdout.contains("removed"), "{stdout}");
-    assert_eq!(ids(dir.path()), ["news"]);
+    assert_eq!(ids(setup.dir()), ["news"]);
     assert_eq!(
-        fake.calls().last().map(|c| c.method.clone()).as_deref(),
+        setup
+            .fake
+            .calls()
+            .last()
+            .map(|c| c.method.clone())
+            .as_deref(),
         Some("deleteWebhook"),
         "with the bot's own token, from the registry"
     );

@@ -3,10 +3,9 @@
 
 use crate::common;
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::{replies_per_chat, run, Local};
+use common::{audit_entries, ids_by_update, replies_per_chat, run, Local};
 use serde_json::Value;
 use tgq_core::echo::reply_text;
 use tgq_fake_telegram::{FakeTelegram, Fault, Scope, Times};
@@ -30,20 +29,6 @@ fn json(data_dir: &str, args: &[&str]) -> Value {
     all.push("--json");
     let stdout = tgq(data_dir, &all);
     serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{all:?}: {e}: {stdout}"))
-}
-
-fn ids_by_update(letters: &Value) -> BTreeMap<i64, String> {
-    letters
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|l| {
-            (
-                l["update_id"].as_i64().unwrap(),
-                l["id"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect()
 }
 
 /// `tgq local` sending to the fake Bot API.
@@ -124,16 +109,9 @@ async fn dead_letters_are_listed_shown_replayed_purged_and_audited_through_the_r
     assert_eq!(purged["acted"][0]["update_id"], 4, "{purged}");
 
     let audit = json(data_dir, &["dlq", "audit"]);
-    let actions: Vec<(&str, i64)> = audit
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| {
-            (
-                e["action"].as_str().unwrap(),
-                e["update_id"].as_i64().unwrap(),
-            )
-        })
+    let actions: Vec<(&str, i64)> = audit_entries(&audit)
+        .into_iter()
+        .map(|(action, update_id, _)| (action, update_id))
         .collect();
     assert_eq!(actions.len(), 3, "{audit}");
     assert_eq!(actions[0], ("purge", 4));

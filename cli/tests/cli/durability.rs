@@ -119,12 +119,8 @@ fn post_all(
 async fn acknowledged_updates_survive_sigkill_and_are_processed_exactly_once() {
     let fake = FakeTelegram::start().await.unwrap();
     let api_url = fake.url();
-    let envs = [
-        ("TELEGRAM_API_URL", api_url.as_str()),
-        ("TELEGRAM_BOT_TOKEN", fake.token()),
-        ("TGQ_WEBHOOK_SECRET", SECRET),
-        ("TGQ_BOT_ID", BOT_ID),
-    ];
+    let mut envs = common::sending_to(&fake, &api_url, SECRET).to_vec();
+    envs.push(("TGQ_BOT_ID", BOT_ID));
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let all = Arc::new(updates());

@@ -8,7 +8,7 @@ use crate::common;
 
 use std::io::Read as _;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 use tgq_core::record::{ActionState, Status, UpdateRecord};
 use tgq_fake_telegram::DEFAULT_TOKEN;
 
-use common::{free_port, run, stored_records, Local};
+use common::{run, stored_records, Local};
 
 /// The chat whose `/announce` the bot obeys (`ANNOUNCER_CHAT`). It rolls first, so the
 /// announcement's audience (the chats that rolled) is this chat.
@@ -43,14 +43,8 @@ struct Fake {
 impl Fake {
     /// Starts it serving the updates in `updates` (a directory of update files) to getUpdates.
     fn start(updates: &Path) -> Fake {
-        let addr = format!("127.0.0.1:{}", free_port());
-        let mut child = common::tgq(&[])
-            .args(["fake-telegram", "--addr", &addr, "--updates"])
-            .arg(updates)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("tgq fake-telegram starts");
+        let (mut child, url) =
+            common::start_fake_telegram(&["--updates", updates.to_str().unwrap()]);
         let printed = Arc::new(Mutex::new(String::new()));
         let mut stdout = child.stdout.take().expect("piped stdout");
         let sink = Arc::clone(&printed);
@@ -61,17 +55,9 @@ impl Fake {
                 sink.lock().unwrap().push_str(&text);
             }
         });
-        let started = Instant::now();
-        while std::net::TcpStream::connect(&addr).is_err() {
-            assert!(
-                started.elapsed() < Duration::from_secs(20),
-                "tgq fake-telegram did not listen on {addr}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
         Fake {
             child,
-            url: format!("http://{addr}"),
+            url,
             printed,
             reader: Some(reader),
         }

@@ -5,12 +5,10 @@ use crate::common;
 
 use std::io::Read as _;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Child, Command};
+use std::time::Duration;
 
-use common::{
-    free_port, readable_fixture_count, run, update_fixture_count, Local, UNREADABLE_FIXTURES,
-};
+use common::{readable_fixture_count, run, update_fixture_count, Local, UNREADABLE_FIXTURES};
 use tgq_fake_telegram::DEFAULT_TOKEN;
 
 /// A running `tgq fake-telegram`, stopped (SIGTERM) when dropped.
@@ -21,27 +19,8 @@ struct Fake {
 
 impl Fake {
     fn start(args: &[&str]) -> Fake {
-        let port = free_port();
-        let addr = format!("127.0.0.1:{port}");
-        let child = common::tgq(&[])
-            .args(["fake-telegram", "--addr", &addr])
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("tgq fake-telegram starts");
-        let started = Instant::now();
-        while std::net::TcpStream::connect(&addr).is_err() {
-            assert!(
-                started.elapsed() < Duration::from_secs(20),
-                "tgq fake-telegram did not listen on {addr}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Fake {
-            child,
-            url: format!("http://{addr}"),
-        }
+        let (child, url) = common::start_fake_telegram(args);
+        Fake { child, url }
     }
 
     /// Stops it with SIGTERM: (exit success, stdout).

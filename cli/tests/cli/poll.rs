@@ -12,14 +12,19 @@ use tgq_fake_telegram::FakeTelegram;
 const CHATS: [i64; 3] = [101, 202, 303];
 const PER_CHAT: i64 = 6;
 
-#[tokio::test(flavor = "multi_thread")]
-async fn polled_updates_are_processed_and_replied_to_in_order_per_chat() {
-    let fake = FakeTelegram::start().await.unwrap();
+/// Starts `tgq local --poll` on the data directory `dir`, polling `fake`.
+fn start_polling(fake: &FakeTelegram, dir: &Path) -> Local {
     let url = fake.url();
     let envs = [
         ("TELEGRAM_API_URL", url.as_str()),
         ("TELEGRAM_BOT_TOKEN", fake.token()),
     ];
+    Local::start(dir, &envs, &["--poll"])
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn polled_updates_are_processed_and_replied_to_in_order_per_chat() {
+    let fake = FakeTelegram::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let mut update_id = 9_000;
     let mut wanted: std::collections::BTreeMap<i64, Vec<String>> = Default::default();
@@ -34,7 +39,7 @@ async fn polled_updates_are_processed_and_replied_to_in_order_per_chat() {
                 .push(reply_text(update_id, &text));
         }
     }
-    let mut local = Local::start(dir.path(), &envs, &["--poll"]);
+    let mut local = start_polling(&fake, dir.path());
     local.wait_ready().await;
 
     let expected = CHATS.len() * PER_CHAT as usize;
@@ -132,13 +137,8 @@ fn push_batch(fake: &FakeTelegram, first: i64, per_chat: i64) -> Vec<(i64, i64, 
 async fn a_batch_fetched_but_not_yet_stored_when_the_process_dies_is_fetched_again_and_handled_once(
 ) {
     let fake = FakeTelegram::start().await.unwrap();
-    let url = fake.url();
-    let envs = [
-        ("TELEGRAM_API_URL", url.as_str()),
-        ("TELEGRAM_BOT_TOKEN", fake.token()),
-    ];
     let dir = tempfile::tempdir().unwrap();
-    let mut first = Local::start(dir.path(), &envs, &["--poll"]);
+    let mut first = start_polling(&fake, dir.path());
     first.wait_ready().await;
 
     // Batch one: stored, processed, confirmed by the next poll's offset.
@@ -195,7 +195,7 @@ async fn a_batch_fetched_but_not_yet_stored_when_the_process_dies_is_fetched_aga
     let unknown = unknown_outcomes(&left);
 
     // The restarted process polls without an offset: Telegram hands the batch out again.
-    let mut second = Local::start(dir.path(), &envs, &["--poll"]);
+    let mut second = start_polling(&fake, dir.path());
     second.wait_ready().await;
     let status = second
         .wait_settled(Duration::from_secs(180), |s| {
@@ -264,13 +264,8 @@ async fn a_batch_fetched_but_not_yet_stored_when_the_process_dies_is_fetched_aga
 async fn polling_stops_with_a_clear_message_while_a_webhook_is_set() {
     let fake = FakeTelegram::start().await.unwrap();
     fake.set_webhook_url(Some("https://bot.example.com/webhook".into()));
-    let url = fake.url();
-    let envs = [
-        ("TELEGRAM_API_URL", url.as_str()),
-        ("TELEGRAM_BOT_TOKEN", fake.token()),
-    ];
     let dir = tempfile::tempdir().unwrap();
-    let mut local = Local::start(dir.path(), &envs, &["--poll"]);
+    let mut local = start_polling(&fake, dir.path());
     let status = local.wait_exit(Duration::from_secs(30)).await;
     let (_, stderr) = local.output();
     assert!(!status.success());

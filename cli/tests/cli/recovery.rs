@@ -8,9 +8,39 @@ use crate::common;
 use std::time::{Duration, Instant};
 
 use common::{free_port, message_update, post_text, Local};
+use tempfile::TempDir;
+use tgq_fake_telegram::FakeTelegram;
 
 const SECRET: &str = "recovery-secret";
 const CHATS: i64 = 30;
+
+/// Where a `tgq local` whose bot sends to a fake Bot API runs, and runs again after each kill: one
+/// data directory, one port.
+struct Restarts<'f> {
+    fake: &'f FakeTelegram,
+    api_url: String,
+    dir: TempDir,
+    port: u16,
+}
+
+impl<'f> Restarts<'f> {
+    fn new(fake: &'f FakeTelegram) -> Self {
+        Restarts {
+            fake,
+            api_url: fake.url(),
+            dir: tempfile::tempdir().unwrap(),
+            port: free_port(),
+        }
+    }
+
+    /// Starts `tgq local` there, ready.
+    async fn start(&self) -> Local {
+        let envs = common::sending_to(self.fake, &self.api_url, SECRET);
+        let mut local = Local::start_on(self.port, self.dir.path(), &envs, &[]);
+        local.wait_ready().await;
+        local
+    }
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_sigkill_mid_batch_the_restarted_process_replies_within_two_seconds() {
@@ -83,18 +113,10 @@ async fn after_a_sigkill_mid_batch_the_restarted_process_replies_within_two_seco
 /// announced wait sends nothing before it ends — neither the refused update nor another chat's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_wait_heard_before_a_sigkill_holds_the_bot_after_the_restart() {
-    use tgq_fake_telegram::{FakeTelegram, Fault, Scope, Times};
+    use tgq_fake_telegram::{Fault, Scope, Times};
     const WAIT_SECS: u32 = 6;
     let fake = FakeTelegram::start().await.unwrap();
-    let api_url = fake.url();
-    let envs = [
-        ("TELEGRAM_API_URL", api_url.as_str()),
-        ("TELEGRAM_BOT_TOKEN", fake.token()),
-        ("TGQ_WEBHOOK_SECRET", SECRET),
-        ("TGQ_HANDLER", "echo"),
-    ];
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
+    let instance = Restarts::new(&fake);
     let client = reqwest::Client::new();
     let post = async |local: &Local, update_id: i64, chat: i64| {
         let status = client
@@ -109,8 +131,7 @@ async fn a_flood_wait_heard_before_a_sigkill_holds_the_bot_after_the_restart() {
     };
 
     fake.inject(Fault::RetryAfter(WAIT_SECS), Scope::Global, Times::Once);
-    let mut first = Local::start_on(port, dir.path(), &envs, &[]);
-    first.wait_ready().await;
+    let mut first = instance.start().await;
     post(&first, 1, 501).await;
     let started = Instant::now();
     while fake.calls().iter().all(|call| call.method != "sendMessage") {
@@ -123,7 +144,7 @@ async fn a_flood_wait_heard_before_a_sigkill_holds_the_bot_after_the_restart() {
     let refused_at = Instant::now();
     // Heard means tgq acted on the answer: it keeps the wait in the data directory. (A SIGKILL
     // between Telegram's answer and that write loses the wait; the next send hears it again.)
-    let kept = dir.path().join("flood-waits.json");
+    let kept = instance.dir.path().join("flood-waits.json");
     while !kept.exists() {
         assert!(
             started.elapsed() < Duration::from_secs(10),
@@ -133,8 +154,7 @@ async fn a_flood_wait_heard_before_a_sigkill_holds_the_bot_after_the_restart() {
     }
     first.kill();
 
-    let mut second = Local::start_on(port, dir.path(), &envs, &[]);
-    second.wait_ready().await;
+    let mut second = instance.start().await;
     post(&second, 2, 502).await;
     let started = Instant::now();
     while fake.delivered().len() < 2 {
@@ -158,7 +178,7 @@ async fn a_flood_wait_heard_before_a_sigkill_holds_the_bot_after_the_restart() {
 /// SIGKILL is not sent to again within that second by the restarted process.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chat_sent_to_just_before_a_sigkill_waits_out_its_second_after_the_restart() {
-    use tgq_fake_telegram::{FakeConfig, FakeTelegram, Limits};
+    use tgq_fake_telegram::{FakeConfig, Limits};
     const CHAT: i64 = 601;
     let fake = FakeTelegram::start_with(FakeConfig {
         limits: Some(Limits::default()),
@@ -166,15 +186,7 @@ async fn a_chat_sent_to_just_before_a_sigkill_waits_out_its_second_after_the_res
     })
     .await
     .unwrap();
-    let api_url = fake.url();
-    let envs = [
-        ("TELEGRAM_API_URL", api_url.as_str()),
-        ("TELEGRAM_BOT_TOKEN", fake.token()),
-        ("TGQ_WEBHOOK_SECRET", SECRET),
-        ("TGQ_HANDLER", "echo"),
-    ];
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
+    let instance = Restarts::new(&fake);
     let sends = || {
         fake.calls()
             .into_iter()
@@ -182,8 +194,7 @@ async fn a_chat_sent_to_just_before_a_sigkill_waits_out_its_second_after_the_res
             .collect::<Vec<_>>()
     };
 
-    let mut first = Local::start_on(port, dir.path(), &envs, &[]);
-    first.wait_ready().await;
+    let mut first = instance.start().await;
     post_text(&first, SECRET, 1, CHAT, "hello").await;
     let started = Instant::now();
     while sends().is_empty() {
@@ -192,8 +203,7 @@ async fn a_chat_sent_to_just_before_a_sigkill_waits_out_its_second_after_the_res
     }
     first.kill();
 
-    let mut second = Local::start_on(port, dir.path(), &envs, &[]);
-    second.wait_ready().await;
+    let mut second = instance.start().await;
     post_text(&second, SECRET, 2, CHAT, "hello").await;
     while sends().len() < 2 {
         assert!(started.elapsed() < Duration::from_secs(20), "{:?}", sends());

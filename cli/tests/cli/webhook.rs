@@ -6,17 +6,21 @@ use std::time::Duration;
 
 use common::{message_update, Local};
 use serde_json::Value;
+use tempfile::TempDir;
 use tgq_core::echo::reply_text;
 
 const SECRET: &str = "webhook-test-secret";
 const SECRET_HEADER: &str = "x-telegram-bot-api-secret-token";
 
-async fn started(dir: &std::path::Path, envs: &[(&str, &str)]) -> Local {
+/// `tgq local` with [`SECRET`] and `envs`, ready, on a data directory of its own: removed when the
+/// returned one is dropped.
+async fn started(envs: &[(&str, &str)]) -> (TempDir, Local) {
+    let dir = tempfile::tempdir().unwrap();
     let mut envs = envs.to_vec();
     envs.push(("TGQ_WEBHOOK_SECRET", SECRET));
-    let mut local = Local::start(dir, &envs, &[]);
+    let mut local = Local::start(dir.path(), &envs, &[]);
     local.wait_ready().await;
-    local
+    (dir, local)
 }
 
 async fn json(response: reqwest::Response) -> (u16, Value) {
@@ -24,18 +28,37 @@ async fn json(response: reqwest::Response) -> (u16, Value) {
     (status, response.json().await.expect("a JSON body"))
 }
 
+/// `POST /webhook` of `body` to `local`, with `secret` in the secret header.
+async fn post(local: &Local, secret: &str, body: impl Into<reqwest::Body>) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(local.url("/webhook"))
+        .header(SECRET_HEADER, secret)
+        .body(body)
+        .send()
+        .await
+        .unwrap()
+}
+
+/// `/admin/outbox` once `local` has processed its one update.
+async fn outbox_after_one(local: &Local) -> Value {
+    local
+        .wait_settled(Duration::from_secs(20), |s| s["counters"]["processed"] == 1)
+        .await;
+    reqwest::get(local.admin_url("/admin/outbox"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn refused_requests_get_the_lambdas_status_codes_and_write_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let local = started(dir.path(), &[("TGQ_MAX_BODY_BYTES", "4096")]).await;
+    let (_dir, local) = started(&[("TGQ_MAX_BODY_BYTES", "4096")]).await;
     let client = reqwest::Client::new();
     let body = message_update(1, 42, "hi").to_string();
 
-    let wrong = client
-        .post(local.url("/webhook"))
-        .header(SECRET_HEADER, "nope")
-        .body(body.clone());
-    let (status, answer) = json(wrong.send().await.unwrap()).await;
+    let (status, answer) = json(post(&local, "nope", body.clone()).await).await;
     assert_eq!(status, 401);
     assert_eq!(answer["ok"], false);
 
@@ -48,11 +71,7 @@ async fn refused_requests_get_the_lambdas_status_codes_and_write_nothing() {
     assert_eq!(get.send().await.unwrap().status(), 405);
 
     let huge = message_update(2, 42, &"x".repeat(5000)).to_string();
-    let oversize = client
-        .post(local.url("/webhook"))
-        .header(SECRET_HEADER, SECRET)
-        .body(huge);
-    let (status, answer) = json(oversize.send().await.unwrap()).await;
+    let (status, answer) = json(post(&local, SECRET, huge).await).await;
     assert_eq!(status, 413);
     assert!(
         answer["result"].as_str().unwrap().contains("4096"),
@@ -66,40 +85,22 @@ async fn refused_requests_get_the_lambdas_status_codes_and_write_nothing() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_accepted_update_is_answered_200_and_its_reply_lands_in_the_outbox() {
-    let dir = tempfile::tempdir().unwrap();
-    let local = started(dir.path(), &[]).await;
-    let client = reqwest::Client::new();
+    let (_dir, local) = started(&[]).await;
     let body = message_update(7, 4242, "ping over http").to_string();
 
-    let post = client
-        .post(local.url("/webhook"))
-        .header(SECRET_HEADER, SECRET)
-        .body(body.clone());
-    let (status, answer) = json(post.send().await.unwrap()).await;
+    let (status, answer) = json(post(&local, SECRET, body.clone()).await).await;
     assert_eq!(
         (status, answer.clone()),
         (200, serde_json::json!({"ok": true, "result": "queued"}))
     );
-    let again = client
-        .post(local.url("/webhook"))
-        .header(SECRET_HEADER, SECRET)
-        .body(body);
-    let (status, answer) = json(again.send().await.unwrap()).await;
+    let (status, answer) = json(post(&local, SECRET, body).await).await;
     assert_eq!(status, 200);
     assert!(
         answer["result"].as_str().unwrap().starts_with("duplicate"),
         "{answer}"
     );
 
-    local
-        .wait_settled(Duration::from_secs(20), |s| s["counters"]["processed"] == 1)
-        .await;
-    let outbox: Value = reqwest::get(local.admin_url("/admin/outbox"))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let outbox = outbox_after_one(&local).await;
     let entries = outbox["result"].as_array().unwrap();
     assert_eq!(entries.len(), 1, "{outbox}");
     assert_eq!(entries[0]["chat_id"], 4242);
@@ -114,14 +115,9 @@ async fn an_accepted_update_is_answered_200_and_its_reply_lands_in_the_outbox() 
 #[tokio::test(flavor = "multi_thread")]
 async fn with_ack_callbacks_a_callback_query_is_answered_in_the_reply_and_not_again_by_the_worker()
 {
-    let dir = tempfile::tempdir().unwrap();
-    let local = started(dir.path(), &[("TGQ_ACK_CALLBACKS", "true")]).await;
+    let (_dir, local) = started(&[("TGQ_ACK_CALLBACKS", "true")]).await;
     let body = include_str!("../../../events/updates/callback_query.json");
-    let post = reqwest::Client::new()
-        .post(local.url("/webhook"))
-        .header(SECRET_HEADER, SECRET)
-        .body(body);
-    let (status, answer) = json(post.send().await.unwrap()).await;
+    let (status, answer) = json(post(&local, SECRET, body).await).await;
     assert_eq!(
         (status, answer),
         (
@@ -129,15 +125,7 @@ async fn with_ack_callbacks_a_callback_query_is_answered_in_the_reply_and_not_ag
             serde_json::json!({"method": "answerCallbackQuery", "callback_query_id": "4382139112311411201"})
         )
     );
-    local
-        .wait_settled(Duration::from_secs(20), |s| s["counters"]["processed"] == 1)
-        .await;
-    let outbox: Value = reqwest::get(local.admin_url("/admin/outbox"))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let outbox = outbox_after_one(&local).await;
     let methods: Vec<&str> = outbox["result"]
         .as_array()
         .unwrap()
@@ -210,21 +198,34 @@ async fn stream_until_answered(
     (whole, sent, finished)
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_chunked_body_over_the_limit_is_refused_with_413_while_it_streams() {
-    let dir = tempfile::tempdir().unwrap();
-    let local = started(dir.path(), &[("TGQ_MAX_BODY_BYTES", "1000")]).await;
-    // No Content-Length: the limit can only be found by reading. The client has 1 MB to send, a
-    // quarter KB every 10 ms (40 s in all); the answer must come once the limit is passed.
+/// Streams to a `tgq local` whose body limit is 1000 bytes a `POST /webhook` whose body is framed
+/// by `framing` (a Transfer-Encoding or a Content-Length header), as [`stream_until_answered`]
+/// does, and checks that it is refused with 413 and nothing is stored. Returns what
+/// `stream_until_answered` does.
+async fn refused_as_too_large(
+    framing: &str,
+    chunks: Option<(usize, usize)>,
+) -> (String, usize, bool) {
+    let (_dir, local) = started(&[("TGQ_MAX_BODY_BYTES", "1000")]).await;
     let head = format!(
         "POST /webhook HTTP/1.1\r\nHost: {}\r\n{SECRET_HEADER}: {SECRET}\r\n\
-         Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n",
+         {framing}\r\nConnection: close\r\n\r\n",
         local.addr
     );
 
-    let (answer, sent, finished) = stream_until_answered(&local, head, Some((4096, 256))).await;
+    let (answer, sent, finished) = stream_until_answered(&local, head, chunks).await;
 
     assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert_eq!(local.status().await["stats"]["records"], 0);
+    (answer, sent, finished)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_chunked_body_over_the_limit_is_refused_with_413_while_it_streams() {
+    // No Content-Length: the limit can only be found by reading. The client has 1 MB to send, a
+    // quarter KB every 10 ms (40 s in all); the answer must come once the limit is passed.
+    let (_, sent, finished) =
+        refused_as_too_large("Transfer-Encoding: chunked", Some((4096, 256))).await;
     assert!(
         !finished,
         "the 413 came only after the client had sent the whole body ({sent} bytes)"
@@ -233,33 +234,20 @@ async fn a_chunked_body_over_the_limit_is_refused_with_413_while_it_streams() {
         sent > 1000,
         "the refusal came after {sent} bytes, before the limit was even reached"
     );
-    assert_eq!(local.status().await["stats"]["records"], 0);
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_declared_length_over_the_limit_is_refused_before_a_byte_of_the_body() {
-    let dir = tempfile::tempdir().unwrap();
-    let local = started(dir.path(), &[("TGQ_MAX_BODY_BYTES", "1000")]).await;
-    let head = format!(
-        "POST /webhook HTTP/1.1\r\nHost: {}\r\n{SECRET_HEADER}: {SECRET}\r\n\
-         Content-Length: 1000000\r\nConnection: close\r\n\r\n",
-        local.addr
-    );
-
-    let (answer, _, _) = stream_until_answered(&local, head, None).await;
-
-    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    let (answer, _, _) = refused_as_too_large("Content-Length: 1000000", None).await;
     assert!(
         answer.contains("1000"),
         "the answer names the limit: {answer}"
     );
-    assert_eq!(local.status().await["stats"]["records"], 0);
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn health_and_readiness_answer_once_the_worker_loops_run() {
-    let dir = tempfile::tempdir().unwrap();
-    let local = started(dir.path(), &[]).await;
+    let (_dir, local) = started(&[]).await;
     let (status, answer) = json(reqwest::get(local.url("/healthz")).await.unwrap()).await;
     assert_eq!((status, answer["result"].as_str()), (200, Some("alive")));
     let (status, answer) = json(reqwest::get(local.url("/readyz")).await.unwrap()).await;
@@ -268,8 +256,7 @@ async fn health_and_readiness_answer_once_the_worker_loops_run() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn admin_routes_refuse_a_forwarded_request_without_the_token_and_admit_it_with_the_token() {
-    let dir = tempfile::tempdir().unwrap();
-    let local = started(dir.path(), &[("TGQ_ADMIN_TOKEN", "let-me-in")]).await;
+    let (_dir, local) = started(&[("TGQ_ADMIN_TOKEN", "let-me-in")]).await;
     let client = reqwest::Client::new();
     // A tunnel on this machine connects from loopback but forwards someone else's request.
     let forwarded = || {
@@ -319,24 +306,15 @@ async fn a_generated_secret_is_kept_with_mode_0600_reused_and_never_printed() {
         0o600
     );
 
-    let client = reqwest::Client::new();
     let body = message_update(9, 77, "hello").to_string();
-    let post = client
-        .post(local.url("/webhook"))
-        .header(SECRET_HEADER, &secret)
-        .body(body);
-    assert_eq!(post.send().await.unwrap().status(), 200);
+    assert_eq!(post(&local, &secret, body).await.status(), 200);
     assert!(local.terminate().await.success());
 
     let mut again = Local::start(dir.path(), &[], &[]);
     again.wait_ready().await;
     let body = message_update(10, 77, "hello again").to_string();
-    let post = client
-        .post(again.url("/webhook"))
-        .header(SECRET_HEADER, &secret)
-        .body(body);
     assert_eq!(
-        post.send().await.unwrap().status(),
+        post(&again, &secret, body).await.status(),
         200,
         "the kept secret is used again"
     );

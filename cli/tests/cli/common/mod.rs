@@ -39,6 +39,42 @@ pub fn tgq_at(exe: &Path, envs: &[(&str, &str)]) -> Command {
     command
 }
 
+/// Starts `tgq fake-telegram ARGS…` on a free port, its stdout piped, and waits until it listens:
+/// the process and its URL.
+pub fn start_fake_telegram(args: &[&str]) -> (Child, String) {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let child = tgq(&[])
+        .args(["fake-telegram", "--addr", &addr])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("tgq fake-telegram starts");
+    let started = Instant::now();
+    while std::net::TcpStream::connect(&addr).is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "tgq fake-telegram did not listen on {addr}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (child, format!("http://{addr}"))
+}
+
+/// The environment of a `tgq local` whose bot sends to `fake`, at `api_url`, and whose webhook
+/// takes `secret`.
+pub fn sending_to<'a>(
+    fake: &'a FakeTelegram,
+    api_url: &'a str,
+    secret: &'a str,
+) -> [(&'static str, &'a str); 3] {
+    [
+        ("TELEGRAM_API_URL", api_url),
+        ("TELEGRAM_BOT_TOKEN", fake.token()),
+        ("TGQ_WEBHOOK_SECRET", secret),
+    ]
+}
+
 /// Posts a text update to `local`'s webhook with `secret`, expecting it to be taken (200).
 pub async fn post_text(local: &Local, secret: &str, update_id: i64, chat: i64, text: &str) {
     let body = message_update(update_id, chat, text).to_string();
@@ -132,6 +168,37 @@ pub fn message_update(update_id: i64, chat: i64, text: &str) -> Value {
             "text": text,
         }
     })
+}
+
+/// The dead letters `tgq dlq list --json` printed: their ids by update id.
+pub fn ids_by_update(letters: &Value) -> BTreeMap<i64, String> {
+    letters
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (
+                l["update_id"].as_i64().unwrap(),
+                l["id"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// The entries `tgq dlq audit --json` printed, as it printed them: (action, update id, principal).
+pub fn audit_entries(audit: &Value) -> Vec<(&str, i64, &str)> {
+    audit
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["action"].as_str().unwrap(),
+                e["update_id"].as_i64().unwrap(),
+                e["principal"].as_str().unwrap(),
+            )
+        })
+        .collect()
 }
 
 /// A running `tgq local`.
@@ -419,14 +486,18 @@ pub fn real_python() -> PathBuf {
 /// `dir/bin`, to be a whole PATH for a deploy's tool checks: the machine's python3 and a rustup
 /// that lists `target` as installed; no SAM CLI, cargo-lambda or zig.
 pub fn python_and_rustup(dir: &Path, target: &str) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt as _;
     let bin = dir.join("bin");
     std::fs::create_dir_all(&bin).unwrap();
     std::os::unix::fs::symlink(real_python(), bin.join("python3")).unwrap();
-    let rustup = bin.join("rustup");
-    std::fs::write(&rustup, format!("#!/bin/sh\necho {target}\n")).unwrap();
-    std::fs::set_permissions(&rustup, std::fs::Permissions::from_mode(0o755)).unwrap();
+    write_script(&bin.join("rustup"), &format!("#!/bin/sh\necho {target}\n"));
     bin
+}
+
+/// Writes `script` to `path`, executable by its owner alone: a stand-in for a tool.
+pub fn write_script(path: &Path, script: &str) {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::write(path, script).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700)).unwrap();
 }
 
 /// The text of `doc`'s `## heading` section, up to the next `## `; `doc` names it in the panic.
