@@ -169,3 +169,57 @@ fn a_fault_that_does_not_parse_is_a_usage_error() {
     assert_eq!(status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("is not a fault"), "{stderr}");
 }
+
+/// Calls `method` of the fake at `url` with `params`: its envelope.
+async fn call_fake(url: &str, method: &str, params: serde_json::Value) -> serde_json::Value {
+    reqwest::Client::new()
+        .post(format!("{url}/bot{DEFAULT_TOKEN}/{method}"))
+        .json(&params)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+/// The updates queued for getUpdates, confirmed as read.
+async fn take_updates(url: &str) -> Vec<serde_json::Value> {
+    let answer = call_fake(url, "getUpdates", serde_json::json!({})).await;
+    let updates = answer["result"].as_array().cloned().unwrap_or_default();
+    if let Some(last) = updates.last() {
+        let offset = last["update_id"].as_i64().unwrap() + 1;
+        call_fake(url, "getUpdates", serde_json::json!({ "offset": offset })).await;
+    }
+    updates
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_pay_the_user_pays_an_invoice_and_the_bot_hears_of_it_through_get_updates() {
+    let fake = Fake::start(&["--pay"]);
+    let invoice = serde_json::json!({
+        "chat_id": 42, "title": "Dragon egg", "description": "One egg", "payload": "egg-1",
+        "currency": "XTR", "prices": [{ "label": "Egg", "amount": 25 }],
+    });
+    let sent = call_fake(&fake.url, "sendInvoice", invoice).await;
+    assert_eq!(sent["ok"], true, "{sent}");
+    let asked = take_updates(&fake.url).await;
+    let query = &asked[0]["pre_checkout_query"];
+    assert_eq!(
+        (query["from"]["id"].as_i64(), query["total_amount"].as_i64()),
+        (Some(42), Some(25)),
+        "{asked:?}"
+    );
+    let answer = serde_json::json!({ "pre_checkout_query_id": query["id"], "ok": true });
+    let answered = call_fake(&fake.url, "answerPreCheckoutQuery", answer).await;
+    assert_eq!(answered["result"], true, "{answered}");
+    let paid = take_updates(&fake.url).await;
+    let payment = &paid[0]["message"]["successful_payment"];
+    assert_eq!(payment["invoice_payload"], "egg-1", "{paid:?}");
+    assert!(payment["telegram_payment_charge_id"].is_string(), "{paid:?}");
+
+    let (stopped, printed) = fake.stop();
+    assert!(stopped, "{printed}");
+    assert!(printed.contains("paid at once"), "{printed}");
+    assert!(printed.contains("answerPreCheckoutQuery"), "{printed}");
+}

@@ -181,15 +181,19 @@ pub async fn run(args: FakeTelegramArgs) -> anyhow::Result<()> {
     let mut stop = std::pin::pin!(crate::local::shutdown::signalled());
     let mut printed = 0;
     loop {
-        tokio::select! {
-            () = &mut stop => break,
-            () = tokio::time::sleep(PRINT_EVERY) => {}
-        }
+        let stopping = tokio::select! {
+            () = &mut stop => true,
+            () = tokio::time::sleep(PRINT_EVERY) => false,
+        };
+        // The calls since the last print are printed on the way out too.
         for call in fake.calls_after(printed) {
             for line in shown(&call, args.hide_text) {
                 outln!("{line}");
             }
             printed = call.seq;
+        }
+        if stopping {
+            break;
         }
     }
     fake.shutdown().await;
