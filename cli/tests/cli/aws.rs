@@ -1182,7 +1182,8 @@ async fn without_credentials_a_command_says_so_in_one_line() {
 }
 
 /// A directory of stand-ins for the tools `tgq deploy` runs: `sam`, which records each call's
-/// arguments in `sam-calls` and exits with the code in `sam-exit` (0 when absent), and `rustup`,
+/// arguments in `sam-calls` (and the last call's, one by one, in `sam-argv`) and exits with the
+/// code in `sam-exit` (0 when absent), and `rustup`,
 /// `cargo-lambda` and `zig`, present as a developer's machine has them. The stack itself is made by
 /// the test on moto (moto's CloudFormation cannot take what `sam deploy` sends: see
 /// testing/e2e/tests/e2e/stack.rs), standing in for what `sam deploy` creates.
@@ -1190,13 +1191,15 @@ pub(crate) fn deploy_tools(dir: &std::path::Path) -> std::path::PathBuf {
     let bin = dir.join("bin");
     std::fs::create_dir_all(&bin).unwrap();
     let calls = dir.join("sam-calls");
+    let argv = dir.join("sam-argv");
     let exit = dir.join("sam-exit");
     let tools = [
         (
             "sam",
             format!(
-                "#!/bin/sh\necho \"$@\" >> '{}'\nexit $(/bin/cat '{}' 2>/dev/null || echo 0)\n",
+                "#!/bin/sh\necho \"$@\" >> '{}'\nprintf '%s\\0' \"$@\" > '{}'\nexit $(/bin/cat '{}' 2>/dev/null || echo 0)\n",
                 calls.display(),
+                argv.display(),
                 exit.display()
             ),
         ),
@@ -1213,6 +1216,34 @@ pub(crate) fn deploy_tools(dir: &std::path::Path) -> std::path::PathBuf {
     bin
 }
 
+/// The `--parameter-overrides` of the last `sam` call recorded in `argv`, as the pinned SAM CLI's
+/// own parser reads them (python3 on the PATH is the test environment's, with the SAM CLI).
+fn sam_reads_overrides(argv: &std::path::Path) -> serde_json::Value {
+    let recorded = std::fs::read_to_string(argv).unwrap();
+    let args: Vec<&str> = recorded.split('\0').filter(|arg| !arg.is_empty()).collect();
+    let at = args
+        .iter()
+        .position(|arg| *arg == "--parameter-overrides")
+        .expect("sam deploy is given parameters");
+    let overrides = args[at + 1..]
+        .iter()
+        .take_while(|arg| !arg.starts_with("--"));
+    let script = "import json, sys\n\
+        from samcli.cli.types import CfnParameterOverridesType\n\
+        print(json.dumps(CfnParameterOverridesType().convert(tuple(sys.argv[1:]), None, None)))";
+    let output = std::process::Command::new("python3")
+        .args(["-c", script])
+        .args(overrides)
+        .output()
+        .expect("python3 with the SAM CLI");
+    assert!(
+        output.status.success(),
+        "the SAM CLI refuses tgq deploy's parameters: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
 /// [`tgq_deploy`], expected to succeed: (stdout, stderr).
 fn tgq_deploys(
     dir: &std::path::Path,
@@ -1226,15 +1257,17 @@ fn tgq_deploys(
 }
 
 /// `tgq deploy|destroy ARGS` in `dir`, with `bin` as the whole PATH, and this repository's
-/// `template.yaml` in `dir` as in a checkout (the stand-in `sam` does not read it).
+/// `template.yaml` and `samconfig.toml` in `dir` as in a checkout (the stand-in `sam` reads
+/// neither).
 fn tgq_deploy(
     dir: &std::path::Path,
     bin: &std::path::Path,
     envs: &[(&str, &str)],
     args: &[&str],
 ) -> (std::process::ExitStatus, String, String) {
-    let template = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../template.yaml");
-    std::fs::copy(template, dir.join("template.yaml")).unwrap();
+    let checkout = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    std::fs::copy(checkout.join("template.yaml"), dir.join("template.yaml")).unwrap();
+    std::fs::copy(checkout.join("samconfig.toml"), dir.join("samconfig.toml")).unwrap();
     // An empty cache of tgq's own tools: the stand-ins on PATH are the tools.
     let output = common::tgq(envs)
         .current_dir(dir)
@@ -1615,12 +1648,21 @@ async fn deploy_keeps_the_secrets_deploys_sets_the_webhook_and_runs_again_in_pla
         format!("deploy --stack-name {stack}"),
         "--no-confirm-changeset".to_owned(),
         "CAPABILITY_IAM".to_owned(),
-        format!("BotTokenParameterName={token_parameter}"),
-        format!("WebhookSecretParameterName={secret_parameter}"),
-        "BotId=mybot".to_owned(),
-        "Architecture=arm64".to_owned(),
     ] {
         assert!(last.contains(&part), "{part} in {last}");
+    }
+    // The parameters as the SAM CLI itself reads them: samconfig.toml's (empty values among
+    // them), the stack's own and the flags'.
+    let read = sam_reads_overrides(&dir.path().join("sam-argv"));
+    for (name, value) in [
+        ("BotTokenParameterName", token_parameter.as_str()),
+        ("WebhookSecretParameterName", secret_parameter.as_str()),
+        ("BotId", "mybot"),
+        ("Architecture", "arm64"),
+        ("AllowedSourceCidrs", ""),
+        ("TelegramApiUrl", fake.url().as_str()),
+    ] {
+        assert_eq!(read[name], value, "{name} as the SAM CLI reads it: {read}");
     }
     assert!(!calls.contains("build"), "--no-build: {calls}");
     assert_eq!(

@@ -74,6 +74,14 @@ fn samconfig_parameters(dir: &std::path::Path) -> Vec<(String, String)> {
     pairs
 }
 
+/// One `--parameter-overrides` argument: `Key="value"`, quoted and escaped as the SAM CLI reads
+/// it. Unquoted, the SAM CLI takes a value only up to its first space and refuses an empty one
+/// (`AllowedSourceCidrs=` "is not a valid format"), which samconfig.toml's defaults hold.
+fn sam_override(key: &str, value: &str) -> String {
+    let escaped = value.replace('\\', "\\\\").replace('"', "\\\"");
+    format!("{key}=\"{escaped}\"")
+}
+
 /// Sets `key` in `pairs`, replacing an earlier value.
 fn set(pairs: &mut Vec<(String, String)>, key: &str, value: &str) {
     match pairs.iter_mut().find(|(k, _)| k == key) {
@@ -180,7 +188,7 @@ pub async fn deploy(args: DeployArgs) -> anyhow::Result<()> {
     ));
     let overrides: Vec<String> = parameters
         .iter()
-        .map(|(key, value)| format!("{key}={value}"))
+        .map(|(key, value)| sam_override(key, value))
         .collect();
     let mut deploy = vec![
         "deploy".to_owned(),
@@ -519,4 +527,22 @@ fn confirm(stack: &str) -> anyhow::Result<()> {
         bail!("not confirmed; nothing was deleted");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_override_is_quoted_as_the_sam_cli_reads_it() {
+        assert_eq!(sam_override("BotId", "mybot"), r#"BotId="mybot""#);
+        assert_eq!(
+            sam_override("AllowedSourceCidrs", ""),
+            r#"AllowedSourceCidrs="""#
+        );
+        assert_eq!(
+            sam_override("PreCheckoutRefusal", r#"Sold out; say "sorry" \ bye"#),
+            r#"PreCheckoutRefusal="Sold out; say \"sorry\" \\ bye""#
+        );
+    }
 }
