@@ -1651,8 +1651,8 @@ async fn deploy_keeps_the_secrets_deploys_sets_the_webhook_and_runs_again_in_pla
     ] {
         assert!(last.contains(&part), "{part} in {last}");
     }
-    // The parameters as the SAM CLI itself reads them: samconfig.toml's (empty values among
-    // them), the stack's own and the flags'.
+    // The parameters as the SAM CLI itself reads them: samconfig.toml's (empty values and values
+    // with spaces among them), the stack's own and the flags'.
     let read = sam_reads_overrides(&dir.path().join("sam-argv"));
     for (name, value) in [
         ("BotTokenParameterName", token_parameter.as_str()),
@@ -1661,6 +1661,10 @@ async fn deploy_keeps_the_secrets_deploys_sets_the_webhook_and_runs_again_in_pla
         ("Architecture", "arm64"),
         ("AllowedSourceCidrs", ""),
         ("TelegramApiUrl", fake.url().as_str()),
+        (
+            "PreCheckoutRefusal",
+            "The payment could not be confirmed in time. Nothing was charged; please try again.",
+        ),
     ] {
         assert_eq!(read[name], value, "{name} as the SAM CLI reads it: {read}");
     }

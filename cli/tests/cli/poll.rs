@@ -291,3 +291,43 @@ fn polling_without_a_token_is_a_usage_error() {
         "{stderr}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pre_checkout_query_its_bot_never_answers_is_refused_by_tgq_within_ten_seconds() {
+    // The echo bot knows nothing of payments: it never answers the query a user's Pay sends.
+    let fake = FakeTelegram::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut local = start_polling(&fake, dir.path());
+    local.wait_ready().await;
+    let started = Instant::now();
+    let query = fake.checkout(42, "egg-1", 25);
+    let answered = loop {
+        let answers: Vec<_> = fake
+            .calls()
+            .into_iter()
+            .filter(|call| call.method == "answerPreCheckoutQuery")
+            .collect();
+        if !answers.is_empty() {
+            break answers;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "no answer within Telegram's 10 s: {:?}",
+            local.output()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(answered.len(), 1, "{answered:?}");
+    assert_eq!(answered[0].params["pre_checkout_query_id"], query.as_str());
+    assert_eq!(answered[0].params["ok"], false);
+    assert_eq!(answered[0].status, 200, "answered in time");
+    assert!(answered[0].params["error_message"]
+        .as_str()
+        .is_some_and(|words| words.contains("Nothing was charged")));
+    assert!(fake.charges().is_empty());
+    let status = local
+        .wait_settled(Duration::from_secs(10), |s| s["counters"]["processed"] == 1)
+        .await;
+    assert_eq!(status["counters"]["dead_lettered"], 0, "{status}");
+    assert!(local.terminate().await.success());
+}

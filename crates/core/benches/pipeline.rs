@@ -100,6 +100,7 @@ fn process_batch(c: &mut Criterion) {
         ack_callbacks: false,
         max_inline_wait: tgq_core::defaults::MAX_INLINE_WAIT,
         shared_inline_wait: tgq_core::defaults::SHARED_INLINE_WAIT,
+        pre_checkout: Default::default(),
     };
     let bots = OneBot::new(Arc::new(RecordingBotApi::new()), Arc::new(NoOpBot));
     let worker = Worker::new(settings, ports, Arc::new(bots));

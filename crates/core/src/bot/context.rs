@@ -16,6 +16,7 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
@@ -83,6 +84,9 @@ pub(crate) struct RunParts<'a> {
     pub timers: bool,
     /// Where [`Context::broadcast`] starts a job; `None` refuses it.
     pub broadcasts: Option<&'a dyn BroadcastStore>,
+    /// Set once the run has answered its pre-checkout query (or replayed an earlier run's
+    /// answer): read by the worker while the handler still runs.
+    pub checkout_answered: &'a AtomicBool,
 }
 
 /// Lent to the handler for one run of one update.

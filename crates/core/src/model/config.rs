@@ -10,7 +10,7 @@ use secrecy::SecretString;
 use crate::defaults;
 use crate::ids::BotId;
 use crate::pacer::RateLimits;
-use crate::policy::{GoneRecipients, RetryPolicy};
+use crate::policy::{GoneRecipients, PreCheckoutPolicy, RetryPolicy};
 use crate::registry::Layout;
 use crate::timer::MAX_TIMER_HOLD;
 
@@ -93,7 +93,7 @@ pub const FUNCTION: &str = "TGQ_FUNCTION";
 /// each (a test holds the two to the same names, and to every `TGQ_*` and `TELEGRAM_*` name the code
 /// reads), and the tools that start tgq (the drill, the bench, the suite) remove each from the
 /// environment they inherit, so that a developer's shell cannot change what they measure.
-pub const SETTINGS: [&str; 46] = [
+pub const SETTINGS: [&str; 48] = [
     "TELEGRAM_BOT_TOKEN",
     "TELEGRAM_BOT_TOKEN_PARAM",
     "TELEGRAM_API_URL",
@@ -124,6 +124,8 @@ pub const SETTINGS: [&str; 46] = [
     "TGQ_MAX_RETRY_AGE_SECS",
     "TGQ_MAX_RECEIVE_COUNT",
     "TGQ_DEAD_LETTER_GONE_RECIPIENTS",
+    "TGQ_PRE_CHECKOUT_MARGIN_MS",
+    "TGQ_PRE_CHECKOUT_REFUSAL",
     "TGQ_RECORD_TTL_SECS",
     "TGQ_RATE_PER_SECOND",
     "TGQ_RATE_PER_CHAT_PER_SECOND",
@@ -451,6 +453,38 @@ impl Vars {
         }
     }
 
+    /// `TGQ_PRE_CHECKOUT_MARGIN_MS` (0 to 8000) and `TGQ_PRE_CHECKOUT_REFUSAL` (1 to 255
+    /// characters): how a pre-checkout query is answered in time whatever its handler does.
+    pub fn pre_checkout(&self) -> Result<PreCheckoutPolicy, ConfigError> {
+        let margin: u64 = self.parsed(
+            "TGQ_PRE_CHECKOUT_MARGIN_MS",
+            "milliseconds from 0 to 8000",
+            defaults::PRE_CHECKOUT_MARGIN.as_millis() as u64,
+        )?;
+        if margin > 8000 {
+            return Err(ConfigError::Malformed {
+                name: "TGQ_PRE_CHECKOUT_MARGIN_MS",
+                expected: "milliseconds from 0 to 8000",
+            });
+        }
+        let refusal = match self.get("TGQ_PRE_CHECKOUT_REFUSAL") {
+            None => defaults::PRE_CHECKOUT_REFUSAL.to_owned(),
+            Some(text) if (1..=255).contains(&text.trim().chars().count()) => {
+                text.trim().to_owned()
+            }
+            Some(_) => {
+                return Err(ConfigError::Malformed {
+                    name: "TGQ_PRE_CHECKOUT_REFUSAL",
+                    expected: "a message of 1 to 255 characters",
+                })
+            }
+        };
+        Ok(PreCheckoutPolicy {
+            margin: Duration::from_millis(margin),
+            refusal,
+        })
+    }
+
     /// `TGQ_DEAD_LETTER_GONE_RECIPIENTS`: `true` dead-letters updates whose recipient is gone
     /// (blocked the bot, deleted their account); unset or `false` settles them `DONE` as
     /// `recipient_gone`.
@@ -589,6 +623,39 @@ mod tests {
                 expected: "`true` or `false`",
             })
         );
+    }
+
+    #[test]
+    fn the_pre_checkout_margin_and_refusal_are_read_within_their_bounds() {
+        assert_eq!(
+            Vars::default().pre_checkout(),
+            Ok(PreCheckoutPolicy::default())
+        );
+        let set = Vars::from_pairs([
+            ("TGQ_PRE_CHECKOUT_MARGIN_MS", "1500"),
+            ("TGQ_PRE_CHECKOUT_REFUSAL", " Sold out "),
+        ]);
+        assert_eq!(
+            set.pre_checkout(),
+            Ok(PreCheckoutPolicy {
+                margin: Duration::from_millis(1500),
+                refusal: "Sold out".into(),
+            })
+        );
+        for (name, value) in [
+            ("TGQ_PRE_CHECKOUT_MARGIN_MS", "8001"),
+            ("TGQ_PRE_CHECKOUT_MARGIN_MS", "two"),
+            ("TGQ_PRE_CHECKOUT_REFUSAL", "  "),
+        ] {
+            let refused = Vars::from_pairs([(name, value)])
+                .pre_checkout()
+                .unwrap_err();
+            assert!(refused.to_string().contains(name), "{refused}");
+        }
+        let long = "x".repeat(256);
+        let refused =
+            Vars::from_pairs([("TGQ_PRE_CHECKOUT_REFUSAL", long.as_str())]).pre_checkout();
+        assert!(refused.is_err());
     }
 
     #[test]

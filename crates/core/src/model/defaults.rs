@@ -92,3 +92,12 @@ pub const REGISTRY_REFRESH: Duration = Duration::from_secs(30);
 /// within seconds, and a flood of unknown ids costs at most one read per refresh interval
 /// (docs/design/fleet.md §2).
 pub const REGISTRY_MISS_REREAD: Duration = Duration::from_secs(2);
+
+/// What a pre-checkout query's handler leaves of Telegram's 10 s for tgq's own refusal to reach
+/// Telegram (`TGQ_PRE_CHECKOUT_MARGIN_MS`).
+pub const PRE_CHECKOUT_MARGIN: Duration = Duration::from_secs(2);
+
+/// The words of tgq's own refusal of a pre-checkout query its handler did not answer in time
+/// (`TGQ_PRE_CHECKOUT_REFUSAL`).
+pub const PRE_CHECKOUT_REFUSAL: &str =
+    "The payment could not be confirmed in time. Nothing was charged; please try again.";

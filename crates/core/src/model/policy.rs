@@ -6,6 +6,7 @@ use std::time::Duration;
 use crate::dead::DeadReason;
 use crate::defaults;
 use crate::error::ErrorClass;
+use crate::record::Timestamp;
 
 /// How much longer than Telegram's `retry_after` an update waits: the retry lands after the flood
 /// wait has ended at Telegram, not on its last instant.
@@ -27,6 +28,45 @@ pub enum GoneRecipients {
     /// Dead-lettered as a permanent failure, like any other 403 or 400
     /// (`TGQ_DEAD_LETTER_GONE_RECIPIENTS=true`).
     DeadLetter,
+}
+
+/// How long Telegram waits for the answer to a pre-checkout query: a later answer is refused and
+/// the user is not charged.
+pub const PRE_CHECKOUT_DEADLINE: Duration = Duration::from_secs(10);
+
+/// How a pre-checkout query is answered in time whatever its handler does (docs/design/worker.md
+/// §1): the handler has until `margin` before Telegram's deadline, counted from when the update was
+/// received; a query it has not answered by then — it failed, it waited, it never answered — is
+/// answered `ok: false` with `refusal`, which Telegram shows the user.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PreCheckoutPolicy {
+    /// What is kept of the 10 s for tgq's own answer to reach Telegram
+    /// (`TGQ_PRE_CHECKOUT_MARGIN_MS`).
+    pub margin: Duration,
+    /// The words of tgq's own refusal (`TGQ_PRE_CHECKOUT_REFUSAL`).
+    pub refusal: String,
+}
+
+impl PreCheckoutPolicy {
+    /// When a query received at `received` must be answered by its handler.
+    pub fn answer_by(&self, received: Timestamp) -> Timestamp {
+        received.plus(PRE_CHECKOUT_DEADLINE).minus(self.margin)
+    }
+
+    /// Whether Telegram has given up on a query received at `received`: no answer can charge the
+    /// user now.
+    pub fn expired(received: Timestamp, now: Timestamp) -> bool {
+        now.since(received) >= PRE_CHECKOUT_DEADLINE
+    }
+}
+
+impl Default for PreCheckoutPolicy {
+    fn default() -> Self {
+        Self {
+            margin: defaults::PRE_CHECKOUT_MARGIN,
+            refusal: defaults::PRE_CHECKOUT_REFUSAL.to_owned(),
+        }
+    }
 }
 
 /// The attempt budget, the time budget and the backoff curve.

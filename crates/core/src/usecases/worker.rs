@@ -71,6 +71,8 @@ pub struct WorkerSettings {
     /// [`WorkerSettings::max_inline_wait`] when the invocation holds several bots' updates: one
     /// bot's waits must not hold the others' records back.
     pub shared_inline_wait: Duration,
+    /// How a pre-checkout query is answered within Telegram's 10 s whatever its handler does.
+    pub pre_checkout: PreCheckoutPolicy,
 }
 
 impl Default for WorkerSettings {
@@ -85,6 +87,7 @@ impl Default for WorkerSettings {
             ack_callbacks: false,
             max_inline_wait: defaults::MAX_INLINE_WAIT,
             shared_inline_wait: defaults::SHARED_INLINE_WAIT,
+            pre_checkout: PreCheckoutPolicy::default(),
         }
     }
 }
@@ -92,8 +95,9 @@ impl Default for WorkerSettings {
 impl WorkerSettings {
     /// The settings the environment gives: `TGQ_MAX_ATTEMPTS`, `TGQ_BACKOFF_BASE_MS`,
     /// `TGQ_BACKOFF_CAP_MS`, `TGQ_MAX_RETRY_AGE_SECS`, `TGQ_RECORD_TTL_SECS`,
-    /// `TGQ_MAX_RECEIVE_COUNT`, `TGQ_DEAD_LETTER_GONE_RECIPIENTS` and `TGQ_ACK_CALLBACKS`, the same
-    /// for the worker function and local mode.
+    /// `TGQ_MAX_RECEIVE_COUNT`, `TGQ_DEAD_LETTER_GONE_RECIPIENTS`, `TGQ_ACK_CALLBACKS`,
+    /// `TGQ_PRE_CHECKOUT_MARGIN_MS` and `TGQ_PRE_CHECKOUT_REFUSAL`, the same for the worker function
+    /// and local mode.
     pub fn from_vars(vars: &Vars) -> Result<Self, ConfigError> {
         Ok(Self {
             retry: vars.retry_policy()?,
@@ -105,11 +109,12 @@ impl WorkerSettings {
             ack_callbacks: vars.ack_callbacks()?,
             max_inline_wait: defaults::MAX_INLINE_WAIT,
             shared_inline_wait: defaults::SHARED_INLINE_WAIT,
+            pre_checkout: vars.pre_checkout()?,
         })
     }
 }
 
-pub use crate::policy::GoneRecipients;
+pub use crate::policy::{GoneRecipients, PreCheckoutPolicy};
 
 /// The ports the worker uses; built once per cold start.
 #[derive(Clone)]

@@ -2,6 +2,7 @@
 
 mod ack_callbacks;
 mod broadcast_pace;
+mod checkout;
 mod echo;
 mod group_keys;
 mod ingest;

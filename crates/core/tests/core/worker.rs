@@ -189,6 +189,7 @@ fn rig_built(limits: RateLimits, store_patience: Duration, api: RecordingBotApi)
         ack_callbacks: false,
         max_inline_wait: tgq_core::defaults::MAX_INLINE_WAIT,
         shared_inline_wait: tgq_core::defaults::SHARED_INLINE_WAIT,
+        pre_checkout: Default::default(),
     };
     let mut bot = None;
     let harness = Harness::built(

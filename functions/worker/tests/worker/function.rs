@@ -252,3 +252,59 @@ fn a_dead_letter_moved_back_to_the_queue_is_known_by_the_message_attributes_the_
     );
     assert_eq!(record(serde_json::json!({})).dead_letter, None);
 }
+
+#[tokio::test]
+async fn a_pre_checkout_query_the_bot_leaves_unanswered_is_refused_in_the_configured_words() {
+    let rig = rig_with(&[("TGQ_PRE_CHECKOUT_REFUSAL", "Out of eggs, sorry")]).await;
+    let query = rig.fake.checkout(42, "egg", 25);
+    let update = serde_json::json!({
+        "update_id": 500_000_900,
+        "pre_checkout_query": {
+            "id": query, "currency": "XTR", "total_amount": 25, "invoice_payload": "egg",
+            "from": {"id": 42, "is_bot": false, "first_name": "Ada"},
+        }
+    });
+    let event = serde_json::json!({ "Records": [{
+        "messageId": "pre-checkout-1",
+        "receiptHandle": "r-pre-checkout-1",
+        "body": update.to_string(),
+        "attributes": {
+            "ApproximateReceiveCount": "1",
+            "SentTimestamp": "1767607202317",
+            "MessageGroupId": "demo:user:42",
+            "MessageDeduplicationId": "demo:500000900",
+        },
+        "messageAttributes": {},
+        "eventSource": "aws:sqs",
+        "eventSourceARN": "arn:aws:sqs:eu-west-1:123456789012:tgq-updates.fifo",
+        "awsRegion": "eu-west-1",
+    }]});
+    let response = handle(&rig.worker, lambda_event(&event.to_string()))
+        .await
+        .unwrap();
+    assert!(response.batch_item_failures.is_empty(), "{response:?}");
+    let answers: Vec<_> = rig
+        .fake
+        .calls()
+        .into_iter()
+        .filter(|call| call.method == "answerPreCheckoutQuery")
+        .collect();
+    assert_eq!(answers.len(), 1, "{answers:?}");
+    assert_eq!(
+        (
+            answers[0].status,
+            answers[0].params["ok"].as_bool(),
+            answers[0].params["error_message"].as_str()
+        ),
+        (200, Some(false), Some("Out of eggs, sorry"))
+    );
+    assert!(rig.fake.charges().is_empty());
+    let record = rig
+        .store
+        .record(&RecordKey::new(
+            BotId::new("demo").unwrap(),
+            UpdateId(500_000_900),
+        ))
+        .unwrap();
+    assert_eq!(record.status, Status::Done);
+}

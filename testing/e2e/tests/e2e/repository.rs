@@ -563,6 +563,14 @@ fn environment_defaults(
             "TGQ_ACK_CALLBACKS",
             as_unset("TGQ_ACK_CALLBACKS", &["true", "false"], Vars::ack_callbacks),
         ),
+        (
+            "TGQ_PRE_CHECKOUT_MARGIN_MS",
+            one(&unset.pre_checkout().unwrap().margin.as_millis()),
+        ),
+        (
+            "TGQ_PRE_CHECKOUT_REFUSAL",
+            one(&unset.pre_checkout().unwrap().refusal),
+        ),
         ("TGQ_RATE_PER_SECOND", rate(rates.per_second)),
         (
             "TGQ_RATE_PER_CHAT_PER_SECOND",

@@ -75,3 +75,30 @@ async fn each_payment_has_a_charge_of_its_own() {
     assert!(first.is_some() && second.is_some());
     assert_ne!(first, second, "two payments of one invoice are two charges");
 }
+
+/// Cannot reach its stock service: every pre-checkout query fails.
+struct Broken;
+
+#[async_trait]
+impl Handler for Broken {
+    async fn handle(&self, update: Update, _ctx: &mut Context<'_>) -> Result<(), HandlerError> {
+        match update.kind {
+            UpdateKind::PreCheckoutQuery(_) => Err(HandlerError::transient("stock service down")),
+            _ => Ok(()),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_checkout_whose_handler_fails_is_refused_by_tgq_in_time() {
+    let mut bot = TestBot::handler(Broken);
+    let payment = bot.pay(42, "egg", 25).await;
+    assert!(payment.checkout.is_done(), "{:?}", payment.checkout.outcome);
+    let answers = payment.checkout.calls("answerPreCheckoutQuery");
+    assert_eq!(answers.len(), 1);
+    assert_eq!(answers[0].params["ok"], false);
+    assert!(answers[0].params["error_message"]
+        .as_str()
+        .is_some_and(|text| text.contains("could not be confirmed")));
+    assert_eq!(payment.charge, None, "nobody is charged");
+}

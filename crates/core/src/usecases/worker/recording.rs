@@ -4,6 +4,7 @@
 //! budget and cleared just before they leave.
 
 use std::future::Future;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
@@ -28,6 +29,9 @@ use crate::context::{
     ActionSummary, Context, INLINE_RETRIES, MADE_AGAIN_AFTER_UNKNOWN_OUTCOME, MAX_STEP_NAME_BYTES,
     STEP_PREFIX,
 };
+
+/// The Bot API method that answers a pre-checkout query.
+pub(crate) const PRE_CHECKOUT_ANSWER: &str = "answerPreCheckoutQuery";
 
 /// What is known about an action before it is made.
 enum Before {
@@ -68,6 +72,24 @@ impl<'a> Context<'a> {
     }
 
     pub(crate) async fn act<P>(
+        &mut self,
+        payload: P,
+        delivery: Delivery,
+        files: &[Upload],
+    ) -> Result<Option<P::Output>, HandlerError>
+    where
+        P: Payload + Serialize,
+        P::Output: DeserializeOwned,
+    {
+        let answers_checkout = P::NAME.eq_ignore_ascii_case(PRE_CHECKOUT_ANSWER);
+        let acted = self.make(payload, delivery, files).await;
+        if answers_checkout && matches!(acted, Ok(Some(_))) {
+            self.run.checkout_answered.store(true, Ordering::SeqCst);
+        }
+        acted
+    }
+
+    async fn make<P>(
         &mut self,
         payload: P,
         delivery: Delivery,

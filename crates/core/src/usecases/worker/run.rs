@@ -1,6 +1,11 @@
 //! One record's run: identified, claimed, its handler run on a context that records each call,
 //! and finished by a settle (docs/design/worker.md §1, §2).
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use teloxide_core::payloads::{AnswerPreCheckoutQuery, AnswerPreCheckoutQuerySetters as _};
+use teloxide_core::types::PreCheckoutQueryId;
+
 use super::*;
 
 impl Worker {
@@ -254,6 +259,7 @@ impl Worker {
             Err(error) => return ended(Err(error)),
         };
         let cutoff = deadline.minus(self.settings.deadline_margin);
+        let answered = AtomicBool::new(false);
         let mut ctx = Context::new(RunParts {
             lease: &claimed.lease,
             group,
@@ -267,9 +273,24 @@ impl Worker {
             max_inline_wait: inline_wait,
             timers: self.ports.timers.is_some(),
             broadcasts: self.ports.broadcasts.as_deref(),
+            checkout_answered: &answered,
         });
-        let budget = cutoff.since(self.ports.clock.now());
+        let now = self.ports.clock.now();
+        let mut budget = cutoff.since(now);
+        let checkout = event.pre_checkout_query();
+        if checkout.is_some() {
+            if PreCheckoutPolicy::expired(claimed.received_at, now) {
+                warn!("a pre-checkout query came to run after Telegram's 10 s: Telegram has cancelled the payment; nothing is answered");
+                return ended(Ok(()));
+            }
+            let answer_by = self.settings.pre_checkout.answer_by(claimed.received_at);
+            budget = budget.min(answer_by.since(now));
+        }
         let run = match event {
+            Event::Update(_) if budget.is_zero() && checkout.is_some() => {
+                // Too late for the handler: tgq's own answer below still reaches Telegram in time.
+                futures::future::ready(Ok(Err(HandlerError::Deadline))).boxed()
+            }
             Event::Update(update) => {
                 let acknowledged_callback = match &update.kind {
                     UpdateKind::CallbackQuery(query) if self.settings.ack_callbacks => {
@@ -294,17 +315,69 @@ impl Worker {
                 }
             },
         };
-        let result = match tokio::time::timeout(budget, run).await {
-            Ok(Ok(result)) => result,
-            Ok(Err(panic)) => Err(HandlerError::Panicked(panic_message(&*panic))),
-            Err(_) => Err(HandlerError::Deadline),
+        let mut run = run;
+        let ended_in_time = match tokio::time::timeout(budget, &mut run).await {
+            Ok(ended) => Some(ended),
+            // A pre-checkout query answered in time: the rest of the handler's work may take the
+            // run's whole time.
+            Err(_) if checkout.is_some() && answered.load(Ordering::SeqCst) => {
+                let left = cutoff.since(self.ports.clock.now());
+                tokio::time::timeout(left, &mut run).await.ok()
+            }
+            Err(_) => None,
+        };
+        drop(run);
+        let result = match ended_in_time {
+            Some(Ok(result)) => result,
+            Some(Err(panic)) => Err(HandlerError::Panicked(panic_message(&*panic))),
+            None => Err(HandlerError::Deadline),
+        };
+        let (state, scheduled) = (ctx.take_state_write(), ctx.take_scheduled());
+        let unanswered = !answered.load(Ordering::SeqCst);
+        let ran = match checkout {
+            Some(query) if unanswered && !result.as_ref().is_err_and(HandlerError::is_fenced) => {
+                self.refuse_checkout(&mut ctx, query, result).await
+            }
+            _ => Ran::Handler(result),
+        };
+        // A handler that failed is not settled as if it had finished: what it set is dropped with it.
+        let (state, scheduled) = match ran {
+            Ran::Handler(_) => (state, scheduled),
+            Ran::Refused(_) => (None, Vec::new()),
         };
         HandlerRan {
             summary: ctx.summary(),
             unwritten: ctx.take_unwritten(),
-            state: ctx.take_state_write(),
-            scheduled: ctx.take_scheduled(),
-            result,
+            state,
+            scheduled,
+            result: ran.into_result(),
+        }
+    }
+
+    /// Answers a pre-checkout query its handler left unanswered — it failed, ran out of its time,
+    /// or ended without a word — `ok: false` with the configured refusal, recorded like any call,
+    /// so that the user hears within Telegram's 10 s and is not charged. The update is then
+    /// finished: a retry would come after Telegram gave up on the query.
+    async fn refuse_checkout(
+        &self,
+        ctx: &mut Context<'_>,
+        query: PreCheckoutQueryId,
+        handler: Result<(), HandlerError>,
+    ) -> Ran {
+        match &handler {
+            Ok(()) => {
+                warn!("the pre-checkout query's handler ended without answering it; tgq refuses it")
+            }
+            Err(error) => {
+                warn!(error = %error_chain(error), "the pre-checkout query's handler did not answer in time; tgq refuses it")
+            }
+        }
+        let refusal = self.settings.pre_checkout.refusal.clone();
+        let answer = AnswerPreCheckoutQuery::new(query, false).error_message(refusal);
+        match ctx.send(answer).await {
+            Ok(_) if handler.is_ok() => Ran::Handler(handler),
+            Ok(_) => Ran::Refused(Ok(())),
+            Err(error) => Ran::Refused(Err(error)),
         }
     }
 
@@ -414,6 +487,21 @@ pub(super) struct HandlerRan {
     pub(super) scheduled: Vec<TimerMessage>,
 }
 
+/// How a run's handler part ended: as the handler ended, or refused by tgq in its place (a
+/// pre-checkout query it did not answer in time).
+enum Ran {
+    Handler(Result<(), HandlerError>),
+    Refused(Result<(), HandlerError>),
+}
+
+impl Ran {
+    fn into_result(self) -> Result<(), HandlerError> {
+        match self {
+            Ran::Handler(result) | Ran::Refused(result) => result,
+        }
+    }
+}
+
 /// What a queue message brings the bot: one of Telegram's updates, or one of its own timers.
 pub(super) enum Event {
     Update(Box<Update>),
@@ -421,6 +509,17 @@ pub(super) enum Event {
 }
 
 impl Event {
+    /// The id of the pre-checkout query it is, if it is one.
+    fn pre_checkout_query(&self) -> Option<PreCheckoutQueryId> {
+        match self {
+            Event::Update(update) => match &update.kind {
+                UpdateKind::PreCheckoutQuery(query) => Some(query.id.clone()),
+                _ => None,
+            },
+            Event::Timer(_) => None,
+        }
+    }
+
     fn read(bot_id: &BotId, group: &GroupKey, body: &[u8]) -> Result<Self, HandlerError> {
         if let Some(timer) = TimerMessage::parse(bot_id, group, body) {
             return Ok(Event::Timer(timer));
