@@ -82,151 +82,141 @@ impl<'a> Context<'a> {
         P::Output: DeserializeOwned,
     {
         let answers_checkout = P::NAME.eq_ignore_ascii_case(PRE_CHECKOUT_ANSWER);
-        let acted = self.make(payload, delivery, files).await;
+        let acted: Result<Option<P::Output>, HandlerError> = async {
+            self.next_seq += 1;
+            let seq = self.next_seq;
+            let method = method_name(P::NAME);
+            let mut params = serde_json::to_value(&payload).map_err(|e| {
+                HandlerError::permanent(format!("{method} payload does not serialize: {e}"))
+            })?;
+            let before = match self.recall(seq, &method, delivery, self.run.api.records_outcomes()) {
+                Recalled::Result(result) => {
+                    let value = result.replay(&params).ok_or_else(|| {
+                        HandlerError::permanent(format!(
+                            "the result of {method} at position {seq} was too large to keep, so it cannot be replayed"
+                        ))
+                    })?;
+                    return decode::<P::Output>(&method, value).map(Some);
+                }
+                Recalled::Uncertain => return Ok(None),
+                Recalled::Act(before) => before,
+            };
+            if self.answered_by_webhook(&method, &params) {
+                // Its intent first, like any action; its outcome goes with the next write. Written
+                // even where the Bot API records its own calls: this one never reaches it.
+                self.write_intent(seq, &method, delivery).await?;
+                let answered = Value::Bool(true);
+                self.unwritten.push(ActionOutcome {
+                    seq,
+                    state: ActionState::Succeeded(ActionResult::of(&answered)),
+                });
+                return decode::<P::Output>(&method, answered).map(Some);
+            }
+            let mut chat = sends_a_message(&method)
+                .then(|| params.get("chat_id").and_then(chat_id_of))
+                .flatten();
+            // A Bot API that records the action in the send's own commit (the offline outbox) needs
+            // no intent before it: until that commit nothing happened, after it the outcome is known.
+            // Then an action not sent leaves no trace, and no outcome may be written for it either.
+            let needs_intent = !self.run.api.records_outcomes();
+            let mut intent_written = false;
+            // Counted apart: a flood wait sat out does not use up the one move to a supergroup.
+            let mut flood_retries = 0;
+            let mut migrated = false;
+            loop {
+                // Paced first, the intent written as the call leaves: a run that stops while it waits
+                // for its slot sent nothing and leaves no unknown outcome behind. Giving up here leaves
+                // the action certainly not sent.
+                let mut slot = match self.pace(chat).await {
+                    Ok(slot) => slot,
+                    Err(paced) => {
+                        if intent_written {
+                            self.not_sent(seq, "held back by Telegram's pacing; not sent");
+                        }
+                        return Err(paced);
+                    }
+                };
+                if needs_intent && !intent_written {
+                    // What the budget must learn before the call it learns now: after the intent,
+                    // only the call (a crash between them leaves the action uncertain).
+                    if !self.ready(slot.as_mut()).await? {
+                        continue;
+                    }
+                    self.write_intent(seq, &method, delivery).await?;
+                    intent_written = true;
+                }
+                match self.cleared(slot.as_mut()).await {
+                    Ok(true) => {}
+                    Ok(false) => continue,
+                    Err(e) => {
+                        if intent_written {
+                            self.not_sent(seq, "the send budget is unavailable; not sent");
+                        }
+                        return Err(e.into());
+                    }
+                }
+                match self.call(seq, &method, &params, delivery, files).await {
+                    Ok(value) => return Ok(Some(self.succeeded(seq, &method, value)?)),
+                    Err(CallError::Store(e)) => return Err(e.into()),
+                    Err(CallError::Telegram(TelegramError::MigrateToChat(to)))
+                        if !migrated && params.get("chat_id").is_some() =>
+                    {
+                        // The group became a supergroup: the same action goes there, once.
+                        warn!(method = %method, "chat migrated to a supergroup; following once");
+                        params["chat_id"] = Value::from(to);
+                        chat = chat.map(|_| to);
+                        migrated = true;
+                    }
+                    Err(CallError::Telegram(e))
+                        if matches!(before, Before::Unknown) && e.proves_earlier_send(&method) =>
+                    {
+                        // The earlier send took effect: what it did is what this one would have done.
+                        let message_id = params
+                            .get("message_id")
+                            .and_then(Value::as_i64)
+                            .unwrap_or(0);
+                        let value = offline_result(&method, &params, message_id, 0);
+                        return Ok(Some(self.succeeded(seq, &method, value)?));
+                    }
+                    Err(CallError::Telegram(e)) => {
+                        let refused = intent_written && e.is_definite();
+                        if refused {
+                            let (code, description) = e.code_and_description();
+                            self.unwritten.push(ActionOutcome {
+                                seq,
+                                state: ActionState::failed(code, &description),
+                            });
+                        }
+                        let TelegramError::RetryAfter(wait) = e else {
+                            let recipient = params.get("chat_id").and_then(chat_id_of);
+                            return Err(match e.recipient_gone(recipient) {
+                                Some(gone) => HandlerError::RecipientGone { gone, error: e },
+                                None => e.into(),
+                            });
+                        };
+                        let bot = &self.run.lease.key.bot_id;
+                        if let Err(e) = self.run.budget.pause(bot, wait).await {
+                            // This process holds the bot all the same; other processes learn of the
+                            // wait from their own 429s.
+                            warn!(error = %error_chain(&e), "the flood wait could not be shared");
+                        }
+                        if flood_retries >= INLINE_RETRIES || wait > self.inline_wait_allowed() {
+                            return Err(e.into());
+                        }
+                        // A short flood wait is sat out here: the action was refused, so it is sent again.
+                        if refused {
+                            self.unwritten.pop();
+                        }
+                        flood_retries += 1;
+                    }
+                }
+            }
+        }
+        .await;
         if answers_checkout && matches!(acted, Ok(Some(_))) {
             self.run.checkout_answered.store(true, Ordering::SeqCst);
         }
         acted
-    }
-
-    async fn make<P>(
-        &mut self,
-        payload: P,
-        delivery: Delivery,
-        files: &[Upload],
-    ) -> Result<Option<P::Output>, HandlerError>
-    where
-        P: Payload + Serialize,
-        P::Output: DeserializeOwned,
-    {
-        self.next_seq += 1;
-        let seq = self.next_seq;
-        let method = method_name(P::NAME);
-        let mut params = serde_json::to_value(&payload).map_err(|e| {
-            HandlerError::permanent(format!("{method} payload does not serialize: {e}"))
-        })?;
-        let before = match self.recall(seq, &method, delivery, self.run.api.records_outcomes()) {
-            Recalled::Result(result) => {
-                let value = result.replay(&params).ok_or_else(|| {
-                    HandlerError::permanent(format!(
-                        "the result of {method} at position {seq} was too large to keep, so it cannot be replayed"
-                    ))
-                })?;
-                return decode::<P::Output>(&method, value).map(Some);
-            }
-            Recalled::Uncertain => return Ok(None),
-            Recalled::Act(before) => before,
-        };
-        if self.answered_by_webhook(&method, &params) {
-            // Its intent first, like any action; its outcome goes with the next write. Written
-            // even where the Bot API records its own calls: this one never reaches it.
-            self.write_intent(seq, &method, delivery).await?;
-            let answered = Value::Bool(true);
-            self.unwritten.push(ActionOutcome {
-                seq,
-                state: ActionState::Succeeded(ActionResult::of(&answered)),
-            });
-            return decode::<P::Output>(&method, answered).map(Some);
-        }
-        let mut chat = sends_a_message(&method)
-            .then(|| params.get("chat_id").and_then(chat_id_of))
-            .flatten();
-        // A Bot API that records the action in the send's own commit (the offline outbox) needs
-        // no intent before it: until that commit nothing happened, after it the outcome is known.
-        // Then an action not sent leaves no trace, and no outcome may be written for it either.
-        let needs_intent = !self.run.api.records_outcomes();
-        let mut intent_written = false;
-        // Counted apart: a flood wait sat out does not use up the one move to a supergroup.
-        let mut flood_retries = 0;
-        let mut migrated = false;
-        loop {
-            // Paced first, the intent written as the call leaves: a run that stops while it waits
-            // for its slot sent nothing and leaves no unknown outcome behind. Giving up here leaves
-            // the action certainly not sent.
-            let mut slot = match self.pace(chat).await {
-                Ok(slot) => slot,
-                Err(paced) => {
-                    if intent_written {
-                        self.not_sent(seq, "held back by Telegram's pacing; not sent");
-                    }
-                    return Err(paced);
-                }
-            };
-            if needs_intent && !intent_written {
-                // What the budget must learn before the call it learns now: after the intent,
-                // only the call (a crash between them leaves the action uncertain).
-                if !self.ready(slot.as_mut()).await? {
-                    continue;
-                }
-                self.write_intent(seq, &method, delivery).await?;
-                intent_written = true;
-            }
-            match self.cleared(slot.as_mut()).await {
-                Ok(true) => {}
-                Ok(false) => continue,
-                Err(e) => {
-                    if intent_written {
-                        self.not_sent(seq, "the send budget is unavailable; not sent");
-                    }
-                    return Err(e.into());
-                }
-            }
-            match self.call(seq, &method, &params, delivery, files).await {
-                Ok(value) => return Ok(Some(self.succeeded(seq, &method, value)?)),
-                Err(CallError::Store(e)) => return Err(e.into()),
-                Err(CallError::Telegram(TelegramError::MigrateToChat(to)))
-                    if !migrated && params.get("chat_id").is_some() =>
-                {
-                    // The group became a supergroup: the same action goes there, once.
-                    warn!(method = %method, "chat migrated to a supergroup; following once");
-                    params["chat_id"] = Value::from(to);
-                    chat = chat.map(|_| to);
-                    migrated = true;
-                }
-                Err(CallError::Telegram(e))
-                    if matches!(before, Before::Unknown) && e.proves_earlier_send(&method) =>
-                {
-                    // The earlier send took effect: what it did is what this one would have done.
-                    let message_id = params
-                        .get("message_id")
-                        .and_then(Value::as_i64)
-                        .unwrap_or(0);
-                    let value = offline_result(&method, &params, message_id, 0);
-                    return Ok(Some(self.succeeded(seq, &method, value)?));
-                }
-                Err(CallError::Telegram(e)) => {
-                    let refused = intent_written && e.is_definite();
-                    if refused {
-                        let (code, description) = e.code_and_description();
-                        self.unwritten.push(ActionOutcome {
-                            seq,
-                            state: ActionState::failed(code, &description),
-                        });
-                    }
-                    let TelegramError::RetryAfter(wait) = e else {
-                        let recipient = params.get("chat_id").and_then(chat_id_of);
-                        return Err(match e.recipient_gone(recipient) {
-                            Some(gone) => HandlerError::RecipientGone { gone, error: e },
-                            None => e.into(),
-                        });
-                    };
-                    let bot = &self.run.lease.key.bot_id;
-                    if let Err(e) = self.run.budget.pause(bot, wait).await {
-                        // This process holds the bot all the same; other processes learn of the
-                        // wait from their own 429s.
-                        warn!(error = %error_chain(&e), "the flood wait could not be shared");
-                    }
-                    if flood_retries >= INLINE_RETRIES || wait > self.inline_wait_allowed() {
-                        return Err(e.into());
-                    }
-                    // A short flood wait is sat out here: the action was refused, so it is sent again.
-                    if refused {
-                        self.unwritten.pop();
-                    }
-                    flood_retries += 1;
-                }
-            }
-        }
     }
 
     /// Whether this call answers the callback query the webhook already answered.
