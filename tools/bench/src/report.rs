@@ -343,31 +343,32 @@ impl Report {
     /// The report as tables.
     fn sections(&self) -> Vec<Section> {
         let m = &self.machine;
-        let mut sections = vec![Section {
-            title: "Machine".into(),
-            headers: vec!["date", "CPUs", "model", "disk", "load before / after"],
-            rows: vec![vec![
-                m.date.clone(),
-                m.cpus.to_string(),
-                m.cpu_model.clone(),
-                m.disk.clone(),
-                format!("{} / {}", m.load_before, m.load_after),
-            ]],
-        }];
+        let mut sections = vec![Section::one_row(
+            "Machine",
+            vec![
+                ("date", m.date.clone()),
+                ("CPUs", m.cpus.to_string()),
+                ("model", m.cpu_model.clone()),
+                ("disk", m.disk.clone()),
+                (
+                    "load before / after",
+                    format!("{} / {}", m.load_before, m.load_after),
+                ),
+            ],
+        )];
         let f = &self.fsync;
-        sections.push(Section {
-            title: format!(
+        sections.push(Section::one_row(
+            format!(
                 "Raw fsync: {FSYNC_RECORD_BYTES}-byte append + fdatasync in the data directory"
             ),
-            headers: vec!["appends", "seconds", "appends/s", "mean ms", "p99 ms"],
-            rows: vec![vec![
-                f.appends.to_string(),
-                format!("{:.1}", f.elapsed.as_secs_f64()),
-                format!("{:.0}", f.per_second()),
-                format!("{:.3}", f.latency.mean),
-                format!("{:.3}", f.latency.p99),
-            ]],
-        });
+            vec![
+                ("appends", f.appends.to_string()),
+                ("seconds", format!("{:.1}", f.elapsed.as_secs_f64())),
+                ("appends/s", format!("{:.0}", f.per_second())),
+                ("mean ms", format!("{:.3}", f.latency.mean)),
+                ("p99 ms", format!("{:.3}", f.latency.p99)),
+            ],
+        ));
         sections.push(Section {
             title: "Durable ingest: closed-loop clients POSTing distinct updates (200 = fsynced)"
                 .into(),
@@ -407,112 +408,85 @@ impl Report {
                 .collect(),
         });
         let n = &self.noop;
-        sections.push(Section {
-            title: "No-op HTTP/1.1 server (`tgq noop-http`: same runtime, allocator and router, stores nothing), same clients".into(),
-            headers: vec![
-                "clients",
-                "answered",
-                "answered/s",
-                "p50 ms",
-                "p99 ms",
-                "server CPU",
-                "bench CPU",
-                "tgq ingest / no-op",
+        let over_noop = self
+            .ingest
+            .iter()
+            .find(|i| i.clients == n.clients)
+            .map_or("-".into(), |i| {
+                format!("{:.2}", i.per_second() / n.per_second())
+            });
+        sections.push(Section::one_row(
+            "No-op HTTP/1.1 server (`tgq noop-http`: same runtime, allocator and router, stores nothing), same clients",
+            vec![
+                ("clients", n.clients.to_string()),
+                ("answered", n.answered.to_string()),
+                ("answered/s", format!("{:.0}", n.per_second())),
+                ("p50 ms", format!("{:.2}", n.latency.p50)),
+                ("p99 ms", format!("{:.2}", n.latency.p99)),
+                ("server CPU", format!("{:.0}%", n.server_cores * 100.0)),
+                ("bench CPU", format!("{:.0}%", n.bench_cores * 100.0)),
+                ("tgq ingest / no-op", over_noop),
             ],
-            rows: vec![vec![
-                n.clients.to_string(),
-                n.answered.to_string(),
-                format!("{:.0}", n.per_second()),
-                format!("{:.2}", n.latency.p50),
-                format!("{:.2}", n.latency.p99),
-                format!("{:.0}%", n.server_cores * 100.0),
-                format!("{:.0}%", n.bench_cores * 100.0),
-                self.ingest
-                    .iter()
-                    .find(|i| i.clients == n.clients)
-                    .map_or("-".into(), |i| format!("{:.2}", i.per_second() / n.per_second())),
-            ]],
-        });
+        ));
         let d = &self.drain;
-        sections.push(Section {
-            title: format!(
+        sections.push(Section::one_row(
+            format!(
                 "Drain: a backlog over {} chats handled by the worker alone (restarted, no ingest), one offline reply each",
                 d.chats
             ),
-            headers: vec![
-                "backlog",
-                "drained",
-                "seconds",
-                "updates/s",
-                "commits/update",
-                "ops/update",
-                "ops/commit",
-                "tgq CPU",
+            vec![
+                ("backlog", d.backlog.to_string()),
+                ("drained", d.drained.to_string()),
+                ("seconds", format!("{:.2}", d.elapsed.as_secs_f64())),
+                ("updates/s", format!("{:.0}", d.per_second())),
+                (
+                    "commits/update",
+                    format!("{:.2}", d.commits as f64 / d.drained.max(1) as f64),
+                ),
+                (
+                    "ops/update",
+                    format!("{:.2}", d.operations as f64 / d.drained.max(1) as f64),
+                ),
+                (
+                    "ops/commit",
+                    format!("{:.1}", d.operations as f64 / d.commits.max(1) as f64),
+                ),
+                ("tgq CPU", format!("{:.0}%", d.tgq_cores * 100.0)),
             ],
-            rows: vec![vec![
-                d.backlog.to_string(),
-                d.drained.to_string(),
-                format!("{:.2}", d.elapsed.as_secs_f64()),
-                format!("{:.0}", d.per_second()),
-                format!("{:.2}", d.commits as f64 / d.drained.max(1) as f64),
-                format!("{:.2}", d.operations as f64 / d.drained.max(1) as f64),
-                format!("{:.1}", d.operations as f64 / d.commits.max(1) as f64),
-                format!("{:.0}%", d.tgq_cores * 100.0),
-            ]],
-        });
+        ));
         let e = &self.end_to_end;
-        sections.push(Section {
-            title: format!(
+        sections.push(Section::one_row(
+            format!(
                 "End to end: {:.0} updates/s open loop for {:.0} s over {} chats (sent → reply in the outbox)",
                 e.rate,
                 e.duration.as_secs_f64(),
                 e.chats
             ),
-            headers: vec![
-                "sent",
-                "replied",
-                "p50 ms",
-                "p90 ms",
-                "p99 ms",
-                "max ms",
-                "200 p99 ms",
-                "worst send lag ms",
-                "ops/commit",
-                "tgq CPU",
+            vec![
+                ("sent", e.sent.to_string()),
+                ("replied", e.replied.to_string()),
+                ("p50 ms", format!("{:.1}", e.latency.p50)),
+                ("p90 ms", format!("{:.1}", e.latency.p90)),
+                ("p99 ms", format!("{:.1}", e.latency.p99)),
+                ("max ms", format!("{:.1}", e.latency.max)),
+                ("200 p99 ms", format!("{:.1}", e.acknowledged.p99)),
+                ("worst send lag ms", format!("{:.1}", e.worst_send_lag_ms)),
+                ("ops/commit", format!("{:.1}", e.ops_per_commit)),
+                ("tgq CPU", format!("{:.0}%", e.tgq_cores * 100.0)),
             ],
-            rows: vec![vec![
-                e.sent.to_string(),
-                e.replied.to_string(),
-                format!("{:.1}", e.latency.p50),
-                format!("{:.1}", e.latency.p90),
-                format!("{:.1}", e.latency.p99),
-                format!("{:.1}", e.latency.max),
-                format!("{:.1}", e.acknowledged.p99),
-                format!("{:.1}", e.worst_send_lag_ms),
-                format!("{:.1}", e.ops_per_commit),
-                format!("{:.0}%", e.tgq_cores * 100.0),
-            ]],
-        });
+        ));
         let fp = &self.footprint;
-        sections.push(Section {
-            title: "Footprint of tgq local after the ingest and end-to-end phases".into(),
-            headers: vec![
-                "VmHWM",
-                "VmRSS",
-                "data directory",
-                "records",
-                "outbox",
-                "idle CPU",
+        sections.push(Section::one_row(
+            "Footprint of tgq local after the ingest and end-to-end phases",
+            vec![
+                ("VmHWM", bytes(fp.memory.peak_kib * 1024)),
+                ("VmRSS", bytes(fp.memory.now_kib * 1024)),
+                ("data directory", bytes(fp.data_bytes)),
+                ("records", fp.records.to_string()),
+                ("outbox", fp.outbox.to_string()),
+                ("idle CPU", format!("{:.2}%", fp.idle_cores * 100.0)),
             ],
-            rows: vec![vec![
-                bytes(fp.memory.peak_kib * 1024),
-                bytes(fp.memory.now_kib * 1024),
-                bytes(fp.data_bytes),
-                fp.records.to_string(),
-                fp.outbox.to_string(),
-                format!("{:.2}%", fp.idle_cores * 100.0),
-            ]],
-        });
+        ));
         let r = &self.retention;
         sections.push(Section {
             title: format!(
@@ -618,6 +592,18 @@ struct Section {
     title: String,
     headers: Vec<&'static str>,
     rows: Vec<Vec<String>>,
+}
+
+impl Section {
+    /// A table of one row, given column by column: each header with its cell.
+    fn one_row(title: impl Into<String>, columns: Vec<(&'static str, String)>) -> Section {
+        let (headers, row) = columns.into_iter().unzip();
+        Section {
+            title: title.into(),
+            headers,
+            rows: vec![row],
+        }
+    }
 }
 
 /// A byte count in MiB (or KiB when small).

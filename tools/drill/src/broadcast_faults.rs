@@ -36,7 +36,7 @@ const MIGRATED: [i64; 5] = [-1_000_001, -1_000_002, -1_000_003, -1_000_004, -1_0
 /// The shares of the job delivered at which what runs it is killed.
 pub const KILLS_AT: [f64; 3] = [0.1, 0.2, 0.3];
 /// The share delivered at which Telegram goes away, and for how long in each of its two ways.
-pub const OUTAGE_AT: f64 = 0.4;
+const OUTAGE_AT: f64 = 0.4;
 const REFUSED_FOR: Duration = Duration::from_secs(30);
 const BAD_GATEWAY_FOR: Duration = Duration::from_secs(30);
 /// The share delivered at which the operator pauses the job until the users' updates are
@@ -44,7 +44,7 @@ const BAD_GATEWAY_FOR: Duration = Duration::from_secs(30);
 /// sending and no reply waiting, however fast the replies drain beside the job.
 pub const HELD_AT: f64 = 0.5;
 /// The share delivered from which the token is revoked (after the hold).
-pub const REVOKED_FROM: f64 = 0.7;
+const REVOKED_FROM: f64 = 0.7;
 /// How long the job may take: its time at the lane's rate, the faults, and as much again.
 pub const PATIENCE: Duration = Duration::from_secs(600);
 /// The text the job sends.
@@ -119,17 +119,35 @@ impl Audience {
     pub fn share(&self, delivered: usize) -> f64 {
         delivered as f64 / self.reachable() as f64
     }
+
+    /// Waits until the news reached `share` of them: `previous` messages the fakes before took,
+    /// the others `fake`.
+    pub async fn reached(
+        &self,
+        started: Instant,
+        previous: usize,
+        fake: &FakeTelegram,
+        share: f64,
+    ) -> anyhow::Result<()> {
+        wait_until(started, || {
+            self.share(previous + news(&fake.calls()).count()) >= share
+        })
+        .await
+    }
 }
 
-/// Telegram goes away, as `fake` answered at `addr`: its connections refused for
-/// [`REFUSED_FOR`], then every call answered 502 by an edge in front of it for
-/// [`BAD_GATEWAY_FOR`]. What the fake saw before (read once it is down, so a call it answered
-/// while it shut down is counted), and the fake that answers after, with the list's faults.
+/// Telegram goes away once the news reached [`OUTAGE_AT`] of `audience`, as `fake` answered at
+/// `addr`: its connections refused for [`REFUSED_FOR`], then every call answered 502 by an edge in
+/// front of it for [`BAD_GATEWAY_FOR`]. What the fake saw before (read once it is down, so a call
+/// it answered while it shut down is counted); `fake` is then the one that answers after, with the
+/// list's faults.
 pub async fn outage(
-    fake: &FakeTelegram,
+    started: Instant,
+    fake: &mut FakeTelegram,
     addr: std::net::SocketAddr,
     audience: &Audience,
-) -> anyhow::Result<(Seen, FakeTelegram)> {
+) -> anyhow::Result<Seen> {
+    audience.reached(started, 0, fake, OUTAGE_AT).await?;
     fake.clone().shutdown().await;
     let before = (fake.calls(), fake.violations());
     tokio::time::sleep(REFUSED_FOR).await;
@@ -139,7 +157,23 @@ pub async fn outage(
     tokio::time::sleep(BAD_GATEWAY_FOR).await;
     after.clear_faults();
     audience.faults(&after);
-    Ok((before, after))
+    *fake = after;
+    Ok(before)
+}
+
+/// Revokes the bot's token at `fake` (every call 401) once the news reached [`REVOKED_FROM`] of
+/// `audience`, `previous` of it taken by the fakes before.
+pub async fn revoke(
+    started: Instant,
+    audience: &Audience,
+    previous: usize,
+    fake: &FakeTelegram,
+) -> anyhow::Result<()> {
+    audience
+        .reached(started, previous, fake, REVOKED_FROM)
+        .await?;
+    fake.inject(Fault::Unauthorized, Scope::Global, Times::Always);
+    Ok(())
 }
 
 /// The chats each broadcast message reached, one per delivery.
@@ -151,7 +185,7 @@ pub fn news(calls: &[RecordedCall]) -> impl Iterator<Item = i64> + '_ {
 }
 
 /// Waits until `done`, within the scenario's patience.
-pub async fn wait_until(started: Instant, mut done: impl FnMut() -> bool) -> anyhow::Result<()> {
+async fn wait_until(started: Instant, mut done: impl FnMut() -> bool) -> anyhow::Result<()> {
     while !done() {
         if started.elapsed() > PATIENCE {
             bail!("the broadcast made no progress within {PATIENCE:?}");

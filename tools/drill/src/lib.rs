@@ -204,24 +204,14 @@ pub async fn run_scenarios(
                 run_emulator::run(scenario, options, emulator).await
             }
         };
-        let mut row = outcome.unwrap_or_else(|error| Row {
-            scenario: scenario.number,
-            name: scenario.name.to_owned(),
-            target: target.as_str().to_owned(),
-            sent: 0,
-            acknowledged: 0,
-            processed_once: 0,
-            processed_twice: 0,
-            lost: 0,
-            order_violations: 0,
-            dead_expected: 0,
-            dead_unexpected: 0,
-            uncertain_sends: 0,
-            telegram_limit_violations: 0,
-            fenced_writes: None,
-            drain_secs: 0.0,
-            checks: vec![Check::new("the scenario runs", false, format!("{error:#}"))],
-            waits_for: None,
+        let mut row = outcome.unwrap_or_else(|error| {
+            let failed = Check::new("the scenario runs", false, format!("{error:#}"));
+            Row::uncounted(
+                scenario.number,
+                scenario.name,
+                target.as_str(),
+                vec![failed],
+            )
         });
         if !row.passed() {
             row.waits_for = scenario.waits_for.map(str::to_owned);

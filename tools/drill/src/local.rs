@@ -3,7 +3,7 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
@@ -31,7 +31,7 @@ pub struct LocalTgq {
 #[derive(Debug)]
 pub struct Refusal {
     /// Its exit status.
-    pub status: std::process::ExitStatus,
+    pub status: ExitStatus,
     /// What it printed on stderr.
     pub stderr: String,
 }
@@ -116,17 +116,19 @@ impl LocalTgq {
         Ok(())
     }
 
+    /// How it exited, once it has: the process is then no longer its child.
+    fn exited(&mut self) -> Option<ExitStatus> {
+        let status = self.child.as_mut()?.try_wait().ok().flatten()?;
+        self.child = None;
+        Some(status)
+    }
+
     /// Starts it and waits until `/readyz` answers 200.
     pub async fn start(&mut self) -> anyhow::Result<()> {
         self.spawn()?;
         let started = Instant::now();
         loop {
-            if let Some(status) = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
-                self.child = None;
+            if let Some(status) = self.exited() {
                 bail!(
                     "tgq local exited with {status} before it was ready; its log: {}",
                     self.log.display()
@@ -153,12 +155,7 @@ impl LocalTgq {
         self.spawn()?;
         let started = Instant::now();
         loop {
-            if let Some(status) = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
-                self.child = None;
+            if let Some(status) = self.exited() {
                 let text = std::fs::read(&self.log).unwrap_or_default();
                 let stderr = String::from_utf8_lossy(&text[(before as usize).min(text.len())..])
                     .into_owned();

@@ -39,6 +39,18 @@ pub struct Planned {
 }
 
 impl Planned {
+    /// Update `update_id` from `chat` with `text`: no filler, no timer.
+    pub fn new(update_id: i64, chat: i64, text: String, expect: Expect) -> Planned {
+        Planned {
+            update_id,
+            chat,
+            text,
+            expect,
+            padding: 0,
+            timer: false,
+        }
+    }
+
     /// The update as Telegram posts it.
     pub fn body(&self) -> String {
         let mut update = message(self.update_id, self.chat, &self.text);
@@ -88,16 +100,19 @@ impl Plan {
             .map(|(i, chat)| {
                 let n = per_chat.entry(chat).or_default();
                 *n += 1;
-                Planned {
-                    update_id: first_id + i as i64,
+                Planned::new(
+                    first_id + i as i64,
                     chat,
-                    text: format!("c{chat} m{n}"),
-                    expect: Expect::Reply,
-                    padding: 0,
-                    timer: false,
-                }
+                    format!("c{chat} m{n}"),
+                    Expect::Reply,
+                )
             })
             .collect();
+        Plan::new(updates)
+    }
+
+    /// Traffic of `updates` alone, no poison bodies.
+    pub fn new(updates: Vec<Planned>) -> Plan {
         Plan {
             updates,
             poison: Vec::new(),

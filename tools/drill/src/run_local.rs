@@ -6,14 +6,15 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
-use tgq_fake_telegram::{FakeConfig, FakeTelegram, Limits};
+use tgq_fake_telegram::FakeTelegram;
 
 use crate::disk::SmallDisk;
 use crate::local::LocalTgq;
 use crate::plan::Plan;
-use crate::poster::{Posted, Poster};
 use crate::scenario::Scenario;
-use crate::scenarios::{self, chats, first_id, no_unexpected_dead, Launcher, Pipeline};
+use crate::scenarios::{
+    self, chats, first_id, no_unexpected_dead, start_fake, Inside, Launcher, Outside, Pipeline,
+};
 use crate::tally::{Check, Reported, Row, Tally};
 use crate::two_bots::{self, Against};
 use crate::{Options, SECRET};
@@ -25,11 +26,13 @@ const DRAIN_LIMIT: Duration = Duration::from_secs(180);
 
 /// One scenario's pipeline: the fake Bot API, `tgq local`, and Telegram posting to it.
 struct Run {
-    fake: FakeTelegram,
+    outside: Outside,
     tgq: LocalTgq,
-    poster: Poster,
-    plan: Plan,
-    progress: crate::progress::ScenarioProgress,
+}
+
+/// The folder of scenario `s` under the drill's work folder.
+fn scenario_dir(s: &Scenario, o: &Options) -> PathBuf {
+    o.work.join(format!("local-{:02}-{}", s.number, s.name))
 }
 
 /// The echo bot's settings for the drill: the product's defaults (attempt budget 8, backoff from
@@ -46,6 +49,22 @@ fn base_env(fake: &FakeTelegram) -> Vec<(String, String)> {
     .collect()
 }
 
+/// Starts `tgq local` on `data_dir` with the echo bot's settings sending to `fake`, and `env`
+/// besides; its log in `dir`.
+async fn start_tgq(
+    o: &Options,
+    dir: &Path,
+    data_dir: &Path,
+    fake: &FakeTelegram,
+    env: &[(&str, &str)],
+) -> anyhow::Result<LocalTgq> {
+    let mut envs = base_env(fake);
+    envs.extend(env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
+    let mut tgq = LocalTgq::new(&o.exe, data_dir, &dir.join("tgq-local.log"), envs);
+    tgq.start().await?;
+    Ok(tgq)
+}
+
 impl Run {
     async fn start(
         scenario: &Scenario,
@@ -55,31 +74,14 @@ impl Run {
         env: &[(&str, &str)],
         data_dir: Option<PathBuf>,
     ) -> anyhow::Result<Run> {
-        let fake = FakeTelegram::start_with(FakeConfig {
-            limits: limits.then(Limits::default),
-            ..FakeConfig::default()
-        })
-        .await?;
-        let dir = options
-            .work
-            .join(format!("local-{:02}-{}", scenario.number, scenario.name));
+        let fake = start_fake(limits).await?;
+        let dir = scenario_dir(scenario, options);
         std::fs::create_dir_all(&dir)?;
         let data_dir = data_dir.unwrap_or_else(|| dir.join("data"));
-        let mut envs = base_env(&fake);
-        envs.extend(env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
-        let mut tgq = LocalTgq::new(&options.exe, &data_dir, &dir.join("tgq-local.log"), envs);
-        tgq.start().await?;
-        let poster = Poster::new(tgq.url("/webhook"), SECRET, Duration::from_secs(300));
-        let progress = options
-            .progress
-            .scenario(scenario, "local", &plan, &poster, &fake);
-        Ok(Run {
-            fake,
-            tgq,
-            poster,
-            plan,
-            progress,
-        })
+        let tgq = start_tgq(options, &dir, &data_dir, &fake, env).await?;
+        let url = tgq.url("/webhook");
+        let outside = Outside::new(scenario, options, Run::TARGET, plan, fake, url);
+        Ok(Run { outside, tgq })
     }
 
     /// Waits up to `limit` for every update to be acknowledged and the queue to drain without any
@@ -88,9 +90,9 @@ impl Run {
     /// it recovered by itself, and what happened.
     async fn recover(&mut self, limit: Duration) -> anyhow::Result<(bool, String)> {
         let started = Instant::now();
-        let total = self.plan.updates.len();
+        let total = self.outside.plan.updates.len();
         while started.elapsed() < limit {
-            let acknowledged = self.poster.posted().acknowledged.len();
+            let acknowledged = self.outside.poster.posted().acknowledged.len();
             if acknowledged == total && self.tgq.drained().await.unwrap_or(false) {
                 return Ok((
                     true,
@@ -126,44 +128,6 @@ impl Run {
         }
         Ok(started.elapsed())
     }
-
-    /// Counts, checks and stops.
-    async fn finish(
-        mut self,
-        scenario: &Scenario,
-        drain: Duration,
-        extra: impl FnOnce(&Tally, &Reported, &Posted) -> Vec<Check>,
-    ) -> anyhow::Result<Row> {
-        let letters = self.tgq.dead_letters().await?;
-        let reported = self.tgq.reported().await;
-        let posted = self.poster.posted();
-        let tally = Tally::count(
-            &self.plan,
-            &posted,
-            &self.fake.calls(),
-            &self.fake.violations(),
-            &letters,
-            &reported.resent,
-        );
-        let mut checks = tally.base_checks();
-        checks.push(Check::new(
-            "every update acknowledged",
-            posted.given_up.is_empty(),
-            format!("{} given up by Telegram", posted.given_up.len()),
-        ));
-        checks.extend(extra(&tally, &reported, &posted));
-        self.progress.done();
-        self.tgq.stop().await;
-        self.fake.clone().shutdown().await;
-        Ok(tally.row(
-            scenario.number,
-            scenario.name,
-            "local",
-            &reported,
-            drain,
-            checks,
-        ))
-    }
 }
 
 /// Starts local mode's pipeline for one scenario.
@@ -181,16 +145,10 @@ impl Launcher for Local<'_> {
 }
 
 impl Pipeline for Run {
-    fn fake(&self) -> &FakeTelegram {
-        &self.fake
-    }
+    const TARGET: &'static str = "local";
 
-    fn poster(&self) -> &Poster {
-        &self.poster
-    }
-
-    fn plan(&self) -> &Plan {
-        &self.plan
+    fn outside(&self) -> &Outside {
+        &self.outside
     }
 
     async fn drain(&self, sending: tokio::task::JoinHandle<()>) -> anyhow::Result<Duration> {
@@ -207,13 +165,18 @@ impl Pipeline for Run {
         String::new()
     }
 
-    async fn finish(
-        self,
-        scenario: &Scenario,
-        drain: Duration,
-        extra: impl FnOnce(&Tally, &Reported, &Posted) -> Vec<Check>,
-    ) -> anyhow::Result<Row> {
-        Run::finish(self, scenario, drain, extra).await
+    async fn inside(&mut self) -> anyhow::Result<Inside> {
+        Ok(Inside {
+            letters: self.tgq.dead_letters().await?,
+            reported: self.tgq.reported().await,
+            order_note: None,
+        })
+    }
+
+    async fn stop(mut self) {
+        self.outside.progress.done();
+        self.tgq.stop().await;
+        self.outside.fake.clone().shutdown().await;
     }
 }
 
@@ -249,17 +212,11 @@ async fn two_bots(s: &Scenario, o: &Options) -> anyhow::Result<Row> {
     // No rate limits at the fake: Telegram limits each bot on its own, the fake its whole server.
     let fake = FakeTelegram::start().await?;
     fake.accept_token(two_bots::NOISY_TOKEN);
-    let dir = o.work.join(format!("local-{:02}-{}", s.number, s.name));
+    let dir = scenario_dir(s, o);
     let data_dir = dir.join("data");
     std::fs::create_dir_all(&data_dir)?;
     tgq_embedded::BotsFile::in_dir(&data_dir).write(&two_bots::entries(&fake)?)?;
-    let mut tgq = LocalTgq::new(
-        &o.exe,
-        &data_dir,
-        &dir.join("tgq-local.log"),
-        base_env(&fake),
-    );
-    tgq.start().await?;
+    let mut tgq = start_tgq(o, &dir, &data_dir, &fake, &[]).await?;
     let phases = two_bots::run_phases(
         &fake,
         &tgq.url("/webhook/"),
@@ -313,12 +270,12 @@ async fn store_unreachable(s: &Scenario, o: &Options, plan: Plan) -> anyhow::Res
     let disk = SmallDisk::mount(&o.work.join("local-03-disk"), DISK_MEGABYTES)?;
     let mut run = Run::start(s, o, plan, false, &[], Some(disk.path().join("data"))).await?;
     let sending = run.send(1);
-    run.acknowledged(run.plan.updates.len() / 4).await;
-    run.poster.mark(true);
+    run.acknowledged(run.outside.plan.updates.len() / 4).await;
+    run.outside.poster.mark(true);
     disk.fill()?;
     tokio::time::sleep(Duration::from_secs(10)).await;
     disk.free()?;
-    run.poster.mark(false);
+    run.outside.poster.mark(false);
     let (by_itself, recovery) = run.recover(Duration::from_secs(60)).await?;
     let drain = run.drain(sending).await?;
     let row = run
@@ -353,7 +310,7 @@ async fn stale_worker(s: &Scenario, o: &Options, mut plan: Plan) -> anyhow::Resu
     }
     let run = Run::start(s, o, plan, false, &[], None).await?;
     let sending = run.send(1);
-    run.acknowledged(run.plan.updates.len() / 2).await;
+    run.acknowledged(run.outside.plan.updates.len() / 2).await;
     // Past the lease (60 s) and the visibility (70 s): the laptop's lid closed mid-batch.
     run.tgq.freeze(true)?;
     tokio::time::sleep(Duration::from_secs(75)).await;
@@ -404,14 +361,14 @@ async fn disk_full(s: &Scenario, o: &Options, plan: Plan) -> anyhow::Result<Row>
     let disk = SmallDisk::mount(&o.work.join("local-15-disk"), DISK_MEGABYTES)?;
     let mut run = Run::start(s, o, plan, false, &[], Some(disk.path().join("data"))).await?;
     let sending = run.send(1);
-    run.acknowledged(run.plan.updates.len() / 4).await;
-    run.poster.mark(true);
+    run.acknowledged(run.outside.plan.updates.len() / 4).await;
+    run.outside.poster.mark(true);
     disk.fill()?;
     tokio::time::sleep(Duration::from_secs(5)).await;
     let full_readyz = run.tgq.readyz().await.unwrap_or((0, String::new()));
     tokio::time::sleep(Duration::from_secs(10)).await;
     disk.free()?;
-    run.poster.mark(false);
+    run.outside.poster.mark(false);
     tokio::time::sleep(Duration::from_secs(5)).await;
     let after_readyz = run.tgq.readyz().await.unwrap_or((0, String::new()));
     let (by_itself, recovery) = run.recover(Duration::from_secs(60)).await?;
@@ -490,7 +447,7 @@ async fn damaged_store(s: &Scenario, o: &Options, plan: Plan) -> anyhow::Result<
     run.tgq.start().await?;
     let restored = run.tgq.status().await?;
     let processed = restored["counters"]["processed"].as_u64().unwrap_or(0);
-    let expected = run.plan.updates.len() as u64;
+    let expected = run.outside.plan.updates.len() as u64;
     run.finish(s, drain, move |_, _, _| {
         vec![
             Check::new(

@@ -7,22 +7,87 @@
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
-use tgq_fake_telegram::{FakeTelegram, Fault, Scope, Times};
+use tgq_fake_telegram::{
+    FakeConfig, FakeTelegram, Fault, Limits, RecordedCall, Scope, Times, Violations,
+};
 
 use crate::plan::{poison_bodies, Expect, Plan};
 use crate::poster::{Posted, Poster};
+use crate::progress::ScenarioProgress;
 use crate::scenario::Scenario;
-use crate::tally::{Check, Reported, Row, Tally};
-use crate::Options;
+use crate::tally::{Check, Letter, Reported, Row, Tally};
+use crate::{Options, SECRET};
+
+/// What a pipeline is driven and counted from on either target: the fake Bot API it sends to,
+/// Telegram posting the plan to its webhook, and the scenario's progress line.
+pub(crate) struct Outside {
+    pub(crate) fake: FakeTelegram,
+    pub(crate) poster: Poster,
+    pub(crate) plan: Plan,
+    pub(crate) progress: ScenarioProgress,
+}
+
+impl Outside {
+    /// Telegram posting `plan` to `webhook_url`, and the progress line of `scenario` on `target`.
+    pub(crate) fn new(
+        scenario: &Scenario,
+        options: &Options,
+        target: &str,
+        plan: Plan,
+        fake: FakeTelegram,
+        webhook_url: String,
+    ) -> Outside {
+        let poster = Poster::new(webhook_url, SECRET, Duration::from_secs(300));
+        let progress = options
+            .progress
+            .scenario(scenario, target, &plan, &poster, &fake);
+        Outside {
+            fake,
+            poster,
+            plan,
+            progress,
+        }
+    }
+}
+
+/// What the target holds once the traffic is over.
+pub(crate) struct Inside {
+    /// Its dead letters.
+    pub(crate) letters: Vec<Letter>,
+    /// What tgq reports of itself.
+    pub(crate) reported: Reported,
+    /// What the target saw of the order of deliveries, when it knows: see [`note_order`].
+    pub(crate) order_note: Option<String>,
+}
+
+impl Inside {
+    /// Counts `plan` against what was posted, the fake's `calls` and `violations`, and what the
+    /// target holds.
+    pub(crate) fn count(
+        &self,
+        plan: &Plan,
+        posted: &Posted,
+        calls: &[RecordedCall],
+        violations: &Violations,
+    ) -> Tally {
+        let resent = &self.reported.resent;
+        Tally::count(plan, posted, calls, violations, &self.letters, resent)
+    }
+
+    /// [`Tally::base_checks`], the order check with what the target saw of the order.
+    pub(crate) fn base_checks(&self, tally: &Tally) -> Vec<Check> {
+        let mut checks = tally.base_checks();
+        if let Some(note) = &self.order_note {
+            note_order(&mut checks, note);
+        }
+        checks
+    }
+}
 
 /// One scenario's pipeline on one target, started with the scenario's traffic.
 pub(crate) trait Pipeline: Sized {
-    /// The fake Bot API the pipeline sends to.
-    fn fake(&self) -> &FakeTelegram;
-    /// Telegram, posting the plan to the webhook.
-    fn poster(&self) -> &Poster;
-    /// The scenario's traffic.
-    fn plan(&self) -> &Plan;
+    /// The fake Bot API, Telegram posting the plan, and the progress line.
+    fn outside(&self) -> &Outside;
     /// Waits until the sending is over and the queue is empty; how long the queue took.
     async fn drain(&self, sending: tokio::task::JoinHandle<()>) -> anyhow::Result<Duration>;
     /// Ends whatever runs the worker in the middle of its batches, as a crash does, and starts
@@ -31,25 +96,68 @@ pub(crate) trait Pipeline: Sized {
     async fn crash_worker(&mut self) -> anyhow::Result<()>;
     /// A note on the failing heads' dead letters: who moved them.
     fn redrive_note(&self) -> String;
+    /// The target's name in the table.
+    const TARGET: &'static str;
+    /// Stops delivering and reads what the target holds.
+    async fn inside(&mut self) -> anyhow::Result<Inside>;
+    /// Stops the pipeline: the progress line done, what runs tgq and the fake shut down.
+    async fn stop(self);
+
     /// Counts what happened, adds the scenario's own checks, stops the pipeline.
     async fn finish(
-        self,
+        mut self,
         scenario: &Scenario,
         drain: Duration,
         extra: impl FnOnce(&Tally, &Reported, &Posted) -> Vec<Check>,
-    ) -> anyhow::Result<Row>;
+    ) -> anyhow::Result<Row> {
+        let inside = self.inside().await?;
+        let outside = self.outside();
+        let posted = outside.poster.posted();
+        let (calls, violations) = (outside.fake.calls(), outside.fake.violations());
+        let tally = inside.count(&outside.plan, &posted, &calls, &violations);
+        let mut checks = inside.base_checks(&tally);
+        checks.push(Check::new(
+            "every update acknowledged",
+            posted.given_up.is_empty(),
+            format!("{} given up by Telegram", posted.given_up.len()),
+        ));
+        checks.extend(extra(&tally, &inside.reported, &posted));
+        let (number, name) = (scenario.number, scenario.name);
+        let row = tally.row(number, name, Self::TARGET, &inside.reported, drain, checks);
+        self.stop().await;
+        Ok(row)
+    }
 
     /// Posts the plan, each update `copies` times at once, in the background.
     fn send(&self, copies: usize) -> tokio::task::JoinHandle<()> {
-        let (poster, plan) = (self.poster().clone(), self.plan().clone());
+        let outside = self.outside();
+        let (poster, plan) = (outside.poster.clone(), outside.plan.clone());
         tokio::spawn(async move { poster.send(&plan, copies).await })
     }
 
     /// Waits until `n` updates were acknowledged.
     async fn acknowledged(&self, n: usize) {
-        while self.poster().posted().acknowledged.len() < n {
+        while self.outside().poster.posted().acknowledged.len() < n {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+}
+
+/// The fake Bot API, Telegram's limits enforced when `limits`.
+pub(crate) async fn start_fake(limits: bool) -> anyhow::Result<FakeTelegram> {
+    let config = FakeConfig {
+        limits: limits.then(Limits::default),
+        ..FakeConfig::default()
+    };
+    Ok(FakeTelegram::start_with(config).await?)
+}
+
+/// Adds the target's `note` to the order check: an order violation reads against what the target
+/// handed out.
+pub(crate) fn note_order(checks: &mut [Check], note: &str) {
+    for check in checks.iter_mut().filter(|c| c.required == "0 out of order") {
+        check.observed.push_str("; ");
+        check.observed.push_str(note);
     }
 }
 
@@ -101,7 +209,7 @@ async fn worker_killed(s: &Scenario, l: &impl Launcher, mut plan: Plan) -> anyho
     }
     let mut run = l.start(plan, false, &[]).await?;
     let sending = run.send(1);
-    run.acknowledged(run.plan().updates.len() / 3).await;
+    run.acknowledged(run.outside().plan.updates.len() / 3).await;
     run.crash_worker().await?;
     let drain = run.drain(sending).await?;
     run.finish(s, drain, |t, _, _| vec![no_unexpected_dead(t)])
@@ -144,11 +252,12 @@ async fn failing_head(s: &Scenario, l: &impl Launcher, mut plan: Plan) -> anyhow
 async fn flood_wait(s: &Scenario, l: &impl Launcher, plan: Plan) -> anyhow::Result<Row> {
     let run = l.start(plan, true, &[]).await?;
     let sending = run.send(1);
-    run.acknowledged(run.plan().updates.len() / 5).await;
-    run.fake()
+    run.acknowledged(run.outside().plan.updates.len() / 5).await;
+    run.outside()
+        .fake
         .inject(Fault::RetryAfter(3), Scope::Global, Times::Always);
     tokio::time::sleep(Duration::from_secs(20)).await;
-    run.fake().clear_faults();
+    run.outside().fake.clear_faults();
     let drain = run.drain(sending).await?;
     run.finish(s, drain, |t, _, _| {
         vec![no_unexpected_dead(t), no_limit_violations(t)]
@@ -159,8 +268,13 @@ async fn flood_wait(s: &Scenario, l: &impl Launcher, plan: Plan) -> anyhow::Resu
 async fn telegram_5xx(s: &Scenario, l: &impl Launcher, plan: Plan) -> anyhow::Result<Row> {
     let run = l.start(plan, false, &[]).await?;
     let sending = run.send(1);
-    run.acknowledged(run.plan().updates.len() / 5).await;
-    telegram_trouble(run.fake(), Duration::from_secs(30), Duration::from_secs(3)).await;
+    run.acknowledged(run.outside().plan.updates.len() / 5).await;
+    telegram_trouble(
+        &run.outside().fake,
+        Duration::from_secs(30),
+        Duration::from_secs(3),
+    )
+    .await;
     let drain = run.drain(sending).await?;
     run.finish(s, drain, |t, _, _| vec![no_unexpected_dead(t)])
         .await
@@ -175,7 +289,7 @@ async fn permanent_errors(s: &Scenario, l: &impl Launcher, mut plan: Plan) -> an
         } else {
             Times::Always
         };
-        run.fake().inject(fault, Scope::Chat(chat), times);
+        run.outside().fake.inject(fault, Scope::Chat(chat), times);
     }
     let sending = run.send(1);
     let drain = run.drain(sending).await?;
@@ -210,7 +324,7 @@ async fn crash_after_send(s: &Scenario, l: &impl Launcher, mut plan: Plan) -> an
     let mut run = l.start(plan, false, &[]).await?;
     for &chat in &chats {
         // The send takes effect at once; its answer is held until after the crash.
-        run.fake().inject(
+        run.outside().fake.inject(
             Fault::Timeout(Duration::from_secs(8)),
             Scope::Chat(chat),
             Times::Once,
@@ -218,7 +332,7 @@ async fn crash_after_send(s: &Scenario, l: &impl Launcher, mut plan: Plan) -> an
     }
     let sending = run.send(1);
     // The first held send has reached Telegram; its answer comes 8 s later, after the crash.
-    wait_for_calls(run.fake(), &chats[..1], Duration::from_secs(120)).await?;
+    wait_for_calls(&run.outside().fake, &chats[..1], Duration::from_secs(120)).await?;
     run.crash_worker().await?;
     let drain = run.drain(sending).await?;
     run.finish(s, drain, |t, r, _| uncertain_checks(t, r)).await
@@ -226,11 +340,12 @@ async fn crash_after_send(s: &Scenario, l: &impl Launcher, mut plan: Plan) -> an
 
 async fn recovery_drain(s: &Scenario, l: &impl Launcher, plan: Plan) -> anyhow::Result<Row> {
     let run = l.start(plan, true, &[]).await?;
-    run.fake()
+    run.outside()
+        .fake
         .inject(Fault::ServerError(502), Scope::Global, Times::Always);
     let sending = run.send(1);
     tokio::time::sleep(Duration::from_secs(60)).await;
-    run.fake().clear_faults();
+    run.outside().fake.clear_faults();
     let drain = run.drain(sending).await?;
     run.finish(s, drain, |t, _, _| {
         vec![no_unexpected_dead(t), no_limit_violations(t)]

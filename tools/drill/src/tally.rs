@@ -175,6 +175,29 @@ pub struct Row {
 }
 
 impl Row {
+    /// The row of a scenario with nothing counted, only `checks`.
+    pub fn uncounted(scenario: u8, name: &str, target: &str, checks: Vec<Check>) -> Row {
+        Row {
+            scenario,
+            name: name.to_owned(),
+            target: target.to_owned(),
+            sent: 0,
+            acknowledged: 0,
+            processed_once: 0,
+            processed_twice: 0,
+            lost: 0,
+            order_violations: 0,
+            dead_expected: 0,
+            dead_unexpected: 0,
+            uncertain_sends: 0,
+            telegram_limit_violations: 0,
+            fenced_writes: None,
+            drain_secs: 0.0,
+            checks,
+            waits_for: None,
+        }
+    }
+
     /// Whether every required figure was met.
     pub fn passed(&self) -> bool {
         self.checks.iter().all(|check| check.met)
@@ -282,8 +305,8 @@ impl Tally {
             limit_violations: violations.early_sends + violations.over_limit,
             ..Tally::default()
         };
-        let replies = echo_replies(calls);
-        let timers = timer_replies(calls);
+        let replies = replies_by(calls, echo_update_id);
+        let timers = replies_by(calls, timer_update_id);
         let mut timer_reports = resent.timers.clone();
         let lettered: HashMap<i64, &Letter> = letters
             .iter()
@@ -299,20 +322,14 @@ impl Tally {
                     let at_most_once = planned.expect == Expect::ReplyAtMostOnce;
                     let resent = resent.updates.contains(&id);
                     match Effect::of(delivered, violations, at_most_once, resent) {
-                        Effect::None if letter.is_none() && acknowledged => {
-                            tally.lost += 1;
-                            tally.lost_ids.push(id);
-                        }
+                        Effect::None if letter.is_none() && acknowledged => tally.count_lost(id),
                         Effect::None => {}
                         Effect::Once { uncertain, resent } => {
                             tally.once += 1;
                             tally.uncertain += uncertain;
                             tally.resent_by_tgq += u64::from(resent);
                         }
-                        Effect::Twice => {
-                            tally.twice += 1;
-                            tally.twice_ids.push(id);
-                        }
+                        Effect::Twice => tally.count_twice(id),
                     }
                 }
                 Expect::Dead => {
@@ -346,10 +363,7 @@ impl Tally {
                 let fired = timers.get(&id).map_or(&[][..], Vec::as_slice);
                 let reports = timer_reports.entry(planned.chat.to_string()).or_default();
                 match Effect::of(fired, violations, false, *reports > 0) {
-                    Effect::None if letter.is_none() && acknowledged => {
-                        tally.lost += 1;
-                        tally.lost_ids.push(id);
-                    }
+                    Effect::None if letter.is_none() && acknowledged => tally.count_lost(id),
                     Effect::None => {}
                     Effect::Once { uncertain, resent } => {
                         tally.timers_once += 1;
@@ -359,10 +373,7 @@ impl Tally {
                             tally.resent_by_tgq += 1;
                         }
                     }
-                    Effect::Twice => {
-                        tally.twice += 1;
-                        tally.twice_ids.push(id);
-                    }
+                    Effect::Twice => tally.count_twice(id),
                 }
             }
             if let Some(letter) = letter {
@@ -392,6 +403,18 @@ impl Tally {
         tally.dead_expected += tally.poison_lettered;
         tally.order_violations = order_violations(plan, calls);
         tally
+    }
+
+    /// Counts update `id` as acknowledged with neither its effect nor a dead letter.
+    fn count_lost(&mut self, id: i64) {
+        self.lost += 1;
+        self.lost_ids.push(id);
+    }
+
+    /// Counts update `id` as having reached Telegram more than once, unexplained.
+    fn count_twice(&mut self, id: i64) {
+        self.twice += 1;
+        self.twice_ids.push(id);
     }
 
     /// Dead letters the scenario did not expect.
@@ -475,14 +498,22 @@ pub fn echo_update_id(text: &str) -> Option<i64> {
     text.strip_prefix("echo ")?.split(':').next()?.parse().ok()
 }
 
-/// Delivered echo replies by update id: the seq of each delivery, in arrival order.
-fn echo_replies(calls: &[RecordedCall]) -> HashMap<i64, Vec<u64>> {
-    let mut replies: HashMap<i64, Vec<u64>> = HashMap::new();
-    for call in calls
+/// The sendMessage calls that reached Telegram, in arrival order.
+fn delivered_messages(calls: &[RecordedCall]) -> impl Iterator<Item = &RecordedCall> {
+    calls
         .iter()
         .filter(|c| c.is_delivered() && c.method == "sendMessage")
-    {
-        if let Some(id) = call.params["text"].as_str().and_then(echo_update_id) {
+}
+
+/// Delivered replies by the update id `update_id` reads from their text: the seq of each
+/// delivery, in arrival order.
+fn replies_by(
+    calls: &[RecordedCall],
+    update_id: fn(&str) -> Option<i64>,
+) -> HashMap<i64, Vec<u64>> {
+    let mut replies: HashMap<i64, Vec<u64>> = HashMap::new();
+    for call in delivered_messages(calls) {
+        if let Some(id) = call.params["text"].as_str().and_then(update_id) {
             replies.entry(id).or_default().push(call.seq);
         }
     }
@@ -498,21 +529,6 @@ fn timer_update_id(text: &str) -> Option<i64> {
         .ok()
 }
 
-/// Delivered timer replies by the id of the update that scheduled them: the seq of each
-/// delivery, in arrival order.
-fn timer_replies(calls: &[RecordedCall]) -> HashMap<i64, Vec<u64>> {
-    let mut fired: HashMap<i64, Vec<u64>> = HashMap::new();
-    for call in calls
-        .iter()
-        .filter(|c| c.is_delivered() && c.method == "sendMessage")
-    {
-        if let Some(id) = call.params["text"].as_str().and_then(timer_update_id) {
-            fired.entry(id).or_default().push(call.seq);
-        }
-    }
-    fired
-}
-
 /// Per chat, replies whose update comes before one already answered in that chat (first
 /// deliveries only: a re-send is counted as twice, not as out of order), and timers' replies that
 /// came before their update's.
@@ -520,10 +536,7 @@ fn order_violations(plan: &Plan, calls: &[RecordedCall]) -> u64 {
     let mut seen: BTreeSet<i64> = BTreeSet::new();
     let mut latest: HashMap<i64, i64> = HashMap::new();
     let mut violations = 0;
-    for call in calls
-        .iter()
-        .filter(|c| c.is_delivered() && c.method == "sendMessage")
-    {
+    for call in delivered_messages(calls) {
         let text = call.params["text"].as_str().unwrap_or_default();
         if let Some(id) = timer_update_id(text) {
             violations += u64::from(plan.get(id).is_some() && !seen.contains(&id));
@@ -556,68 +569,102 @@ mod tests {
 
     use super::*;
     use crate::plan::Planned;
+    use Sent::{Echo, Timer};
 
-    fn call(seq: u64, chat: i64, text: &str) -> RecordedCall {
-        RecordedCall {
-            seq,
-            token: tgq_fake_telegram::DEFAULT_TOKEN.into(),
-            method: "sendMessage".into(),
-            chat_id: Some(chat),
-            params: json!({ "chat_id": chat, "text": text }),
-            status: 200,
-            message_id: Some(seq as i64),
-            at: Instant::now(),
-        }
+    /// A reply the fake received, by the update it answers.
+    #[derive(Clone, Copy)]
+    enum Sent {
+        /// The update's echo reply.
+        Echo(i64),
+        /// The reply of the update's timer.
+        Timer(i64),
     }
 
-    fn plan(updates: &[(i64, i64, Expect)]) -> Plan {
+    /// The fake's calls: `sent` in order, each delivered in its update's chat.
+    fn calls(plan: &Plan, sent: &[Sent]) -> Vec<RecordedCall> {
+        sent.iter()
+            .zip(1..)
+            .map(|(&sent, seq)| {
+                let (id, text) = match sent {
+                    Echo(id) => (id, format!("echo {id}: t")),
+                    Timer(id) => (id, format!("echo timer {id}: t")),
+                };
+                let chat = plan.get(id).map_or(0, |p| p.chat);
+                RecordedCall {
+                    seq,
+                    token: tgq_fake_telegram::DEFAULT_TOKEN.into(),
+                    method: "sendMessage".into(),
+                    chat_id: Some(chat),
+                    params: json!({ "chat_id": chat, "text": text }),
+                    status: 200,
+                    message_id: Some(seq as i64),
+                    at: Instant::now(),
+                }
+            })
+            .collect()
+    }
+
+    /// One update in each of `chats`, ids from 1, each expecting its reply unless `expect` says
+    /// otherwise (by id).
+    fn plan(chats: &[i64], expect: &[(i64, Expect)]) -> Plan {
+        let updates = (1..)
+            .zip(chats)
+            .map(|(update_id, &chat)| {
+                let expect = expect
+                    .iter()
+                    .find(|(id, _)| *id == update_id)
+                    .map_or(Expect::Reply, |&(_, expect)| expect);
+                Planned::new(update_id, chat, "t".into(), expect)
+            })
+            .collect();
         Plan {
-            updates: updates
-                .iter()
-                .map(|&(update_id, chat, expect)| Planned {
-                    update_id,
-                    chat,
-                    text: "t".into(),
-                    expect,
-                    padding: 0,
-                    timer: false,
-                })
-                .collect(),
             poison: vec!["junk".into()],
+            ..Plan::new(updates)
         }
     }
 
     /// [`plan`], every update scheduling a timer.
-    fn timer_plan(updates: &[(i64, i64, Expect)]) -> Plan {
-        let mut plan = plan(updates);
+    fn timer_plan(chats: &[i64], expect: &[(i64, Expect)]) -> Plan {
+        let mut plan = plan(chats, expect);
         plan.updates.iter_mut().for_each(|u| u.timer = true);
         plan
     }
 
-    fn acknowledged(ids: &[i64]) -> Posted {
-        Posted {
-            acknowledged: ids.iter().map(|&id| (id, Instant::now())).collect(),
-            ..Posted::default()
+    fn letter(update_id: Option<i64>, reason: &str, body: &str) -> Letter {
+        Letter {
+            bot: None,
+            update_id,
+            reason: reason.into(),
+            attempts: 1,
+            body: body.into(),
         }
+    }
+
+    /// Counts `plan`, every update acknowledged, against what the fake and the target saw.
+    fn count(
+        plan: &Plan,
+        calls: &[RecordedCall],
+        violations: &Violations,
+        letters: &[Letter],
+        resent: &Resent,
+    ) -> Tally {
+        let posted = Posted {
+            acknowledged: plan
+                .updates
+                .iter()
+                .map(|p| (p.update_id, Instant::now()))
+                .collect(),
+            ..Posted::default()
+        };
+        Tally::count(plan, &posted, calls, violations, letters, resent)
     }
 
     #[test]
     fn a_reply_missing_is_lost_a_repeat_is_twice_and_an_overtaking_reply_is_out_of_order() {
-        let plan = plan(&[
-            (1, 10, Expect::Reply),
-            (2, 10, Expect::Reply),
-            (3, 10, Expect::Reply),
-            (4, 20, Expect::Reply),
-        ]);
-        let calls = [
-            call(1, 10, "echo 2: t"),
-            call(2, 10, "echo 1: t"),
-            call(3, 10, "echo 2: t"),
-            call(4, 20, "echo 4: t"),
-        ];
-        let tally = Tally::count(
+        let plan = plan(&[10, 10, 10, 20], &[]);
+        let calls = calls(&plan, &[Echo(2), Echo(1), Echo(2), Echo(4)]);
+        let tally = count(
             &plan,
-            &acknowledged(&[1, 2, 3, 4]),
             &calls,
             &Violations::default(),
             &[],
@@ -631,39 +678,26 @@ mod tests {
 
     #[test]
     fn a_timer_owes_its_chat_one_reply_after_its_update_s() {
-        let plan = timer_plan(&[
-            (1, 10, Expect::Reply),
-            (2, 11, Expect::Reply),
-            (3, 12, Expect::Reply),
-            (4, 13, Expect::Reply),
-            (5, 14, Expect::Dead),
-        ]);
-        let calls = [
-            call(1, 10, "echo 1: t"),
-            call(2, 10, "echo timer 1: t"),
+        let plan = timer_plan(&[10, 11, 12, 13, 14], &[(5, Expect::Dead)]);
+        let sent = [
+            Echo(1),
+            Timer(1),
             // Update 2's timer is never fired.
-            call(3, 11, "echo 2: t"),
+            Echo(2),
             // Update 3's fired twice.
-            call(4, 12, "echo 3: t"),
-            call(5, 12, "echo timer 3: t"),
-            call(6, 12, "echo timer 3: t"),
+            Echo(3),
+            Timer(3),
+            Timer(3),
             // Update 4's fired before its update's reply.
-            call(7, 13, "echo timer 4: t"),
-            call(8, 13, "echo 4: t"),
+            Timer(4),
+            Echo(4),
         ];
-        let letter = Letter {
-            bot: None,
-            update_id: Some(5),
-            reason: "permanent_error".into(),
-            attempts: 1,
-            body: String::new(),
-        };
-        let tally = Tally::count(
+        let letters = vec![letter(Some(5), "permanent_error", "")];
+        let tally = count(
             &plan,
-            &acknowledged(&[1, 2, 3, 4, 5]),
-            &calls,
+            &calls(&plan, &sent),
             &Violations::default(),
-            &[letter],
+            &letters,
             &Resent::default(),
         );
         // The dead letter's update scheduled nothing: it owes no timer.
@@ -674,52 +708,28 @@ mod tests {
 
     #[test]
     fn a_repeat_after_an_unanswered_call_is_uncertain_but_at_most_once_it_is_twice() {
-        let plan = plan(&[(1, 10, Expect::Reply), (2, 11, Expect::ReplyAtMostOnce)]);
-        let calls = [
-            call(1, 10, "echo 1: t"),
-            call(2, 10, "echo 1: t"),
-            call(3, 11, "echo 2: t"),
-            call(4, 11, "echo 2: t"),
-        ];
+        let plan = plan(&[10, 11], &[(2, Expect::ReplyAtMostOnce)]);
+        let calls = calls(&plan, &[Echo(1), Echo(1), Echo(2), Echo(2)]);
         let violations = Violations {
             unanswered: BTreeSet::from([1, 3]),
             ..Violations::default()
         };
-        let tally = Tally::count(
-            &plan,
-            &acknowledged(&[1, 2]),
-            &calls,
-            &violations,
-            &[],
-            &Resent::default(),
-        );
+        let tally = count(&plan, &calls, &violations, &[], &Resent::default());
         assert_eq!((tally.once, tally.twice, tally.uncertain), (1, 1, 1));
         assert_eq!(tally.twice_ids, vec![2]);
     }
 
     #[test]
     fn dead_letters_are_expected_only_where_the_plan_says_and_poison_is_matched_by_body() {
-        let plan = plan(&[
-            (1, 10, Expect::Dead),
-            (2, 10, Expect::Reply),
-            (3, 11, Expect::Gone),
-        ]);
-        let letter = |id: Option<i64>, reason: &str, body: &str| Letter {
-            bot: None,
-            update_id: id,
-            reason: reason.into(),
-            attempts: 1,
-            body: body.into(),
-        };
-        let letters = [
+        let plan = plan(&[10, 10, 11], &[(1, Expect::Dead), (3, Expect::Gone)]);
+        let letters = vec![
             letter(Some(1), "permanent_error", ""),
             letter(Some(3), "permanent_error", ""),
             letter(None, "poison", "junk"),
         ];
-        let calls = [call(1, 10, "echo 2: t")];
-        let tally = Tally::count(
+        let calls = calls(&plan, &[Echo(2)]);
+        let tally = count(
             &plan,
-            &acknowledged(&[1, 2, 3]),
             &calls,
             &Violations::default(),
             &letters,
@@ -733,13 +743,8 @@ mod tests {
 
     #[test]
     fn a_repeat_tgq_reports_as_resent_after_an_unknown_outcome_is_uncertain_not_twice() {
-        let plan = plan(&[(1, 10, Expect::Reply), (2, 11, Expect::Reply)]);
-        let calls = [
-            call(1, 10, "echo 1: t"),
-            call(2, 10, "echo 1: t"),
-            call(3, 11, "echo 2: t"),
-            call(4, 11, "echo 2: t"),
-        ];
+        let plan = plan(&[10, 11], &[]);
+        let calls = calls(&plan, &[Echo(1), Echo(1), Echo(2), Echo(2)]);
         // As the worker writes them, in its JSON and its text format: the words are the constant
         // tgq logs, so a change of wording cannot make the drill count such repeats as twice.
         let log = format!(
@@ -748,29 +753,18 @@ WARN process_record{{update_id=7}}: tgq_core::context: {MADE_AGAIN_AFTER_UNKNOWN
         );
         let resent = Reported::resent_in_log(&log);
         assert_eq!(resent.updates, BTreeSet::from([1, 7]));
-        let tally = Tally::count(
-            &plan,
-            &acknowledged(&[1, 2]),
-            &calls,
-            &Violations::default(),
-            &[],
-            &resent,
-        );
+        let tally = count(&plan, &calls, &Violations::default(), &[], &resent);
         assert_eq!((tally.once, tally.twice, tally.uncertain), (1, 1, 1));
         assert_eq!(tally.twice_ids, vec![2]);
     }
 
     #[test]
     fn a_timer_s_repeat_tgq_reports_in_its_chat_is_uncertain_and_only_once_per_report() {
-        let plan = timer_plan(&[(1, 10, Expect::Reply), (2, 11, Expect::Reply)]);
-        let calls = [
-            call(1, 10, "echo 1: t"),
-            call(2, 10, "echo timer 1: t"),
-            call(3, 10, "echo timer 1: t"),
-            call(4, 11, "echo 2: t"),
-            call(5, 11, "echo timer 2: t"),
-            call(6, 11, "echo timer 2: t"),
-        ];
+        let plan = timer_plan(&[10, 11], &[]);
+        let calls = calls(
+            &plan,
+            &[Echo(1), Timer(1), Timer(1), Echo(2), Timer(2), Timer(2)],
+        );
         // A timer's record has an id of its own, negative: the report names its chat's group.
         let log = format!(
             r#"WARN process_record{{message_id=m-1 bot_id="local" update_id=-2924444992089715498 group="10" attempt=2}}: tgq_core::usecases::worker::recording: {MADE_AGAIN_AFTER_UNKNOWN_OUTCOME} seq=1
@@ -782,14 +776,7 @@ WARN process_record{{update_id=7}}: tgq_core::context: {MADE_AGAIN_AFTER_UNKNOWN
             resent.timers,
             BTreeMap::from([("10".to_owned(), 1), ("12".to_owned(), 1)])
         );
-        let tally = Tally::count(
-            &plan,
-            &acknowledged(&[1, 2]),
-            &calls,
-            &Violations::default(),
-            &[],
-            &resent,
-        );
+        let tally = count(&plan, &calls, &Violations::default(), &[], &resent);
         assert_eq!(
             tally.timers_once, 1,
             "chat 10's repeated timer reply, reported"

@@ -73,23 +73,19 @@ impl NoisyChats {
         let updates = (0..count)
             .map(|i| {
                 let chat = chats[i % chats.len()];
-                Planned {
-                    update_id: first_id + i as i64,
+                let expect = match failing && self.failing.contains(&chat) {
+                    true => Expect::Dead,
+                    false => Expect::Reply,
+                };
+                Planned::new(
+                    first_id + i as i64,
                     chat,
-                    text: format!("noisy c{chat} m{i}"),
-                    expect: match failing && self.failing.contains(&chat) {
-                        true => Expect::Dead,
-                        false => Expect::Reply,
-                    },
-                    padding: 0,
-                    timer: false,
-                }
+                    format!("noisy c{chat} m{i}"),
+                    expect,
+                )
             })
             .collect();
-        Plan {
-            updates,
-            poison: Vec::new(),
-        }
+        Plan::new(updates)
     }
 }
 

@@ -20,13 +20,12 @@ use tgq_core::clock::{Clock as _, SystemClock};
 use tgq_core::ids::BotId;
 use tgq_e2e::broadcasts::BroadcastParts;
 use tgq_e2e::functions::WORKER;
-use tgq_fake_telegram::{FakeConfig, FakeTelegram, Limits};
+use tgq_fake_telegram::FakeTelegram;
 
-use super::{Emulator, Run, BOT_ID};
+use super::{Emulated, Run, BOT_ID};
 use crate::plan::Plan;
-use crate::scenario::Scenario;
-use crate::tally::{Check, Row, Tally};
-use crate::Options;
+use crate::scenarios::{start_fake, Pipeline};
+use crate::tally::{Check, Row};
 
 /// The first recipient's chat id, apart from the users' chats.
 const FIRST_RECIPIENT: i64 = 5_000_000;
@@ -47,15 +46,12 @@ fn lane_rate() -> f64 {
 }
 
 /// Runs the scenario.
-pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row> {
+pub async fn run(on: &Emulated<'_>) -> anyhow::Result<Row> {
+    let (s, o, em) = (on.scenario, on.options, on.em);
     let recipients = o.recipients;
-    let fake = FakeTelegram::start_with(FakeConfig {
-        limits: Some(Limits::default()),
-        ..FakeConfig::default()
-    })
-    .await?;
+    let fake = start_fake(true).await?;
     let plan = Plan::ordinary(o.updates, CHATS, 1, o.seed);
-    let (run, mut parts, store) = with_broadcasts(s, o, em, plan.clone(), fake, &[]).await?;
+    let (mut run, mut parts, store) = with_broadcasts(on, plan.clone(), fake, &[]).await?;
     let chats: Vec<i64> = (0..recipients as i64)
         .map(|i| FIRST_RECIPIENT + i)
         .collect();
@@ -82,7 +78,7 @@ pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row
 
     // Users write meanwhile; the broadcasts queue's mapping runs the job's steps.
     let posting = {
-        let (poster, plan) = (run.poster.clone(), plan.clone());
+        let (poster, plan) = (run.outside.poster.clone(), plan.clone());
         tokio::spawn(async move { poster.send_paced(&plan, INTERACTIVE_EVERY).await })
     };
     let invoke_url = em.lambda.lock().await.invoke_url(WORKER);
@@ -113,8 +109,8 @@ pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row
     posting.await?;
     let drain = run.drain(tokio::spawn(async {})).await?;
 
-    let calls = run.fake.calls();
-    let violations = run.fake.violations();
+    let calls = run.outside.fake.calls();
+    let violations = run.outside.fake.violations();
     let mut per_chat: HashMap<i64, u64> = HashMap::new();
     let mut first_last: Option<(Instant, Instant)> = None;
     for call in calls
@@ -141,8 +137,8 @@ pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row
         }
         _ => 0.0,
     };
-    let posted = run.poster.posted();
-    let latencies = crate::two_bots::latencies(&plan, &posted, &calls, run.fake.token());
+    let posted = run.outside.poster.posted();
+    let latencies = crate::two_bots::latencies(&plan, &posted, &calls, run.outside.fake.token());
     let (p50, p99) = (
         crate::two_bots::percentile(&latencies, 0.5),
         crate::two_bots::percentile(&latencies, 0.99),
@@ -160,16 +156,8 @@ pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row
         .map(|(action, n)| format!("{action} {n}"))
         .collect::<Vec<_>>()
         .join(", ");
-    let letters = run.stack.dead_letters(&run.sqs).await?;
-    let reported = run.reported().await;
-    let tally = Tally::count(
-        &plan,
-        &posted,
-        &calls,
-        &violations,
-        &letters,
-        &reported.resent,
-    );
+    let inside = run.inside().await?;
+    let tally = inside.count(&plan, &posted, &calls, &violations);
     let mut checks = tally.base_checks();
     checks.extend([
         Check::new(
@@ -227,7 +215,8 @@ pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row
             ),
         ),
     ]);
-    run.finish_with(s, &tally, &reported, drain, checks).await
+    run.finish_with(s, &tally, &inside.reported, drain, checks)
+        .await
 }
 
 /// The scenario's pipeline with a broadcasts queue: the worker given it, a container for the
@@ -235,13 +224,12 @@ pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row
 /// of its own), and the job store `tgq broadcast --stack` uses, which queues a job's steps there.
 /// `env` is more of the worker's settings.
 pub(super) async fn with_broadcasts<'a>(
-    s: &Scenario,
-    o: &Options,
-    em: &'a Emulator,
+    on: &Emulated<'a>,
     plan: Plan,
     fake: FakeTelegram,
     env: &[(&str, &str)],
 ) -> anyhow::Result<(Run<'a>, BroadcastParts, QueuedBroadcasts)> {
+    let (s, em) = (on.scenario, on.em);
     let millis = SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis();
     let parts = BroadcastParts::create_named(
         &em.sdk,
@@ -258,7 +246,9 @@ pub(super) async fn with_broadcasts<'a>(
         ("TGQ_BROADCASTS_QUEUE_ARN", arn.as_str()),
     ];
     vars.extend_from_slice(env);
-    let run = Run::start_with(s, o, em, plan, fake, &vars, super::esm::CONCURRENCY).await?;
+    let run = on
+        .start_with(plan, fake, &vars, super::esm::CONCURRENCY)
+        .await?;
     for _ in 0..super::esm::CONCURRENCY {
         run.new_worker().await?;
     }

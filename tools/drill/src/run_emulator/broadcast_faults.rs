@@ -20,20 +20,18 @@ use tgq_core::clock::{Clock as _, SystemClock};
 use tgq_core::ids::BotId;
 use tgq_e2e::functions::WORKER;
 use tgq_e2e::timers::TimerParts;
-use tgq_fake_telegram::{FakeTelegram, Fault, Scope, Times};
+use tgq_fake_telegram::FakeTelegram;
 use tokio::sync::watch;
 
 use super::broadcast::with_broadcasts;
-use super::{Emulator, BOT_ID};
+use super::{Emulated, BOT_ID};
 use crate::broadcast_faults::{
-    self as scenario, limited, news, wait_until, Audience, HELD_AT, KILLS_AT, NEWS, OUTAGE_AT,
-    PATIENCE, REVOKED_FROM, TIMER_AFTER_MS, TIMER_EVERY,
+    self as scenario, limited, news, Audience, HELD_AT, KILLS_AT, NEWS, PATIENCE, TIMER_AFTER_MS,
+    TIMER_EVERY,
 };
 use crate::plan::Plan;
-use crate::scenario::Scenario;
-use crate::scenarios::{chats, first_id};
+use crate::scenarios::{chats, first_id, note_order};
 use crate::tally::Row;
-use crate::Options;
 
 /// Timers further ahead than this become schedules; the scenario's wait on the timer queue.
 const TIMER_REACH: Duration = Duration::from_secs(600);
@@ -43,7 +41,8 @@ const INTERACTIVE_EVERY: Duration = Duration::from_millis(250);
 const CONTAINERS: usize = super::esm::CONCURRENCY;
 
 /// Runs the scenario.
-pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row> {
+pub async fn run(on: &Emulated<'_>) -> anyhow::Result<Row> {
+    let (s, o, em) = (on.scenario, on.options, on.em);
     let addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
     let fake = FakeTelegram::start_at(addr, limited()).await?;
     let audience = Audience::new();
@@ -62,7 +61,7 @@ pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row
         .iter()
         .map(|(k, v)| (k.as_str(), v.as_str()))
         .collect();
-    let (mut run, parts, store) = with_broadcasts(s, o, em, plan.clone(), fake, &env).await?;
+    let (mut run, parts, store) = with_broadcasts(on, plan.clone(), fake, &env).await?;
 
     // The job, started as `tgq broadcast start --stack` starts it.
     let spec = BroadcastSpec::standard(
@@ -132,16 +131,13 @@ pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row
         })
     };
     let posting = {
-        let (poster, plan) = (run.poster.clone(), plan.clone());
+        let (poster, plan) = (run.outside.poster.clone(), plan.clone());
         tokio::spawn(async move { poster.send_paced(&plan, INTERACTIVE_EVERY).await })
     };
 
     // Three kills of every worker container, new ones started at once.
     for (n, at) in KILLS_AT.into_iter().enumerate() {
-        wait_until(started, || {
-            audience.share(news(&run.fake.calls()).count()) >= at
-        })
-        .await?;
+        audience.reached(started, 0, &run.outside.fake, at).await?;
         em.lambda.lock().await.kill_all(WORKER);
         crashes.send_replace(n as u32 + 1);
         for _ in 0..=CONTAINERS {
@@ -150,37 +146,26 @@ pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row
     }
 
     // Telegram goes away: its connections refused, then 502s from an edge in front of it.
-    wait_until(started, || {
-        audience.share(news(&run.fake.calls()).count()) >= OUTAGE_AT
-    })
-    .await?;
-    let (before, after) = scenario::outage(&run.fake, addr, &audience).await?;
-    run.fake = after;
+    let before = scenario::outage(started, &mut run.outside.fake, addr, &audience).await?;
 
     // The job held from half delivered until the users' updates are answered, then resumed, as
     // `tgq broadcast pause --stack` and `resume --stack` change it.
     let previous = news(&before.0).count();
-    wait_until(started, || {
-        audience.share(previous + news(&run.fake.calls()).count()) >= HELD_AT
-    })
-    .await?;
+    audience
+        .reached(started, previous, &run.outside.fake, HELD_AT)
+        .await?;
     change(&store, &id, Change::Pause).await?;
     let drain = run.drain(posting).await?;
     change(&store, &id, Change::Resume).await?;
 
     // The token is revoked until the job pauses, then given back, and the job resumed.
-    wait_until(started, || {
-        audience.share(previous + news(&run.fake.calls()).count()) >= REVOKED_FROM
-    })
-    .await?;
-    run.fake
-        .inject(Fault::Unauthorized, Scope::Global, Times::Always);
+    scenario::revoke(started, &audience, previous, &run.outside.fake).await?;
     let paused = wait_for(&store, &id, started, |s| {
         matches!(s, JobState::Paused { .. })
     })
     .await?;
-    run.fake.clear_faults();
-    audience.faults(&run.fake);
+    run.outside.fake.clear_faults();
+    audience.faults(&run.outside.fake);
     change(&store, &id, Change::Resume).await?;
     let job = wait_for(&store, &id, started, |s| *s == JobState::Done).await?;
     let took = started.elapsed();
@@ -205,12 +190,12 @@ pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row
         paused: serde_json::to_value(&paused.state)?,
         failed_when_paused: paused.counts.failed,
     };
-    let after = (run.fake.calls(), run.fake.violations());
+    let after = (run.outside.fake.calls(), run.outside.fake.violations());
     let letters = run.stack.dead_letters(&run.sqs).await?;
     let reported = run.reported().await;
     let (tally, mut checks) = scenario::counted(
         &audience,
-        (&plan, &run.poster.posted()),
+        (&plan, &run.outside.poster.posted()),
         (&before, &after),
         (&letters, &reported.resent),
         &reported_job,
@@ -234,7 +219,7 @@ pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row
             timers.relayed, timers.failed
         ));
     }
-    super::note_mapping(&mut checks, &run.mapping_note());
+    note_order(&mut checks, &run.mapping_note());
     run.finish_with(s, &tally, &reported, drain, checks).await
 }
 

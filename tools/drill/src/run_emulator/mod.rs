@@ -16,15 +16,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::bail;
 use tgq_e2e::functions::{WEBHOOK, WORKER};
-use tgq_fake_telegram::{FakeConfig, FakeTelegram, Limits};
+use tgq_fake_telegram::FakeTelegram;
 use tokio::sync::Mutex;
 
 use crate::plan::Plan;
-use crate::poster::{Posted, Poster};
-use crate::progress::ScenarioProgress;
 use crate::scenario::Scenario;
 use crate::scenarios::{
-    self, chats, first_id, no_unexpected_dead, stale_checks, Launcher, Pipeline,
+    self, chats, first_id, no_unexpected_dead, stale_checks, start_fake, Inside, Launcher, Outside,
+    Pipeline,
 };
 use crate::tally::{Check, Reported, Row, Tally};
 use crate::{Options, SECRET};
@@ -76,7 +75,7 @@ impl Emulator {
 
 struct Run<'a> {
     em: &'a Emulator,
-    fake: FakeTelegram,
+    outside: Outside,
     stack: DrillStack,
     sqs: aws_sdk_sqs::Client,
     webhook_proxy: Proxy,
@@ -86,38 +85,19 @@ struct Run<'a> {
     esm: Option<RunningMapping>,
     /// The webhook's function URL (ending with `/`).
     webhook_url: String,
-    poster: Poster,
-    plan: Plan,
-    progress: ScenarioProgress,
 }
 
-impl<'a> Run<'a> {
-    async fn start(
-        s: &Scenario,
-        o: &Options,
-        em: &'a Emulator,
-        plan: Plan,
-        limits: bool,
-        env: &[(&str, &str)],
-    ) -> anyhow::Result<Run<'a>> {
-        let fake = FakeTelegram::start_with(FakeConfig {
-            limits: limits.then(Limits::default),
-            ..FakeConfig::default()
-        })
-        .await?;
-        Run::start_with(s, o, em, plan, fake, env, esm::CONCURRENCY).await
-    }
-
-    /// [`Run::start`] with a fake Bot API the scenario set up.
+impl<'a> Emulated<'a> {
+    /// The scenario's pipeline with a fake Bot API the scenario set up, and `concurrency`
+    /// invocations of the worker at once.
     async fn start_with(
-        s: &Scenario,
-        o: &Options,
-        em: &'a Emulator,
+        &self,
         plan: Plan,
         fake: FakeTelegram,
         env: &[(&str, &str)],
         concurrency: usize,
     ) -> anyhow::Result<Run<'a>> {
+        let (s, o, em) = (self.scenario, self.options, self.em);
         let stack = DrillStack::create(&em.sdk, &format!("{:02}", s.number)).await?;
         let sqs = aws_sdk_sqs::Client::new(&em.sdk);
         let webhook_proxy = Proxy::start(&em.endpoint).await?;
@@ -164,11 +144,10 @@ impl<'a> Run<'a> {
             concurrency,
             webhook_proxy.sends(),
         );
-        let poster = Poster::new(webhook_url.clone(), SECRET, Duration::from_secs(300));
-        let progress = o.progress.scenario(s, "emulator", &plan, &poster, &fake);
+        let outside = Outside::new(s, o, Run::TARGET, plan, fake, webhook_url.clone());
         Ok(Run {
             em,
-            fake,
+            outside,
             stack,
             sqs,
             webhook_proxy,
@@ -177,12 +156,11 @@ impl<'a> Run<'a> {
             worker_log,
             esm: Some(esm),
             webhook_url,
-            poster,
-            plan,
-            progress,
         })
     }
+}
 
+impl Run<'_> {
     /// Waits up to `limit` until one of `updates` is `PROCESSING` (a worker holds its lease and runs
     /// its handler); returns which, or `None` when none was.
     async fn wait_processing(
@@ -291,55 +269,19 @@ impl<'a> Run<'a> {
         }
     }
 
-    async fn finish(
-        mut self,
-        s: &Scenario,
-        drain: Duration,
-        extra: impl FnOnce(&Tally, &Reported, &Posted) -> Vec<Check>,
-    ) -> anyhow::Result<Row> {
-        let mapping = self.mapping_note();
-        self.stop_mapping();
-        let letters = self.stack.dead_letters(&self.sqs).await?;
-        let reported = self.reported().await;
-        let posted = self.poster.posted();
-        let tally = Tally::count(
-            &self.plan,
-            &posted,
-            &self.fake.calls(),
-            &self.fake.violations(),
-            &letters,
-            &reported.resent,
-        );
-        let mut checks = tally.base_checks();
-        note_mapping(&mut checks, &mapping);
-        checks.push(Check::new(
-            "every update acknowledged",
-            posted.given_up.is_empty(),
-            format!("{} given up by Telegram", posted.given_up.len()),
-        ));
-        checks.extend(extra(&tally, &reported, &posted));
-        self.finish_with(s, &tally, &reported, drain, checks).await
-    }
-
     /// Ends the run with checks the scenario counted itself: the functions stopped, the fake shut
     /// down, the row.
     async fn finish_with(
-        mut self,
+        self,
         s: &Scenario,
         tally: &Tally,
         reported: &Reported,
         drain: Duration,
         checks: Vec<Check>,
     ) -> anyhow::Result<Row> {
-        self.stop_mapping();
-        self.progress.done();
-        {
-            let mut lambda = self.em.lambda.lock().await;
-            lambda.kill_all(WEBHOOK);
-            lambda.kill_all(WORKER);
-        }
-        self.fake.clone().shutdown().await;
-        Ok(tally.row(s.number, s.name, "emulator", reported, drain, checks))
+        let row = tally.row(s.number, s.name, Self::TARGET, reported, drain, checks);
+        self.stop().await;
+        Ok(row)
     }
 }
 
@@ -359,21 +301,16 @@ impl<'a> Launcher for Emulated<'a> {
         limits: bool,
         env: &[(&str, &str)],
     ) -> anyhow::Result<Run<'a>> {
-        Run::start(self.scenario, self.options, self.em, plan, limits, env).await
+        let fake = start_fake(limits).await?;
+        self.start_with(plan, fake, env, esm::CONCURRENCY).await
     }
 }
 
 impl Pipeline for Run<'_> {
-    fn fake(&self) -> &FakeTelegram {
-        &self.fake
-    }
+    const TARGET: &'static str = "emulator";
 
-    fn poster(&self) -> &Poster {
-        &self.poster
-    }
-
-    fn plan(&self) -> &Plan {
-        &self.plan
+    fn outside(&self) -> &Outside {
+        &self.outside
     }
 
     async fn drain(&self, sending: tokio::task::JoinHandle<()>) -> anyhow::Result<Duration> {
@@ -396,13 +333,27 @@ impl Pipeline for Run<'_> {
         )
     }
 
-    async fn finish(
-        self,
-        scenario: &Scenario,
-        drain: Duration,
-        extra: impl FnOnce(&Tally, &Reported, &Posted) -> Vec<Check>,
-    ) -> anyhow::Result<Row> {
-        Run::finish(self, scenario, drain, extra).await
+    /// The dead letters and what the worker reports, once the mapping stopped; what the mapping
+    /// saw, for the order check.
+    async fn inside(&mut self) -> anyhow::Result<Inside> {
+        let order_note = Some(self.mapping_note());
+        self.stop_mapping();
+        Ok(Inside {
+            letters: self.stack.dead_letters(&self.sqs).await?,
+            reported: self.reported().await,
+            order_note,
+        })
+    }
+
+    async fn stop(mut self) {
+        self.stop_mapping();
+        self.outside.progress.done();
+        {
+            let mut lambda = self.em.lambda.lock().await;
+            lambda.kill_all(WEBHOOK);
+            lambda.kill_all(WORKER);
+        }
+        self.outside.fake.clone().shutdown().await;
     }
 }
 
@@ -420,9 +371,7 @@ pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row
     match s.number {
         3 => {
             aws_fault(
-                s,
-                o,
-                em,
+                &emulated,
                 plan,
                 Side::Webhook,
                 &[
@@ -433,12 +382,10 @@ pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row
             )
             .await
         }
-        4 => misconfigured(s, o, em, plan).await,
+        4 => misconfigured(&emulated, plan).await,
         5 => {
             aws_fault(
-                s,
-                o,
-                em,
+                &emulated,
                 plan,
                 Side::Worker,
                 &[(Service::Dynamo, AwsFault::Throttled)],
@@ -446,11 +393,11 @@ pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row
             )
             .await
         }
-        12 => stale_worker(s, o, em, plan).await,
-        17 => two_bots::run(s, o, em).await,
-        18 => one_budget::run(s, o, em).await,
-        19 => broadcast::run(s, o, em).await,
-        20 => broadcast_faults::run(s, o, em).await,
+        12 => stale_worker(&emulated, plan).await,
+        17 => two_bots::run(&emulated).await,
+        18 => one_budget::run(&emulated).await,
+        19 => broadcast::run(&emulated).await,
+        20 => broadcast_faults::run(&emulated).await,
         n => bail!("scenario {n} does not apply to the emulator"),
     }
 }
@@ -463,22 +410,20 @@ enum Side {
 }
 
 async fn aws_fault(
-    s: &Scenario,
-    o: &Options,
-    em: &Emulator,
+    on: &Emulated<'_>,
     plan: Plan,
     side: Side,
     faults: &[(Service, AwsFault)],
     window: Duration,
 ) -> anyhow::Result<Row> {
-    let run = Run::start(s, o, em, plan, false, &[]).await?;
+    let run = on.start(plan, false, &[]).await?;
     let sending = run.send(1);
-    run.acknowledged(run.plan.updates.len() / 4).await;
+    run.acknowledged(run.outside.plan.updates.len() / 4).await;
     let proxy = match side {
         Side::Webhook => &run.webhook_proxy,
         Side::Worker => &run.worker_proxy,
     };
-    run.poster.mark(true);
+    run.outside.poster.mark(true);
     for (service, fault) in faults {
         proxy.set(*service, Some(*fault));
     }
@@ -486,10 +431,10 @@ async fn aws_fault(
     for (service, _) in faults {
         proxy.set(*service, None);
     }
-    run.poster.mark(false);
+    run.outside.poster.mark(false);
     let refused = proxy.refused();
     let drain = run.drain(sending).await?;
-    run.finish(s, drain, move |t, _, posted| {
+    run.finish(on.scenario, drain, move |t, _, posted| {
         let mut checks = vec![
             no_unexpected_dead(t),
             Check::new(
@@ -513,15 +458,10 @@ async fn aws_fault(
     .await
 }
 
-async fn misconfigured(
-    s: &Scenario,
-    o: &Options,
-    em: &Emulator,
-    plan: Plan,
-) -> anyhow::Result<Row> {
-    let run = Run::start(s, o, em, plan, false, &[]).await?;
+async fn misconfigured(on: &Emulated<'_>, plan: Plan) -> anyhow::Result<Row> {
+    let run = on.start(plan, false, &[]).await?;
     let sending = run.send(1);
-    run.acknowledged(run.plan.updates.len() / 4).await;
+    run.acknowledged(run.outside.plan.updates.len() / 4).await;
     // A wrong TGQ_TABLE for 30 s, then an IAM edit that denies the table for 30 s. The answers
     // counted as "during the fault" are those of requests made wholly inside it: marked a moment
     // after the fault is set (a request already past its put answers 200, rightly), unmarked before
@@ -529,15 +469,15 @@ async fn misconfigured(
     run.webhook_proxy
         .set(Service::Dynamo, Some(AwsFault::NotFound));
     tokio::time::sleep(Duration::from_secs(1)).await;
-    run.poster.mark(true);
+    run.outside.poster.mark(true);
     tokio::time::sleep(Duration::from_secs(29)).await;
     run.webhook_proxy
         .set(Service::Dynamo, Some(AwsFault::AccessDenied));
     tokio::time::sleep(Duration::from_secs(30)).await;
-    run.poster.mark(false);
+    run.outside.poster.mark(false);
     run.webhook_proxy.set(Service::Dynamo, None);
     let drain = run.drain(sending).await?;
-    run.finish(s, drain, |t, _, posted| {
+    run.finish(on.scenario, drain, |t, _, posted| {
         let answers: u64 = posted.during_fault.values().sum();
         let only_503 = posted.during_fault.keys().all(|s| *s == 503);
         vec![
@@ -552,12 +492,7 @@ async fn misconfigured(
     .await
 }
 
-async fn stale_worker(
-    s: &Scenario,
-    o: &Options,
-    em: &Emulator,
-    mut plan: Plan,
-) -> anyhow::Result<Row> {
+async fn stale_worker(on: &Emulated<'_>, mut plan: Plan) -> anyhow::Result<Row> {
     let slow: Vec<i64> = plan.chats().into_iter().take(4).collect();
     for &chat in &slow {
         plan.edit_chat(chat, |k, p| {
@@ -566,9 +501,9 @@ async fn stale_worker(
             }
         });
     }
-    let run = Run::start(s, o, em, plan, false, &[]).await?;
+    let run = on.start(plan, false, &[]).await?;
     let sending = run.send(1);
-    run.acknowledged(run.plan.updates.len() / 4).await;
+    run.acknowledged(run.outside.plan.updates.len() / 4).await;
     // Freeze while a slow update runs: its record is PROCESSING under a worker's lease, and its
     // handler has 5 s to go. Every worker container is frozen, so whichever runs it is caught in
     // the middle. (A reply to the chat's first update says only that the slow one is next: it may
@@ -576,7 +511,7 @@ async fn stale_worker(
     let slow_updates: Vec<i64> = slow
         .iter()
         .filter_map(|chat| {
-            let mine = run.plan.updates.iter().filter(|p| p.chat == *chat);
+            let mine = run.outside.plan.updates.iter().filter(|p| p.chat == *chat);
             mine.clone().nth(1).map(|p| p.update_id)
         })
         .collect();
@@ -595,7 +530,7 @@ async fn stale_worker(
         crate::local::signal(*pid, libc::SIGCONT)?;
     }
     let drain = run.drain(sending).await?;
-    run.finish(s, drain, move |t, r, _| {
+    run.finish(on.scenario, drain, move |t, r, _| {
         let mut checks = stale_checks(t, r);
         checks.push(Check::new(
             "a worker was frozen in the middle of a run",
@@ -607,13 +542,4 @@ async fn stale_worker(
         checks
     })
     .await
-}
-
-/// Adds the mapping's `note` to the order check: an order violation reads against what moto
-/// handed out.
-fn note_mapping(checks: &mut [Check], note: &str) {
-    for check in checks.iter_mut().filter(|c| c.required == "0 out of order") {
-        check.observed.push_str("; ");
-        check.observed.push_str(note);
-    }
 }

@@ -9,11 +9,10 @@ use std::time::{Duration, Instant};
 
 use tgq_fake_telegram::{FakeConfig, FakeTelegram, Fault, Limits, RecordedCall, Scope, Times};
 
-use super::{note_mapping, Emulator, Run};
+use super::Emulated;
 use crate::plan::Plan;
-use crate::scenario::Scenario;
-use crate::tally::{Check, Row, Tally};
-use crate::Options;
+use crate::scenarios::Pipeline;
+use crate::tally::{Check, Row};
 
 /// The bot-wide rate, at the fake and in the workers: low, so that four processes each sending at
 /// it alone would go far over it.
@@ -32,7 +31,8 @@ const WINDOW: Duration = Duration::from_secs(10);
 const LEAST_SHARE: f64 = 0.5;
 
 /// Runs the scenario.
-pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row> {
+pub async fn run(on: &Emulated<'_>) -> anyhow::Result<Row> {
+    let (s, o) = (on.scenario, on.options);
     let fake = FakeTelegram::start_with(FakeConfig {
         limits: Some(Limits {
             global_per_sec: RATE,
@@ -43,23 +43,21 @@ pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row
     .await?;
     let plan = Plan::ordinary(o.updates, CHATS, 1, o.seed);
     let rate = RATE.to_string();
-    let mut run = Run::start_with(
-        s,
-        o,
-        em,
-        plan.clone(),
-        fake,
-        &[("TGQ_RATE_PER_SECOND", rate.as_str())],
-        WORKERS,
-    )
-    .await?;
+    let mut run = on
+        .start_with(
+            plan.clone(),
+            fake,
+            &[("TGQ_RATE_PER_SECOND", rate.as_str())],
+            WORKERS,
+        )
+        .await?;
     for _ in 1..WORKERS {
         run.new_worker().await?;
     }
 
     // The storm: a bot-wide 429 once a quarter, a half and three quarters of the replies went out.
     let storm = {
-        let fake = run.fake.clone();
+        let fake = run.outside.fake.clone();
         let total = plan.updates.len() as u64;
         tokio::spawn(async move {
             for k in 1..=STORM {
@@ -75,13 +73,13 @@ pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row
         })
     };
     let started = Instant::now();
-    run.poster.send(&plan, 1).await;
+    run.outside.poster.send(&plan, 1).await;
     let drain = run.drain(tokio::spawn(async {})).await?;
     let took = started.elapsed();
     storm.abort();
 
-    let calls = run.fake.calls();
-    let violations = run.fake.violations();
+    let calls = run.outside.fake.calls();
+    let violations = run.outside.fake.violations();
     let sends = delivered(&calls);
     let storm_429s = calls
         .iter()
@@ -94,21 +92,10 @@ pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row
         }
         _ => 0.0,
     };
-    let mapping = run.mapping_note();
-    run.stop_mapping();
-    let letters = run.stack.dead_letters(&run.sqs).await?;
-    let reported = run.reported().await;
-    let posted = run.poster.posted();
-    let tally = Tally::count(
-        &plan,
-        &posted,
-        &calls,
-        &violations,
-        &letters,
-        &reported.resent,
-    );
-    let mut checks = tally.base_checks();
-    note_mapping(&mut checks, &mapping);
+    let inside = run.inside().await?;
+    let posted = run.outside.poster.posted();
+    let tally = inside.count(&plan, &posted, &calls, &violations);
+    let mut checks = inside.base_checks(&tally);
     checks.extend([
         Check::new(
             format!("0 sends over Telegram's limits from {WORKERS} workers at once"),
@@ -150,7 +137,8 @@ pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row
             ),
         ),
     ]);
-    run.finish_with(s, &tally, &reported, drain, checks).await
+    run.finish_with(s, &tally, &inside.reported, drain, checks)
+        .await
 }
 
 /// When each sendMessage Telegram accepted arrived, in order.

@@ -9,19 +9,19 @@ use tgq_core::registry::Layout;
 use tgq_e2e::proxy::AnswerTimes;
 use tgq_fake_telegram::FakeTelegram;
 
-use super::{note_mapping, Emulator, Run};
+use super::Emulated;
 use crate::plan::Plan;
-use crate::scenario::Scenario;
+use crate::scenarios::note_order;
 use crate::tally::{Row, Tally};
 use crate::two_bots::{self, Against, Phase, NOISY_TOKEN};
-use crate::Options;
 
 /// The mapping's invocations at once: template.yaml's `WorkerMaxConcurrency` default, as a
 /// stack hosting several bots runs.
 const CONCURRENCY: usize = 5;
 
 /// Runs the scenario.
-pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row> {
+pub async fn run(on: &Emulated<'_>) -> anyhow::Result<Row> {
+    let (s, o, em) = (on.scenario, on.options, on.em);
     // No rate limits at the fake: Telegram limits each bot on its own, the fake its whole server.
     let fake = FakeTelegram::start().await?;
     fake.accept_token(NOISY_TOKEN);
@@ -35,16 +35,14 @@ pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row
         registry.put(&entry).await?;
     }
 
-    let mut run = Run::start_with(
-        s,
-        o,
-        em,
-        Plan::default(),
-        fake,
-        &[("TGQ_BOTS_PARAMETER_PREFIX", prefix.as_str())],
-        CONCURRENCY,
-    )
-    .await?;
+    let mut run = on
+        .start_with(
+            Plan::default(),
+            fake,
+            &[("TGQ_BOTS_PARAMETER_PREFIX", prefix.as_str())],
+            CONCURRENCY,
+        )
+        .await?;
     // A container for each of the mapping's invocations at once, as on Lambda.
     for _ in 1..CONCURRENCY {
         run.new_worker().await?;
@@ -57,7 +55,8 @@ pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row
     // Reading a dead letter deletes it: what is read is kept for the count at the end.
     let mut letters = Vec::new();
     let phases = {
-        let (fake, sqs, stack, proxy) = (&run.fake, &run.sqs, &run.stack, &run.worker_proxy);
+        let (fake, sqs, stack, proxy) =
+            (&run.outside.fake, &run.sqs, &run.stack, &run.worker_proxy);
         two_bots::run_phases(
             fake,
             &format!("{}webhook/", run.webhook_url),
@@ -73,7 +72,7 @@ pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row
     };
     let drain = run.drain(tokio::spawn(async {})).await?;
 
-    let calls = run.fake.calls();
+    let calls = run.outside.fake.calls();
     let (everything, posted) = phases.everything();
     let mapping = run.mapping_note();
     run.stop_mapping();
@@ -83,7 +82,7 @@ pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row
         &everything,
         &posted,
         &calls,
-        &run.fake.violations(),
+        &run.outside.fake.violations(),
         &letters,
         &reported.resent,
     );
@@ -102,7 +101,7 @@ pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row
         moto(Phase::BesideFailing),
     );
     let mut checks = tally.base_checks();
-    note_mapping(&mut checks, &mapping);
+    note_order(&mut checks, &mapping);
     checks.extend(phases.checks(
         &calls,
         &letters,

@@ -9,20 +9,18 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
 use serde_json::Value;
-use tgq_fake_telegram::{FakeTelegram, Fault, Scope, Times};
+use tgq_fake_telegram::FakeTelegram;
 
-use super::{base_env, Run};
+use super::{scenario_dir, start_tgq, Run};
 use crate::broadcast_faults::{
-    self, limited, news, wait_until, Audience, HELD_AT, KILLS_AT, NEWS, OUTAGE_AT, PATIENCE,
-    REVOKED_FROM, TIMER_AFTER_MS, TIMER_EVERY,
+    self, limited, news, Audience, HELD_AT, KILLS_AT, NEWS, PATIENCE, TIMER_AFTER_MS, TIMER_EVERY,
 };
 use crate::local::LocalTgq;
 use crate::plan::Plan;
-use crate::poster::Poster;
 use crate::scenario::Scenario;
-use crate::scenarios::{chats, first_id};
+use crate::scenarios::{chats, first_id, Inside, Outside, Pipeline};
 use crate::tally::Row;
-use crate::{Options, SECRET};
+use crate::Options;
 
 /// How often the users write to the bot meanwhile.
 const INTERACTIVE_EVERY: Duration = Duration::from_millis(150);
@@ -31,16 +29,10 @@ const INTERACTIVE_EVERY: Duration = Duration::from_millis(150);
 pub async fn run(s: &Scenario, o: &Options) -> anyhow::Result<Row> {
     let addr: SocketAddr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
     let fake = FakeTelegram::start_at(addr, limited()).await?;
-    let dir = o.work.join(format!("local-{:02}-{}", s.number, s.name));
+    let dir = scenario_dir(s, o);
     std::fs::create_dir_all(&dir)?;
     let data_dir = dir.join("data");
-    let mut tgq = LocalTgq::new(
-        &o.exe,
-        &data_dir,
-        &dir.join("tgq-local.log"),
-        base_env(&fake),
-    );
-    tgq.start().await?;
+    let tgq = start_tgq(o, &dir, &data_dir, &fake, &[]).await?;
 
     // The list, with who cannot be reached.
     let audience = Audience::new();
@@ -51,15 +43,9 @@ pub async fn run(s: &Scenario, o: &Options) -> anyhow::Result<Row> {
 
     let plan = Plan::ordinary(o.updates, chats(o), first_id(s), o.seed)
         .with_timers(TIMER_EVERY, TIMER_AFTER_MS);
-    let poster = Poster::new(tgq.url("/webhook"), SECRET, Duration::from_secs(300));
-    let progress = o.progress.scenario(s, "local", &plan, &poster, &fake);
-    let mut run = Run {
-        fake,
-        tgq,
-        poster,
-        plan,
-        progress,
-    };
+    let url = tgq.url("/webhook");
+    let outside = Outside::new(s, o, Run::TARGET, plan, fake, url);
+    let mut run = Run { outside, tgq };
     let started = Instant::now();
     cli(
         o,
@@ -68,51 +54,40 @@ pub async fn run(s: &Scenario, o: &Options) -> anyhow::Result<Row> {
         &recipients_file,
     )?;
     let posting = {
-        let (poster, plan) = (run.poster.clone(), run.plan.clone());
+        let (poster, plan) = (run.outside.poster.clone(), run.outside.plan.clone());
         tokio::spawn(async move { poster.send_paced(&plan, INTERACTIVE_EVERY).await })
-    };
-    let share = |fakes: &[&FakeTelegram]| {
-        audience.share(fakes.iter().map(|f| news(&f.calls()).count()).sum())
     };
 
     // Three kills, each at once restarted on the same data directory and port.
     for at in KILLS_AT {
-        wait_until(started, || share(&[&run.fake]) >= at).await?;
+        audience.reached(started, 0, &run.outside.fake, at).await?;
         run.tgq.kill();
         run.tgq.start().await?;
     }
 
     // Telegram goes away: its connections refused, then 502s from an edge in front of it.
-    wait_until(started, || share(&[&run.fake]) >= OUTAGE_AT).await?;
-    let (before, after) = broadcast_faults::outage(&run.fake, addr, &audience).await?;
-    run.fake = after;
+    let before = broadcast_faults::outage(started, &mut run.outside.fake, addr, &audience).await?;
 
     // The job held from half delivered until the users' updates are answered, then resumed.
     let previous = news(&before.0).count();
-    wait_until(started, || {
-        audience.share(previous + news(&run.fake.calls()).count()) >= HELD_AT
-    })
-    .await?;
+    audience
+        .reached(started, previous, &run.outside.fake, HELD_AT)
+        .await?;
     cli(o, &data_dir, &["broadcast", "pause", "1"], &dir)?;
     let drain = run.drain(posting).await?;
     cli(o, &data_dir, &["broadcast", "resume", "1"], &dir)?;
 
     // The token is revoked until the job pauses, then given back, and the job resumed.
-    wait_until(started, || {
-        audience.share(previous + news(&run.fake.calls()).count()) >= REVOKED_FROM
-    })
-    .await?;
-    run.fake
-        .inject(Fault::Unauthorized, Scope::Global, Times::Always);
+    broadcast_faults::revoke(started, &audience, previous, &run.outside.fake).await?;
     let paused = wait_for_state(&run.tgq, started, "paused").await?;
-    run.fake.clear_faults();
-    audience.faults(&run.fake);
+    run.outside.fake.clear_faults();
+    audience.faults(&run.outside.fake);
     cli(o, &data_dir, &["broadcast", "resume", "1"], &dir)?;
     let view = wait_for_state(&run.tgq, started, "done").await?;
     let took = started.elapsed();
 
     // Counted across both fakes: the one before the outage and the one after.
-    let after = (run.fake.calls(), run.fake.violations());
+    let after = (run.outside.fake.calls(), run.outside.fake.violations());
     let counts = &view["job"]["counts"];
     let count = |name: &str| counts[name].as_u64().unwrap_or(u64::MAX);
     let reported_job = broadcast_faults::Reported {
@@ -136,20 +111,20 @@ pub async fn run(s: &Scenario, o: &Options) -> anyhow::Result<Row> {
             .as_u64()
             .unwrap_or(u64::MAX),
     };
-    let letters = run.tgq.dead_letters().await?;
-    let reported = run.tgq.reported().await;
+    let Inside {
+        letters, reported, ..
+    } = run.inside().await?;
     let (tally, checks) = broadcast_faults::counted(
         &audience,
-        (&run.plan, &run.poster.posted()),
+        (&run.outside.plan, &run.outside.poster.posted()),
         (&before, &after),
         (&letters, &reported.resent),
         &reported_job,
         took,
     );
-    run.progress.done();
-    run.tgq.stop().await;
-    run.fake.clone().shutdown().await;
-    Ok(tally.row(s.number, s.name, "local", &reported, drain, checks))
+    let row = tally.row(s.number, s.name, Run::TARGET, &reported, drain, checks);
+    run.stop().await;
+    Ok(row)
 }
 
 /// Waits until job 1 is in `state`; its status then.
