@@ -216,7 +216,10 @@ async fn with_pay_the_user_pays_an_invoice_and_the_bot_hears_of_it_through_get_u
     let paid = take_updates(&fake.url).await;
     let payment = &paid[0]["message"]["successful_payment"];
     assert_eq!(payment["invoice_payload"], "egg-1", "{paid:?}");
-    assert!(payment["telegram_payment_charge_id"].is_string(), "{paid:?}");
+    assert!(
+        payment["telegram_payment_charge_id"].is_string(),
+        "{paid:?}"
+    );
 
     let (stopped, printed) = fake.stop();
     assert!(stopped, "{printed}");
