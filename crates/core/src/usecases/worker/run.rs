@@ -131,22 +131,18 @@ impl Worker {
         deadline: Timestamp,
     ) -> (RecordOutcome, Option<RunReport>) {
         Span::current().record("attempt", claimed.lease.token);
+        let run = Run {
+            record,
+            key,
+            group,
+            claimed: &claimed,
+            deadline,
+        };
         let runtime = match share.bot {
             Lookup::Found(runtime) => runtime,
             Lookup::Refused(reason, why) => {
                 let error = HandlerError::permanent(why.clone());
-                let outcome = self
-                    .bury(
-                        record,
-                        key,
-                        group,
-                        &claimed,
-                        *reason,
-                        &error,
-                        Vec::new(),
-                        deadline,
-                    )
-                    .await;
+                let outcome = self.bury(run, *reason, &error, Vec::new()).await;
                 return (outcome, None);
             }
             Lookup::Unavailable(e) => {
@@ -163,16 +159,7 @@ impl Worker {
             // Earlier runs died without settling (crashes, timeouts); the budget is spent all the same.
             let error = HandlerError::transient("earlier runs ended without settling");
             let outcome = self
-                .bury(
-                    record,
-                    key,
-                    group,
-                    &claimed,
-                    DeadReason::BudgetSpent,
-                    &error,
-                    Vec::new(),
-                    deadline,
-                )
+                .bury(run, DeadReason::BudgetSpent, &error, Vec::new())
                 .await;
             return (outcome, None);
         }
@@ -194,13 +181,6 @@ impl Worker {
             )
             .await;
         let ended = self.ports.clock.now();
-        let run = Run {
-            record,
-            key,
-            group,
-            claimed: &claimed,
-            deadline,
-        };
         let result = match result {
             Ok(()) => self
                 .hand_over_timers(&scheduled, deadline)

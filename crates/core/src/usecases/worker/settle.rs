@@ -16,10 +16,9 @@ impl Worker {
     ) -> RecordOutcome {
         let Run {
             record,
-            key,
-            group,
             claimed,
             deadline,
+            ..
         } = run;
         if error.is_store_trouble() {
             return self
@@ -27,12 +26,12 @@ impl Worker {
                 .await;
         }
         let class = error.class();
-        let run = FailedRun {
+        let failed = FailedRun {
             class,
             attempts_spent: claimed.attempts_spent(),
             age: self.ports.clock.now().since(claimed.first_attempt_at),
         };
-        let delay = match self.settings.retry.verdict(run, Jitter::random()) {
+        let delay = match self.settings.retry.verdict(failed, Jitter::random()) {
             Verdict::RetryAfter(delay) => delay,
             Verdict::Bury(reason) => {
                 // A record the store can no longer grow says so, rather than "permanent".
@@ -41,11 +40,7 @@ impl Worker {
                     HandlerError::Unreadable(_) => DeadReason::Unreadable,
                     _ => reason,
                 };
-                return self
-                    .bury(
-                        record, key, group, claimed, reason, &error, unwritten, deadline,
-                    )
-                    .await;
+                return self.bury(run, reason, &error, unwritten).await;
             }
         };
         let throttled = matches!(class, ErrorClass::RateLimited(_));
@@ -123,18 +118,20 @@ impl Worker {
     /// Marks the record DEAD (fenced), then sends its dead letter and acknowledges it. If the letter
     /// cannot be sent, the message is not acknowledged: its next delivery finds the record DEAD and
     /// sends the letter from the burial kept on it.
-    #[allow(clippy::too_many_arguments)]
     pub(super) async fn bury(
         &self,
-        record: &QueueRecord,
-        key: &RecordKey,
-        group: &GroupKey,
-        claimed: &Claimed,
+        run: Run<'_>,
         reason: DeadReason,
         error: &HandlerError,
         unwritten: Vec<ActionOutcome>,
-        deadline: Timestamp,
     ) -> RecordOutcome {
+        let Run {
+            record,
+            key,
+            group,
+            claimed,
+            deadline,
+        } = run;
         let burial = Burial {
             reason,
             class: FailureClass::from(error.class()),
