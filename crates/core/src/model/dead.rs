@@ -212,16 +212,7 @@ pub struct DeadLetter {
 impl DeadLetter {
     /// A body that is not an update, addressed to `bot_id`.
     pub(crate) fn poison(bot_id: BotId, body: Bytes, poison: &Poison) -> Self {
-        Self {
-            bot_id,
-            update_id: None,
-            group: None,
-            body,
-            reason: DeadReason::Poison,
-            error_class: FailureClass::Poison,
-            error: poison.to_string(),
-            attempts: 0,
-        }
+        Self::unidentified(bot_id, body, poison.to_string())
     }
 
     /// A queue message that names no update tgq can key (its group id or its envelope), addressed

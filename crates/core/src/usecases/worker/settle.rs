@@ -125,13 +125,7 @@ impl Worker {
         error: &HandlerError,
         unwritten: Vec<ActionOutcome>,
     ) -> RecordOutcome {
-        let Run {
-            record,
-            key,
-            group,
-            claimed,
-            deadline,
-        } = run;
+        let (record, claimed, deadline) = (run.record, run.claimed, run.deadline);
         let burial = Burial {
             reason,
             class: FailureClass::from(error.class()),
@@ -163,7 +157,7 @@ impl Worker {
                     .await;
             }
         }
-        self.finish_burial(record, key, group, Some(burial), deadline)
+        self.finish_burial(record, run.key, run.group, Some(burial), deadline)
             .await
     }
 
