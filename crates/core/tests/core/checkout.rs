@@ -17,6 +17,7 @@ use tgq_core::ids::{BotId, GroupKey, RecordKey, StateKey, UpdateId};
 use tgq_core::ports::UpdateStore as _;
 use tgq_core::record::UpdateRecord;
 use tgq_core::state::ChatState;
+use tgq_core::telegram::TelegramError;
 use tgq_core::worker::{PreCheckoutPolicy, RecordOutcome, WorkerSettings};
 use tgq_memory::{Harness, RecordingBotApi};
 
@@ -206,4 +207,18 @@ async fn a_query_that_comes_to_run_after_ten_seconds_is_not_answered_at_all() {
         answers(&h).is_empty(),
         "Telegram would refuse any answer now"
     );
+}
+
+#[tokio::test]
+async fn a_refusal_telegram_does_not_take_still_finishes_the_update() {
+    let h = harness(Does::Fail, Duration::from_secs(8));
+    h.api.fail_next([TelegramError::Api {
+        code: 400,
+        description:
+            "Bad Request: query is too old and response timeout expired or query ID is invalid"
+                .into(),
+    }]);
+    let report = h.run(&[checkout(1)]).await;
+    assert!(done(&report), "the query is over either way: {report:?}");
+    assert!(h.dead.letters().is_empty(), "nobody is paged for it");
 }

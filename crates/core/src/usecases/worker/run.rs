@@ -354,10 +354,19 @@ impl Worker {
         }
         let refusal = self.settings.pre_checkout.refusal.clone();
         let answer = AnswerPreCheckoutQuery::new(query, false).error_message(refusal);
-        match ctx.send(answer).await {
-            Ok(_) if handler.is_ok() => Ran::Handler(handler),
-            Ok(_) => Ran::Refused(Ok(())),
-            Err(error) => Ran::Refused(Err(error)),
+        let sent = match ctx.send(answer).await {
+            // Telegram did not take it (the query is over, or it could not be reached in time):
+            // the payment is cancelled either way, and a retry would come after the 10 s.
+            Err(HandlerError::Telegram(error)) => {
+                warn!(error = %error_chain(&error), "Telegram did not take tgq's refusal of the pre-checkout query; the payment is cancelled all the same");
+                Ok(())
+            }
+            sent => sent.map(|_| ()),
+        };
+        match (handler, sent) {
+            (Ok(()), Ok(())) => Ran::Handler(Ok(())),
+            (Err(_), Ok(())) => Ran::Refused(Ok(())),
+            (_, Err(error)) => Ran::Refused(Err(error)),
         }
     }
 
