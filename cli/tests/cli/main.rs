@@ -8,6 +8,7 @@ mod aws;
 mod backup;
 mod bots;
 mod broadcast;
+mod checkout;
 mod console;
 mod corpus;
 mod demo;

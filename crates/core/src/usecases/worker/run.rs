@@ -354,7 +354,9 @@ impl Worker {
         }
         let refusal = self.settings.pre_checkout.refusal.clone();
         let answer = AnswerPreCheckoutQuery::new(query, false).error_message(refusal);
-        let sent = match ctx.send(answer).await {
+        // At most once: after a crash with its outcome unknown, a second answer could only be
+        // refused.
+        let sent = match ctx.send_at_most_once(answer).await {
             // Telegram did not take it (the query is over, or it could not be reached in time):
             // the payment is cancelled either way, and a retry would come after the 10 s.
             Err(HandlerError::Telegram(error)) => {
