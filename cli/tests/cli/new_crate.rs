@@ -4,7 +4,6 @@
 //! builds the crate's own functions (the SAM CLI a stand-in, the stack on moto).
 
 use std::collections::BTreeSet;
-use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -63,8 +62,7 @@ fn linked(dir: &Path, features: &[&str], edges: &str) -> BTreeSet<String> {
 
 /// A shell script at `path` that the tests run in place of a tool.
 fn stand_in(path: &Path, script: &str) {
-    std::fs::write(path, format!("#!/bin/sh\n{script}\n")).unwrap();
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    crate::common::write_script(path, &format!("#!/bin/sh\n{script}\n"));
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -110,8 +110,8 @@ fn by_git() -> Sources {
     }
 }
 
-/// `text` as a TOML basic string.
-fn toml_string(text: &str) -> String {
+/// `text` as a TOML basic string (also how the SAM CLI reads a quoted parameter value).
+pub(crate) fn toml_string(text: &str) -> String {
     format!("\"{}\"", text.replace('\\', "\\\\").replace('"', "\\\""))
 }
 

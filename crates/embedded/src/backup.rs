@@ -234,11 +234,7 @@ fn backup_error(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
 
 /// Copies `from` to a new private file `to`, synced.
 fn copy_private(from: &Path, to: &Path) -> Result<(), StoreError> {
-    let io = |source| StoreError::Backup {
-        path: from.to_owned(),
-        source,
-    };
-    crate::open::create_private(to).map_err(io)?;
+    crate::open::create_private(to).map_err(backup_error(from))?;
     let copied = std::fs::File::open(from).and_then(|mut source| {
         let mut target = std::fs::OpenOptions::new().write(true).open(to)?;
         std::io::copy(&mut source, &mut target)?;
@@ -246,7 +242,7 @@ fn copy_private(from: &Path, to: &Path) -> Result<(), StoreError> {
     });
     if let Err(source) = copied {
         let _ = std::fs::remove_file(to);
-        return Err(io(source));
+        return Err(backup_error(from)(source));
     }
     Ok(())
 }

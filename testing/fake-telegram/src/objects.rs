@@ -35,6 +35,11 @@ pub(crate) fn bot_user(bot_id: i64) -> Value {
     })
 }
 
+/// A user (not a bot), as updates and messages show them.
+pub(crate) fn user(id: i64) -> Value {
+    json!({ "id": id, "is_bot": false, "first_name": format!("User {id}") })
+}
+
 /// The answer to `getMe`: the bot's User plus the capability flags only `getMe` returns.
 pub(crate) fn me(bot_id: i64) -> Value {
     let mut me = bot_user(bot_id);
@@ -212,8 +217,7 @@ pub(crate) fn forward_origin(
         return json!({ "type": "user", "date": date, "sender_user": bot_user(bot_id) });
     }
     if source.id > 0 {
-        let sender = json!({ "id": source.id, "is_bot": false, "first_name": format!("User {}", source.id) });
-        return json!({ "type": "user", "date": date, "sender_user": sender });
+        return json!({ "type": "user", "date": date, "sender_user": user(source.id) });
     }
     json!({ "type": "chat", "date": date, "sender_chat": source.json() })
 }

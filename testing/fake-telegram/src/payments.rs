@@ -155,9 +155,15 @@ impl Invoice {
 }
 
 impl Payments {
-    /// A user presses Pay on an invoice of `amount` Stars with `payload`: the `pre_checkout_query`
-    /// update Telegram sends the bot, whose id the bot's answer names.
-    pub(crate) fn checkout(&mut self, user: i64, payload: &str, amount: u32, at: Instant) -> Value {
+    /// A user presses Pay on an invoice of `amount` Stars with `payload`: the query's id, which the
+    /// bot's answer names, and the `pre_checkout_query` update Telegram sends the bot.
+    pub(crate) fn checkout(
+        &mut self,
+        user: i64,
+        payload: &str,
+        amount: u32,
+        at: Instant,
+    ) -> (String, Value) {
         self.next_query += 1;
         let id = format!("fake-checkout-{}", self.next_query);
         self.queries.insert(
@@ -169,15 +175,16 @@ impl Payments {
                 asked: at,
             },
         );
-        json!({
+        let update = json!({
             "pre_checkout_query": {
                 "id": id,
-                "from": user_json(user),
+                "from": objects::user(user),
                 "currency": STARS,
                 "total_amount": amount,
                 "invoice_payload": payload,
             }
-        })
+        });
+        (id, update)
     }
 
     /// `answerPreCheckoutQuery`: within the deadline, `ok` charges the user and gives the
@@ -270,7 +277,7 @@ impl Payments {
                 let partner = json!({
                     "type": "user",
                     "transaction_type": "invoice_payment",
-                    "user": user_json(charge.user),
+                    "user": objects::user(charge.user),
                     "invoice_payload": charge.payload,
                 });
                 let side = if transaction.refund {
@@ -322,9 +329,4 @@ fn notice(charge: &Charge, field: &str, with_provider_id: bool) -> Notice {
         user: charge.user,
         content,
     }
-}
-
-/// A user as updates show them.
-pub(crate) fn user_json(user: i64) -> Value {
-    json!({ "id": user, "is_bot": false, "first_name": format!("User {user}") })
 }

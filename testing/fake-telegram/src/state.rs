@@ -189,11 +189,7 @@ impl State {
 
     /// A user presses Pay on an invoice: queues the bot's pre-checkout query; returns its id.
     pub(crate) fn checkout(&mut self, user: i64, payload: &str, stars: u32, at: Instant) -> String {
-        let update = self.payments.checkout(user, payload, stars, at);
-        let id = update["pre_checkout_query"]["id"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
+        let (id, update) = self.payments.checkout(user, payload, stars, at);
         self.updates.push(update);
         id
     }
@@ -209,15 +205,9 @@ impl State {
             id: notice.user,
             username: None,
         };
-        let mut message = json!({
-            "message_id": self.chats.next_message_id(notice.user),
-            "date": objects::unix_now(),
-            "chat": chat.json(),
-            "from": crate::payments::user_json(notice.user),
-        });
-        if let Some(fields) = message.as_object_mut() {
-            fields.extend(notice.content);
-        }
+        let id = self.chats.next_message_id(notice.user);
+        let mut message = objects::message(self.bot_id, &chat, id, &notice.content, None);
+        message["from"] = objects::user(notice.user);
         self.updates.push(json!({ "message": message }));
     }
 

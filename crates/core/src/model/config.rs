@@ -456,15 +456,14 @@ impl Vars {
     /// `TGQ_PRE_CHECKOUT_MARGIN_MS` (0 to 8000) and `TGQ_PRE_CHECKOUT_REFUSAL` (1 to 255
     /// characters): how a pre-checkout query is answered in time whatever its handler does.
     pub fn pre_checkout(&self) -> Result<PreCheckoutPolicy, ConfigError> {
-        let margin: u64 = self.parsed(
-            "TGQ_PRE_CHECKOUT_MARGIN_MS",
-            "milliseconds from 0 to 8000",
-            defaults::PRE_CHECKOUT_MARGIN.as_millis() as u64,
-        )?;
+        const MARGIN: &str = "TGQ_PRE_CHECKOUT_MARGIN_MS";
+        const MARGIN_RANGE: &str = "milliseconds from 0 to 8000";
+        let margin: u64 =
+            self.parsed(MARGIN, MARGIN_RANGE, millis(defaults::PRE_CHECKOUT_MARGIN))?;
         if margin > 8000 {
             return Err(ConfigError::Malformed {
-                name: "TGQ_PRE_CHECKOUT_MARGIN_MS",
-                expected: "milliseconds from 0 to 8000",
+                name: MARGIN,
+                expected: MARGIN_RANGE,
             });
         }
         let refusal = match self.get("TGQ_PRE_CHECKOUT_REFUSAL") {

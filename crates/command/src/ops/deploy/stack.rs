@@ -78,8 +78,7 @@ fn samconfig_parameters(dir: &std::path::Path) -> Vec<(String, String)> {
 /// it. Unquoted, the SAM CLI takes a value only up to its first space and refuses an empty one
 /// (`AllowedSourceCidrs=` "is not a valid format"), which samconfig.toml's defaults hold.
 fn sam_override(key: &str, value: &str) -> String {
-    let escaped = value.replace('\\', "\\\\").replace('"', "\\\"");
-    format!("{key}=\"{escaped}\"")
+    format!("{key}={}", crate::new::toml_string(value))
 }
 
 /// Sets `key` in `pairs`, replacing an earlier value.

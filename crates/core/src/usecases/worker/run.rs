@@ -312,39 +312,40 @@ impl Worker {
             Some(Err(panic)) => Err(HandlerError::Panicked(panic_message(&*panic))),
             None => Err(HandlerError::Deadline),
         };
-        let (state, scheduled) = (ctx.take_state_write(), ctx.take_scheduled());
         let unanswered = !answered.load(Ordering::SeqCst);
-        let ran = match checkout {
+        // A handler that failed is not settled as if it had finished: what it set is dropped with
+        // it, whoever answers its query.
+        let failed = result.is_err();
+        let result = match checkout {
             Some(query) if unanswered && !result.as_ref().is_err_and(HandlerError::is_fenced) => {
-                self.refuse_checkout(&mut ctx, query, result).await
+                self.refuse_checkout(&mut ctx, query, &result).await
             }
-            _ => Ran::Handler(result),
+            _ => result,
         };
-        // A handler that failed is not settled as if it had finished: what it set is dropped with it.
-        let (state, scheduled) = match ran {
-            Ran::Handler(_) => (state, scheduled),
-            Ran::Refused(_) => (None, Vec::new()),
+        let (state, scheduled) = match failed {
+            true => (None, Vec::new()),
+            false => (ctx.take_state_write(), ctx.take_scheduled()),
         };
         HandlerRan {
             summary: ctx.summary(),
             unwritten: ctx.take_unwritten(),
             state,
             scheduled,
-            result: ran.into_result(),
+            result,
         }
     }
 
     /// Answers a pre-checkout query its handler left unanswered — it failed, ran out of its time,
-    /// or ended without a word — `ok: false` with the configured refusal, recorded like any call,
-    /// so that the user hears within Telegram's 10 s and is not charged. The update is then
-    /// finished: a retry would come after Telegram gave up on the query.
+    /// or ended without a word — `ok: false` with the configured refusal, at most once, so that the
+    /// user hears within Telegram's 10 s and is not charged. The update is then finished: a retry
+    /// would come after Telegram gave up on the query. How the refusal went is the run's result.
     async fn refuse_checkout(
         &self,
         ctx: &mut Context<'_>,
         query: PreCheckoutQueryId,
-        handler: Result<(), HandlerError>,
-    ) -> Ran {
-        match &handler {
+        handler: &Result<(), HandlerError>,
+    ) -> Result<(), HandlerError> {
+        match handler {
             Ok(()) => {
                 warn!("the pre-checkout query's handler ended without answering it; tgq refuses it")
             }
@@ -356,7 +357,7 @@ impl Worker {
         let answer = AnswerPreCheckoutQuery::new(query, false).error_message(refusal);
         // At most once: after a crash with its outcome unknown, a second answer could only be
         // refused.
-        let sent = match ctx.send_at_most_once(answer).await {
+        match ctx.send_at_most_once(answer).await {
             // Telegram did not take it (the query is over, or it could not be reached in time):
             // the payment is cancelled either way, and a retry would come after the 10 s.
             Err(HandlerError::Telegram(error)) => {
@@ -364,11 +365,6 @@ impl Worker {
                 Ok(())
             }
             sent => sent.map(|_| ()),
-        };
-        match (handler, sent) {
-            (Ok(()), Ok(())) => Ran::Handler(Ok(())),
-            (Err(_), Ok(())) => Ran::Refused(Ok(())),
-            (_, Err(error)) => Ran::Refused(Err(error)),
         }
     }
 
@@ -476,21 +472,6 @@ pub(super) struct HandlerRan {
     pub(super) state: Option<StateWrite>,
     /// The timers the run scheduled, handed over before the settle.
     pub(super) scheduled: Vec<TimerMessage>,
-}
-
-/// How a run's handler part ended: as the handler ended, or refused by tgq in its place (a
-/// pre-checkout query it did not answer in time).
-enum Ran {
-    Handler(Result<(), HandlerError>),
-    Refused(Result<(), HandlerError>),
-}
-
-impl Ran {
-    fn into_result(self) -> Result<(), HandlerError> {
-        match self {
-            Ran::Handler(result) | Ran::Refused(result) => result,
-        }
-    }
 }
 
 /// What a queue message brings the bot: one of Telegram's updates, or one of its own timers.
