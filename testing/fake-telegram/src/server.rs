@@ -18,7 +18,7 @@ use hyper_util::service::TowerToHyperService;
 use serde_json::{Map, Value};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Notify};
-use tokio::task::JoinHandle;
+use tokio::task::{JoinHandle, JoinSet};
 
 use crate::config::{FakeClock, FakeConfig};
 use crate::envelope::{Answer, ApiError};
@@ -99,6 +99,31 @@ impl Shared {
 
     pub(crate) fn close(&self) {
         self.closed.send_replace(true);
+    }
+
+    fn is_closed(&self) -> bool {
+        *self.closed.borrow()
+    }
+
+    /// Takes one call: records it, decides its answer, and wakes the long polls when it made an
+    /// update (a payment's message). Gives the answer and the call's place in the record.
+    fn receive(
+        &self,
+        token: &str,
+        method: &str,
+        params: Result<Params, ApiError>,
+    ) -> (Reply, Option<u64>) {
+        let (reply, seq, pushed) = {
+            let mut state = self.state();
+            let queued = state.updates.len();
+            let reply = state.receive(token, method, params, self.now());
+            let pushed = state.updates.len() > queued;
+            (reply, state.calls().last().map(|call| call.seq), pushed)
+        };
+        if pushed {
+            self.wake_pollers();
+        }
+        (reply, seq)
     }
 
     async fn closed(&self) {
@@ -186,6 +211,7 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>) {
         .fallback(not_found)
         .with_state(Arc::clone(&shared));
     let graceful = GracefulShutdown::new();
+    let mut connections = JoinSet::new();
     let closed = shared.closed();
     tokio::pin!(closed);
     loop {
@@ -200,7 +226,7 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>) {
             },
             () = &mut closed => break,
         };
-        let (socket, left, watching) = match ClientLeft::watch(socket) {
+        let (socket, left, watching, tail) = match ClientLeft::watch(socket) {
             Ok(watched) => watched,
             Err(error) => {
                 tracing::warn!(%error, "fake telegram could not watch a connection");
@@ -213,21 +239,69 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>) {
             .half_close(true)
             .serve_connection(TokioIo::new(socket), service);
         let connection = graceful.watch(connection);
-        tokio::spawn(async move {
+        let shared = Arc::clone(&shared);
+        while connections.try_join_next().is_some() {}
+        connections.spawn(async move {
             if let Err(error) = connection.await {
                 tracing::debug!(%error, "fake telegram connection ended with an error");
             }
             watching.abort();
+            if shared.is_closed() {
+                last_calls(tail, shared).await;
+            }
         });
     }
     // New connections are refused from now on, as a Telegram gone away refuses them; those
-    // accepted finish the calls they carry.
+    // accepted finish the calls they carry, and take the calls that crossed their close.
     drop(listener);
     graceful.shutdown().await;
+    while connections.join_next().await.is_some() {}
+}
+
+/// How long a connection the fake closed as it went away is read for the calls that crossed its
+/// close: a client learns of the close within a round trip on loopback.
+const CROSSED_CLOSE_WITHIN: Duration = Duration::from_secs(1);
+
+/// Takes the calls that reached a connection the fake was closing as it went away: the client
+/// wrote them before it saw the close. Telegram takes such a call or not, and its caller cannot
+/// tell which; the fake takes it as any call and counts it unanswered, which it is. Without this,
+/// the close would throw such a call away unread, and a caller right to doubt it would seem to
+/// doubt a call Telegram never saw.
+async fn last_calls(tail: std::net::TcpStream, shared: Arc<Shared>) {
+    let Ok(tail) = TcpStream::from_std(tail) else {
+        return;
+    };
+    let router = Router::new()
+        .route("/{bot_token}/{method}", any(crossed_close))
+        .with_state(shared);
+    // The fake's side is shut already: any answer written here goes nowhere.
+    let connection = http1::Builder::new()
+        .half_close(true)
+        .serve_connection(TokioIo::new(tail), TowerToHyperService::new(router));
+    let _ = tokio::time::timeout(CROSSED_CLOSE_WITHIN, connection).await;
+}
+
+/// A call read after its connection was closed (see [`last_calls`]): taken, never answered.
+async fn crossed_close(
+    AxumState(shared): AxumState<Arc<Shared>>,
+    Path((bot_token, method)): Path<(String, String)>,
+    request: Request,
+) -> Response {
+    if let Some(token) = bot_token.strip_prefix("bot") {
+        let params = read_params(request).await;
+        if let (_, Some(seq)) = shared.receive(token, &method, params) {
+            shared.state().unanswered(seq);
+        }
+    }
+    StatusCode::SERVICE_UNAVAILABLE.into_response()
 }
 
 /// How long the watch on a client waits before looking again at input the server has not read.
 const LOOK_AGAIN: Duration = Duration::from_millis(10);
+
+/// A connection as served: its socket, the watch on its client, the watch's task, and a last
+/// handle on the socket.
+type Watched = (TcpStream, ClientLeft, JoinHandle<()>, std::net::TcpStream);
 
 /// Whether a connection's client has closed its side, so that it reads no answer.
 #[derive(Clone, Debug)]
@@ -241,9 +315,11 @@ struct ClientLeft {
 impl ClientLeft {
     /// Watches `socket`'s client through second handles that peek for the end of its input,
     /// never taking what the connection has not read. The watch ends when the client leaves, or
-    /// is aborted through the handle returned when the connection ends.
-    fn watch(socket: TcpStream) -> std::io::Result<(TcpStream, ClientLeft, JoinHandle<()>)> {
+    /// is aborted through the handle returned when the connection ends. The last handle keeps the
+    /// socket open after the connection ends, for [`last_calls`].
+    fn watch(socket: TcpStream) -> std::io::Result<Watched> {
         let socket = socket.into_std()?;
+        let tail = socket.try_clone()?;
         let peer = Arc::new(socket.try_clone()?);
         let watched = TcpStream::from_std(socket.try_clone()?)?;
         let socket = TcpStream::from_std(socket)?;
@@ -255,7 +331,7 @@ impl ClientLeft {
             }
             sender.send_replace(true);
         });
-        Ok((socket, ClientLeft { left, peer }, watching))
+        Ok((socket, ClientLeft { left, peer }, watching, tail))
     }
 
     /// Whether the client has left by now: its input ends (or the connection was reset) with
@@ -291,17 +367,7 @@ async fn call(
         return respond(ApiError::not_found().into());
     };
     let params = read_params(request).await;
-    let (reply, seq, pushed) = {
-        let mut state = shared.state();
-        let queued = state.updates.len();
-        let reply = state.receive(token, &method, params, shared.now());
-        let pushed = state.updates.len() > queued;
-        (reply, state.calls().last().map(|call| call.seq), pushed)
-    };
-    // A call that made an update (a payment's message) wakes the long polls waiting for one.
-    if pushed {
-        shared.wake_pollers();
-    }
+    let (reply, seq) = shared.receive(token, &method, params);
     // The call took effect; until it is answered to a client still there, it counts unanswered.
     let pending = PendingAnswer {
         shared: &shared,

@@ -325,3 +325,58 @@ async fn a_call_cut_off_midway_takes_no_effect() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(telegram.delivered_to(1).is_empty());
 }
+
+/// A call written on a kept-alive connection just as the fake goes away crosses the close: the
+/// client sees the connection end with no answer. Telegram may have taken it, so its caller is
+/// right to doubt it; the fake takes it and counts it unanswered rather than throw it away
+/// unread, which would make that doubt look groundless.
+#[tokio::test]
+async fn a_call_that_crosses_the_fake_s_close_is_taken_and_counted_unanswered() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let telegram = FakeTelegram::start().await.unwrap();
+    let request = |chat: i64| {
+        let body = json!({ "chat_id": chat, "text": "hi" }).to_string();
+        format!(
+            "POST /bot{}/sendMessage HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\n\
+             content-length: {}\r\n\r\n{body}",
+            telegram.token(),
+            telegram.addr(),
+            body.len()
+        )
+    };
+    let mut socket = tokio::net::TcpStream::connect(telegram.addr())
+        .await
+        .unwrap();
+    socket.write_all(request(1).as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    while !String::from_utf8_lossy(&answer).ends_with('}') {
+        let mut chunk = [0_u8; 4096];
+        let read = socket.read(&mut chunk).await.unwrap();
+        assert!(read > 0, "the first call is answered");
+        answer.extend_from_slice(&chunk[..read]);
+    }
+
+    // The fake goes away; its close of the idle connection reaches the client after the client
+    // wrote its next call.
+    let stopping = tokio::spawn(telegram.clone().shutdown());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    socket.write_all(request(2).as_bytes()).await.unwrap();
+    socket.shutdown().await.unwrap();
+    let mut rest = Vec::new();
+    let _ = socket.read_to_end(&mut rest).await;
+    stopping.await.unwrap();
+
+    assert!(rest.is_empty(), "no answer to the second call");
+    let calls = telegram.calls();
+    assert_eq!(
+        calls.iter().map(|c| c.chat_id).collect::<Vec<_>>(),
+        [Some(1), Some(2)],
+        "both calls taken"
+    );
+    assert_eq!(
+        telegram.violations().unanswered,
+        [calls[1].seq].into(),
+        "only the second went unanswered"
+    );
+}
