@@ -17,7 +17,8 @@ use aws_sdk_dynamodb::types::{
     TransactWriteItem, Update,
 };
 use tgq_core::audit::{newest, AuditEntry, AuditLog, AuditReader};
-use tgq_core::ids::{RecordKey, StateKey};
+use tgq_core::ids::{BotId, RecordKey, StateKey};
+use tgq_core::payment::{charge_pk, Charge};
 use tgq_core::ports::{
     Claim, ClaimRequest, Claimed, Final, Inserted, Lease, RecordReader, Reset, ResetRequest,
     ResetRule, Settlement, UpdateLedger, UpdateReset, UpdateStore,
@@ -50,6 +51,8 @@ const HELD_BY_RUN: &str = "#status = :processing AND attempts = :token";
 
 /// No state was ever written for the group: the run read none.
 const NO_STATE: &str = "attribute_not_exists(pk)";
+/// A charge's ledger entry is written once, by the first settle that carries it.
+const NEW_CHARGE: &str = "attribute_not_exists(pk)";
 /// The group's state is still the version the run read: nobody wrote it since.
 const STATE_UNCHANGED: &str = "#version = :read";
 
@@ -383,10 +386,18 @@ impl UpdateLedger for DynamoStore {
                 .set("last_error", ":error", string(&burial.error))
                 .set("burial", ":burial", item::burial(burial)),
         };
-        match settlement.state() {
-            Some(state) => self.write_run_with_state(write, state).await,
-            None => self.write_run(write).await,
+        match (settlement.state(), settlement.charge()) {
+            (None, None) => self.write_run(write).await,
+            (state, charge) => self.write_run_with(write, state, charge).await,
         }
+    }
+
+    async fn charge(&self, bot: &BotId, id: &str) -> Result<Option<Charge>, PortError> {
+        self.read_item(item::pk(charge_pk(bot, id)))
+            .await?
+            .map(|found| found.charge())
+            .transpose()
+            .map_err(|e| PortError::rejected(GET, e))
     }
 }
 
@@ -515,13 +526,15 @@ impl DynamoStore {
         Err(write.refusal(old.as_ref(), UPDATE))
     }
 
-    /// Runs a fenced settle and the group's new state in one transaction: the record's update
-    /// (fenced as [`DynamoStore::write_run`]) and a put of the state item, conditional on the
-    /// version the run read. Either both are written or neither.
-    async fn write_run_with_state(
+    /// Runs a fenced settle with what it writes besides the record, in one transaction: the
+    /// record's update (fenced as [`DynamoStore::write_run`]), a put of the group's state item
+    /// conditional on the version the run read, and a put of the charge's ledger entry conditional
+    /// on its absence. All are written or none.
+    async fn write_run_with(
         &self,
         write: RunWrite,
-        state: &StateWrite,
+        state: Option<&StateWrite>,
+        charge: Option<&Charge>,
     ) -> Result<(), PortError> {
         let build = |e: aws_sdk_dynamodb::error::BuildError| PortError::rejected(TRANSACT, e);
         let record = Update::builder()
@@ -534,32 +547,46 @@ impl DynamoStore {
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .build()
             .map_err(build)?;
-        let new_state = StoredState {
-            format: state.format.clone(),
-            json: state.json.clone(),
-            version: state.read_version + 1,
-            time: state.time.clone(),
-        };
-        let mut put = Put::builder()
-            .table_name(&self.table)
-            .set_item(Some(item::state_item(&state.key, &new_state)))
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
-        put = match state.read_version {
-            0 => put.condition_expression(NO_STATE),
-            read => put
-                .condition_expression(STATE_UNCHANGED)
-                .expression_attribute_names("#version", item::VERSION)
-                .expression_attribute_values(":read", number(read)),
-        };
-        let result = self
-            .client
-            .transact_write_items()
-            .transact_items(TransactWriteItem::builder().update(record).build())
-            .transact_items(
+        let mut items = vec![TransactWriteItem::builder().update(record).build()];
+        if let Some(state) = state {
+            let new_state = StoredState {
+                format: state.format.clone(),
+                json: state.json.clone(),
+                version: state.read_version + 1,
+                time: state.time.clone(),
+            };
+            let mut put = Put::builder()
+                .table_name(&self.table)
+                .set_item(Some(item::state_item(&state.key, &new_state)))
+                .return_values_on_condition_check_failure(
+                    ReturnValuesOnConditionCheckFailure::AllOld,
+                );
+            put = match state.read_version {
+                0 => put.condition_expression(NO_STATE),
+                read => put
+                    .condition_expression(STATE_UNCHANGED)
+                    .expression_attribute_names("#version", item::VERSION)
+                    .expression_attribute_values(":read", number(read)),
+            };
+            items.push(
                 TransactWriteItem::builder()
                     .put(put.build().map_err(build)?)
                     .build(),
-            )
+            );
+        }
+        if let Some(charge) = charge {
+            let put = Put::builder()
+                .table_name(&self.table)
+                .set_item(Some(item::charge_item(&write.key.bot_id, charge)))
+                .condition_expression(NEW_CHARGE)
+                .build()
+                .map_err(build)?;
+            items.push(TransactWriteItem::builder().put(put).build());
+        }
+        let result = self
+            .client
+            .transact_write_items()
+            .set_transact_items(Some(items))
             .send()
             .await;
         let err = match result {
@@ -572,7 +599,8 @@ impl DynamoStore {
             }
             _ => return Err(port_error(TRANSACT, err)),
         };
-        // One reason per item, in order: the record's, then the state's ("None" where it passed).
+        // One reason per item, in order: the record's, the state's, the charge's ("None" where
+        // it passed).
         let condition_failed = |reason: Option<&CancellationReason>| {
             reason.and_then(|r| r.code()) == Some("ConditionalCheckFailed")
         };
@@ -580,7 +608,7 @@ impl DynamoStore {
             let old = reasons[0].item().map(|old| Item(old.clone()));
             return Err(write.refusal(old.as_ref(), TRANSACT));
         }
-        if condition_failed(reasons.get(1)) {
+        if let Some(state) = state.filter(|_| condition_failed(reasons.get(1))) {
             let found = reasons[1]
                 .item()
                 .map(|old| Item(old.clone()).state())
@@ -590,6 +618,12 @@ impl DynamoStore {
                 what: TRANSACT,
                 found: found.map_or(0, |s| s.version),
                 read: state.read_version,
+            });
+        }
+        if let Some(charge) = charge.filter(|_| condition_failed(reasons.last())) {
+            return Err(PortError::Credited {
+                what: TRANSACT,
+                charge: charge.id.clone(),
             });
         }
         let failed = reasons

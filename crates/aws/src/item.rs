@@ -9,6 +9,7 @@ use bytes::Bytes;
 use tgq_core::audit::AuditEntry;
 use tgq_core::dead::Burial;
 use tgq_core::ids::{BotId, GroupKey, RecordKey, StateKey, UpdateId};
+use tgq_core::payment::{charge_pk, Charge};
 use tgq_core::record::{ActionIntent, ActionRecord, ActionState, Status, Timestamp, UpdateRecord};
 use tgq_core::state::StoredState;
 
@@ -392,6 +393,52 @@ impl TryFrom<&Item> for UpdateRecord {
             actions: item.actions()?,
             burial: item.burial()?,
             expires_at: item.expires_at()?,
+        })
+    }
+}
+
+// The attributes of a charge's entry in the payments ledger, an item of its own in the records'
+// table (key `{bot_id}#charge#{id}`, no TTL attribute: kept until removed).
+const CHARGE_ID: &str = "charge_id";
+const USER: &str = "user";
+const STARS: &str = "stars";
+const INVOICE_PAYLOAD: &str = "invoice_payload";
+
+/// The key of an item of the table by its `pk`.
+pub(crate) fn pk(pk: String) -> HashMap<String, AttributeValue> {
+    HashMap::from([(PK.to_owned(), string(pk))])
+}
+
+/// The item of `bot`'s ledger entry of `charge`.
+pub(crate) fn charge_item(bot: &BotId, charge: &Charge) -> HashMap<String, AttributeValue> {
+    HashMap::from([
+        (PK.to_owned(), string(charge_pk(bot, &charge.id))),
+        (CHARGE_ID.to_owned(), string(&charge.id)),
+        (USER.to_owned(), number(charge.user)),
+        (STARS.to_owned(), number(charge.stars)),
+        (INVOICE_PAYLOAD.to_owned(), string(&charge.payload)),
+        (UPDATE_ID.to_owned(), number(charge.update_id)),
+        (AT.to_owned(), number(charge.recorded_at.0)),
+    ])
+}
+
+impl Item {
+    /// The ledger entry this item holds.
+    pub(crate) fn charge(&self) -> Result<Charge, ItemError> {
+        let signed = |name: &'static str| -> Result<i64, ItemError> {
+            self.get(name)?
+                .as_n()
+                .ok()
+                .and_then(|n| n.parse().ok())
+                .ok_or_else(|| malformed(name, "a whole number"))
+        };
+        Ok(Charge {
+            id: self.str(CHARGE_ID)?.to_owned(),
+            user: signed(USER)?,
+            stars: u32::try_from(self.u64(STARS)?).map_err(|_| malformed(STARS, "a count"))?,
+            payload: self.str(INVOICE_PAYLOAD)?.to_owned(),
+            update_id: signed(UPDATE_ID)?,
+            recorded_at: Timestamp(self.u64(AT)?),
         })
     }
 }

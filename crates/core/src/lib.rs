@@ -14,7 +14,9 @@ pub mod ports;
 mod usecases;
 
 pub use bot::{context, echo, failure, flow, handler, handlers, state, timer, upload};
-pub use model::{config, dead, defaults, envelope, error, fifo, ids, patience, policy, record};
+pub use model::{
+    config, dead, defaults, envelope, error, fifo, ids, patience, payment, policy, record,
+};
 pub use ports::{audit, bots, clock, leadership, offline, registry, telegram};
 use usecases::reading;
 pub use usecases::{broadcast, budget, ingest, metrics, operate, pacer, poller, relay, worker};

@@ -16,8 +16,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::schema::{
     AUDIT, BROADCASTS, BROADCAST_BEGUN, BROADCAST_ORIGINS, BROADCAST_RECIPIENTS, BROADCAST_RETRIES,
-    DEAD, DEAD_IDS, DEDUP, META, OUTBOX, POLLER_LEASES, QUEUE, RECORDS, RECORD_EXPIRY, STATES,
-    TIMERS, TIMER_IDS,
+    CHARGES, DEAD, DEAD_IDS, DEDUP, META, OUTBOX, POLLER_LEASES, QUEUE, RECORDS, RECORD_EXPIRY,
+    STATES, TIMERS, TIMER_IDS,
 };
 use crate::{EmbeddedStore, StoreError};
 
@@ -267,6 +267,7 @@ fn write_copy(read: &ReadTransaction, path: &Path) -> Result<u64, StoreError> {
         + copy_table(read, &write, OUTBOX)?
         + copy_table(read, &write, AUDIT)?
         + copy_table(read, &write, STATES)?
+        + copy_table_if_there(read, &write, CHARGES)?
         + copy_table(read, &write, POLLER_LEASES)?
         + copy_table_if_there(read, &write, TIMERS)?
         + copy_table_if_there(read, &write, TIMER_IDS)?

@@ -14,7 +14,7 @@ use crate::handle::{Db, DbHandle, Health};
 use crate::queue::QueueIndex;
 use crate::schema::{
     seq, AUDIT, BROADCASTS, BROADCAST_BEGUN, BROADCAST_ORIGINS, BROADCAST_RECIPIENTS,
-    BROADCAST_RETRIES, DEAD, DEAD_IDS, DEDUP, META, OUTBOX, POLLER_LEASES, QUEUE, RECORDS,
+    BROADCAST_RETRIES, CHARGES, DEAD, DEAD_IDS, DEDUP, META, OUTBOX, POLLER_LEASES, QUEUE, RECORDS,
     RECORD_EXPIRY, SCHEMA_1_SEQUENCES, SCHEMA_VERSION, STATES, TIMERS, TIMER_IDS, UPGRADABLE_FROM,
 };
 use crate::writer::{Settings, Writer};
@@ -372,6 +372,7 @@ fn prepare(db: &Database, path: &Path) -> Result<(), StoreError> {
     txn.open_table(OUTBOX)?;
     txn.open_table(AUDIT)?;
     txn.open_table(STATES)?;
+    txn.open_table(CHARGES)?;
     txn.open_table(POLLER_LEASES)?;
     txn.open_table(TIMERS)?;
     txn.open_table(TIMER_IDS)?;
@@ -388,7 +389,7 @@ fn prepare(db: &Database, path: &Path) -> Result<(), StoreError> {
                 meta.insert(seq::SCHEMA, SCHEMA_VERSION)?;
             }
             Some(version) if version == SCHEMA_VERSION => {}
-            // Versions 4 to 7 only added tables (created above) and new kinds of values: a file
+            // Versions 4 to 8 only added tables (created above) and new kinds of values: a file
             // of version 3 or 4 lacks tables, and nothing it holds changes meaning.
             Some(version) if UPGRADABLE_FROM.contains(&version) => {
                 meta.insert(seq::SCHEMA, SCHEMA_VERSION)?;

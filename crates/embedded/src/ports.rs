@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use tgq_core::ids::RecordKey;
+use tgq_core::ids::{BotId, RecordKey};
+use tgq_core::payment::{charge_pk, Charge};
 use tgq_core::ports::{
     AtomicIngest, Claim, ClaimRequest, DeadLetter, DeadLetterReader, DeadLetters, Inserted, Lease,
     OutgoingMessage, QueueConsumer, QueueRecord, ReceiptHandle, RecordReader, Settlement,
@@ -17,7 +18,7 @@ use tgq_core::PortError;
 
 use crate::handle::{Db, DbHandle};
 use crate::inspect::read_dead_letters;
-use crate::schema::{decode_record, RECORDS};
+use crate::schema::{decode_record, CHARGES, RECORDS};
 use crate::{EmbeddedStore, StoreError};
 
 /// The longest a waiting receive naps while a message is hidden. It is woken by every commit that
@@ -131,6 +132,21 @@ impl UpdateLedger for EmbeddedStore {
                 tx.settle(&lease, &settlement, &outcomes)
             })
             .await
+    }
+
+    async fn charge(&self, bot: &BotId, id: &str) -> Result<Option<Charge>, PortError> {
+        let pk = charge_pk(bot, id);
+        read(&self.db, "store charge", move |db| {
+            let read = db.begin_read()?;
+            let charges = read.open_table(CHARGES)?;
+            let Some(value) = charges.get(pk.as_str())? else {
+                return Ok(None);
+            };
+            serde_json::from_slice(value.value())
+                .map(Some)
+                .map_err(|e| StoreError::corrupt(format!("charge {pk}"))(e.into()))
+        })
+        .await
     }
 }
 

@@ -5,6 +5,7 @@
 use redb::ReadableTable;
 use tgq_core::dead::{DeadLetter, DeadReason};
 use tgq_core::ids::{RecordKey, StateKey};
+use tgq_core::payment::charge_pk;
 use tgq_core::ports::{
     fenced_write, settled, within_item_limit, Claim, ClaimRequest, Inserted, Lease, Settlement,
 };
@@ -15,7 +16,7 @@ use tgq_core::PortError;
 use crate::journal::{Draft, StateChange};
 use crate::schema::{
     counter, decode_record, decode_state, encode_letter, encode_record, encode_state,
-    StoredOutboxEntry, DEAD, DEAD_IDS, META, OUTBOX, RECORDS, RECORD_EXPIRY, STATES,
+    StoredOutboxEntry, CHARGES, DEAD, DEAD_IDS, META, OUTBOX, RECORDS, RECORD_EXPIRY, STATES,
 };
 use crate::writer::{OpError, Tx};
 
@@ -227,10 +228,28 @@ impl Tx<'_> {
             Some(key) => self.load_state(key)?,
             None => None,
         };
-        let checked = settled(stored.as_ref(), state.as_ref(), lease, settlement, outcomes);
+        let charge = settlement
+            .charge()
+            .map(|charge| (charge_pk(&lease.key.bot_id, &charge.id), charge));
+        let charged = match &charge {
+            Some((pk, _)) => self.table(CHARGES)?.get(pk.as_str())?.is_some(),
+            None => false,
+        };
+        let checked = settled(
+            stored.as_ref(),
+            (state.as_ref(), charged),
+            lease,
+            settlement,
+            outcomes,
+        );
         let before = state.map(|state| state.json);
         let (record, state) = self.refused_or(checked)?;
         self.put_run(&record, outcomes)?;
+        if let Some((pk, charge)) = charge {
+            let value = serde_json::to_vec(charge).map_err(|e| OpError::Fatal(e.to_string()))?;
+            self.table_mut(CHARGES)?
+                .insert(pk.as_str(), value.as_slice())?;
+        }
         if let (Some(key), Some(state)) = (state_key, state) {
             let value = encode_state(&state).map_err(|e| OpError::Fatal(e.to_string()))?;
             self.table_mut(STATES)?

@@ -24,12 +24,12 @@ use tgq_core::state::StoredState;
 /// throttling, and the burial of a dead record; dead letters name their reason from a closed set.
 /// Version 4 adds the group states and steps' JSON results. Version 5 adds the pollers' leases and
 /// their offset checkpoints. Version 6 adds the timers and the chats' timer part of their state.
-/// Version 7 adds the broadcasts. A file of version 3 to 6 is upgraded in place when it is opened:
-/// it only lacks tables, and nothing it holds changes meaning. An older tgq refuses a file of
-/// version 7, whose broadcasts it would not know.
-pub(crate) const SCHEMA_VERSION: u64 = 7;
+/// Version 7 adds the broadcasts. Version 8 adds the payments ledger. A file of version 3 to 7 is
+/// upgraded in place when it is opened: it only lacks tables, and nothing it holds changes meaning.
+/// An older tgq refuses a file of version 8, whose ledger it would not keep.
+pub(crate) const SCHEMA_VERSION: u64 = 8;
 /// The earlier versions a file is upgraded from in place.
-pub(crate) const UPGRADABLE_FROM: [u64; 4] = [3, 4, 5, 6];
+pub(crate) const UPGRADABLE_FROM: [u64; 5] = [3, 4, 5, 6, 7];
 
 /// Update records by `RecordKey::pk()`: framed `StoredRecord` + payload.
 pub(crate) const RECORDS: TableDefinition<&str, &[u8]> = TableDefinition::new("records");
@@ -39,6 +39,8 @@ pub(crate) const RECORD_EXPIRY: TableDefinition<(u64, &str), ()> =
 /// Group states by `StateKey::pk()`: framed `StoredStateMeta` + the value's JSON. Kept until the
 /// bot changes them; retention does not touch them.
 pub(crate) const STATES: TableDefinition<&str, &[u8]> = TableDefinition::new("states");
+/// The payments ledger by `charge_pk`: each charge as JSON, kept until removed.
+pub(crate) const CHARGES: TableDefinition<&str, &[u8]> = TableDefinition::new("charges");
 /// Queue messages by send sequence: framed `QueuedMessage` + body (the state is rewritten on every
 /// receive; the body comes along, which costs less than a second table in every commit).
 pub(crate) const QUEUE: TableDefinition<u64, &[u8]> = TableDefinition::new("queue");

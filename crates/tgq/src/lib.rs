@@ -60,6 +60,7 @@ pub use tgq_core::broadcast::{Audience, BroadcastId, StateFilter};
 pub use tgq_core::error::BoxError;
 pub use tgq_core::flow::Flow;
 pub use tgq_core::handlers::HandlerRegistry;
+pub use tgq_core::payment::{Charge, Credit};
 pub use tgq_core::state::{ChatState, StateError};
 pub use tgq_core::telegram::TelegramError;
 pub use tgq_core::timer::{
@@ -87,8 +88,8 @@ pub use teloxide;
 pub mod prelude {
     pub use crate::{
         async_trait, teloxide, Audience, BotCommands, BotConfig, BoxError, BroadcastId, ChatState,
-        Context, Fired, Flow, Handler, HandlerError, HandlerRegistry, Keyboard, Replies, Route,
-        Router, StateFilter, Upload,
+        Context, Credit, Fired, Flow, Handler, HandlerError, HandlerRegistry, Keyboard, Replies,
+        Route, Router, StateFilter, Upload,
     };
     pub use teloxide_core::payloads::setters::*;
     pub use teloxide_core::payloads::*;

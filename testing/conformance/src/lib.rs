@@ -12,6 +12,7 @@ use tgq_core::audit::{AuditAction, AuditEntry, AuditLog, AuditReader};
 use tgq_core::clock::{Clock, SystemClock};
 use tgq_core::dead::{Burial, DeadReason, FailureClass};
 use tgq_core::ids::{BotId, GroupKey, RecordKey, StateKey, UpdateId};
+use tgq_core::payment::Charge;
 use tgq_core::ports::{
     Claim, ClaimRequest, Claimed, DeadLetter, DeadLetterReader, DeadLetterStore, DeadLetters,
     Final, Inserted, OutgoingMessage, QueueConsumer, RecordReader, Reset, ResetRequest, ResetRule,
@@ -92,6 +93,7 @@ macro_rules! conformance_tests {
             a_state_write_from_a_stale_read_is_a_conflict_and_writes_nothing,
             outcomes_written_at_once_come_back_with_the_next_claim_and_are_fenced,
             a_recipient_gone_settle_is_done_and_keeps_why,
+            a_charge_is_recorded_once_with_the_settle_that_carries_it,
         );
     };
     (@each $make:expr; $($name:ident),* $(,)?) => {
@@ -659,6 +661,7 @@ fn done_with(group: &GroupKey, json: &str, read_version: u64) -> Settlement {
             read_version,
             time: None,
         }),
+        charge: None,
     }
 }
 
@@ -717,7 +720,10 @@ pub async fn the_chat_s_timers_part_is_written_and_read_with_its_state(a: Adapte
     let first = record(&fresh_key(), group.as_str());
     let run = claim(&a, &first, now(), Duration::from_secs(30)).await;
     let mut write = done_with(&group, "null", 0);
-    if let Settlement::Done { state: Some(state) } = &mut write {
+    if let Settlement::Done {
+        state: Some(state), ..
+    } = &mut write
+    {
         state.format = StoredState::NO_VALUE.into();
         state.time = Some(time.into());
     }
@@ -806,6 +812,81 @@ pub async fn a_state_write_from_a_stale_read_is_a_conflict_and_writes_nothing(a:
     let third = record(&fresh_key(), group.as_str());
     let run = claim(&a, &third, now(), Duration::from_secs(30)).await;
     assert_eq!(run.state, stored(r#"{"by":1}"#, 1));
+}
+
+/// A payment's charge enters the ledger with the `DONE` settle of the first update carrying it, in
+/// the same write as its state; a second update carrying it (delivered again, or replayed after
+/// its record expired) cannot record it again, and its settle writes nothing, state included.
+pub async fn a_charge_is_recorded_once_with_the_settle_that_carries_it(a: Adapters) {
+    let group = fresh_group("pay");
+    let id = format!("stx-{}", fresh_key().update_id);
+    let (first, again) = (
+        record(&fresh_key(), group.as_str()),
+        record(&fresh_key(), group.as_str()),
+    );
+    let charge = Charge {
+        id: id.clone(),
+        user: 42,
+        stars: 50,
+        payload: "gem".into(),
+        update_id: first.key.update_id.0,
+        recorded_at: now(),
+    };
+    assert_eq!(a.ledger.charge(&bot(), &id).await.unwrap(), None);
+    let credit = |json: &str, read_version| {
+        let Settlement::Done { state, .. } = done_with(&group, json, read_version) else {
+            unreachable!("done_with settles DONE")
+        };
+        Settlement::Done {
+            state,
+            charge: Some(charge.clone()),
+        }
+    };
+
+    let run = claim(&a, &first, now(), Duration::from_secs(30)).await;
+    a.ledger
+        .settle(&run.lease, &credit(r#"{"stars":50}"#, 0), &[])
+        .await
+        .unwrap();
+    assert_eq!(
+        a.ledger.charge(&bot(), &id).await.unwrap(),
+        Some(charge.clone())
+    );
+    let other_bot = BotId::new("conf-other").unwrap();
+    assert_eq!(
+        a.ledger.charge(&other_bot, &id).await.unwrap(),
+        None,
+        "a bot's own ledger"
+    );
+
+    let run = claim(&a, &again, now(), Duration::from_secs(30)).await;
+    let refused = a
+        .ledger
+        .settle(&run.lease, &credit(r#"{"stars":100}"#, 1), &[])
+        .await;
+    assert!(
+        matches!(&refused, Err(PortError::Credited { charge, .. }) if *charge == id),
+        "{refused:?}"
+    );
+    let unchanged = a.reader.get(&again.key, now()).await.unwrap().unwrap();
+    assert_eq!(
+        unchanged.status,
+        Status::Processing,
+        "the record is unchanged"
+    );
+    a.ledger
+        .settle(&run.lease, &Settlement::DONE, &[])
+        .await
+        .unwrap();
+    let next = claim(
+        &a,
+        &record(&fresh_key(), group.as_str()),
+        now(),
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(next.state, stored(r#"{"stars":50}"#, 1), "credited once");
+    assert_eq!(a.ledger.charge(&bot(), &id).await.unwrap(), Some(charge));
 }
 
 /// Outcomes written at once (a step's result) are on the record for the next claim, and a run that
@@ -1300,6 +1381,7 @@ pub async fn write_state(
             read_version: claimed.state.map_or(0, |s| s.version),
             time: None,
         }),
+        charge: None,
     };
     ledger
         .settle(&claimed.lease, &settlement, &[])

@@ -13,6 +13,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use parking_lot::Mutex;
+use tgq_core::ids::BotId;
+use tgq_core::payment::Charge;
 use tgq_core::ports::{Claim, ClaimRequest, Lease, Settlement, UpdateLedger};
 use tgq_core::record::{ActionIntent, ActionOutcome};
 use tgq_core::PortError;
@@ -109,5 +111,9 @@ impl UpdateLedger for CrashingLedger {
             self.switch.die().await;
         }
         self.inner.settle(lease, settlement, outcomes).await
+    }
+
+    async fn charge(&self, bot: &BotId, id: &str) -> Result<Option<Charge>, PortError> {
+        self.inner.charge(bot, id).await
     }
 }

@@ -7,7 +7,8 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 use parking_lot::Mutex;
 use tgq_core::audit::{newest, AuditEntry, AuditLog, AuditReader};
-use tgq_core::ids::{RecordKey, StateKey};
+use tgq_core::ids::{BotId, RecordKey, StateKey};
+use tgq_core::payment::{charge_pk, Charge};
 use tgq_core::ports::{
     fenced_write, settled, within_item_limit, Claim, ClaimRequest, Inserted, Lease, RecordReader,
     Reset, ResetRequest, Settlement, UpdateLedger, UpdateReset, UpdateStore,
@@ -32,6 +33,8 @@ pub struct MemoryStore {
 struct Tables {
     records: HashMap<RecordKey, UpdateRecord>,
     states: HashMap<StateKey, StoredState>,
+    /// The payments ledger, by the charge's key (`charge_pk`).
+    charges: HashMap<String, Charge>,
 }
 
 impl MemoryStore {
@@ -157,9 +160,15 @@ impl UpdateLedger for MemoryStore {
         let tables = &mut *self.tables.lock();
         let state_key = settlement.state().map(|write| write.key.clone());
         let stored = state_key.as_ref().and_then(|key| tables.states.get(key));
+        let charge = settlement
+            .charge()
+            .map(|charge| (charge_pk(&lease.key.bot_id, &charge.id), charge));
+        let charged = charge
+            .as_ref()
+            .is_some_and(|(pk, _)| tables.charges.contains_key(pk));
         let (record, state) = settled(
             tables.records.get(&lease.key),
-            stored,
+            (stored, charged),
             lease,
             settlement,
             outcomes,
@@ -168,7 +177,15 @@ impl UpdateLedger for MemoryStore {
         if let (Some(key), Some(state)) = (state_key, state) {
             tables.states.insert(key, state);
         }
+        if let Some((pk, charge)) = charge {
+            tables.charges.insert(pk, charge.clone());
+        }
         Ok(())
+    }
+
+    async fn charge(&self, bot: &BotId, id: &str) -> Result<Option<Charge>, PortError> {
+        self.outage.check("store charge")?;
+        Ok(self.tables.lock().charges.get(&charge_pk(bot, id)).cloned())
     }
 }
 

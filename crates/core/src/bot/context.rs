@@ -23,6 +23,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
 use teloxide_core::requests::Payload;
+use teloxide_core::types::SuccessfulPayment;
 
 /// What the worker logs, in the update's span, when it makes an at-least-once action again
 /// because an earlier run's outcome is unknown; `tgq-drill` counts those updates by it.
@@ -34,6 +35,7 @@ use crate::clock::Clock;
 use crate::failure::HandlerError;
 use crate::flow::{Flow, FLOW_TIMEOUT_KEY};
 use crate::ids::{GroupKey, RecordKey, StateKey};
+use crate::payment::{Charge, Credit};
 use crate::ports::{Lease, UpdateLedger};
 use crate::record::{ActionIntent, ActionOutcome, ActionRecord, Delivery, Timestamp};
 use crate::state::{self, ChatState, StateWrite, StoredState};
@@ -87,6 +89,9 @@ pub(crate) struct RunParts<'a> {
     /// Set once the run has answered its pre-checkout query (or replayed an earlier run's
     /// answer): read by the worker while the handler still runs.
     pub checkout_answered: &'a AtomicBool,
+    /// The charge of the payment the update carries, and its entry in the payments ledger if an
+    /// earlier update recorded it.
+    pub payment: Option<(&'a Charge, Option<&'a Charge>)>,
 }
 
 /// Lent to the handler for one run of one update.
@@ -250,6 +255,30 @@ impl<'a> Context<'a> {
             (None, _) => return Ok(None),
         };
         Ok(Some(state::decode(format, json)?))
+    }
+
+    /// Whether to credit `payment`, this update's `successful_payment`: [`Credit::New`] the first
+    /// time tgq sees its charge, [`Credit::Already`] when an earlier update carrying the same
+    /// charge finished (Telegram delivered the payment again, or an operator replayed it after its
+    /// record expired). Credit a new one through the chat's state ([`Context::set_state`]): the
+    /// state and the charge's ledger entry are written in the one write that finishes the update,
+    /// so the credit happens once per charge. Two charges for one invoice payload are two credits.
+    /// Any other payment is refused: credit only the update's own.
+    pub fn credit(&self, payment: &SuccessfulPayment) -> Result<Credit, HandlerError> {
+        let Some((charge, credited)) = self.run.payment else {
+            return Err(HandlerError::permanent(
+                "ctx.credit was given a payment, but the update carries no successful_payment",
+            ));
+        };
+        if !charge.is_of(payment) {
+            return Err(HandlerError::permanent(
+                "ctx.credit takes the update's own successful_payment; it was given another charge",
+            ));
+        }
+        Ok(match credited {
+            Some(earlier) => Credit::Already(earlier.clone()),
+            None => Credit::New,
+        })
     }
 
     /// The format tag of the chat's state (this run's, else the stored one): a handler that

@@ -80,6 +80,16 @@ pub enum PortError {
         /// The version the run read.
         read: u64,
     },
+    /// Another update carrying the same payment recorded its charge in the ledger after this run
+    /// read it (docs/design/payments.md §2): the run's settle wrote nothing, and a retry finds the
+    /// charge credited.
+    #[error("{what} was refused: charge {charge} is in the payments ledger already")]
+    Credited {
+        /// The operation that was refused.
+        what: &'static str,
+        /// The charge's id.
+        charge: String,
+    },
     /// The request or the stored data is not what this version expects (a validation error, an
     /// unreadable item, an unknown stored status): a bug or a foreign writer, not the update's fault.
     #[error("{what} was rejected")]
@@ -133,12 +143,13 @@ impl PortError {
     /// Every name [`PortError::cause`] gives: the values of the `Cause` dimension of
     /// `IngestUnavailable`, which the webhook's alarm sums over.
     #[cfg(test)]
-    pub(crate) const CAUSES: [&'static str; 6] = [
+    pub(crate) const CAUSES: [&'static str; 7] = [
         "unavailable",
         "misconfigured",
         "too_large",
         "fenced",
         "conflict",
+        "credited",
         "rejected",
     ];
 
@@ -150,6 +161,7 @@ impl PortError {
             PortError::TooLarge { .. } => "too_large",
             PortError::Fenced { .. } => "fenced",
             PortError::Conflict { .. } => "conflict",
+            PortError::Credited { .. } => "credited",
             PortError::Rejected { .. } => "rejected",
         }
     }
@@ -183,6 +195,10 @@ mod tests {
                 found: 2,
                 read: 1,
             },
+            PortError::Credited {
+                what: "x",
+                charge: "c".into(),
+            },
             PortError::rejected("x", "e"),
         ];
         // One of each variant: a new one stops this match compiling until it is added above.
@@ -193,6 +209,7 @@ mod tests {
                 | PortError::TooLarge { .. }
                 | PortError::Fenced { .. }
                 | PortError::Conflict { .. }
+                | PortError::Credited { .. }
                 | PortError::Rejected { .. } => {}
             }
         }

@@ -9,5 +9,6 @@ pub mod error;
 pub mod fifo;
 pub mod ids;
 pub mod patience;
+pub mod payment;
 pub mod policy;
 pub mod record;

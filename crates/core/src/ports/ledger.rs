@@ -9,7 +9,8 @@ use bytes::Bytes;
 
 use crate::dead::Burial;
 use crate::error::PortError;
-use crate::ids::{GroupKey, RecordKey, StateKey};
+use crate::ids::{BotId, GroupKey, RecordKey, StateKey};
+use crate::payment::Charge;
 use crate::record::{ActionIntent, ActionOutcome, ActionRecord, Status, Timestamp, UpdateRecord};
 use crate::state::{StateWrite, StoredState};
 
@@ -71,6 +72,10 @@ pub trait UpdateLedger: Send + Sync {
         settlement: &Settlement,
         outcomes: &[ActionOutcome],
     ) -> Result<(), PortError>;
+
+    /// The entry of charge `id` in `bot`'s payments ledger, if a settle recorded it (consistent
+    /// read): a run carrying a payment reads it before its handler runs.
+    async fn charge(&self, bot: &BotId, id: &str) -> Result<Option<Charge>, PortError>;
 }
 
 /// Everything a claim needs, including what to create when the record is missing.
@@ -202,11 +207,15 @@ impl Claimed {
 /// How a handler run ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Settlement {
-    /// The handler finished; `state` is its group's new state when the run changed it, written in
-    /// the same conditional write.
+    /// The handler finished; `state` is its group's new state when the run changed it, and
+    /// `charge` the payment it carried when no earlier update recorded it, both written in the
+    /// same conditional write (docs/design/payments.md §2).
     Done {
         /// The group's new state, if the run set one.
         state: Option<StateWrite>,
+        /// The charge to record in the payments ledger; the settle is refused with
+        /// [`PortError::Credited`] if it is there already.
+        charge: Option<Charge>,
     },
     /// The handler's recipient is gone — the user blocked the bot, deleted their account, or the
     /// private chat no longer exists (docs/design/worker.md §1): nothing is left to do, so the
@@ -229,7 +238,10 @@ pub enum Settlement {
 
 impl Settlement {
     /// A finished run that changed no state.
-    pub const DONE: Settlement = Settlement::Done { state: None };
+    pub const DONE: Settlement = Settlement::Done {
+        state: None,
+        charge: None,
+    };
 
     /// The status the record ends in.
     pub fn status(&self) -> Status {
@@ -243,7 +255,15 @@ impl Settlement {
     /// The group state this settle writes.
     pub fn state(&self) -> Option<&StateWrite> {
         match self {
-            Settlement::Done { state } => state.as_ref(),
+            Settlement::Done { state, .. } => state.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// The charge this settle records in the payments ledger.
+    pub fn charge(&self) -> Option<&Charge> {
+        match self {
+            Settlement::Done { charge, .. } => charge.as_ref(),
             _ => None,
         }
     }
@@ -295,12 +315,14 @@ pub fn fenced_write(
     Ok(record)
 }
 
-/// Applies a settle to a record and a group state an adapter holds whole: the lease checked first
-/// ([`fenced_write`]), then the state's version (`StateWrite::apply`). Returns the record to store
-/// and, when the settle writes one, the new state; a refusal means nothing may be written.
+/// Applies a settle to a record, a group state and the payments ledger an adapter holds whole: the
+/// lease checked first ([`fenced_write`]), then the state's version (`StateWrite::apply`), then
+/// that the charge to record (`charged`: whether the ledger holds it now) is new. Returns the
+/// record to store and, when the settle writes one, the new state; a refusal means nothing may be
+/// written.
 pub fn settled(
     stored: Option<&UpdateRecord>,
-    state: Option<&StoredState>,
+    (state, charged): (Option<&StoredState>, bool),
     lease: &Lease,
     settlement: &Settlement,
     outcomes: &[ActionOutcome],
@@ -312,6 +334,12 @@ pub fn settled(
         .state()
         .map(|write| write.apply(state))
         .transpose()?;
+    if let (Some(charge), true) = (settlement.charge(), charged) {
+        return Err(PortError::Credited {
+            what: "store settle",
+            charge: charge.id.clone(),
+        });
+    }
     Ok((record, state))
 }
 

@@ -3,6 +3,7 @@
 mod ack_callbacks;
 mod broadcast_pace;
 mod checkout;
+mod credit;
 mod echo;
 mod group_keys;
 mod ingest;

@@ -12,6 +12,7 @@ use tgq_core::bot_api::types::Message;
 use tgq_core::clock::{Clock, ManualClock, SystemClock};
 use tgq_core::dead::{Burial, DeadReason, FailureClass};
 use tgq_core::ids::{BotId, GroupKey, RecordKey, StateKey, UpdateId};
+use tgq_core::payment::Charge;
 use tgq_core::ports::{
     AtomicIngest, Claim, ClaimRequest, DeadLetter, DeadLetters, Inserted, Lease, OutgoingMessage,
     QueueConsumer, QueueRecord, RecordReader, Settlement, UpdateLedger, UpdateQueue, UpdateStore,
@@ -523,10 +524,11 @@ async fn a_store_of_the_previous_layout_is_upgraded_in_place_keeping_its_records
     drop(store);
     let meta = redb::TableDefinition::<&str, u64>::new("meta");
     {
-        // What version 3 wrote: no states table, no poller leases, its version in `meta`.
+        // What version 3 wrote: no states table, no poller leases, no payments ledger, its
+        // version in `meta`.
         let db = redb::Database::create(dir.path().join(FILE_NAME)).unwrap();
         let txn = db.begin_write().unwrap();
-        for table in ["states", "poller_leases"] {
+        for table in ["states", "poller_leases", "charges"] {
             assert!(txn
                 .delete_table(redb::TableDefinition::<&str, &[u8]>::new(table))
                 .unwrap());
@@ -545,8 +547,17 @@ async fn a_store_of_the_previous_layout_is_upgraded_in_place_keeping_its_records
             read_version: 0,
             time: None,
         }),
+        charge: Some(Charge {
+            id: "stx-1".into(),
+            user: 42,
+            stars: 50,
+            payload: "gem".into(),
+            update_id: 1,
+            recorded_at: START,
+        }),
     };
     store.settle(&lease, &done, &[]).await.unwrap();
+    assert!(store.charge(&bot(), "stx-1").await.unwrap().is_some());
     let next = record(2, START, DAY);
     let Claim::Run(claimed) = store.claim(&claim_request(&next, START)).await.unwrap() else {
         panic!("the next update runs");
@@ -562,7 +573,7 @@ async fn a_store_of_the_previous_layout_is_upgraded_in_place_keeping_its_records
         .unwrap()
         .unwrap()
         .value();
-    assert_eq!(version, 7);
+    assert_eq!(version, 8);
 }
 
 #[tokio::test]

@@ -102,3 +102,61 @@ async fn a_checkout_whose_handler_fails_is_refused_by_tgq_in_time() {
         .is_some_and(|text| text.contains("could not be confirmed")));
     assert_eq!(payment.charge, None, "nobody is charged");
 }
+
+#[derive(Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+struct Stars(u32);
+
+impl ChatState for Stars {
+    const FORMAT: &'static str = "pay.stars/v1";
+}
+
+/// Credits each new payment to the payer's balance and thanks them for it.
+struct Wallet;
+
+#[async_trait]
+impl Handler for Wallet {
+    async fn handle(&self, update: Update, ctx: &mut Context<'_>) -> Result<(), HandlerError> {
+        match &update.kind {
+            UpdateKind::PreCheckoutQuery(query) => {
+                ctx.send(AnswerPreCheckoutQuery::new(query.id.clone(), true))
+                    .await?;
+            }
+            UpdateKind::Message(message) => {
+                let Some(payment) = message.successful_payment() else {
+                    return Ok(());
+                };
+                if ctx.credit(payment)?.is_new() {
+                    let Stars(had) = ctx.state()?.unwrap_or_default();
+                    ctx.set_state(&Stars(had + payment.total_amount))?;
+                    ctx.reply(message, "credited").await?;
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_payment_delivered_again_after_its_record_expired_is_credited_once() {
+    let mut bot = TestBot::handler(Wallet);
+    let payment = bot.pay(42, "gem", 50).await;
+    assert_eq!(payment.paid.expect("paid").texts(), ["credited"]);
+    assert_eq!(bot.state::<Stars>(42), Some(Stars(50)));
+
+    // Past the records' 15 days the record is gone; the same payment update arrives again.
+    bot.advance(std::time::Duration::from_secs(16 * 24 * 3600))
+        .await;
+    let again = bot.again().await;
+    assert!(again.is_done(), "{:?}", again.outcome);
+    assert!(again.texts().is_empty(), "no second thanks");
+    assert_eq!(bot.state::<Stars>(42), Some(Stars(50)), "credited once");
+
+    let second = bot.pay(42, "gem", 50).await;
+    assert_eq!(second.paid.expect("paid").texts(), ["credited"]);
+    assert_eq!(
+        bot.state::<Stars>(42),
+        Some(Stars(100)),
+        "a second charge is a second credit"
+    );
+}

@@ -169,6 +169,7 @@ impl Worker {
             summary,
             unwritten,
             state,
+            charge,
             scheduled,
         } = self
             .run_handler(
@@ -191,7 +192,8 @@ impl Worker {
         let outcome = match result {
             Ok(()) => {
                 let done = RecordOutcome::Done(summary.clone());
-                self.finish(run, &summary, Settlement::Done { state }, done, unwritten)
+                let settlement = Settlement::Done { state, charge };
+                self.finish(run, &summary, settlement, done, unwritten)
                     .await
             }
             Err(error) if error.is_fenced() => {
@@ -232,11 +234,28 @@ impl Worker {
             summary: ActionSummary::default(),
             unwritten: Vec::new(),
             state: None,
+            charge: None,
             scheduled: Vec::new(),
         };
         let event = match Event::read(&claimed.lease.key.bot_id, group, &record.body) {
             Ok(event) => event,
             Err(error) => return ended(Err(error)),
+        };
+        // A payment is credited once per charge, not once per update (docs/design/payments.md
+        // §2): what the ledger holds of it is read before the handler runs.
+        let charge = match event.charge(&claimed.lease.key, self.ports.clock.now()) {
+            Ok(charge) => charge,
+            Err(error) => return ended(Err(error)),
+        };
+        let credited = match &charge {
+            Some(charge) => {
+                let bot = &claimed.lease.key.bot_id;
+                match self.ports.ledger.charge(bot, &charge.id).await {
+                    Ok(credited) => credited,
+                    Err(error) => return ended(Err(HandlerError::Store(error))),
+                }
+            }
+            None => None,
         };
         let cutoff = deadline.minus(self.settings.deadline_margin);
         let answered = AtomicBool::new(false);
@@ -254,6 +273,7 @@ impl Worker {
             timers: self.ports.timers.is_some(),
             broadcasts: self.ports.broadcasts.as_deref(),
             checkout_answered: &answered,
+            payment: charge.as_ref().map(|charge| (charge, credited.as_ref())),
         });
         let now = self.ports.clock.now();
         let mut budget = cutoff.since(now);
@@ -326,10 +346,15 @@ impl Worker {
             true => (None, Vec::new()),
             false => (ctx.take_state_write(), ctx.take_scheduled()),
         };
+        let summary = ctx.summary();
+        let unwritten = ctx.take_unwritten();
+        drop(ctx);
         HandlerRan {
-            summary: ctx.summary(),
-            unwritten: ctx.take_unwritten(),
+            summary,
+            unwritten,
             state,
+            // Recorded by the settle that finishes the update, unless an earlier one did.
+            charge: charge.filter(|_| credited.is_none()),
             scheduled,
             result,
         }
@@ -436,9 +461,10 @@ impl Worker {
                 warn!("fenced: the handler finished, but another run holds the lease now; leaving it the update");
                 RecordOutcome::Fenced
             }
-            Err(e @ PortError::Conflict { .. }) => {
-                // Someone else wrote the chat's state since the claim read it: nothing of this
-                // settle was written, and the next run handles the update on the new state.
+            Err(e @ (PortError::Conflict { .. } | PortError::Credited { .. })) => {
+                // Someone else wrote the chat's state, or recorded the update's charge, since the
+                // run read it: nothing of this settle was written, and the next run handles the
+                // update on what is there now (a charge credited, credited no more).
                 let error = HandlerError::Store(e);
                 self.fail(run, error, unwritten).await
             }
@@ -470,6 +496,8 @@ pub(super) struct HandlerRan {
     pub(super) unwritten: Vec<ActionOutcome>,
     /// The group's new state, if the handler set one.
     pub(super) state: Option<StateWrite>,
+    /// The payment the update carried, when no earlier update recorded its charge.
+    pub(super) charge: Option<Charge>,
     /// The timers the run scheduled, handed over before the settle.
     pub(super) scheduled: Vec<TimerMessage>,
 }
@@ -489,6 +517,15 @@ impl Event {
                 _ => None,
             },
             Event::Timer(_) => None,
+        }
+    }
+
+    /// The charge of the payment it carries, if it carries one; a charge id the ledger cannot be
+    /// keyed by is the update's end (dead-lettered with the reason, never credited).
+    fn charge(&self, key: &RecordKey, now: Timestamp) -> Result<Option<Charge>, HandlerError> {
+        match self {
+            Event::Update(update) => Charge::of(update, key, now).map_err(HandlerError::permanent),
+            Event::Timer(_) => Ok(None),
         }
     }
 

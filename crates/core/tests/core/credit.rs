@@ -1,0 +1,263 @@
+//! A payment is credited once per charge: its charge enters the bot's ledger with the write that
+//! finishes the first update carrying it, together with what the handler credited, and an update
+//! carrying it again (delivered again, replayed after its record expired) credits nothing.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use parking_lot::Mutex;
+use serde_json::{json, Value};
+use teloxide_core::types::{Update, UpdateKind};
+use tgq_core::context::Context;
+use tgq_core::dead::DeadReason;
+use tgq_core::handler::{Handler, HandlerError};
+use tgq_core::ids::{BotId, GroupKey, RecordKey, StateKey, UpdateId};
+use tgq_core::payment::{Charge, Credit};
+use tgq_core::ports::{Claim, ClaimRequest, Settlement, UpdateLedger as _};
+use tgq_core::record::Timestamp;
+use tgq_core::state::ChatState;
+use tgq_core::worker::{RecordOutcome, WorkerSettings};
+use tgq_memory::{Harness, MemoryStore, RecordingBotApi};
+
+#[derive(Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+struct Balance {
+    stars: u32,
+}
+
+impl ChatState for Balance {
+    const FORMAT: &'static str = "credit.balance/v1";
+}
+
+/// Credits each new payment to the chat's balance, and notes what `ctx.credit` answered.
+#[derive(Default)]
+struct Shop {
+    answers: Mutex<Vec<Credit>>,
+}
+
+#[async_trait]
+impl Handler for Shop {
+    async fn handle(&self, update: Update, ctx: &mut Context<'_>) -> Result<(), HandlerError> {
+        let UpdateKind::Message(message) = &update.kind else {
+            return Ok(());
+        };
+        let Some(payment) = message.successful_payment() else {
+            return Ok(());
+        };
+        let credit = ctx.credit(payment)?;
+        if credit.is_new() {
+            let mut balance = ctx.state::<Balance>()?.unwrap_or_default();
+            balance.stars += payment.total_amount;
+            ctx.set_state(&balance)?;
+        }
+        self.answers.lock().push(credit);
+        Ok(())
+    }
+}
+
+fn harness(shop: Arc<Shop>) -> Harness {
+    Harness::with_settings(
+        BotId::new("shop").unwrap(),
+        shop,
+        Arc::new(RecordingBotApi::new()),
+        WorkerSettings::default(),
+    )
+}
+
+fn paid(update_id: i64, charge: &str, stars: u32) -> Value {
+    json!({
+        "update_id": update_id,
+        "message": {
+            "message_id": update_id, "date": 1_700_000_000,
+            "chat": {"id": 42, "type": "private", "first_name": "Ada"},
+            "from": {"id": 42, "is_bot": false, "first_name": "Ada"},
+            "successful_payment": {
+                "currency": "XTR", "total_amount": stars, "invoice_payload": "gem",
+                "telegram_payment_charge_id": charge, "provider_payment_charge_id": ""
+            }
+        }
+    })
+}
+
+fn balance(h: &Harness) -> Option<String> {
+    let key = StateKey::new(BotId::new("shop").unwrap(), GroupKey::new("42"));
+    h.store.state(&key).map(|state| state.json)
+}
+
+fn done(report: &tgq_core::worker::BatchReport) -> bool {
+    report
+        .outcomes
+        .iter()
+        .all(|(_, outcome)| matches!(outcome, RecordOutcome::Done(_)))
+}
+
+#[tokio::test]
+async fn a_payment_replayed_after_its_record_expired_is_credited_once() {
+    let shop = Arc::new(Shop::default());
+    let h = harness(shop.clone());
+    assert!(done(&h.run(&[paid(1, "stx-1", 50)]).await));
+    // The record is gone (its TTL passed); the same update comes again, as an operator's replay
+    // of a saved copy, or Telegram's after a restore, would bring it.
+    h.clock
+        .advance(WorkerSettings::default().record_ttl + Duration::from_secs(60));
+    assert!(done(&h.run(&[paid(1, "stx-1", 50)]).await));
+
+    assert_eq!(balance(&h).as_deref(), Some(r#"{"stars":50}"#));
+    let answers = shop.answers.lock().clone();
+    assert_eq!(answers.len(), 2, "the handler ran twice");
+    assert_eq!(answers[0], Credit::New);
+    assert!(
+        matches!(&answers[1], Credit::Already(charge) if charge.id == "stx-1" && charge.stars == 50 && charge.update_id == 1),
+        "{answers:?}"
+    );
+}
+
+#[tokio::test]
+async fn two_charges_for_one_invoice_payload_are_two_credits() {
+    let shop = Arc::new(Shop::default());
+    let h = harness(shop.clone());
+    assert!(done(&h.run(&[paid(1, "stx-1", 50)]).await));
+    assert!(done(&h.run(&[paid(2, "stx-2", 50)]).await));
+    assert_eq!(balance(&h).as_deref(), Some(r#"{"stars":100}"#));
+    let bot = BotId::new("shop").unwrap();
+    for id in ["stx-1", "stx-2"] {
+        let charge = h.store.charge(&bot, id).await.unwrap().unwrap();
+        assert_eq!(
+            (charge.user, charge.stars, charge.payload.as_str()),
+            (42, 50, "gem")
+        );
+    }
+}
+
+/// Credits as [`Shop`] does; on its first run, before it ends, another update carrying the same
+/// charge finishes (read absent by this run, there by its settle).
+struct Racing {
+    shop: Arc<Shop>,
+    store: Arc<MemoryStore>,
+}
+
+#[async_trait]
+impl Handler for Racing {
+    async fn handle(&self, update: Update, ctx: &mut Context<'_>) -> Result<(), HandlerError> {
+        self.shop.handle(update, ctx).await?;
+        if ctx.attempt() == 1 {
+            let bot = BotId::new("shop").unwrap();
+            let key = RecordKey::new(bot, UpdateId(7));
+            let at = Timestamp(1_800_000_000_000);
+            let request = ClaimRequest {
+                key: key.clone(),
+                group: GroupKey::new("user:42"),
+                payload: paid(7, "stx-1", 50).to_string().into(),
+                now: at,
+                lease_until: at.plus(Duration::from_secs(30)),
+                expires_at: at.plus(Duration::from_secs(3600)),
+            };
+            let Claim::Run(claimed) = self.store.claim(&request).await? else {
+                unreachable!("a new record runs")
+            };
+            let charge = Charge {
+                id: "stx-1".into(),
+                user: 42,
+                stars: 50,
+                payload: "gem".into(),
+                update_id: 7,
+                recorded_at: at,
+            };
+            let settlement = Settlement::Done {
+                state: None,
+                charge: Some(charge),
+            };
+            self.store.settle(&claimed.lease, &settlement, &[]).await?;
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_charge_recorded_while_the_handler_ran_fails_the_run_and_the_retry_credits_nothing() {
+    let shop = Arc::new(Shop::default());
+    let h = Harness::built(
+        BotId::new("shop").unwrap(),
+        Arc::new(RecordingBotApi::new()),
+        WorkerSettings::default(),
+        None,
+        |store, _| {
+            Arc::new(Racing {
+                shop: shop.clone(),
+                store: store.clone(),
+            })
+        },
+    );
+    let report = h.run(&[paid(1, "stx-1", 50)]).await;
+    assert!(!done(&report), "the settle is refused: {report:?}");
+    assert_eq!(
+        balance(&h),
+        None,
+        "nothing of the refused settle was written"
+    );
+
+    assert!(done(&h.run(&[paid(1, "stx-1", 50)]).await));
+    assert_eq!(balance(&h), None, "the retry credits nothing");
+    let answers = shop.answers.lock().clone();
+    assert_eq!(answers[0], Credit::New);
+    assert!(
+        matches!(&answers[1], Credit::Already(charge) if charge.update_id == 7),
+        "{answers:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_payment_without_a_charge_id_is_dead_lettered_and_never_credited() {
+    let shop = Arc::new(Shop::default());
+    let h = harness(shop.clone());
+    h.run(&[paid(1, "", 50)]).await;
+    let letters = h.dead.letters();
+    assert_eq!(letters.len(), 1);
+    assert_eq!(letters[0].reason, DeadReason::Permanent);
+    assert!(
+        letters[0]
+            .error
+            .contains("telegram_payment_charge_id is empty"),
+        "{}",
+        letters[0].error
+    );
+    assert!(shop.answers.lock().is_empty(), "the handler never ran");
+    assert_eq!(balance(&h), None);
+}
+
+#[tokio::test]
+async fn credit_refuses_a_payment_that_is_not_the_update_s() {
+    struct Other;
+    #[async_trait]
+    impl Handler for Other {
+        async fn handle(&self, _: Update, ctx: &mut Context<'_>) -> Result<(), HandlerError> {
+            // From text: teloxide reads an update's kind from borrowed keys only.
+            let foreign: Update = serde_json::from_str(&paid(9, "stx-9", 1).to_string()).unwrap();
+            let UpdateKind::Message(message) = foreign.kind else {
+                unreachable!()
+            };
+            ctx.credit(message.successful_payment().unwrap())?;
+            Ok(())
+        }
+    }
+    for update in [
+        paid(1, "stx-1", 50),
+        json!({"update_id": 2, "message": {
+        "message_id": 2, "date": 1_700_000_000, "text": "hi",
+        "chat": {"id": 42, "type": "private", "first_name": "Ada"}}}),
+    ] {
+        let h = Harness::new(
+            BotId::new("shop").unwrap(),
+            Arc::new(Other),
+            Arc::new(RecordingBotApi::new()),
+        );
+        h.run(&[update]).await;
+        let letters = h.dead.letters();
+        assert_eq!(letters.len(), 1);
+        assert!(
+            letters[0].error.contains("ctx.credit"),
+            "{}",
+            letters[0].error
+        );
+    }
+}
