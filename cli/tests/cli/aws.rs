@@ -1823,3 +1823,56 @@ async fn timers_on_a_stack_are_listed_and_cancelled_in_the_chats_state_and_lose_
         "{stderr}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn payments_on_a_stack_are_the_charges_its_settles_recorded() {
+    use tgq_core::payment::Charge;
+
+    let deployed = deploy("payments", "1:PAY", &[("BotId", "demo")]).await;
+    let now = SystemClock.now();
+    for (update, id, stars) in [(9, "stx-s1", 30), (10, "stx-s2", 45)] {
+        let key = RecordKey::new(BotId::new("demo").unwrap(), UpdateId(update));
+        let request = ClaimRequest {
+            key: key.clone(),
+            group: GroupKey::new("42"),
+            payload: Bytes::from(format!(r#"{{"update_id":{update}}}"#)),
+            now,
+            lease_until: now.plus(Duration::from_secs(30)),
+            expires_at: now.plus(Duration::from_secs(3600)),
+        };
+        let Claim::Run(claimed) = deployed.store.claim(&request).await.unwrap() else {
+            panic!("a new record runs");
+        };
+        let charge = Charge {
+            id: id.into(),
+            user: 42,
+            stars,
+            payload: "gem".into(),
+            update_id: update,
+            recorded_at: now.plus(Duration::from_millis(update as u64)),
+        };
+        let settlement = Settlement::Done {
+            state: None,
+            charge: Some(charge),
+        };
+        deployed
+            .store
+            .settle(&claimed.lease, &settlement, &[])
+            .await
+            .unwrap();
+    }
+
+    let listed = deployed.json(&["payments", "list"]);
+    let ids: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["stx-s2", "stx-s1"], "newest first: {listed}");
+    assert_eq!(listed[0]["bot_id"], "demo");
+    assert_eq!(listed[0]["stars"], 45);
+    let shown = deployed.tgq(&[], &["payments", "show", "stx-s1"]);
+    assert!(shown.contains("stars      30"), "{shown}");
+    assert!(shown.contains("update     9"), "{shown}");
+}

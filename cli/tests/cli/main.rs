@@ -24,6 +24,7 @@ mod local_bots;
 mod new_crate;
 mod ops;
 mod outbox;
+mod payments;
 mod poll;
 mod poll_aws;
 mod readme_deploy;

@@ -34,45 +34,53 @@ pub struct StackTimer {
 }
 
 impl DynamoStore {
-    /// Every chat's pending timers, earliest due first, at most `limit`. A Scan of the whole table
-    /// filtered to the state items with timers: it reads (and is billed for) every item.
-    pub async fn pending_timers(&self, limit: usize) -> Result<Vec<StackTimer>, PortError> {
-        let mut timers = Vec::new();
+    /// Every item of the table that has the attribute `name`, with its `pk`: a Scan of the whole
+    /// table, which reads (and is billed for) every item, for the operator's listings.
+    pub(crate) async fn scan_having(&self, name: &str) -> Result<Vec<(String, Item)>, PortError> {
+        let mut items = Vec::new();
         let mut start: Option<HashMap<String, AttributeValue>> = None;
         loop {
             let output = self
                 .client()
                 .scan()
                 .table_name(self.table())
-                .filter_expression("attribute_exists(#time)")
-                .expression_attribute_names("#time", item::TIME)
+                .filter_expression("attribute_exists(#having)")
+                .expression_attribute_names("#having", name)
                 .set_exclusive_start_key(start.take())
                 .send()
                 .await
                 .map_err(|e| port_error(SCAN, e))?;
             for found in output.items.unwrap_or_default() {
                 let found = Item(found);
-                let Some(pk) = found.0.get(item::PK).and_then(|v| v.as_s().ok()) else {
-                    continue;
-                };
-                let Some((bot_id, chat)) = StateKey::split_pk(pk) else {
-                    continue;
-                };
-                let state = found.state().map_err(|e| PortError::rejected(SCAN, e))?;
-                let time = ChatTime::decode(state.time.as_deref());
-                for (key, pending) in time.timers {
-                    timers.push(StackTimer {
-                        bot_id: bot_id.to_owned(),
-                        chat: chat.to_owned(),
-                        key,
-                        due: pending.due,
-                        id: pending.id,
-                    });
+                if let Some(pk) = found.0.get(item::PK).and_then(|v| v.as_s().ok()) {
+                    items.push((pk.clone(), found));
                 }
             }
             match output.last_evaluated_key {
                 Some(key) if !key.is_empty() => start = Some(key),
-                _ => break,
+                _ => return Ok(items),
+            }
+        }
+    }
+
+    /// Every chat's pending timers, earliest due first, at most `limit`. A Scan of the whole table
+    /// filtered to the state items with timers.
+    pub async fn pending_timers(&self, limit: usize) -> Result<Vec<StackTimer>, PortError> {
+        let mut timers = Vec::new();
+        for (pk, found) in self.scan_having(item::TIME).await? {
+            let Some((bot_id, chat)) = StateKey::split_pk(&pk) else {
+                continue;
+            };
+            let state = found.state().map_err(|e| PortError::rejected(SCAN, e))?;
+            let time = ChatTime::decode(state.time.as_deref());
+            for (key, pending) in time.timers {
+                timers.push(StackTimer {
+                    bot_id: bot_id.to_owned(),
+                    chat: chat.to_owned(),
+                    key,
+                    due: pending.due,
+                    id: pending.id,
+                });
             }
         }
         timers.sort_by(|a, b| (a.due, &a.bot_id, &a.chat).cmp(&(b.due, &b.bot_id, &b.chat)));

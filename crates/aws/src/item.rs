@@ -399,7 +399,7 @@ impl TryFrom<&Item> for UpdateRecord {
 
 // The attributes of a charge's entry in the payments ledger, an item of its own in the records'
 // table (key `{bot_id}#charge#{id}`, no TTL attribute: kept until removed).
-const CHARGE_ID: &str = "charge_id";
+pub(crate) const CHARGE_ID: &str = "charge_id";
 const USER: &str = "user";
 const STARS: &str = "stars";
 const INVOICE_PAYLOAD: &str = "invoice_payload";

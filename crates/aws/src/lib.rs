@@ -10,6 +10,7 @@
 
 mod broadcasts;
 mod budget;
+mod charges;
 mod chat_timers;
 mod dynamo;
 mod error;

@@ -91,6 +91,12 @@ enum Command {
         #[command(subcommand)]
         command: ops::timers::TimersCommand,
     },
+    /// The payments ledger: each charge the bots were paid in Stars, credited once (local mode's
+    /// store, or a stack's table with --stack).
+    Payments {
+        #[command(subcommand)]
+        command: ops::payments::PaymentsCommand,
+    },
     /// Send one message to many chats as a durable job: start, status, list, pause, resume,
     /// cancel (local mode's store; `tgq local` sends it).
     Broadcast {
@@ -196,6 +202,7 @@ pub fn main(handlers: Handlers) -> ExitCode {
             Command::Outbox(args) => ops::outbox(args).await,
             Command::Dlq { command } => ops::dlq::run(command).await,
             Command::Timers { command } => ops::timers::run(command).await,
+            Command::Payments { command } => ops::payments::run(command).await,
             Command::Broadcast { command } => ops::broadcast::run(command).await,
             Command::Webhook { command } => ops::webhook::run(command).await,
             Command::Bots { command } => ops::bots::run(command).await,

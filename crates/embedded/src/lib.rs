@@ -22,6 +22,7 @@ use tgq_core::clock::Clock;
 mod backup;
 mod bots_file;
 mod broadcasts;
+mod charges;
 mod error;
 pub mod files;
 mod handle;

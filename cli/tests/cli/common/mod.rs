@@ -77,15 +77,24 @@ pub fn sending_to<'a>(
 
 /// Posts a text update to `local`'s webhook with `secret`, expecting it to be taken (200).
 pub async fn post_text(local: &Local, secret: &str, update_id: i64, chat: i64, text: &str) {
-    let body = message_update(update_id, chat, text).to_string();
+    post_update(local, secret, &message_update(update_id, chat, text)).await;
+}
+
+/// Posts `update` to `local`'s webhook with `secret`, expecting it to be taken (200).
+pub async fn post_update(local: &Local, secret: &str, update: &serde_json::Value) {
     let response = reqwest::Client::new()
         .post(local.url("/webhook"))
         .header("x-telegram-bot-api-secret-token", secret)
-        .body(body)
+        .body(update.to_string())
         .send()
         .await
         .unwrap();
-    assert_eq!(response.status(), 200, "update {update_id} was not taken");
+    assert_eq!(
+        response.status(),
+        200,
+        "update {} was not taken",
+        update["update_id"]
+    );
 }
 
 /// Runs `tgq args…` to completion: (exit status, stdout, stderr).

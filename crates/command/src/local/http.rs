@@ -108,6 +108,7 @@ pub fn admin_router(app: App) -> Router {
         .route("/dlq/purge", post(admin_dlq_purge))
         .route("/audit", get(admin_audit))
         .route("/timers", get(admin_timers))
+        .route("/payments", get(admin_payments))
         .route("/timers/cancel", post(admin_timers_cancel))
         .route("/backup", post(admin_backup))
         .route("/broadcasts", get(admin_broadcasts))
@@ -389,6 +390,12 @@ fn admin_answer<T: serde::Serialize>(view: anyhow::Result<T>) -> Response {
 async fn admin_timers(State(app): State<App>, Query(query): Query<Limit>) -> Response {
     let limit = query.limit.unwrap_or(DEFAULT_LIMIT);
     admin_read(&app, move |store| Ok(store.pending_timers(limit)?)).await
+}
+
+/// `GET /admin/payments?limit=N`: what `tgq payments list --json` prints.
+async fn admin_payments(State(app): State<App>, Query(query): Query<Limit>) -> Response {
+    let limit = query.limit.unwrap_or(DEFAULT_LIMIT);
+    admin_read(&app, move |store| Ok(store.charges(limit)?)).await
 }
 
 /// `POST /admin/timers/cancel`: `tgq timers cancel` run by this instance, which holds the store.

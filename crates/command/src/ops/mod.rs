@@ -11,6 +11,7 @@ pub mod broadcast;
 mod client;
 pub mod deploy;
 pub mod dlq;
+pub mod payments;
 pub mod render;
 pub mod setup;
 pub mod target;

@@ -84,6 +84,30 @@ pub fn charge_pk(bot: &BotId, id: &str) -> String {
     format!("{bot}#charge#{id}")
 }
 
+/// The bot id and charge id a key [`charge_pk`] made.
+pub fn split_charge_pk(pk: &str) -> Option<(&str, &str)> {
+    pk.split_once("#charge#")
+}
+
+/// A charge of the ledger with the bot it was paid to, as `tgq payments` lists it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LedgerEntry {
+    /// The bot.
+    pub bot_id: String,
+    /// The charge.
+    #[serde(flatten)]
+    pub charge: Charge,
+}
+
+/// Orders `entries` newest first (the latest recorded, then by charge id) and keeps `limit`.
+pub fn newest_entries(mut entries: Vec<LedgerEntry>, limit: usize) -> Vec<LedgerEntry> {
+    entries.sort_by(|a, b| {
+        (b.charge.recorded_at, &b.charge.id).cmp(&(a.charge.recorded_at, &a.charge.id))
+    });
+    entries.truncate(limit);
+    entries
+}
+
 /// What [`crate::Context::credit`] answers.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Credit {
