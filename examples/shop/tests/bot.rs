@@ -1,0 +1,98 @@
+//! The shop through tgq's test kit: a purchase from the invoice to the gem, a payment delivered
+//! again after its record expired, a refund, and a refund Telegram refuses.
+
+use std::time::Duration;
+
+use tgq_example_shop::{handlers, Wallet, GEM, GEM_STARS};
+use tgq_test::{Call, Failure, Outcome, TestBot};
+
+const USER: i64 = 42;
+
+fn gems(bot: &TestBot) -> Vec<String> {
+    bot.state::<Wallet>(USER).unwrap_or_default().gems
+}
+
+#[tokio::test]
+async fn a_purchase_goes_from_the_invoice_to_one_gem() {
+    let mut bot = TestBot::new(handlers()).await;
+    let buy = bot.text(USER, "/buy").await;
+    let invoice = &buy.calls("sendInvoice")[0];
+    assert_eq!(invoice.params["currency"], "XTR");
+    assert_eq!(invoice.params["payload"], GEM);
+    assert_eq!(invoice.params["prices"][0]["amount"], GEM_STARS);
+
+    let payment = bot.pay(USER, GEM, GEM_STARS).await;
+    assert_eq!(
+        payment.checkout.calls("answerPreCheckoutQuery")[0].params["ok"],
+        true
+    );
+    let paid = payment
+        .paid
+        .expect("an ok answer is followed by the payment");
+    assert_eq!(paid.texts(), ["Thank you! You have 1 gems."]);
+    assert_eq!(gems(&bot), [payment.charge.unwrap()]);
+    assert_eq!(
+        bot.text(USER, "/balance").await.texts(),
+        ["You have 1 gems."]
+    );
+}
+
+#[tokio::test]
+async fn a_wrong_price_is_refused_before_anyone_pays() {
+    let mut bot = TestBot::new(handlers()).await;
+    let payment = bot.pay(USER, GEM, 1).await;
+    let answer = &payment.checkout.calls("answerPreCheckoutQuery")[0];
+    assert_eq!(answer.params["ok"], false);
+    assert_eq!(answer.params["error_message"], "This is not for sale.");
+    assert!(payment.paid.is_none());
+    assert!(gems(&bot).is_empty());
+}
+
+#[tokio::test]
+async fn a_payment_delivered_again_after_its_record_expired_is_one_gem() {
+    let mut bot = TestBot::new(handlers()).await;
+    bot.pay(USER, GEM, GEM_STARS).await;
+    bot.advance(Duration::from_secs(16 * 24 * 3600)).await;
+    let again = bot.again().await;
+    assert!(again.is_done(), "{:?}", again.outcome);
+    assert!(again.texts().is_empty(), "no second thanks");
+    assert_eq!(gems(&bot).len(), 1);
+}
+
+#[tokio::test]
+async fn a_refund_gives_back_the_latest_gem_s_stars_once() {
+    let mut bot = TestBot::new(handlers()).await;
+    let first = bot.pay(USER, GEM, GEM_STARS).await.charge.unwrap();
+    let second = bot.pay(USER, GEM, GEM_STARS).await.charge.unwrap();
+
+    let refund = bot.text(USER, "/refund").await;
+    let call = &refund.calls("refundStarPayment")[0];
+    assert_eq!(call.params["user_id"], USER);
+    assert_eq!(call.params["telegram_payment_charge_id"], second.as_str());
+    assert_eq!(refund.texts(), ["Refunded 50 Stars."]);
+    assert_eq!(gems(&bot), [first]);
+
+    bot.text(USER, "/refund").await;
+    assert_eq!(
+        bot.text(USER, "/refund").await.texts(),
+        ["Nothing to refund."]
+    );
+    assert!(gems(&bot).is_empty());
+}
+
+#[tokio::test]
+async fn a_refund_telegram_refuses_keeps_the_gem() {
+    let mut bot = TestBot::new(handlers()).await;
+    let charge = bot.pay(USER, GEM, GEM_STARS).await.charge.unwrap();
+    bot.fail(
+        Call::method("refundStarPayment"),
+        Failure::api(400, "Bad Request: CHARGE_ALREADY_REFUNDED"),
+    );
+    let refund = bot.text(USER, "/refund").await;
+    assert!(
+        matches!(refund.outcome, Outcome::DeadLettered(_)),
+        "{:?}",
+        refund.outcome
+    );
+    assert_eq!(gems(&bot), [charge], "nothing is debited");
+}
