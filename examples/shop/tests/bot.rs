@@ -96,3 +96,30 @@ async fn a_refund_telegram_refuses_keeps_the_gem() {
     );
     assert_eq!(gems(&bot), [charge], "nothing is debited");
 }
+
+#[tokio::test]
+async fn a_crash_between_the_credit_and_the_settle_credits_once() {
+    let mut bot = TestBot::new(handlers()).await;
+    let paid = serde_json::json!({
+        "message": {
+            "message_id": 5, "date": 1_800_000_000,
+            "chat": {"id": USER, "type": "private", "first_name": "Ada"},
+            "from": {"id": USER, "is_bot": false, "first_name": "Ada"},
+            "successful_payment": {
+                "currency": "XTR", "total_amount": GEM_STARS, "invoice_payload": GEM,
+                "telegram_payment_charge_id": "stx-crash", "provider_payment_charge_id": ""
+            }
+        }
+    });
+    // The thanks leave; the process dies before the update is finished.
+    let crashed = bot.crash_after(1).update(paid).await;
+    assert_eq!(crashed.outcome, Outcome::Crashed);
+    assert_eq!(crashed.texts(), ["Thank you! You have 1 gems."]);
+    assert!(gems(&bot).is_empty(), "nothing was written");
+
+    let again = bot.again().await;
+    assert!(again.is_done(), "{:?}", again.outcome);
+    assert_eq!(gems(&bot), ["stx-crash"], "credited once");
+    // The thanks' outcome died with the process: they are sent again, at least once as any reply.
+    assert_eq!(again.texts(), ["Thank you! You have 1 gems."]);
+}
