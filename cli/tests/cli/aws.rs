@@ -1826,7 +1826,7 @@ async fn timers_on_a_stack_are_listed_and_cancelled_in_the_chats_state_and_lose_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn payments_on_a_stack_are_the_charges_its_settles_recorded() {
-    use tgq_core::payment::Charge;
+    use tgq_core::payment::{Charge, ChargeWrite, Expect};
 
     let deployed = deploy("payments", "1:PAY", &[("BotId", "demo")]).await;
     let now = SystemClock.now();
@@ -1850,10 +1850,14 @@ async fn payments_on_a_stack_are_the_charges_its_settles_recorded() {
             payload: "gem".into(),
             update_id: update,
             recorded_at: now.plus(Duration::from_millis(update as u64)),
+            refunded_at: None,
         };
         let settlement = Settlement::Done {
             state: None,
-            charge: Some(charge),
+            charges: vec![ChargeWrite {
+                entry: charge,
+                expect: Expect::Absent,
+            }],
         };
         deployed
             .store

@@ -1,16 +1,13 @@
 //! A stack's pending timers as `tgq timers list | cancel --stack` reads and changes them
 //! (docs/design/time.md): the `time` attribute of each chat's state item.
 
-use std::collections::HashMap;
-
-use aws_sdk_dynamodb::types::AttributeValue;
 use tgq_core::ids::StateKey;
 use tgq_core::timer::ChatTime;
 use tgq_core::PortError;
 
 use crate::dynamo::DynamoStore;
 use crate::error::port_error;
-use crate::item::{self, number, string, Item};
+use crate::item::{self, number, string};
 
 const SCAN: &str = "DynamoDB Scan";
 const UPDATE: &str = "DynamoDB UpdateItem";
@@ -34,35 +31,6 @@ pub struct StackTimer {
 }
 
 impl DynamoStore {
-    /// Every item of the table that has the attribute `name`, with its `pk`: a Scan of the whole
-    /// table, which reads (and is billed for) every item, for the operator's listings.
-    pub(crate) async fn scan_having(&self, name: &str) -> Result<Vec<(String, Item)>, PortError> {
-        let mut items = Vec::new();
-        let mut start: Option<HashMap<String, AttributeValue>> = None;
-        loop {
-            let output = self
-                .client()
-                .scan()
-                .table_name(self.table())
-                .filter_expression("attribute_exists(#having)")
-                .expression_attribute_names("#having", name)
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(|e| port_error(SCAN, e))?;
-            for found in output.items.unwrap_or_default() {
-                let found = Item(found);
-                if let Some(pk) = found.0.get(item::PK).and_then(|v| v.as_s().ok()) {
-                    items.push((pk.clone(), found));
-                }
-            }
-            match output.last_evaluated_key {
-                Some(key) if !key.is_empty() => start = Some(key),
-                _ => return Ok(items),
-            }
-        }
-    }
-
     /// Every chat's pending timers, earliest due first, at most `limit`. A Scan of the whole table
     /// filtered to the state items with timers.
     pub async fn pending_timers(&self, limit: usize) -> Result<Vec<StackTimer>, PortError> {

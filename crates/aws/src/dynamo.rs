@@ -18,7 +18,7 @@ use aws_sdk_dynamodb::types::{
 };
 use tgq_core::audit::{newest, AuditEntry, AuditLog, AuditReader};
 use tgq_core::ids::{BotId, RecordKey, StateKey};
-use tgq_core::payment::{charge_pk, Charge};
+use tgq_core::payment::{charge_pk, Charge, ChargeWrite, Expect};
 use tgq_core::ports::{
     Claim, ClaimRequest, Claimed, Final, Inserted, Lease, RecordReader, Reset, ResetRequest,
     ResetRule, Settlement, UpdateLedger, UpdateReset, UpdateStore,
@@ -53,6 +53,8 @@ const HELD_BY_RUN: &str = "#status = :processing AND attempts = :token";
 const NO_STATE: &str = "attribute_not_exists(pk)";
 /// A charge's ledger entry is written once, by the first settle that carries it.
 const NEW_CHARGE: &str = "attribute_not_exists(pk)";
+/// A charge's refund is recorded once: the entry is absent or not marked refunded.
+const NOT_REFUNDED: &str = "attribute_not_exists(refunded_at)";
 /// The group's state is still the version the run read: nobody wrote it since.
 const STATE_UNCHANGED: &str = "#version = :read";
 
@@ -386,9 +388,9 @@ impl UpdateLedger for DynamoStore {
                 .set("last_error", ":error", string(&burial.error))
                 .set("burial", ":burial", item::burial(burial)),
         };
-        match (settlement.state(), settlement.charge()) {
-            (None, None) => self.write_run(write).await,
-            (state, charge) => self.write_run_with(write, state, charge).await,
+        match (settlement.state(), settlement.charges()) {
+            (None, []) => self.write_run(write).await,
+            (state, charges) => self.write_run_with(write, state, charges).await,
         }
     }
 
@@ -529,12 +531,12 @@ impl DynamoStore {
     /// Runs a fenced settle with what it writes besides the record, in one transaction: the
     /// record's update (fenced as [`DynamoStore::write_run`]), a put of the group's state item
     /// conditional on the version the run read, and a put of the charge's ledger entry conditional
-    /// on its absence. All are written or none.
+    /// on what the run read of it. All are written or none.
     async fn write_run_with(
         &self,
         write: RunWrite,
         state: Option<&StateWrite>,
-        charge: Option<&Charge>,
+        charges: &[ChargeWrite],
     ) -> Result<(), PortError> {
         let build = |e: aws_sdk_dynamodb::error::BuildError| PortError::rejected(TRANSACT, e);
         let record = Update::builder()
@@ -574,11 +576,15 @@ impl DynamoStore {
                     .build(),
             );
         }
-        if let Some(charge) = charge {
+        let charges_from = items.len();
+        for charge in charges {
             let put = Put::builder()
                 .table_name(&self.table)
-                .set_item(Some(item::charge_item(&write.key.bot_id, charge)))
-                .condition_expression(NEW_CHARGE)
+                .set_item(Some(item::charge_item(&write.key.bot_id, &charge.entry)))
+                .condition_expression(match charge.expect {
+                    Expect::Absent => NEW_CHARGE,
+                    Expect::NotRefunded => NOT_REFUNDED,
+                })
                 .build()
                 .map_err(build)?;
             items.push(TransactWriteItem::builder().put(put).build());
@@ -620,10 +626,14 @@ impl DynamoStore {
                 read: state.read_version,
             });
         }
-        if let Some(charge) = charge.filter(|_| condition_failed(reasons.last())) {
+        let moved = charges
+            .iter()
+            .enumerate()
+            .find(|(n, _)| condition_failed(reasons.get(charges_from + n)));
+        if let Some((_, charge)) = moved {
             return Err(PortError::Credited {
                 what: TRANSACT,
-                charge: charge.id.clone(),
+                charge: charge.entry.id.clone(),
             });
         }
         let failed = reasons
@@ -660,6 +670,35 @@ impl DynamoStore {
             .map(|found| found.state())
             .transpose()
             .map_err(|e| PortError::rejected(GET, e))
+    }
+
+    /// Every item of the table that has the attribute `name`, with its `pk`: a Scan of the whole
+    /// table, which reads (and is billed for) every item, for the operator's listings.
+    pub(crate) async fn scan_having(&self, name: &str) -> Result<Vec<(String, Item)>, PortError> {
+        let mut items = Vec::new();
+        let mut start: Option<HashMap<String, AttributeValue>> = None;
+        loop {
+            let output = self
+                .client()
+                .scan()
+                .table_name(self.table())
+                .filter_expression("attribute_exists(#having)")
+                .expression_attribute_names("#having", name)
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|e| port_error(SCAN, e))?;
+            for found in output.items.unwrap_or_default() {
+                let found = Item(found);
+                if let Some(pk) = found.0.get(item::PK).and_then(|v| v.as_s().ok()) {
+                    items.push((pk.clone(), found));
+                }
+            }
+            match output.last_evaluated_key {
+                Some(key) if !key.is_empty() => start = Some(key),
+                _ => return Ok(items),
+            }
+        }
     }
 
     /// The item with this key, if any, by a strongly consistent read.

@@ -403,6 +403,7 @@ pub(crate) const CHARGE_ID: &str = "charge_id";
 const USER: &str = "user";
 const STARS: &str = "stars";
 const INVOICE_PAYLOAD: &str = "invoice_payload";
+const REFUNDED_AT: &str = "refunded_at";
 
 /// The key of an item of the table by its `pk`.
 pub(crate) fn pk(pk: String) -> HashMap<String, AttributeValue> {
@@ -411,7 +412,7 @@ pub(crate) fn pk(pk: String) -> HashMap<String, AttributeValue> {
 
 /// The item of `bot`'s ledger entry of `charge`.
 pub(crate) fn charge_item(bot: &BotId, charge: &Charge) -> HashMap<String, AttributeValue> {
-    HashMap::from([
+    let mut item = HashMap::from([
         (PK.to_owned(), string(charge_pk(bot, &charge.id))),
         (CHARGE_ID.to_owned(), string(&charge.id)),
         (USER.to_owned(), number(charge.user)),
@@ -419,7 +420,11 @@ pub(crate) fn charge_item(bot: &BotId, charge: &Charge) -> HashMap<String, Attri
         (INVOICE_PAYLOAD.to_owned(), string(&charge.payload)),
         (UPDATE_ID.to_owned(), number(charge.update_id)),
         (AT.to_owned(), number(charge.recorded_at.0)),
-    ])
+    ]);
+    if let Some(at) = charge.refunded_at {
+        item.insert(REFUNDED_AT.to_owned(), number(at.0));
+    }
+    item
 }
 
 impl Item {
@@ -439,6 +444,7 @@ impl Item {
             payload: self.str(INVOICE_PAYLOAD)?.to_owned(),
             update_id: signed(UPDATE_ID)?,
             recorded_at: Timestamp(self.u64(AT)?),
+            refunded_at: self.optional_u64(REFUNDED_AT)?.map(Timestamp),
         })
     }
 }

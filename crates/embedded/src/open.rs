@@ -390,7 +390,7 @@ fn prepare(db: &Database, path: &Path) -> Result<(), StoreError> {
             }
             Some(version) if version == SCHEMA_VERSION => {}
             // Versions 4 to 8 only added tables (created above) and new kinds of values: a file
-            // of version 3 or 4 lacks tables, and nothing it holds changes meaning.
+            // of version 3 to 7 lacks tables, and nothing it holds changes meaning.
             Some(version) if UPGRADABLE_FROM.contains(&version) => {
                 meta.insert(seq::SCHEMA, SCHEMA_VERSION)?;
             }

@@ -228,16 +228,24 @@ impl Tx<'_> {
             Some(key) => self.load_state(key)?,
             None => None,
         };
-        let charge = settlement
-            .charge()
-            .map(|charge| (charge_pk(&lease.key.bot_id, &charge.id), charge));
-        let charged = match &charge {
-            Some((pk, _)) => self.table(CHARGES)?.get(pk.as_str())?.is_some(),
-            None => false,
-        };
+        let pks: Vec<String> = settlement
+            .charges()
+            .iter()
+            .map(|write| charge_pk(&lease.key.bot_id, &write.entry.id))
+            .collect();
+        let mut found = Vec::with_capacity(pks.len());
+        for pk in &pks {
+            found.push(match self.table(CHARGES)?.get(pk.as_str())? {
+                Some(value) => Some(
+                    serde_json::from_slice(value.value())
+                        .map_err(|e| OpError::Fatal(format!("charge {pk}: {e}")))?,
+                ),
+                None => None,
+            });
+        }
         let checked = settled(
             stored.as_ref(),
-            (state.as_ref(), charged),
+            (state.as_ref(), &found),
             lease,
             settlement,
             outcomes,
@@ -245,8 +253,9 @@ impl Tx<'_> {
         let before = state.map(|state| state.json);
         let (record, state) = self.refused_or(checked)?;
         self.put_run(&record, outcomes)?;
-        if let Some((pk, charge)) = charge {
-            let value = serde_json::to_vec(charge).map_err(|e| OpError::Fatal(e.to_string()))?;
+        for (pk, write) in pks.iter().zip(settlement.charges()) {
+            let value =
+                serde_json::to_vec(&write.entry).map_err(|e| OpError::Fatal(e.to_string()))?;
             self.table_mut(CHARGES)?
                 .insert(pk.as_str(), value.as_slice())?;
         }

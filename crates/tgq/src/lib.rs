@@ -60,7 +60,7 @@ pub use tgq_core::broadcast::{Audience, BroadcastId, StateFilter};
 pub use tgq_core::error::BoxError;
 pub use tgq_core::flow::Flow;
 pub use tgq_core::handlers::HandlerRegistry;
-pub use tgq_core::payment::{Charge, Credit};
+pub use tgq_core::payment::{Charge, Credit, Refund};
 pub use tgq_core::state::{ChatState, StateError};
 pub use tgq_core::telegram::TelegramError;
 pub use tgq_core::timer::{

@@ -1,10 +1,11 @@
 //! A shop selling gems for Telegram Stars: `/buy` sends an invoice, a payment is credited once per
 //! charge (however often it is delivered), `/balance` shows the gems, `/refund` gives back the
-//! latest gem's Stars.
+//! latest gem's Stars, asked of Telegram at most once.
 use serde::{Deserialize, Serialize};
-use tgq::payloads::{AnswerPreCheckoutQuery, RefundStarPayment, SendInvoice};
+use tgq::payloads::{AnswerPreCheckoutQuery, SendInvoice};
 use tgq::prelude::*;
-use tgq::types::{LabeledPrice, TelegramTransactionId};
+use tgq::types::LabeledPrice;
+use tgq::Refund;
 
 /// What one gem costs, in Stars.
 pub const GEM_STARS: u32 = 50;
@@ -71,10 +72,15 @@ impl Handler for Shop {
                     ctx.reply(m, "Nothing to refund.").await?;
                     return Ok(());
                 };
-                // Money: never sent twice, even when a crash leaves the first try's outcome unknown.
-                let refund = RefundStarPayment::new(user.id, TelegramTransactionId(charge));
-                ctx.send_at_most_once(refund).await?;
-                ctx.reply(m, format!("Refunded {GEM_STARS} Stars.")).await?;
+                // Asked of Telegram at most once, and marked on the charge in the ledger.
+                let said = match ctx.refund(user.id, &charge).await? {
+                    Refund::Refunded => format!("Refunded {GEM_STARS} Stars."),
+                    Refund::Already => "That gem was refunded already.".to_owned(),
+                    Refund::Uncertain => {
+                        "Your refund is on its way; /balance in a while.".to_owned()
+                    }
+                };
+                ctx.reply(m, said).await?;
             }
             Route::Other(UpdateKind::Message(m)) => {
                 let Some(payment) = m.successful_payment() else {

@@ -1,5 +1,6 @@
 //! The shop through tgq's test kit: a purchase from the invoice to the gem, a payment delivered
-//! again after its record expired, a refund, and a refund Telegram refuses.
+//! again after its record expired, a crash before the payment is finished, refunds, and refunds
+//! Telegram refuses.
 
 use std::time::Duration;
 
@@ -60,19 +61,21 @@ async fn a_payment_delivered_again_after_its_record_expired_is_one_gem() {
 }
 
 #[tokio::test]
-async fn a_refund_gives_back_the_latest_gem_s_stars_once() {
+async fn a_refund_gives_back_the_latest_gem_s_stars_asking_once() {
     let mut bot = TestBot::new(handlers()).await;
     let first = bot.pay(USER, GEM, GEM_STARS).await.charge.unwrap();
     let second = bot.pay(USER, GEM, GEM_STARS).await.charge.unwrap();
 
     let refund = bot.text(USER, "/refund").await;
+    assert_eq!(refund.calls("refundStarPayment").len(), 1, "asked once");
     let call = &refund.calls("refundStarPayment")[0];
     assert_eq!(call.params["user_id"], USER);
     assert_eq!(call.params["telegram_payment_charge_id"], second.as_str());
     assert_eq!(refund.texts(), ["Refunded 50 Stars."]);
     assert_eq!(gems(&bot), [first]);
 
-    bot.text(USER, "/refund").await;
+    let refund = bot.text(USER, "/refund").await;
+    assert_eq!(refund.calls("refundStarPayment").len(), 1);
     assert_eq!(
         bot.text(USER, "/refund").await.texts(),
         ["Nothing to refund."]
@@ -86,7 +89,7 @@ async fn a_refund_telegram_refuses_keeps_the_gem() {
     let charge = bot.pay(USER, GEM, GEM_STARS).await.charge.unwrap();
     bot.fail(
         Call::method("refundStarPayment"),
-        Failure::api(400, "Bad Request: CHARGE_ALREADY_REFUNDED"),
+        Failure::api(400, "Bad Request: CHARGE_NOT_FOUND"),
     );
     let refund = bot.text(USER, "/refund").await;
     assert!(
@@ -95,6 +98,19 @@ async fn a_refund_telegram_refuses_keeps_the_gem() {
         refund.outcome
     );
     assert_eq!(gems(&bot), [charge], "nothing is debited");
+}
+
+#[tokio::test]
+async fn a_gem_telegram_says_was_refunded_already_leaves_the_wallet() {
+    let mut bot = TestBot::new(handlers()).await;
+    bot.pay(USER, GEM, GEM_STARS).await;
+    bot.fail(
+        Call::method("refundStarPayment"),
+        Failure::api(400, "Bad Request: CHARGE_ALREADY_REFUNDED"),
+    );
+    let refund = bot.text(USER, "/refund").await;
+    assert_eq!(refund.texts(), ["That gem was refunded already."]);
+    assert!(gems(&bot).is_empty());
 }
 
 #[tokio::test]

@@ -12,7 +12,7 @@ use tgq_core::audit::{AuditAction, AuditEntry, AuditLog, AuditReader};
 use tgq_core::clock::{Clock, SystemClock};
 use tgq_core::dead::{Burial, DeadReason, FailureClass};
 use tgq_core::ids::{BotId, GroupKey, RecordKey, StateKey, UpdateId};
-use tgq_core::payment::Charge;
+use tgq_core::payment::{Charge, ChargeWrite, Expect, PaymentUpdate};
 use tgq_core::ports::{
     Claim, ClaimRequest, Claimed, DeadLetter, DeadLetterReader, DeadLetterStore, DeadLetters,
     Final, Inserted, OutgoingMessage, QueueConsumer, RecordReader, Reset, ResetRequest, ResetRule,
@@ -94,6 +94,7 @@ macro_rules! conformance_tests {
             outcomes_written_at_once_come_back_with_the_next_claim_and_are_fenced,
             a_recipient_gone_settle_is_done_and_keeps_why,
             a_charge_is_recorded_once_with_the_settle_that_carries_it,
+            a_refund_is_recorded_once_on_its_charge,
         );
     };
     (@each $make:expr; $($name:ident),* $(,)?) => {
@@ -187,6 +188,12 @@ pub async fn a_new_update_is_stored_and_a_repeat_reports_its_status(a: Adapters)
         a.store.insert(&r, now()).await.unwrap(),
         Inserted::Exists(Status::Processing)
     );
+}
+
+/// Claims a new update of `group` now, for 30 s; panics unless the claim runs.
+async fn claim_next(a: &Adapters, group: &GroupKey) -> Claimed {
+    let update = record(&fresh_key(), group.as_str());
+    claim(a, &update, now(), Duration::from_secs(30)).await
 }
 
 /// Claims the record for a run of `lease` from `at`; panics unless the claim runs.
@@ -661,7 +668,7 @@ fn done_with(group: &GroupKey, json: &str, read_version: u64) -> Settlement {
             read_version,
             time: None,
         }),
-        charge: None,
+        charges: Vec::new(),
     }
 }
 
@@ -831,6 +838,7 @@ pub async fn a_charge_is_recorded_once_with_the_settle_that_carries_it(a: Adapte
         payload: "gem".into(),
         update_id: first.key.update_id.0,
         recorded_at: now(),
+        refunded_at: None,
     };
     assert_eq!(a.ledger.charge(&bot(), &id).await.unwrap(), None);
     let credit = |json: &str, read_version| {
@@ -839,7 +847,10 @@ pub async fn a_charge_is_recorded_once_with_the_settle_that_carries_it(a: Adapte
         };
         Settlement::Done {
             state,
-            charge: Some(charge.clone()),
+            charges: vec![ChargeWrite {
+                entry: charge.clone(),
+                expect: Expect::Absent,
+            }],
         }
     };
 
@@ -878,15 +889,75 @@ pub async fn a_charge_is_recorded_once_with_the_settle_that_carries_it(a: Adapte
         .settle(&run.lease, &Settlement::DONE, &[])
         .await
         .unwrap();
-    let next = claim(
-        &a,
-        &record(&fresh_key(), group.as_str()),
-        now(),
-        Duration::from_secs(30),
-    )
-    .await;
+    let next = claim_next(&a, &group).await;
     assert_eq!(next.state, stored(r#"{"stars":50}"#, 1), "credited once");
     assert_eq!(a.ledger.charge(&bot(), &id).await.unwrap(), Some(charge));
+}
+
+/// A refund marks its charge's entry once: a second run that read it unrefunded is refused, with no
+/// state in the write; a refund of a charge the ledger never had enters it refunded.
+pub async fn a_refund_is_recorded_once_on_its_charge(a: Adapters) {
+    let group = fresh_group("refund");
+    let id = format!("stx-{}", fresh_key().update_id);
+    let paid = Charge {
+        id: id.clone(),
+        user: 42,
+        stars: 50,
+        payload: "gem".into(),
+        update_id: 1,
+        recorded_at: now(),
+        refunded_at: None,
+    };
+    let settle = |writes: Vec<ChargeWrite>| Settlement::Done {
+        state: None,
+        charges: writes,
+    };
+    let run = claim_next(&a, &group).await;
+    let written = ChargeWrite::of(&PaymentUpdate::Paid(paid.clone()), None, now()).unwrap();
+    a.ledger
+        .settle(&run.lease, &settle(vec![written]), &[])
+        .await
+        .unwrap();
+
+    // Two runs read it unrefunded; the first to settle marks it, the other is refused.
+    let at = now().plus(Duration::from_secs(1));
+    let refund = ChargeWrite::refund(&paid, at).unwrap();
+    let (one, two) = (claim_next(&a, &group).await, claim_next(&a, &group).await);
+    a.ledger
+        .settle(&one.lease, &settle(vec![refund.clone()]), &[])
+        .await
+        .unwrap();
+    let refused = a
+        .ledger
+        .settle(&two.lease, &settle(vec![refund]), &[])
+        .await;
+    assert!(
+        matches!(&refused, Err(PortError::Credited { charge, .. }) if *charge == id),
+        "{refused:?}"
+    );
+    let marked = a.ledger.charge(&bot(), &id).await.unwrap().unwrap();
+    assert_eq!(marked.refunded_at, Some(at));
+    assert_eq!(
+        marked.recorded_at, paid.recorded_at,
+        "the payment's entry, marked"
+    );
+
+    let unknown = format!("{id}-unknown");
+    let entry = Charge {
+        id: unknown.clone(),
+        refunded_at: Some(at),
+        ..paid
+    };
+    let run = claim_next(&a, &group).await;
+    let write = ChargeWrite::of(&PaymentUpdate::Refunded(entry.clone()), None, at).unwrap();
+    a.ledger
+        .settle(&run.lease, &settle(vec![write]), &[])
+        .await
+        .unwrap();
+    assert_eq!(
+        a.ledger.charge(&bot(), &unknown).await.unwrap(),
+        Some(entry)
+    );
 }
 
 /// Outcomes written at once (a step's result) are on the record for the next claim, and a run that
@@ -1381,7 +1452,7 @@ pub async fn write_state(
             read_version: claimed.state.map_or(0, |s| s.version),
             time: None,
         }),
-        charge: None,
+        charges: Vec::new(),
     };
     ledger
         .settle(&claimed.lease, &settlement, &[])

@@ -268,13 +268,15 @@ const CROSSED_CLOSE_WITHIN: Duration = Duration::from_secs(1);
 /// the close would throw such a call away unread, and a caller right to doubt it would seem to
 /// doubt a call Telegram never saw.
 async fn last_calls(tail: std::net::TcpStream, shared: Arc<Shared>) {
+    // Shut here too: a connection that ended on an error may not have shut its side.
+    let _ = tail.shutdown(std::net::Shutdown::Write);
     let Ok(tail) = TcpStream::from_std(tail) else {
         return;
     };
     let router = Router::new()
         .route("/{bot_token}/{method}", any(crossed_close))
         .with_state(shared);
-    // The fake's side is shut already: any answer written here goes nowhere.
+    // The fake's side is shut: any answer written here goes nowhere.
     let connection = http1::Builder::new()
         .half_close(true)
         .serve_connection(TokioIo::new(tail), TowerToHyperService::new(router));

@@ -160,15 +160,18 @@ impl UpdateLedger for MemoryStore {
         let tables = &mut *self.tables.lock();
         let state_key = settlement.state().map(|write| write.key.clone());
         let stored = state_key.as_ref().and_then(|key| tables.states.get(key));
-        let charge = settlement
-            .charge()
-            .map(|charge| (charge_pk(&lease.key.bot_id, &charge.id), charge));
-        let charged = charge
-            .as_ref()
-            .is_some_and(|(pk, _)| tables.charges.contains_key(pk));
+        let pks: Vec<String> = settlement
+            .charges()
+            .iter()
+            .map(|write| charge_pk(&lease.key.bot_id, &write.entry.id))
+            .collect();
+        let found: Vec<Option<Charge>> = pks
+            .iter()
+            .map(|pk| tables.charges.get(pk).cloned())
+            .collect();
         let (record, state) = settled(
             tables.records.get(&lease.key),
-            (stored, charged),
+            (stored, &found),
             lease,
             settlement,
             outcomes,
@@ -177,8 +180,8 @@ impl UpdateLedger for MemoryStore {
         if let (Some(key), Some(state)) = (state_key, state) {
             tables.states.insert(key, state);
         }
-        if let Some((pk, charge)) = charge {
-            tables.charges.insert(pk, charge.clone());
+        for (pk, write) in pks.into_iter().zip(settlement.charges()) {
+            tables.charges.insert(pk, write.entry.clone());
         }
         Ok(())
     }

@@ -22,8 +22,9 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
+use teloxide_core::payloads::RefundStarPayment;
 use teloxide_core::requests::Payload;
-use teloxide_core::types::SuccessfulPayment;
+use teloxide_core::types::{SuccessfulPayment, TelegramTransactionId, UserId};
 
 /// What the worker logs, in the update's span, when it makes an at-least-once action again
 /// because an earlier run's outcome is unknown; `tgq-drill` counts those updates by it.
@@ -35,11 +36,11 @@ use crate::clock::Clock;
 use crate::failure::HandlerError;
 use crate::flow::{Flow, FLOW_TIMEOUT_KEY};
 use crate::ids::{GroupKey, RecordKey, StateKey};
-use crate::payment::{Charge, Credit};
+use crate::payment::{Charge, ChargeWrite, Credit, Refund};
 use crate::ports::{Lease, UpdateLedger};
 use crate::record::{ActionIntent, ActionOutcome, ActionRecord, Delivery, Timestamp};
 use crate::state::{self, ChatState, StateWrite, StoredState};
-use crate::telegram::{method_name, ApiCall, BotApi, CallError};
+use crate::telegram::{method_name, ApiCall, BotApi, CallError, TelegramError};
 use crate::timer::{
     timer_id, ChatTime, Fired, FlowAt, Pending, TimerError, TimerMessage, When,
     MAX_TIMERS_PER_CHAT, MAX_TIMER_DELAY, MAX_TIMER_KEY_BYTES, MAX_TIMER_PAYLOAD_BYTES,
@@ -111,6 +112,8 @@ pub struct Context<'a> {
     pub(crate) time_changed: bool,
     /// Timers this run scheduled, by key: handed to the scheduler before the settle.
     pub(crate) scheduled: BTreeMap<String, TimerMessage>,
+    /// The ledger's entries this run refunded, marked by the settle.
+    pub(crate) refunds: Vec<ChargeWrite>,
 }
 
 /// What a run's context saw, reported by the worker.
@@ -144,6 +147,7 @@ impl<'a> Context<'a> {
             time,
             time_changed: false,
             scheduled: BTreeMap::new(),
+            refunds: Vec::new(),
         }
     }
 
@@ -260,12 +264,19 @@ impl<'a> Context<'a> {
     /// Whether to credit `payment`, this update's `successful_payment`: [`Credit::New`] the first
     /// time tgq sees its charge, [`Credit::Already`] when an earlier update carrying the same
     /// charge finished (Telegram delivered the payment again, or an operator replayed it after its
-    /// record expired). Credit a new one through the chat's state ([`Context::set_state`]): the
+    /// record expired). Payments in Stars only (`XTR`). Credit a new one through the chat's state
+    /// ([`Context::set_state`]): the
     /// state and the charge's ledger entry are written in the one write that finishes the update,
     /// so the credit happens once per charge. Two charges for one invoice payload are two credits.
     /// Any other payment is refused: credit only the update's own.
     pub fn credit(&self, payment: &SuccessfulPayment) -> Result<Credit, HandlerError> {
         let Some((charge, credited)) = self.run.payment else {
+            if payment.currency != crate::payment::STARS {
+                return Err(HandlerError::permanent(format!(
+                    "ctx.credit keeps the ledger of payments in Stars (XTR); this one is in {}",
+                    payment.currency
+                )));
+            }
             return Err(HandlerError::permanent(
                 "ctx.credit was given a payment, but the update carries no successful_payment",
             ));
@@ -279,6 +290,43 @@ impl<'a> Context<'a> {
             Some(earlier) => Credit::Already(earlier.clone()),
             None => Credit::New,
         })
+    }
+
+    /// Gives `user` back the Stars of charge `charge` (`refundStarPayment`), at most once: a run
+    /// that died after asking is not asked again ([`Refund::Uncertain`]), a charge the ledger or
+    /// Telegram knows as refunded is not refunded again ([`Refund::Already`]). A refund made is
+    /// marked on the charge's ledger entry by the write that finishes the update. Debit what the
+    /// charge bought in the chat's state, written with it.
+    pub async fn refund(&mut self, user: UserId, charge: &str) -> Result<Refund, HandlerError> {
+        let bot = &self.run.lease.key.bot_id;
+        let known = self.run.ledger.charge(bot, charge).await?;
+        if known
+            .as_ref()
+            .is_some_and(|entry| entry.refunded_at.is_some())
+        {
+            return Ok(Refund::Already);
+        }
+        let call = RefundStarPayment::new(user, TelegramTransactionId(charge.to_owned()));
+        let refund = match self.send_at_most_once(call).await {
+            Ok(Some(_)) => Refund::Refunded,
+            Ok(None) => return Ok(Refund::Uncertain),
+            Err(HandlerError::Telegram(TelegramError::Api { description, .. }))
+                if description.contains("CHARGE_ALREADY_REFUNDED") =>
+            {
+                Refund::Already
+            }
+            Err(error) => return Err(error),
+        };
+        let now = self.run.clock.now();
+        if let Some(write) = known.and_then(|entry| ChargeWrite::refund(&entry, now)) {
+            self.refunds.push(write);
+        }
+        Ok(refund)
+    }
+
+    /// The ledger's entries this run refunded, for the `DONE` settle.
+    pub(crate) fn take_refunds(&mut self) -> Vec<ChargeWrite> {
+        std::mem::take(&mut self.refunds)
     }
 
     /// The format tag of the chat's state (this run's, else the stored one): a handler that

@@ -80,10 +80,12 @@ pub enum PortError {
         /// The version the run read.
         read: u64,
     },
-    /// Another update carrying the same payment recorded its charge in the ledger after this run
-    /// read it (docs/design/payments.md §2): the run's settle wrote nothing, and a retry finds the
-    /// charge credited.
-    #[error("{what} was refused: charge {charge} is in the payments ledger already")]
+    /// Another run recorded the charge in the payments ledger, or its refund, after this run read
+    /// it (docs/design/payments.md §2): the run's settle wrote nothing, and a retry finds the charge
+    /// as it is now.
+    #[error(
+        "{what} was refused: charge {charge} changed in the payments ledger since the run read it"
+    )]
     Credited {
         /// The operation that was refused.
         what: &'static str,

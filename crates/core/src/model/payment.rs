@@ -2,16 +2,18 @@
 //! id Telegram gives it (docs/design/payments.md §2).
 
 use serde::{Deserialize, Serialize};
-use teloxide_core::types::{SuccessfulPayment, Update, UpdateKind};
+use teloxide_core::types::{Message, SuccessfulPayment, Update, UpdateKind};
 
 use crate::ids::{BotId, RecordKey};
 use crate::record::Timestamp;
 
 /// The longest charge id tgq keeps: Telegram's are a few dozen characters.
 pub const MAX_CHARGE_ID_BYTES: usize = 256;
+/// The currency of Telegram Stars: the ledger keeps payments in it, and no other.
+pub const STARS: &str = "XTR";
 
-/// One charge in the bot's ledger: a `successful_payment` tgq received, recorded once, in the same
-/// write that settles the first update that carried it. It is kept until the operator removes it.
+/// One charge in the bot's ledger: a payment in Stars tgq received, recorded once, in the same
+/// write that settles the first update that carried it. It never expires.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Charge {
     /// Telegram's `telegram_payment_charge_id`: the ledger's key, with the bot's id.
@@ -26,6 +28,87 @@ pub struct Charge {
     pub update_id: i64,
     /// When tgq recorded it.
     pub recorded_at: Timestamp,
+    /// When tgq learnt it was refunded: its `refunded_payment` finished, or `ctx.refund` gave the
+    /// Stars back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refunded_at: Option<Timestamp>,
+}
+
+/// What a payment update tells the ledger.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PaymentUpdate {
+    /// A `successful_payment`: the charge, paid.
+    Paid(Charge),
+    /// A `refunded_payment`: the charge, refunded.
+    Refunded(Charge),
+}
+
+impl PaymentUpdate {
+    /// The charge the update names, as it would enter the ledger.
+    pub fn charge(&self) -> &Charge {
+        match self {
+            PaymentUpdate::Paid(charge) | PaymentUpdate::Refunded(charge) => charge,
+        }
+    }
+}
+
+/// How a settle may write a charge's entry: on what it must find there, so that two runs that read
+/// the same entry cannot both act on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Expect {
+    /// No entry: a payment recorded once.
+    Absent,
+    /// No entry, or one not refunded: a refund recorded once.
+    NotRefunded,
+}
+
+impl Expect {
+    /// Whether `found`, the entry there now, is what the write expects.
+    pub fn holds(self, found: Option<&Charge>) -> bool {
+        match self {
+            Expect::Absent => found.is_none(),
+            Expect::NotRefunded => found.is_none_or(|charge| charge.refunded_at.is_none()),
+        }
+    }
+}
+
+/// A write of the payments ledger that a `DONE` settle makes with the update.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChargeWrite {
+    /// The entry as the run leaves it.
+    pub entry: Charge,
+    /// What the settle must find.
+    pub expect: Expect,
+}
+
+impl ChargeWrite {
+    /// What a payment update writes, given the entry the run read (`None` when there is nothing
+    /// to write: a payment credited before, a refund known before).
+    pub fn of(update: &PaymentUpdate, read: Option<&Charge>, now: Timestamp) -> Option<Self> {
+        match (update, read) {
+            (PaymentUpdate::Paid(charge), None) => Some(ChargeWrite {
+                entry: charge.clone(),
+                expect: Expect::Absent,
+            }),
+            (PaymentUpdate::Paid(_), Some(_)) => None,
+            (PaymentUpdate::Refunded(_), Some(known)) => Self::refund(known, now),
+            (PaymentUpdate::Refunded(charge), None) => Some(ChargeWrite {
+                entry: charge.clone(),
+                expect: Expect::NotRefunded,
+            }),
+        }
+    }
+
+    /// `known` marked refunded at `now`; `None` when it is already.
+    pub fn refund(known: &Charge, now: Timestamp) -> Option<Self> {
+        known.refunded_at.is_none().then(|| ChargeWrite {
+            entry: Charge {
+                refunded_at: Some(now),
+                ..known.clone()
+            },
+            expect: Expect::NotRefunded,
+        })
+    }
 }
 
 impl Charge {
@@ -33,30 +116,56 @@ impl Charge {
     /// `Ok(None)` for any other update. A payment whose charge id tgq cannot key a ledger entry by
     /// (empty, too long, or with control characters) is refused with the reason: such an update is
     /// dead-lettered, never credited.
-    pub fn of(update: &Update, key: &RecordKey, now: Timestamp) -> Result<Option<Charge>, String> {
+    pub fn of(
+        update: &Update,
+        key: &RecordKey,
+        now: Timestamp,
+    ) -> Result<Option<PaymentUpdate>, String> {
         let UpdateKind::Message(message) = &update.kind else {
             return Ok(None);
         };
-        let Some(payment) = message.successful_payment() else {
-            return Ok(None);
+        let charge = |kind: &str, id: &str, stars: u32, payload: &str| {
+            if let Some(reason) = malformed(id) {
+                return Err(format!(
+                    "a {kind} whose telegram_payment_charge_id {reason}: it is not credited"
+                ));
+            }
+            Ok(Charge {
+                id: id.to_owned(),
+                user: payer(message),
+                stars,
+                payload: payload.to_owned(),
+                update_id: key.update_id.0,
+                recorded_at: now,
+                refunded_at: None,
+            })
         };
-        let id = &payment.telegram_payment_charge_id.0;
-        if let Some(reason) = malformed(id) {
-            return Err(format!(
-                "a successful_payment whose telegram_payment_charge_id {reason}: it is not credited"
-            ));
+        if let Some(paid) = message.successful_payment().filter(|p| p.currency == STARS) {
+            let id = &paid.telegram_payment_charge_id.0;
+            let paid = charge(
+                "successful_payment",
+                id,
+                paid.total_amount,
+                &paid.invoice_payload,
+            )?;
+            return Ok(Some(PaymentUpdate::Paid(paid)));
         }
-        let user = message.from.as_ref().map_or(message.chat.id.0, |from| {
-            i64::try_from(from.id.0).unwrap_or(message.chat.id.0)
-        });
-        Ok(Some(Charge {
-            id: id.clone(),
-            user,
-            stars: payment.total_amount,
-            payload: payment.invoice_payload.clone(),
-            update_id: key.update_id.0,
-            recorded_at: now,
-        }))
+        if let teloxide_core::types::MessageKind::RefundedPayment(refund) = &message.kind {
+            let refund = &refund.refunded_payment;
+            if refund.currency != STARS {
+                return Ok(None);
+            }
+            let id = &refund.telegram_payment_charge_id.0;
+            let mut refunded = charge(
+                "refunded_payment",
+                id,
+                refund.total_amount,
+                &refund.invoice_payload,
+            )?;
+            refunded.refunded_at = Some(now);
+            return Ok(Some(PaymentUpdate::Refunded(refunded)));
+        }
+        Ok(None)
     }
 
     /// Whether `payment` is this charge's.
@@ -65,14 +174,21 @@ impl Charge {
     }
 }
 
+/// Who paid: the message's sender, else its (private) chat.
+fn payer(message: &Message) -> i64 {
+    message.from.as_ref().map_or(message.chat.id.0, |from| {
+        i64::try_from(from.id.0).unwrap_or(message.chat.id.0)
+    })
+}
+
 /// What is wrong with a charge id, if anything.
-fn malformed(id: &str) -> Option<&'static str> {
+fn malformed(id: &str) -> Option<String> {
     if id.trim().is_empty() {
-        Some("is empty")
+        Some("is empty".into())
     } else if id.len() > MAX_CHARGE_ID_BYTES {
-        Some("is over 256 bytes")
+        Some(format!("is over {MAX_CHARGE_ID_BYTES} bytes"))
     } else if id.chars().any(char::is_control) {
-        Some("holds control characters")
+        Some("holds control characters".into())
     } else {
         None
     }
@@ -126,12 +242,26 @@ impl Credit {
     }
 }
 
+/// What [`crate::Context::refund`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refund {
+    /// Telegram gave the Stars back, in this run or in an earlier run of the update.
+    Refunded,
+    /// The charge was refunded before: the ledger says so, or Telegram answered
+    /// `CHARGE_ALREADY_REFUNDED`. Nothing was given back now.
+    Already,
+    /// An earlier run of the update asked for the refund and died before Telegram's answer was
+    /// recorded: it is not asked again (a refund is never sent twice), and whether it happened is
+    /// unknown; `tgq payments show` and the bot's Star transactions tell.
+    Uncertain,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::ids::UpdateId;
 
-    fn update(charge: &str) -> Update {
+    fn update(kind: &str, charge: &str) -> Update {
         // From text: teloxide reads an update's kind from borrowed keys only.
         let update = serde_json::json!({
             "update_id": 7,
@@ -139,7 +269,7 @@ mod tests {
                 "message_id": 3, "date": 1_700_000_000,
                 "chat": {"id": 42, "type": "private", "first_name": "A"},
                 "from": {"id": 42, "is_bot": false, "first_name": "A"},
-                "successful_payment": {
+                kind: {
                     "currency": "XTR", "total_amount": 50, "invoice_payload": "gem",
                     "telegram_payment_charge_id": charge, "provider_payment_charge_id": ""
                 }
@@ -152,34 +282,69 @@ mod tests {
         RecordKey::new(BotId::new("shop").unwrap(), UpdateId(7))
     }
 
+    fn charge(refunded_at: Option<Timestamp>) -> Charge {
+        Charge {
+            id: "stx1".into(),
+            user: 42,
+            stars: 50,
+            payload: "gem".into(),
+            update_id: 7,
+            recorded_at: Timestamp(5),
+            refunded_at,
+        }
+    }
+
     #[test]
-    fn a_payment_is_read_as_its_charge() {
-        let charge = Charge::of(&update("stx1"), &key(), Timestamp(5))
-            .unwrap()
-            .unwrap();
+    fn a_payment_and_a_refund_are_read_as_their_charge() {
+        let of = |kind| Charge::of(&update(kind, "stx1"), &key(), Timestamp(5)).unwrap();
         assert_eq!(
-            charge,
-            Charge {
-                id: "stx1".into(),
-                user: 42,
-                stars: 50,
-                payload: "gem".into(),
-                update_id: 7,
-                recorded_at: Timestamp(5),
-            }
+            of("successful_payment"),
+            Some(PaymentUpdate::Paid(charge(None)))
+        );
+        assert_eq!(
+            of("refunded_payment"),
+            Some(PaymentUpdate::Refunded(charge(Some(Timestamp(5)))))
         );
     }
 
     #[test]
     fn a_charge_id_no_entry_can_be_keyed_by_is_refused_with_the_reason() {
-        for (id, reason) in [
-            ("", "is empty"),
-            ("  ", "is empty"),
-            (&"x".repeat(257)[..], "is over 256 bytes"),
-            ("a\nb", "holds control characters"),
-        ] {
-            let refused = Charge::of(&update(id), &key(), Timestamp(5)).unwrap_err();
-            assert!(refused.contains(reason), "{id:?}: {refused}");
+        for kind in ["successful_payment", "refunded_payment"] {
+            for (id, reason) in [
+                ("", "is empty"),
+                ("  ", "is empty"),
+                (&"x".repeat(257)[..], "is over 256 bytes"),
+                ("a\nb", "holds control characters"),
+            ] {
+                let refused = Charge::of(&update(kind, id), &key(), Timestamp(5)).unwrap_err();
+                assert!(
+                    refused.contains(reason) && refused.contains(kind),
+                    "{id:?}: {refused}"
+                );
+            }
         }
+    }
+
+    #[test]
+    fn a_payment_is_written_once_and_a_refund_marks_its_charge_once() {
+        let paid = PaymentUpdate::Paid(charge(None));
+        let refunded = PaymentUpdate::Refunded(charge(Some(Timestamp(9))));
+        let now = Timestamp(9);
+        let written = |update, read: Option<&Charge>| ChargeWrite::of(update, read, now);
+        assert_eq!(written(&paid, None).map(|w| w.expect), Some(Expect::Absent));
+        assert_eq!(written(&paid, Some(&charge(None))), None);
+        let marked = written(&refunded, Some(&charge(None))).unwrap();
+        assert_eq!(
+            (marked.entry.refunded_at, marked.entry.recorded_at),
+            (Some(now), Timestamp(5))
+        );
+        assert_eq!(marked.expect, Expect::NotRefunded);
+        assert_eq!(written(&refunded, Some(&charge(Some(Timestamp(8))))), None);
+        assert_eq!(written(&refunded, None).unwrap().entry, charge(Some(now)));
+
+        assert!(Expect::Absent.holds(None));
+        assert!(!Expect::Absent.holds(Some(&charge(None))));
+        assert!(Expect::NotRefunded.holds(Some(&charge(None))));
+        assert!(!Expect::NotRefunded.holds(Some(&charge(Some(now)))));
     }
 }

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use crate::dead::Burial;
 use crate::error::PortError;
 use crate::ids::{BotId, GroupKey, RecordKey, StateKey};
-use crate::payment::Charge;
+use crate::payment::{Charge, ChargeWrite};
 use crate::record::{ActionIntent, ActionOutcome, ActionRecord, Status, Timestamp, UpdateRecord};
 use crate::state::{StateWrite, StoredState};
 
@@ -208,14 +208,14 @@ impl Claimed {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Settlement {
     /// The handler finished; `state` is its group's new state when the run changed it, and
-    /// `charge` the payment it carried when no earlier update recorded it, both written in the
-    /// same conditional write (docs/design/payments.md §2).
+    /// `charges` what the run changes in the payments ledger (a payment new to it, a refund), all
+    /// written in the same conditional write (docs/design/payments.md §2).
     Done {
         /// The group's new state, if the run set one.
         state: Option<StateWrite>,
-        /// The charge to record in the payments ledger; the settle is refused with
-        /// [`PortError::Credited`] if it is there already.
-        charge: Option<Charge>,
+        /// The ledger's entries as the run leaves them; the settle is refused with
+        /// [`PortError::Credited`] when one is not as the run read it.
+        charges: Vec<ChargeWrite>,
     },
     /// The handler's recipient is gone — the user blocked the bot, deleted their account, or the
     /// private chat no longer exists (docs/design/worker.md §1): nothing is left to do, so the
@@ -240,7 +240,7 @@ impl Settlement {
     /// A finished run that changed no state.
     pub const DONE: Settlement = Settlement::Done {
         state: None,
-        charge: None,
+        charges: Vec::new(),
     };
 
     /// The status the record ends in.
@@ -260,11 +260,11 @@ impl Settlement {
         }
     }
 
-    /// The charge this settle records in the payments ledger.
-    pub fn charge(&self) -> Option<&Charge> {
+    /// What this settle writes in the payments ledger.
+    pub fn charges(&self) -> &[ChargeWrite] {
         match self {
-            Settlement::Done { charge, .. } => charge.as_ref(),
-            _ => None,
+            Settlement::Done { charges, .. } => charges,
+            _ => &[],
         }
     }
 
@@ -317,12 +317,12 @@ pub fn fenced_write(
 
 /// Applies a settle to a record, a group state and the payments ledger an adapter holds whole: the
 /// lease checked first ([`fenced_write`]), then the state's version (`StateWrite::apply`), then
-/// that the charge to record (`charged`: whether the ledger holds it now) is new. Returns the
-/// record to store and, when the settle writes one, the new state; a refusal means nothing may be
-/// written.
+/// that each ledger entry the settle writes is as the run read it (`charges`: the entries there
+/// now, in the order of [`Settlement::charges`]). Returns the record to store and, when the settle
+/// writes one, the new state; a refusal means nothing may be written.
 pub fn settled(
     stored: Option<&UpdateRecord>,
-    (state, charged): (Option<&StoredState>, bool),
+    (state, charges): (Option<&StoredState>, &[Option<Charge>]),
     lease: &Lease,
     settlement: &Settlement,
     outcomes: &[ActionOutcome],
@@ -334,10 +334,20 @@ pub fn settled(
         .state()
         .map(|write| write.apply(state))
         .transpose()?;
-    if let (Some(charge), true) = (settlement.charge(), charged) {
+    let moved = settlement
+        .charges()
+        .iter()
+        .zip(
+            charges
+                .iter()
+                .map(Option::as_ref)
+                .chain(std::iter::repeat(None)),
+        )
+        .find(|(write, found)| !write.expect.holds(*found));
+    if let Some((write, _)) = moved {
         return Err(PortError::Credited {
             what: "store settle",
-            charge: charge.id.clone(),
+            charge: write.entry.id.clone(),
         });
     }
     Ok((record, state))

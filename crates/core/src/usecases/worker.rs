@@ -29,7 +29,7 @@ use crate::ids::{BotId, GroupKey, MessageGroupId, RecordKey};
 use crate::metrics as names;
 use crate::pacer::{Pacer, RateLimits};
 use crate::patience::patiently;
-use crate::payment::Charge;
+use crate::payment::{Charge, ChargeWrite, PaymentUpdate};
 use crate::policy::{self, within_visibility_ceiling, FailedRun, Jitter, RetryPolicy, Verdict};
 use crate::ports::{
     Claim, ClaimRequest, Claimed, DeadLetters, Final, QueueRecord, Reset, ResetRequest, ResetRule,

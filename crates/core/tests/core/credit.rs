@@ -8,17 +8,27 @@ use std::time::Duration;
 use async_trait::async_trait;
 use parking_lot::Mutex;
 use serde_json::{json, Value};
-use teloxide_core::types::{Update, UpdateKind};
+use teloxide_core::types::{Message, SuccessfulPayment, Update, UpdateKind, UserId};
+use tgq_core::clock::Clock as _;
 use tgq_core::context::Context;
 use tgq_core::dead::DeadReason;
 use tgq_core::handler::{Handler, HandlerError};
 use tgq_core::ids::{BotId, GroupKey, RecordKey, StateKey, UpdateId};
-use tgq_core::payment::{Charge, Credit};
+use tgq_core::payment::{Charge, ChargeWrite, Credit, Expect, Refund};
 use tgq_core::ports::{Claim, ClaimRequest, Settlement, UpdateLedger as _};
 use tgq_core::record::Timestamp;
 use tgq_core::state::ChatState;
+use tgq_core::telegram::TelegramError;
 use tgq_core::worker::{RecordOutcome, WorkerSettings};
 use tgq_memory::{Harness, MemoryStore, RecordingBotApi};
+
+/// The message carrying a `successful_payment`, and the payment.
+fn payment_of(update: &Update) -> Option<(&Message, &SuccessfulPayment)> {
+    let UpdateKind::Message(message) = &update.kind else {
+        return None;
+    };
+    Some((message, message.successful_payment()?))
+}
 
 #[derive(Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 struct Balance {
@@ -29,19 +39,27 @@ impl ChatState for Balance {
     const FORMAT: &'static str = "credit.balance/v1";
 }
 
-/// Credits each new payment to the chat's balance, and notes what `ctx.credit` answered.
+/// Credits each new payment to the chat's balance, refunds the charge a `/refund CHARGE` names,
+/// and notes what `ctx.credit` and `ctx.refund` answered.
 #[derive(Default)]
 struct Shop {
     answers: Mutex<Vec<Credit>>,
+    refunds: Mutex<Vec<Refund>>,
 }
 
 #[async_trait]
 impl Handler for Shop {
     async fn handle(&self, update: Update, ctx: &mut Context<'_>) -> Result<(), HandlerError> {
-        let UpdateKind::Message(message) = &update.kind else {
-            return Ok(());
+        let refund = match &update.kind {
+            UpdateKind::Message(message) => message.text().and_then(|t| t.strip_prefix("/refund ")),
+            _ => None,
         };
-        let Some(payment) = message.successful_payment() else {
+        if let Some(charge) = refund {
+            let refund = ctx.refund(UserId(42), charge).await?;
+            self.refunds.lock().push(refund);
+            return Ok(());
+        }
+        let Some((_, payment)) = payment_of(&update) else {
             return Ok(());
         };
         let credit = ctx.credit(payment)?;
@@ -56,27 +74,37 @@ impl Handler for Shop {
 }
 
 fn harness(shop: Arc<Shop>) -> Harness {
+    harness_for(shop)
+}
+
+fn harness_for(handler: Arc<dyn Handler>) -> Harness {
     Harness::with_settings(
         BotId::new("shop").unwrap(),
-        shop,
+        handler,
         Arc::new(RecordingBotApi::new()),
         WorkerSettings::default(),
     )
 }
 
-fn paid(update_id: i64, charge: &str, stars: u32) -> Value {
+/// A message from user 42 in their private chat, with `field` (`text`, `successful_payment`, …).
+fn message(update_id: i64, field: &str, value: Value) -> Value {
     json!({
         "update_id": update_id,
         "message": {
             "message_id": update_id, "date": 1_700_000_000,
             "chat": {"id": 42, "type": "private", "first_name": "Ada"},
             "from": {"id": 42, "is_bot": false, "first_name": "Ada"},
-            "successful_payment": {
-                "currency": "XTR", "total_amount": stars, "invoice_payload": "gem",
-                "telegram_payment_charge_id": charge, "provider_payment_charge_id": ""
-            }
+            field: value,
         }
     })
+}
+
+fn paid(update_id: i64, charge: &str, stars: u32) -> Value {
+    let payment = json!({
+        "currency": "XTR", "total_amount": stars, "invoice_payload": "gem",
+        "telegram_payment_charge_id": charge, "provider_payment_charge_id": ""
+    });
+    message(update_id, "successful_payment", payment)
 }
 
 fn balance(h: &Harness) -> Option<String> {
@@ -162,10 +190,14 @@ impl Handler for Racing {
                 payload: "gem".into(),
                 update_id: 7,
                 recorded_at: at,
+                refunded_at: None,
             };
             let settlement = Settlement::Done {
                 state: None,
-                charge: Some(charge),
+                charges: vec![ChargeWrite {
+                    entry: charge,
+                    expect: Expect::Absent,
+                }],
             };
             self.store.settle(&claimed.lease, &settlement, &[]).await?;
         }
@@ -260,4 +292,153 @@ async fn credit_refuses_a_payment_that_is_not_the_update_s() {
             letters[0].error
         );
     }
+}
+
+fn refunded(update_id: i64, charge: &str) -> Value {
+    let refund = json!({
+        "currency": "XTR", "total_amount": 50, "invoice_payload": "gem",
+        "telegram_payment_charge_id": charge
+    });
+    message(update_id, "refunded_payment", refund)
+}
+
+async fn entry(h: &Harness, id: &str) -> Option<Charge> {
+    h.store
+        .charge(&BotId::new("shop").unwrap(), id)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_refunded_payment_marks_its_charge_once() {
+    let h = harness(Arc::new(Shop::default()));
+    assert!(done(&h.run(&[paid(1, "stx-1", 50)]).await));
+    h.clock.advance(Duration::from_secs(5));
+    let refunded_at = h.clock.now();
+    assert!(done(&h.run(&[refunded(2, "stx-1")]).await));
+    let marked = entry(&h, "stx-1").await.unwrap();
+    assert_eq!(
+        (marked.update_id, marked.refunded_at),
+        (1, Some(refunded_at))
+    );
+
+    // The same refund again, after its record expired: the mark stays as it was.
+    h.clock
+        .advance(WorkerSettings::default().record_ttl + Duration::from_secs(60));
+    assert!(done(&h.run(&[refunded(2, "stx-1")]).await));
+    assert_eq!(
+        entry(&h, "stx-1").await.unwrap().refunded_at,
+        Some(refunded_at)
+    );
+
+    // A refund of a charge tgq never saw paid enters the ledger refunded.
+    assert!(done(&h.run(&[refunded(3, "stx-old")]).await));
+    assert!(entry(&h, "stx-old").await.unwrap().refunded_at.is_some());
+}
+
+fn text(update_id: i64, text: &str) -> Value {
+    message(update_id, "text", text.into())
+}
+
+/// A harness for `handler` after a payment of 50 Stars, charge `stx-1`, finished.
+async fn paid_once(handler: Arc<dyn Handler>) -> Harness {
+    let h = harness_for(handler);
+    assert!(done(&h.run(&[paid(1, "stx-1", 50)]).await));
+    h
+}
+
+fn refund_calls(h: &Harness) -> usize {
+    h.api
+        .calls()
+        .iter()
+        .filter(|call| call.method == "refundStarPayment")
+        .count()
+}
+
+#[tokio::test]
+async fn a_refund_is_asked_once_and_marks_the_charge() {
+    let shop = Arc::new(Shop::default());
+    let h = paid_once(shop.clone()).await;
+    assert!(done(&h.run(&[text(2, "/refund stx-1")]).await));
+    assert_eq!(refund_calls(&h), 1);
+    assert!(entry(&h, "stx-1").await.unwrap().refunded_at.is_some());
+
+    // Asked again: the ledger knows it, and Telegram is not asked.
+    assert!(done(&h.run(&[text(3, "/refund stx-1")]).await));
+    assert_eq!(refund_calls(&h), 1);
+    assert_eq!(*shop.refunds.lock(), [Refund::Refunded, Refund::Already]);
+}
+
+#[tokio::test]
+async fn a_refund_whose_answer_was_lost_is_not_asked_again() {
+    let shop = Arc::new(Shop::default());
+    let h = paid_once(shop.clone()).await;
+    h.api.lose_next_answer();
+    let lost = h.run(&[text(2, "/refund stx-1")]).await;
+    assert!(!done(&lost), "the run fails on the lost answer: {lost:?}");
+    h.clock.advance(Duration::from_secs(600));
+    assert!(done(&h.run(&[text(2, "/refund stx-1")]).await));
+    assert_eq!(refund_calls(&h), 1, "never asked twice");
+    assert_eq!(*shop.refunds.lock(), [Refund::Uncertain]);
+    assert_eq!(
+        entry(&h, "stx-1").await.unwrap().refunded_at,
+        None,
+        "not known refunded"
+    );
+}
+
+#[tokio::test]
+async fn a_charge_telegram_says_was_refunded_is_marked_and_nothing_is_given_back() {
+    let shop = Arc::new(Shop::default());
+    let h = paid_once(shop.clone()).await;
+    h.api.fail_next([TelegramError::Api {
+        code: 400,
+        description: "Bad Request: CHARGE_ALREADY_REFUNDED".into(),
+    }]);
+    assert!(done(&h.run(&[text(2, "/refund stx-1")]).await));
+    assert_eq!(*shop.refunds.lock(), [Refund::Already]);
+    assert!(entry(&h, "stx-1").await.unwrap().refunded_at.is_some());
+}
+
+/// Credits the payment, then thanks the payer, who blocked the bot meanwhile.
+struct ThanksToNobody;
+
+#[async_trait]
+impl Handler for ThanksToNobody {
+    async fn handle(&self, update: Update, ctx: &mut Context<'_>) -> Result<(), HandlerError> {
+        let Some((message, payment)) = payment_of(&update) else {
+            return Ok(());
+        };
+        if ctx.credit(payment)?.is_new() {
+            ctx.set_state(&Balance {
+                stars: payment.total_amount,
+            })?;
+        }
+        ctx.send(teloxide_core::payloads::SendMessage::new(
+            message.chat.id,
+            "thanks",
+        ))
+        .await?;
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_payment_whose_payer_blocked_the_bot_is_dead_lettered_not_lost() {
+    let h = harness_for(Arc::new(ThanksToNobody));
+    h.api.fail_next([TelegramError::Api {
+        code: 403,
+        description: "Forbidden: bot was blocked by the user".into(),
+    }]);
+    let report = h.run(&[paid(1, "stx-1", 50)]).await;
+    assert!(!done(&report), "not settled as gone: {report:?}");
+    let letters = h.dead.letters();
+    assert_eq!(letters.len(), 1, "kept for a replay");
+    assert_eq!(letters[0].reason, DeadReason::Permanent);
+    assert_eq!(
+        entry(&h, "stx-1").await,
+        None,
+        "not recorded without its credit"
+    );
+    assert_eq!(balance(&h), None);
 }

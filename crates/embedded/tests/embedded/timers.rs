@@ -178,7 +178,7 @@ async fn a_pending_timer_is_listed_and_a_cancel_removes_it_and_moves_the_state_s
             read_version: 0,
             time: time.encode(),
         }),
-        charge: None,
+        charges: Vec::new(),
     };
     store.settle(&claimed.lease, &done, &[]).await.unwrap();
 

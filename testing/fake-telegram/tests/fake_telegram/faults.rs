@@ -360,7 +360,19 @@ async fn a_call_that_crosses_the_fake_s_close_is_taken_and_counted_unanswered() 
     // The fake goes away; its close of the idle connection reaches the client after the client
     // wrote its next call.
     let stopping = tokio::spawn(telegram.clone().shutdown());
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The close reaches the client: the end of its input.
+    let closed_by = Instant::now() + Duration::from_secs(5);
+    loop {
+        socket.readable().await.unwrap();
+        let mut byte = [0_u8; 1];
+        if socket.peek(&mut byte).await.unwrap() == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < closed_by,
+            "the fake closed the idle connection"
+        );
+    }
     socket.write_all(request(2).as_bytes()).await.unwrap();
     socket.shutdown().await.unwrap();
     let mut rest = Vec::new();

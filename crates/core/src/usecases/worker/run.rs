@@ -169,7 +169,7 @@ impl Worker {
             summary,
             unwritten,
             state,
-            charge,
+            charges,
             scheduled,
         } = self
             .run_handler(
@@ -192,7 +192,7 @@ impl Worker {
         let outcome = match result {
             Ok(()) => {
                 let done = RecordOutcome::Done(summary.clone());
-                let settlement = Settlement::Done { state, charge };
+                let settlement = Settlement::Done { state, charges };
                 self.finish(run, &summary, settlement, done, unwritten)
                     .await
             }
@@ -200,8 +200,14 @@ impl Worker {
                 warn!(error = %error_chain(&error), "fenced: another run took the lease over; this run stops");
                 RecordOutcome::Fenced
             }
+            // A payment or refund is never settled as gone: that settle writes neither the credit
+            // nor the charge, and the update would end with the user's Stars in nobody's books. It
+            // fails as any update does, and a permanent refusal leaves it in the dead letters.
             Err(error) => match error.recipient_gone() {
-                Some(gone) if self.settings.gone_recipients == GoneRecipients::Settle => {
+                Some(gone)
+                    if self.settings.gone_recipients == GoneRecipients::Settle
+                        && charges.is_empty() =>
+                {
                     let settlement = Settlement::RecipientGone {
                         error: error_chain(&error),
                     };
@@ -234,24 +240,26 @@ impl Worker {
             summary: ActionSummary::default(),
             unwritten: Vec::new(),
             state: None,
-            charge: None,
+            charges: Vec::new(),
             scheduled: Vec::new(),
         };
         let event = match Event::read(&claimed.lease.key.bot_id, group, &record.body) {
             Ok(event) => event,
             Err(error) => return ended(Err(error)),
         };
-        // A payment is credited once per charge, not once per update (docs/design/payments.md
-        // §2): what the ledger holds of it is read before the handler runs.
-        let charge = match event.charge(&claimed.lease.key, self.ports.clock.now()) {
-            Ok(charge) => charge,
+        // A payment is credited once per charge, not once per update, and a refund recorded once
+        // (docs/design/payments.md §2): what the ledger holds of its charge is read before the
+        // handler runs.
+        let received = self.ports.clock.now();
+        let payment = match event.payment(&claimed.lease.key, received) {
+            Ok(payment) => payment,
             Err(error) => return ended(Err(error)),
         };
-        let credited = match &charge {
-            Some(charge) => {
+        let known = match &payment {
+            Some(payment) => {
                 let bot = &claimed.lease.key.bot_id;
-                match self.ports.ledger.charge(bot, &charge.id).await {
-                    Ok(credited) => credited,
+                match self.ports.ledger.charge(bot, &payment.charge().id).await {
+                    Ok(known) => known,
                     Err(error) => return ended(Err(HandlerError::Store(error))),
                 }
             }
@@ -273,7 +281,10 @@ impl Worker {
             timers: self.ports.timers.is_some(),
             broadcasts: self.ports.broadcasts.as_deref(),
             checkout_answered: &answered,
-            payment: charge.as_ref().map(|charge| (charge, credited.as_ref())),
+            payment: match &payment {
+                Some(PaymentUpdate::Paid(charge)) => Some((charge, known.as_ref())),
+                _ => None,
+            },
         });
         let now = self.ports.clock.now();
         let mut budget = cutoff.since(now);
@@ -346,15 +357,25 @@ impl Worker {
             true => (None, Vec::new()),
             false => (ctx.take_state_write(), ctx.take_scheduled()),
         };
-        let summary = ctx.summary();
-        let unwritten = ctx.take_unwritten();
-        drop(ctx);
+        // The update's own payment or refund, as the ledger should have it, then the refunds the
+        // handler made.
+        let mut charges: Vec<ChargeWrite> = payment
+            .as_ref()
+            .and_then(|payment| ChargeWrite::of(payment, known.as_ref(), received))
+            .into_iter()
+            .collect();
+        if !failed {
+            for write in ctx.take_refunds() {
+                if !charges.iter().any(|c| c.entry.id == write.entry.id) {
+                    charges.push(write);
+                }
+            }
+        }
         HandlerRan {
-            summary,
-            unwritten,
+            summary: ctx.summary(),
+            unwritten: ctx.take_unwritten(),
             state,
-            // Recorded by the settle that finishes the update, unless an earlier one did.
-            charge: charge.filter(|_| credited.is_none()),
+            charges,
             scheduled,
             result,
         }
@@ -496,8 +517,8 @@ pub(super) struct HandlerRan {
     pub(super) unwritten: Vec<ActionOutcome>,
     /// The group's new state, if the handler set one.
     pub(super) state: Option<StateWrite>,
-    /// The payment the update carried, when no earlier update recorded its charge.
-    pub(super) charge: Option<Charge>,
+    /// What the run changes in the payments ledger.
+    pub(super) charges: Vec<ChargeWrite>,
     /// The timers the run scheduled, handed over before the settle.
     pub(super) scheduled: Vec<TimerMessage>,
 }
@@ -520,9 +541,13 @@ impl Event {
         }
     }
 
-    /// The charge of the payment it carries, if it carries one; a charge id the ledger cannot be
+    /// The payment or refund it carries, if it carries one; a charge id the ledger cannot be
     /// keyed by is the update's end (dead-lettered with the reason, never credited).
-    fn charge(&self, key: &RecordKey, now: Timestamp) -> Result<Option<Charge>, HandlerError> {
+    fn payment(
+        &self,
+        key: &RecordKey,
+        now: Timestamp,
+    ) -> Result<Option<PaymentUpdate>, HandlerError> {
         match self {
             Event::Update(update) => Charge::of(update, key, now).map_err(HandlerError::permanent),
             Event::Timer(_) => Ok(None),
