@@ -1826,7 +1826,7 @@ async fn timers_on_a_stack_are_listed_and_cancelled_in_the_chats_state_and_lose_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn payments_on_a_stack_are_the_charges_its_settles_recorded() {
-    use tgq_core::payment::{Charge, ChargeWrite, Expect};
+    use tgq_core::payment::{Charge, ChargeWrite};
 
     let deployed = deploy("payments", "1:PAY", &[("BotId", "demo")]).await;
     let now = SystemClock.now();
@@ -1854,10 +1854,7 @@ async fn payments_on_a_stack_are_the_charges_its_settles_recorded() {
         };
         let settlement = Settlement::Done {
             state: None,
-            charges: vec![ChargeWrite {
-                entry: charge,
-                expect: Expect::Absent,
-            }],
+            charges: vec![ChargeWrite::paid(charge)],
         };
         deployed
             .store

@@ -12,7 +12,7 @@ use tgq_core::audit::{AuditAction, AuditEntry, AuditLog, AuditReader};
 use tgq_core::clock::{Clock, SystemClock};
 use tgq_core::dead::{Burial, DeadReason, FailureClass};
 use tgq_core::ids::{BotId, GroupKey, RecordKey, StateKey, UpdateId};
-use tgq_core::payment::{Charge, ChargeWrite, Expect, PaymentUpdate};
+use tgq_core::payment::{Charge, ChargeWrite, PaymentUpdate};
 use tgq_core::ports::{
     Claim, ClaimRequest, Claimed, DeadLetter, DeadLetterReader, DeadLetterStore, DeadLetters,
     Final, Inserted, OutgoingMessage, QueueConsumer, RecordReader, Reset, ResetRequest, ResetRule,
@@ -847,10 +847,7 @@ pub async fn a_charge_is_recorded_once_with_the_settle_that_carries_it(a: Adapte
         };
         Settlement::Done {
             state,
-            charges: vec![ChargeWrite {
-                entry: charge.clone(),
-                expect: Expect::Absent,
-            }],
+            charges: vec![ChargeWrite::paid(charge.clone())],
         }
     };
 

@@ -86,16 +86,21 @@ impl ChargeWrite {
     /// to write: a payment credited before, a refund known before).
     pub fn of(update: &PaymentUpdate, read: Option<&Charge>, now: Timestamp) -> Option<Self> {
         match (update, read) {
-            (PaymentUpdate::Paid(charge), None) => Some(ChargeWrite {
-                entry: charge.clone(),
-                expect: Expect::Absent,
-            }),
+            (PaymentUpdate::Paid(charge), None) => Some(ChargeWrite::paid(charge.clone())),
             (PaymentUpdate::Paid(_), Some(_)) => None,
             (PaymentUpdate::Refunded(_), Some(known)) => Self::refund(known, now),
             (PaymentUpdate::Refunded(charge), None) => Some(ChargeWrite {
                 entry: charge.clone(),
                 expect: Expect::NotRefunded,
             }),
+        }
+    }
+
+    /// A payment's entry, written once: where no entry is.
+    pub fn paid(entry: Charge) -> Self {
+        ChargeWrite {
+            entry,
+            expect: Expect::Absent,
         }
     }
 

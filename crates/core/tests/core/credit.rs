@@ -14,7 +14,7 @@ use tgq_core::context::Context;
 use tgq_core::dead::DeadReason;
 use tgq_core::handler::{Handler, HandlerError};
 use tgq_core::ids::{BotId, GroupKey, RecordKey, StateKey, UpdateId};
-use tgq_core::payment::{Charge, ChargeWrite, Credit, Expect, Refund};
+use tgq_core::payment::{Charge, ChargeWrite, Credit, Refund};
 use tgq_core::ports::{Claim, ClaimRequest, Settlement, UpdateLedger as _};
 use tgq_core::record::Timestamp;
 use tgq_core::state::ChatState;
@@ -194,10 +194,7 @@ impl Handler for Racing {
             };
             let settlement = Settlement::Done {
                 state: None,
-                charges: vec![ChargeWrite {
-                    entry: charge,
-                    expect: Expect::Absent,
-                }],
+                charges: vec![ChargeWrite::paid(charge)],
             };
             self.store.settle(&claimed.lease, &settlement, &[]).await?;
         }

@@ -12,7 +12,7 @@ use tgq_core::bot_api::types::Message;
 use tgq_core::clock::{Clock, ManualClock, SystemClock};
 use tgq_core::dead::{Burial, DeadReason, FailureClass};
 use tgq_core::ids::{BotId, GroupKey, RecordKey, StateKey, UpdateId};
-use tgq_core::payment::{Charge, ChargeWrite, Expect};
+use tgq_core::payment::{Charge, ChargeWrite};
 use tgq_core::ports::{
     AtomicIngest, Claim, ClaimRequest, DeadLetter, DeadLetters, Inserted, Lease, OutgoingMessage,
     QueueConsumer, QueueRecord, RecordReader, Settlement, UpdateLedger, UpdateQueue, UpdateStore,
@@ -547,18 +547,15 @@ async fn a_store_of_the_previous_layout_is_upgraded_in_place_keeping_its_records
             read_version: 0,
             time: None,
         }),
-        charges: vec![ChargeWrite {
-            entry: Charge {
-                id: "stx-1".into(),
-                user: 42,
-                stars: 50,
-                payload: "gem".into(),
-                update_id: 1,
-                recorded_at: START,
-                refunded_at: None,
-            },
-            expect: Expect::Absent,
-        }],
+        charges: vec![ChargeWrite::paid(Charge {
+            id: "stx-1".into(),
+            user: 42,
+            stars: 50,
+            payload: "gem".into(),
+            update_id: 1,
+            recorded_at: START,
+            refunded_at: None,
+        })],
     };
     store.settle(&lease, &done, &[]).await.unwrap();
     assert!(store.charge(&bot(), "stx-1").await.unwrap().is_some());
