@@ -216,6 +216,8 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>) {
     tokio::pin!(closed);
     loop {
         let socket = tokio::select! {
+            biased;
+            () = &mut closed => break,
             accepted = listener.accept() => match accepted {
                 Ok((socket, _)) => socket,
                 Err(error) => {
@@ -224,7 +226,6 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>) {
                     continue;
                 }
             },
-            () = &mut closed => break,
         };
         let (socket, left, watching, tail) = match ClientLeft::watch(socket) {
             Ok(watched) => watched,
@@ -252,10 +253,29 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>) {
         });
     }
     // New connections are refused from now on, as a Telegram gone away refuses them; those
-    // accepted finish the calls they carry, and take the calls that crossed their close.
-    drop(listener);
+    // accepted finish the calls they carry, and take the calls that crossed their close. Those
+    // the kernel completed and the loop had not yet accepted are taken the same way: dropping
+    // the listener would reset them with their calls unread.
+    for tail in backlog(listener) {
+        connections.spawn(last_calls(tail, Arc::clone(&shared)));
+    }
     graceful.shutdown().await;
     while connections.join_next().await.is_some() {}
+}
+
+/// Accepts, without waiting, every connection the listen backlog holds, and closes the listener.
+fn backlog(listener: TcpListener) -> Vec<std::net::TcpStream> {
+    let Ok(listener) = listener.into_std() else {
+        return Vec::new();
+    };
+    let mut sockets = Vec::new();
+    // The listener is non-blocking: `accept` ends with `WouldBlock` once the backlog is empty.
+    while let Ok((socket, _)) = listener.accept() {
+        if socket.set_nonblocking(true).is_ok() {
+            sockets.push(socket);
+        }
+    }
+    sockets
 }
 
 /// How long a connection the fake closed as it went away is read for the calls that crossed its

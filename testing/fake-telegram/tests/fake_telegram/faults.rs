@@ -392,3 +392,49 @@ async fn a_call_that_crosses_the_fake_s_close_is_taken_and_counted_unanswered() 
         "only the second went unanswered"
     );
 }
+
+/// A call whose connection the kernel completed but the fake had not yet accepted when it went
+/// away sits in the listen backlog: closing the listener would reset it unread, and its client,
+/// whose request was written, would rightly doubt a call the fake never counted. The fake takes
+/// what the backlog holds as it takes the calls that cross its close.
+///
+/// The test runs on one thread: the fake's server task is first polled inside `shutdown`, after
+/// the close, so the call is still in the backlog when the fake stops accepting.
+#[tokio::test(flavor = "current_thread")]
+async fn a_call_left_in_the_listen_backlog_at_the_close_is_taken_and_counted_unanswered() {
+    use std::io::{Read, Write};
+
+    let telegram = FakeTelegram::start().await.unwrap();
+    let body = json!({ "chat_id": 7, "text": "hi" }).to_string();
+    let request = format!(
+        "POST /bot{}/sendMessage HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\n\r\n{body}",
+        telegram.token(),
+        telegram.addr(),
+        body.len()
+    );
+    // Blocking calls: the kernel completes the connection and takes the request while the
+    // fake's task has not run.
+    let mut socket = std::net::TcpStream::connect(telegram.addr()).unwrap();
+    socket.write_all(request.as_bytes()).unwrap();
+
+    telegram.clone().shutdown().await;
+
+    socket
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut rest = Vec::new();
+    let _ = socket.read_to_end(&mut rest);
+    assert!(rest.is_empty(), "no answer to the call");
+    let calls = telegram.calls();
+    assert_eq!(
+        calls.iter().map(|c| c.chat_id).collect::<Vec<_>>(),
+        [Some(7)],
+        "the call in the backlog taken"
+    );
+    assert_eq!(
+        telegram.violations().unanswered,
+        [calls[0].seq].into(),
+        "and counted unanswered"
+    );
+}
