@@ -21,7 +21,7 @@ use tgq_core::ports::{
     Claim, ClaimRequest, DeadLetter, DeadLetters as _, RecordReader as _, Settlement,
     UpdateLedger as _, UpdateStore as _,
 };
-use tgq_core::record::{Status, UpdateRecord};
+use tgq_core::record::{Status, Timestamp, UpdateRecord};
 use tgq_e2e::broadcasts::BroadcastParts;
 use tgq_e2e::emulator::{self, Stack};
 use tgq_fake_telegram::FakeTelegram;
@@ -197,6 +197,42 @@ async fn claim_and_bury(
 }
 
 impl Deployed {
+    /// User 42's payment of `stars` with charge `id`, recorded in bot `demo`'s ledger at
+    /// `recorded_at` by the settle of update `update`, as the worker records it.
+    async fn record_charge(&self, id: &str, stars: u32, update: i64, recorded_at: Timestamp) {
+        use tgq_core::payment::{Charge, ChargeWrite};
+
+        let now = SystemClock.now();
+        let request = ClaimRequest {
+            key: RecordKey::new(BotId::new("demo").unwrap(), UpdateId(update)),
+            group: GroupKey::new("42"),
+            payload: Bytes::from(format!(r#"{{"update_id":{update}}}"#)),
+            now,
+            lease_until: now.plus(Duration::from_secs(30)),
+            expires_at: now.plus(Duration::from_secs(3600)),
+        };
+        let Claim::Run(claimed) = self.store.claim(&request).await.unwrap() else {
+            panic!("a new record runs");
+        };
+        let charge = Charge {
+            id: id.into(),
+            user: 42,
+            stars,
+            payload: "gem".into(),
+            update_id: update,
+            recorded_at,
+            refunded_at: None,
+        };
+        let settlement = Settlement::Done {
+            state: None,
+            charges: vec![ChargeWrite::paid(charge)],
+        };
+        self.store
+            .settle(&claimed.lease, &settlement, &[])
+            .await
+            .unwrap();
+    }
+
     /// Buries an update as the worker does: its record DEAD, its letter on the dead-letter queue.
     async fn bury(&self, update_id: i64, chat: i64) {
         let now = SystemClock.now();
@@ -1826,41 +1862,17 @@ async fn timers_on_a_stack_are_listed_and_cancelled_in_the_chats_state_and_lose_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn payments_on_a_stack_are_the_charges_its_settles_recorded() {
-    use tgq_core::payment::{Charge, ChargeWrite};
-
     let deployed = deploy("payments", "1:PAY", &[("BotId", "demo")]).await;
     let now = SystemClock.now();
     for (update, id, stars) in [(9, "stx-s1", 30), (10, "stx-s2", 45)] {
-        let key = RecordKey::new(BotId::new("demo").unwrap(), UpdateId(update));
-        let request = ClaimRequest {
-            key: key.clone(),
-            group: GroupKey::new("42"),
-            payload: Bytes::from(format!(r#"{{"update_id":{update}}}"#)),
-            now,
-            lease_until: now.plus(Duration::from_secs(30)),
-            expires_at: now.plus(Duration::from_secs(3600)),
-        };
-        let Claim::Run(claimed) = deployed.store.claim(&request).await.unwrap() else {
-            panic!("a new record runs");
-        };
-        let charge = Charge {
-            id: id.into(),
-            user: 42,
-            stars,
-            payload: "gem".into(),
-            update_id: update,
-            recorded_at: now.plus(Duration::from_millis(update as u64)),
-            refunded_at: None,
-        };
-        let settlement = Settlement::Done {
-            state: None,
-            charges: vec![ChargeWrite::paid(charge)],
-        };
         deployed
-            .store
-            .settle(&claimed.lease, &settlement, &[])
-            .await
-            .unwrap();
+            .record_charge(
+                id,
+                stars,
+                update,
+                now.plus(Duration::from_millis(update as u64)),
+            )
+            .await;
     }
 
     let listed = deployed.json(&["payments", "list"]);
@@ -1876,4 +1888,57 @@ async fn payments_on_a_stack_are_the_charges_its_settles_recorded() {
     let shown = deployed.tgq(&[], &["payments", "show", "stx-s1"]);
     assert!(shown.contains("stars      30"), "{shown}");
     assert!(shown.contains("update     9"), "{shown}");
+}
+
+/// `tgq payments refund --stack`: the stack's token (its parameter) and Bot API URL (its output)
+/// reach Telegram; the charge is refunded once, its item marked, the refund audited under the
+/// caller's identity, and a second refund refused without asking.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refund_on_a_stack_asks_telegram_once_with_the_stack_s_token() {
+    let fake = FakeTelegram::start().await.unwrap();
+    let id = crate::payments::charge_at(&fake, 42, 30).await;
+    let api_url = fake.url();
+    let deployed = deploy(
+        "refund",
+        fake.token(),
+        &[("BotId", "demo"), ("TelegramApiUrl", api_url.as_str())],
+    )
+    .await;
+    deployed.record_charge(&id, 30, 9, SystemClock.now()).await;
+
+    let out = deployed.tgq(&[], &["payments", "refund", &id, "--yes"]);
+    assert_eq!(
+        out.trim(),
+        format!("Refunded charge {id} of bot demo: 30 Stars back to user 42.")
+    );
+    assert_eq!(crate::payments::refunds_asked(&fake, &id), [200]);
+    let listed = deployed.json(&["payments", "list"]);
+    assert!(listed[0]["refunded_at"].as_u64().is_some(), "{listed}");
+    let audit = deployed.json(&["dlq", "audit"]);
+    let refunds: Vec<&Value> = audit
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|entry| entry["action"] == "refund")
+        .collect();
+    assert_eq!(refunds.len(), 1, "{audit}");
+    assert!(
+        refunds[0]["outcome"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!("charge {id} of user 42, 30 Stars: refunded")),
+        "{audit}"
+    );
+    assert!(!refunds[0]["principal"].as_str().unwrap().is_empty());
+
+    let mut again = vec!["payments", "refund", id.as_str(), "--yes", "--stack"];
+    again.push(deployed.name.as_str());
+    let (status, _, err) = run(&[], &again);
+    assert!(!status.success());
+    assert!(err.contains("was refunded at"), "{err}");
+    assert_eq!(
+        crate::payments::refunds_asked(&fake, &id),
+        [200],
+        "asked once"
+    );
 }

@@ -1,11 +1,13 @@
-//! `tgq payments list | show`: the payments ledger of `tgq local`, read through the running
-//! instance and from its store once it stopped.
+//! `tgq payments list | show | refund`: the payments ledger of `tgq local`, read and refunded
+//! through the running instance and on its store once it stopped; refunds counted at the fake Bot
+//! API.
 
 use crate::common;
 
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use tgq_fake_telegram::{FakeTelegram, Fault, Scope, Times};
 
 use common::{post_update, run, Local};
 
@@ -83,4 +85,206 @@ async fn the_ledger_lists_each_charge_once_running_or_stopped() {
         err.contains("no charge \"stx-z\" in the payments ledger"),
         "{err}"
     );
+}
+
+/// A user pays `stars` at the fake, the bot saying yes to the pre-checkout query: the charge
+/// Telegram made, its id.
+pub(crate) async fn charge_at(fake: &FakeTelegram, user: i64, stars: u32) -> String {
+    let query = fake.checkout(user, "gem", stars);
+    let answer: Value = reqwest::Client::new()
+        .post(format!(
+            "{}/bot{}/answerPreCheckoutQuery",
+            fake.url(),
+            fake.token()
+        ))
+        .json(&json!({ "pre_checkout_query_id": query, "ok": true }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(answer["ok"], true, "{answer}");
+    let charge = fake.charges().pop().unwrap();
+    assert_eq!((charge.user, charge.amount), (user, stars));
+    charge.id
+}
+
+/// Waits up to 10 s for `done`.
+async fn wait_for(done: impl Fn() -> bool) {
+    for _ in 0..500 {
+        if done() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("not within 10 s");
+}
+
+/// The refunds the fake was asked for `charge`, by the status it answered.
+pub(crate) fn refunds_asked(fake: &FakeTelegram, charge: &str) -> Vec<u16> {
+    fake.calls()
+        .into_iter()
+        .filter(|call| {
+            call.method == "refundStarPayment"
+                && call.params["telegram_payment_charge_id"] == charge
+        })
+        .map(|call| call.status)
+        .collect()
+}
+
+fn refunded_at(data_dir: &str, charge: &str) -> Option<u64> {
+    listed(data_dir)
+        .into_iter()
+        .find(|entry| entry["id"] == charge)
+        .unwrap()["refunded_at"]
+        .as_u64()
+}
+
+/// `tgq payments refund`: through the running instance, then on its stopped store. Each charge is
+/// refunded once at Telegram and marked once; a charge refunded, unknown, or whose refund Telegram
+/// did not take is refused with the reason, and changes nothing; every call is audited.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refund_is_asked_once_marked_and_audited_running_or_stopped() {
+    let fake = FakeTelegram::start().await.unwrap();
+    let api_url = fake.url();
+    let envs = [
+        ("TELEGRAM_API_URL", api_url.as_str()),
+        ("TELEGRAM_BOT_TOKEN", fake.token()),
+        ("TGQ_WEBHOOK_SECRET", SECRET),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().to_str().unwrap();
+    let mut local = Local::start(dir.path(), &envs, &[]);
+    local.wait_ready().await;
+    let (a, b, c, d) = (
+        charge_at(&fake, 42, 50).await,
+        charge_at(&fake, 43, 75).await,
+        charge_at(&fake, 44, 20).await,
+        charge_at(&fake, 45, 10).await,
+    );
+    let paying = [(42, &a, 50), (43, &b, 75), (44, &c, 20), (45, &d, 10)];
+    for (n, (user, charge, stars)) in paying.into_iter().enumerate() {
+        post_update(&local, SECRET, &paid(n as i64 + 1, user, charge, stars)).await;
+    }
+    local
+        .wait_settled(Duration::from_secs(30), |s| {
+            s["counters"]["processed"].as_u64() == Some(4)
+        })
+        .await;
+    let refund = |charge: &str, yes: bool| {
+        let mut args = vec!["payments", "refund", charge, "--data-dir", data_dir];
+        if yes {
+            args.push("--yes");
+        }
+        run(&envs, &args)
+    };
+
+    // Without --yes, and no terminal to ask on: refused, nothing asked.
+    let (status, _, err) = refund(&a, false);
+    assert!(!status.success());
+    assert!(err.contains("pass --yes"), "{err}");
+    assert!(refunds_asked(&fake, &a).is_empty());
+
+    // Through the running instance: refunded at Telegram once, marked.
+    let (status, out, err) = refund(&a, true);
+    assert!(status.success(), "{err}");
+    assert_eq!(
+        out.trim(),
+        format!("Refunded charge {a} of bot local: 50 Stars back to user 42.")
+    );
+    assert_eq!(refunds_asked(&fake, &a), [200]);
+    assert!(fake.charges().iter().any(|ch| ch.id == a && ch.refunded));
+    assert!(refunded_at(data_dir, &a).is_some());
+
+    // Again: the ledger knows it refunded; Telegram is not asked.
+    let (status, _, err) = refund(&a, true);
+    assert!(!status.success());
+    assert!(err.contains("was refunded at"), "{err}");
+    assert_eq!(refunds_asked(&fake, &a), [200], "asked once");
+
+    // A charge the ledger does not hold.
+    let (status, _, err) = refund("stx-none", true);
+    assert!(!status.success());
+    assert!(err.contains("no charge \"stx-none\""), "{err}");
+
+    // Telegram answers 502: not refunded, not marked, and said so.
+    fake.inject(Fault::ServerError(502), Scope::Global, Times::Always);
+    let (status, _, err) = refund(&b, true);
+    fake.clear_faults();
+    assert!(!status.success());
+    assert!(err.contains("nothing changed"), "{err}");
+    assert_eq!(refunds_asked(&fake, &b), [502]);
+    assert_eq!(refunded_at(data_dir, &b), None);
+
+    let (status, out, err) = run(&[], &["dlq", "audit", "--json", "--data-dir", data_dir]);
+    assert!(status.success(), "{err}");
+    let audit: Vec<Value> = serde_json::from_str(&out).unwrap();
+    let outcomes: Vec<&str> = audit
+        .iter()
+        .filter(|entry| entry["action"] == "refund")
+        .map(|entry| entry["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(outcomes.len(), 2, "{audit:?}");
+    assert!(
+        outcomes
+            .iter()
+            .any(|o| o.ends_with(&format!("charge {a} of user 42, 50 Stars: refunded"))),
+        "{outcomes:?}"
+    );
+    assert!(
+        outcomes
+            .iter()
+            .any(|o| o.contains(&b) && o.contains("not refunded")),
+        "{outcomes:?}"
+    );
+    local.terminate().await;
+
+    // Stopped: the command asks Telegram itself, with the environment's token.
+    let (status, out, err) = refund(&b, true);
+    assert!(status.success(), "{err}");
+    assert!(out.contains(&format!("Refunded charge {b}")), "{out}");
+    assert_eq!(refunds_asked(&fake, &b), [502, 200]);
+    let (status, shown, _) = run(&[], &["payments", "show", &b, "--data-dir", data_dir]);
+    assert!(status.success());
+    assert!(shown.contains("refunded   "), "{shown}");
+
+    // Killed while Telegram holds its answer: the refund was made and the entry is not marked; the
+    // next run learns it from Telegram's refusal to refund twice, and marks it.
+    fake.inject(
+        Fault::Timeout(Duration::from_secs(2)),
+        Scope::Global,
+        Times::Once,
+    );
+    let mut killed = common::tgq(&envs)
+        .args(["payments", "refund", &d, "--yes", "--data-dir", data_dir])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for(|| refunds_asked(&fake, &d).len() == 1).await;
+    killed.kill().unwrap();
+    killed.wait().unwrap();
+    assert_eq!(refunded_at(data_dir, &d), None, "killed before the mark");
+    wait_for(|| fake.charges().iter().any(|ch| ch.id == d && ch.refunded)).await;
+    let (status, out, err) = refund(&d, true);
+    assert!(status.success(), "{err}");
+    assert!(
+        out.contains(&format!("Telegram had refunded charge {d}")),
+        "{out}"
+    );
+    assert!(refunded_at(data_dir, &d).is_some());
+    assert_eq!(refunds_asked(&fake, &d).len(), 2);
+    assert_eq!(refunds_asked(&fake, &d)[1], 400, "refused: refunded once");
+
+    // Telegram unreachable: refused with the reason, nothing marked.
+    fake.clone().shutdown().await;
+    let (status, _, err) = refund(&c, true);
+    assert!(!status.success());
+    assert!(
+        err.contains("could not be reached") && err.contains("nothing changed"),
+        "{err}"
+    );
+    assert_eq!(refunded_at(data_dir, &c), None);
+    assert!(refunds_asked(&fake, &c).is_empty());
 }

@@ -52,9 +52,9 @@ const HELD_BY_RUN: &str = "#status = :processing AND attempts = :token";
 /// No state was ever written for the group: the run read none.
 const NO_STATE: &str = "attribute_not_exists(pk)";
 /// A charge's ledger entry is written once, by the first settle that carries it.
-const NEW_CHARGE: &str = "attribute_not_exists(pk)";
+pub(crate) const NEW_CHARGE: &str = "attribute_not_exists(pk)";
 /// A charge's refund is recorded once: the entry is absent or not marked refunded.
-const NOT_REFUNDED: &str = "attribute_not_exists(refunded_at)";
+pub(crate) const NOT_REFUNDED: &str = "attribute_not_exists(refunded_at)";
 /// The group's state is still the version the run read: nobody wrote it since.
 const STATE_UNCHANGED: &str = "#version = :read";
 
@@ -275,7 +275,9 @@ fn no_old_item(what: &'static str) -> PortError {
 }
 
 /// The old item (if returned) when a put failed on its condition; `None` for any other failure.
-fn put_condition_failed(err: &SdkError<PutItemError, HttpResponse>) -> Option<Option<Item>> {
+pub(crate) fn put_condition_failed(
+    err: &SdkError<PutItemError, HttpResponse>,
+) -> Option<Option<Item>> {
     match err.as_service_error() {
         Some(PutItemError::ConditionalCheckFailedException(e)) => Some(e.item.clone().map(Item)),
         _ => None,

@@ -102,10 +102,7 @@ impl LocalSettings {
     /// Reads the variables; generates (once) and keeps the webhook secret in `data_dir` when
     /// `TGQ_WEBHOOK_SECRET` is unset.
     pub fn from_vars(vars: &Vars, data_dir: &Path) -> anyhow::Result<Self> {
-        let bot_id = match vars.get("TGQ_BOT_ID") {
-            Some(_) => vars.bot_id()?,
-            None => BotId::new(LOCAL_BOT_ID)?,
-        };
+        let bot_id = local_bot_id(vars)?;
         let (secret, secret_origin) = webhook_secret(vars, data_dir)?;
         Ok(Self {
             bot_id,
@@ -156,6 +153,14 @@ fn purge_interval(vars: &Vars) -> Result<Duration, ConfigError> {
         });
     }
     Ok(Duration::from_secs(secs))
+}
+
+/// The environment's bot in local mode: TGQ_BOT_ID, else `local`.
+pub fn local_bot_id(vars: &Vars) -> anyhow::Result<BotId> {
+    Ok(match vars.get("TGQ_BOT_ID") {
+        Some(_) => vars.bot_id()?,
+        None => BotId::new(LOCAL_BOT_ID)?,
+    })
 }
 
 /// `TELEGRAM_BOT_TOKEN`, if set. An SSM parameter name cannot be resolved without AWS.

@@ -19,7 +19,9 @@ pub use model::{
 };
 pub use ports::{audit, bots, clock, leadership, offline, registry, telegram};
 use usecases::reading;
-pub use usecases::{broadcast, budget, ingest, metrics, operate, pacer, poller, relay, worker};
+pub use usecases::{
+    broadcast, budget, ingest, metrics, operate, pacer, poller, refund, relay, worker,
+};
 
 pub use context::Context;
 pub use error::{ErrorClass, PortError};

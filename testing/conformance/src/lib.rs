@@ -14,9 +14,9 @@ use tgq_core::dead::{Burial, DeadReason, FailureClass};
 use tgq_core::ids::{BotId, GroupKey, RecordKey, StateKey, UpdateId};
 use tgq_core::payment::{Charge, ChargeWrite, PaymentUpdate};
 use tgq_core::ports::{
-    Claim, ClaimRequest, Claimed, DeadLetter, DeadLetterReader, DeadLetterStore, DeadLetters,
-    Final, Inserted, OutgoingMessage, QueueConsumer, RecordReader, Reset, ResetRequest, ResetRule,
-    Settlement, UpdateLedger, UpdateQueue, UpdateReset, UpdateStore,
+    ChargeBook, Claim, ClaimRequest, Claimed, DeadLetter, DeadLetterReader, DeadLetterStore,
+    DeadLetters, Final, Inserted, OutgoingMessage, QueueConsumer, RecordReader, Reset,
+    ResetRequest, ResetRule, Settlement, UpdateLedger, UpdateQueue, UpdateReset, UpdateStore,
 };
 use tgq_core::record::{
     ActionIntent, ActionOutcome, ActionResult, ActionState, Delivery, Status, Timestamp,
@@ -56,6 +56,8 @@ pub struct Adapters {
     pub audit_reader: Arc<dyn AuditReader>,
     /// The dead-letter queue, operator side.
     pub dead_store: Arc<dyn DeadLetterStore>,
+    /// The payments ledger, operator side.
+    pub book: Arc<dyn ChargeBook>,
 }
 
 /// Expands to one `#[tokio::test]` per conformance body, each built from `$make` (an async
@@ -95,6 +97,7 @@ macro_rules! conformance_tests {
             a_recipient_gone_settle_is_done_and_keeps_why,
             a_charge_is_recorded_once_with_the_settle_that_carries_it,
             a_refund_is_recorded_once_on_its_charge,
+            an_operator_s_refund_marks_its_charge_once,
         );
     };
     (@each $make:expr; $($name:ident),* $(,)?) => {
@@ -891,20 +894,25 @@ pub async fn a_charge_is_recorded_once_with_the_settle_that_carries_it(a: Adapte
     assert_eq!(a.ledger.charge(&bot(), &id).await.unwrap(), Some(charge));
 }
 
-/// A refund marks its charge's entry once: a second run that read it unrefunded is refused, with no
-/// state in the write; a refund of a charge the ledger never had enters it refunded.
-pub async fn a_refund_is_recorded_once_on_its_charge(a: Adapters) {
-    let group = fresh_group("refund");
-    let id = format!("stx-{}", fresh_key().update_id);
-    let paid = Charge {
-        id: id.clone(),
+/// User 42's payment of 50 Stars with charge `id`, carried by update 1, recorded now.
+fn paid_charge(id: &str) -> Charge {
+    Charge {
+        id: id.to_owned(),
         user: 42,
         stars: 50,
         payload: "gem".into(),
         update_id: 1,
         recorded_at: now(),
         refunded_at: None,
-    };
+    }
+}
+
+/// A refund marks its charge's entry once: a second run that read it unrefunded is refused, with no
+/// state in the write; a refund of a charge the ledger never had enters it refunded.
+pub async fn a_refund_is_recorded_once_on_its_charge(a: Adapters) {
+    let group = fresh_group("refund");
+    let id = format!("stx-{}", fresh_key().update_id);
+    let paid = paid_charge(&id);
     let settle = |writes: Vec<ChargeWrite>| Settlement::Done {
         state: None,
         charges: writes,
@@ -954,6 +962,37 @@ pub async fn a_refund_is_recorded_once_on_its_charge(a: Adapters) {
     assert_eq!(
         a.ledger.charge(&bot(), &unknown).await.unwrap(),
         Some(entry)
+    );
+}
+
+/// An operator's refund marks a charge's entry outside any run, once: a second write that read it
+/// unrefunded is refused and changes nothing, and the worker's read sees the mark.
+pub async fn an_operator_s_refund_marks_its_charge_once(a: Adapters) {
+    let group = fresh_group("operator-refund");
+    let id = format!("stx-{}", fresh_key().update_id);
+    let paid = paid_charge(&id);
+    let run = claim_next(&a, &group).await;
+    let settle = Settlement::Done {
+        state: None,
+        charges: vec![ChargeWrite::paid(paid.clone())],
+    };
+    a.ledger.settle(&run.lease, &settle, &[]).await.unwrap();
+    assert_eq!(a.book.entry(&bot(), &id).await.unwrap(), Some(paid.clone()));
+
+    let at = now().plus(Duration::from_secs(1));
+    let refund = ChargeWrite::refund(&paid, at).unwrap();
+    a.book.write_charge(&bot(), &refund).await.unwrap();
+    let later = ChargeWrite::refund(&paid, at.plus(Duration::from_secs(1))).unwrap();
+    let refused = a.book.write_charge(&bot(), &later).await;
+    assert!(
+        matches!(&refused, Err(PortError::Credited { charge, .. }) if *charge == id),
+        "{refused:?}"
+    );
+    let marked = a.ledger.charge(&bot(), &id).await.unwrap().unwrap();
+    assert_eq!(marked.refunded_at, Some(at), "marked once, by the first");
+    assert_eq!(
+        a.book.entry(&bot(), &format!("{id}-none")).await.unwrap(),
+        None
     );
 }
 

@@ -8,10 +8,10 @@ use async_trait::async_trait;
 use parking_lot::Mutex;
 use tgq_core::audit::{newest, AuditEntry, AuditLog, AuditReader};
 use tgq_core::ids::{BotId, RecordKey, StateKey};
-use tgq_core::payment::{charge_pk, Charge};
+use tgq_core::payment::{charge_pk, Charge, ChargeWrite};
 use tgq_core::ports::{
-    fenced_write, settled, within_item_limit, Claim, ClaimRequest, Inserted, Lease, RecordReader,
-    Reset, ResetRequest, Settlement, UpdateLedger, UpdateReset, UpdateStore,
+    fenced_write, settled, within_item_limit, ChargeBook, Claim, ClaimRequest, Inserted, Lease,
+    RecordReader, Reset, ResetRequest, Settlement, UpdateLedger, UpdateReset, UpdateStore,
 };
 use tgq_core::record::{ActionIntent, ActionOutcome, Status, Timestamp, UpdateRecord};
 use tgq_core::state::StoredState;
@@ -189,6 +189,27 @@ impl UpdateLedger for MemoryStore {
     async fn charge(&self, bot: &BotId, id: &str) -> Result<Option<Charge>, PortError> {
         self.outage.check("store charge")?;
         Ok(self.tables.lock().charges.get(&charge_pk(bot, id)).cloned())
+    }
+}
+
+#[async_trait]
+impl ChargeBook for MemoryStore {
+    async fn entry(&self, bot: &BotId, id: &str) -> Result<Option<Charge>, PortError> {
+        UpdateLedger::charge(self, bot, id).await
+    }
+
+    async fn write_charge(&self, bot: &BotId, write: &ChargeWrite) -> Result<(), PortError> {
+        self.outage.check("store charge write")?;
+        let charges = &mut self.tables.lock().charges;
+        let pk = charge_pk(bot, &write.entry.id);
+        if !write.expect.holds(charges.get(&pk)) {
+            return Err(PortError::Credited {
+                what: "store charge write",
+                charge: write.entry.id.clone(),
+            });
+        }
+        charges.insert(pk, write.entry.clone());
+        Ok(())
     }
 }
 

@@ -25,7 +25,8 @@ async fn adapters() -> Adapters {
         max_receive_count: MAX_RECEIVE_COUNT,
         reset: store.clone(),
         audit: store.clone(),
-        audit_reader: store,
+        audit_reader: store.clone(),
+        book: store,
         dead_store: dead,
     }
 }

@@ -29,7 +29,7 @@ use super::console::{self, ConsoleIds};
 use super::share::LoopShare;
 use super::shutdown::Shutdown;
 use super::worker_loop::LoopStats;
-use crate::ops::{dlq, DEFAULT_LIMIT};
+use crate::ops::{dlq, payments, DEFAULT_LIMIT};
 use crate::views::{self, ActRequest, ReportView, StatusView};
 
 /// What the routes share.
@@ -63,6 +63,8 @@ pub struct App {
     pub console_ids: Arc<ConsoleIds>,
     /// Telegram's flood waits of the bots, which the console shows as what holds them.
     pub flood_waits: Arc<super::flood::FloodWaits>,
+    /// The bots the worker runs, each with its Bot API: a refund asks Telegram through them.
+    pub bots: Arc<dyn tgq_core::bots::BotDirectory>,
 }
 
 /// Below this much free space on the store's filesystem, /readyz answers 503: the next commit that
@@ -109,6 +111,7 @@ pub fn admin_router(app: App) -> Router {
         .route("/audit", get(admin_audit))
         .route("/timers", get(admin_timers))
         .route("/payments", get(admin_payments))
+        .route("/payments/refund", post(admin_payments_refund))
         .route("/timers/cancel", post(admin_timers_cancel))
         .route("/backup", post(admin_backup))
         .route("/broadcasts", get(admin_broadcasts))
@@ -396,6 +399,28 @@ async fn admin_timers(State(app): State<App>, Query(query): Query<Limit>) -> Res
 async fn admin_payments(State(app): State<App>, Query(query): Query<Limit>) -> Response {
     let limit = query.limit.unwrap_or(DEFAULT_LIMIT);
     admin_read(&app, move |store| Ok(store.charges(limit)?)).await
+}
+
+/// `POST /admin/payments/refund`: `tgq payments refund` run by this instance, which holds the
+/// store and the bots' tokens.
+async fn admin_payments_refund(
+    State(app): State<App>,
+    Json(request): Json<payments::RefundBody>,
+) -> Response {
+    let refunded = match payments::served_telegram(app.bots.as_ref(), &request.bot).await {
+        Ok(telegram) => {
+            payments::refund_here(
+                &app.store,
+                telegram,
+                &request.bot,
+                &request.charge,
+                request.principal,
+            )
+            .await
+        }
+        Err(error) => Err(error),
+    };
+    admin_answer(refunded)
 }
 
 /// `POST /admin/timers/cancel`: `tgq timers cancel` run by this instance, which holds the store.

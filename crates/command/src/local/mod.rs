@@ -330,6 +330,7 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
         console_bot: settings.bot_id.clone(),
         console_ids: Arc::default(),
         flood_waits: waits,
+        bots: bots.clone(),
     };
     for (listener, routes) in [
         (listener, http::webhook_router(app.clone())),

@@ -2,11 +2,10 @@
 //! local mode's store, through the operator's use cases (`tgq_core::operate`). Locally, while
 //! `tgq local` runs, the running instance does the work through its admin routes.
 
-use std::io::{BufRead as _, IsTerminal as _, Write as _};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use anyhow::{bail, Context as _};
+use anyhow::bail;
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use tgq_core::audit::AuditReader;
@@ -389,20 +388,11 @@ fn confirm(letters: &Letters) -> anyhow::Result<()> {
         true => "every letter in the dead-letter queue".to_owned(),
         false => format!("{} letter(s)", letters.ids.len()),
     };
-    if !std::io::stdin().is_terminal() {
-        bail!("purging deletes {what} for good: pass --yes to purge without being asked");
-    }
-    eprint!("Delete {what} for good? The updates cannot be replayed afterwards. [y/N] ");
-    std::io::stderr().flush()?;
-    let mut answer = String::new();
-    std::io::stdin()
-        .lock()
-        .read_line(&mut answer)
-        .context("reading the answer")?;
-    match answer.trim() {
-        "y" | "Y" | "yes" => Ok(()),
-        _ => bail!("nothing was purged"),
-    }
+    super::confirm(
+        &format!("Delete {what} for good? The updates cannot be replayed afterwards."),
+        format!("purging deletes {what} for good: pass --yes to purge without being asked"),
+        "nothing was purged",
+    )
 }
 
 /// Prints a report; fails (exit 1) when something could not be done.

@@ -32,6 +32,27 @@ use tgq_embedded::EmbeddedStore;
 /// How many entries the list commands show when `--limit` is not given.
 pub const DEFAULT_LIMIT: usize = 50;
 
+/// Asks `question` on the terminal, `[y/N]`; refuses with `unasked` when there is no terminal to
+/// ask on, and with `declined` for any answer but yes. For what cannot be undone.
+pub(crate) fn confirm(question: &str, unasked: String, declined: &str) -> anyhow::Result<()> {
+    use std::io::{BufRead as _, IsTerminal as _, Write as _};
+
+    if !std::io::stdin().is_terminal() {
+        anyhow::bail!(unasked);
+    }
+    eprint!("{question} [y/N] ");
+    std::io::stderr().flush()?;
+    let mut answer = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut answer)
+        .map_err(|e| anyhow::anyhow!("reading the answer: {e}"))?;
+    match answer.trim() {
+        "y" | "Y" | "yes" => Ok(()),
+        _ => anyhow::bail!("{declined}"),
+    }
+}
+
 /// `--limit N`: at least one entry (a limit of 0 would show nothing and look like an empty list).
 pub fn limit(text: &str) -> Result<usize, String> {
     match text.parse::<usize>() {

@@ -1,6 +1,7 @@
-//! The audit trail of operators' actions on dead letters (docs/design/operate.md): every replay
-//! and purge by `tgq dlq`, and every redrive an operator started in the SQS console, with who, when,
-//! what and how it ended. Kept where the records are, for as long as they are.
+//! The audit trail of operators' actions (docs/design/operate.md): every replay and purge by `tgq
+//! dlq`, every redrive an operator started in the SQS console, and every refund `tgq payments
+//! refund` asked of Telegram (docs/design/payments.md §3), with who, when, what and how it ended.
+//! Kept where the records are, for as long as they are.
 
 use std::fmt;
 use std::str::FromStr;
@@ -22,6 +23,8 @@ pub enum AuditAction {
     /// A dead letter moved back to the updates queue outside tgq (the SQS console), taken by the
     /// worker as a replay.
     Redrive,
+    /// `tgq payments refund`: Telegram was asked to give a charge's Stars back.
+    Refund,
 }
 
 impl AuditAction {
@@ -31,6 +34,7 @@ impl AuditAction {
             AuditAction::Replay => "replay",
             AuditAction::Purge => "purge",
             AuditAction::Redrive => "redrive",
+            AuditAction::Refund => "refund",
         }
     }
 }
@@ -49,6 +53,7 @@ impl FromStr for AuditAction {
             AuditAction::Replay,
             AuditAction::Purge,
             AuditAction::Redrive,
+            AuditAction::Refund,
         ]
         .into_iter()
         .find(|a| a.as_str() == s)
@@ -59,7 +64,7 @@ impl FromStr for AuditAction {
     }
 }
 
-/// One operator's action on one dead letter.
+/// One operator's action on one dead letter, or on one charge.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AuditEntry {
     /// When it was done.

@@ -14,6 +14,18 @@ use crate::payment::{Charge, ChargeWrite};
 use crate::record::{ActionIntent, ActionOutcome, ActionRecord, Status, Timestamp, UpdateRecord};
 use crate::state::{StateWrite, StoredState};
 
+/// The payments ledger as an operator's command changes it, outside any update's run
+/// (docs/design/payments.md §3): `tgq payments refund`.
+#[async_trait]
+pub trait ChargeBook: Send + Sync {
+    /// The entry of charge `id` in `bot`'s ledger, if a settle recorded it (consistent read).
+    async fn entry(&self, bot: &BotId, id: &str) -> Result<Option<Charge>, PortError>;
+
+    /// Writes `write` into `bot`'s ledger if the entry there is what `write.expect` says;
+    /// otherwise refuses with [`PortError::Credited`] and writes nothing.
+    async fn write_charge(&self, bot: &BotId, write: &ChargeWrite) -> Result<(), PortError>;
+}
+
 /// A run's hold on an update: its key and the fencing token its claim set (the attempt number).
 /// Every write of the run after the claim is conditional on the record still being `PROCESSING`
 /// with this token, so a run that outlived its lease can no longer write.

@@ -10,5 +10,6 @@ pub mod operate;
 pub mod pacer;
 pub mod poller;
 pub(crate) mod reading;
+pub mod refund;
 pub mod relay;
 pub mod worker;

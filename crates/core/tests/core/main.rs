@@ -11,6 +11,7 @@ mod operate;
 mod poller;
 mod queued;
 mod recipient_gone;
+mod refund;
 mod state;
 mod steps;
 mod worker;

@@ -25,6 +25,7 @@ async fn adapters() -> Adapters {
         reset: store.clone(),
         audit: store.clone(),
         audit_reader: store.clone(),
+        book: store.clone(),
         dead_store: store,
     }
 }

@@ -54,6 +54,7 @@ impl Emulator {
             reset: self.store.clone(),
             audit: self.store.clone(),
             audit_reader: self.store.clone(),
+            book: self.store.clone(),
             dead_store: self.dlq.clone(),
         }
     }
