@@ -1890,11 +1890,12 @@ async fn payments_on_a_stack_are_the_charges_its_settles_recorded() {
     assert!(shown.contains("update     9"), "{shown}");
 }
 
-/// `tgq payments refund --stack`: the stack's token (its parameter) and Bot API URL (its output)
-/// reach Telegram; the charge is refunded once, its item marked, the refund audited under the
-/// caller's identity, and a second refund refused without asking.
+/// `tgq payments refund | reconcile --stack`: the stack's token (its parameter) and Bot API URL
+/// (its output) reach Telegram. The charge is refunded once, its item marked, the refund audited
+/// under the caller's identity, and a second refund refused without asking; reconcile finds the
+/// ledger and Telegram alike, then names the payment the ledger never got.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_refund_on_a_stack_asks_telegram_once_with_the_stack_s_token() {
+async fn a_refund_and_reconcile_on_a_stack_reach_telegram_with_the_stack_s_token() {
     let fake = FakeTelegram::start().await.unwrap();
     let id = crate::payments::charge_at(&fake, 42, 30).await;
     let api_url = fake.url();
@@ -1941,4 +1942,25 @@ async fn a_refund_on_a_stack_asks_telegram_once_with_the_stack_s_token() {
         [200],
         "asked once"
     );
+
+    // The stack's ledger against Telegram's transactions: alike, then a payment it never got.
+    let agreed = deployed.tgq(&[], &["payments", "reconcile"]);
+    assert!(
+        agreed.contains("The ledger and Telegram agree."),
+        "{agreed}"
+    );
+    let missed = crate::payments::charge_at(&fake, 43, 15).await;
+    let (status, out, err) = run(
+        &[],
+        &["payments", "reconcile", "--json", "--stack", &deployed.name],
+    );
+    assert!(!status.success(), "{err}");
+    let report: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(report["bot_id"], "demo");
+    assert_eq!(
+        report["only_at_telegram"][0]["id"],
+        missed.as_str(),
+        "{report}"
+    );
+    assert_eq!(report["matched"], 1, "{report}");
 }

@@ -87,27 +87,71 @@ async fn the_ledger_lists_each_charge_once_running_or_stopped() {
     );
 }
 
-/// A user pays `stars` at the fake, the bot saying yes to the pre-checkout query: the charge
-/// Telegram made, its id.
-pub(crate) async fn charge_at(fake: &FakeTelegram, user: i64, stars: u32) -> String {
-    let query = fake.checkout(user, "gem", stars);
-    let answer: Value = reqwest::Client::new()
-        .post(format!(
-            "{}/bot{}/answerPreCheckoutQuery",
-            fake.url(),
-            fake.token()
-        ))
-        .json(&json!({ "pre_checkout_query_id": query, "ok": true }))
+/// Calls the fake Bot API as a bot would, outside tgq: Telegram's answer.
+async fn call_fake(fake: &FakeTelegram, method: &str, params: Value) -> Value {
+    reqwest::Client::new()
+        .post(format!("{}/bot{}/{method}", fake.url(), fake.token()))
+        .json(&params)
         .send()
         .await
         .unwrap()
         .json()
         .await
-        .unwrap();
+        .unwrap()
+}
+
+/// A user pays `stars` at the fake, the bot saying yes to the pre-checkout query: the charge
+/// Telegram made, its id.
+pub(crate) async fn charge_at(fake: &FakeTelegram, user: i64, stars: u32) -> String {
+    let query = fake.checkout(user, "gem", stars);
+    let answer = call_fake(
+        fake,
+        "answerPreCheckoutQuery",
+        json!({ "pre_checkout_query_id": query, "ok": true }),
+    )
+    .await;
     assert_eq!(answer["ok"], true, "{answer}");
     let charge = fake.charges().pop().unwrap();
     assert_eq!((charge.user, charge.amount), (user, stars));
     charge.id
+}
+
+/// A fake Bot API and a data directory for `tgq local` talking to it.
+struct Shop {
+    fake: FakeTelegram,
+    api_url: String,
+    dir: tempfile::TempDir,
+}
+
+impl Shop {
+    async fn open() -> Self {
+        let fake = FakeTelegram::start().await.unwrap();
+        Self {
+            api_url: fake.url(),
+            fake,
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    /// What `tgq local` and the commands run with: the fake's URL and token.
+    fn envs(&self) -> [(&'static str, &str); 3] {
+        [
+            ("TELEGRAM_API_URL", self.api_url.as_str()),
+            ("TELEGRAM_BOT_TOKEN", self.fake.token()),
+            ("TGQ_WEBHOOK_SECRET", SECRET),
+        ]
+    }
+
+    fn data_dir(&self) -> &str {
+        self.dir.path().to_str().unwrap()
+    }
+
+    /// `tgq local` on the data directory, ready.
+    async fn local(&self) -> Local {
+        let mut local = Local::start(self.dir.path(), &self.envs(), &[]);
+        local.wait_ready().await;
+        local
+    }
 }
 
 /// Waits up to 10 s for `done`.
@@ -146,22 +190,14 @@ fn refunded_at(data_dir: &str, charge: &str) -> Option<u64> {
 /// did not take is refused with the reason, and changes nothing; every call is audited.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refund_is_asked_once_marked_and_audited_running_or_stopped() {
-    let fake = FakeTelegram::start().await.unwrap();
-    let api_url = fake.url();
-    let envs = [
-        ("TELEGRAM_API_URL", api_url.as_str()),
-        ("TELEGRAM_BOT_TOKEN", fake.token()),
-        ("TGQ_WEBHOOK_SECRET", SECRET),
-    ];
-    let dir = tempfile::tempdir().unwrap();
-    let data_dir = dir.path().to_str().unwrap();
-    let mut local = Local::start(dir.path(), &envs, &[]);
-    local.wait_ready().await;
+    let shop = Shop::open().await;
+    let (fake, envs, data_dir) = (&shop.fake, shop.envs(), shop.data_dir());
+    let mut local = shop.local().await;
     let (a, b, c, d) = (
-        charge_at(&fake, 42, 50).await,
-        charge_at(&fake, 43, 75).await,
-        charge_at(&fake, 44, 20).await,
-        charge_at(&fake, 45, 10).await,
+        charge_at(fake, 42, 50).await,
+        charge_at(fake, 43, 75).await,
+        charge_at(fake, 44, 20).await,
+        charge_at(fake, 45, 10).await,
     );
     let paying = [(42, &a, 50), (43, &b, 75), (44, &c, 20), (45, &d, 10)];
     for (n, (user, charge, stars)) in paying.into_iter().enumerate() {
@@ -184,7 +220,7 @@ async fn a_refund_is_asked_once_marked_and_audited_running_or_stopped() {
     let (status, _, err) = refund(&a, false);
     assert!(!status.success());
     assert!(err.contains("pass --yes"), "{err}");
-    assert!(refunds_asked(&fake, &a).is_empty());
+    assert!(refunds_asked(fake, &a).is_empty());
 
     // Through the running instance: refunded at Telegram once, marked.
     let (status, out, err) = refund(&a, true);
@@ -193,7 +229,7 @@ async fn a_refund_is_asked_once_marked_and_audited_running_or_stopped() {
         out.trim(),
         format!("Refunded charge {a} of bot local: 50 Stars back to user 42.")
     );
-    assert_eq!(refunds_asked(&fake, &a), [200]);
+    assert_eq!(refunds_asked(fake, &a), [200]);
     assert!(fake.charges().iter().any(|ch| ch.id == a && ch.refunded));
     assert!(refunded_at(data_dir, &a).is_some());
 
@@ -201,7 +237,7 @@ async fn a_refund_is_asked_once_marked_and_audited_running_or_stopped() {
     let (status, _, err) = refund(&a, true);
     assert!(!status.success());
     assert!(err.contains("was refunded at"), "{err}");
-    assert_eq!(refunds_asked(&fake, &a), [200], "asked once");
+    assert_eq!(refunds_asked(fake, &a), [200], "asked once");
 
     // A charge the ledger does not hold.
     let (status, _, err) = refund("stx-none", true);
@@ -214,7 +250,7 @@ async fn a_refund_is_asked_once_marked_and_audited_running_or_stopped() {
     fake.clear_faults();
     assert!(!status.success());
     assert!(err.contains("nothing changed"), "{err}");
-    assert_eq!(refunds_asked(&fake, &b), [502]);
+    assert_eq!(refunds_asked(fake, &b), [502]);
     assert_eq!(refunded_at(data_dir, &b), None);
 
     let (status, out, err) = run(&[], &["dlq", "audit", "--json", "--data-dir", data_dir]);
@@ -244,7 +280,7 @@ async fn a_refund_is_asked_once_marked_and_audited_running_or_stopped() {
     let (status, out, err) = refund(&b, true);
     assert!(status.success(), "{err}");
     assert!(out.contains(&format!("Refunded charge {b}")), "{out}");
-    assert_eq!(refunds_asked(&fake, &b), [502, 200]);
+    assert_eq!(refunds_asked(fake, &b), [502, 200]);
     let (status, shown, _) = run(&[], &["payments", "show", &b, "--data-dir", data_dir]);
     assert!(status.success());
     assert!(shown.contains("refunded   "), "{shown}");
@@ -262,7 +298,7 @@ async fn a_refund_is_asked_once_marked_and_audited_running_or_stopped() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    wait_for(|| refunds_asked(&fake, &d).len() == 1).await;
+    wait_for(|| refunds_asked(fake, &d).len() == 1).await;
     killed.kill().unwrap();
     killed.wait().unwrap();
     assert_eq!(refunded_at(data_dir, &d), None, "killed before the mark");
@@ -274,8 +310,8 @@ async fn a_refund_is_asked_once_marked_and_audited_running_or_stopped() {
         "{out}"
     );
     assert!(refunded_at(data_dir, &d).is_some());
-    assert_eq!(refunds_asked(&fake, &d).len(), 2);
-    assert_eq!(refunds_asked(&fake, &d)[1], 400, "refused: refunded once");
+    assert_eq!(refunds_asked(fake, &d).len(), 2);
+    assert_eq!(refunds_asked(fake, &d)[1], 400, "refused: refunded once");
 
     // Telegram unreachable: refused with the reason, nothing marked.
     fake.clone().shutdown().await;
@@ -286,5 +322,88 @@ async fn a_refund_is_asked_once_marked_and_audited_running_or_stopped() {
         "{err}"
     );
     assert_eq!(refunded_at(data_dir, &c), None);
-    assert!(refunds_asked(&fake, &c).is_empty());
+    assert!(refunds_asked(fake, &c).is_empty());
+}
+
+/// `tgq payments reconcile`: `tgq local`'s ledger against the fake's list of Star transactions.
+/// Each side's lacks are named and nothing changes; it exits 0 while they agree and 1 once they
+/// differ; with Telegram away it says so and compares nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconcile_names_what_each_side_lacks_and_changes_nothing() {
+    let shop = Shop::open().await;
+    let (fake, envs, data_dir) = (&shop.fake, shop.envs(), shop.data_dir());
+    let mut local = shop.local().await;
+    let processed = |n: u64| move |s: &Value| s["counters"]["processed"].as_u64() == Some(n);
+    let reconcile = |json: bool| {
+        let mut args = vec!["payments", "reconcile", "--data-dir", data_dir];
+        if json {
+            args.push("--json");
+        }
+        run(&envs, &args)
+    };
+
+    let a = charge_at(fake, 42, 50).await;
+    post_update(&local, SECRET, &paid(1, 42, &a, 50)).await;
+    local
+        .wait_settled(Duration::from_secs(30), processed(1))
+        .await;
+    let (status, out, err) = reconcile(false);
+    assert!(status.success(), "{err}");
+    assert!(out.contains("The ledger and Telegram agree."), "{out}");
+
+    // Paid at Telegram and never delivered; delivered and never paid at Telegram; refunded at
+    // Telegram without tgq learning it.
+    let (b, c) = (charge_at(fake, 43, 75).await, charge_at(fake, 44, 20).await);
+    post_update(&local, SECRET, &paid(2, 43, &b, 75)).await;
+    post_update(&local, SECRET, &paid(3, 45, "stx-unknown", 5)).await;
+    local
+        .wait_settled(Duration::from_secs(30), processed(3))
+        .await;
+    let refunded = call_fake(
+        fake,
+        "refundStarPayment",
+        json!({ "user_id": 43, "telegram_payment_charge_id": b }),
+    )
+    .await;
+    assert_eq!(refunded["result"], true, "{refunded}");
+    let before = listed(data_dir);
+
+    let (status, out, _) = reconcile(true);
+    assert!(!status.success(), "they differ");
+    let report: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(report["bot_id"], "local");
+    assert_eq!(
+        (
+            &report["at_telegram"],
+            &report["in_ledger"],
+            &report["matched"]
+        ),
+        (&json!(3), &json!(3), &json!(1)),
+        "{report}"
+    );
+    assert_eq!(report["only_at_telegram"][0]["id"], c.as_str(), "{report}");
+    assert_eq!(report["only_at_telegram"][0]["stars"], 20);
+    assert_eq!(report["only_in_ledger"][0]["id"], "stx-unknown", "{report}");
+    assert_eq!(report["refunded_only_at_telegram"], json!([b]), "{report}");
+    assert_eq!(report["refunded_only_in_ledger"], json!([]));
+    let (status, out, err) = reconcile(false);
+    assert!(!status.success());
+    assert!(out.contains("At Telegram, not in the ledger (1):"), "{out}");
+    assert!(out.contains("In the ledger, not at Telegram (1):"), "{out}");
+    assert!(
+        out.contains("Refunded at Telegram, not marked in the ledger (1):"),
+        "{out}"
+    );
+    assert!(err.contains("differ in 3 charge(s)"), "{err}");
+    assert_eq!(listed(data_dir), before, "the ledger is unchanged");
+    local.terminate().await;
+
+    fake.clone().shutdown().await;
+    let (status, _, err) = reconcile(false);
+    assert!(!status.success());
+    assert!(
+        err.contains("could not read the Star transactions") && err.contains("nothing changed"),
+        "{err}"
+    );
+    assert_eq!(listed(data_dir), before);
 }

@@ -20,7 +20,7 @@ pub use model::{
 pub use ports::{audit, bots, clock, leadership, offline, registry, telegram};
 use usecases::reading;
 pub use usecases::{
-    broadcast, budget, ingest, metrics, operate, pacer, poller, refund, relay, worker,
+    broadcast, budget, ingest, metrics, operate, pacer, poller, reconcile, refund, relay, worker,
 };
 
 pub use context::Context;

@@ -18,6 +18,7 @@ use tgq_core::defaults;
 use tgq_core::ids::BotId;
 use tgq_core::payment::{Charge, ChargeWrite, LedgerEntry};
 use tgq_core::ports::ChargeBook;
+use tgq_core::reconcile::{reconcile as compare, star_transactions, Reconciliation};
 use tgq_core::record::Timestamp;
 use tgq_core::refund::{refund_charge, RefundError, RefundPorts, RefundRequest};
 use tgq_core::telegram::BotApi;
@@ -40,6 +41,9 @@ pub enum PaymentsCommand {
     /// Give a charge's Stars back to its payer (refundStarPayment), once, and mark it refunded in
     /// the ledger; audited (`tgq dlq audit`).
     Refund(RefundArgs),
+    /// Compare a bot's ledger with Telegram's list of its Star transactions (getStarTransactions):
+    /// what each side has that the other lacks. Changes nothing; exits 1 when they differ.
+    Reconcile(ReconcileArgs),
 }
 
 /// `tgq payments list`.
@@ -86,6 +90,19 @@ pub struct RefundArgs {
     yes: bool,
 }
 
+/// `tgq payments reconcile`.
+#[derive(Debug, Args)]
+pub struct ReconcileArgs {
+    #[command(flatten)]
+    target: TargetArgs,
+    /// The bot [default: the environment's (TGQ_BOT_ID, else `local`), or the stack's own].
+    #[arg(long, value_name = "ID")]
+    bot: Option<String>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
 /// Runs one `tgq payments` subcommand.
 pub async fn run(command: PaymentsCommand) -> anyhow::Result<()> {
     match command {
@@ -126,6 +143,7 @@ pub async fn run(command: PaymentsCommand) -> anyhow::Result<()> {
             Ok(())
         }
         PaymentsCommand::Refund(args) => refund(args).await,
+        PaymentsCommand::Reconcile(args) => reconcile(args).await,
     }
 }
 
@@ -323,6 +341,156 @@ fn confirm(entry: &LedgerEntry) -> anyhow::Result<()> {
         format!("a refund cannot be undone ({what}): pass --yes to refund without being asked"),
         "nothing was refunded",
     )
+}
+
+/// What `tgq payments reconcile --json` prints.
+#[derive(Debug, Serialize)]
+struct ReconcileView<'a> {
+    bot_id: &'a str,
+    #[serde(flatten)]
+    report: &'a Reconciliation,
+}
+
+async fn reconcile(args: ReconcileArgs) -> anyhow::Result<()> {
+    let target = args.target.clone().resolve().await?;
+    let bot = match (&args.bot, &target) {
+        (Some(bot), _) => BotId::new(bot.clone())?,
+        (None, Target::Local(_)) => local_bot_id(&Vars::from_env())?,
+        #[cfg(feature = "aws")]
+        (None, Target::Aws(deployment)) => match &deployment.bot_id {
+            Some(bot) => BotId::new(bot.clone())?,
+            None => bail!("the stack has no BotId output: pass --bot"),
+        },
+    };
+    let telegram = match &target {
+        Target::Local(dir) => local_telegram(dir, &bot)?,
+        #[cfg(feature = "aws")]
+        Target::Aws(deployment) => stack_telegram(deployment, &bot).await?,
+    };
+    let entries = ledger(args.target, Some(bot.as_str()), usize::MAX).await?;
+    let charges: Vec<Charge> = entries.into_iter().map(|entry| entry.charge).collect();
+    let transactions = star_transactions(telegram.as_ref())
+        .await
+        .map_err(|error| {
+            anyhow::anyhow!(
+            "could not read the Star transactions of bot {bot} from Telegram: {error}; nothing was \
+             compared, nothing changed"
+        )
+        })?;
+    let report = compare(&charges, &transactions);
+    match args.json {
+        true => outln!(
+            "{}",
+            serde_json::to_string_pretty(&ReconcileView {
+                bot_id: bot.as_str(),
+                report: &report,
+            })?
+        ),
+        false => render_reconciliation(&bot, &report),
+    }
+    match report.differences() {
+        0 => Ok(()),
+        n => bail!("the ledger of bot {bot} and Telegram differ in {n} charge(s)"),
+    }
+}
+
+fn render_reconciliation(bot: &BotId, report: &Reconciliation) {
+    outln!(
+        "bot {bot}: Telegram lists {} payment(s), the ledger holds {} charge(s); {} alike.",
+        report.at_telegram,
+        report.in_ledger,
+        report.matched
+    );
+    if report.other_transactions > 0 {
+        outln!(
+            "{} other transaction(s) at Telegram (withdrawals, ads, gifts) are not compared.",
+            report.other_transactions
+        );
+    }
+    if report.differences() == 0 {
+        outln!("The ledger and Telegram agree.");
+        return;
+    }
+    if !report.only_at_telegram.is_empty() {
+        outln!();
+        outln!(
+            "At Telegram, not in the ledger ({}):",
+            report.only_at_telegram.len()
+        );
+        outln!(
+            "  {:<28} {:>12} {:>7} {:<24} PAYLOAD",
+            "CHARGE",
+            "USER",
+            "STARS",
+            "PAID"
+        );
+        for paid in &report.only_at_telegram {
+            outln!(
+                "  {:<28} {:>12} {:>7} {:<24} {}",
+                paid.id,
+                paid.user,
+                paid.stars,
+                when(Timestamp(
+                    u64::try_from(paid.date).unwrap_or(0).saturating_mul(1000)
+                )),
+                paid.payload.as_deref().unwrap_or("")
+            );
+        }
+    }
+    if !report.only_in_ledger.is_empty() {
+        outln!();
+        outln!(
+            "In the ledger, not at Telegram ({}):",
+            report.only_in_ledger.len()
+        );
+        outln!(
+            "  {:<28} {:>12} {:>7} {:<24} PAYLOAD",
+            "CHARGE",
+            "USER",
+            "STARS",
+            "RECORDED"
+        );
+        for charge in &report.only_in_ledger {
+            outln!(
+                "  {:<28} {:>12} {:>7} {:<24} {}",
+                charge.id,
+                charge.user,
+                charge.stars,
+                when(charge.recorded_at),
+                charge.payload
+            );
+        }
+    }
+    for (title, ids) in [
+        (
+            "Refunded at Telegram, not marked in the ledger",
+            &report.refunded_only_at_telegram,
+        ),
+        (
+            "Marked refunded in the ledger, no refund at Telegram",
+            &report.refunded_only_in_ledger,
+        ),
+    ] {
+        if !ids.is_empty() {
+            outln!();
+            outln!("{title} ({}):", ids.len());
+            for id in ids {
+                outln!("  {id}");
+            }
+        }
+    }
+    if !report.stars_differ.is_empty() {
+        outln!();
+        outln!("Stars differ ({}):", report.stars_differ.len());
+        for differ in &report.stars_differ {
+            outln!(
+                "  {}: the ledger {}, Telegram {}",
+                differ.id,
+                differ.ledger,
+                differ.telegram
+            );
+        }
+    }
 }
 
 /// Local mode's store while `tgq local` is stopped, opened for each read or write of a refund and

@@ -10,6 +10,7 @@ pub mod operate;
 pub mod pacer;
 pub mod poller;
 pub(crate) mod reading;
+pub mod reconcile;
 pub mod refund;
 pub mod relay;
 pub mod worker;
