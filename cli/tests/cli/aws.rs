@@ -222,6 +222,7 @@ impl Deployed {
             update_id: update,
             recorded_at,
             refunded_at: None,
+            subscription: None,
         };
         let settlement = Settlement::Done {
             state: None,

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use tgq_core::audit::AuditEntry;
 use tgq_core::dead::Burial;
 use tgq_core::ids::{BotId, GroupKey, RecordKey, StateKey, UpdateId};
-use tgq_core::payment::{charge_pk, Charge};
+use tgq_core::payment::{charge_pk, Charge, Subscription};
 use tgq_core::record::{ActionIntent, ActionRecord, ActionState, Status, Timestamp, UpdateRecord};
 use tgq_core::state::StoredState;
 
@@ -404,6 +404,9 @@ const USER: &str = "user";
 const STARS: &str = "stars";
 const INVOICE_PAYLOAD: &str = "invoice_payload";
 const REFUNDED_AT: &str = "refunded_at";
+/// A subscription's payment: when its period ends (Unix seconds), and whether it renews.
+const SUBSCRIPTION_UNTIL: &str = "subscription_until";
+const RENEWAL: &str = "renewal";
 
 /// The key of an item of the table by its `pk`.
 pub(crate) fn pk(pk: String) -> HashMap<String, AttributeValue> {
@@ -423,6 +426,13 @@ pub(crate) fn charge_item(bot: &BotId, charge: &Charge) -> HashMap<String, Attri
     ]);
     if let Some(at) = charge.refunded_at {
         item.insert(REFUNDED_AT.to_owned(), number(at.0));
+    }
+    if let Some(subscription) = charge.subscription {
+        item.insert(SUBSCRIPTION_UNTIL.to_owned(), number(subscription.until));
+        item.insert(
+            RENEWAL.to_owned(),
+            AttributeValue::Bool(subscription.renewal),
+        );
     }
     item
 }
@@ -445,6 +455,13 @@ impl Item {
             update_id: signed(UPDATE_ID)?,
             recorded_at: Timestamp(self.u64(AT)?),
             refunded_at: self.optional_u64(REFUNDED_AT)?.map(Timestamp),
+            subscription: match self.0.get(SUBSCRIPTION_UNTIL) {
+                None => None,
+                Some(_) => Some(Subscription {
+                    until: signed(SUBSCRIPTION_UNTIL)?,
+                    renewal: matches!(self.0.get(RENEWAL), Some(AttributeValue::Bool(true))),
+                }),
+            },
         })
     }
 }

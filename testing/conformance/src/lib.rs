@@ -12,7 +12,7 @@ use tgq_core::audit::{AuditAction, AuditEntry, AuditLog, AuditReader};
 use tgq_core::clock::{Clock, SystemClock};
 use tgq_core::dead::{Burial, DeadReason, FailureClass};
 use tgq_core::ids::{BotId, GroupKey, RecordKey, StateKey, UpdateId};
-use tgq_core::payment::{Charge, ChargeWrite, PaymentUpdate};
+use tgq_core::payment::{Charge, ChargeWrite, PaymentUpdate, Subscription};
 use tgq_core::ports::{
     ChargeBook, Claim, ClaimRequest, Claimed, DeadLetter, DeadLetterReader, DeadLetterStore,
     DeadLetters, Final, Inserted, OutgoingMessage, QueueConsumer, RecordReader, Reset,
@@ -842,6 +842,7 @@ pub async fn a_charge_is_recorded_once_with_the_settle_that_carries_it(a: Adapte
         update_id: first.key.update_id.0,
         recorded_at: now(),
         refunded_at: None,
+        subscription: None,
     };
     assert_eq!(a.ledger.charge(&bot(), &id).await.unwrap(), None);
     let credit = |json: &str, read_version| {
@@ -904,6 +905,7 @@ fn paid_charge(id: &str) -> Charge {
         update_id: 1,
         recorded_at: now(),
         refunded_at: None,
+        subscription: None,
     }
 }
 
@@ -966,11 +968,19 @@ pub async fn a_refund_is_recorded_once_on_its_charge(a: Adapters) {
 }
 
 /// An operator's refund marks a charge's entry outside any run, once: a second write that read it
-/// unrefunded is refused and changes nothing, and the worker's read sees the mark.
+/// unrefunded is refused and changes nothing, and the worker's read sees the mark. The entry, a
+/// subscription's renewal, reads back whole.
 pub async fn an_operator_s_refund_marks_its_charge_once(a: Adapters) {
     let group = fresh_group("operator-refund");
     let id = format!("stx-{}", fresh_key().update_id);
-    let paid = paid_charge(&id);
+    // A subscription's renewal: its period comes back whole.
+    let paid = Charge {
+        subscription: Some(Subscription {
+            until: 1_900_000_000,
+            renewal: true,
+        }),
+        ..paid_charge(&id)
+    };
     let run = claim_next(&a, &group).await;
     let settle = Settlement::Done {
         state: None,

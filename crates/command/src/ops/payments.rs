@@ -139,6 +139,17 @@ pub async fn run(command: PaymentsCommand) -> anyhow::Result<()> {
                 if let Some(at) = charge.refunded_at {
                     outln!("refunded   {}", when(at));
                 }
+                if let Some(subscription) = charge.subscription {
+                    let until = u64::try_from(subscription.until).unwrap_or(0);
+                    outln!(
+                        "period     {} until {}",
+                        match subscription.renewal {
+                            true => "a subscription's renewal,",
+                            false => "a subscription's first,",
+                        },
+                        when(Timestamp(until.saturating_mul(1000)))
+                    );
+                }
             }
             Ok(())
         }

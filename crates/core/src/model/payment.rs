@@ -32,6 +32,20 @@ pub struct Charge {
     /// Stars back.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refunded_at: Option<Timestamp>,
+    /// For a subscription's payment, the period it pays for. Each period's payment, the first and
+    /// every renewal, is a charge of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subscription: Option<Subscription>,
+}
+
+/// The subscription period a charge pays for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Subscription {
+    /// When the period ends (`subscription_expiration_date`), in Unix seconds.
+    pub until: i64,
+    /// Whether the charge renews the subscription (`is_recurring` and not `is_first_recurring`):
+    /// `false` for its first payment.
+    pub renewal: bool,
 }
 
 /// What a payment update tells the ledger.
@@ -129,7 +143,7 @@ impl Charge {
         let UpdateKind::Message(message) = &update.kind else {
             return Ok(None);
         };
-        let charge = |kind: &str, id: &str, stars: u32, payload: &str| {
+        let charge = |kind: &str, id: &str, stars: u32, payload: &str| -> Result<Charge, String> {
             if let Some(reason) = malformed(id) {
                 return Err(format!(
                     "a {kind} whose telegram_payment_charge_id {reason}: it is not credited"
@@ -143,17 +157,22 @@ impl Charge {
                 update_id: key.update_id.0,
                 recorded_at: now,
                 refunded_at: None,
+                subscription: None,
             })
         };
         if let Some(paid) = message.successful_payment().filter(|p| p.currency == STARS) {
             let id = &paid.telegram_payment_charge_id.0;
-            let paid = charge(
+            let mut entry = charge(
                 "successful_payment",
                 id,
                 paid.total_amount,
                 &paid.invoice_payload,
             )?;
-            return Ok(Some(PaymentUpdate::Paid(paid)));
+            entry.subscription = paid.subscription_expiration_date.map(|until| Subscription {
+                until: until.timestamp(),
+                renewal: paid.is_recurring && !paid.is_first_recurring,
+            });
+            return Ok(Some(PaymentUpdate::Paid(entry)));
         }
         if let teloxide_core::types::MessageKind::RefundedPayment(refund) = &message.kind {
             let refund = &refund.refunded_payment;
@@ -267,6 +286,15 @@ mod tests {
     use crate::ids::UpdateId;
 
     fn update(kind: &str, charge: &str) -> Update {
+        let payment = serde_json::json!({
+            "currency": "XTR", "total_amount": 50, "invoice_payload": "gem",
+            "telegram_payment_charge_id": charge, "provider_payment_charge_id": ""
+        });
+        update_with(kind, payment)
+    }
+
+    /// A message of user 42 carrying `payment` as its `kind`.
+    fn update_with(kind: &str, payment: serde_json::Value) -> Update {
         // From text: teloxide reads an update's kind from borrowed keys only.
         let update = serde_json::json!({
             "update_id": 7,
@@ -274,10 +302,7 @@ mod tests {
                 "message_id": 3, "date": 1_700_000_000,
                 "chat": {"id": 42, "type": "private", "first_name": "A"},
                 "from": {"id": 42, "is_bot": false, "first_name": "A"},
-                kind: {
-                    "currency": "XTR", "total_amount": 50, "invoice_payload": "gem",
-                    "telegram_payment_charge_id": charge, "provider_payment_charge_id": ""
-                }
+                kind: payment
             }
         });
         serde_json::from_str(&update.to_string()).unwrap()
@@ -296,7 +321,43 @@ mod tests {
             update_id: 7,
             recorded_at: Timestamp(5),
             refunded_at,
+            subscription: None,
         }
+    }
+
+    /// A subscription's payment: its first (`renewal` false) or a renewal.
+    fn subscribed(charge: &str, renewal: bool) -> Update {
+        let payment = serde_json::json!({
+            "currency": "XTR", "total_amount": 50, "invoice_payload": "club",
+            "telegram_payment_charge_id": charge, "provider_payment_charge_id": "",
+            "subscription_expiration_date": 1_702_592_000,
+            "is_recurring": true, "is_first_recurring": !renewal
+        });
+        update_with("successful_payment", payment)
+    }
+
+    #[test]
+    fn a_subscription_s_first_payment_and_each_renewal_are_charges_of_their_own() {
+        let of = |update| match Charge::of(&update, &key(), Timestamp(5)).unwrap() {
+            Some(PaymentUpdate::Paid(charge)) => charge,
+            other => panic!("{other:?}"),
+        };
+        let first = of(subscribed("stx-first", false));
+        let renewed = of(subscribed("stx-renewal", true));
+        assert_eq!(
+            first.subscription,
+            Some(Subscription {
+                until: 1_702_592_000,
+                renewal: false
+            })
+        );
+        assert_eq!(renewed.subscription.map(|s| s.renewal), Some(true));
+        assert_ne!(first.id, renewed.id, "keyed apart");
+        assert_eq!(
+            charge(None).subscription,
+            None,
+            "a one-off payment has none"
+        );
     }
 
     #[test]

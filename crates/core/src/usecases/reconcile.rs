@@ -215,6 +215,7 @@ mod tests {
             update_id: 1,
             recorded_at: Timestamp(1),
             refunded_at: refunded.then_some(Timestamp(2)),
+            subscription: None,
         }
     }
 

@@ -14,7 +14,7 @@ use tgq_core::context::Context;
 use tgq_core::dead::DeadReason;
 use tgq_core::handler::{Handler, HandlerError};
 use tgq_core::ids::{BotId, GroupKey, RecordKey, StateKey, UpdateId};
-use tgq_core::payment::{Charge, ChargeWrite, Credit, Refund};
+use tgq_core::payment::{Charge, ChargeWrite, Credit, Refund, Subscription};
 use tgq_core::ports::{Claim, ClaimRequest, Settlement, UpdateLedger as _};
 use tgq_core::record::Timestamp;
 use tgq_core::state::ChatState;
@@ -157,6 +157,53 @@ async fn two_charges_for_one_invoice_payload_are_two_credits() {
     }
 }
 
+/// A subscription's first payment and its renewal: each period's charge is credited once, and
+/// kept in the ledger with the period it pays for.
+#[tokio::test]
+async fn a_subscription_s_renewal_is_a_charge_of_its_own_credited_once() {
+    let shop = Arc::new(Shop::default());
+    let h = harness(shop.clone());
+    let period = |update_id, charge: &str, first: bool, until: i64| {
+        let payment = json!({
+            "currency": "XTR", "total_amount": 30, "invoice_payload": "club",
+            "telegram_payment_charge_id": charge, "provider_payment_charge_id": "",
+            "subscription_expiration_date": until, "is_recurring": true,
+            "is_first_recurring": first
+        });
+        message(update_id, "successful_payment", payment)
+    };
+    let (first, renewal) = (1_800_000_000, 1_802_592_000);
+    assert!(done(&h.run(&[period(1, "stx-sub-1", true, first)]).await));
+    assert!(done(
+        &h.run(&[period(2, "stx-sub-2", false, renewal)]).await
+    ));
+    // The renewal delivered again: nothing more.
+    assert!(done(
+        &h.run(&[period(3, "stx-sub-2", false, renewal)]).await
+    ));
+
+    assert_eq!(balance(&h).as_deref(), Some(r#"{"stars":60}"#));
+    let bot = BotId::new("shop").unwrap();
+    let kept = |id: &'static str| {
+        let (store, bot) = (h.store.clone(), bot.clone());
+        async move { store.charge(&bot, id).await.unwrap().unwrap().subscription }
+    };
+    assert_eq!(
+        kept("stx-sub-1").await,
+        Some(Subscription {
+            until: first,
+            renewal: false
+        })
+    );
+    assert_eq!(
+        kept("stx-sub-2").await,
+        Some(Subscription {
+            until: renewal,
+            renewal: true
+        })
+    );
+}
+
 /// Credits as [`Shop`] does; on its first run, before it ends, another update carrying the same
 /// charge finishes (read absent by this run, there by its settle).
 struct Racing {
@@ -191,6 +238,7 @@ impl Handler for Racing {
                 update_id: 7,
                 recorded_at: at,
                 refunded_at: None,
+                subscription: None,
             };
             let settlement = Settlement::Done {
                 state: None,

@@ -33,6 +33,7 @@ fn charge(id: &str) -> Charge {
         update_id: 7,
         recorded_at: PAID_AT,
         refunded_at: None,
+        subscription: None,
     }
 }
 

@@ -555,6 +555,7 @@ async fn a_store_of_the_previous_layout_is_upgraded_in_place_keeping_its_records
             update_id: 1,
             recorded_at: START,
             refunded_at: None,
+            subscription: None,
         })],
     };
     store.settle(&lease, &done, &[]).await.unwrap();
