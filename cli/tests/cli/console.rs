@@ -324,3 +324,66 @@ async fn get_text(local: &Local, path: &str, token: Option<&str>) -> String {
 async fn admin_get(local: &Local, path: &str, token: Option<&str>) -> Value {
     serde_json::from_str(&get_text(local, path, token).await).unwrap()
 }
+
+/// The console's Payments view: the ledger's charges, the newest first, with a refund and a
+/// subscription's period as the ledger keeps them.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_console_shows_the_payments_ledger() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut local = Local::start(dir.path(), &[("TGQ_WEBHOOK_SECRET", SECRET)], &[]);
+    local.wait_ready().await;
+    let paid = |update_id: i64, charge: &str, extra: Value| {
+        let mut payment = serde_json::json!({
+            "currency": "XTR", "total_amount": 40 + update_id, "invoice_payload": "gem",
+            "telegram_payment_charge_id": charge, "provider_payment_charge_id": ""
+        });
+        payment
+            .as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        serde_json::json!({ "update_id": update_id, "message": {
+            "message_id": update_id, "date": 1_800_000_000,
+            "chat": {"id": 77, "type": "private", "first_name": "Ada"},
+            "from": {"id": 77, "is_bot": false, "first_name": "Ada"},
+            "successful_payment": payment } })
+    };
+    common::post_update(&local, SECRET, &paid(1, "stx-one", serde_json::json!({}))).await;
+    let renewal = serde_json::json!({
+        "subscription_expiration_date": 1_900_000_000, "is_recurring": true,
+        "is_first_recurring": false
+    });
+    common::post_update(&local, SECRET, &paid(2, "stx-club", renewal)).await;
+    local
+        .wait_settled(Duration::from_secs(30), |s| s["counters"]["processed"] == 2)
+        .await;
+
+    let page = local.admin_url("/#payments");
+    tokio::task::block_in_place(|| {
+        let mut browser = Browser::start(1360, 900);
+        browser.open(&page);
+        browser.wait_for(
+            "document.querySelectorAll('#payments tbody tr').length === 2",
+            "both charges in the Payments view",
+        );
+        let rows = browser.eval(
+            "[...document.querySelectorAll('#payments tbody tr')].map(r => r.innerText.replace(/\\s+/g, ' ').trim())",
+        );
+        let rows: Vec<&str> = rows
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r.as_str().unwrap())
+            .collect();
+        assert!(rows[0].contains("local stx-club 77 42 gem 2"), "{rows:?}");
+        assert!(rows[0].contains("renewal, until 2030-03-17"), "{rows:?}");
+        assert!(rows[1].contains("local stx-one 77 41 gem 1"), "{rows:?}");
+        assert!(!rows[1].contains("until"), "{rows:?}");
+        assert!(browser
+            .eval("document.querySelector('#payments-empty').hidden")
+            .as_bool()
+            .unwrap());
+        let thrown = browser.exceptions();
+        assert!(thrown.is_empty(), "the page's scripts threw: {thrown:?}");
+    });
+    local.terminate().await;
+}

@@ -185,6 +185,7 @@ async function draw() {
     case "talk": await drawConversation(); break;
     case "dead": await drawDead(); break;
     case "audit": await drawAudit(); break;
+    case "payments": await drawPayments(); break;
     case "charts": drawCharts(); break;
   }
 }
@@ -354,6 +355,26 @@ async function drawAudit() {
     el("td", { title: new Date(e.at).toISOString() }, clock(e.at)), el("td", {}, e.principal), el("td", {}, e.action),
     el("td", { class: "mono" }, e.letter_id || ""), el("td", {}, e.update_id === null ? "" : e.update_id), el("td", {}, e.outcome))));
   $("#audit-empty").hidden = entries.length > 0;
+}
+
+// ---- payments -----------------------------------------------------------------------------
+
+function period(subscription) {
+  if (!subscription) return "";
+  const until = new Date(subscription.until * 1000).toISOString().slice(0, 10);
+  return (subscription.renewal ? "renewal" : "first") + ", until " + until;
+}
+
+async function drawPayments() {
+  const entries = await call("/admin/payments?limit=500");
+  $("#payments tbody").replaceChildren(...entries.map((e) => el("tr", { "data-charge": e.id },
+    el("td", { title: new Date(e.recorded_at).toISOString() }, clock(e.recorded_at)),
+    el("td", {}, e.bot_id), el("td", { class: "mono" }, e.id), el("td", {}, e.user),
+    el("td", {}, e.stars), el("td", { class: "mono" }, e.payload),
+    el("td", {}, el("a", { href: "#update/" + encodeURIComponent(e.bot_id) + "/" + e.update_id }, e.update_id)),
+    el("td", e.refunded_at ? { title: new Date(e.refunded_at).toISOString(), class: "refunded" } : {}, e.refunded_at ? clock(e.refunded_at) : ""),
+    el("td", {}, period(e.subscription)))));
+  $("#payments-empty").hidden = entries.length > 0;
 }
 
 // ---- chats --------------------------------------------------------------------------------
