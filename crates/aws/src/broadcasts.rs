@@ -315,15 +315,16 @@ impl BroadcastStore for DynamoBroadcasts {
             true
         })
         .await?;
-        let mut abandoned = 0;
+        let (mut abandoned, outcome) = (0, Outcome::abandoned());
+        let state = outcome.state(now);
         for recipient in begun {
-            let update = self.count_update(id.0, &Outcome::Uncertain, now)?;
+            let update = self.count_update(id.0, &outcome, now)?;
             if self
                 .move_recipient(
                     id.0,
                     recipient.index,
                     "sending",
-                    (&RecipientState::Uncertain, 0),
+                    (&state, 0),
                     (update, Some(now.plus(KEEP_ENDED))),
                 )
                 .await?

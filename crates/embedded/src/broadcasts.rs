@@ -360,11 +360,12 @@ impl Tx<'_> {
             }
             begun
         };
+        let outcome = Outcome::abandoned();
         for index in &begun {
             if let Some(mut recipient) = self.recipient(id, *index)? {
-                recipient.state = RecipientState::Uncertain;
+                recipient.state = outcome.state(now);
                 self.put_recipient(id, &recipient)?;
-                stored.job.count(&Outcome::Uncertain, now);
+                stored.job.count(&outcome, now);
             }
             self.table_mut(BROADCAST_BEGUN)?.remove((id, *index))?;
         }

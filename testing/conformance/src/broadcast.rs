@@ -12,8 +12,8 @@ use serde_json::{json, Value};
 use tgq_core::broadcast::chain::{ChainNext, ChainStep, StepClaim};
 use tgq_core::broadcast::{
     start_expanding, Audience, BroadcastId, BroadcastRunner, BroadcastSpec, BroadcastStore, Change,
-    Changed, Created, Indexes, JobState, Outcome, Recipient, Retried, RunEnd, StateFilter, Waits,
-    CHUNK, EVERY, MAX_ATTEMPTS, MAX_LISTED, REFUSALS_BEFORE_PAUSE,
+    Changed, Created, Indexes, JobState, Outcome, Recipient, RecipientState, Retried, RunEnd,
+    StateFilter, Waits, CHUNK, EVERY, MAX_ATTEMPTS, MAX_LISTED, REFUSALS_BEFORE_PAUSE,
 };
 use tgq_core::clock::{Clock, SystemClock};
 use tgq_core::ids::BotId;
@@ -699,6 +699,12 @@ pub async fn a_send_begun_by_a_process_that_died_is_uncertain_and_never_sent_aga
         .await
         .expect("the store answers");
     assert_eq!(undelivered.iter().map(|r| r.chat).collect::<Vec<_>>(), [2]);
+    // It says why, as the store keeps it.
+    assert!(
+        matches!(&undelivered[0].state, RecipientState::Uncertain { why: Some(why) } if why.contains("outcome was never recorded")),
+        "{:?}",
+        undelivered[0].state
+    );
 }
 
 /// Pause, resume and cancel move a job only along its states; a paused job's run stops and sends

@@ -295,11 +295,11 @@ impl BroadcastStore for MemoryBroadcasts {
         let Some(job) = jobs.get_mut(&id.0) else {
             return Ok(0);
         };
-        let mut abandoned = 0;
+        let (mut abandoned, outcome) = (0, Outcome::abandoned());
         for recipient in &mut job.recipients {
             if recipient.state == RecipientState::Sending && span.contains(&recipient.index) {
-                recipient.state = RecipientState::Uncertain;
-                job.job.count(&Outcome::Uncertain, now);
+                recipient.state = outcome.state(now);
+                job.job.count(&outcome, now);
                 abandoned += 1;
             }
         }

@@ -204,8 +204,8 @@ pub struct Reported {
     pub gone: u64,
     pub failed: u64,
     pub uncertain: u64,
-    /// The chats of its recipients it calls uncertain.
-    pub uncertain_chats: Vec<i64>,
+    /// The chats of its recipients it calls uncertain, each with why.
+    pub uncertain_chats: Vec<(i64, String)>,
     /// Its state when it paused for the revoked token, as JSON, and its failed count then.
     pub paused: serde_json::Value,
     pub failed_when_paused: u64,
@@ -310,17 +310,21 @@ fn checks(
         .map(|(c, _)| *c)
         .collect();
     let uncertain = &job.uncertain_chats;
-    let unseen: Vec<i64> = uncertain
+    // Each with why tgq called it uncertain: the call's error, or a send a stopped process began.
+    let unseen: Vec<&(i64, String)> = uncertain
         .iter()
-        .copied()
-        .filter(|c| !seen.contains(c) && !seen.contains(&supergroup(*c)))
+        .filter(|(c, _)| !seen.contains(c) && !seen.contains(&supergroup(*c)))
         .collect();
     // Skipped: neither delivered nor uncertain.
     let skipped: Vec<i64> = expected
         .iter()
         .copied()
         .filter(|c| !delivered.contains_key(c))
-        .filter(|c| !uncertain.iter().any(|u| u == c || supergroup(*u) == *c))
+        .filter(|c| {
+            !uncertain
+                .iter()
+                .any(|(u, _)| u == c || supergroup(*u) == *c)
+        })
         .collect();
     let over: Vec<String> = [before_calls, after_calls]
         .iter()

@@ -88,7 +88,7 @@ pub(super) fn tag(state: &RecipientState) -> &'static str {
         RecipientState::Sent { .. } => "sent",
         RecipientState::Gone { .. } => "gone",
         RecipientState::Failed { .. } => "failed",
-        RecipientState::Uncertain => "uncertain",
+        RecipientState::Uncertain { .. } => "uncertain",
     }
 }
 

@@ -227,7 +227,7 @@ impl DynamoBroadcasts {
                 values.insert(":error".into(), string(error.clone()));
                 "ADD failed :one SET last_error = :error"
             }
-            Outcome::Uncertain => "ADD uncertain :one",
+            Outcome::Uncertain { .. } => "ADD uncertain :one",
             Outcome::Retry { error, .. } => {
                 values.insert(":error".into(), string(error.clone()));
                 "ADD retrying :one SET last_error = :error"

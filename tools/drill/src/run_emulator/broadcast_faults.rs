@@ -177,8 +177,12 @@ pub async fn run(on: &Emulated<'_>) -> anyhow::Result<Row> {
         .undelivered(&id, None, 10_000)
         .await?
         .into_iter()
-        .filter(|r| r.state == RecipientState::Uncertain)
-        .map(|r| r.chat)
+        .filter_map(|r| match r.state {
+            RecipientState::Uncertain { why } => {
+                Some((r.chat, why.unwrap_or_else(|| "not kept".into())))
+            }
+            _ => None,
+        })
         .collect();
     let reported_job = scenario::Reported {
         state: job.state.as_str().to_owned(),

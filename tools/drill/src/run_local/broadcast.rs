@@ -104,7 +104,10 @@ pub async fn run(s: &Scenario, o: &Options) -> anyhow::Result<Row> {
             .context("the status lists the undelivered")?
             .iter()
             .filter(|r| r["state"]["state"] == "uncertain")
-            .filter_map(|r| r["chat"].as_i64())
+            .filter_map(|r| {
+                let why = r["state"]["why"].as_str().unwrap_or("not kept");
+                Some((r["chat"].as_i64()?, why.to_owned()))
+            })
             .collect(),
         paused: paused["job"]["state"].clone(),
         failed_when_paused: paused["job"]["counts"]["failed"]

@@ -191,7 +191,7 @@ impl BroadcastJob {
         let c = &mut self.counts;
         match was {
             RecipientState::Failed { .. } => c.failed = c.failed.saturating_sub(1),
-            RecipientState::Uncertain => c.uncertain = c.uncertain.saturating_sub(1),
+            RecipientState::Uncertain { .. } => c.uncertain = c.uncertain.saturating_sub(1),
             _ => return,
         }
         c.retrying += 1;
@@ -223,7 +223,7 @@ impl BroadcastJob {
                 c.failed += 1;
                 self.last_error = Some(error.clone());
             }
-            Outcome::Uncertain => c.uncertain += 1,
+            Outcome::Uncertain { .. } => c.uncertain += 1,
             Outcome::Retry { error, .. } => {
                 c.retrying += 1;
                 self.last_error = Some(error.clone());

@@ -47,7 +47,13 @@ pub enum RecipientState {
         error: String,
     },
     /// Its send began and never ended.
-    Uncertain,
+    Uncertain {
+        /// Why its outcome is unknown: the call's error (a timeout, a cut connection), or a
+        /// process that stopped between the send's intent and its outcome. Absent in records
+        /// written before it was kept.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        why: Option<String>,
+    },
 }
 
 impl RecipientState {
@@ -59,7 +65,7 @@ impl RecipientState {
             RecipientState::Sent { .. }
                 | RecipientState::Gone { .. }
                 | RecipientState::Failed { .. }
-                | RecipientState::Uncertain
+                | RecipientState::Uncertain { .. }
         )
     }
 
@@ -68,7 +74,7 @@ impl RecipientState {
     pub fn is_undelivered(&self) -> bool {
         matches!(
             self,
-            RecipientState::Failed { .. } | RecipientState::Uncertain
+            RecipientState::Failed { .. } | RecipientState::Uncertain { .. }
         )
     }
 }
@@ -96,7 +102,11 @@ pub enum Outcome {
         error: String,
     },
     /// Its outcome is unknown (a timeout, a cut connection): not sent again.
-    Uncertain,
+    Uncertain {
+        /// Why, in words.
+        #[serde(default)]
+        why: String,
+    },
     /// Failed for a passing reason: tried again at `due`, one more attempt spent.
     Retry {
         /// When (ms).
@@ -133,6 +143,16 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// A send whose intent was written and whose outcome never was: the process that began it
+    /// stopped, or the store refused its outcome. Marked so when a run finds it.
+    pub fn abandoned() -> Outcome {
+        Outcome::Uncertain {
+            why: "its send began and its outcome was never recorded (the process stopped, or \
+                  the store refused the outcome)"
+                .into(),
+        }
+    }
+
     /// The recipient's state after it.
     pub fn state(&self, now: Timestamp) -> RecipientState {
         match self {
@@ -149,7 +169,9 @@ impl Outcome {
             Outcome::Failed { error } => RecipientState::Failed {
                 error: error.clone(),
             },
-            Outcome::Uncertain => RecipientState::Uncertain,
+            Outcome::Uncertain { why } => RecipientState::Uncertain {
+                why: Some(why.clone()),
+            },
             Outcome::Retry { due, .. } | Outcome::Held { due } | Outcome::Unsent { due, .. } => {
                 RecipientState::Retrying { due: *due }
             }
@@ -195,7 +217,7 @@ impl RecipientState {
     pub fn is_retried(&self, uncertain: bool) -> bool {
         match self {
             RecipientState::Failed { .. } => true,
-            RecipientState::Uncertain => uncertain,
+            RecipientState::Uncertain { .. } => uncertain,
             _ => false,
         }
     }

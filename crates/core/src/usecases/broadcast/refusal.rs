@@ -128,7 +128,7 @@ pub fn outcome_of(
         };
     }
     if !error.is_definite() {
-        return Outcome::Uncertain;
+        return Outcome::Uncertain { why: said };
     }
     // Any other 403 means this chat cannot be written to: the bot was kicked from the group, the
     // user never started it, or it is no member of the channel. Trying again never helps.
@@ -206,7 +206,14 @@ mod tests {
             TelegramError::Network("connection reset".into()),
             TelegramError::InvalidResponse { status: 504 },
         ] {
-            assert_eq!(judged(&lost, 5, 5), Outcome::Uncertain, "{lost:?}");
+            // Uncertain, saying why.
+            assert_eq!(
+                judged(&lost, 5, 5),
+                Outcome::Uncertain {
+                    why: lost.to_string()
+                },
+                "{lost:?}"
+            );
         }
         assert_eq!(
             judged(&TelegramError::RetryAfter(Duration::from_secs(3)), 5, 0),

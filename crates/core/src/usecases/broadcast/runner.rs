@@ -534,7 +534,7 @@ impl RecipientSend {
         let outcome = self.call(chat).await;
         match &outcome {
             Outcome::Unsent { .. } => self.left.outage.failed(tokio::time::Instant::now()),
-            Outcome::Uncertain => {}
+            Outcome::Uncertain { .. } => {}
             _ => self.left.outage.answered(),
         }
         if let Outcome::Halted { error } = &outcome {
