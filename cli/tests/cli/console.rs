@@ -325,8 +325,8 @@ async fn admin_get(local: &Local, path: &str, token: Option<&str>) -> Value {
     serde_json::from_str(&get_text(local, path, token).await).unwrap()
 }
 
-/// The console's Payments view: the ledger's charges, the newest first, with a refund and a
-/// subscription's period as the ledger keeps them.
+/// The console's Payments view: the ledger's charges, the newest first, each with its update, and
+/// a subscription's period as the ledger keeps it.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_console_shows_the_payments_ledger() {
     let dir = tempfile::tempdir().unwrap();

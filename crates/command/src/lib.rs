@@ -232,7 +232,11 @@ pub fn main(handlers: Handlers) -> ExitCode {
             }
             Err(error) => {
                 errln!("error: {error:#}");
-                ExitCode::FAILURE
+                // `tgq payments reconcile` found differences: a result, told apart from a failure.
+                match error.is::<ops::payments::Differences>() {
+                    true => ExitCode::from(ops::payments::Differences::EXIT_CODE),
+                    false => ExitCode::FAILURE,
+                }
             }
         },
     }

@@ -263,6 +263,9 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>) {
     while connections.join_next().await.is_some() {}
 }
 
+/// The most accepts [`backlog`] tries: far above any listen backlog.
+const BACKLOG_BOUND: usize = 65_536;
+
 /// Accepts, without waiting, every connection the listen backlog holds, and closes the listener.
 fn backlog(listener: TcpListener) -> Vec<std::net::TcpStream> {
     let Ok(listener) = listener.into_std() else {
@@ -270,9 +273,17 @@ fn backlog(listener: TcpListener) -> Vec<std::net::TcpStream> {
     };
     let mut sockets = Vec::new();
     // The listener is non-blocking: `accept` ends with `WouldBlock` once the backlog is empty.
-    while let Ok((socket, _)) = listener.accept() {
-        if socket.set_nonblocking(true).is_ok() {
-            sockets.push(socket);
+    // Another error (a connection its client aborted, a signal) concerns one connection: the
+    // rest are still taken. The bound covers a listener that keeps failing.
+    for _ in 0..BACKLOG_BOUND {
+        match listener.accept() {
+            Ok((socket, _)) => {
+                if socket.set_nonblocking(true).is_ok() {
+                    sockets.push(socket);
+                }
+            }
+            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => break,
+            Err(_) => continue,
         }
     }
     sockets

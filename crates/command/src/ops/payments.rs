@@ -42,7 +42,8 @@ pub enum PaymentsCommand {
     /// the ledger; audited (`tgq dlq audit`).
     Refund(RefundArgs),
     /// Compare a bot's ledger with Telegram's list of its Star transactions (getStarTransactions):
-    /// what each side has that the other lacks. Changes nothing; exits 1 when they differ.
+    /// what each side has that the other lacks. Changes nothing; exits 3 when they differ, 1 when
+    /// it could not compare.
     Reconcile(ReconcileArgs),
 }
 
@@ -401,8 +402,22 @@ async fn reconcile(args: ReconcileArgs) -> anyhow::Result<()> {
     }
     match report.differences() {
         0 => Ok(()),
-        n => bail!("the ledger of bot {bot} and Telegram differ in {n} charge(s)"),
+        n => Err(Differences { bot, n }.into()),
     }
+}
+
+/// What `tgq payments reconcile` ends with when the ledger and Telegram differ: exit code
+/// [`Differences::EXIT_CODE`], told apart from a failure to compare (1).
+#[derive(Debug, thiserror::Error)]
+#[error("the ledger of bot {bot} and Telegram differ in {n} charge(s)")]
+pub struct Differences {
+    bot: BotId,
+    n: usize,
+}
+
+impl Differences {
+    /// The exit code.
+    pub const EXIT_CODE: u8 = 3;
 }
 
 fn render_reconciliation(bot: &BotId, report: &Reconciliation) {

@@ -3,7 +3,8 @@
 //!
 //! Telegram lists a user's payment as an incoming transaction whose id is the payment's
 //! `telegram_payment_charge_id`, and its refund as an outgoing transaction to the user with the same
-//! id. Other transactions (withdrawals, ads, gifts) are counted and left out of the comparison.
+//! id. Other transactions (paid media, withdrawals, ads, gifts) are counted and left out of the
+//! comparison.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -56,7 +57,8 @@ pub struct Reconciliation {
     pub in_ledger: usize,
     /// Charges both sides have alike: the same Stars, refunded on both or on neither.
     pub matched: usize,
-    /// Telegram's transactions that are not users' payments or their refunds.
+    /// Telegram's transactions that are not users' invoice payments or their refunds (paid media,
+    /// withdrawals, ads, gifts).
     pub other_transactions: usize,
     /// Payments Telegram lists that the ledger lacks: never delivered to tgq, dead-lettered, or
     /// paid before the ledger was kept.
@@ -191,13 +193,11 @@ pub fn reconcile(ledger: &[Charge], transactions: &[StarTransaction]) -> Reconci
     report
 }
 
-/// Whether a user's transaction is a payment to the bot the ledger would hold.
+/// Whether a user's transaction is a payment the ledger would hold: an invoice's, which reaches
+/// the bot as a `successful_payment` with its charge id. Paid media reach it as
+/// `purchased_paid_media`, with no charge id, and are not in the ledger.
 fn is_payment(kind: &TransactionPartnerUserKind) -> bool {
-    matches!(
-        kind,
-        TransactionPartnerUserKind::InvoicePayment(_)
-            | TransactionPartnerUserKind::PaidMediaPayment(_)
-    )
+    matches!(kind, TransactionPartnerUserKind::InvoicePayment(_))
 }
 
 #[cfg(test)]
@@ -254,6 +254,9 @@ mod tests {
             payment("other-stars", 30),
             { "id": "w1", "amount": 100, "date": 1_800_000_200,
               "receiver": { "type": "fragment" } },
+            { "id": "media-1", "amount": 3, "date": 1_800_000_300, "source": {
+              "type": "user", "transaction_type": "paid_media_payment", "user": user(),
+              "paid_media_payload": "photo" } },
         ]));
         let ledger = [
             charge("same", 50, false),
@@ -269,7 +272,10 @@ mod tests {
         assert_eq!(report.at_telegram, 6);
         assert_eq!(report.in_ledger, 6);
         assert_eq!(report.matched, 2, "{report:?}");
-        assert_eq!(report.other_transactions, 1, "the withdrawal");
+        assert_eq!(
+            report.other_transactions, 2,
+            "the withdrawal and the paid media"
+        );
         assert_eq!(
             report
                 .only_at_telegram

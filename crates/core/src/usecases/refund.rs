@@ -1,7 +1,7 @@
 //! An operator's refund of one charge (docs/design/payments.md §3): `tgq payments refund`, the same
 //! on a stack and locally. It asks Telegram (`refundStarPayment`) only for a charge the ledger holds
 //! and does not know refunded, marks the entry once Telegram has given the Stars back, and audits
-//! every call it made, whatever came of it.
+//! every call: an entry written before the call (no call without it), and one with the outcome.
 //!
 //! A refund is safe to ask again: Telegram gives a charge's Stars back once and answers
 //! `CHARGE_ALREADY_REFUNDED` after that, which marks the entry as a refund made. So a call whose
@@ -110,7 +110,8 @@ pub enum RefundError {
         /// The store's error.
         error: PortError,
     },
-    /// The ledger or the audit log could not be read or written before Telegram was asked.
+    /// The ledger could not be read, or the audit entry of the call written, before Telegram was
+    /// asked: nothing was asked.
     #[error(transparent)]
     Store(#[from] PortError),
 }
@@ -133,6 +134,8 @@ pub async fn refund_charge(
             at,
         });
     }
+    // Audited before the call: a command killed while Telegram answers leaves the call on record.
+    audit(ports, request, &entry, "asking Telegram to refund").await?;
     let answer = ask_telegram(ports.telegram.as_ref(), &entry).await;
     let charge = entry.id.clone();
     let done = match answer {
@@ -160,7 +163,21 @@ pub async fn refund_charge(
         Err(RefundError::Unmarked { error, .. }) => format!("refunded, ledger not marked: {error}"),
         Err(other) => format!("failed: {other}"),
     };
-    let audited = ports
+    if let Err(error) = audit(ports, request, &entry, &outcome).await {
+        tracing::warn!(bot_id = %request.bot, error = %error, "a refund's outcome could not be audited");
+    }
+    result
+}
+
+/// Appends the audit entry of `entry`'s refund with `outcome`.
+async fn audit(
+    ports: &RefundPorts,
+    request: &RefundRequest,
+    entry: &Charge,
+    outcome: &str,
+) -> Result<(), PortError> {
+    let now = ports.clock.now();
+    ports
         .audit
         .append(&AuditEntry {
             at: now,
@@ -175,11 +192,7 @@ pub async fn refund_charge(
             ),
             expires_at: now.plus(request.audit_ttl),
         })
-        .await;
-    if let Err(error) = audited {
-        tracing::warn!(bot_id = %request.bot, error = %error, "a refund could not be audited");
-    }
-    result
+        .await
 }
 
 /// Calls `refundStarPayment` for `entry`.

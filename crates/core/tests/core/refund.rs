@@ -101,6 +101,15 @@ impl Desk {
         self.store.recent(10, self.clock_now()).await.unwrap()
     }
 
+    /// The audit trail's outcomes, as a set: each call's entry before it, and its outcome's.
+    async fn outcomes(&self) -> std::collections::BTreeSet<String> {
+        self.audited()
+            .await
+            .into_iter()
+            .map(|e| e.outcome)
+            .collect()
+    }
+
     fn clock_now(&self) -> Timestamp {
         use tgq_core::clock::Clock as _;
         self.clock.now()
@@ -143,13 +152,17 @@ async fn a_refund_asks_telegram_once_marks_the_charge_and_is_audited() {
     assert_eq!(desk.asked(), [(42, "stx-1".to_owned())]);
     assert_eq!(desk.entry("stx-1").await.unwrap().refunded_at, Some(at));
     let audited = desk.audited().await;
-    assert_eq!(audited.len(), 1);
-    assert_eq!(audited[0].action, AuditAction::Refund);
-    assert_eq!(audited[0].principal, "ops@example");
-    assert_eq!(audited[0].update_id.map(|u| u.0), Some(7));
+    assert!(audited.iter().all(|e| e.action == AuditAction::Refund
+        && e.principal == "ops@example"
+        && e.update_id.map(|u| u.0) == Some(7)));
     assert_eq!(
-        audited[0].outcome,
-        "charge stx-1 of user 42, 50 Stars: refunded"
+        desk.outcomes().await,
+        [
+            "charge stx-1 of user 42, 50 Stars: asking Telegram to refund".to_owned(),
+            "charge stx-1 of user 42, 50 Stars: refunded".to_owned()
+        ]
+        .into(),
+        "before the call, and after"
     );
 
     // Again: the ledger knows it refunded, and Telegram is not asked.
@@ -159,7 +172,7 @@ async fn a_refund_asks_telegram_once_marks_the_charge_and_is_audited() {
         "{again:?}"
     );
     assert_eq!(desk.asked().len(), 1, "asked once");
-    assert_eq!(desk.audited().await.len(), 1, "a refusal asks nothing");
+    assert_eq!(desk.audited().await.len(), 2, "a refusal asks nothing");
 }
 
 #[tokio::test]
@@ -190,9 +203,11 @@ async fn telegram_s_already_refunded_marks_the_charge() {
         desk.entry("stx-1").await.unwrap().refunded_at,
         Some(desk.clock_now())
     );
-    assert!(desk.audited().await[0]
-        .outcome
-        .ends_with("refunded before (CHARGE_ALREADY_REFUNDED)"));
+    assert!(desk
+        .outcomes()
+        .await
+        .iter()
+        .any(|o| o.ends_with("refunded before (CHARGE_ALREADY_REFUNDED)")));
 }
 
 #[tokio::test]
@@ -221,12 +236,13 @@ async fn a_refund_telegram_refuses_or_never_gets_changes_nothing_and_is_audited(
             "{result:?}"
         );
         assert_eq!(desk.entry("stx-1").await, Some(charge("stx-1")), "unmarked");
-        let audited = desk.audited().await;
-        assert_eq!(audited.len(), 1, "the call is audited");
+        let outcomes = desk.outcomes().await;
+        assert_eq!(outcomes.len(), 2, "the call is audited, before and after");
         assert!(
-            audited[0].outcome.contains("not refunded") && audited[0].outcome.contains(said),
-            "{:?}",
-            audited[0].outcome
+            outcomes
+                .iter()
+                .any(|o| o.contains("not refunded") && o.contains(said)),
+            "{outcomes:?}"
         );
     }
 }
@@ -245,7 +261,7 @@ async fn a_lost_answer_is_uncertain_and_asking_again_settles_it() {
         "{lost:?}"
     );
     assert_eq!(desk.entry("stx-1").await, Some(charge("stx-1")));
-    assert!(desk.audited().await[0].outcome.contains("unknown"));
+    assert!(desk.outcomes().await.iter().any(|o| o.contains("unknown")));
 
     desk.telegram
         .fail_next([refused("Bad Request: CHARGE_ALREADY_REFUNDED")]);
@@ -342,7 +358,35 @@ async fn a_refund_made_whose_mark_fails_says_so_and_is_audited() {
         .to_string()
         .contains("run the refund again"));
     assert_eq!(desk.asked().len(), 1);
-    assert!(desk.audited().await[0]
-        .outcome
-        .contains("refunded, ledger not marked"));
+    assert!(desk
+        .outcomes()
+        .await
+        .iter()
+        .any(|o| o.contains("refunded, ledger not marked")));
+}
+
+/// An audit trail that takes nothing.
+struct Unwritable;
+
+#[async_trait]
+impl tgq_core::audit::AuditLog for Unwritable {
+    async fn append(&self, _: &AuditEntry) -> Result<(), PortError> {
+        Err(PortError::unavailable("audit append", "the store is down"))
+    }
+}
+
+/// A refund whose call cannot be audited first is not asked: no Stars go back unrecorded.
+#[tokio::test]
+async fn a_refund_that_cannot_be_audited_first_asks_nothing() {
+    let desk = Desk::new().await;
+    let ports = RefundPorts {
+        audit: Arc::new(Unwritable),
+        ..desk.ports()
+    };
+
+    let result = refund_charge(&ports, &request("stx-1")).await;
+
+    assert!(matches!(&result, Err(RefundError::Store(_))), "{result:?}");
+    assert!(desk.asked().is_empty(), "Telegram was not asked");
+    assert_eq!(desk.entry("stx-1").await, Some(charge("stx-1")));
 }

@@ -359,6 +359,14 @@ async function drawAudit() {
 
 // ---- payments -----------------------------------------------------------------------------
 
+// A moment as the ledger shows it: the date and the time, local.
+function day(ms) {
+  if (!ms) return "";
+  const d = new Date(ms);
+  const pad = (n) => String(n).padStart(2, "0");
+  return d.getFullYear() + "-" + pad(d.getMonth() + 1) + "-" + pad(d.getDate()) + " " + pad(d.getHours()) + ":" + pad(d.getMinutes()) + ":" + pad(d.getSeconds());
+}
+
 function period(subscription) {
   if (!subscription) return "";
   const until = new Date(subscription.until * 1000).toISOString().slice(0, 10);
@@ -368,11 +376,11 @@ function period(subscription) {
 async function drawPayments() {
   const entries = await call("/admin/payments?limit=500");
   $("#payments tbody").replaceChildren(...entries.map((e) => el("tr", { "data-charge": e.id },
-    el("td", { title: new Date(e.recorded_at).toISOString() }, clock(e.recorded_at)),
+    el("td", { title: new Date(e.recorded_at).toISOString() }, day(e.recorded_at)),
     el("td", {}, e.bot_id), el("td", { class: "mono" }, e.id), el("td", {}, e.user),
     el("td", {}, e.stars), el("td", { class: "mono" }, e.payload),
     el("td", {}, el("a", { href: "#update/" + encodeURIComponent(e.bot_id) + "/" + e.update_id }, e.update_id)),
-    el("td", e.refunded_at ? { title: new Date(e.refunded_at).toISOString(), class: "refunded" } : {}, e.refunded_at ? clock(e.refunded_at) : ""),
+    el("td", e.refunded_at ? { title: new Date(e.refunded_at).toISOString(), class: "refunded" } : {}, e.refunded_at ? day(e.refunded_at) : ""),
     el("td", {}, period(e.subscription)))));
   $("#payments-empty").hidden = entries.length > 0;
 }
