@@ -172,15 +172,7 @@ fn a_fault_that_does_not_parse_is_a_usage_error() {
 
 /// Calls `method` of the fake at `url` with `params`: its envelope.
 async fn call_fake(url: &str, method: &str, params: serde_json::Value) -> serde_json::Value {
-    reqwest::Client::new()
-        .post(format!("{url}/bot{DEFAULT_TOKEN}/{method}"))
-        .json(&params)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
+    common::call_bot_api(url, DEFAULT_TOKEN, method, params).await
 }
 
 /// The updates queued for getUpdates, confirmed as read.

@@ -89,15 +89,7 @@ async fn the_ledger_lists_each_charge_once_running_or_stopped() {
 
 /// Calls the fake Bot API as a bot would, outside tgq: Telegram's answer.
 async fn call_fake(fake: &FakeTelegram, method: &str, params: Value) -> Value {
-    reqwest::Client::new()
-        .post(format!("{}/bot{}/{method}", fake.url(), fake.token()))
-        .json(&params)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
+    common::call_bot_api(&fake.url(), fake.token(), method, params).await
 }
 
 /// A user pays `stars` at the fake, the bot saying yes to the pre-checkout query: the charge

@@ -80,6 +80,20 @@ pub async fn post_text(local: &Local, secret: &str, update_id: i64, chat: i64, t
     post_update(local, secret, &message_update(update_id, chat, text)).await;
 }
 
+/// Calls `method` of the Bot API at `url` with `token` and `params`, as a bot would outside tgq:
+/// the answer's envelope.
+pub async fn call_bot_api(url: &str, token: &str, method: &str, params: Value) -> Value {
+    reqwest::Client::new()
+        .post(format!("{url}/bot{token}/{method}"))
+        .json(&params)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
 /// Posts `update` to `local`'s webhook with `secret`, expecting it to be taken (200).
 pub async fn post_update(local: &Local, secret: &str, update: &serde_json::Value) {
     let response = reqwest::Client::new()

@@ -229,10 +229,9 @@ async fn webhook(deployment: &Deployment) -> WebhookView {
         Ok(token) => token,
         Err(error) => return unavailable(format!("{:#}", anyhow::Error::from(error))),
     };
-    let api_url = match (vars.get("TELEGRAM_API_URL"), &deployment.telegram_api_url) {
-        (Some(url), _) => url.to_owned(),
-        (None, Some(url)) => url.clone(),
-        (None, None) => tgq_core::defaults::TELEGRAM_API_URL.to_owned(),
+    let api_url = match deployment.api_url(&vars) {
+        Ok(url) => url,
+        Err(error) => return unavailable(format!("{error:#}")),
     };
     let api = match HttpBotApi::new(&api_url, token, TELEGRAM_TIMEOUT) {
         Ok(api) => api,

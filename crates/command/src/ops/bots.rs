@@ -259,14 +259,10 @@ impl Registry {
     /// The Bot API base URL: TELEGRAM_API_URL, else the stack's TelegramApiUrl output, else
     /// Telegram's.
     fn api_url(&self, vars: &Vars) -> anyhow::Result<String> {
-        let stack_url = match self {
+        match self {
             #[cfg(feature = "aws")]
-            Registry::Aws { deployment, .. } => deployment.telegram_api_url.clone(),
-            Registry::Local { .. } => None,
-        };
-        match (vars.get("TELEGRAM_API_URL"), stack_url) {
-            (None, Some(url)) => Ok(url),
-            _ => Ok(vars.telegram_api_url()?),
+            Registry::Aws { deployment, .. } => deployment.api_url(vars),
+            Registry::Local { .. } => Ok(vars.telegram_api_url()?),
         }
     }
 }

@@ -717,9 +717,5 @@ async fn stack_telegram(
              registry (set TELEGRAM_BOT_TOKEN for the stack's bot); nothing was refunded"
         );
     };
-    let url = match (vars.get("TELEGRAM_API_URL"), &deployment.telegram_api_url) {
-        (None, Some(url)) => url.clone(),
-        _ => vars.telegram_api_url()?,
-    };
-    http_api(&url, token)
+    http_api(&deployment.api_url(&vars)?, token)
 }

@@ -215,6 +215,15 @@ impl Deployment {
         ))
     }
 
+    /// The Bot API base URL a command reaches the stack's bots at: TELEGRAM_API_URL, else the
+    /// stack's TelegramApiUrl output, else Telegram's.
+    pub fn api_url(&self, vars: &tgq_core::config::Vars) -> anyhow::Result<String> {
+        match (vars.get("TELEGRAM_API_URL"), &self.telegram_api_url) {
+            (None, Some(url)) => Ok(url.clone()),
+            _ => Ok(vars.telegram_api_url()?),
+        }
+    }
+
     /// Who the caller is, for the audit trail: the ARN of its IAM identity.
     pub async fn principal(&self) -> anyhow::Result<String> {
         let identity = aws_sdk_sts::Client::new(&self.sdk)

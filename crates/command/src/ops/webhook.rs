@@ -245,11 +245,7 @@ async fn from_stack(args: &SetArgs, stack: &str, vars: &Vars) -> anyhow::Result<
         ),
     };
     check_token(token.expose_secret())?;
-    let api_url = match (vars.get("TELEGRAM_API_URL"), &deployment.telegram_api_url) {
-        (Some(url), _) => url.to_owned(),
-        (None, Some(url)) => url.clone(),
-        (None, None) => vars.telegram_api_url()?,
-    };
+    let api_url = deployment.api_url(vars)?;
     Ok(Setting {
         url,
         secret,
