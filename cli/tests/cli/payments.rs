@@ -314,6 +314,19 @@ async fn a_refund_is_asked_once_marked_and_audited_running_or_stopped() {
     assert_eq!(refunds_asked(fake, &d).len(), 2);
     assert_eq!(refunds_asked(fake, &d)[1], 400, "refused: refunded once");
 
+    // The token refused (revoked): Telegram's words, nothing changed.
+    fake.inject(Fault::Unauthorized, Scope::Global, Times::Always);
+    let (status, _, err) = refund(&c, true);
+    fake.clear_faults();
+    assert!(!status.success());
+    assert!(
+        err.contains("401") && err.contains("nothing changed"),
+        "{err}"
+    );
+    assert_eq!(refunded_at(data_dir, &c), None);
+    assert_eq!(refunds_asked(fake, &c), [401]);
+    assert!(fake.charges().iter().any(|ch| ch.id == c && !ch.refunded));
+
     // Telegram unreachable: refused with the reason, nothing marked.
     fake.clone().shutdown().await;
     let (status, _, err) = refund(&c, true);
@@ -323,7 +336,7 @@ async fn a_refund_is_asked_once_marked_and_audited_running_or_stopped() {
         "{err}"
     );
     assert_eq!(refunded_at(data_dir, &c), None);
-    assert!(refunds_asked(fake, &c).is_empty());
+    assert_eq!(refunds_asked(fake, &c), [401], "nothing more arrived");
 }
 
 /// `tgq payments reconcile`: `tgq local`'s ledger against the fake's list of Star transactions.
@@ -398,6 +411,23 @@ async fn reconcile_names_what_each_side_lacks_and_changes_nothing() {
     assert!(err.contains("differ in 3 charge(s)"), "{err}");
     assert_eq!(listed(data_dir), before, "the ledger is unchanged");
     local.terminate().await;
+
+    // Telegram answering 502, the token refused, then Telegram away: a failure to compare each
+    // time, not a difference.
+    for (fault, said) in [
+        (Fault::ServerError(502), "502"),
+        (Fault::Unauthorized, "401"),
+    ] {
+        fake.inject(fault, Scope::Global, Times::Always);
+        let (status, _, err) = reconcile(false);
+        fake.clear_faults();
+        assert_eq!(status.code(), Some(1), "{err}");
+        assert!(
+            err.contains(said) && err.contains("nothing changed"),
+            "{err}"
+        );
+        assert_eq!(listed(data_dir), before);
+    }
 
     fake.clone().shutdown().await;
     let (status, _, err) = reconcile(false);
