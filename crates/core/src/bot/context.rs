@@ -48,7 +48,8 @@ use crate::timer::{
 };
 use crate::upload::Upload;
 
-/// How many times one action is sent again inside a run after a short flood wait.
+/// How many times one action is sent again inside a run after a short flood wait (a pre-checkout's
+/// answer, as often as its time allows).
 pub(crate) const INLINE_RETRIES: u32 = 2;
 
 /// What a step's recorded method starts with: `step:{name}`.

@@ -222,3 +222,15 @@ async fn a_refusal_telegram_does_not_take_still_finishes_the_update() {
     assert!(done(&report), "the query is over either way: {report:?}");
     assert!(h.dead.letters().is_empty(), "nobody is paged for it");
 }
+
+/// Telegram answers the whole bot 429 three times running: the handler's own answer sits every
+/// flood wait out while its time lasts, so the user is charged rather than refused.
+#[tokio::test]
+async fn a_handler_s_answer_sits_out_a_storm_of_flood_waits_while_its_time_lasts() {
+    let h = harness(Does::Answer, Duration::from_secs(8));
+    h.api
+        .fail_next([const { TelegramError::RetryAfter(Duration::from_secs(1)) }; 3]);
+    let report = h.run(&[checkout(1)]).await;
+    assert!(done(&report), "{report:?}");
+    assert_eq!(answers(&h), [(true, None)]);
+}

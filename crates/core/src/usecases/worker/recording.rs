@@ -200,7 +200,11 @@ impl<'a> Context<'a> {
                             // wait from their own 429s.
                             warn!(error = %error_chain(&e), "the flood wait could not be shared");
                         }
-                        if flood_retries >= INLINE_RETRIES || wait > self.inline_wait_allowed() {
+                        // A pre-checkout's answer has no later run to go back to (one would come
+                        // after Telegram's 10 s): it sits out flood waits while its time lasts,
+                        // and the run's own limit cuts it off (docs/design/payments.md §1).
+                        let retries_spent = flood_retries >= INLINE_RETRIES && !answers_checkout;
+                        if retries_spent || wait > self.inline_wait_allowed() {
                             return Err(e.into());
                         }
                         // A short flood wait is sat out here: the action was refused, so it is sent again.
