@@ -568,7 +568,8 @@ async fn webhook_set_with_a_stack_takes_the_url_secret_and_token_from_it_and_che
             "edited_message",
             "channel_post",
             "edited_channel_post",
-            "callback_query"
+            "callback_query",
+            "pre_checkout_query"
         ]),
         "the echo bot's kinds (TGQ_HANDLER=echo)"
     );

@@ -150,6 +150,14 @@ impl Poster {
         }
     }
 
+    /// Posts one update the drill made up, `copies` times at once, each until a 2xx answers it or
+    /// patience runs out: Telegram posting an update whose content the scenario decides.
+    pub async fn post(&self, update_id: i64, body: &str, copies: usize) {
+        let gate = Semaphore::new(CONNECTIONS);
+        let posts = (0..copies.max(1)).map(|_| self.deliver(Some(update_id), body, &gate));
+        futures::future::join_all(posts).await;
+    }
+
     /// Posts one body until a 2xx answers it or patience runs out.
     async fn deliver(&self, update_id: Option<i64>, body: &str, gate: &Semaphore) {
         let mut pause = FIRST_PAUSE;

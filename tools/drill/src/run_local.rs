@@ -20,6 +20,7 @@ use crate::two_bots::{self, Against};
 use crate::{Options, SECRET};
 
 mod broadcast;
+mod payments;
 
 /// How long a scenario may take to drain after its fault before what is missing counts as lost.
 const DRAIN_LIMIT: Duration = Duration::from_secs(180);
@@ -200,6 +201,7 @@ pub async fn run(scenario: &Scenario, options: &Options) -> anyhow::Result<Row> 
         16 => damaged_store(scenario, options, ordinary).await,
         17 => two_bots(scenario, options).await,
         20 => broadcast::run(scenario, options).await,
+        21 => payments::run(scenario, options).await,
         n => bail!("scenario {n} does not apply to local mode"),
     }
 }

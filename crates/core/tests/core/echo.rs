@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 use tgq_core::dead::DeadReason;
-use tgq_core::echo::{reply_text, EchoBot};
+use tgq_core::echo::{credit_text, reply_text, EchoBot, INVOICE_PAYLOAD};
 use tgq_core::ids::BotId;
 use tgq_core::worker::RecordOutcome;
 use tgq_memory::{Harness, RecordingBotApi};
@@ -92,4 +92,105 @@ async fn buttons_come_as_one_inline_button_per_word_and_remember_keeps_the_text_
     let said: Value = serde_json::from_str(&states[0].1.json).unwrap();
     assert_eq!(said, json!({ "said": "/remember tea" }));
     assert_eq!(states[0].1.format, "tgq.echo.remembered/v1");
+}
+
+/// A `successful_payment` of charge `charge` for `stars` Stars from user 5 in their chat.
+fn paid(update_id: i64, charge: &str, stars: u32) -> Value {
+    let mut update = message(update_id, 5, "");
+    let message = update["message"].as_object_mut().unwrap();
+    message.remove("text");
+    message.insert(
+        "successful_payment".into(),
+        json!({
+            "currency": "XTR", "total_amount": stars, "invoice_payload": INVOICE_PAYLOAD,
+            "telegram_payment_charge_id": charge, "provider_payment_charge_id": ""
+        }),
+    );
+    update
+}
+
+fn pre_checkout(update_id: i64, query: &str, payload: &str) -> Value {
+    json!({
+        "update_id": update_id,
+        "pre_checkout_query": {
+            "id": query, "currency": "XTR", "total_amount": 1, "invoice_payload": payload,
+            "from": {"id": 5, "is_bot": false, "first_name": "Ada"},
+        }
+    })
+}
+
+#[tokio::test]
+async fn a_charge_is_credited_to_the_chat_s_balance_once_however_often_it_comes() {
+    let api = Arc::new(RecordingBotApi::new());
+    let harness = Harness::new(BotId::new("demo").unwrap(), Arc::new(EchoBot), api.clone());
+    harness.run(&[paid(40, "ch-1", 3)]).await;
+    // The same charge in another update (a replay after the first's record expired), then a
+    // second charge for the same invoice payload, then /remember, which keeps the balance.
+    harness.run(&[paid(41, "ch-1", 3)]).await;
+    harness.run(&[paid(42, "ch-2", 2)]).await;
+    harness.run(&[message(43, 5, "/remember tea")]).await;
+
+    assert_eq!(
+        api.sent_texts(),
+        [
+            credit_text(40, "ch-1", 3, true, 3),
+            credit_text(41, "ch-1", 3, false, 3),
+            credit_text(42, "ch-2", 2, true, 5),
+            reply_text(43, "/remember tea"),
+        ]
+    );
+    assert_eq!(
+        credit_text(40, "ch-1", 3, true, 3),
+        "echo 40: credited ch-1 3, balance 3"
+    );
+    assert_eq!(
+        credit_text(41, "ch-1", 3, false, 3),
+        "echo 41: already credited ch-1, balance 3"
+    );
+    let states = harness.store.states();
+    let kept: Value = serde_json::from_str(&states[0].1.json).unwrap();
+    assert_eq!(kept, json!({ "said": "/remember tea", "stars": 5 }));
+}
+
+#[tokio::test]
+async fn the_echo_bot_invoices_one_star_and_answers_the_pre_checkout_of_its_own_payload_only() {
+    let api = Arc::new(RecordingBotApi::new());
+    let harness = Harness::new(BotId::new("demo").unwrap(), Arc::new(EchoBot), api.clone());
+    harness
+        .run(&[
+            message(50, 5, "/invoice"),
+            pre_checkout(51, "q-own", INVOICE_PAYLOAD),
+            pre_checkout(52, "q-other", "egg"),
+        ])
+        .await;
+
+    let calls = api.calls();
+    let invoice = &calls[0];
+    assert_eq!(invoice.method, "sendInvoice");
+    assert_eq!(
+        (
+            &invoice.params["payload"],
+            &invoice.params["currency"],
+            &invoice.params["prices"][0]["amount"]
+        ),
+        (&json!("echo"), &json!("XTR"), &json!(1))
+    );
+    let answers: Vec<_> = calls
+        .iter()
+        .filter(|call| call.method == "answerPreCheckoutQuery")
+        .map(|call| {
+            (
+                call.params["pre_checkout_query_id"].clone(),
+                call.params["ok"].clone(),
+            )
+        })
+        .collect();
+    // The bot's own invoice is answered by the bot; another is refused for it by tgq.
+    assert_eq!(
+        answers,
+        [
+            (json!("q-own"), json!(true)),
+            (json!("q-other"), json!(false))
+        ]
+    );
 }
