@@ -19,6 +19,7 @@ pub mod disk;
 pub mod failover;
 pub mod fuzz;
 pub mod local;
+mod payments;
 pub mod plan;
 pub mod poster;
 pub mod progress;

@@ -214,9 +214,9 @@ pub const SCENARIOS: [Scenario; 21] = [
     Scenario {
         number: 21,
         name: "payments",
-        what: "40 users pay the echo bot in Stars at the fake's payments, each payment posted twice, through three bot-wide 429s, chats holding a failing message and three SIGKILLs of `tgq local` while a credit's reply is on the wire, then every payment replayed once its record expired: each pre-checkout answered inside 10 s, each charge credited once, the ledger agreeing with Telegram",
+        what: "40 users pay the echo bot in Stars at the fake's payments, each payment posted twice, through three bot-wide 429s, chats holding a failing message and three kills of the worker (SIGKILL of `tgq local`, or of every worker container) while a credit's reply is on the wire, then every payment replayed once its record expired: each pre-checkout answered inside 10 s, each charge credited once, the ledger agreeing with Telegram",
         local: true,
-        emulator: false,
+        emulator: true,
         waits_for: None,
     },
 ];

@@ -8,6 +8,7 @@ mod broadcast_faults;
 mod esm;
 mod lambda;
 mod one_budget;
+mod payments;
 mod stack;
 mod two_bots;
 
@@ -398,6 +399,7 @@ pub async fn run(s: &Scenario, o: &Options, em: &Emulator) -> anyhow::Result<Row
         18 => one_budget::run(&emulated).await,
         19 => broadcast::run(&emulated).await,
         20 => broadcast_faults::run(&emulated).await,
+        21 => payments::run(&emulated).await,
         n => bail!("scenario {n} does not apply to the emulator"),
     }
 }
