@@ -48,7 +48,7 @@ use tokio::task::JoinHandle;
 
 pub use config::{FakeClock, FakeConfig, Limits, DEFAULT_TOKEN};
 pub use fault::{Fault, Scope, Times};
-pub use payments::{Charge, PRE_CHECKOUT_DEADLINE, STARS};
+pub use payments::{Charge, Period, PRE_CHECKOUT_DEADLINE, STARS, SUBSCRIPTION_PERIOD};
 pub use state::RecordedCall;
 pub use watch::{Violations, IN_FLIGHT_GRACE};
 
@@ -204,6 +204,16 @@ impl FakeTelegram {
         };
         self.inner.shared.wake_pollers();
         id
+    }
+
+    /// Telegram renews the subscription whose period charge `charge` paid: a new charge for the
+    /// next period, made with no pre-checkout query, and its `successful_payment` message queued
+    /// (`is_first_recurring` false). Returns the new charge's id; `None` when `charge` is not a
+    /// subscription's (its invoice a `createInvoiceLink` with `subscription_period`).
+    pub fn renew(&self, charge: &str) -> Option<String> {
+        let renewed = self.inner.shared.state().renew(charge);
+        self.inner.shared.wake_pollers();
+        renewed
     }
 
     /// Every charge the fake made, in order, refunded or not.

@@ -1,8 +1,10 @@
 //! Payments in Telegram Stars as the fake plays them: invoices (`sendInvoice`, `createInvoiceLink`),
 //! the pre-checkout query a user's Pay button sends the bot, which the bot must answer within
 //! [`PRE_CHECKOUT_DEADLINE`], the charge an `ok` answer makes (a `successful_payment` message in the
-//! user's chat), refunds (`refundStarPayment`, each with its `refunded_payment` message) and the
-//! bot's transactions (`getStarTransactions`, oldest first). Stars only: the currency is `XTR`, an
+//! user's chat), subscriptions (`createInvoiceLink` with `subscription_period`: the first period's
+//! charge at checkout, each renewal a charge of its own, with no query), refunds
+//! (`refundStarPayment`, each with its `refunded_payment` message) and the bot's transactions
+//! (`getStarTransactions`, oldest first). Stars only: the currency is `XTR`, an
 //! invoice has one price and no provider token, as Telegram requires of digital goods.
 
 use std::collections::HashMap;
@@ -20,6 +22,9 @@ pub const PRE_CHECKOUT_DEADLINE: Duration = Duration::from_secs(10);
 
 /// The currency of Telegram Stars.
 pub const STARS: &str = "XTR";
+
+/// The one subscription period Telegram takes: 30 days, in seconds.
+pub const SUBSCRIPTION_PERIOD: u32 = 2_592_000;
 
 /// The most transactions one `getStarTransactions` answer holds, and its default.
 const MAX_TRANSACTIONS: usize = 100;
@@ -40,6 +45,17 @@ pub struct Charge {
     pub payload: String,
     /// Whether `refundStarPayment` gave the Stars back.
     pub refunded: bool,
+    /// For a subscription's charge, the period it pays for.
+    pub subscription: Option<Period>,
+}
+
+/// The period a subscription's charge pays for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Period {
+    /// When it ends (`subscription_expiration_date`, Unix seconds).
+    pub until: i64,
+    /// Whether it is the subscription's first (`is_first_recurring`), not a renewal.
+    pub first: bool,
 }
 
 /// A pre-checkout query sent to the bot and not yet answered.
@@ -49,6 +65,8 @@ struct Query {
     amount: u32,
     payload: String,
     asked: Instant,
+    /// The subscription's period, for a subscription invoice's query.
+    period: Option<u32>,
 }
 
 /// One line of the bot's Star balance, as `getStarTransactions` lists it.
@@ -66,6 +84,8 @@ pub(crate) struct Payments {
     charges: Vec<Charge>,
     transactions: Vec<Transaction>,
     next_query: u64,
+    /// The period of each subscription invoice (`createInvoiceLink`), by payload.
+    subscriptions: HashMap<String, u32>,
 }
 
 /// The invoice of a `sendInvoice` or `createInvoiceLink` call, checked as Telegram checks a Stars
@@ -76,9 +96,23 @@ pub(crate) struct Invoice {
     description: String,
     payload: String,
     amount: u32,
+    /// `subscription_period`, which only `createInvoiceLink` takes.
+    period: Option<u32>,
 }
 
 impl Invoice {
+    /// A `createInvoiceLink` call's invoice: a `sendInvoice`'s, or a subscription's with
+    /// `subscription_period`, which must be [`SUBSCRIPTION_PERIOD`].
+    pub(crate) fn read_link(params: &Params) -> Result<Self, ApiError> {
+        let mut invoice = Invoice::read(params)?;
+        invoice.period = match params.int("subscription_period") {
+            None => None,
+            Some(period) if period == i64::from(SUBSCRIPTION_PERIOD) => Some(SUBSCRIPTION_PERIOD),
+            Some(_) => return Err(ApiError::bad_request("SUBSCRIPTION_PERIOD_INVALID")),
+        };
+        Ok(invoice)
+    }
+
     pub(crate) fn read(params: &Params) -> Result<Self, ApiError> {
         let text = |name: &str, most: usize| match params.str(name) {
             Some(value) if !value.is_empty() && value.chars().count() <= most => {
@@ -117,6 +151,7 @@ impl Invoice {
                 description,
                 payload,
                 amount,
+                period: None,
             }),
             _ => Err(ApiError::bad_request("STARS_INVOICE_INVALID")),
         }
@@ -155,6 +190,14 @@ impl Invoice {
 }
 
 impl Payments {
+    /// `createInvoiceLink`: the invoice's link; a subscription's period is kept for its payload.
+    pub(crate) fn link(&mut self, invoice: &Invoice) -> String {
+        if let Some(period) = invoice.period {
+            self.subscriptions.insert(invoice.payload.clone(), period);
+        }
+        invoice.link()
+    }
+
     /// A user presses Pay on an invoice of `amount` Stars with `payload`: the query's id, which the
     /// bot's answer names, and the `pre_checkout_query` update Telegram sends the bot.
     pub(crate) fn checkout(
@@ -173,6 +216,7 @@ impl Payments {
                 amount,
                 payload: payload.to_owned(),
                 asked: at,
+                period: self.subscriptions.get(payload).copied(),
             },
         );
         let update = json!({
@@ -219,6 +263,10 @@ impl Payments {
             amount: query.amount,
             payload: query.payload,
             refunded: false,
+            subscription: query.period.map(|period| Period {
+                until: objects::unix_now() + i64::from(period),
+                first: true,
+            }),
         };
         let paid = notice(&charge, "successful_payment", true);
         self.transactions.push(Transaction {
@@ -228,6 +276,33 @@ impl Payments {
         });
         self.charges.push(charge);
         Ok(Some(paid))
+    }
+
+    /// Telegram renews the subscription that charge `id` paid a period of: a new charge, for the
+    /// next period, made with no query (Telegram charges a renewal by itself), and its
+    /// `successful_payment` notice. `None` when `id` is no subscription's charge.
+    pub(crate) fn renew(&mut self, id: &str) -> Option<(String, Notice)> {
+        let paid = self.charges.iter().find(|charge| charge.id == id)?;
+        let period = self.subscriptions.get(&paid.payload).copied()?;
+        let until = paid.subscription?.until + i64::from(period);
+        let charge = Charge {
+            id: format!("fake-charge-{}", self.charges.len() + 1),
+            subscription: Some(Period {
+                until,
+                first: false,
+            }),
+            refunded: false,
+            ..paid.clone()
+        };
+        let notice = notice(&charge, "successful_payment", true);
+        self.transactions.push(Transaction {
+            charge: self.charges.len(),
+            refund: false,
+            date: objects::unix_now(),
+        });
+        let id = charge.id.clone();
+        self.charges.push(charge);
+        Some((id, notice))
     }
 
     /// `refundStarPayment`: gives a charge's Stars back to the user who paid, once, with the
@@ -274,12 +349,15 @@ impl Payments {
             .take(limit)
             .map(|transaction| {
                 let charge = &self.charges[transaction.charge];
-                let partner = json!({
+                let mut partner = json!({
                     "type": "user",
                     "transaction_type": "invoice_payment",
                     "user": objects::user(charge.user),
                     "invoice_payload": charge.payload,
                 });
+                if charge.subscription.is_some() {
+                    partner["subscription_period"] = self.subscriptions[&charge.payload].into();
+                }
                 let side = if transaction.refund {
                     "receiver"
                 } else {
@@ -322,6 +400,11 @@ fn notice(charge: &Charge, field: &str, with_provider_id: bool) -> Notice {
     if with_provider_id {
         // Stars have no provider; Telegram sends the field empty.
         payment["provider_payment_charge_id"] = "".into();
+    }
+    if let Some(period) = charge.subscription.filter(|_| with_provider_id) {
+        payment["subscription_expiration_date"] = period.until.into();
+        payment["is_recurring"] = true.into();
+        payment["is_first_recurring"] = period.first.into();
     }
     let mut content = Content::new();
     content.insert(field.to_owned(), payment);

@@ -194,6 +194,13 @@ impl State {
         id
     }
 
+    /// Renews the subscription charge `id` paid a period of; the new charge's id.
+    pub(crate) fn renew(&mut self, id: &str) -> Option<String> {
+        let (renewed, notice) = self.payments.renew(id)?;
+        self.notify(notice);
+        Some(renewed)
+    }
+
     /// Every charge made so far.
     pub(crate) fn charges(&self) -> &[Charge] {
         self.payments.charges()
@@ -389,7 +396,10 @@ impl State {
                 }
                 Ok(message)
             }
-            Method::CreateInvoiceLink => Ok(Invoice::read(params)?.link().into()),
+            Method::CreateInvoiceLink => {
+                let invoice = Invoice::read_link(params)?;
+                Ok(self.payments.link(&invoice).into())
+            }
             Method::AnswerPreCheckoutQuery => {
                 if let Some(paid) = self.payments.answer(params, at)? {
                     self.notify(paid);

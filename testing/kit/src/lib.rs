@@ -40,7 +40,8 @@
 //!   timeouts) that fall due, in their chats, as the scheduler would deliver them;
 //!   [`TestBot::timers`] lists a chat's pending ones.
 //! - **Pay**: [`TestBot::pay`] runs a payment in Stars: the pre-checkout query, then, when the
-//!   bot answered it ok, the `successful_payment` under a new charge id.
+//!   bot answered it ok, the `successful_payment` under a new charge id. [`TestBot::subscribe`]
+//!   does the same for a subscription, and [`TestBot::renew`] charges its next period.
 //! - **Files**: each [`Sent`] lists what it uploaded (name, size, hash); [`TestBot::put_file`]
 //!   gives the bot a file a user sent, for `ctx.download`.
 //!
@@ -176,7 +177,27 @@ pub struct Payment {
     pub charge: Option<String>,
     /// The run of the `successful_payment` message that followed the charge.
     pub paid: Option<Ran>,
+    /// For a subscription's payment ([`TestBot::subscribe`]), when its latest paid period ends
+    /// (Unix seconds): the first's, or the latest [`TestBot::renew`]'s.
+    pub until: Option<i64>,
+    /// The user, the payload and the Stars, which a renewal charges again.
+    bought: (i64, String, u32),
 }
+
+/// A subscription's renewal, run by [`TestBot::renew`]: Telegram charged the next period by
+/// itself, with no pre-checkout query.
+#[derive(Clone, Debug)]
+pub struct Renewal {
+    /// The renewal's own `telegram_payment_charge_id`.
+    pub charge: String,
+    /// When the period it paid ends (Unix seconds).
+    pub until: i64,
+    /// The run of its `successful_payment` message.
+    pub paid: Ran,
+}
+
+/// The subscription period Telegram takes, 30 days, in seconds.
+pub const SUBSCRIPTION_PERIOD: i64 = 2_592_000;
 
 impl TestBot {
     /// The bot `registry` runs by default (its first, the one `TGQ_HANDLER=bot` picks), built with
@@ -307,6 +328,43 @@ impl TestBot {
     /// `successful_payment` message in the user's private chat. Deliver that message again with
     /// [`TestBot::again`] (a redelivery), or with [`TestBot::update`] and a new `update_id`.
     pub async fn pay(&mut self, user: i64, payload: &str, stars: u32) -> Payment {
+        self.checkout(user, payload, stars, false).await
+    }
+
+    /// As [`TestBot::pay`], for a subscription (an invoice link with `subscription_period`): the
+    /// payment carries the end of its first period ([`SUBSCRIPTION_PERIOD`] after the kit's clock)
+    /// as `subscription_expiration_date`, with `is_recurring` and `is_first_recurring`. Each later
+    /// period is [`TestBot::renew`].
+    pub async fn subscribe(&mut self, user: i64, payload: &str, stars: u32) -> Payment {
+        self.checkout(user, payload, stars, true).await
+    }
+
+    /// Telegram renews the subscription `payment` started: with no pre-checkout query, a new
+    /// charge for the next period and its `successful_payment` message (`is_first_recurring`
+    /// false). `payment.until` moves on to the new period's end, so the next call renews the
+    /// period after. Panics when `payment` is not a subscription's paid payment.
+    pub async fn renew(&mut self, payment: &mut Payment) -> Renewal {
+        let until = payment
+            .until
+            .filter(|_| payment.charge.is_some())
+            .expect("renew takes a paid subscription's payment (TestBot::subscribe)")
+            + SUBSCRIPTION_PERIOD;
+        payment.until = Some(until);
+        let (user, payload, stars) = payment.bought.clone();
+        let charge = format!("kit-charge-{}", self.next_update_id);
+        let period = Some((until, false));
+        let paid = self
+            .paid_message(user, &payload, stars, &charge, period)
+            .await;
+        Renewal {
+            charge,
+            until,
+            paid,
+        }
+    }
+
+    /// The pre-checkout query of a payment, then, if the bot answered it ok, the payment.
+    async fn checkout(&mut self, user: i64, payload: &str, stars: u32, renews: bool) -> Payment {
         let query = format!("checkout-{}", self.next_update_id);
         let checkout = self
             .update(json!({
@@ -324,34 +382,61 @@ impl TestBot {
                 answer.params["pre_checkout_query_id"] == query.as_str()
                     && answer.params["ok"] == true
             });
+        let bought = (user, payload.to_owned(), stars);
         if !answered_ok {
             return Payment {
                 checkout,
                 charge: None,
                 paid: None,
+                until: None,
+                bought,
             };
         }
+        let until = renews.then(|| self.clock.now().0 as i64 / 1000 + SUBSCRIPTION_PERIOD);
         let charge = format!("kit-charge-{}", self.next_update_id);
-        let message_id = self.next_message_id;
-        self.next_message_id += 1;
+        let period = until.map(|until| (until, true));
         let paid = self
-            .update(json!({
-                "message": {
-                    "message_id": message_id, "date": 1_800_000_000,
-                    "chat": {"id": user, "type": "private", "first_name": "Ada"},
-                    "from": {"id": user, "is_bot": false, "first_name": "Ada"},
-                    "successful_payment": {
-                        "currency": "XTR", "total_amount": stars, "invoice_payload": payload,
-                        "telegram_payment_charge_id": charge, "provider_payment_charge_id": "",
-                    },
-                }
-            }))
+            .paid_message(user, payload, stars, &charge, period)
             .await;
         Payment {
             checkout,
             charge: Some(charge),
             paid: Some(paid),
+            until,
+            bought,
         }
+    }
+
+    /// The `successful_payment` message of `charge` in `user`'s private chat; a subscription's
+    /// carries its period's end and whether it is the first.
+    async fn paid_message(
+        &mut self,
+        user: i64,
+        payload: &str,
+        stars: u32,
+        charge: &str,
+        period: Option<(i64, bool)>,
+    ) -> Ran {
+        let message_id = self.next_message_id;
+        self.next_message_id += 1;
+        let mut payment = json!({
+            "currency": "XTR", "total_amount": stars, "invoice_payload": payload,
+            "telegram_payment_charge_id": charge, "provider_payment_charge_id": "",
+        });
+        if let Some((until, first)) = period {
+            payment["subscription_expiration_date"] = until.into();
+            payment["is_recurring"] = true.into();
+            payment["is_first_recurring"] = first.into();
+        }
+        self.update(json!({
+            "message": {
+                "message_id": message_id, "date": 1_800_000_000,
+                "chat": {"id": user, "type": "private", "first_name": "Ada"},
+                "from": {"id": user, "is_bot": false, "first_name": "Ada"},
+                "successful_payment": payment,
+            }
+        }))
+        .await
     }
 
     /// Delivers any update, as Bot API JSON (a fixture, say); one without an `update_id` gets the

@@ -7,10 +7,11 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 use teloxide_core::types::{
-    Message, MessageKind, StarTransactions, TransactionPartner, Update, UpdateKind,
+    Message, MessageKind, StarTransactions, TransactionPartner, TransactionPartnerUserKind, Update,
+    UpdateKind,
 };
 use tgq_fake_telegram::{
-    Charge, FakeClock, FakeConfig, FakeTelegram, PRE_CHECKOUT_DEADLINE, STARS,
+    Charge, FakeClock, FakeConfig, FakeTelegram, PRE_CHECKOUT_DEADLINE, STARS, SUBSCRIPTION_PERIOD,
 };
 
 use crate::support::call;
@@ -118,6 +119,7 @@ async fn an_answered_checkout_charges_the_user_once_and_tells_the_bot() {
             amount: 25,
             payload: "egg-1".into(),
             refunded: false,
+            subscription: None,
         }]
     );
 
@@ -285,4 +287,96 @@ async fn with_pay_invoices_every_private_invoice_is_paid_at_once() {
         })
         .collect();
     assert_eq!(queries, [42], "the user of the private chat, not the group");
+}
+
+/// The successful payments among `updates`: (charge, expiration, recurring, first).
+fn payments(updates: &[Update]) -> Vec<(String, Option<i64>, bool, bool)> {
+    updates
+        .iter()
+        .filter_map(|update| match &update.kind {
+            UpdateKind::Message(message) => message.successful_payment(),
+            _ => None,
+        })
+        .map(|paid| {
+            (
+                paid.telegram_payment_charge_id.0.clone(),
+                paid.subscription_expiration_date.map(|at| at.timestamp()),
+                paid.is_recurring,
+                paid.is_first_recurring,
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_subscription_charges_its_first_period_at_checkout_and_each_renewal_apart() {
+    let telegram = frozen().await;
+    let mut link = invoice(USER);
+    link.as_object_mut().unwrap().remove("chat_id");
+    link["payload"] = "club".into();
+    link["subscription_period"] = 86_400.into();
+    let (status, refused) = call(&telegram, "createInvoiceLink", link.clone()).await;
+    assert_eq!(
+        (status, refused["description"].as_str()),
+        (400, Some("Bad Request: SUBSCRIPTION_PERIOD_INVALID")),
+        "Telegram takes 30 days only"
+    );
+    link["subscription_period"] = SUBSCRIPTION_PERIOD.into();
+    assert_eq!(call(&telegram, "createInvoiceLink", link).await.0, 200);
+
+    let query = telegram.checkout(USER, "club", 25);
+    assert_eq!(answer(&telegram, &query, true).await.0, 200);
+    let first = telegram.charges()[0].clone();
+    let renewed = telegram.renew(&first.id).expect("a subscription's charge");
+    assert_eq!(telegram.renew("fake-charge-99"), None, "no such charge");
+
+    let period = i64::from(SUBSCRIPTION_PERIOD);
+    let until = first.subscription.expect("a period").until;
+    assert!((until - unix_now() - period).abs() < 60, "{until}");
+    let told = payments(&updates(&telegram).await);
+    assert_eq!(
+        told,
+        [
+            (first.id.clone(), Some(until), true, true),
+            (renewed.clone(), Some(until + period), true, false),
+        ],
+        "the renewal carries the next period, with no pre-checkout query before it"
+    );
+
+    let (_, body) = call(&telegram, "getStarTransactions", json!({})).await;
+    let listed: StarTransactions = deserialized(&body["result"]);
+    let periods: Vec<_> = listed
+        .transactions
+        .iter()
+        .map(|t| match &t.source {
+            Some(TransactionPartner::User(user)) => match &user.kind {
+                TransactionPartnerUserKind::InvoicePayment(paid) => {
+                    paid.subscription_period.map(|s| s.seconds())
+                }
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        periods,
+        [Some(SUBSCRIPTION_PERIOD), Some(SUBSCRIPTION_PERIOD)],
+        "{body}"
+    );
+
+    // A one-off payment renews nothing.
+    let query = telegram.checkout(USER, "egg-1", 25);
+    assert_eq!(answer(&telegram, &query, true).await.0, 200);
+    let one_off = telegram.charges().last().unwrap().clone();
+    assert_eq!(
+        (one_off.subscription, telegram.renew(&one_off.id)),
+        (None, None)
+    );
+}
+
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
 }

@@ -6,7 +6,8 @@ use tgq::prelude::*;
 use tgq::types::MessageKind;
 use tgq_test::TestBot;
 
-/// Sells eggs: answers a pre-checkout ok unless the payload is `sold-out`, and thanks the payer.
+/// Sells eggs and a club's subscription: answers a pre-checkout ok unless the payload is
+/// `sold-out`, and thanks the payer, naming a subscription's period.
 struct Shop;
 
 #[async_trait]
@@ -26,10 +27,14 @@ impl Handler for Shop {
             UpdateKind::Message(message) => {
                 if let MessageKind::SuccessfulPayment(paid) = &message.kind {
                     let payment = &paid.successful_payment;
-                    let thanks = format!(
+                    let mut thanks = format!(
                         "Thanks for {} stars ({})",
                         payment.total_amount, payment.telegram_payment_charge_id.0
                     );
+                    if let Some(until) = payment.subscription_expiration_date {
+                        let first = payment.is_first_recurring;
+                        thanks += &format!(", until {}, first {first}", until.timestamp());
+                    }
                     ctx.reply(message, thanks).await?;
                 }
             }
@@ -159,4 +164,40 @@ async fn a_payment_delivered_again_after_its_record_expired_is_credited_once() {
         Some(Stars(100)),
         "a second charge is a second credit"
     );
+}
+
+#[tokio::test]
+async fn a_subscription_is_paid_at_checkout_and_each_renewal_is_a_charge_of_its_own() {
+    let mut bot = TestBot::handler(Shop);
+    let mut subscription = bot.subscribe(42, "club", 30).await;
+    let first = subscription.charge.clone().expect("charged");
+    let until = subscription.until.expect("a subscription's period");
+    let paid = subscription.paid.clone().expect("the payment delivered");
+    assert_eq!(
+        paid.texts(),
+        [format!(
+            "Thanks for 30 stars ({first}), until {until}, first true"
+        )]
+    );
+
+    let renewal = bot.renew(&mut subscription).await;
+    let next = renewal.until;
+    assert_eq!(next, until + tgq_test::SUBSCRIPTION_PERIOD);
+    assert_ne!(renewal.charge, first, "a renewal is a charge of its own");
+    assert!(
+        renewal.paid.calls("answerPreCheckoutQuery").is_empty(),
+        "Telegram asks nothing before a renewal"
+    );
+    assert_eq!(
+        renewal.paid.texts(),
+        [format!(
+            "Thanks for 30 stars ({}), until {next}, first false",
+            renewal.charge
+        )]
+    );
+    let again = bot.renew(&mut subscription).await;
+    assert_eq!(again.until, next + tgq_test::SUBSCRIPTION_PERIOD);
+
+    let one_off = bot.pay(42, "egg", 25).await;
+    assert_eq!(one_off.until, None, "a one-off payment has no period");
 }
