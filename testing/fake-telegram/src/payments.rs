@@ -190,12 +190,20 @@ impl Invoice {
 }
 
 impl Payments {
-    /// `createInvoiceLink`: the invoice's link; a subscription's period is kept for its payload.
+    /// `createInvoiceLink`: the invoice's link. A subscription's period is kept for its payload,
+    /// and a later invoice of the same payload (a link without the period, or a `sendInvoice`)
+    /// makes it a one-off again: a checkout pays what the payload's latest invoice sells.
     pub(crate) fn link(&mut self, invoice: &Invoice) -> String {
-        if let Some(period) = invoice.period {
-            self.subscriptions.insert(invoice.payload.clone(), period);
-        }
+        self.invoiced(invoice);
         invoice.link()
+    }
+
+    /// Notes what `invoice` sells under its payload.
+    pub(crate) fn invoiced(&mut self, invoice: &Invoice) {
+        match invoice.period {
+            Some(period) => self.subscriptions.insert(invoice.payload.clone(), period),
+            None => self.subscriptions.remove(&invoice.payload),
+        };
     }
 
     /// A user presses Pay on an invoice of `amount` Stars with `payload`: the query's id, which the
@@ -278,13 +286,22 @@ impl Payments {
         Ok(Some(paid))
     }
 
-    /// Telegram renews the subscription that charge `id` paid a period of: a new charge, for the
-    /// next period, made with no query (Telegram charges a renewal by itself), and its
+    /// Telegram renews the subscription that charge `id` paid a period of: a new charge for the
+    /// period after the subscription's latest (renewing the same charge twice pays two periods,
+    /// one after the other), made with no query (Telegram charges a renewal by itself), and its
     /// `successful_payment` notice. `None` when `id` is no subscription's charge.
     pub(crate) fn renew(&mut self, id: &str) -> Option<(String, Notice)> {
         let paid = self.charges.iter().find(|charge| charge.id == id)?;
+        paid.subscription?;
         let period = self.subscriptions.get(&paid.payload).copied()?;
-        let until = paid.subscription?.until + i64::from(period);
+        let latest = self
+            .charges
+            .iter()
+            .filter(|c| (c.user, &c.payload) == (paid.user, &paid.payload))
+            .filter_map(|c| c.subscription)
+            .map(|period| period.until)
+            .max()?;
+        let until = latest + i64::from(period);
         let charge = Charge {
             id: format!("fake-charge-{}", self.charges.len() + 1),
             subscription: Some(Period {

@@ -388,6 +388,7 @@ impl State {
             }
             Method::SendInvoice => {
                 let invoice = Invoice::read(params)?;
+                self.payments.invoiced(&invoice);
                 let message = self.send(params, invoice.content(params), at)?;
                 let user = message["chat"]["id"].as_i64().filter(|id| *id > 0);
                 if let Some(user) = user.filter(|_| self.pay_invoices) {

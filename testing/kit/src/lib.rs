@@ -197,7 +197,7 @@ pub struct Renewal {
 }
 
 /// The subscription period Telegram takes, 30 days, in seconds.
-pub const SUBSCRIPTION_PERIOD: i64 = 2_592_000;
+pub const SUBSCRIPTION_PERIOD: u32 = 2_592_000;
 
 impl TestBot {
     /// The bot `registry` runs by default (its first, the one `TGQ_HANDLER=bot` picks), built with
@@ -348,7 +348,7 @@ impl TestBot {
             .until
             .filter(|_| payment.charge.is_some())
             .expect("renew takes a paid subscription's payment (TestBot::subscribe)")
-            + SUBSCRIPTION_PERIOD;
+            + i64::from(SUBSCRIPTION_PERIOD);
         payment.until = Some(until);
         let (user, payload, stars) = payment.bought.clone();
         let charge = format!("kit-charge-{}", self.next_update_id);
@@ -364,7 +364,13 @@ impl TestBot {
     }
 
     /// The pre-checkout query of a payment, then, if the bot answered it ok, the payment.
-    async fn checkout(&mut self, user: i64, payload: &str, stars: u32, renews: bool) -> Payment {
+    async fn checkout(
+        &mut self,
+        user: i64,
+        payload: &str,
+        stars: u32,
+        subscription: bool,
+    ) -> Payment {
         let query = format!("checkout-{}", self.next_update_id);
         let checkout = self
             .update(json!({
@@ -392,7 +398,8 @@ impl TestBot {
                 bought,
             };
         }
-        let until = renews.then(|| self.clock.now().0 as i64 / 1000 + SUBSCRIPTION_PERIOD);
+        let start = self.clock.now().0 as i64 / 1000;
+        let until = subscription.then(|| start + i64::from(SUBSCRIPTION_PERIOD));
         let charge = format!("kit-charge-{}", self.next_update_id);
         let period = until.map(|until| (until, true));
         let paid = self

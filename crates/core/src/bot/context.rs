@@ -49,7 +49,7 @@ use crate::timer::{
 use crate::upload::Upload;
 
 /// How many times one action is sent again inside a run after a short flood wait (a pre-checkout's
-/// answer, as often as its time allows).
+/// answer is bounded by Telegram's 10 s instead: `usecases/worker/recording.rs`).
 pub(crate) const INLINE_RETRIES: u32 = 2;
 
 /// What a step's recorded method starts with: `step:{name}`.
@@ -91,6 +91,9 @@ pub(crate) struct RunParts<'a> {
     /// Set once the run has answered its pre-checkout query (or replayed an earlier run's
     /// answer): read by the worker while the handler still runs.
     pub checkout_answered: &'a AtomicBool,
+    /// When Telegram stops taking an answer to the update's pre-checkout query (10 s after tgq
+    /// received it); `None` for any other update.
+    pub checkout_ends: Option<Timestamp>,
     /// The charge of the payment the update carries, and its entry in the payments ledger if an
     /// earlier update recorded it.
     pub payment: Option<(&'a Charge, Option<&'a Charge>)>,

@@ -234,3 +234,29 @@ async fn a_handler_s_answer_sits_out_a_storm_of_flood_waits_while_its_time_lasts
     assert!(done(&report), "{report:?}");
     assert_eq!(answers(&h), [(true, None)]);
 }
+
+/// tgq's refusal waits out no flood wait that ends after Telegram stops taking answers: at 7 s,
+/// a 429 of 4 s is given up at once, not sat out to send an answer Telegram would refuse.
+#[tokio::test]
+async fn tgq_s_refusal_sits_out_no_flood_wait_that_ends_past_the_ten_seconds() {
+    let h = harness(Does::Fail, Duration::from_secs(8));
+    let update = checkout(1);
+    let received = UpdateRecord::received(
+        RecordKey::new(BotId::new("demo").unwrap(), UpdateId(1)),
+        GroupKey::new("user:42"),
+        Bytes::from(update.to_string()),
+        h.clock.now(),
+        Duration::from_secs(3600),
+    );
+    h.store.insert(&received, h.clock.now()).await.unwrap();
+    h.clock.advance(Duration::from_secs(7));
+    h.api
+        .fail_next([TelegramError::RetryAfter(Duration::from_secs(4))]);
+    let report = h.run(&[update]).await;
+    assert!(done(&report), "{report:?}");
+    assert!(
+        answers(&h).is_empty(),
+        "an answer at 11 s would only be refused: {:?}",
+        answers(&h)
+    );
+}

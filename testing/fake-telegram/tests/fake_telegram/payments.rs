@@ -364,6 +364,34 @@ async fn a_subscription_charges_its_first_period_at_checkout_and_each_renewal_ap
         "{body}"
     );
 
+    // Renewing the first charge again pays the period after the latest, not the same one.
+    let third = telegram.renew(&first.id).expect("still a subscription");
+    let periods: Vec<_> = telegram
+        .charges()
+        .iter()
+        .filter_map(|c| c.subscription.map(|p| p.until))
+        .collect();
+    assert_eq!(
+        periods,
+        [until, until + period, until + 2 * period],
+        "{third}"
+    );
+
+    // A one-off invoice of the same payload sells a one-off from then on.
+    assert_eq!(
+        call(&telegram, "sendInvoice", {
+            let mut once = invoice(USER);
+            once["payload"] = "club".into();
+            once
+        })
+        .await
+        .0,
+        200
+    );
+    let query = telegram.checkout(USER, "club", 25);
+    assert_eq!(answer(&telegram, &query, true).await.0, 200);
+    assert_eq!(telegram.charges().last().unwrap().subscription, None);
+
     // A one-off payment renews nothing.
     let query = telegram.checkout(USER, "egg-1", 25);
     assert_eq!(answer(&telegram, &query, true).await.0, 200);

@@ -182,7 +182,7 @@ async fn a_subscription_is_paid_at_checkout_and_each_renewal_is_a_charge_of_its_
 
     let renewal = bot.renew(&mut subscription).await;
     let next = renewal.until;
-    assert_eq!(next, until + tgq_test::SUBSCRIPTION_PERIOD);
+    assert_eq!(next, until + i64::from(tgq_test::SUBSCRIPTION_PERIOD));
     assert_ne!(renewal.charge, first, "a renewal is a charge of its own");
     assert!(
         renewal.paid.calls("answerPreCheckoutQuery").is_empty(),
@@ -196,7 +196,7 @@ async fn a_subscription_is_paid_at_checkout_and_each_renewal_is_a_charge_of_its_
         )]
     );
     let again = bot.renew(&mut subscription).await;
-    assert_eq!(again.until, next + tgq_test::SUBSCRIPTION_PERIOD);
+    assert_eq!(again.until, next + i64::from(tgq_test::SUBSCRIPTION_PERIOD));
 
     let one_off = bot.pay(42, "egg", 25).await;
     assert_eq!(one_off.until, None, "a one-off payment has no period");

@@ -14,11 +14,11 @@ use tgq_core::reconcile::{reconcile, star_transactions};
 use tgq_fake_telegram::FakeTelegram;
 
 use super::{esm, Emulated, Run, BOT_ID};
-use crate::payments::{self, Till};
+use crate::payments::{self, PaymentsTarget};
 use crate::plan::Plan;
 use crate::tally::Row;
 
-impl Till for Run<'_> {
+impl PaymentsTarget for Run<'_> {
     const TARGET: &'static str = "emulator";
     const KILLS_AMID_TRAFFIC: bool = false;
 
@@ -47,6 +47,7 @@ impl Till for Run<'_> {
         let entries = self.store().charges(usize::MAX).await?;
         Ok(entries
             .iter()
+            .filter(|entry| entry.bot_id == BOT_ID)
             .map(serde_json::to_value)
             .collect::<Result<_, _>>()?)
     }

@@ -8,7 +8,7 @@ use tgq_fake_telegram::FakeTelegram;
 
 use super::{scenario_dir, start_tgq};
 use crate::local::LocalTgq;
-use crate::payments::{self, Till};
+use crate::payments::{self, PaymentsTarget};
 use crate::scenario::Scenario;
 use crate::tally::Row;
 use crate::Options;
@@ -41,7 +41,7 @@ impl Local<'_> {
     }
 }
 
-impl Till for Local<'_> {
+impl PaymentsTarget for Local<'_> {
     const TARGET: &'static str = "local";
     const KILLS_AMID_TRAFFIC: bool = true;
 

@@ -201,10 +201,16 @@ impl<'a> Context<'a> {
                             warn!(error = %error_chain(&e), "the flood wait could not be shared");
                         }
                         // A pre-checkout's answer has no later run to go back to (one would come
-                        // after Telegram's 10 s): it sits out flood waits while its time lasts,
-                        // and the run's own limit cuts it off (docs/design/payments.md §1).
-                        let retries_spent = flood_retries >= INLINE_RETRIES && !answers_checkout;
-                        if retries_spent || wait > self.inline_wait_allowed() {
+                        // after Telegram's 10 s): it sits out every flood wait that ends before
+                        // Telegram stops taking answers, and none that does not
+                        // (docs/design/payments.md §1). The handler's own answer is cut sooner,
+                        // at its margin, by the worker.
+                        let checkout_ends = self.run.checkout_ends.filter(|_| answers_checkout);
+                        let (retries_spent, too_late) = match checkout_ends {
+                            Some(ends) => (false, self.run.clock.now().plus(wait) >= ends),
+                            None => (flood_retries >= INLINE_RETRIES, false),
+                        };
+                        if retries_spent || too_late || wait > self.inline_wait_allowed() {
                             return Err(e.into());
                         }
                         // A short flood wait is sat out here: the action was refused, so it is sent again.

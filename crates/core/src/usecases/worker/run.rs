@@ -281,6 +281,11 @@ impl Worker {
             timers: self.ports.timers.is_some(),
             broadcasts: self.ports.broadcasts.as_deref(),
             checkout_answered: &answered,
+            checkout_ends: event.pre_checkout_query().map(|_| {
+                claimed
+                    .received_at
+                    .plus(crate::policy::PRE_CHECKOUT_DEADLINE)
+            }),
             payment: match &payment {
                 Some(PaymentUpdate::Paid(charge)) => Some((charge, known.as_ref())),
                 _ => None,
