@@ -442,3 +442,129 @@ async fn reconcile_names_what_each_side_lacks_and_changes_nothing() {
     );
     assert_eq!(listed(data_dir), before);
 }
+
+/// The echo bot's credit replies that reached the fake in `user`'s chat, by status.
+fn credits_told(fake: &FakeTelegram, user: i64) -> Vec<(u16, String)> {
+    fake.calls()
+        .into_iter()
+        .filter(|call| call.method == "sendMessage" && call.chat_id == Some(user))
+        .filter_map(|call| Some((call.status, call.params["text"].as_str()?.to_owned())))
+        .filter(|(_, text)| text.contains("credited"))
+        .collect()
+}
+
+/// A payment credited by the echo bot, from outside: through 502s, an outage with connections
+/// refused, a revoked token and a SIGKILL while its reply is on the wire, each charge is credited
+/// once (every reply names the balance of the charges before it), counted at the fake.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_charge_is_credited_once_through_5xx_an_outage_a_revoked_token_and_a_kill() {
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{}", common::free_port())
+        .parse()
+        .unwrap();
+    let fake = FakeTelegram::start_at(addr, Default::default())
+        .await
+        .unwrap();
+    let (api_url, token) = (fake.url(), fake.token().to_owned());
+    let envs = [
+        ("TELEGRAM_API_URL", api_url.as_str()),
+        ("TELEGRAM_BOT_TOKEN", token.as_str()),
+        ("TGQ_WEBHOOK_SECRET", SECRET),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let port = common::free_port();
+    let mut local = Local::start_on(port, dir.path(), &envs, &[]);
+    local.wait_ready().await;
+    let user = 77;
+    let processed = |n: u64| move |s: &Value| s["counters"]["processed"].as_u64() == Some(n);
+
+    // Telegram answers 502 twice: the reply is sent again, the charge credited once.
+    fake.inject(Fault::ServerError(502), Scope::Global, Times::N(2));
+    post_update(&local, SECRET, &paid(1, user, "ch-1", 3)).await;
+    local
+        .wait_settled(Duration::from_secs(60), processed(1))
+        .await;
+    let told = credits_told(&fake, user);
+    let ok: Vec<&String> = told
+        .iter()
+        .filter(|(s, _)| *s == 200)
+        .map(|(_, t)| t)
+        .collect();
+    assert_eq!(ok, ["echo 1: credited ch-1 3, balance 3"], "{told:?}");
+    assert_eq!(told.iter().filter(|(s, _)| *s == 502).count(), 2);
+
+    // Telegram's connections are refused for a while: nothing arrives, then the reply does.
+    let stopped = fake.clone();
+    fake.shutdown().await;
+    post_update(&local, SECRET, &paid(2, user, "ch-2", 2)).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        credits_told(&stopped, user).len(),
+        3,
+        "nothing reached a stopped Telegram"
+    );
+    let fake = FakeTelegram::start_at(addr, Default::default())
+        .await
+        .unwrap();
+    local
+        .wait_settled(Duration::from_secs(60), processed(2))
+        .await;
+    let told = credits_told(&fake, user);
+    assert_eq!(
+        told,
+        [(200, "echo 2: credited ch-2 2, balance 5".to_owned())]
+    );
+
+    // The token is revoked: the update is dead-lettered with the reason, nothing credited.
+    fake.inject(Fault::Unauthorized, Scope::Global, Times::Always);
+    post_update(&local, SECRET, &paid(3, user, "ch-3", 4)).await;
+    let status = local
+        .wait_settled(Duration::from_secs(60), |s| {
+            s["counters"]["dead_lettered"].as_u64() == Some(1)
+        })
+        .await;
+    fake.clear_faults();
+    let data_dir = dir.path().to_str().unwrap();
+    let charges: Vec<String> = listed(data_dir)
+        .iter()
+        .filter_map(|e| Some(e["id"].as_str()?.to_owned()))
+        .collect();
+    assert!(
+        !charges.contains(&"ch-3".to_owned()),
+        "{charges:?} {status}"
+    );
+
+    // SIGKILL while the reply crediting a charge is on the wire (Telegram took it and holds its
+    // answer 3 s): after the restart the charge is still credited once.
+    fake.inject(
+        Fault::Timeout(Duration::from_secs(3)),
+        Scope::Global,
+        Times::Once,
+    );
+    post_update(&local, SECRET, &paid(4, user, "ch-4", 1)).await;
+    wait_for(|| {
+        credits_told(&fake, user)
+            .iter()
+            .any(|(_, t)| t.contains("ch-4"))
+    })
+    .await;
+    local.kill();
+    let mut local = Local::start_on(port, dir.path(), &envs, &[]);
+    local.wait_ready().await;
+    local
+        .wait_settled(Duration::from_secs(60), processed(3))
+        .await;
+    let told = credits_told(&fake, user);
+    assert!(
+        told.iter()
+            .filter(|(_, t)| t.contains("ch-4"))
+            .all(|(_, t)| t == "echo 4: credited ch-4 1, balance 6"),
+        "one credit, whatever was sent again: {told:?}"
+    );
+    let charges = listed(data_dir);
+    let ids: Vec<&str> = charges.iter().filter_map(|e| e["id"].as_str()).collect();
+    assert_eq!(ids.len(), 3, "{charges:?}");
+    for id in ["ch-1", "ch-2", "ch-4"] {
+        assert!(ids.contains(&id), "{ids:?}");
+    }
+    assert!(local.terminate().await.success());
+}

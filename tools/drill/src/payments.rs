@@ -21,8 +21,7 @@ use anyhow::bail;
 use serde_json::{json, Value};
 use tgq_core::defaults::DEDUP_WINDOW;
 use tgq_fake_telegram::{
-    Charge, FakeConfig, FakeTelegram, Fault, Limits, RecordedCall, Scope, Times,
-    PRE_CHECKOUT_DEADLINE,
+    Charge, FakeTelegram, Fault, RecordedCall, Scope, Times, PRE_CHECKOUT_DEADLINE,
 };
 use tokio::task::JoinSet;
 
@@ -284,15 +283,6 @@ pub(crate) trait PaymentsTarget {
 
     /// Stops it.
     async fn stop(self);
-}
-
-/// The fake Bot API the scenario pays at: Telegram's limits on.
-pub(crate) async fn start_fake() -> anyhow::Result<FakeTelegram> {
-    let config = FakeConfig {
-        limits: Some(Limits::default()),
-        ..FakeConfig::default()
-    };
-    Ok(FakeTelegram::start_with(config).await?)
 }
 
 /// The update records' time to live, as both targets are given it.

@@ -104,6 +104,22 @@ fn checkout(update_id: i64) -> Value {
     })
 }
 
+/// Checkout `update_id`, received by tgq `ago` before the run: its record stored then, and the
+/// clock moved on.
+async fn received_ago(h: &Harness, update_id: i64, ago: Duration) -> Value {
+    let update = checkout(update_id);
+    let received = UpdateRecord::received(
+        RecordKey::new(BotId::new("demo").unwrap(), UpdateId(update_id)),
+        GroupKey::new("user:42"),
+        Bytes::from(update.to_string()),
+        h.clock.now(),
+        Duration::from_secs(3600),
+    );
+    h.store.insert(&received, h.clock.now()).await.unwrap();
+    h.clock.advance(ago);
+    update
+}
+
 /// The answers the run gave, as (ok, error_message).
 fn answers(h: &Harness) -> Vec<(bool, Option<String>)> {
     h.api
@@ -191,16 +207,7 @@ async fn a_handler_that_never_answers_is_answered_for() {
 #[tokio::test]
 async fn a_query_that_comes_to_run_after_ten_seconds_is_not_answered_at_all() {
     let h = harness(Does::Answer, Duration::from_secs(8));
-    let update = checkout(1);
-    let received = UpdateRecord::received(
-        RecordKey::new(BotId::new("demo").unwrap(), UpdateId(1)),
-        GroupKey::new("user:42"),
-        Bytes::from(update.to_string()),
-        h.clock.now(),
-        Duration::from_secs(3600),
-    );
-    h.store.insert(&received, h.clock.now()).await.unwrap();
-    h.clock.advance(Duration::from_secs(10));
+    let update = received_ago(&h, 1, Duration::from_secs(10)).await;
     let report = h.run(&[update]).await;
     assert!(done(&report), "{report:?}");
     assert!(
@@ -240,16 +247,7 @@ async fn a_handler_s_answer_sits_out_a_storm_of_flood_waits_while_its_time_lasts
 #[tokio::test]
 async fn tgq_s_refusal_sits_out_no_flood_wait_that_ends_past_the_ten_seconds() {
     let h = harness(Does::Fail, Duration::from_secs(8));
-    let update = checkout(1);
-    let received = UpdateRecord::received(
-        RecordKey::new(BotId::new("demo").unwrap(), UpdateId(1)),
-        GroupKey::new("user:42"),
-        Bytes::from(update.to_string()),
-        h.clock.now(),
-        Duration::from_secs(3600),
-    );
-    h.store.insert(&received, h.clock.now()).await.unwrap();
-    h.clock.advance(Duration::from_secs(7));
+    let update = received_ago(&h, 1, Duration::from_secs(7)).await;
     h.api
         .fail_next([TelegramError::RetryAfter(Duration::from_secs(4))]);
     let report = h.run(&[update]).await;

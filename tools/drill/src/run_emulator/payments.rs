@@ -16,6 +16,7 @@ use tgq_fake_telegram::FakeTelegram;
 use super::{esm, Emulated, Run, BOT_ID};
 use crate::payments::{self, PaymentsTarget};
 use crate::plan::Plan;
+use crate::scenarios::start_fake;
 use crate::tally::Row;
 
 impl PaymentsTarget for Run<'_> {
@@ -88,7 +89,8 @@ impl Run<'_> {
 
 /// Runs the scenario.
 pub async fn run(on: &Emulated<'_>) -> anyhow::Result<Row> {
-    let fake = payments::start_fake().await?;
+    // Telegram's limits on.
+    let fake = start_fake(true).await?;
     let (name, ttl) = payments::record_ttl_env();
     let env = [(name, ttl.as_str())];
     let nothing = Plan {

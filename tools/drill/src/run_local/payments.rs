@@ -10,6 +10,7 @@ use super::{scenario_dir, start_tgq};
 use crate::local::LocalTgq;
 use crate::payments::{self, PaymentsTarget};
 use crate::scenario::Scenario;
+use crate::scenarios::start_fake;
 use crate::tally::Row;
 use crate::Options;
 
@@ -81,7 +82,8 @@ impl PaymentsTarget for Local<'_> {
 
 /// Runs the scenario.
 pub async fn run(s: &Scenario, o: &Options) -> anyhow::Result<Row> {
-    let fake = payments::start_fake().await?;
+    // Telegram's limits on.
+    let fake = start_fake(true).await?;
     let dir = scenario_dir(s, o);
     std::fs::create_dir_all(&dir)?;
     let (name, ttl) = payments::record_ttl_env();
