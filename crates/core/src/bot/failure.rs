@@ -71,7 +71,7 @@ impl HandlerError {
     }
 
     /// Why the recipient of a call is gone, if that is what failed.
-    pub fn recipient_gone(&self) -> Option<Gone> {
+    pub(crate) fn recipient_gone(&self) -> Option<Gone> {
         match self {
             HandlerError::RecipientGone { gone, .. } => Some(*gone),
             _ => None,

@@ -59,7 +59,7 @@ pub enum PaymentUpdate {
 
 impl PaymentUpdate {
     /// The charge the update names, as it would enter the ledger.
-    pub fn charge(&self) -> &Charge {
+    pub(crate) fn charge(&self) -> &Charge {
         match self {
             PaymentUpdate::Paid(charge) | PaymentUpdate::Refunded(charge) => charge,
         }
@@ -135,7 +135,7 @@ impl Charge {
     /// `Ok(None)` for any other update. A payment whose charge id tgq cannot key a ledger entry by
     /// (empty, too long, or with control characters) is refused with the reason: such an update is
     /// dead-lettered, never credited.
-    pub fn of(
+    pub(crate) fn of(
         update: &Update,
         key: &RecordKey,
         now: Timestamp,
@@ -193,7 +193,7 @@ impl Charge {
     }
 
     /// Whether `payment` is this charge's.
-    pub fn is_of(&self, payment: &SuccessfulPayment) -> bool {
+    pub(crate) fn is_of(&self, payment: &SuccessfulPayment) -> bool {
         payment.telegram_payment_charge_id.0 == self.id
     }
 }

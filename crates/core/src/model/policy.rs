@@ -49,13 +49,13 @@ pub struct PreCheckoutPolicy {
 
 impl PreCheckoutPolicy {
     /// When a query received at `received` must be answered by its handler.
-    pub fn answer_by(&self, received: Timestamp) -> Timestamp {
+    pub(crate) fn answer_by(&self, received: Timestamp) -> Timestamp {
         received.plus(PRE_CHECKOUT_DEADLINE).minus(self.margin)
     }
 
     /// Whether Telegram has given up on a query received at `received`: no answer can charge the
     /// user now.
-    pub fn expired(received: Timestamp, now: Timestamp) -> bool {
+    pub(crate) fn expired(received: Timestamp, now: Timestamp) -> bool {
         now.since(received) >= PRE_CHECKOUT_DEADLINE
     }
 }

@@ -207,7 +207,7 @@ impl TelegramError {
     /// addressed: "chat not found" means a departed user only for a private chat (a positive id);
     /// for a group or channel it is more likely a mistake worth a dead letter. The one place this
     /// is decided (docs/design/worker.md §1).
-    pub fn recipient_gone(&self, chat_id: Option<i64>) -> Option<Gone> {
+    pub(crate) fn recipient_gone(&self, chat_id: Option<i64>) -> Option<Gone> {
         let TelegramError::Api { code, description } = self else {
             return None;
         };
