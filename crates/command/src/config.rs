@@ -32,7 +32,13 @@ pub const DEFAULT_DATA_DIR: &str = "./.tgq";
 /// Worker loops when `TGQ_WORKER_LOOPS` is unset. Each loop handles its batch's records one after
 /// another, a few commits each; many loops let the writer put many of those in one commit
 /// (docs/PERFORMANCE.md, "Draining a backlog").
-pub const DEFAULT_WORKER_LOOPS: usize = 64;
+pub const DEFAULT_WORKER_LOOPS: usize = 128;
+
+/// Messages a loop receives at once when `TGQ_WORKER_BATCH` is unset. A batch holds each of its
+/// chats until the loop has handled all of it: half of SQS's 10 lets twice the loops hold the
+/// same number of chats, each handling one record at a time (docs/PERFORMANCE.md, "Draining a
+/// backlog").
+pub const DEFAULT_WORKER_BATCH: usize = 5;
 
 /// How often retention runs when `TGQ_PURGE_INTERVAL_SECS` is unset.
 pub const DEFAULT_PURGE_INTERVAL: Duration = Duration::from_secs(5 * 60);
@@ -94,6 +100,9 @@ pub struct LocalSettings {
     /// `TGQ_WORKER_LOOPS`: worker loops running at once (the event source mapping's
     /// MaximumConcurrency), local mode only.
     pub worker_loops: usize,
+    /// `TGQ_WORKER_BATCH`: messages a loop receives at once (the event source mapping's
+    /// BatchSize), local mode only.
+    pub worker_batch: usize,
     /// `TGQ_REGISTRY_REFRESH_SECS`: how often `<data-dir>/bots.json` is read again.
     pub registry_refresh: Duration,
 }
@@ -120,6 +129,7 @@ impl LocalSettings {
             purge_every: purge_interval(vars)?,
             handler: vars.handler()?,
             worker_loops: worker_loops(vars)?,
+            worker_batch: worker_batch(vars)?,
             registry_refresh: vars.registry_refresh()?,
         })
     }
@@ -136,6 +146,19 @@ fn worker_loops(vars: &Vars) -> Result<usize, ConfigError> {
         });
     }
     Ok(loops)
+}
+
+/// `TGQ_WORKER_BATCH` (local mode only), default [`DEFAULT_WORKER_BATCH`]: at most SQS's 10.
+fn worker_batch(vars: &Vars) -> Result<usize, ConfigError> {
+    let expected = "a whole number of messages from 1 to 10";
+    let batch = vars.parsed("TGQ_WORKER_BATCH", expected, DEFAULT_WORKER_BATCH)?;
+    if !(1..=10).contains(&batch) {
+        return Err(ConfigError::Malformed {
+            name: "TGQ_WORKER_BATCH",
+            expected,
+        });
+    }
+    Ok(batch)
 }
 
 /// `TGQ_PURGE_INTERVAL_SECS` (local mode only), default 5 minutes.
@@ -300,11 +323,11 @@ mod tests {
     }
 
     #[test]
-    fn worker_loops_default_to_sixty_four_and_zero_is_refused() {
+    fn worker_loops_default_to_a_hundred_and_twenty_eight_and_zero_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let secret = ("TGQ_WEBHOOK_SECRET", "s3cret");
         let settings = LocalSettings::from_vars(&Vars::from_pairs([secret]), dir.path()).unwrap();
-        assert_eq!(settings.worker_loops, 64);
+        assert_eq!(settings.worker_loops, 128);
         let vars = Vars::from_pairs([secret, ("TGQ_WORKER_LOOPS", "8")]);
         let settings = LocalSettings::from_vars(&vars, dir.path()).unwrap();
         assert_eq!(settings.worker_loops, 8);
@@ -312,6 +335,23 @@ mod tests {
             let vars = Vars::from_pairs([secret, ("TGQ_WORKER_LOOPS", bad)]);
             let error = LocalSettings::from_vars(&vars, dir.path()).unwrap_err();
             assert!(error.to_string().contains("TGQ_WORKER_LOOPS"), "{error}");
+        }
+    }
+
+    #[test]
+    fn a_loop_receives_five_messages_unless_told_up_to_sqs_s_ten() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = ("TGQ_WEBHOOK_SECRET", "s3cret");
+        let settings = LocalSettings::from_vars(&Vars::from_pairs([secret]), dir.path()).unwrap();
+        assert_eq!(settings.worker_batch, 5);
+        let vars = Vars::from_pairs([secret, ("TGQ_WORKER_BATCH", "10")]);
+        let settings = LocalSettings::from_vars(&vars, dir.path()).unwrap();
+        assert_eq!(settings.worker_batch, 10);
+        for bad in ["0", "eleven", "11"] {
+            let vars = Vars::from_pairs([secret, ("TGQ_WORKER_BATCH", bad)]);
+            let error = LocalSettings::from_vars(&vars, dir.path()).unwrap_err();
+            assert!(error.to_string().contains("TGQ_WORKER_BATCH"), "{error}");
+            assert!(error.to_string().contains("from 1 to 10"), "{error}");
         }
     }
 

@@ -200,6 +200,17 @@ impl Visibility for EmbeddedStore {
 }
 
 impl EmbeddedStore {
+    /// Deletes every message of `receipts` in one writer operation, as SQS's DeleteMessageBatch
+    /// does: a receipt no longer current (the message came back and was received again, or is
+    /// gone) is passed over, as [`QueueConsumer::delete`] passes it over.
+    pub async fn delete_all(&self, receipts: Vec<ReceiptHandle>) -> Result<(), PortError> {
+        self.writer
+            .run("queue delete", move |tx| {
+                receipts.iter().try_for_each(|receipt| tx.delete(receipt))
+            })
+            .await
+    }
+
     /// [`QueueConsumer::receive`] that also ends, with nothing, once `stop` completes. `stop` is
     /// only looked at while the receive naps, never while a receive is being committed: a receive
     /// abandoned after its commit would leave its messages hidden until their visibility timeout.

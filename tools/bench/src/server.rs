@@ -89,10 +89,10 @@ impl Server {
         let log_file = std::fs::File::create(log)
             .with_context(|| format!("cannot create {}", log.display()))?;
         let mut command = Command::new(tgq);
-        // Nothing of the caller's shell changes what is measured; `TGQ_WORKER_LOOPS` is passed
-        // through, to compare loop counts.
+        // Nothing of the caller's shell changes what is measured; `TGQ_WORKER_LOOPS` and
+        // `TGQ_WORKER_BATCH` are passed through, to compare loop counts and batch sizes.
         for name in tgq_core::config::SETTINGS {
-            if name != "TGQ_WORKER_LOOPS" {
+            if !matches!(name, "TGQ_WORKER_LOOPS" | "TGQ_WORKER_BATCH") {
                 command.env_remove(name);
             }
         }

@@ -67,7 +67,8 @@ Environment (the same variables as the Lambda functions):
                          (default: settle them DONE as recipient_gone, counted in `tgq status`)
   TGQ_RECORD_TTL_SECS    how long records and outbox entries are kept (default 1296000, 15 days)
   TGQ_PURGE_INTERVAL_SECS  how often retention removes what outlived it (default 300)
-  TGQ_WORKER_LOOPS       worker loops running at once (default 64; 4 take batches while the webhook is busy)
+  TGQ_WORKER_LOOPS       worker loops running at once (default 128; 4 take batches while the webhook is busy)
+  TGQ_WORKER_BATCH       messages a worker loop receives at once (1 to 10, default 5)
   TGQ_REGISTRY_REFRESH_SECS  how often <data-dir>/bots.json (more bots, on /webhook/{bot_id}) is
                          read again (default 30)
   TGQ_ADMIN_TOKEN        lets non-loopback clients read /admin/* with `Authorization: Bearer …`
@@ -246,6 +247,7 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<()> {
     shutdown.on_signals()?;
     let loop_settings = LoopSettings {
         loops: settings.worker_loops,
+        batch_size: settings.worker_batch,
         ..LoopSettings::default()
     };
     let loops = Arc::new(LoopStats::default());

@@ -12,7 +12,7 @@ use std::time::Duration;
 use tgq_core::clock::Clock;
 use tgq_core::error::error_chain;
 use tgq_core::patience::patiently;
-use tgq_core::ports::{QueueConsumer, ReceiptHandle};
+use tgq_core::ports::ReceiptHandle;
 use tgq_core::worker::Worker;
 use tgq_core::{defaults, PortError};
 use tgq_embedded::EmbeddedStore;
@@ -41,7 +41,7 @@ impl Default for LoopSettings {
     fn default() -> Self {
         Self {
             loops: crate::config::DEFAULT_WORKER_LOOPS,
-            batch_size: 10,
+            batch_size: crate::config::DEFAULT_WORKER_BATCH,
             wait: Duration::from_secs(20),
             budget: tgq_core::defaults::WORKER_TIMEOUT,
             visibility: tgq_core::defaults::WORKER_TIMEOUT + Duration::from_secs(10),
@@ -62,15 +62,19 @@ impl LoopStats {
     }
 }
 
-/// Deletes a finished message, trying again while the store says it is unavailable (a full disk
-/// for a moment), for up to [`defaults::STORE_PATIENCE`]: a message left undeleted holds its whole
-/// chat until its visibility timeout ends, as the worker's settle does (docs/design/worker.md §1).
-async fn delete_patiently(store: &EmbeddedStore, receipt: &ReceiptHandle) -> Result<(), PortError> {
+/// Deletes a batch's finished messages in one operation, trying again while the store says it
+/// is unavailable (a full disk for a moment), for up to [`defaults::STORE_PATIENCE`]: a message
+/// left undeleted holds its whole chat until its visibility timeout ends, as the worker's settle
+/// does (docs/design/worker.md §1).
+async fn delete_patiently(
+    store: &EmbeddedStore,
+    receipts: &[ReceiptHandle],
+) -> Result<(), PortError> {
     patiently(
         "delete",
         defaults::STORE_PATIENCE,
         || Duration::MAX,
-        || store.delete(receipt),
+        || store.delete_all(receipts.to_vec()),
     )
     .await
 }
@@ -146,17 +150,17 @@ pub async fn run(id: usize, loops: Loops, worker: Worker) {
             continue;
         };
         let failed: HashSet<String> = report.failed_message_ids().into_iter().collect();
-        // All at once: the writer commits them together, one commit for the batch instead of one
-        // per message (the records are settled already, so their order does not matter).
-        let done = records.iter().filter(|r| !failed.contains(&r.message_id));
-        let store = &store;
-        let deletes = done
-            .map(|record| async move { (record, delete_patiently(store, &record.receipt).await) });
-        for (record, deleted) in futures::future::join_all(deletes).await {
-            if let Err(error) = deleted {
-                // It is redelivered after its visibility timeout, found DONE or DEAD, and
-                // acknowledged without running again; its chat waits until then.
-                warn!(worker_loop = id, message_id = %record.message_id, error = %error_chain(&error), "delete failed");
+        // In one operation: the records are settled already, so their order does not matter.
+        let done: Vec<ReceiptHandle> = records
+            .iter()
+            .filter(|r| !failed.contains(&r.message_id))
+            .map(|r| r.receipt.clone())
+            .collect();
+        if !done.is_empty() {
+            if let Err(error) = delete_patiently(&store, &done).await {
+                // They are redelivered after their visibility timeout, found DONE or DEAD, and
+                // acknowledged without running again; their chats wait until then.
+                warn!(worker_loop = id, messages = done.len(), error = %error_chain(&error), "delete failed");
             }
         }
         let resent = report.resent_after_unknown_outcome();

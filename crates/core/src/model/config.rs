@@ -93,7 +93,7 @@ pub const FUNCTION: &str = "TGQ_FUNCTION";
 /// each (a test holds the two to the same names, and to every `TGQ_*` and `TELEGRAM_*` name the code
 /// reads), and the tools that start tgq (the drill, the bench, the suite) remove each from the
 /// environment they inherit, so that a developer's shell cannot change what they measure.
-pub const SETTINGS: [&str; 48] = [
+pub const SETTINGS: [&str; 49] = [
     "TELEGRAM_BOT_TOKEN",
     "TELEGRAM_BOT_TOKEN_PARAM",
     "TELEGRAM_API_URL",
@@ -133,6 +133,7 @@ pub const SETTINGS: [&str; 48] = [
     "TGQ_ADMIN_TOKEN",
     "TGQ_PURGE_INTERVAL_SECS",
     "TGQ_WORKER_LOOPS",
+    "TGQ_WORKER_BATCH",
     "TGQ_LEASE_TTL_SECS",
     "TGQ_LEASE_RENEW_SECS",
     "TGQ_LEASE_COOLDOWN_SECS",

@@ -196,6 +196,41 @@ async fn a_message_received_max_receive_count_times_is_redriven_to_dead_letters(
 }
 
 #[tokio::test]
+async fn a_batch_delete_removes_its_messages_in_one_commit_and_passes_over_a_stale_receipt() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::at(START);
+    let store = open(dir.path(), &clock, 30);
+    let (a, b, c) = (message("7", 1), message("8", 2), message("9", 3));
+    for m in [&a, &b, &c] {
+        store.enqueue(m).await.unwrap();
+    }
+    let ten = Duration::from_secs(10);
+    let first = receive(&store, 10, ten).await;
+    assert_eq!(first.len(), 3);
+    // The first receive of `c` went stale: its visibility ended and it was received again.
+    clock.advance(Duration::from_secs(11));
+    let again = receive(&store, 10, ten).await;
+    assert_eq!(
+        bodies(&again),
+        vec![a.body.clone(), b.body.clone(), c.body.clone()]
+    );
+    let commits = store.commits();
+    let receipts = vec![
+        again[0].receipt.clone(),
+        again[1].receipt.clone(),
+        first[2].receipt.clone(),
+    ];
+    store.delete_all(receipts).await.unwrap();
+    assert_eq!(store.commits(), commits + 1, "one commit for the batch");
+    let stats = store.stats(clock.now()).unwrap();
+    assert_eq!(
+        (stats.pending, stats.in_flight),
+        (0, 1),
+        "a and b are gone; c, whose current receipt was not given, is still in flight"
+    );
+}
+
+#[tokio::test]
 async fn order_within_a_group_is_strict_after_a_visibility_expiry() {
     let dir = tempfile::tempdir().unwrap();
     let clock = ManualClock::at(START);

@@ -594,6 +594,10 @@ fn environment_defaults(
             "TGQ_WORKER_LOOPS",
             vec![source_const(sources, "DEFAULT_WORKER_LOOPS")],
         ),
+        (
+            "TGQ_WORKER_BATCH",
+            vec![source_const(sources, "DEFAULT_WORKER_BATCH")],
+        ),
         ("TGQ_ADMIN_TOKEN", none()),
         ("TGQ_LEASE_TTL_SECS", one(&leadership::LEASE_TTL.as_secs())),
         (
