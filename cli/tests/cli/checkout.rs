@@ -6,10 +6,9 @@
 
 use crate::common;
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use common::{free_port, Local};
+use common::{Local, OnFake};
 use serde_json::{json, Value};
 use tgq_fake_telegram::{FakeTelegram, Fault, RecordedCall, Scope, Times};
 
@@ -63,20 +62,7 @@ async fn wait_for(what: &str, limit: Duration, done: impl Fn() -> bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pre_checkout_query_is_finished_once_through_5xx_a_revoked_token_an_outage_and_a_kill() {
-    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let fake = FakeTelegram::start_at(addr, Default::default())
-        .await
-        .unwrap();
-    let (api_url, token) = (fake.url(), fake.token().to_owned());
-    let envs = [
-        ("TELEGRAM_API_URL", api_url.as_str()),
-        ("TELEGRAM_BOT_TOKEN", token.as_str()),
-        ("TGQ_WEBHOOK_SECRET", SECRET),
-    ];
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let mut local = Local::start_on(port, dir.path(), &envs, &[]);
-    local.wait_ready().await;
+    let (on, fake, mut local) = OnFake::start(SECRET).await;
 
     // Healthy: tgq's refusal arrives, and Telegram takes it.
     let query = fake.checkout(101, "egg", 25);
@@ -126,7 +112,7 @@ async fn a_pre_checkout_query_is_finished_once_through_5xx_a_revoked_token_an_ou
         before_outage,
         "nothing reached a stopped Telegram"
     );
-    let fake = FakeTelegram::start_at(addr, Default::default())
+    let fake = FakeTelegram::start_at(on.addr, Default::default())
         .await
         .unwrap();
 
@@ -145,7 +131,7 @@ async fn a_pre_checkout_query_is_finished_once_through_5xx_a_revoked_token_an_ou
     })
     .await;
     local.kill();
-    let mut local = Local::start_on(port, dir.path(), &envs, &[]);
+    let mut local = on.restart();
     local.wait_ready().await;
     processed(&local, 5).await;
     let killed = answers(&fake, &query);

@@ -458,22 +458,7 @@ fn credits_told(fake: &FakeTelegram, user: i64) -> Vec<(u16, String)> {
 /// once (every reply names the balance of the charges before it), counted at the fake.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_charge_is_credited_once_through_5xx_an_outage_a_revoked_token_and_a_kill() {
-    let addr: std::net::SocketAddr = format!("127.0.0.1:{}", common::free_port())
-        .parse()
-        .unwrap();
-    let fake = FakeTelegram::start_at(addr, Default::default())
-        .await
-        .unwrap();
-    let (api_url, token) = (fake.url(), fake.token().to_owned());
-    let envs = [
-        ("TELEGRAM_API_URL", api_url.as_str()),
-        ("TELEGRAM_BOT_TOKEN", token.as_str()),
-        ("TGQ_WEBHOOK_SECRET", SECRET),
-    ];
-    let dir = tempfile::tempdir().unwrap();
-    let port = common::free_port();
-    let mut local = Local::start_on(port, dir.path(), &envs, &[]);
-    local.wait_ready().await;
+    let (on, fake, mut local) = common::OnFake::start(SECRET).await;
     let user = 77;
     let processed = |n: u64| move |s: &Value| s["counters"]["processed"].as_u64() == Some(n);
 
@@ -502,7 +487,7 @@ async fn a_charge_is_credited_once_through_5xx_an_outage_a_revoked_token_and_a_k
         3,
         "nothing reached a stopped Telegram"
     );
-    let fake = FakeTelegram::start_at(addr, Default::default())
+    let fake = FakeTelegram::start_at(on.addr, Default::default())
         .await
         .unwrap();
     local
@@ -523,7 +508,7 @@ async fn a_charge_is_credited_once_through_5xx_an_outage_a_revoked_token_and_a_k
         })
         .await;
     fake.clear_faults();
-    let data_dir = dir.path().to_str().unwrap();
+    let data_dir = on.dir.path().to_str().unwrap();
     let charges: Vec<String> = listed(data_dir)
         .iter()
         .filter_map(|e| Some(e["id"].as_str()?.to_owned()))
@@ -548,7 +533,7 @@ async fn a_charge_is_credited_once_through_5xx_an_outage_a_revoked_token_and_a_k
     })
     .await;
     local.kill();
-    let mut local = Local::start_on(port, dir.path(), &envs, &[]);
+    let mut local = on.restart();
     local.wait_ready().await;
     local
         .wait_settled(Duration::from_secs(60), processed(3))

@@ -239,6 +239,51 @@ pub struct Local {
     readers: Vec<JoinHandle<()>>,
 }
 
+/// `tgq local` against a fake Bot API on an address of its own, for tests that take Telegram away:
+/// such a test stops the fake and starts another at [`OnFake::addr`] (connections refused, then
+/// back), and starts `tgq local` again on the same port and store after killing it.
+pub struct OnFake {
+    /// Where the fake answers, and where the next one must.
+    pub addr: SocketAddr,
+    /// `tgq local`'s data directory.
+    pub dir: tempfile::TempDir,
+    port: u16,
+    envs: [(&'static str, String); 3],
+}
+
+impl OnFake {
+    /// Starts a fake Bot API with Telegram's defaults and `tgq local` against it with `secret`,
+    /// ready.
+    pub async fn start(secret: &str) -> (Self, FakeTelegram, Local) {
+        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let fake = FakeTelegram::start_at(addr, Default::default())
+            .await
+            .unwrap();
+        let on = OnFake {
+            addr,
+            dir: tempfile::tempdir().unwrap(),
+            port: free_port(),
+            envs: [
+                ("TELEGRAM_API_URL", fake.url()),
+                ("TELEGRAM_BOT_TOKEN", fake.token().to_owned()),
+                ("TGQ_WEBHOOK_SECRET", secret.to_owned()),
+            ],
+        };
+        let mut local = on.restart();
+        local.wait_ready().await;
+        (on, fake, local)
+    }
+
+    /// `tgq local` started again on the same port and store (after a kill), not yet ready.
+    pub fn restart(&self) -> Local {
+        let envs = self
+            .envs
+            .each_ref()
+            .map(|(name, value)| (*name, value.as_str()));
+        Local::start_on(self.port, self.dir.path(), &envs, &[])
+    }
+}
+
 impl Local {
     /// Starts `tgq local` on a free port with `envs` and extra `args`.
     pub fn start(data_dir: &Path, envs: &[(&str, &str)], args: &[&str]) -> Local {
